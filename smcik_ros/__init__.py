@@ -1,0 +1,11 @@
+"""smcik_ros: online inverse kinematics with a Sequential Monte Carlo filter.
+
+The core (``kinematics``, ``goals``, ``solvers``) is pure numpy and imports no ROS
+module; the rclpy layer (``node``, ``sim_arm``, ``markers``, ``ros_conversions``) sits
+on top of it.
+"""
+
+from .errors import GoalError, ModelError, ParameterError, SmcIkError
+
+__all__ = ['GoalError', 'ModelError', 'ParameterError', 'SmcIkError']
+__version__ = '0.1.0'

@@ -1,0 +1,588 @@
+"""Goals (targets) and constraints shared by every solver.
+
+Each term is a small object with one job:
+
+- ``residual(frames) -> (N, k)``: zero when the term is satisfied (current minus desired);
+- ``jacobian(frames) -> (N, k, nv)``: d residual / d tangent step (Jacobian and distance
+  solvers, and the SMC refinement, use it; the SMC likelihood needs only the residual);
+- ``sigma``: (k,) noise standard deviations of the residual: the SMC likelihood is
+  ``exp(-sum((residual / sigma) ** 2))`` (seed 000 eq. 13-14, a diagonal covariance);
+  gradient solvers weight rows by ``1 / sigma``.
+
+Targets (pose, position, orientation) are what "solved" is judged on; constraints
+(keep-out spheres, centre of mass, smoothness, posture, plane contact, coupling) shape the
+solution. ``hard = True`` constraints are enforced by the SMC filter by accept/reject
+(see ``solvers.smc``) and reported as violated by ``violated(frames)``.
+
+Poses are (4, 4) homogeneous matrices in the chain's base frame [m]; angles in rad.
+"""
+
+import numpy as np
+
+from .errors import GoalError
+from .rotations import matrix_to_rotvec, quat_multiply, quat_conjugate, quat_to_rotvec
+
+__all__ = [
+    'Target', 'PoseTarget', 'PositionTarget', 'OrientationTarget', 'Constraint',
+    'KeepOutSphere', 'CenterOfMassLine', 'ChainSmoothness', 'PosturePreference',
+    'PlaneContact', 'JointCoupling', 'as_goal', 'check_terms', 'task_errors',
+]
+
+
+def _finite_array(value, shape, what):
+    arr = np.array(value, dtype=float)
+    if arr.shape != shape:
+        raise GoalError(f'{what} must have shape {shape}; got {arr.shape}')
+    if not np.all(np.isfinite(arr)):
+        raise GoalError(f'{what} contains NaN or infinite values: {arr.tolist()}')
+    arr.setflags(write=False)
+    return arr
+
+
+def _positive(value, what):
+    value = float(value)
+    if not np.isfinite(value) or value <= 0.0:
+        raise GoalError(f'{what} must be a positive number; got {value}')
+    return value
+
+
+def _check_rotation(rot, what):
+    err = np.abs(rot @ rot.T - np.eye(3)).max()
+    if err > 1e-6 or np.linalg.det(rot) < 0.0:
+        raise GoalError(f'{what} is not a rotation matrix (|R R^T - I| = {err:.2e}, '
+                        f'det = {np.linalg.det(rot):.3f}); re-orthonormalise it')
+
+
+class Term:
+    """Common base of targets and constraints."""
+
+    hard = False
+    weight = 1.0
+
+    def bind(self, chain):
+        """Check the term against ``chain`` (links, joints); raise GoalError if it does not fit."""
+        return self
+
+    def residual(self, frames):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def jacobian(self, frames):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def violated(self, frames):
+        """Return (N,) bool: hard-constraint violation (False for soft terms)."""
+        return np.zeros(len(frames), dtype=bool)
+
+    def cost(self, frames):
+        """Return the (N,) negative log-likelihood sum((residual / sigma) ** 2) * weight."""
+        r = self.residual(frames) / self.sigma
+        return self.weight * np.einsum('nk,nk->n', r, r)
+
+
+def _check_link(chain, link, what):
+    if link is not None and not chain.has_link(link):
+        raise GoalError(f'{what}: unknown link {link!r}; links of this chain: '
+                        f'{", ".join(chain.link_names)}')
+
+
+class Target(Term):
+    """A task-space goal for one link; solved when its errors are within tolerance."""
+
+    link = None
+    has_position = True
+    has_orientation = True
+
+    def bind(self, chain):
+        _check_link(chain, self.link, type(self).__name__)
+        return self
+
+    def errors(self, frames):
+        """Return (position_error [m], orientation_error [rad]), each (N,)."""
+        raise NotImplementedError  # pragma: no cover
+
+
+class PoseTarget(Target):
+    """Reach a full (4, 4) pose with ``link`` (default: the chain's tip).
+
+    sigma_position [m], sigma_orientation [rad]: task noise (seed 000 Sigma_z) that trades
+    position against orientation; ``offset`` (3,) is a point on the link [m].
+    """
+
+    def __init__(self, pose, link=None, sigma_position=0.01, sigma_orientation=0.05,
+                 weight=1.0):
+        pose = _finite_array(pose, (4, 4), 'pose target')
+        _check_rotation(pose[:3, :3], 'pose target rotation')
+        if np.abs(pose[3] - (0.0, 0.0, 0.0, 1.0)).max() > 1e-9:
+            raise GoalError(f'pose target bottom row must be [0, 0, 0, 1]; got {pose[3].tolist()}')
+        self.pose = pose
+        self.link = link
+        self.sigma = np.array([_positive(sigma_position, 'sigma_position')] * 3
+                              + [_positive(sigma_orientation, 'sigma_orientation')] * 3)
+        self.weight = _positive(weight, 'weight')
+
+    def residual(self, frames):
+        pose = frames.link_pose(self.link)
+        out = np.empty((len(frames), 6))
+        out[:, :3] = pose[:, :3, 3] - self.pose[:3, 3]
+        out[:, 3:] = matrix_to_rotvec(pose[:, :3, :3] @ self.pose[:3, :3].T)
+        return out
+
+    def jacobian(self, frames):
+        return frames.jacobian(self.link)
+
+    def errors(self, frames):
+        pose = frames.link_pose(self.link)
+        pos = np.linalg.norm(pose[:, :3, 3] - self.pose[:3, 3], axis=-1)
+        return pos, _rotation_angle(pose[:, :3, :3], self.pose[:3, :3])
+
+
+class PositionTarget(Target):
+    """Bring a point of ``link`` (default: the tip origin) to ``position`` (3,) [m]."""
+
+    has_orientation = False
+
+    def __init__(self, position, link=None, offset=None, sigma_position=0.01, weight=1.0):
+        self.position = _finite_array(position, (3,), 'position target')
+        self.offset = None if offset is None else _finite_array(offset, (3,), 'point offset')
+        self.link = link
+        self.sigma = np.full(3, _positive(sigma_position, 'sigma_position'))
+        self.weight = _positive(weight, 'weight')
+
+    def residual(self, frames):
+        return frames.point(self.link, self.offset) - self.position
+
+    def jacobian(self, frames):
+        return frames.jacobian(self.link, self.offset)[:, :3]
+
+    def errors(self, frames):
+        pos = np.linalg.norm(self.residual(frames), axis=-1)
+        return pos, np.zeros_like(pos)
+
+
+class OrientationTarget(Target):
+    """Turn ``link`` to the (3, 3) rotation ``rotation`` (base frame)."""
+
+    has_position = False
+
+    def __init__(self, rotation, link=None, sigma_orientation=0.05, weight=1.0):
+        rot = _finite_array(rotation, (3, 3), 'orientation target')
+        _check_rotation(rot, 'orientation target')
+        self.rotation = rot
+        self.link = link
+        self.sigma = np.full(3, _positive(sigma_orientation, 'sigma_orientation'))
+        self.weight = _positive(weight, 'weight')
+
+    def residual(self, frames):
+        return matrix_to_rotvec(frames.link_pose(self.link)[:, :3, :3] @ self.rotation.T)
+
+    def jacobian(self, frames):
+        return frames.jacobian(self.link)[:, 3:]
+
+    def errors(self, frames):
+        ori = _rotation_angle(frames.link_pose(self.link)[:, :3, :3], self.rotation)
+        return np.zeros_like(ori), ori
+
+
+def _rotation_angle(rot, target):
+    """Return the (N,) angles [rad] between rotations (N, 3, 3) and a target (3, 3)."""
+    cos = 0.5 * (np.einsum('nij,ij->n', rot, target) - 1.0)
+    return np.arccos(np.clip(cos, -1.0, 1.0))
+
+
+# ---------------------------------------------------------------------------- constraints
+class Constraint(Term):
+    """A soft (or hard) condition on the configuration; zero residual when satisfied."""
+
+
+class KeepOutSphere(Constraint):
+    """Keep the chain's segments out of a sphere (an obstacle or a forbidden volume).
+
+    center (3,) [m] in the base frame, radius [m], margin [m] added to the radius.
+    The chain is checked at its link origins and ``samples`` points on each segment
+    between consecutive link origins. hard=True (default): the SMC filter rejects
+    particles that enter it; gradient solvers push points out along the centre direction.
+    """
+
+    def __init__(self, center, radius, margin=0.0, hard=True, samples=3, sigma=0.005,
+                 links=None, weight=1.0):
+        self.center = _finite_array(center, (3,), 'keep-out sphere centre')
+        self.radius = _positive(radius, 'keep-out sphere radius')
+        self.margin = float(margin)
+        self.hard = bool(hard)
+        self.samples = int(samples)
+        self.sigma_value = _positive(sigma, 'sigma')
+        self.links = None if links is None else tuple(links)
+        self.weight = _positive(weight, 'weight')
+        self._points = None
+
+    def bind(self, chain):
+        links = chain.link_names if self.links is None else self.links
+        for link in links:
+            _check_link(chain, link, 'KeepOutSphere')
+        # Segments between each link and its nearest modelled ancestor with another origin.
+        bodies = [chain._link_anchor(link) for link in links]
+        pts = []
+        for (b, off), link in zip(bodies, links):
+            pts.append((b, off[:3, 3], b, off[:3, 3], 0.0))
+        parent_of = _link_parents(chain)
+        names = list(links)
+        for link in names:
+            parent = parent_of.get(link)
+            if parent is None or parent not in names:
+                continue
+            ba, oa = chain._link_anchor(parent)
+            bb, ob = chain._link_anchor(link)
+            for t in np.linspace(0.0, 1.0, self.samples + 2)[1:-1]:
+                pts.append((ba, oa[:3, 3], bb, ob[:3, 3], float(t)))
+        self._points = pts
+        self._chain = chain
+        k = len(pts)
+        self.sigma = np.full(k, self.sigma_value)
+        return self
+
+    def _positions(self, frames):
+        out = np.empty((len(frames), len(self._points), 3))
+        for i, (ba, la, bb, lb, t) in enumerate(self._points):
+            pa = _body_point(frames, ba, la)
+            if t == 0.0:
+                out[:, i] = pa
+            else:
+                out[:, i] = (1.0 - t) * pa + t * _body_point(frames, bb, lb)
+        return out
+
+    def residual(self, frames):
+        if self._points is None:
+            self.bind(frames.chain)
+        dist = np.linalg.norm(self._positions(frames) - self.center, axis=-1)
+        return np.maximum(0.0, self.radius + self.margin - dist)
+
+    def violated(self, frames):
+        if not self.hard:
+            return np.zeros(len(frames), dtype=bool)
+        return np.any(self.residual(frames) > self.margin * 0.0 + 1e-12, axis=-1)
+
+    def jacobian(self, frames):
+        if self._points is None:
+            self.bind(frames.chain)
+        pos = self._positions(frames)
+        diff = pos - self.center
+        dist = np.maximum(np.linalg.norm(diff, axis=-1), 1e-9)
+        active = dist < self.radius + self.margin
+        jac = np.zeros((len(frames), len(self._points), frames.chain.nv))
+        for i, (ba, la, bb, lb, t) in enumerate(self._points):
+            if not np.any(active[:, i]):
+                continue
+            jp = frames.jacobian_at(ba, _body_point(frames, ba, la))[:, :3]
+            if t != 0.0:
+                jp = (1.0 - t) * jp + t * frames.jacobian_at(bb, _body_point(frames, bb, lb))[:, :3]
+            grad = -(diff[:, i] / dist[:, i, None])
+            jac[:, i] = np.where(active[:, i, None], np.einsum('nk,nkv->nv', grad, jp), 0.0)
+        return jac
+
+
+def _body_point(frames, body, local):
+    return frames.body_point(body, local)
+
+
+def _link_parents(chain):
+    """Return {link: parent link} inside the model, from the URDF tree order."""
+    parents = {}
+    body_last_link = {-1: chain.base_link}
+    for link in chain.link_names[1:]:
+        b, off = chain._link_anchor(link)
+        if b >= 0 and np.allclose(off, np.eye(4)):
+            parent_body = chain._body_parent[b]
+            parents[link] = body_last_link.get(parent_body, chain.base_link)
+            body_last_link[b] = link
+        else:
+            parents[link] = body_last_link.get(b, chain.base_link)
+    return parents
+
+
+class CenterOfMassLine(Constraint):
+    """Keep the centre of mass on a vertical line (seed 000 section 6.1).
+
+    point (3,) on the line [m] (default: the base origin, i.e. the root), direction (3,)
+    (default: +z). The residual is the CoM's offset from the line, in the two directions
+    perpendicular to it.
+    """
+
+    def __init__(self, point=(0.0, 0.0, 0.0), direction=(0.0, 0.0, 1.0), sigma=0.01,
+                 weight=1.0, hard=False):
+        self.point = _finite_array(point, (3,), 'line point')
+        d = _finite_array(direction, (3,), 'line direction')
+        norm = np.linalg.norm(d)
+        if norm < 1e-9:
+            raise GoalError('line direction must be non-zero')
+        d = d / norm
+        # Two unit vectors perpendicular to the line.
+        helper = np.eye(3)[np.argmin(np.abs(d))]
+        u = np.cross(d, helper)
+        u /= np.linalg.norm(u)
+        self._basis = np.stack([u, np.cross(d, u)])
+        self.sigma = np.full(2, _positive(sigma, 'sigma'))
+        self.weight = _positive(weight, 'weight')
+        self.hard = bool(hard)
+
+    def bind(self, chain):
+        if chain.total_mass <= 0.0:
+            raise GoalError('CenterOfMassLine needs link masses; this chain has none')
+        return self
+
+    def residual(self, frames):
+        return (frames.center_of_mass() - self.point) @ self._basis.T
+
+    def jacobian(self, frames):
+        return np.einsum('kj,njv->nkv', self._basis, frames.com_jacobian())
+
+
+class ChainSmoothness(Constraint):
+    """Penalise differences between neighbouring joints (seed 000 eq. 16).
+
+    For ball joints the residual of each pair (i, i + j), 1 <= j <= k, is the rotation
+    vector Log(q_i^-1 q_{i+j}) (so the cost is the sum of squared geodesic distances; the
+    paper sums the unsquared norms); for 1-DOF joints it is q_{i+j} - q_i.
+    """
+
+    def __init__(self, neighbours=1, sigma=0.1, weight=1.0):
+        self.neighbours = int(neighbours)
+        if self.neighbours < 1:
+            raise GoalError(f'neighbours must be >= 1; got {neighbours}')
+        self.sigma_value = _positive(sigma, 'sigma')
+        self.weight = _positive(weight, 'weight')
+        self._pairs = None
+
+    def bind(self, chain):
+        balls = [(qi, vi) for qi, vi, _ in chain._ball_slices]
+        scalars = list(zip(chain._scalar_q, chain._scalar_v))
+        self._ball_pairs = [(balls[i], balls[i + j]) for i in range(len(balls))
+                            for j in range(1, self.neighbours + 1) if i + j < len(balls)]
+        self._scalar_pairs = [(scalars[i], scalars[i + j]) for i in range(len(scalars))
+                              for j in range(1, self.neighbours + 1) if i + j < len(scalars)]
+        if self._ball_pairs:
+            a = np.array([p[0][0] for p in self._ball_pairs])
+            b = np.array([p[1][0] for p in self._ball_pairs])
+            self._ball_q = (a[:, None] + np.arange(4), b[:, None] + np.arange(4))
+        k = 3 * len(self._ball_pairs) + len(self._scalar_pairs)
+        if k == 0:
+            raise GoalError('ChainSmoothness needs at least two joints of the same kind')
+        self.sigma = np.full(k, self.sigma_value)
+        self._pairs = True
+        return self
+
+    def residual(self, frames):
+        if self._pairs is None:
+            self.bind(frames.chain)
+        q = frames.q
+        parts = []
+        if self._ball_pairs:
+            qa = q[:, self._ball_q[0]]
+            qb = q[:, self._ball_q[1]]
+            rel = quat_multiply(quat_conjugate(qa), qb)
+            parts.append(quat_to_rotvec(rel).reshape(len(q), -1))
+        if self._scalar_pairs:
+            ia = np.array([p[0][0] for p in self._scalar_pairs])
+            ib = np.array([p[1][0] for p in self._scalar_pairs])
+            parts.append(q[:, ib] - q[:, ia])
+        return np.concatenate(parts, axis=-1)
+
+    def jacobian(self, frames):
+        if self._pairs is None:
+            self.bind(frames.chain)
+        chain = frames.chain
+        n = len(frames)
+        rows = []
+        if self._ball_pairs:
+            from .rotations import quat_to_matrix
+            qa = frames.q[:, self._ball_q[0]]
+            qb = frames.q[:, self._ball_q[1]]
+            rel = quat_to_matrix(quat_multiply(quat_conjugate(qa), qb))   # (N, P, 3, 3)
+            for p, ((_, va), (_, vb)) in enumerate(self._ball_pairs):
+                block = np.zeros((n, 3, chain.nv))
+                # First order: d Log(qa^-1 qb) = d_b - R_rel^T d_a (body-frame steps).
+                block[:, :, vb:vb + 3] = np.eye(3)
+                block[:, :, va:va + 3] = -np.swapaxes(rel[:, p], -1, -2)
+                rows.append(block)
+        if self._scalar_pairs:
+            block = np.zeros((n, len(self._scalar_pairs), chain.nv))
+            for r, ((_, va), (_, vb)) in enumerate(self._scalar_pairs):
+                block[:, r, vb] = 1.0
+                block[:, r, va] = -1.0
+            rows.append(block)
+        return np.concatenate(rows, axis=1)
+
+
+class PosturePreference(Constraint):
+    """Prefer a reference configuration (a 'rest' posture).
+
+    q_ref (nq,), weights (n joints,) or scalar: per-joint weights; sigma [rad or m].
+    """
+
+    def __init__(self, q_ref, weights=1.0, sigma=0.5, weight=1.0):
+        self.q_ref = np.array(q_ref, dtype=float)
+        if self.q_ref.ndim != 1 or not np.all(np.isfinite(self.q_ref)):
+            raise GoalError(f'posture q_ref must be a finite 1-D array; got {self.q_ref}')
+        self.joint_weights = np.array(weights, dtype=float)
+        self.sigma_value = _positive(sigma, 'sigma')
+        self.weight = _positive(weight, 'weight')
+
+    def bind(self, chain):
+        if self.q_ref.shape != (chain.nq,):
+            raise GoalError(f'posture q_ref must have {chain.nq} entries (joints '
+                            f'{list(chain.joint_names)}); got {self.q_ref.shape[0]}')
+        w = np.broadcast_to(self.joint_weights, (chain.nv,)) if self.joint_weights.ndim == 0 \
+            else self.joint_weights
+        if w.shape != (chain.nv,) or np.any(w < 0) or not np.all(np.isfinite(w)):
+            raise GoalError(f'posture weights must be a scalar or {chain.nv} non-negative '
+                            f'numbers; got {self.joint_weights}')
+        self._w = np.array(w, dtype=float)
+        self._chain = chain
+        self.sigma = np.full(chain.nv, self.sigma_value)
+        return self
+
+    def residual(self, frames):
+        chain = frames.chain
+        if getattr(self, '_chain', None) is not chain:
+            self.bind(chain)
+        q = frames.q
+        out = np.zeros((len(q), chain.nv))
+        out[:, chain._scalar_v] = q[:, chain._scalar_q] - self.q_ref[chain._scalar_q]
+        for qi, vi, _ in chain._ball_slices:
+            rel = quat_multiply(quat_conjugate(self.q_ref[qi:qi + 4]), q[:, qi:qi + 4])
+            out[:, vi:vi + 3] = quat_to_rotvec(rel)
+        return out * self._w
+
+    def jacobian(self, frames):
+        if getattr(self, '_chain', None) is not frames.chain:
+            self.bind(frames.chain)
+        return np.broadcast_to(np.diag(self._w), (len(frames),) + (frames.chain.nv,) * 2)
+
+
+class PlaneContact(Constraint):
+    """Keep a point of ``link`` on the plane normal . x = offset (seed 000 section 6.3).
+
+    normal (3,), offset [m], point (3,) on the link [m] (default its origin).
+    one_sided=True turns it into 'stay above the plane' (residual only when below).
+    """
+
+    def __init__(self, link, normal=(0.0, 0.0, 1.0), offset=0.0, point=None, sigma=0.005,
+                 weight=1.0, one_sided=False):
+        n = _finite_array(normal, (3,), 'plane normal')
+        norm = np.linalg.norm(n)
+        if norm < 1e-9:
+            raise GoalError('plane normal must be non-zero')
+        self.normal = n / norm
+        self.offset = float(offset) / norm
+        self.link = link
+        self.point = None if point is None else _finite_array(point, (3,), 'contact point')
+        self.sigma = np.full(1, _positive(sigma, 'sigma'))
+        self.weight = _positive(weight, 'weight')
+        self.one_sided = bool(one_sided)
+
+    def bind(self, chain):
+        _check_link(chain, self.link, 'PlaneContact')
+        return self
+
+    def residual(self, frames):
+        d = frames.point(self.link, self.point) @ self.normal - self.offset
+        if self.one_sided:
+            d = np.minimum(d, 0.0)
+        return d[:, None]
+
+    def jacobian(self, frames):
+        jac = np.einsum('k,nkv->nv', self.normal, frames.jacobian(self.link, self.point)[:, :3])
+        if self.one_sided:
+            below = (frames.point(self.link, self.point) @ self.normal - self.offset) < 0.0
+            jac = jac * below[:, None]
+        return jac[:, None, :]
+
+
+class JointCoupling(Constraint):
+    """Couple two 1-DOF joints: q[joint] = ratio * q[source] + offset (seed 000 section 6.4).
+
+    Example: ``JointCoupling('j_last', 'j_prev', ratio=2/3)``. URDF mimic joints express a
+    rigid coupling in the model itself; this is the soft version.
+    """
+
+    def __init__(self, joint, source, ratio=1.0, offset=0.0, sigma=0.01, weight=1.0):
+        self.joint = joint
+        self.source = source
+        self.ratio = float(ratio)
+        self.offset = float(offset)
+        self.sigma = np.full(1, _positive(sigma, 'sigma'))
+        self.weight = _positive(weight, 'weight')
+        self._index = None
+
+    def bind(self, chain):
+        idx = []
+        for name in (self.joint, self.source):
+            if name not in chain.joint_names:
+                raise GoalError(f'JointCoupling: unknown joint {name!r}; joints: '
+                                f'{", ".join(chain.joint_names)}')
+            if chain.joint_types[chain.joint_names.index(name)] == 'ball':
+                raise GoalError(f'JointCoupling: joint {name!r} is a ball joint; only 1-DOF '
+                                'joints can be coupled')
+            idx.append((chain._q_index[name], chain._v_index[name]))
+        self._index = idx
+        return self
+
+    def residual(self, frames):
+        if self._index is None:
+            self.bind(frames.chain)
+        (qa, _), (qb, _) = self._index
+        q = frames.q
+        return (q[:, qa] - self.ratio * q[:, qb] - self.offset)[:, None]
+
+    def jacobian(self, frames):
+        if self._index is None:
+            self.bind(frames.chain)
+        (_, va), (_, vb) = self._index
+        jac = np.zeros((len(frames), 1, frames.chain.nv))
+        jac[:, 0, va] = 1.0
+        jac[:, 0, vb] = -self.ratio
+        return jac
+
+
+# ---------------------------------------------------------------------------- helpers
+def as_goal(goal, chain=None):
+    """Return a list of Target objects from a (4, 4) pose, a Target, or a list of Targets."""
+    if isinstance(goal, Target):
+        targets = [goal]
+    elif isinstance(goal, (list, tuple)) and goal and all(isinstance(g, Term) for g in goal):
+        targets = list(goal)
+    else:
+        arr = np.asarray(goal, dtype=float) if not isinstance(goal, (str, bytes)) else None
+        if arr is None or arr.shape not in ((4, 4), (3,)):
+            raise GoalError('goal must be a (4, 4) pose in the base frame, a (3,) position, a '
+                            f'Target or a list of Targets; got {type(goal).__name__} '
+                            f'{getattr(arr, "shape", "")}')
+        targets = [PoseTarget(arr) if arr.shape == (4, 4) else PositionTarget(arr)]
+    if not any(isinstance(t, Target) for t in targets):
+        raise GoalError('the goal holds no Target (pose, position or orientation)')
+    if chain is not None:
+        for t in targets:
+            t.bind(chain)
+    return targets
+
+
+def check_terms(terms, chain):
+    """Bind constraint terms to ``chain``; raise GoalError naming the bad one."""
+    out = []
+    for t in terms or ():
+        if not isinstance(t, Term):
+            raise GoalError(f'constraints must be goal/constraint objects from smcik_ros.goals; '
+                            f'got {type(t).__name__}')
+        out.append(t.bind(chain))
+    return out
+
+
+def task_errors(targets, frames):
+    """Return the worst (position_error, orientation_error) over targets, each (N,)."""
+    pos = np.zeros(len(frames))
+    ori = np.zeros(len(frames))
+    for t in targets:
+        if isinstance(t, Target):
+            p, o = t.errors(frames)
+            pos = np.maximum(pos, p)
+            ori = np.maximum(ori, o)
+    return pos, ori

@@ -1,0 +1,875 @@
+"""Kinematic chain model: URDF (or programmatic) -> batched forward kinematics and Jacobians.
+
+The model is the sub-tree of a robot between ``base_link`` and one or several tip links.
+Fixed joints are folded into static offsets at construction; per call only the joint
+motions are built, batched over configurations, looping over joints (tree depth) and
+never over configurations.
+
+Configuration ``q`` has ``chain.nq`` entries: one per revolute, continuous or prismatic
+joint [rad or m] and four per ball joint (a unit quaternion w, x, y, z). Velocities and
+Jacobian columns live in the tangent space of ``chain.nv`` entries (three per ball joint,
+a rotation vector in the joint's own frame). For URDF robots ``nq == nv == n``.
+"""
+
+import io
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import ModelError
+from .rotations import quat_from_rotvec, quat_multiply, quat_to_matrix, skew
+
+__all__ = ['Chain', 'Frames', 'JointSpec']
+
+_REVOLUTE, _PRISMATIC, _BALL = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class JointSpec:
+    """One joint of a programmatically built chain (see ``Chain.from_joints``).
+
+    type: 'revolute', 'continuous', 'prismatic', 'ball' or 'fixed'.
+    origin: (4, 4) pose of the joint frame in the parent link frame [m].
+    axis: (3,) joint axis in the joint frame (ignored for ball and fixed joints).
+    lower, upper: position limits [rad or m]; for a ball joint ``upper`` is the largest
+        rotation angle [rad] away from the identity (a cone-like limit), ``lower`` unused.
+    velocity: velocity limit [rad/s or m/s].
+    mass, com: link inertial: mass [kg] and centre of mass (3,) in the child link frame.
+    mimic: (source joint name, multiplier, offset) or None.
+    """
+
+    name: str
+    parent: str
+    child: str
+    type: str = 'revolute'
+    origin: tuple = None
+    axis: tuple = (0.0, 0.0, 1.0)
+    lower: float = -np.pi
+    upper: float = np.pi
+    velocity: float = np.inf
+    mass: float = 0.0
+    com: tuple = (0.0, 0.0, 0.0)
+    mimic: tuple = None
+
+
+class Frames:
+    """The chain at a batch of configurations: cached forward kinematics.
+
+    Solvers and goals read poses, points, Jacobians and the centre of mass from here
+    instead of re-deriving kinematics. ``q`` is (N, nq). Body frames (the frames of the
+    movable joints, after their motion) are stored body-major for speed: ``rot`` is
+    (B, N, 3, 3) and ``pos`` (B, N, 3); use the methods rather than these arrays.
+    """
+
+    __slots__ = ('chain', 'q', 'rot', 'pos', 'single')
+
+    def __init__(self, chain, q, rot, pos, single):
+        self.chain = chain
+        self.q = q
+        self.rot = rot
+        self.pos = pos
+        self.single = single
+
+    def __len__(self):
+        return self.q.shape[0]
+
+    def subset(self, index):
+        """Return the frames of the configurations picked by ``index`` (array, mask or slice)."""
+        return Frames(self.chain, self.q[index], self.rot[:, index], self.pos[:, index], False)
+
+    def assign(self, index, other):
+        """Overwrite rows ``index`` with the configurations and frames of ``other``."""
+        self.q[index] = other.q
+        self.rot[:, index] = other.rot
+        self.pos[:, index] = other.pos
+
+    def body_point(self, body, local):
+        """Return (N, 3) base-frame positions of the point ``local`` (3,) fixed to ``body``."""
+        if body < 0:
+            return np.broadcast_to(local, (len(self), 3)).copy()
+        n = len(self)
+        return self.pos[body] + (self.rot[body].reshape(3 * n, 3) @ local).reshape(n, 3)
+
+    def link_pose(self, link=None):
+        """Return the (N, 4, 4) poses of ``link`` (default: the first tip) in the base frame."""
+        body, offset = self.chain._link_anchor(link)
+        n = len(self)
+        out = np.empty((n, 4, 4))
+        out[:, 3] = (0.0, 0.0, 0.0, 1.0)
+        if body < 0:
+            out[:, :3] = offset[:3]
+            return out
+        rot = self.rot[body]
+        out[:, :3, :3] = rot @ offset[:3, :3]
+        out[:, :3, 3] = self.body_point(body, offset[:3, 3])
+        return out
+
+    def point(self, link=None, offset=None):
+        """Return the (N, 3) base-frame positions of a point fixed on ``link``.
+
+        offset: (3,) point in the link frame [m]; None is the link origin.
+        """
+        body, anchor = self.chain._link_anchor(link)
+        local = anchor[:3, 3] if offset is None else anchor[:3, :3] @ offset + anchor[:3, 3]
+        return self.body_point(body, local)
+
+    def link_poses(self):
+        """Return the (N, L, 4, 4) poses of every modelled link, in ``chain.link_names`` order."""
+        chain = self.chain
+        n = len(self)
+        out = np.empty((n, len(chain.link_names), 4, 4))
+        out[..., 3, :] = (0.0, 0.0, 0.0, 1.0)
+        for i, (body, off) in enumerate(zip(chain._link_body, chain._link_offset)):
+            if body < 0:
+                out[:, i, :3] = off[:3]
+            else:
+                out[:, i, :3, :3] = self.rot[body] @ off[:3, :3]
+                out[:, i, :3, 3] = self.body_point(body, off[:3, 3])
+        return out
+
+    def link_positions(self):
+        """Return the (N, L, 3) origins of every modelled link (cheaper than link_poses)."""
+        chain = self.chain
+        out = np.empty((len(self), len(chain.link_names), 3))
+        for i, (body, off) in enumerate(zip(chain._link_body, chain._link_offset)):
+            out[:, i] = self.body_point(body, off[:3, 3])
+        return out
+
+    def jacobian(self, link=None, offset=None):
+        """Return the (N, 6, nv) geometric Jacobian of a point on ``link``.
+
+        Rows 0-2: linear velocity of the point, rows 3-5: angular velocity of the link,
+        both in the base frame. offset: (3,) point in the link frame (None: link origin).
+        """
+        body, _ = self.chain._link_anchor(link)
+        return self.jacobian_at(body, self.point(link, offset))
+
+    def jacobian_at(self, body, point):
+        """Return the (N, 6, nv) Jacobian of base-frame points (N, 3) moving with ``body``."""
+        chain = self.chain
+        n = len(self)
+        jac = np.zeros((n, 6, chain.nv))
+        if body < 0:
+            return jac
+        cols = chain._col_by_body[body]
+        if len(cols) == 0:
+            return jac
+        cb = chain._col_body[cols]
+        # World axes of the columns: R_body @ axis (C, N, 3).
+        axes = np.matmul(self.rot[cb], chain._col_axis[cols][:, None, :, None])[..., 0]
+        lever = point[None] - self.pos[cb]
+        rot_mask = chain._col_is_rot[cols]
+        lin = np.where(rot_mask[:, None, None], np.cross(axes, lever), axes)
+        ang = axes * rot_mask[:, None, None]
+        scatter = chain._col_scatter[cols]            # (C, nv)
+        # (N, 3, C) @ (C, nv)
+        jac[:, :3] = np.transpose(lin, (1, 2, 0)) @ scatter
+        jac[:, 3:] = np.transpose(ang, (1, 2, 0)) @ scatter
+        return jac
+
+    def center_of_mass(self):
+        """Return the (N, 3) centre of mass of the modelled links in the base frame [m]."""
+        chain = self.chain
+        if chain.total_mass <= 0.0:
+            raise ModelError('the chain has no mass: give its links <inertial> elements (URDF) '
+                             'or masses (JointSpec.mass) to use the centre of mass')
+        weighted = np.broadcast_to(chain._base_mass_com, (len(self), 3)).copy()
+        for body in chain._massive_bodies:
+            mass = chain._body_mass[body]
+            weighted += mass * self.body_point(body, chain._body_mass_com[body] / mass)
+        return weighted / chain.total_mass
+
+    def com_jacobian(self):
+        """Return the (N, 3, nv) Jacobian of the centre of mass."""
+        chain = self.chain
+        out = np.zeros((len(self), 3, chain.nv))
+        for body in chain._massive_bodies:
+            mass = chain._body_mass[body]
+            point = self.body_point(body, chain._body_mass_com[body] / mass)
+            out += mass * self.jacobian_at(body, point)[:, :3]
+        return out / chain.total_mass
+
+
+class Chain:
+    """Kinematic model of the links between a base link and one or several tip links.
+
+    Build with ``Chain.from_urdf`` or ``Chain.from_joints`` (ball joints, for the papers'
+    articulated figures). Read-only after construction.
+    """
+
+    def __init__(self, joints, base_link, tip_links, robot_name='robot', link_inertials=None):
+        """Build from a list of ``JointSpec`` forming a tree rooted at ``base_link``.
+
+        link_inertials: optional {link: (mass [kg], (3,) centre in the link frame)} for links
+        that no joint's ``mass`` describes (the base link's own inertial).
+        """
+        self.robot_name = robot_name
+        self._extra_inertials = dict(link_inertials or {})
+        self.base_link = base_link
+        tip_links = [tip_links] if isinstance(tip_links, str) else list(tip_links)
+        if not tip_links:
+            raise ModelError('at least one tip link is needed')
+        self.tip_links = tuple(tip_links)
+        self._build(list(joints))
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_urdf(cls, path_or_xml, base_link='base_link', tip_link='tool0'):
+        """Load a chain from a URDF file path or XML string (e.g. ``robot_description``).
+
+        tip_link: one link name, or a list of link names sharing one model (multi-effector).
+        Raises ModelError with the parser's reason, or the list of links when a name is
+        unknown.
+        """
+        joints, name, root_inertials = _parse_urdf(path_or_xml)
+        links = {j.parent for j in joints} | {j.child for j in joints}
+        if not joints:
+            raise ModelError(f'URDF robot {name!r} has no joints: nothing to solve for')
+        tips = [tip_link] if isinstance(tip_link, str) else list(tip_link)
+        for what, link in [('base', base_link)] + [('tip', t) for t in tips]:
+            if link not in links:
+                raise ModelError(
+                    f'unknown {what} link {link!r}; links in this URDF: '
+                    f'{", ".join(_ordered_links(joints))}')
+        return cls(joints, base_link, tips, robot_name=name, link_inertials=root_inertials)
+
+    @classmethod
+    def from_joints(cls, joints, base_link, tip_link, name='chain'):
+        """Build a chain from ``JointSpec`` objects (for ball-jointed figures)."""
+        return cls(joints, base_link, tip_link, robot_name=name)
+
+    @classmethod
+    def ball_chain(cls, num_segments, segment_length=1.0, max_angle=None, mass=1.0,
+                   axis=(0.0, 0.0, 1.0), name='ball_chain'):
+        """Return a serial chain of ``num_segments`` 3-DOF ball joints (seed 000, section 6).
+
+        The segments point along ``axis`` at the identity configuration; each segment has
+        ``mass`` [kg] at its middle. Links: ``base_link``, ``seg1`` ... ``segK``, tip ``tip``.
+        max_angle: ball-joint limit [rad] (rotation angle from the identity); None: no limit.
+        """
+        axis = np.asarray(axis, dtype=float) / np.linalg.norm(axis)
+        limit = np.pi if max_angle is None else float(max_angle)
+        joints = []
+        parent = 'base_link'
+        for i in range(num_segments):
+            origin = np.eye(4)
+            if i > 0:
+                origin[:3, 3] = axis * segment_length
+            child = f'seg{i + 1}'
+            joints.append(JointSpec(
+                name=f'ball{i + 1}', parent=parent, child=child, type='ball', origin=origin,
+                upper=limit, mass=mass, com=tuple(axis * segment_length / 2.0)))
+            parent = child
+        tip = np.eye(4)
+        tip[:3, 3] = axis * segment_length
+        joints.append(JointSpec(name='tip_joint', parent=parent, child='tip', type='fixed',
+                                origin=tip))
+        return cls(joints, 'base_link', 'tip', robot_name=name)
+
+    def _build(self, joints):
+        by_child = {}
+        for j in joints:
+            if j.child in by_child:
+                raise ModelError(f'link {j.child!r} has two parent joints '
+                                 f'({by_child[j.child].name!r} and {j.name!r}): not a tree')
+            by_child[j.child] = j
+        joint_by_name = {j.name: j for j in joints}
+
+        # Links on the paths base -> tips, checking each tip lies below the base.
+        wanted = []
+        for tip in self.tip_links:
+            path = []
+            link = tip
+            while link != self.base_link:
+                if link not in by_child:
+                    raise ModelError(
+                        f'tip link {tip!r} is not below base link {self.base_link!r} '
+                        f'(its root is {link!r}); pick a base among its ancestors: '
+                        f'{", ".join(reversed(_ancestors(tip, by_child)))}')
+                path.append(link)
+                link = by_child[link].parent
+            wanted.extend(reversed(path))
+        path_links = list(dict.fromkeys(wanted))
+        # Keep fixed children of modelled links too (tool frames, sensors): useful frames.
+        children = {}
+        for j in joints:
+            children.setdefault(j.parent, []).append(j)
+        extra = []
+        stack = [self.base_link] + path_links
+        seen = set(stack)
+        while stack:
+            link = stack.pop()
+            for j in children.get(link, []):
+                if j.type == 'fixed' and j.child not in seen:
+                    seen.add(j.child)
+                    extra.append(j.child)
+                    stack.append(j.child)
+        model_links = path_links + extra
+        order = {link: i for i, link in enumerate(_topological(self.base_link, children))}
+        model_links.sort(key=lambda name: order.get(name, 0))
+
+        # Actuated joints in tree order, then mimic sources that lie off the paths.
+        movable = [by_child[c] for c in model_links if by_child[c].type != 'fixed']
+        state = [j for j in movable if j.mimic is None]
+        for j in movable:
+            if j.mimic is not None:
+                src = joint_by_name.get(j.mimic[0])
+                if src is None:
+                    raise ModelError(f'joint {j.name!r} mimics unknown joint {j.mimic[0]!r}')
+                if src.mimic is not None:
+                    raise ModelError(f'joint {j.name!r} mimics {src.name!r}, which is a mimic '
+                                     'joint itself; chained mimics are not supported')
+                if src.type == 'fixed':
+                    raise ModelError(f'joint {j.name!r} mimics fixed joint {src.name!r}')
+                if src not in state:
+                    state.append(src)
+
+        names, lower, upper, vel, q_index, v_index = [], [], [], [], {}, {}
+        nq = nv = 0
+        for j in state:
+            names.append(j.name)
+            q_index[j.name] = nq
+            v_index[j.name] = nv
+            if j.type == 'ball':
+                lower += [-1.0] * 4
+                upper += [1.0] * 4
+                vel += [j.velocity] * 4
+                nq += 4
+                nv += 3
+            else:
+                lo, hi = _limits_of(j)
+                lower.append(lo)
+                upper.append(hi)
+                vel.append(j.velocity if j.velocity is not None else np.inf)
+                nq += 1
+                nv += 1
+        self.joint_names = tuple(names)
+        self.nq, self.nv = nq, nv
+        self.lower = _readonly(np.array(lower, dtype=float))
+        self.upper = _readonly(np.array(upper, dtype=float))
+        self.velocity_limits = _readonly(np.array(vel, dtype=float))
+        self._q_index = q_index
+        self._v_index = v_index
+        self.joint_types = tuple(j.type for j in state)
+
+        # Bodies: one per movable joint in the model, with folded static offsets.
+        body_of_link = {self.base_link: (-1, np.eye(4))}
+        body_parent, body_origin, body_kind, body_axis = [], [], [], []
+        body_q, body_mimic, body_joint = [], [], []
+        mass_body, mass_com = [], []
+        base_mass, base_mass_com = 0.0, np.zeros(3)
+        if self.base_link in self._extra_inertials:
+            m, c = self._extra_inertials[self.base_link]
+            base_mass, base_mass_com = float(m), float(m) * np.asarray(c, dtype=float)
+        elif self.base_link in by_child and by_child[self.base_link].mass:
+            j = by_child[self.base_link]
+            base_mass, base_mass_com = float(j.mass), float(j.mass) * np.asarray(j.com, float)
+        link_body, link_offset = [], []
+        for link in model_links:
+            j = by_child[link]
+            pbody, poff = body_of_link[j.parent]
+            origin = poff @ _as_matrix(j.origin)
+            if j.type == 'fixed':
+                body_of_link[link] = (pbody, origin)
+            else:
+                b = len(body_parent)
+                body_parent.append(pbody)
+                body_origin.append(origin)
+                body_kind.append({'prismatic': _PRISMATIC, 'ball': _BALL}.get(j.type, _REVOLUTE))
+                axis = np.asarray(j.axis if j.axis is not None else (1.0, 0.0, 0.0), float)
+                norm = np.linalg.norm(axis)
+                if j.type != 'ball' and norm < 1e-9:
+                    raise ModelError(f'joint {j.name!r} has a zero axis')
+                body_axis.append(axis / max(norm, 1e-12))
+                if j.mimic is not None:
+                    src = joint_by_name[j.mimic[0]]
+                    body_q.append(q_index[src.name])
+                    body_mimic.append((float(j.mimic[1]), float(j.mimic[2]), v_index[src.name]))
+                else:
+                    body_q.append(q_index[j.name])
+                    body_mimic.append(None)
+                body_joint.append(j.name)
+                body_of_link[link] = (b, np.eye(4))
+            # Inertial of this link, expressed in its body frame.
+            m = float(j.mass or 0.0)
+            if m > 0.0:
+                b, off = body_of_link[link]
+                c = off[:3, :3] @ np.asarray(j.com, float) + off[:3, 3]
+                if b < 0:
+                    base_mass += m
+                    base_mass_com += m * c
+                else:
+                    mass_body.append(b)
+                    mass_com.append(m * np.append(c, 1.0))
+        self.link_names = (self.base_link,) + tuple(model_links)
+        for link in self.link_names:
+            b, off = body_of_link[link]
+            link_body.append(b)
+            link_offset.append(off)
+        self._body_of_link = body_of_link
+        self._link_body = np.array(link_body, dtype=int)
+        self._link_offset = _readonly(np.array(link_offset).reshape(-1, 4, 4))
+        self.num_bodies = B = len(body_parent)
+        self._body_parent = body_parent
+        self._body_kind = body_kind
+        self._body_joint = tuple(body_joint)
+        self._body_q = body_q
+        self._body_mimic = body_mimic
+        self._body_origin = [_readonly(o) for o in body_origin]
+        # Revolute motion: R_origin @ Rot(axis, t) = A0 + sin(t) A1 + (1 - cos(t)) A2.
+        self._rev_terms = []
+        for o, axis in zip(body_origin, body_axis):
+            k = skew(axis)
+            r0 = o[:3, :3]
+            self._rev_terms.append(np.stack([r0 @ k, r0 @ k @ k]).reshape(2, 9))
+        self._body_axis = body_axis
+        self._body_offset = [_readonly(o[:3, 3].copy()) for o in body_origin]
+        self._body_rot0 = _readonly(np.array([o[:3, :3].ravel() for o in body_origin])
+                                    .reshape(B, 9))
+        rev = [b for b in range(B) if body_kind[b] == _REVOLUTE]
+        self._revolute_bodies = np.array(rev, dtype=int)
+        self._rev_q = np.array([body_q[b] for b in rev], dtype=int)
+        self._rev_mult = np.array([1.0 if body_mimic[b] is None else body_mimic[b][0]
+                                   for b in rev])
+        self._rev_add = np.array([0.0 if body_mimic[b] is None else body_mimic[b][1]
+                                  for b in rev])
+        self._rev_terms_all = np.array([self._rev_terms[b] for b in rev]).reshape(-1, 2, 9)
+        self._rev_has_mimic = any(body_mimic[b] is not None for b in rev)
+        self._all_revolute = len(rev) == B
+        self._ball_bodies = [(b, body_q[b]) for b in range(B) if body_kind[b] == _BALL]
+        self._prismatic_bodies = np.array([b for b in range(B) if body_kind[b] == _PRISMATIC],
+                                          dtype=int)
+        self._descendants = [[d for d in range(B) if _is_ancestor(body_parent, b, d)]
+                             for b in range(B)]
+
+        # Jacobian columns: one per revolute/prismatic body, three per ball body.
+        col_body, col_axis, col_rot, col_scatter = [], [], [], []
+        for b in range(B):
+            if body_kind[b] == _BALL:
+                v0 = v_index[body_joint[b]]
+                for k in range(3):
+                    row = np.zeros(nv)
+                    row[v0 + k] = 1.0
+                    col_body.append(b)
+                    col_axis.append(np.eye(3)[k])
+                    col_rot.append(True)
+                    col_scatter.append(row)
+            else:
+                row = np.zeros(nv)
+                if body_mimic[b] is None:
+                    row[v_index[body_joint[b]]] = 1.0
+                else:
+                    row[body_mimic[b][2]] = body_mimic[b][0]
+                col_body.append(b)
+                col_axis.append(body_axis[b])
+                col_rot.append(body_kind[b] == _REVOLUTE)
+                col_scatter.append(row)
+        self._col_body = np.array(col_body, dtype=int)
+        self._col_axis = np.array(col_axis, dtype=float).reshape(-1, 3)
+        self._col_is_rot = np.array(col_rot, dtype=bool)
+        self._col_scatter = np.array(col_scatter, dtype=float).reshape(-1, nv)
+        # Columns acting on each body: those of its ancestors (and itself).
+        ancestors = []
+        for b in range(B):
+            chain_b, a = set(), b
+            while a >= 0:
+                chain_b.add(a)
+                a = body_parent[a]
+            ancestors.append(chain_b)
+        self._col_by_body = [np.array([c for c, cb in enumerate(col_body) if cb in ancestors[b]],
+                                      dtype=int) for b in range(B)]
+        # Mass per body: total mass and mass-weighted centre in the body frame.
+        self._body_mass = np.zeros(B)
+        self._body_mass_com = np.zeros((B, 3))
+        for b, mc in zip(mass_body, mass_com):
+            self._body_mass[b] += mc[3]
+            self._body_mass_com[b] += mc[:3]
+        self._base_mass_com = base_mass_com
+        self._massive_bodies = [b for b in range(B) if self._body_mass[b] > 0.0]
+        self.total_mass = float(base_mass + self._body_mass.sum())
+        self._ball_slices = [(q_index[n], v_index[n], j.upper) for n, j in
+                             zip(names, state) if j.type == 'ball']
+        self._scalar_q = np.array([q_index[n] for n, j in zip(names, state) if j.type != 'ball'],
+                                  dtype=int)
+        self._scalar_v = np.array([v_index[n] for n, j in zip(names, state) if j.type != 'ball'],
+                                  dtype=int)
+        self.has_ball_joints = bool(self._ball_slices)
+        self.ball_limits = _readonly(np.array([s[2] for s in self._ball_slices], dtype=float))
+        # Characteristic length [m]: sum of the static offsets, to scale position errors.
+        self.length_scale = max(float(sum(np.linalg.norm(o[:3, 3]) for o in body_origin)
+                                      + sum(np.linalg.norm(off[:3, 3]) for off in link_offset)),
+                                1e-3)
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def n(self):
+        """Number of configuration entries (``nq``)."""
+        return self.nq
+
+    @property
+    def tip_link(self):
+        """The first (default) tip link."""
+        return self.tip_links[0]
+
+    def joint_index(self, name):
+        """Return the index of joint ``name`` in the configuration vector."""
+        try:
+            return self._q_index[name]
+        except KeyError:
+            raise ModelError(f'unknown joint {name!r}; joints of this chain: '
+                             f'{", ".join(self.joint_names)}') from None
+
+    def _link_anchor(self, link):
+        if link is None:
+            link = self.tip_links[0]
+        try:
+            return self._body_of_link[link]
+        except KeyError:
+            raise ModelError(f'unknown link {link!r}; links of this chain: '
+                             f'{", ".join(self.link_names)}') from None
+
+    def has_link(self, link):
+        """Return True when ``link`` is part of the model."""
+        return link in self._body_of_link
+
+    # ------------------------------------------------------------------ configurations
+    def neutral_configuration(self):
+        """Return the (nq,) mid-range configuration (identity for ball joints)."""
+        q = 0.5 * (self.lower + self.upper)
+        for qi, _, _ in self._ball_slices:
+            q[qi:qi + 4] = (1.0, 0.0, 0.0, 0.0)
+        return q
+
+    def random_configuration(self, rng, size=None):
+        """Return uniform random in-limit configurations: (nq,) or (size, nq).
+
+        Ball joints are uniform over rotations within their angle limit.
+        """
+        shape = (1 if size is None else int(size), self.nq)
+        q = rng.uniform(self.lower, self.upper, size=shape)
+        for qi, _, limit in self._ball_slices:
+            q[:, qi:qi + 4] = _random_ball(rng, shape[0], limit)
+        return q[0] if size is None else q
+
+    def within_limits(self, q, tol=1e-9):
+        """Return whether configurations are inside the joint limits: bool or (N,) bool."""
+        q = np.asarray(q, dtype=float)
+        single = q.ndim == 1
+        q2 = np.atleast_2d(q)
+        ok = np.all((q2 >= self.lower - tol) & (q2 <= self.upper + tol), axis=-1)
+        ok &= np.all(np.isfinite(q2), axis=-1)
+        for qi, _, limit in self._ball_slices:
+            quat = q2[:, qi:qi + 4]
+            norm_ok = np.abs(np.linalg.norm(quat, axis=-1) - 1.0) < 1e-6
+            angle = 2.0 * np.arccos(np.clip(np.abs(quat[:, 0]) / np.maximum(
+                np.linalg.norm(quat, axis=-1), 1e-12), 0.0, 1.0))
+            ok &= norm_ok & (angle <= limit + tol)
+        return bool(ok[0]) if single else ok
+
+    def clip(self, q):
+        """Return configurations projected into the joint limits (same shape as ``q``)."""
+        q = np.array(q, dtype=float)
+        single = q.ndim == 1
+        q2 = np.atleast_2d(q)
+        np.clip(q2, self.lower, self.upper, out=q2)
+        for qi, _, limit in self._ball_slices:
+            q2[:, qi:qi + 4] = _clip_ball(q2[:, qi:qi + 4], limit)
+        return q2[0] if single else q2
+
+    def integrate(self, q, dv):
+        """Return q moved by tangent steps ``dv`` (N, nv) or (nv,); not clipped."""
+        q = np.array(q, dtype=float)
+        dv = np.asarray(dv, dtype=float)
+        single = q.ndim == 1
+        q2, dv2 = np.atleast_2d(q), np.atleast_2d(dv)
+        if not self.has_ball_joints:
+            q2 = q2 + dv2
+        else:
+            q2 = q2.copy()
+            q2[:, self._scalar_q] += dv2[:, self._scalar_v]
+            for qi, vi, _ in self._ball_slices:
+                q2[:, qi:qi + 4] = quat_multiply(q2[:, qi:qi + 4],
+                                                 quat_from_rotvec(dv2[:, vi:vi + 3]))
+        return q2[0] if single else q2
+
+    def check_configuration(self, q, what='q'):
+        """Return ``q`` as a float array of shape (nq,) or (N, nq), or raise ModelError."""
+        arr = np.asarray(q, dtype=float)
+        if arr.ndim not in (1, 2) or arr.shape[-1] != self.nq:
+            raise ModelError(f'{what} must have shape ({self.nq},) or (N, {self.nq}) for joints '
+                             f'{list(self.joint_names)}; got shape {arr.shape}')
+        if not np.all(np.isfinite(arr)):
+            raise ModelError(f'{what} contains NaN or infinite values: {arr}')
+        return arr
+
+    # ------------------------------------------------------------------ kinematics
+    def frames(self, q):
+        """Return the ``Frames`` (cached forward kinematics) of (nq,) or (N, nq) configurations."""
+        q = np.asarray(q, dtype=float)
+        single = q.ndim == 1
+        q2 = np.atleast_2d(q)
+        if q2.shape[-1] != self.nq:
+            raise ModelError(f'configuration must have {self.nq} entries (joints '
+                             f'{list(self.joint_names)}); got shape {q.shape}')
+        n = q2.shape[0]
+        rot = self._local_rotations(q2)     # (B, N, 3, 3), chained in place below
+        pos = np.empty((self.num_bodies, n, 3))
+        for b, parent in enumerate(self._body_parent):
+            offset = self._body_offset[b]
+            if parent < 0:
+                pos[b] = offset
+            else:
+                prot = rot[parent]
+                np.matmul(prot, rot[b], out=rot[b])
+                np.add(pos[parent], (prot.reshape(3 * n, 3) @ offset).reshape(n, 3), out=pos[b])
+        if self._prismatic_bodies.size:
+            self._add_prismatic(q2, rot, pos)
+        return Frames(self, q2, rot, pos, single)
+
+    def _local_rotations(self, q2):
+        """Return (B, N, 3, 3): each body's rotation relative to its parent body frame."""
+        n = q2.shape[0]
+        B = self.num_bodies
+        local = np.empty((B, n, 9))
+        local[:] = self._body_rot0[:, None, :]
+        rev = self._revolute_bodies
+        if rev.size:
+            value = q2[:, self._rev_q].T
+            if self._rev_has_mimic:
+                value = value * self._rev_mult[:, None] + self._rev_add[:, None]
+            sc = np.empty((rev.size, n, 2))
+            np.sin(value, out=sc[..., 0])
+            np.cos(value, out=sc[..., 1])
+            np.subtract(1.0, sc[..., 1], out=sc[..., 1])
+            if self._all_revolute:
+                local += sc @ self._rev_terms_all
+            else:
+                local[rev] += sc @ self._rev_terms_all
+        local = local.reshape(B, n, 3, 3)
+        for b, qi in self._ball_bodies:
+            local[b] = self._body_origin[b][:3, :3] @ quat_to_matrix(q2[:, qi:qi + 4])
+        return local
+
+    def _add_prismatic(self, q2, rot, pos):
+        """Add the prismatic displacements along the axes, propagated to descendants."""
+        n = q2.shape[0]
+        for b in self._prismatic_bodies:
+            value = q2[:, self._body_q[b]]
+            mimic = self._body_mimic[b]
+            if mimic is not None:
+                value = mimic[0] * value + mimic[1]
+            # The body frame is the joint frame (prismatic motion does not rotate it).
+            shift = (rot[b].reshape(3 * n, 3) @ self._body_axis[b]).reshape(n, 3) * value[:, None]
+            for d in self._descendants[b]:
+                pos[d] += shift
+
+    def fk(self, q, link=None):
+        """Return the pose of ``link`` (default: the tip) in the base frame.
+
+        q: (nq,) -> (4, 4); (N, nq) -> (N, 4, 4). Units: metres.
+        """
+        frames = self.frames(q)
+        pose = frames.link_pose(link)
+        return pose[0] if frames.single else pose
+
+    def link_poses(self, q):
+        """Return every modelled link's pose: (L, 4, 4) for (nq,) q, (N, L, 4, 4) for (N, nq)."""
+        frames = self.frames(q)
+        poses = frames.link_poses()
+        return poses[0] if frames.single else poses
+
+    def jacobian(self, q, link=None, offset=None):
+        """Return the geometric Jacobian of a point on ``link``: (6, nv) or (N, 6, nv).
+
+        Rows: linear velocity of the point, then angular velocity, in the base frame.
+        """
+        frames = self.frames(q)
+        jac = frames.jacobian(link, offset)
+        return jac[0] if frames.single else jac
+
+    def center_of_mass(self, q):
+        """Return the centre of mass [m] in the base frame: (3,) or (N, 3)."""
+        frames = self.frames(q)
+        com = frames.center_of_mass()
+        return com[0] if frames.single else com
+
+    def __repr__(self):
+        return (f'Chain({self.robot_name!r}, base={self.base_link!r}, tips={list(self.tip_links)},'
+                f' joints={list(self.joint_names)})')
+
+
+# ---------------------------------------------------------------------- helpers
+def _readonly(arr):
+    arr.setflags(write=False)
+    return arr
+
+
+def _as_matrix(origin):
+    if origin is None:
+        return np.eye(4)
+    m = np.asarray(origin, dtype=float)
+    if m.shape != (4, 4):
+        raise ModelError(f'joint origin must be a (4, 4) matrix; got shape {m.shape}')
+    return m
+
+
+def _limits_of(joint):
+    if joint.type == 'continuous':
+        # Finite working range so that sampling and clipping stay defined.
+        return -2.0 * np.pi, 2.0 * np.pi
+    lo, hi = joint.lower, joint.upper
+    if lo is None or hi is None or not np.isfinite(lo) or not np.isfinite(hi):
+        raise ModelError(f'joint {joint.name!r} ({joint.type}) needs finite <limit lower= upper=>')
+    if lo > hi:
+        raise ModelError(f'joint {joint.name!r} has lower limit {lo} > upper limit {hi}')
+    return float(lo), float(hi)
+
+
+def _is_ancestor(parents, a, d):
+    """Return True when body ``a`` is ``d`` or one of its ancestors."""
+    while d >= 0:
+        if d == a:
+            return True
+        d = parents[d]
+    return False
+
+
+def _ancestors(link, by_child):
+    out = [link]
+    while link in by_child:
+        link = by_child[link].parent
+        out.append(link)
+    return out
+
+
+def _topological(root, children):
+    order, stack = [], [root]
+    while stack:
+        link = stack.pop()
+        order.append(link)
+        stack.extend(reversed([j.child for j in children.get(link, [])]))
+    return order
+
+
+def _ordered_links(joints):
+    children, childs = {}, set()
+    for j in joints:
+        children.setdefault(j.parent, []).append(j)
+        childs.add(j.child)
+    roots = [j.parent for j in joints if j.parent not in childs]
+    out = []
+    for root in dict.fromkeys(roots):
+        out += _topological(root, children)
+    return out
+
+
+def _random_ball(rng, n, limit):
+    """Return (n, 4) quaternions uniform over rotations of angle <= limit (rejection-free)."""
+    if limit >= np.pi - 1e-9:
+        q = rng.normal(size=(n, 4))
+    else:
+        # Uniform on SO(3) has angle density (1 - cos a) / pi; sample it restricted.
+        u = rng.uniform(size=n)
+        grid = np.linspace(0.0, limit, 512)
+        cdf = grid - np.sin(grid)
+        angle = np.interp(u * cdf[-1], cdf, grid)
+        axis = rng.normal(size=(n, 3))
+        axis /= np.linalg.norm(axis, axis=-1, keepdims=True)
+        return quat_from_rotvec(axis * angle[:, None])
+    q /= np.linalg.norm(q, axis=-1, keepdims=True)
+    return np.where(q[:, :1] < 0.0, -q, q)
+
+
+def _clip_ball(quat, limit):
+    """Return unit quaternions whose rotation angle is at most ``limit``."""
+    quat = quat / np.maximum(np.linalg.norm(quat, axis=-1, keepdims=True), 1e-12)
+    quat = np.where(quat[:, :1] < 0.0, -quat, quat)
+    if limit >= np.pi:
+        return quat
+    half = 0.5 * limit
+    w = quat[:, 0]
+    over = w < np.cos(half)
+    if np.any(over):
+        vec = quat[over, 1:]
+        vec = vec / np.maximum(np.linalg.norm(vec, axis=-1, keepdims=True), 1e-12)
+        quat[over, 0] = np.cos(half)
+        quat[over, 1:] = vec * np.sin(half)
+    return quat
+
+
+def _parse_urdf(path_or_xml):
+    """Return (list of JointSpec, robot name) parsed with yourdfpy; ModelError on failure."""
+    try:
+        from lxml import etree
+        import yourdfpy
+    except ImportError as exc:  # pragma: no cover - dependency missing
+        raise ModelError(f'the URDF parser is not installed ({exc}); pip install yourdfpy') from exc
+    text = path_or_xml
+    source = 'robot_description string'
+    if isinstance(path_or_xml, os.PathLike) or (
+            isinstance(path_or_xml, str) and not path_or_xml.lstrip().startswith('<')):
+        path = os.fspath(path_or_xml)
+        if not os.path.isfile(path):
+            raise ModelError(f'URDF file {path!r} does not exist (cwd {os.getcwd()!r}); give an '
+                             'existing path or the XML text itself')
+        with open(path, 'rb') as f:
+            text = f.read()
+        source = f'URDF file {path!r}'
+    if isinstance(text, str):
+        text = text.encode('utf-8')
+    # Strict XML parse first: yourdfpy silently 'recovers' broken XML.
+    try:
+        root = etree.fromstring(text, parser=etree.XMLParser(remove_blank_text=True))
+    except etree.XMLSyntaxError as exc:
+        raise ModelError(f'{source} is not well-formed XML: {exc}') from exc
+    if root.tag != 'robot':
+        raise ModelError(f'{source} is not a URDF: root element is <{root.tag}>, expected <robot>')
+    try:
+        urdf = yourdfpy.URDF.load(io.BytesIO(text), build_scene_graph=False, load_meshes=False,
+                                  build_collision_scene_graph=False)
+    except Exception as exc:
+        raise ModelError(f'{source} could not be parsed as URDF: {exc}') from exc
+    links = {link.name: link for link in urdf.robot.links}
+    joints = []
+    for j in urdf.robot.joints:
+        if j.type in ('floating', 'planar'):
+            raise ModelError(f'joint {j.name!r} is {j.type}: only revolute, continuous, '
+                             'prismatic and fixed joints are supported in URDF chains')
+        if j.type not in ('revolute', 'continuous', 'prismatic', 'fixed'):
+            raise ModelError(f'joint {j.name!r} has unknown type {j.type!r}')
+        for end in (j.parent, j.child):
+            if end not in links:
+                raise ModelError(f'joint {j.name!r} refers to link {end!r}, which the URDF does '
+                                 f'not define; links: {", ".join(links)}')
+        lim = j.limit
+        mass, com = 0.0, (0.0, 0.0, 0.0)
+        inertial = links[j.child].inertial
+        if inertial is not None and inertial.mass:
+            mass = float(inertial.mass)
+            if inertial.origin is not None:
+                com = tuple(np.asarray(inertial.origin)[:3, 3])
+        mimic = None
+        if j.mimic is not None:
+            mimic = (j.mimic.joint, 1.0 if j.mimic.multiplier is None else j.mimic.multiplier,
+                     0.0 if j.mimic.offset is None else j.mimic.offset)
+        if j.type in ('revolute', 'prismatic') and (lim is None or lim.lower is None
+                                                    or lim.upper is None) and mimic is None:
+            raise ModelError(f'joint {j.name!r} ({j.type}) has no <limit lower= upper=>; URDF '
+                             'requires limits on revolute and prismatic joints')
+        joints.append(JointSpec(
+            name=j.name, parent=j.parent, child=j.child, type=j.type,
+            origin=np.eye(4) if j.origin is None else np.asarray(j.origin, dtype=float),
+            axis=(1.0, 0.0, 0.0) if j.axis is None else tuple(j.axis),
+            lower=None if lim is None else lim.lower,
+            upper=None if lim is None else lim.upper,
+            velocity=np.inf if lim is None or lim.velocity is None else float(lim.velocity),
+            mass=mass, com=com, mimic=mimic))
+    # Inertials of root links (no joint carries them): base_link's own mass.
+    children = {j.child for j in joints}
+    root_inertials = {}
+    for name, link in links.items():
+        if name not in children and link.inertial is not None and link.inertial.mass:
+            origin = np.eye(4) if link.inertial.origin is None else link.inertial.origin
+            root_inertials[name] = (float(link.inertial.mass), np.asarray(origin)[:3, 3])
+    return joints, urdf.robot.name, root_inertials

@@ -1,0 +1,168 @@
+"""Batched rotation helpers: quaternions (w, x, y, z), rotation vectors, matrices.
+
+All functions take a leading batch shape ``(...)`` and never loop over it.
+Quaternions use the transforms3d / ROS-free (w, x, y, z) order; the ROS layer
+converts from geometry_msgs' (x, y, z, w).
+"""
+
+import numpy as np
+
+__all__ = [
+    'skew', 'quat_to_matrix', 'quat_multiply', 'quat_conjugate', 'quat_from_rotvec',
+    'quat_to_rotvec', 'quat_angle', 'quat_slerp', 'matrix_to_rotvec', 'matrix_to_quat',
+    'rotvec_to_matrix',
+]
+
+_EPS = 1e-12
+
+
+def skew(v):
+    """Return the (..., 3, 3) cross-product matrices of (..., 3) vectors."""
+    v = np.asarray(v, dtype=float)
+    out = np.zeros(v.shape[:-1] + (3, 3))
+    out[..., 0, 1] = -v[..., 2]
+    out[..., 0, 2] = v[..., 1]
+    out[..., 1, 0] = v[..., 2]
+    out[..., 1, 2] = -v[..., 0]
+    out[..., 2, 0] = -v[..., 1]
+    out[..., 2, 1] = v[..., 0]
+    return out
+
+
+def quat_to_matrix(q):
+    """Return (..., 3, 3) rotation matrices of unit quaternions (..., 4) in (w, x, y, z)."""
+    w, x, y, z = np.moveaxis(np.asarray(q, dtype=float), -1, 0)
+    xx, yy, zz = x * x, y * y, z * z
+    xy, xz, yz = x * y, x * z, y * z
+    wx, wy, wz = w * x, w * y, w * z
+    out = np.empty(w.shape + (3, 3))
+    out[..., 0, 0] = 1.0 - 2.0 * (yy + zz)
+    out[..., 0, 1] = 2.0 * (xy - wz)
+    out[..., 0, 2] = 2.0 * (xz + wy)
+    out[..., 1, 0] = 2.0 * (xy + wz)
+    out[..., 1, 1] = 1.0 - 2.0 * (xx + zz)
+    out[..., 1, 2] = 2.0 * (yz - wx)
+    out[..., 2, 0] = 2.0 * (xz - wy)
+    out[..., 2, 1] = 2.0 * (yz + wx)
+    out[..., 2, 2] = 1.0 - 2.0 * (xx + yy)
+    return out
+
+
+def quat_multiply(a, b):
+    """Return the Hamilton products a * b of (..., 4) quaternions."""
+    a = np.asarray(a, dtype=float)
+    b = np.asarray(b, dtype=float)
+    aw, ax, ay, az = np.moveaxis(a, -1, 0)
+    bw, bx, by, bz = np.moveaxis(b, -1, 0)
+    return np.stack([
+        aw * bw - ax * bx - ay * by - az * bz,
+        aw * bx + ax * bw + ay * bz - az * by,
+        aw * by - ax * bz + ay * bw + az * bx,
+        aw * bz + ax * by - ay * bx + az * bw,
+    ], axis=-1)
+
+
+def quat_conjugate(q):
+    """Return the conjugates (inverses for unit quaternions) of (..., 4) quaternions."""
+    q = np.array(q, dtype=float)
+    q[..., 1:] *= -1.0
+    return q
+
+
+def quat_from_rotvec(v):
+    """Return unit quaternions exp(v / 2) of (..., 3) rotation vectors [rad]."""
+    v = np.asarray(v, dtype=float)
+    angle = np.linalg.norm(v, axis=-1)
+    half = 0.5 * angle
+    # sin(half) / angle, with its Taylor series near zero.
+    small = angle < 1e-6
+    scale = np.where(small, 0.5 - angle * angle / 48.0,
+                     np.sin(half) / np.where(small, 1.0, angle))
+    return np.concatenate([np.cos(half)[..., None], v * scale[..., None]], axis=-1)
+
+
+def quat_to_rotvec(q):
+    """Return the (..., 3) rotation vectors 2 log(q) of unit quaternions, angle in [0, pi]."""
+    q = np.asarray(q, dtype=float)
+    # Take the hemisphere with w >= 0 so the angle is the shortest one.
+    q = np.where(q[..., :1] < 0.0, -q, q)
+    vec = q[..., 1:]
+    s = np.linalg.norm(vec, axis=-1)
+    angle = 2.0 * np.arctan2(s, q[..., 0])
+    small = s < 1e-9
+    scale = np.where(small, 2.0 / np.maximum(q[..., 0], _EPS), angle / np.where(small, 1.0, s))
+    return vec * scale[..., None]
+
+
+def quat_angle(a, b):
+    """Return the geodesic angles [rad] between rotations given as (..., 4) quaternions."""
+    dot = np.abs(np.sum(np.asarray(a) * np.asarray(b), axis=-1))
+    return 2.0 * np.arccos(np.clip(dot, 0.0, 1.0))
+
+
+def quat_slerp(a, b, t):
+    """Return slerp(a, b, t) of (..., 4) unit quaternions along the shorter arc."""
+    a = np.asarray(a, dtype=float)
+    b = np.asarray(b, dtype=float)
+    t = np.asarray(t, dtype=float)[..., None]
+    dot = np.sum(a * b, axis=-1, keepdims=True)
+    b = np.where(dot < 0.0, -b, b)
+    dot = np.abs(dot)
+    theta = np.arccos(np.clip(dot, -1.0, 1.0))
+    sin_theta = np.sin(theta)
+    near = sin_theta < 1e-6
+    safe = np.where(near, 1.0, sin_theta)
+    wa = np.where(near, 1.0 - t, np.sin((1.0 - t) * theta) / safe)
+    wb = np.where(near, t, np.sin(t * theta) / safe)
+    out = wa * a + wb * b
+    return out / np.linalg.norm(out, axis=-1, keepdims=True)
+
+
+def rotvec_to_matrix(v):
+    """Return (..., 3, 3) rotation matrices of (..., 3) rotation vectors (Rodrigues)."""
+    return quat_to_matrix(quat_from_rotvec(v))
+
+
+def matrix_to_rotvec(rot):
+    """Return the (..., 3) rotation vectors (log map) of (..., 3, 3) rotation matrices.
+
+    Exact on the whole of SO(3): near pi the axis is read from the symmetric part,
+    where the usual skew-part formula loses it.
+    """
+    rot = np.asarray(rot, dtype=float)
+    vee = 0.5 * np.stack([rot[..., 2, 1] - rot[..., 1, 2],
+                          rot[..., 0, 2] - rot[..., 2, 0],
+                          rot[..., 1, 0] - rot[..., 0, 1]], axis=-1)
+    sin_angle = np.linalg.norm(vee, axis=-1)
+    cos_angle = 0.5 * (rot[..., 0, 0] + rot[..., 1, 1] + rot[..., 2, 2] - 1.0)
+    angle = np.arctan2(sin_angle, cos_angle)
+    small = sin_angle < 1e-9
+    scale = np.where(small, 1.0 + angle * angle / 6.0, angle / np.where(small, 1.0, sin_angle))
+    out = vee * scale[..., None]
+    near_pi = (cos_angle < -0.99) & (sin_angle < 0.2)
+    if np.any(near_pi):
+        out[near_pi] = _rotvec_near_pi(rot[near_pi], angle[near_pi], vee[near_pi])
+    return out
+
+
+def _rotvec_near_pi(rot, angle, vee):
+    """Return the rotation vectors of (K, 3, 3) rotations whose angle is close to pi."""
+    # R + R^T = 2 cos(a) I + 2 (1 - cos(a)) u u^T: take the best-conditioned column.
+    cos_angle = np.cos(angle)
+    sym = 0.5 * (rot + np.swapaxes(rot, -1, -2)) - cos_angle[:, None, None] * np.eye(3)
+    cols = np.argmax(np.einsum('kii->ki', sym), axis=-1)
+    axis = sym[np.arange(len(rot)), :, cols]
+    axis /= np.linalg.norm(axis, axis=-1, keepdims=True)
+    # Sign from the skew part (exact when sin(angle) > 0).
+    sign = np.where(np.sum(axis * vee, axis=-1) < 0.0, -1.0, 1.0)
+    return axis * (sign * angle)[:, None]
+
+
+def matrix_to_quat(rot):
+    """Return (..., 4) unit quaternions (w >= 0) of (..., 3, 3) rotation matrices."""
+    return _normalise_hemisphere(quat_from_rotvec(matrix_to_rotvec(rot)))
+
+
+def _normalise_hemisphere(q):
+    q = q / np.linalg.norm(q, axis=-1, keepdims=True)
+    return np.where(q[..., :1] < 0.0, -q, q)

@@ -1,0 +1,340 @@
+"""What every solver shares: settings validation, the result record, online and batch loops.
+
+A solver is built by ``make_solver(name, chain, **settings)``; its settings are a frozen
+dataclass (field names = ROS parameter names, units in comments). Online use:
+``reset(q)`` then ``step(goal)`` each control tick (the goal may change between steps).
+Batch use: ``solve(goal, q_seed, max_iters, tol, timeout)`` returns an ``IKResult``;
+not converging is ``success=False``, never an exception.
+"""
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import GoalError, ParameterError
+from ..goals import Target, as_goal, check_terms, task_errors
+
+__all__ = ['IKResult', 'Solver', 'SolverSettings', 'register', 'make_solver',
+           'available_solvers', 'settings_type', 'parse_tolerance']
+
+_REGISTRY = {}
+
+
+@dataclass(frozen=True)
+class IKResult:
+    """Outcome of ``Solver.solve``.
+
+    q: (nq,) best configuration found (always inside the joint limits);
+    success: errors within tolerance and hard constraints satisfied;
+    position_error [m], orientation_error [rad]: worst over the goal's targets;
+    iterations: solver iterations used; elapsed: wall time [s].
+    """
+
+    q: np.ndarray
+    success: bool
+    position_error: float
+    orientation_error: float
+    iterations: int
+    elapsed: float = 0.0
+    constraints_ok: bool = True
+
+
+@dataclass(frozen=True)
+class SolverSettings:
+    """Base class of solver settings: validated, immutable, ROS-parameter-named fields."""
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value) and f.default != value:
+                raise ParameterError(f'{f.name} must be finite; got {value}')
+        self.validate()
+
+    def validate(self):
+        """Raise ParameterError when a field is out of range (overridden per solver)."""
+
+    def replace(self, **changes):
+        """Return a copy with ``changes`` applied (validated)."""
+        return build_settings(type(self), dict(dataclasses.asdict(self), **changes))
+
+
+def _check(cond, message):
+    if not cond:
+        raise ParameterError(message)
+
+
+def build_settings(cls, values):
+    """Return ``cls(**values)``; unknown names or wrong types raise ParameterError."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise ParameterError(f'unknown setting(s) {unknown} for {cls.__name__}; valid settings: '
+                             f'{", ".join(sorted(fields))}')
+    clean = {}
+    for name, value in values.items():
+        default = fields[name].default
+        clean[name] = _coerce(name, value, default)
+    try:
+        return cls(**clean)
+    except ParameterError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ParameterError(f'invalid settings for {cls.__name__}: {exc}') from exc
+
+
+def _coerce(name, value, default):
+    """Convert ``value`` to the type of ``default`` (ROS parameters arrive as int/float/str)."""
+    if default is None or default is dataclasses.MISSING:
+        return value
+    if isinstance(default, bool):
+        if isinstance(value, (bool, np.bool_)):
+            return bool(value)
+        raise ParameterError(f'{name} must be a bool; got {value!r}')
+    if isinstance(default, int):
+        if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+            return int(value)
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ParameterError(f'{name} must be an integer; got {value!r}')
+    if isinstance(default, float):
+        if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+            return float(value)
+        raise ParameterError(f'{name} must be a number; got {value!r}')
+    if isinstance(default, str):
+        if isinstance(value, str):
+            return value
+        raise ParameterError(f'{name} must be a string; got {value!r}')
+    if isinstance(default, tuple):
+        try:
+            return tuple(float(v) for v in value)
+        except (TypeError, ValueError):
+            raise ParameterError(f'{name} must be a list of numbers; got {value!r}') from None
+    return value
+
+
+def register(name):
+    """Class decorator: make a Solver subclass available to ``make_solver(name, ...)``."""
+    def wrap(cls):
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+    return wrap
+
+
+def available_solvers():
+    """Return the registered solver names."""
+    return tuple(_REGISTRY)
+
+
+def settings_type(name):
+    """Return the settings dataclass of solver ``name``."""
+    return _solver_class(name).Settings
+
+
+def _solver_class(name):
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ParameterError(f'unknown solver {name!r}; available solvers: '
+                             f'{", ".join(available_solvers())}') from None
+
+
+def make_solver(name, chain, **settings):
+    """Return the solver ``name`` for ``chain`` with ``settings`` (ParameterError if bad)."""
+    cls = _solver_class(name)
+    return cls(chain, build_settings(cls.Settings, settings))
+
+
+def parse_tolerance(tol):
+    """Return (position_tol [m], orientation_tol [rad]) from a float or a pair."""
+    if np.ndim(tol) == 0:
+        pos = ori = float(tol)
+    else:
+        pair = np.asarray(tol, dtype=float).ravel()
+        if pair.shape != (2,):
+            raise ParameterError(f'tol must be a number or (position_tol, orientation_tol); '
+                                 f'got {tol!r}')
+        pos, ori = float(pair[0]), float(pair[1])
+    if not (pos > 0.0 and ori > 0.0 and math.isfinite(pos) and math.isfinite(ori)):
+        raise ParameterError(f'tolerances must be positive; got {tol!r}')
+    return pos, ori
+
+
+class Solver:
+    """Base class: goal handling, constraints, the online/batch loops.
+
+    Subclasses set ``Settings`` and implement ``_reset(q)`` and ``_iterate(targets, online)``,
+    which returns ``(q_candidate, frames_of_candidate)`` for one iteration.
+    """
+
+    name = 'base'
+    Settings = SolverSettings
+
+    def __init__(self, chain, settings=None):
+        self.chain = chain
+        self.settings = settings if settings is not None else self.Settings()
+        self.constraints = []
+        self.last_info = {}
+        self._goal_key = None
+        self._targets = None
+        self._q = chain.neutral_configuration()
+        self._estimate = self._q.copy()
+
+    @property
+    def settings_type(self):
+        return type(self.settings)
+
+    # ------------------------------------------------------------------ configuration
+    def set_constraints(self, constraints):
+        """Replace the constraint set (GoalError if one does not fit the chain)."""
+        self.constraints = check_terms(list(constraints or ()), self.chain)
+        self._on_constraints_changed()
+
+    def _on_constraints_changed(self):
+        pass
+
+    def update_settings(self, **changes):
+        """Apply setting changes in place, keeping the current estimate (no jump)."""
+        self.settings = self.settings.replace(**changes)
+        self._on_settings_changed()
+
+    def _on_settings_changed(self):
+        pass
+
+    def reset(self, q):
+        """Restart online use from configuration ``q`` (nq,) (clipped into the limits)."""
+        q = self.chain.clip(self.chain.check_configuration(q, 'reset configuration'))
+        if q.ndim != 1:
+            raise GoalError(f'reset takes one configuration ({self.chain.nq},); got {q.shape}')
+        self._q = q
+        self._estimate = q.copy()
+        self._goal_key = None
+        self._reset(q)
+
+    @property
+    def estimate(self):
+        """The current smoothed (online) estimate, (nq,)."""
+        return self._estimate.copy()
+
+    def _targets_for(self, goal):
+        if goal is self._goal_key and self._targets is not None:
+            return self._targets, False
+        targets = as_goal(goal, self.chain)
+        changed = self._targets is None or not _same_targets(targets, self._targets)
+        self._goal_key = goal
+        self._targets = targets
+        return targets, changed
+
+    # ------------------------------------------------------------------ loops
+    def step(self, goal):
+        """Run one online iteration towards ``goal`` and return the (nq,) estimate."""
+        targets, changed = self._targets_for(goal)
+        if changed:
+            self._on_goal_changed(targets)
+        q, frames = self._iterate(targets, online=True)
+        self._estimate = self._smooth(self._estimate, q)
+        self._record(targets, frames)
+        return self._estimate.copy()
+
+    def _smooth(self, previous, candidate):
+        return candidate
+
+    def _on_goal_changed(self, targets):
+        pass
+
+    def _record(self, targets, frames):
+        pos, ori = task_errors(targets, frames)
+        self.last_info.update(position_error=float(pos[0]), orientation_error=float(ori[0]))
+
+    def solve(self, goal, q_seed, max_iters=300, tol=1e-3, timeout=None):
+        """Solve ``goal`` from ``q_seed`` and return an ``IKResult``.
+
+        goal: (4, 4) pose in the base frame [m], a Target or a list of Targets.
+        tol: position tolerance [m] and orientation tolerance [rad]: one number for both,
+        or a pair (position_tol, orientation_tol).
+        timeout: wall-clock budget [s]; the best estimate so far is returned when it runs out.
+        """
+        start = time.perf_counter()
+        pos_tol, ori_tol = parse_tolerance(tol)
+        max_iters = int(max_iters)
+        if max_iters < 0:
+            raise ParameterError(f'max_iters must be >= 0; got {max_iters}')
+        targets = as_goal(goal, self.chain)
+        self._targets, self._goal_key = targets, goal
+        q_seed = self.chain.check_configuration(q_seed, 'q_seed')
+        if q_seed.ndim != 1:
+            raise GoalError(f'q_seed must have shape ({self.chain.nq},); got {q_seed.shape}')
+        self._start_solve(self.chain.clip(q_seed), targets)
+        q = self._q
+        frames = self.chain.frames(q)
+        best = None
+        iterations = 0
+        while True:
+            score = self._score(targets, frames, pos_tol, ori_tol)
+            if best is None or score[0] < best[0]:
+                best = score + (q.copy(),)
+            if best[1] or iterations >= max_iters:
+                break
+            if timeout is not None and time.perf_counter() - start >= timeout:
+                break
+            q, frames = self._iterate(targets, online=False)
+            iterations += 1
+        _, success, pos, ori, ok, q = best
+        return IKResult(q=q, success=bool(success), position_error=float(pos),
+                        orientation_error=float(ori), iterations=iterations,
+                        elapsed=time.perf_counter() - start, constraints_ok=bool(ok))
+
+    def _score(self, targets, frames, pos_tol, ori_tol):
+        """Return (rank, success, pos_err, ori_err, constraints_ok) of a one-row Frames."""
+        pos, ori = task_errors(targets, frames)
+        pos, ori = float(pos[0]), float(ori[0])
+        ok = not any(bool(c.violated(frames)[0]) for c in self.constraints if c.hard)
+        success = pos <= pos_tol and ori <= ori_tol and ok
+        # Rank: solved first, then by normalised error, constraint violations last.
+        rank = 0.0 if success else (1.0 + pos / self.chain.length_scale + ori / np.pi
+                                    + (0.0 if ok else 10.0))
+        return rank, success, pos, ori, ok
+
+    def _start_solve(self, q_seed, targets):
+        self.reset(q_seed)
+
+    # ------------------------------------------------------------------ subclass hooks
+    def _reset(self, q):
+        pass
+
+    def _iterate(self, targets, online):  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+def _same_targets(a, b):
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if type(x) is not type(y) or x.link != y.link:
+            return False
+        for attr in ('pose', 'position', 'rotation'):
+            va, vb = getattr(x, attr, None), getattr(y, attr, None)
+            if va is not None and not np.array_equal(va, vb):
+                return False
+    return True
+
+
+def stack_terms(terms, frames, with_jacobian=True):
+    """Return weighted residuals (N, K) and Jacobians (N, K, nv) of terms, rows scaled by
+    sqrt(weight) / sigma so that the squared norm is the SMC cost."""
+    res, jac = [], []
+    for t in terms:
+        scale = np.sqrt(t.weight) / t.sigma
+        res.append(t.residual(frames) * scale)
+        if with_jacobian:
+            jac.append(t.jacobian(frames) * scale[:, None])
+    r = np.concatenate(res, axis=1)
+    return (r, np.concatenate(jac, axis=1)) if with_jacobian else r
+
+
+def target_terms(terms):
+    """Return the Target objects among ``terms``."""
+    return [t for t in terms if isinstance(t, Target)]
