@@ -121,19 +121,33 @@ class PoseTarget(Target):
         self.weight = _positive(weight, 'weight')
 
     def residual(self, frames):
-        pose = frames.link_pose(self.link)
+        rot, pos = frames.link_transform(self.link)
         out = np.empty((len(frames), 6))
-        out[:, :3] = pose[:, :3, 3] - self.pose[:3, 3]
-        out[:, 3:] = matrix_to_rotvec(pose[:, :3, :3] @ self.pose[:3, :3].T)
+        out[:, :3] = pos - self.pose[:3, 3]
+        out[:, 3:] = matrix_to_rotvec(rot @ self.pose[:3, :3].T)
         return out
 
     def jacobian(self, frames):
         return frames.jacobian(self.link)
 
+    def residual_jacobian(self, frames):
+        """Return (residual (N, 6), jacobian (N, 6, nv)) sharing one pose evaluation."""
+        rot, pos = frames.link_transform(self.link)
+        out = np.empty((len(frames), 6))
+        out[:, :3] = pos - self.pose[:3, 3]
+        out[:, 3:] = matrix_to_rotvec(rot @ self.pose[:3, :3].T)
+        body, _ = frames.chain._link_anchor(self.link)
+        return out, frames.jacobian_at(body, pos)
+
+    def cost(self, frames):
+        # Same value as the base class, without building the rotation vectors.
+        pos, ori = self.errors(frames)
+        return self.weight * ((pos / self.sigma[0]) ** 2 + (ori / self.sigma[3]) ** 2)
+
     def errors(self, frames):
-        pose = frames.link_pose(self.link)
-        pos = np.linalg.norm(pose[:, :3, 3] - self.pose[:3, 3], axis=-1)
-        return pos, _rotation_angle(pose[:, :3, :3], self.pose[:3, :3])
+        rot, pos = frames.link_transform(self.link)
+        diff = pos - self.pose[:3, 3]
+        return np.sqrt(np.einsum('ni,ni->n', diff, diff)), _rotation_angle(rot, self.pose[:3, :3])
 
 
 class PositionTarget(Target):
@@ -153,6 +167,10 @@ class PositionTarget(Target):
 
     def jacobian(self, frames):
         return frames.jacobian(self.link, self.offset)[:, :3]
+
+    def cost(self, frames):
+        r = self.residual(frames)
+        return self.weight * np.einsum('nk,nk->n', r, r) / self.sigma[0] ** 2
 
     def errors(self, frames):
         pos = np.linalg.norm(self.residual(frames), axis=-1)
@@ -184,9 +202,17 @@ class OrientationTarget(Target):
 
 
 def _rotation_angle(rot, target):
-    """Return the (N,) angles [rad] between rotations (N, 3, 3) and a target (3, 3)."""
-    cos = 0.5 * (np.einsum('nij,ij->n', rot, target) - 1.0)
-    return np.arccos(np.clip(cos, -1.0, 1.0))
+    """Return the (N,) angles [rad] between rotations (N, 3, 3) and a target (3, 3).
+
+    atan2 of the skew and symmetric parts of R target^T: accurate near 0 and near pi,
+    where arccos of the trace alone loses half the digits.
+    """
+    rel = rot @ target.T
+    x = rel[:, 2, 1] - rel[:, 1, 2]
+    y = rel[:, 0, 2] - rel[:, 2, 0]
+    z = rel[:, 1, 0] - rel[:, 0, 1]
+    trace = rel[:, 0, 0] + rel[:, 1, 1] + rel[:, 2, 2]
+    return np.arctan2(0.5 * np.sqrt(x * x + y * y + z * z), 0.5 * (trace - 1.0))
 
 
 # ---------------------------------------------------------------------------- constraints

@@ -91,6 +91,17 @@ class Frames:
         n = len(self)
         return self.pos[body] + (self.rot[body].reshape(3 * n, 3) @ local).reshape(n, 3)
 
+    def link_transform(self, link=None):
+        """Return (rot (N, 3, 3), pos (N, 3)) of ``link`` in the base frame (no 4x4 built)."""
+        body, offset = self.chain._link_anchor(link)
+        n = len(self)
+        if body < 0:
+            return (np.broadcast_to(offset[:3, :3], (n, 3, 3)),
+                    np.broadcast_to(offset[:3, 3], (n, 3)))
+        if offset is self.chain._identity:
+            return self.rot[body], self.pos[body]
+        return self.rot[body] @ offset[:3, :3], self.body_point(body, offset[:3, 3])
+
     def link_pose(self, link=None):
         """Return the (N, 4, 4) poses of ``link`` (default: the first tip) in the base frame."""
         body, offset = self.chain._link_anchor(link)
@@ -160,7 +171,7 @@ class Frames:
         axes = np.matmul(self.rot[cb], chain._col_axis[cols][:, None, :, None])[..., 0]
         lever = point[None] - self.pos[cb]
         rot_mask = chain._col_is_rot[cols]
-        lin = np.where(rot_mask[:, None, None], np.cross(axes, lever), axes)
+        lin = np.where(rot_mask[:, None, None], _cross(axes, lever), axes)
         ang = axes * rot_mask[:, None, None]
         scatter = chain._col_scatter[cols]            # (C, nv)
         # (N, 3, C) @ (C, nv)
@@ -354,7 +365,8 @@ class Chain:
         self.joint_types = tuple(j.type for j in state)
 
         # Bodies: one per movable joint in the model, with folded static offsets.
-        body_of_link = {self.base_link: (-1, np.eye(4))}
+        self._identity = _readonly(np.eye(4))
+        body_of_link = {self.base_link: (-1, self._identity)}
         body_parent, body_origin, body_kind, body_axis = [], [], [], []
         body_q, body_mimic, body_joint = [], [], []
         mass_body, mass_com = [], []
@@ -390,7 +402,7 @@ class Chain:
                     body_q.append(q_index[j.name])
                     body_mimic.append(None)
                 body_joint.append(j.name)
-                body_of_link[link] = (b, np.eye(4))
+                body_of_link[link] = (b, self._identity)
             # Inertial of this link, expressed in its body frame.
             m = float(j.mass or 0.0)
             if m > 0.0:
@@ -724,6 +736,17 @@ def _limits_of(joint):
     if lo > hi:
         raise ModelError(f'joint {joint.name!r} has lower limit {lo} > upper limit {hi}')
     return float(lo), float(hi)
+
+
+def _cross(a, b):
+    """Return the cross products of (..., 3) arrays (numpy.cross costs more on small arrays)."""
+    out = np.empty(np.broadcast_shapes(a.shape, b.shape))
+    a0, a1, a2 = a[..., 0], a[..., 1], a[..., 2]
+    b0, b1, b2 = b[..., 0], b[..., 1], b[..., 2]
+    out[..., 0] = a1 * b2 - a2 * b1
+    out[..., 1] = a2 * b0 - a0 * b2
+    out[..., 2] = a0 * b1 - a1 * b0
+    return out
 
 
 def _is_ancestor(parents, a, d):

@@ -130,17 +130,19 @@ def matrix_to_rotvec(rot):
     where the usual skew-part formula loses it.
     """
     rot = np.asarray(rot, dtype=float)
-    vee = 0.5 * np.stack([rot[..., 2, 1] - rot[..., 1, 2],
-                          rot[..., 0, 2] - rot[..., 2, 0],
-                          rot[..., 1, 0] - rot[..., 0, 1]], axis=-1)
-    sin_angle = np.linalg.norm(vee, axis=-1)
+    vee = np.empty(rot.shape[:-1])
+    vee[..., 0] = rot[..., 2, 1] - rot[..., 1, 2]
+    vee[..., 1] = rot[..., 0, 2] - rot[..., 2, 0]
+    vee[..., 2] = rot[..., 1, 0] - rot[..., 0, 1]
+    vee *= 0.5
+    sin_angle = np.sqrt(np.sum(vee * vee, axis=-1))
     cos_angle = 0.5 * (rot[..., 0, 0] + rot[..., 1, 1] + rot[..., 2, 2] - 1.0)
     angle = np.arctan2(sin_angle, cos_angle)
     small = sin_angle < 1e-9
     scale = np.where(small, 1.0 + angle * angle / 6.0, angle / np.where(small, 1.0, sin_angle))
     out = vee * scale[..., None]
-    near_pi = (cos_angle < -0.99) & (sin_angle < 0.2)
-    if np.any(near_pi):
+    near_pi = cos_angle < -0.98
+    if near_pi.any():
         out[near_pi] = _rotvec_near_pi(rot[near_pi], angle[near_pi], vee[near_pi])
     return out
 

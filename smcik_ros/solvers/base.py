@@ -328,9 +328,17 @@ def stack_terms(terms, frames, with_jacobian=True):
     res, jac = [], []
     for t in terms:
         scale = np.sqrt(t.weight) / t.sigma
-        res.append(t.residual(frames) * scale)
         if with_jacobian:
-            jac.append(t.jacobian(frames) * scale[:, None])
+            if hasattr(t, 'residual_jacobian'):
+                r, j = t.residual_jacobian(frames)
+            else:
+                r, j = t.residual(frames), t.jacobian(frames)
+            jac.append(j * scale[:, None])
+        else:
+            r = t.residual(frames)
+        res.append(r * scale)
+    if len(res) == 1:
+        return (res[0], jac[0]) if with_jacobian else res[0]
     r = np.concatenate(res, axis=1)
     return (r, np.concatenate(jac, axis=1)) if with_jacobian else r
 

@@ -64,11 +64,12 @@ class SmcSettings(SolverSettings):
     resample_threshold: float = 0.5     # resample when ESS < threshold * N
     max_redraws: int = 3                # accept/reject redraws per iteration
     refine_count: int = 4               # best particles refined per iteration (0: off)
-    refine_steps: int = 1               # damped least-squares steps per refined particle
+    refine_steps: int = 3               # damped least-squares steps per refined particle
     refine_damping: float = 1e-4        # Levenberg-Marquardt damping floor
     max_step: float = 0.5               # [rad or m] largest joint change of one refinement step
-    restart_after: int = 15             # iterations without improvement before re-seeding
-    restart_fraction: float = 0.5       # share of particles re-seeded uniformly
+    restart_after: int = 6              # iterations without enough progress before re-seeding
+    stall_tolerance: float = 0.1        # 'progress' = best cost down by this fraction
+    restart_fraction: float = 1.0       # share of particles re-seeded on a restart
     online_restarts: bool = False       # also re-seed in online use (may switch IK branch)
     init_uniform_fraction: float = 0.5  # solve(): share of particles drawn uniformly at start
     keep_map: bool = True               # carry the MAP particle over without noise
@@ -96,6 +97,8 @@ class SmcSettings(SolverSettings):
         _check(self.refine_damping >= 0.0, f'refine_damping must be >= 0; got {self.refine_damping}')
         _check(self.max_step > 0.0, f'max_step must be > 0; got {self.max_step}')
         _check(self.restart_after >= 0, f'restart_after must be >= 0 (0: off); got {self.restart_after}')
+        _check(0.0 <= self.stall_tolerance < 1.0,
+               f'stall_tolerance must be in [0, 1); got {self.stall_tolerance}')
         _check(0.0 <= self.restart_fraction <= 1.0,
                f'restart_fraction must be in [0, 1]; got {self.restart_fraction}')
         _check(0.0 <= self.init_uniform_fraction <= 1.0,
@@ -143,6 +146,7 @@ class SmcSolver(Solver):
         else:
             self._ball_noise = np.full((len(balls), 3), s.ball_noise)
         self._log_min_scale = np.log(s.min_noise_scale)
+        self._line_search = np.array([1.0, 0.5, 0.25])
 
     def _on_settings_changed(self):
         particles, logw = self._particles, self._logw
@@ -233,7 +237,7 @@ class SmcSolver(Solver):
         ess = 1.0 / np.sum(weights * weights)
         # Bookkeeping for restarts.
         best_cost = float((task + soft)[best_index])
-        if best_cost < self._best_cost * (1.0 - 1e-3):
+        if best_cost < self._best_cost * (1.0 - self.settings.stall_tolerance):
             self._best_cost = best_cost
             self._stall = 0
         else:
@@ -339,63 +343,79 @@ class SmcSolver(Solver):
         return particles, frames
 
     def _refine(self, terms, particles, frames, idx, full_cost, hard):
-        """Levenberg-Marquardt steps for particles ``idx``; keep a step only if it lowers cost."""
+        """Levenberg-Marquardt moves of particles ``idx`` on the negative log-likelihood.
+
+        Each step solves (J J^T + lambda I) y = r, dv = -J^T y with Sugihara's damping
+        lambda = cost / 2 + refine_damping, drops joints that sit at a limit and would be
+        pushed through it (so a clipped step cannot stall), tries the step at full, half and
+        quarter length in one batched FK, and keeps the best only if it lowers the cost.
+        """
         s = self.settings
         chain = self.chain
-        q = particles[idx]
         sub = frames.subset(idx)
-        cost = full_cost[idx]
+        cost = full_cost[idx].copy()
+        k_count = len(idx)
+        alphas = self._line_search
         improved_any = False
         for _ in range(s.refine_steps):
             r, jac = stack_terms(terms, sub)
-            # dv = -J^T (J J^T + lambda I)^-1 r, lambda = cost / 2 + floor (Sugihara's LM).
-            k = r.shape[1]
-            lam = 0.5 * cost + s.refine_damping
-            jjt = jac @ np.swapaxes(jac, 1, 2)
-            jjt[:, np.arange(k), np.arange(k)] += lam[:, None]
-            try:
-                y = np.linalg.solve(jjt, r[..., None])[..., 0]
-            except np.linalg.LinAlgError:
-                break
-            dv = -np.einsum('nkv,nk->nv', jac, y)
+            dv = _lm_step(jac, r, 0.5 * cost + s.refine_damping)
+            blocked = _blocked_joints(chain, sub.q, dv)
+            if blocked is not None:
+                dv = _lm_step(jac * ~blocked[:, None, :], r, 0.5 * cost + s.refine_damping)
             biggest = np.max(np.abs(dv), axis=1)
             dv *= np.minimum(1.0, s.max_step / np.maximum(biggest, 1e-12))[:, None]
-            q_new = chain.clip(chain.integrate(q, dv))
-            sub_new = chain.frames(q_new)
-            cost_new = self._cost(terms, sub_new)
-            ok = cost_new < cost
+            trial = chain.clip(chain.integrate(np.tile(sub.q, (len(alphas), 1)),
+                                               np.repeat(alphas, k_count)[:, None]
+                                               * np.tile(dv, (len(alphas), 1))))
+            trial_frames = chain.frames(trial)
+            trial_cost = self._cost(terms, trial_frames)
             for c in hard:
-                ok &= ~c.violated(sub_new)
+                trial_cost = np.where(c.violated(trial_frames), np.inf, trial_cost)
+            trial_cost = trial_cost.reshape(len(alphas), k_count)
+            pick = np.argmin(trial_cost, axis=0)
+            new_cost = trial_cost[pick, np.arange(k_count)]
+            ok = new_cost < cost
             if not ok.any():
                 break
             improved_any = True
-            q[ok] = q_new[ok]
-            cost[ok] = cost_new[ok]
-            _assign_frames(sub, np.flatnonzero(ok), sub_new.subset(ok), q)
+            rows = (pick * k_count + np.arange(k_count))[ok]
+            sub.assign(np.flatnonzero(ok), trial_frames.subset(rows))
+            cost[ok] = new_cost[ok]
         if not improved_any:
             return particles, frames, None
-        particles[idx] = q
-        _assign_frames(frames, idx, sub, particles)
+        particles[idx] = sub.q
+        frames.assign(idx, sub)
+        frames.q = particles
         targets = [t for t in terms if t not in self.constraints]
         task = self._cost(targets, sub)
         soft = self._cost(self.constraints, sub) if self.constraints else np.zeros(len(idx))
         return particles, frames, (task, soft)
 
     def _restart(self, particles, logw):
+        """Redraw a share of the particles uniformly inside the limits and re-widen Sigma_z.
+
+        With restart_fraction = 1 every particle is redrawn, the MAP included: ``solve``
+        keeps the best configuration seen so far, so nothing is lost, and the new
+        population's best particles get refined without competing against a particle
+        stuck in a local minimum (a joint limit or a singular configuration).
+        """
         s = self.settings
         n = len(particles)
-        k = int(s.restart_fraction * n)
+        k = int(round(s.restart_fraction * n))
         if k == 0:
             return particles, logw
-        order = np.argsort(logw)
-        order = order[order != self._map_index][:k]
+        order = np.argsort(logw)[:k]
         particles = particles.copy()
-        particles[order] = self.chain.random_configuration(self.rng, len(order))
-        logw = logw.copy()
-        logw[order] = np.median(logw)
+        particles[order] = self.chain.random_configuration(self.rng, k)
+        logw = np.zeros(n)
+        if self._map_index in order:
+            self._map_index = int(order[0])
         self._stall = 0
         self._best_cost = np.inf
-        self.last_info['restarted'] = len(order)
+        # Re-widen Sigma_z so the new particles survive resampling long enough to be refined.
+        self._anneal_level = s.anneal_initial
+        self.last_info['restarted'] = k
         return particles, logw
 
     # ------------------------------------------------------------------ smoothing (eq. 15)
@@ -408,12 +428,6 @@ class SmcSolver(Solver):
         # Convex combination of in-limit points stays in the box; clip guards rounding.
         return chain.clip(out)
 
-    def _record(self, targets, frames):
-        super()._record(targets, frames)
-        est = self.chain.frames(self._estimate)
-        pos, ori = task_errors(targets, est)
-        self.last_info.update(estimate_position_error=float(pos[0]),
-                              estimate_orientation_error=float(ori[0]))
 
 
 # ---------------------------------------------------------------------- helpers
@@ -427,6 +441,32 @@ def _qutem(quat, sigma, rng):
     v = rng.standard_normal(sigma.shape) * sigma
     out = quat_multiply(quat, quat_from_rotvec(v))
     return np.where(out[:, :1] < 0.0, -out, out)
+
+
+def _lm_step(jac, r, lam):
+    """Return dv = -J^T (J J^T + lam I)^-1 r for stacks jac (K, m, nv), r (K, m), lam (K,)."""
+    m = r.shape[1]
+    jjt = jac @ np.swapaxes(jac, 1, 2)
+    jjt[:, np.arange(m), np.arange(m)] += lam[:, None]
+    y = np.linalg.solve(jjt, r[..., None])
+    return -(np.swapaxes(jac, 1, 2) @ y)[..., 0]
+
+
+def _blocked_joints(chain, q, dv):
+    """Return a (K, nv) mask of 1-DOF joints at a limit that ``dv`` pushes outwards, or None."""
+    sq, sv = chain._scalar_q, chain._scalar_v
+    if not len(sq):
+        return None
+    span = chain.upper[sq] - chain.lower[sq]
+    eps = 1e-9 * np.maximum(span, 1.0)
+    at_lower = q[:, sq] <= chain.lower[sq] + eps
+    at_upper = q[:, sq] >= chain.upper[sq] - eps
+    push = (at_lower & (dv[:, sv] < 0.0)) | (at_upper & (dv[:, sv] > 0.0))
+    if not push.any():
+        return None
+    mask = np.zeros(dv.shape, dtype=bool)
+    mask[:, sv] = push
+    return mask
 
 
 def _systematic_resample(weights, rng):
