@@ -389,6 +389,9 @@ class ChainSmoothness(Constraint):
             a = np.array([p[0][0] for p in self._ball_pairs])
             b = np.array([p[1][0] for p in self._ball_pairs])
             self._ball_q = (a[:, None] + np.arange(4), b[:, None] + np.arange(4))
+            va = np.array([p[0][1] for p in self._ball_pairs])
+            vb = np.array([p[1][1] for p in self._ball_pairs])
+            self._ball_v = (va[:, None] + np.arange(3), vb[:, None] + np.arange(3))
         k = 3 * len(self._ball_pairs) + len(self._scalar_pairs)
         if k == 0:
             raise GoalError('ChainSmoothness needs at least two joints of the same kind')
@@ -423,12 +426,15 @@ class ChainSmoothness(Constraint):
             qa = frames.q[:, self._ball_q[0]]
             qb = frames.q[:, self._ball_q[1]]
             rel = quat_to_matrix(quat_multiply(quat_conjugate(qa), qb))   # (N, P, 3, 3)
-            for p, ((_, va), (_, vb)) in enumerate(self._ball_pairs):
-                block = np.zeros((n, 3, chain.nv))
-                # First order: d Log(qa^-1 qb) = d_b - R_rel^T d_a (body-frame steps).
-                block[:, :, vb:vb + 3] = np.eye(3)
-                block[:, :, va:va + 3] = -np.swapaxes(rel[:, p], -1, -2)
-                rows.append(block)
+            p_count = len(self._ball_pairs)
+            block = np.zeros((n, p_count, 3, chain.nv))
+            pairs = np.arange(p_count)
+            # First order: d Log(qa^-1 qb) = d_b - R_rel^T d_a (body-frame steps).
+            # (Advanced indices around a slice put the pair axis first.)
+            for k in range(3):
+                block[:, pairs, :, self._ball_v[1][:, k]] = np.eye(3)[k]
+                block[:, pairs, :, self._ball_v[0][:, k]] = -rel[:, :, k, :].transpose(1, 0, 2)
+            rows.append(block.reshape(n, 3 * p_count, chain.nv))
         if self._scalar_pairs:
             block = np.zeros((n, len(self._scalar_pairs), chain.nv))
             for r, ((_, va), (_, vb)) in enumerate(self._scalar_pairs):
@@ -473,9 +479,10 @@ class PosturePreference(Constraint):
         q = frames.q
         out = np.zeros((len(q), chain.nv))
         out[:, chain._scalar_v] = q[:, chain._scalar_q] - self.q_ref[chain._scalar_q]
-        for qi, vi, _ in chain._ball_slices:
-            rel = quat_multiply(quat_conjugate(self.q_ref[qi:qi + 4]), q[:, qi:qi + 4])
-            out[:, vi:vi + 3] = quat_to_rotvec(rel)
+        if chain.has_ball_joints:
+            bq = chain._ball_q_idx
+            rel = quat_multiply(quat_conjugate(self.q_ref[bq]), q[:, bq])
+            out[:, chain._ball_v_idx] = quat_to_rotvec(rel)
         return out * self._w
 
     def jacobian(self, frames):

@@ -179,27 +179,40 @@ class Frames:
         jac[:, 3:] = np.transpose(ang, (1, 2, 0)) @ scatter
         return jac
 
+    def _mass_points(self):
+        """Return (B, N, 3): each body's mass times its centre of mass, in the base frame."""
+        chain = self.chain
+        n = len(self)
+        local = chain._body_com_local                                   # (B, 3)
+        pts = self.pos + (self.rot @ local[:, None, :, None])[..., 0]  # (B, N, 3)
+        return pts * chain._body_mass[:, None, None], n
+
     def center_of_mass(self):
         """Return the (N, 3) centre of mass of the modelled links in the base frame [m]."""
         chain = self.chain
         if chain.total_mass <= 0.0:
             raise ModelError('the chain has no mass: give its links <inertial> elements (URDF) '
                              'or masses (JointSpec.mass) to use the centre of mass')
-        weighted = np.broadcast_to(chain._base_mass_com, (len(self), 3)).copy()
-        for body in chain._massive_bodies:
-            mass = chain._body_mass[body]
-            weighted += mass * self.body_point(body, chain._body_mass_com[body] / mass)
-        return weighted / chain.total_mass
+        weighted, _ = self._mass_points()
+        return (weighted.sum(axis=0) + chain._base_mass_com) / chain.total_mass
 
     def com_jacobian(self):
-        """Return the (N, 3, nv) Jacobian of the centre of mass."""
+        """Return the (N, 3, nv) Jacobian of the centre of mass.
+
+        A rotation about column c's axis a (through o) moves every mass below it:
+        d com = a x (W_sub - M_sub o) / M with W_sub, M_sub the subtree's weighted centre
+        and mass; a translation moves it by M_sub a / M.
+        """
         chain = self.chain
-        out = np.zeros((len(self), 3, chain.nv))
-        for body in chain._massive_bodies:
-            mass = chain._body_mass[body]
-            point = self.body_point(body, chain._body_mass_com[body] / mass)
-            out += mass * self.jacobian_at(body, point)[:, :3]
-        return out / chain.total_mass
+        weighted, n = self._mass_points()
+        B = chain.num_bodies
+        w_sub = (chain._desc_matrix @ weighted.reshape(B, 3 * n)).reshape(B, n, 3)
+        cb = chain._col_body
+        axes = np.matmul(self.rot[cb], chain._col_axis[:, None, :, None])[..., 0]   # (C, N, 3)
+        m_sub = chain._desc_mass[cb][:, None, None]
+        lever = w_sub[cb] - m_sub * self.pos[cb]
+        cols = np.where(chain._col_is_rot[:, None, None], _cross(axes, lever), axes * m_sub)
+        return (np.transpose(cols, (1, 2, 0)) @ chain._col_scatter) / chain.total_mass
 
 
 class Chain:
@@ -499,6 +512,12 @@ class Chain:
             self._body_mass_com[b] += mc[:3]
         self._base_mass_com = base_mass_com
         self._massive_bodies = [b for b in range(B) if self._body_mass[b] > 0.0]
+        self._body_com_local = np.where(self._body_mass[:, None] > 0.0,
+                                        self._body_mass_com / np.maximum(self._body_mass, 1e-300)
+                                        [:, None], 0.0)
+        self._desc_matrix = np.array([[1.0 if _is_ancestor(body_parent, b, d) else 0.0
+                                       for d in range(B)] for b in range(B)]).reshape(B, B)
+        self._desc_mass = self._desc_matrix @ self._body_mass
         self.total_mass = float(base_mass + self._body_mass.sum())
         self._ball_slices = [(q_index[n], v_index[n], j.upper) for n, j in
                              zip(names, state) if j.type == 'ball']
@@ -508,6 +527,15 @@ class Chain:
                                   dtype=int)
         self.has_ball_joints = bool(self._ball_slices)
         self.ball_limits = _readonly(np.array([s[2] for s in self._ball_slices], dtype=float))
+        self._ball_q_idx = np.array([[s[0] + i for i in range(4)] for s in self._ball_slices],
+                                    dtype=int).reshape(-1, 4)
+        self._ball_v_idx = np.array([[s[1] + i for i in range(3)] for s in self._ball_slices],
+                                    dtype=int).reshape(-1, 3)
+        self._ball_body_idx = np.array([b for b, _ in self._ball_bodies], dtype=int)
+        self._ball_body_q = np.array([[qi + i for i in range(4)] for _, qi in self._ball_bodies],
+                                     dtype=int).reshape(-1, 4)
+        self._ball_origin_rot = np.array([self._body_origin[b][:3, :3]
+                                          for b, _ in self._ball_bodies]).reshape(-1, 1, 3, 3)
         # Characteristic length [m]: sum of the static offsets, to scale position errors.
         self.length_scale = max(float(sum(np.linalg.norm(o[:3, 3]) for o in body_origin)
                                       + sum(np.linalg.norm(off[:3, 3]) for off in link_offset)),
@@ -549,8 +577,8 @@ class Chain:
     def neutral_configuration(self):
         """Return the (nq,) mid-range configuration (identity for ball joints)."""
         q = 0.5 * (self.lower + self.upper)
-        for qi, _, _ in self._ball_slices:
-            q[qi:qi + 4] = (1.0, 0.0, 0.0, 0.0)
+        if self.has_ball_joints:
+            q[self._ball_q_idx] = (1.0, 0.0, 0.0, 0.0)
         return q
 
     def random_configuration(self, rng, size=None):
@@ -560,8 +588,8 @@ class Chain:
         """
         shape = (1 if size is None else int(size), self.nq)
         q = rng.uniform(self.lower, self.upper, size=shape)
-        for qi, _, limit in self._ball_slices:
-            q[:, qi:qi + 4] = _random_ball(rng, shape[0], limit)
+        if self.has_ball_joints:
+            q[:, self._ball_q_idx] = _random_ball(rng, shape[0], self.ball_limits)
         return q[0] if size is None else q
 
     def within_limits(self, q, tol=1e-9):
@@ -571,12 +599,13 @@ class Chain:
         q2 = np.atleast_2d(q)
         ok = np.all((q2 >= self.lower - tol) & (q2 <= self.upper + tol), axis=-1)
         ok &= np.all(np.isfinite(q2), axis=-1)
-        for qi, _, limit in self._ball_slices:
-            quat = q2[:, qi:qi + 4]
-            norm_ok = np.abs(np.linalg.norm(quat, axis=-1) - 1.0) < 1e-6
-            angle = 2.0 * np.arccos(np.clip(np.abs(quat[:, 0]) / np.maximum(
-                np.linalg.norm(quat, axis=-1), 1e-12), 0.0, 1.0))
-            ok &= norm_ok & (angle <= limit + tol)
+        if self.has_ball_joints:
+            quat = q2[:, self._ball_q_idx]
+            norm = np.sqrt(np.sum(quat * quat, axis=-1))
+            angle = 2.0 * np.arccos(np.clip(np.abs(quat[..., 0]) / np.maximum(norm, 1e-12),
+                                            0.0, 1.0))
+            ok &= np.all((np.abs(norm - 1.0) < 1e-6) & (angle <= self.ball_limits + tol),
+                         axis=-1)
         return bool(ok[0]) if single else ok
 
     def clip(self, q):
@@ -585,8 +614,8 @@ class Chain:
         single = q.ndim == 1
         q2 = np.atleast_2d(q)
         np.clip(q2, self.lower, self.upper, out=q2)
-        for qi, _, limit in self._ball_slices:
-            q2[:, qi:qi + 4] = _clip_ball(q2[:, qi:qi + 4], limit)
+        if self.has_ball_joints:
+            q2[:, self._ball_q_idx] = _clip_ball(q2[:, self._ball_q_idx], self.ball_limits)
         return q2[0] if single else q2
 
     def integrate(self, q, dv):
@@ -598,11 +627,10 @@ class Chain:
         if not self.has_ball_joints:
             q2 = q2 + dv2
         else:
-            q2 = q2.copy()
+            q2 = np.array(np.broadcast_to(q2, (max(len(q2), len(dv2)), self.nq)))
             q2[:, self._scalar_q] += dv2[:, self._scalar_v]
-            for qi, vi, _ in self._ball_slices:
-                q2[:, qi:qi + 4] = quat_multiply(q2[:, qi:qi + 4],
-                                                 quat_from_rotvec(dv2[:, vi:vi + 3]))
+            bq = self._ball_q_idx
+            q2[:, bq] = quat_multiply(q2[:, bq], quat_from_rotvec(dv2[:, self._ball_v_idx]))
         return q2[0] if single else q2
 
     def check_configuration(self, q, what='q'):
@@ -659,8 +687,9 @@ class Chain:
             else:
                 local[rev] += sc @ self._rev_terms_all
         local = local.reshape(B, n, 3, 3)
-        for b, qi in self._ball_bodies:
-            local[b] = self._body_origin[b][:3, :3] @ quat_to_matrix(q2[:, qi:qi + 4])
+        if self._ball_bodies:
+            rot = quat_to_matrix(q2[:, self._ball_body_q]).transpose(1, 0, 2, 3)
+            local[self._ball_body_idx] = self._ball_origin_rot @ rot
         return local
 
     def _add_prismatic(self, q2, rot, pos):
@@ -787,37 +816,37 @@ def _ordered_links(joints):
     return out
 
 
-def _random_ball(rng, n, limit):
-    """Return (n, 4) quaternions uniform over rotations of angle <= limit (rejection-free)."""
-    if limit >= np.pi - 1e-9:
-        q = rng.normal(size=(n, 4))
-    else:
-        # Uniform on SO(3) has angle density (1 - cos a) / pi; sample it restricted.
-        u = rng.uniform(size=n)
-        grid = np.linspace(0.0, limit, 512)
-        cdf = grid - np.sin(grid)
-        angle = np.interp(u * cdf[-1], cdf, grid)
-        axis = rng.normal(size=(n, 3))
-        axis /= np.linalg.norm(axis, axis=-1, keepdims=True)
-        return quat_from_rotvec(axis * angle[:, None])
-    q /= np.linalg.norm(q, axis=-1, keepdims=True)
-    return np.where(q[:, :1] < 0.0, -q, q)
+def _random_ball(rng, n, limits):
+    """Return (n, B, 4) quaternions uniform over rotations of angle <= limits (B,)."""
+    limits = np.asarray(limits, dtype=float)
+    # Uniform on SO(3) has angle density (1 - cos a) / pi: invert its CDF a - sin a.
+    grid = np.linspace(0.0, 1.0, 1024)[:, None] * np.minimum(limits, np.pi)
+    cdf = grid - np.sin(grid)
+    u = rng.uniform(size=(n, len(limits)))
+    angle = np.empty((n, len(limits)))
+    for b in range(len(limits)):
+        angle[:, b] = np.interp(u[:, b] * cdf[-1, b], cdf[:, b], grid[:, b])
+    axis = rng.normal(size=(n, len(limits), 3))
+    axis /= np.linalg.norm(axis, axis=-1, keepdims=True)
+    return quat_from_rotvec(axis * angle[..., None])
 
 
-def _clip_ball(quat, limit):
-    """Return unit quaternions whose rotation angle is at most ``limit``."""
-    quat = quat / np.maximum(np.linalg.norm(quat, axis=-1, keepdims=True), 1e-12)
-    quat = np.where(quat[:, :1] < 0.0, -quat, quat)
-    if limit >= np.pi:
-        return quat
-    half = 0.5 * limit
-    w = quat[:, 0]
-    over = w < np.cos(half)
+def _clip_ball(quat, limits):
+    """Return unit quaternions (w >= 0) whose rotation angle is at most ``limits``.
+
+    quat: (..., B, 4); limits: (B,) [rad].
+    """
+    quat = quat / np.maximum(np.sqrt(np.sum(quat * quat, axis=-1, keepdims=True)), 1e-12)
+    quat = np.where(quat[..., :1] < 0.0, -quat, quat)
+    cos_half = np.cos(0.5 * np.minimum(limits, np.pi))
+    over = quat[..., 0] < cos_half - 1e-15
     if np.any(over):
-        vec = quat[over, 1:]
-        vec = vec / np.maximum(np.linalg.norm(vec, axis=-1, keepdims=True), 1e-12)
-        quat[over, 0] = np.cos(half)
-        quat[over, 1:] = vec * np.sin(half)
+        vec = quat[..., 1:]
+        vec = vec / np.maximum(np.sqrt(np.sum(vec * vec, axis=-1, keepdims=True)), 1e-12)
+        sin_half = np.sqrt(1.0 - cos_half * cos_half)
+        clipped = np.concatenate([np.broadcast_to(cos_half, quat.shape[:-1])[..., None],
+                                  vec * sin_half[..., None]], axis=-1)
+        quat = np.where(over[..., None], clipped, quat)
     return quat
 
 

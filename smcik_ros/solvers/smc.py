@@ -67,7 +67,7 @@ class SmcSettings(SolverSettings):
     refine_steps: int = 3               # damped least-squares steps per refined particle
     refine_damping: float = 1e-4        # Levenberg-Marquardt damping floor
     max_step: float = 0.5               # [rad or m] largest joint change of one refinement step
-    restart_after: int = 6              # iterations without enough progress before re-seeding
+    restart_after: int = 4              # iterations without enough progress before re-seeding
     stall_tolerance: float = 0.1        # 'progress' = best cost down by this fraction
     restart_fraction: float = 1.0       # share of particles re-seeded on a restart
     online_restarts: bool = False       # also re-seed in online use (may switch IK branch)
@@ -299,24 +299,30 @@ class SmcSolver(Solver):
             # Fallback after max_redraws: that joint stays where it was (always valid).
             cand[bad] = base[bad]
             out[:, sq] = cand
-        for b, (qi, _, limit) in enumerate(chain._ball_slices):
-            out[:, qi:qi + 4] = self._propagate_ball(prev[:, qi:qi + 4], scale, b, limit)
+        if chain.has_ball_joints:
+            bq = chain._ball_q_idx
+            out[:, bq] = self._propagate_balls(prev[:, bq], scale)
         return out
 
-    def _propagate_ball(self, quat, scale, b, limit):
-        """QuTem step q * exp(v), v ~ N(0, diag(sigma^2) * scale^2), bounded accept/reject."""
+    def _propagate_balls(self, quat, scale):
+        """QuTem steps q * exp(v), v ~ N(0, diag(sigma^2) scale^2), bounded accept/reject.
+
+        quat: (N, B, 4) for the B ball joints; a joint whose sample leaves its angle limit
+        is redrawn (at most max_redraws times), then keeps its previous rotation.
+        """
         s = self.settings
-        sigma = self._ball_noise[b][None, :] * scale[:, None]
+        sigma = self._ball_noise[None, :, :] * scale[:, None, None]      # (N, B, 3)
         cand = _qutem(quat, sigma, self.rng)
-        if limit >= np.pi:
+        limits = self.chain.ball_limits
+        if np.all(limits >= np.pi):
             return cand
-        cos_half = np.cos(0.5 * limit)
-        bad = np.abs(cand[:, 0]) < cos_half
+        cos_half = np.cos(0.5 * np.minimum(limits, np.pi))
+        bad = np.abs(cand[..., 0]) < cos_half
         for _ in range(s.max_redraws):
             if not bad.any():
                 break
             cand[bad] = _qutem(quat[bad], sigma[bad], self.rng)
-            bad = np.abs(cand[:, 0]) < cos_half
+            bad = np.abs(cand[..., 0]) < cos_half
         cand[bad] = quat[bad]
         return cand
 
@@ -423,8 +429,9 @@ class SmcSolver(Solver):
         alpha = self.settings.smoothing_alpha
         chain = self.chain
         out = previous + alpha * (candidate - previous)
-        for qi, _, _ in chain._ball_slices:
-            out[qi:qi + 4] = quat_slerp(previous[qi:qi + 4], candidate[qi:qi + 4], alpha)
+        if chain.has_ball_joints:
+            bq = chain._ball_q_idx
+            out[bq] = quat_slerp(previous[bq], candidate[bq], alpha)
         # Convex combination of in-limit points stays in the box; clip guards rounding.
         return chain.clip(out)
 
@@ -440,7 +447,7 @@ def _qutem(quat, sigma, rng):
     """
     v = rng.standard_normal(sigma.shape) * sigma
     out = quat_multiply(quat, quat_from_rotvec(v))
-    return np.where(out[:, :1] < 0.0, -out, out)
+    return np.where(out[..., :1] < 0.0, -out, out)
 
 
 def _lm_step(jac, r, lam):

@@ -1,0 +1,206 @@
+"""Chain model: FK against yourdfpy's own FK, Jacobians against finite differences, errors."""
+
+import os
+
+import numpy as np
+import pytest
+import yourdfpy
+
+from smcik_ros.errors import ModelError
+from smcik_ros.kinematics import Chain, JointSpec
+
+HERE = os.path.dirname(__file__)
+ROOT = os.path.dirname(HERE)
+ARM7 = os.path.join(ROOT, 'urdf', 'smcik_arm.urdf')
+ARM6 = os.path.join(ROOT, 'urdf', 'smcik_arm6.urdf')
+MIMIC = os.path.join(HERE, 'urdf', 'mimic_prismatic.urdf')
+TWO_TIPS = os.path.join(HERE, 'urdf', 'two_tips.urdf')
+BROKEN = os.path.join(HERE, 'urdf', 'broken.urdf')
+
+CASES = [(ARM7, 'tool0'), (ARM6, 'tool0'), (MIMIC, 'tool0'),
+         (TWO_TIPS, ['left_tool', 'right_tool'])]
+
+
+def _reference(path):
+    return yourdfpy.URDF.load(path, build_scene_graph=True, load_meshes=False)
+
+
+@pytest.mark.parametrize('path,tip', CASES)
+def test_fk_matches_yourdfpy_on_every_link(path, tip):
+    chain = Chain.from_urdf(path, 'base_link', tip)
+    ref = _reference(path)
+    rng = np.random.default_rng(1)
+    qs = chain.random_configuration(rng, 25)
+    batched = chain.link_poses(qs)
+    worst = 0.0
+    for q, poses in zip(qs, batched):
+        ref.update_cfg(dict(zip(chain.joint_names, q)))
+        for i, link in enumerate(chain.link_names):
+            expected = ref.get_transform(link, 'base_link')
+            worst = max(worst, np.abs(poses[i] - expected).max(),
+                        np.abs(chain.fk(q, link) - expected).max())
+    assert worst < 1e-9
+
+
+def test_fk_shapes_single_and_batch_agree():
+    chain = Chain.from_urdf(ARM7)
+    qs = chain.random_configuration(np.random.default_rng(2), 7)
+    batch = chain.fk(qs)
+    assert batch.shape == (7, 4, 4)
+    assert chain.fk(qs[3]).shape == (4, 4)
+    np.testing.assert_allclose(batch[3], chain.fk(qs[3]), atol=1e-14)
+    assert chain.link_poses(qs).shape == (7, len(chain.link_names), 4, 4)
+    assert chain.jacobian(qs).shape == (7, 6, chain.nv)
+
+
+def test_mimic_joint_is_not_in_the_state_and_follows_its_source():
+    chain = Chain.from_urdf(MIMIC)
+    assert 'mimic_rev' not in chain.joint_names
+    assert {'rev1', 'prism1', 'rev2', 'cont1'} <= set(chain.joint_names)
+
+
+def _finite_difference_jacobian(chain, q, link, offset, h=1e-6):
+    def pose(qq):
+        frames = chain.frames(qq)
+        return frames.link_pose(link)[0], frames.point(link, offset)[0]
+    base_pose, base_point = pose(q)
+    jac = np.zeros((6, chain.nv))
+    for i in range(chain.nv):
+        dv = np.zeros(chain.nv)
+        dv[i] = h
+        p_pose, p_point = pose(chain.integrate(q, dv))
+        m_pose, m_point = pose(chain.integrate(q, -dv))
+        jac[:3, i] = (p_point - m_point) / (2 * h)
+        d_rot = p_pose[:3, :3] @ m_pose[:3, :3].T
+        jac[3:, i] = 0.5 * np.array([d_rot[2, 1] - d_rot[1, 2], d_rot[0, 2] - d_rot[2, 0],
+                                     d_rot[1, 0] - d_rot[0, 1]]) / (2 * h)
+    return jac
+
+
+@pytest.mark.parametrize('path,tip', CASES)
+def test_jacobian_matches_finite_differences_for_every_link(path, tip):
+    chain = Chain.from_urdf(path, 'base_link', tip)
+    rng = np.random.default_rng(3)
+    offset = np.array([0.03, -0.02, 0.05])
+    for q in chain.random_configuration(rng, 4):
+        for link in chain.link_names:
+            analytic = chain.jacobian(q, link, offset)
+            numeric = _finite_difference_jacobian(chain, q, link, offset)
+            np.testing.assert_allclose(analytic, numeric, atol=1e-7)
+
+
+def test_ball_chain_jacobian_and_limits():
+    chain = Chain.ball_chain(5, segment_length=0.5, max_angle=1.0)
+    assert chain.nq == 20 and chain.nv == 15
+    rng = np.random.default_rng(4)
+    qs = chain.random_configuration(rng, 200)
+    assert chain.within_limits(qs).all()
+    for q in qs[:3]:
+        np.testing.assert_allclose(chain.jacobian(q, 'tip'),
+                                   _finite_difference_jacobian(chain, q, 'tip', None), atol=1e-7)
+    # Reach at the identity: five segments of 0.5 m along z.
+    np.testing.assert_allclose(chain.fk(chain.neutral_configuration())[:3, 3], [0, 0, 2.5])
+
+
+def test_center_of_mass_matches_urdf_inertials():
+    chain = Chain.from_urdf(ARM7)
+    ref = _reference(ARM7)
+    q = chain.random_configuration(np.random.default_rng(5))
+    ref.update_cfg(dict(zip(chain.joint_names, q)))
+    total, weighted = 0.0, np.zeros(3)
+    for link in ref.robot.links:
+        if link.inertial is None or link.name not in chain.link_names:
+            continue
+        pose = ref.get_transform(link.name, 'base_link') @ link.inertial.origin
+        total += link.inertial.mass
+        weighted += link.inertial.mass * pose[:3, 3]
+    np.testing.assert_allclose(chain.center_of_mass(q), weighted / total, atol=1e-12)
+    assert chain.total_mass == pytest.approx(total)
+
+
+def test_com_jacobian_matches_finite_differences():
+    chain = Chain.from_urdf(ARM7)
+    q = chain.random_configuration(np.random.default_rng(6))
+    analytic = chain.frames(q).com_jacobian()[0]
+    numeric = np.zeros_like(analytic)
+    for i in range(chain.nv):
+        dv = np.zeros(chain.nv)
+        dv[i] = 1e-6
+        numeric[:, i] = (chain.center_of_mass(q + dv) - chain.center_of_mass(q - dv)) / 2e-6
+    np.testing.assert_allclose(analytic, numeric, atol=1e-8)
+
+
+def test_limits_velocity_and_clip():
+    chain = Chain.from_urdf(ARM7)
+    assert chain.lower.shape == chain.upper.shape == (7,)
+    assert np.all(chain.lower < chain.upper)
+    assert np.all(np.isfinite(chain.velocity_limits)) and np.all(chain.velocity_limits > 0)
+    q = chain.upper + 1.0
+    assert not chain.within_limits(q)
+    assert chain.within_limits(chain.clip(q))
+    with pytest.raises(ValueError):
+        chain.lower[0] = 0.0  # read-only
+
+
+def test_from_xml_string_equals_from_file():
+    with open(ARM6) as f:
+        xml = f.read()
+    a, b = Chain.from_urdf(ARM6), Chain.from_urdf(xml)
+    q = a.random_configuration(np.random.default_rng(7))
+    np.testing.assert_array_equal(a.fk(q), b.fk(q))
+    assert a.joint_names == b.joint_names
+
+
+def test_unknown_link_lists_the_links():
+    with pytest.raises(ModelError) as err:
+        Chain.from_urdf(ARM7, tip_link='tool1')
+    message = str(err.value)
+    assert "unknown tip link 'tool1'" in message and 'tool0' in message and 'link3' in message
+
+
+def test_tip_not_below_base_says_so():
+    with pytest.raises(ModelError, match='not below base link'):
+        Chain.from_urdf(ARM7, base_link='link4', tip_link='link2')
+
+
+def test_broken_urdf_gives_the_parsers_reason():
+    with pytest.raises(ModelError) as err:
+        Chain.from_urdf(BROKEN)
+    assert 'not well-formed XML' in str(err.value)
+    assert 'line' in str(err.value)  # lxml's location of the error
+
+
+def test_missing_file_and_non_urdf_xml():
+    with pytest.raises(ModelError, match='does not exist'):
+        Chain.from_urdf('/nonexistent/robot.urdf')
+    with pytest.raises(ModelError, match='expected <robot>'):
+        Chain.from_urdf('<launch><node/></launch>')
+
+
+def test_revolute_without_limits_is_refused():
+    xml = """<robot name="r"><link name="base_link"/><link name="a"/>
+      <joint name="j" type="revolute"><parent link="base_link"/><child link="a"/>
+      <axis xyz="0 0 1"/></joint></robot>"""
+    with pytest.raises(ModelError, match='limit'):
+        Chain.from_urdf(xml, tip_link='a')
+
+
+def test_bad_configuration_shape_is_reported():
+    chain = Chain.from_urdf(ARM7)
+    with pytest.raises(ModelError, match='7 entries'):
+        chain.fk(np.zeros(6))
+
+
+def test_programmatic_prismatic_and_fixed_joints():
+    origin = np.eye(4)
+    origin[:3, 3] = (0.0, 0.0, 0.2)
+    joints = [
+        JointSpec('slide', 'base_link', 'carriage', type='prismatic', axis=(1.0, 0.0, 0.0),
+                  lower=-0.5, upper=0.5),
+        JointSpec('mount', 'carriage', 'plate', type='fixed', origin=origin),
+        JointSpec('turn', 'plate', 'tool', type='revolute', axis=(0.0, 0.0, 1.0)),
+    ]
+    chain = Chain.from_joints(joints, 'base_link', 'tool')
+    pose = chain.fk(np.array([0.3, np.pi / 2]))
+    np.testing.assert_allclose(pose[:3, 3], [0.3, 0.0, 0.2], atol=1e-12)
+    np.testing.assert_allclose(pose[:3, 0], [0.0, 1.0, 0.0], atol=1e-12)
