@@ -1,0 +1,179 @@
+"""RViz markers of the filter: particle chains, the MAP chain, the target, keep-out spheres.
+
+Kept cheap (see ROS_ENV.md): all particles are ONE LINE_LIST marker with per-vertex colours
+(green = high weight, red = low), numpy arrays are turned into flat Python lists once, and the
+number of drawn particles is capped by the caller (highest weights first).
+"""
+
+import xml.etree.ElementTree as ElementTree
+
+from geometry_msgs.msg import Point, Vector3
+import numpy as np
+from std_msgs.msg import ColorRGBA
+from visualization_msgs.msg import Marker, MarkerArray
+
+from .ros_conversions import matrix_to_pose
+
+__all__ = ['NAMESPACES', 'link_segments', 'particle_marker', 'chain_marker', 'target_marker',
+           'sphere_markers', 'build_marker_array', 'select_particles']
+
+NAMESPACES = ('particles', 'map', 'target', 'keep_out')
+_LINE_WIDTH = 0.004  # [m]
+_MAP_WIDTH = 0.012  # [m]
+
+
+def _header(marker, frame, stamp):
+    marker.header.frame_id = frame
+    if stamp is not None:
+        marker.header.stamp = stamp
+    return marker
+
+
+def link_segments(urdf_xml, link_names):
+    """Return (S, 2) index pairs (parent, child) into ``link_names`` from the URDF's joints.
+
+    Only joints whose parent and child are both in ``link_names`` give a segment, so a
+    sub-tree (several tips) is drawn correctly. Falls back to consecutive pairs when the XML
+    cannot be read.
+    """
+    index = {name: i for i, name in enumerate(link_names)}
+    pairs = []
+    try:
+        root = ElementTree.fromstring(urdf_xml)
+    except ElementTree.ParseError:
+        root = None
+    if root is not None:
+        for joint in root.iter('joint'):
+            parent, child = joint.find('parent'), joint.find('child')
+            if parent is None or child is None:
+                continue
+            a, b = index.get(parent.get('link')), index.get(child.get('link'))
+            if a is not None and b is not None:
+                pairs.append((a, b))
+    if not pairs:
+        pairs = [(i, i + 1) for i in range(len(link_names) - 1)]
+    return np.array(sorted(pairs), dtype=int).reshape(-1, 2)
+
+
+def select_particles(particles, weights, max_count):
+    """Return (particles, weights) of at most ``max_count`` particles, highest weights first."""
+    particles = np.asarray(particles, dtype=float)
+    if weights is None:
+        weights = np.full(len(particles), 1.0 / max(len(particles), 1))
+    weights = np.asarray(weights, dtype=float)
+    if len(particles) > max_count:
+        keep = np.argsort(weights)[::-1][:max_count]
+        particles, weights = particles[keep], weights[keep]
+    return particles, weights
+
+
+def particle_marker(link_positions, weights, frame, stamp=None, segments=None):
+    """Return one LINE_LIST marker drawing (N, L, 3) particle chains [m], coloured by weight.
+
+    ``segments``: (S, 2) link index pairs (default: consecutive links). Both vertices of a
+    segment take the particle's colour: green for the highest weight, red for the lowest
+    (relative to the maximum), more transparent as the weight drops.
+    """
+    marker = _header(Marker(), frame, stamp)
+    marker.ns, marker.id = 'particles', 0
+    marker.type, marker.action = Marker.LINE_LIST, Marker.ADD
+    marker.pose.orientation.w = 1.0
+    marker.scale.x = _LINE_WIDTH
+    positions = np.asarray(link_positions, dtype=float)
+    if positions.ndim != 3 or positions.shape[0] == 0 or positions.shape[1] < 2:
+        return marker
+    n_particles, n_links = positions.shape[:2]
+    if segments is None:
+        segments = np.stack([np.arange(n_links - 1), np.arange(1, n_links)], axis=1)
+    segments = np.asarray(segments, dtype=int)
+    # Vertices: (N, S, 2, 3) -> flat list of [x, y, z].
+    vertices = positions[:, segments].reshape(-1, 3).tolist()
+    weights = np.asarray(weights, dtype=float)
+    top = float(np.max(weights)) if weights.size else 0.0
+    level = weights / top if top > 0.0 and np.isfinite(top) else np.ones(n_particles)
+    level = np.clip(np.nan_to_num(level), 0.0, 1.0)
+    rgba = np.stack([1.0 - level, level, np.full_like(level, 0.15), 0.25 + 0.75 * level], axis=1)
+    per_vertex = np.repeat(rgba, 2 * len(segments), axis=0).tolist()
+    marker.points = [Point(x=x, y=y, z=z) for x, y, z in vertices]
+    marker.colors = [ColorRGBA(r=r, g=g, b=b, a=a) for r, g, b, a in per_vertex]
+    return marker
+
+
+def chain_marker(link_positions, frame, stamp=None, marker_id=0, rgba=(0.1, 0.4, 1.0, 1.0)):
+    """Return a LINE_STRIP marker through (L, 3) link origins [m] (the MAP estimate)."""
+    marker = _header(Marker(), frame, stamp)
+    marker.ns, marker.id = 'map', marker_id
+    marker.type, marker.action = Marker.LINE_STRIP, Marker.ADD
+    marker.pose.orientation.w = 1.0
+    marker.scale.x = _MAP_WIDTH
+    marker.color = ColorRGBA(r=rgba[0], g=rgba[1], b=rgba[2], a=rgba[3])
+    marker.points = [Point(x=x, y=y, z=z)
+                     for x, y, z in np.asarray(link_positions, dtype=float).tolist()]
+    return marker
+
+
+def target_marker(target, frame, stamp=None):
+    """Return the goal marker: an ARROW along the tool z axis for (4, 4), a SPHERE for (3,)."""
+    marker = _header(Marker(), frame, stamp)
+    marker.ns, marker.id = 'target', 0
+    marker.action = Marker.ADD
+    target = np.asarray(target, dtype=float)
+    if target.shape == (4, 4):
+        marker.type = Marker.ARROW
+        # An ARROW's shaft is its x axis: rotate so it shows the target's z (approach) axis.
+        pose = target.copy()
+        pose[:3, :3] = target[:3, :3] @ np.array([[0.0, 0.0, -1.0],
+                                                  [0.0, 1.0, 0.0],
+                                                  [1.0, 0.0, 0.0]])
+        marker.pose = matrix_to_pose(pose)
+        marker.scale = Vector3(x=0.08, y=0.012, z=0.012)
+    else:
+        marker.type = Marker.SPHERE
+        marker.pose.position = Point(x=float(target[0]), y=float(target[1]), z=float(target[2]))
+        marker.pose.orientation.w = 1.0
+        marker.scale = Vector3(x=0.03, y=0.03, z=0.03)
+    marker.color = ColorRGBA(r=1.0, g=0.85, b=0.0, a=0.9)
+    return marker
+
+
+def sphere_markers(spheres, frame, stamp=None):
+    """Return SPHERE markers for [(center (3,) [m] in ``frame``, radius [m]), ...]."""
+    out = []
+    for k, (center, radius) in enumerate(spheres):
+        marker = _header(Marker(), frame, stamp)
+        marker.ns, marker.id = 'keep_out', k
+        marker.type, marker.action = Marker.SPHERE, Marker.ADD
+        marker.pose.position = Point(x=float(center[0]), y=float(center[1]),
+                                     z=float(center[2]))
+        marker.pose.orientation.w = 1.0
+        diameter = 2.0 * float(radius)
+        marker.scale = Vector3(x=diameter, y=diameter, z=diameter)
+        marker.color = ColorRGBA(r=0.9, g=0.1, b=0.1, a=0.35)
+        out.append(marker)
+    return out
+
+
+def build_marker_array(frame, stamp=None, particle_positions=None, weights=None,
+                       segments=None, map_positions=None, target=None, spheres=(),
+                       clear=False):
+    """Return the MarkerArray of one marker tick.
+
+    ``clear``: start with a DELETEALL (when keep-out spheres or the target went away since the
+    last tick, so RViz drops them).
+    ``particle_positions``: (N, L, 3) [m]; ``segments``: (S, 2) link pairs;
+    ``map_positions``: (L, 3) [m]; ``target``: (4, 4) or (3,) [m];
+    ``spheres``: [(center (3,), radius)], all in ``frame``.
+    """
+    markers = []
+    if clear:
+        delete_all = _header(Marker(), frame, stamp)
+        delete_all.action = Marker.DELETEALL
+        markers.append(delete_all)
+    if particle_positions is not None and len(particle_positions):
+        markers.append(particle_marker(particle_positions, weights, frame, stamp, segments))
+    if map_positions is not None:
+        markers.append(chain_marker(map_positions, frame, stamp))
+    if target is not None:
+        markers.append(target_marker(target, frame, stamp))
+    markers.extend(sphere_markers(spheres, frame, stamp))
+    return MarkerArray(markers=markers)

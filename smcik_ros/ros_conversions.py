@@ -1,0 +1,247 @@
+"""Message <-> numpy conversions for the rclpy layer (no node, no graph needed).
+
+Poses are (4, 4) homogeneous matrices [m]; quaternions in messages are (x, y, z, w), the
+package's rotation helpers use (w, x, y, z). Every function that reads an incoming message
+validates it and raises :class:`~smcik_ros.errors.GoalError` with a message saying what was
+expected and what arrived; the node turns that into one log line.
+"""
+
+import math
+
+from builtin_interfaces.msg import Duration
+from geometry_msgs.msg import Point, Pose, Quaternion
+import numpy as np
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray, MultiArrayDimension
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+from visualization_msgs.msg import Marker
+
+from .errors import GoalError
+from .rotations import matrix_to_quat, quat_to_matrix
+
+__all__ = [
+    'QUATERNION_NORM_RANGE', 'pose_to_matrix', 'matrix_to_pose', 'point_to_array',
+    'goal_pose_to_matrix', 'tool_down_rotation', 'yaw_of_quaternion', 'joint_state_to_positions',
+    'make_joint_state', 'make_joint_trajectory', 'make_float64_multi_array',
+    'command_to_positions', 'update_keep_out_spheres', 'duration_from_seconds',
+]
+
+# Quaternions whose norm lies in this range are normalised; others are refused.
+QUATERNION_NORM_RANGE = (1e-3, 1e3)
+
+
+def _finite_values(where, values, expected):
+    values = np.asarray(values, dtype=float)
+    if not np.all(np.isfinite(values)):
+        raise GoalError(f'{where}: expected {expected}, got non-finite values '
+                        f'{np.array2string(values, precision=4)}')
+    return values
+
+
+def quaternion_msg_to_wxyz(quaternion, where='orientation'):
+    """Return the unit (w, x, y, z) of a geometry_msgs/Quaternion, normalising if needed.
+
+    A norm outside QUATERNION_NORM_RANGE (e.g. the all-zero quaternion) is refused.
+    """
+    q = _finite_values(where, [quaternion.w, quaternion.x, quaternion.y, quaternion.z],
+                       'a finite quaternion (x, y, z, w)')
+    norm = float(np.linalg.norm(q))
+    low, high = QUATERNION_NORM_RANGE
+    if not low <= norm <= high:
+        raise GoalError(f'{where}: expected a unit quaternion (norm 1; norms in '
+                        f'[{low:g}, {high:g}] are normalised), got (x, y, z, w) = '
+                        f'({quaternion.x:g}, {quaternion.y:g}, {quaternion.z:g}, '
+                        f'{quaternion.w:g}) with norm {norm:.3g}')
+    return q / norm
+
+
+def pose_to_matrix(pose, where='pose'):
+    """Return the (4, 4) matrix of a geometry_msgs/Pose [m]; see quaternion_msg_to_wxyz."""
+    position = _finite_values(f'{where}.position',
+                              [pose.position.x, pose.position.y, pose.position.z],
+                              'a finite position [m]')
+    out = np.eye(4)
+    out[:3, :3] = quat_to_matrix(quaternion_msg_to_wxyz(pose.orientation,
+                                                        f'{where}.orientation'))
+    out[:3, 3] = position
+    return out
+
+
+def matrix_to_pose(matrix):
+    """Return the geometry_msgs/Pose of a (4, 4) homogeneous matrix [m]."""
+    matrix = np.asarray(matrix, dtype=float)
+    w, x, y, z = (float(v) for v in matrix_to_quat(matrix[:3, :3]))
+    p = matrix[:3, 3]
+    return Pose(position=Point(x=float(p[0]), y=float(p[1]), z=float(p[2])),
+                orientation=Quaternion(x=x, y=y, z=z, w=w))
+
+
+def point_to_array(point, where='point'):
+    """Return the (3,) array [m] of a geometry_msgs/Point, refusing non-finite values."""
+    return _finite_values(where, [point.x, point.y, point.z], 'a finite point [m]')
+
+
+def yaw_of_quaternion(wxyz):
+    """Return the yaw [rad] (rotation about z) of a unit (w, x, y, z) quaternion."""
+    w, x, y, z = wxyz
+    return math.atan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
+
+
+def tool_down_rotation(yaw):
+    """Return the (3, 3) rotation with the tool z axis pointing down (-z), x along ``yaw``.
+
+    R = Rz(yaw) Rx(pi): the tool x axis points along the clicked arrow, z points down.
+    """
+    c, s = math.cos(yaw), math.sin(yaw)
+    return np.array([[c, s, 0.0],
+                     [s, -c, 0.0],
+                     [0.0, 0.0, -1.0]])
+
+
+def goal_pose_to_matrix(pose, height, where='goal_pose'):
+    """Return the arm goal (4, 4) for an RViz "2D Goal Pose" click, in the click's frame.
+
+    Position: x, y from the click, z = ``height`` [m]. Orientation: tool pointing down (tool
+    z = -z of the frame), tool x along the clicked arrow (its yaw).
+    """
+    position = _finite_values(f'{where}.position', [pose.position.x, pose.position.y],
+                              'a finite position [m]')
+    yaw = yaw_of_quaternion(quaternion_msg_to_wxyz(pose.orientation, f'{where}.orientation'))
+    out = np.eye(4)
+    out[:3, :3] = tool_down_rotation(yaw)
+    out[:3, 3] = [position[0], position[1], float(height)]
+    return out
+
+
+def joint_state_to_positions(msg, joint_names, previous):
+    """Map a sensor_msgs/JointState onto ``joint_names`` by name.
+
+    ``previous``: (n,) values kept for joints the message does not carry (NaN = not known yet).
+    Returns (q (n,), missing names, extra names). Raises GoalError when names and positions
+    differ in length or a carried position is not finite.
+    """
+    names = list(msg.name)
+    positions = np.asarray(msg.position, dtype=float)
+    if len(names) != len(positions):
+        raise GoalError(f'joint_states: expected one position per name, got {len(names)} '
+                        f'names and {len(positions)} positions')
+    index = {name: i for i, name in enumerate(names)}
+    q = np.array(previous, dtype=float, copy=True)
+    missing = []
+    for j, name in enumerate(joint_names):
+        i = index.get(name)
+        if i is None:
+            missing.append(name)
+            continue
+        if not math.isfinite(positions[i]):
+            raise GoalError(f'joint_states: expected a finite position for {name!r}, got '
+                            f'{positions[i]}')
+        q[j] = positions[i]
+    known = set(joint_names)
+    extra = [name for name in names if name not in known]
+    return q, missing, extra
+
+
+def make_joint_state(joint_names, q, dq=None, stamp=None):
+    """Return a sensor_msgs/JointState with names, positions [rad or m] and velocities."""
+    msg = JointState()
+    if stamp is not None:
+        msg.header.stamp = stamp
+    msg.name = list(joint_names)
+    msg.position = np.asarray(q, dtype=float).tolist()
+    if dq is not None:
+        msg.velocity = np.asarray(dq, dtype=float).tolist()
+    return msg
+
+
+def duration_from_seconds(seconds):
+    """Return the builtin_interfaces/Duration of ``seconds`` >= 0."""
+    sec = int(math.floor(seconds))
+    nanosec = int(round((seconds - sec) * 1e9))
+    if nanosec >= 1_000_000_000:
+        sec, nanosec = sec + 1, nanosec - 1_000_000_000
+    return Duration(sec=sec, nanosec=nanosec)
+
+
+def make_joint_trajectory(joint_names, q, dq, time_from_start, stamp=None):
+    """Return a one-point JointTrajectory reaching ``q`` at ``time_from_start`` [s].
+
+    A zero header stamp means "start now" for ros2_control's joint_trajectory_controller.
+    """
+    msg = JointTrajectory()
+    if stamp is not None:
+        msg.header.stamp = stamp
+    msg.joint_names = list(joint_names)
+    point = JointTrajectoryPoint()
+    point.positions = np.asarray(q, dtype=float).tolist()
+    if dq is not None:
+        point.velocities = np.asarray(dq, dtype=float).tolist()
+    point.time_from_start = duration_from_seconds(time_from_start)
+    msg.points = [point]
+    return msg
+
+
+def make_float64_multi_array(q):
+    """Return a std_msgs/Float64MultiArray of ``q`` (forward_command_controller, chain order)."""
+    msg = Float64MultiArray()
+    q = np.asarray(q, dtype=float)
+    msg.layout.dim = [MultiArrayDimension(label='joints', size=len(q), stride=len(q))]
+    msg.data = q.tolist()
+    return msg
+
+
+def command_to_positions(msg, joint_names, previous):
+    """Return the (n,) commanded positions of a JointState, JointTrajectory or Float64MultiArray.
+
+    JointState / JointTrajectory are mapped by name (joints not carried keep ``previous``; the
+    trajectory's last point is used); Float64MultiArray must carry one value per joint in
+    ``joint_names`` order. Raises GoalError on a malformed or non-finite command.
+    """
+    if isinstance(msg, JointState):
+        q, _, _ = joint_state_to_positions(msg, joint_names, previous)
+        return q
+    if isinstance(msg, JointTrajectory):
+        if not msg.points:
+            raise GoalError('joint_trajectory: expected at least one point, got none')
+        fake = JointState(name=list(msg.joint_names), position=list(msg.points[-1].positions))
+        q, _, _ = joint_state_to_positions(fake, joint_names, previous)
+        return q
+    if isinstance(msg, Float64MultiArray):
+        if len(msg.data) != len(joint_names):
+            raise GoalError(f'float64_multi_array: expected {len(joint_names)} values '
+                            f'({", ".join(joint_names)}), got {len(msg.data)}')
+        return _finite_values('float64_multi_array', msg.data, 'finite joint positions')
+    raise GoalError(f'command: unsupported message type {type(msg).__name__}')
+
+
+def update_keep_out_spheres(spheres, marker_array, default_frame):
+    """Apply a visualization_msgs/MarkerArray to a dict (ns, id) -> (frame, center, radius).
+
+    SPHERE markers with ADD (= MODIFY) set a sphere: pose.position = centre [m],
+    scale.x = diameter [m]; DELETE removes (ns, id); DELETEALL clears all. Returns the new dict
+    (the input is left untouched). Raises GoalError on any other marker type or bad values,
+    in which case nothing is applied.
+    """
+    out = dict(spheres)
+    for k, marker in enumerate(marker_array.markers):
+        key = (marker.ns, marker.id)
+        where = f'keep_out_markers[{k}] (ns {marker.ns!r}, id {marker.id})'
+        if marker.action == Marker.DELETEALL:
+            out.clear()
+        elif marker.action == Marker.DELETE:
+            out.pop(key, None)
+        elif marker.action == Marker.ADD:
+            if marker.type != Marker.SPHERE:
+                raise GoalError(f'{where}: expected a SPHERE marker (type {Marker.SPHERE}), '
+                                f'got type {marker.type}')
+            center = point_to_array(marker.pose.position, f'{where}.pose.position')
+            diameter = float(marker.scale.x)
+            if not math.isfinite(diameter) or diameter <= 0.0:
+                raise GoalError(f'{where}: expected scale.x = sphere diameter > 0 [m], got '
+                                f'{diameter}')
+            out[key] = (marker.header.frame_id or default_frame, center, 0.5 * diameter)
+        else:
+            raise GoalError(f'{where}: expected action ADD ({Marker.ADD}), DELETE '
+                            f'({Marker.DELETE}) or DELETEALL ({Marker.DELETEALL}), got '
+                            f'{marker.action}')
+    return out

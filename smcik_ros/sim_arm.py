@@ -1,0 +1,155 @@
+"""sim_arm: a kinematic stand-in for a robot arm driver.
+
+Loads the same URDF as smcik_node (robot_description / urdf_path parameters, or the
+/robot_description topic), follows the joint commands within the URDF velocity limits and an
+``acceleration_limit``, and publishes ``joint_states`` (names, positions, velocities) at
+``rate_hz``, as joint_state_broadcaster does on a ros2_control robot.
+"""
+
+import sys
+
+import numpy as np
+import rclpy
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rcl_interfaces.msg import FloatingPointRange, ParameterDescriptor
+from sensor_msgs.msg import JointState
+
+from .errors import GoalError, SmcIkError
+from .kinematics import Chain
+from .node import COMMAND_QOS, COMMAND_TYPES, load_robot_description
+from .ros_conversions import command_to_positions, make_joint_state
+
+__all__ = ['SimArm', 'main', 'initial_configuration', 'follow']
+
+
+def initial_configuration(chain):
+    """Return the default start: 0 for joints whose range holds 0, else mid-range."""
+    mid = 0.5 * (chain.lower + chain.upper)
+    return np.where((chain.lower <= 0.0) & (chain.upper >= 0.0), 0.0, mid)
+
+
+def follow(q, v, target, v_max, a_max, dt):
+    """Return (q, v) after one step of ``dt`` [s] towards ``target``.
+
+    Per joint: the wanted velocity brakes in time (sqrt(2 a e)) and never overshoots in one
+    step (e / dt); the velocity changes by at most a_max dt and stays within v_max.
+    """
+    error = target - q
+    v_want = np.sign(error) * np.minimum.reduce([v_max, np.sqrt(2.0 * a_max * np.abs(error)),
+                                                 np.abs(error) / dt])
+    v = np.clip(v + np.clip(v_want - v, -a_max * dt, a_max * dt), -v_max, v_max)
+    return q + v * dt, v
+
+
+class SimArm(Node):
+    """Integrate joint commands within velocity/acceleration limits; publish joint_states."""
+
+    def __init__(self, **kwargs):
+        super().__init__('sim_arm', **kwargs)
+        ro = ParameterDescriptor(read_only=True)
+        self.declare_parameter('robot_description', '', ro)
+        self.declare_parameter('urdf_path', '', ro)
+        self.declare_parameter('base_link', 'base_link', ro)
+        self.declare_parameter('tip_link', 'tool0', ro)
+        self.declare_parameter('robot_description_timeout', 10.0, ParameterDescriptor(
+            description='how long to wait for /robot_description [s]'))
+        self.declare_parameter('rate_hz', 100.0, ParameterDescriptor(
+            description='integration and joint_states rate [Hz]', read_only=True,
+            floating_point_range=[FloatingPointRange(from_value=1.0, to_value=1000.0)]))
+        self.declare_parameter('acceleration_limit', 10.0, ParameterDescriptor(
+            description='joint acceleration limit [rad/s^2 or m/s^2]',
+            floating_point_range=[FloatingPointRange(from_value=0.01, to_value=1000.0)]))
+        self.declare_parameter('velocity_scale', 1.0, ParameterDescriptor(
+            description='share of the URDF velocity limits used',
+            floating_point_range=[FloatingPointRange(from_value=0.01, to_value=1.0)]))
+        self.declare_parameter('command_type', 'joint_state', ParameterDescriptor(
+            description='joint_state | joint_trajectory | float64_multi_array', read_only=True))
+        self.declare_parameter('command_topic', 'joint_commands', ParameterDescriptor(
+            description='topic of the commands', read_only=True))
+        self.declare_parameter('initial_positions', Parameter.Type.DOUBLE_ARRAY,
+                               ParameterDescriptor(description='start configuration [rad or m]'
+                                                   ' in chain order; empty: 0 where in limits,'
+                                                   ' else mid-range', read_only=True))
+        xml, source = load_robot_description(
+            self, self.get_parameter('robot_description_timeout').value)
+        self.chain = Chain.from_urdf(xml, self.get_parameter('base_link').value,
+                                     self.get_parameter('tip_link').value)
+        command_type = self.get_parameter('command_type').value
+        if command_type not in COMMAND_TYPES:
+            raise GoalError(f'command_type {command_type!r} is not one of '
+                            f'{", ".join(COMMAND_TYPES)}')
+        self.q = self._initial_positions()
+        self.v = np.zeros(self.chain.n)
+        self.target = self.q.copy()
+        v_max = np.array(self.chain.velocity_limits, dtype=float)
+        self._v_max = np.where(np.isfinite(v_max) & (v_max > 0.0), v_max, 1.0)
+        self._rate = self.get_parameter('rate_hz').value
+        self._publisher = self.create_publisher(JointState, 'joint_states', COMMAND_QOS)
+        self.create_subscription(COMMAND_TYPES[command_type],
+                                 self.get_parameter('command_topic').value,
+                                 self._on_command, COMMAND_QOS)
+        self.create_timer(1.0 / self._rate, self._on_tick)
+        self.get_logger().info(
+            f'model from {source}; {self.chain.n} joints; following {command_type} on '
+            f'{self.get_parameter("command_topic").value}; start '
+            f'{np.array2string(self.q, precision=3)}')
+
+    def _initial_positions(self):
+        try:
+            values = self.get_parameter('initial_positions').value
+        except rclpy.exceptions.ParameterUninitializedException:
+            values = None
+        if values is None or len(values) == 0:
+            return initial_configuration(self.chain)
+        q = np.asarray(values, dtype=float)
+        if q.shape != (self.chain.n,) or not np.all(np.isfinite(q)):
+            raise GoalError(f'initial_positions: expected {self.chain.n} finite values '
+                            f'({", ".join(self.chain.joint_names)}), got {list(values)}')
+        if not self.chain.within_limits(q):
+            self.get_logger().warn('initial_positions outside the joint limits: clipped')
+        return self.chain.clip(q)
+
+    def _on_command(self, msg):
+        try:
+            target = command_to_positions(msg, self.chain.joint_names, self.target)
+        except GoalError as exc:
+            self.get_logger().warn(f'command ignored: {exc}', throttle_duration_sec=2.0)
+            return
+        self.target = self.chain.clip(target)
+
+    def _on_tick(self):
+        dt = 1.0 / self._rate
+        a_max = self.get_parameter('acceleration_limit').value
+        v_max = self._v_max * self.get_parameter('velocity_scale').value
+        q, v = follow(self.q, self.v, self.target, v_max, a_max, dt)
+        clipped = self.chain.clip(q)
+        v[clipped != q] = 0.0
+        self.q, self.v = clipped, v
+        self._publisher.publish(make_joint_state(self.chain.joint_names, self.q, self.v,
+                                                 self.get_clock().now().to_msg()))
+
+
+def main(args=None):
+    """Run sim_arm until SIGINT/SIGTERM (exit 0); exit 1 on an unusable model."""
+    rclpy.init(args=args)
+    node = None
+    code = 0
+    try:
+        node = SimArm()
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    except SmcIkError as exc:
+        rclpy.logging.get_logger('sim_arm').fatal(f'cannot start: {exc}')
+        code = 1
+    finally:
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
+    return code
+
+
+if __name__ == '__main__':
+    sys.exit(main())
