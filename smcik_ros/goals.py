@@ -20,7 +20,8 @@ Poses are (4, 4) homogeneous matrices in the chain's base frame [m]; angles in r
 import numpy as np
 
 from .errors import GoalError
-from .rotations import matrix_to_rotvec, quat_multiply, quat_conjugate, quat_to_rotvec
+from .rotations import (left_jacobian_inverse, matrix_to_rotvec, quat_conjugate,
+                        quat_multiply, quat_to_rotvec)
 
 __all__ = [
     'Target', 'PoseTarget', 'PositionTarget', 'OrientationTarget', 'Constraint',
@@ -128,16 +129,21 @@ class PoseTarget(Target):
         return out
 
     def jacobian(self, frames):
-        return frames.jacobian(self.link)
+        return self.residual_jacobian(frames)[1]
 
     def residual_jacobian(self, frames):
-        """Return (residual (N, 6), jacobian (N, 6, nv)) sharing one pose evaluation."""
+        """Return (residual (N, 6), jacobian (N, 6, nv)) sharing one pose evaluation.
+
+        The orientation rows are J_l^-1(r) J_w: exact, not only near the target.
+        """
         rot, pos = frames.link_transform(self.link)
         out = np.empty((len(frames), 6))
         out[:, :3] = pos - self.pose[:3, 3]
         out[:, 3:] = matrix_to_rotvec(rot @ self.pose[:3, :3].T)
         body, _ = frames.chain._link_anchor(self.link)
-        return out, frames.jacobian_at(body, pos)
+        jac = frames.jacobian_at(body, pos)
+        jac[:, 3:] = left_jacobian_inverse(out[:, 3:]) @ jac[:, 3:]
+        return out, jac
 
     def cost(self, frames):
         # Same value as the base class, without building the rotation vectors.
@@ -191,10 +197,10 @@ class OrientationTarget(Target):
         self.weight = _positive(weight, 'weight')
 
     def residual(self, frames):
-        return matrix_to_rotvec(frames.link_pose(self.link)[:, :3, :3] @ self.rotation.T)
+        return matrix_to_rotvec(frames.link_transform(self.link)[0] @ self.rotation.T)
 
     def jacobian(self, frames):
-        return frames.jacobian(self.link)[:, 3:]
+        return left_jacobian_inverse(self.residual(frames)) @ frames.jacobian(self.link)[:, 3:]
 
     def errors(self, frames):
         ori = _rotation_angle(frames.link_pose(self.link)[:, :3, :3], self.rotation)
@@ -422,18 +428,20 @@ class ChainSmoothness(Constraint):
         n = len(frames)
         rows = []
         if self._ball_pairs:
-            from .rotations import quat_to_matrix
             qa = frames.q[:, self._ball_q[0]]
             qb = frames.q[:, self._ball_q[1]]
-            rel = quat_to_matrix(quat_multiply(quat_conjugate(qa), qb))   # (N, P, 3, 3)
+            r = quat_to_rotvec(quat_multiply(quat_conjugate(qa), qb))     # (N, P, 3)
+            jl_inv = left_jacobian_inverse(r)                               # (N, P, 3, 3)
             p_count = len(self._ball_pairs)
             block = np.zeros((n, p_count, 3, chain.nv))
             pairs = np.arange(p_count)
-            # First order: d Log(qa^-1 qb) = d_b - R_rel^T d_a (body-frame steps).
-            # (Advanced indices around a slice put the pair axis first.)
+            # r = Log(qa^-1 qb): d r = J_r^-1(r) d_b - J_l^-1(r) d_a for body-frame steps,
+            # with J_r^-1 = (J_l^-1)^T. (Advanced indices around a slice: pair axis first.)
             for k in range(3):
-                block[:, pairs, :, self._ball_v[1][:, k]] = np.eye(3)[k]
-                block[:, pairs, :, self._ball_v[0][:, k]] = -rel[:, :, k, :].transpose(1, 0, 2)
+                block[:, pairs, :, self._ball_v[1][:, k]] = \
+                    jl_inv[:, :, k, :].transpose(1, 0, 2)
+                block[:, pairs, :, self._ball_v[0][:, k]] = \
+                    -jl_inv[:, :, :, k].transpose(1, 0, 2)
             rows.append(block.reshape(n, 3 * p_count, chain.nv))
         if self._scalar_pairs:
             block = np.zeros((n, len(self._scalar_pairs), chain.nv))
@@ -486,9 +494,20 @@ class PosturePreference(Constraint):
         return out * self._w
 
     def jacobian(self, frames):
-        if getattr(self, '_chain', None) is not frames.chain:
-            self.bind(frames.chain)
-        return np.broadcast_to(np.diag(self._w), (len(frames),) + (frames.chain.nv,) * 2)
+        chain = frames.chain
+        if getattr(self, '_chain', None) is not chain:
+            self.bind(chain)
+        jac = np.broadcast_to(np.diag(self._w), (len(frames),) + (chain.nv,) * 2)
+        if not chain.has_ball_joints:
+            return jac
+        # Ball rows: d Log(q_ref^-1 q) = J_r^-1(r) d (body-frame step), J_r^-1 = (J_l^-1)^T.
+        jac = jac.copy()
+        bq, bv = chain._ball_q_idx, chain._ball_v_idx
+        r = quat_to_rotvec(quat_multiply(quat_conjugate(self.q_ref[bq]), frames.q[:, bq]))
+        jr_inv = np.swapaxes(left_jacobian_inverse(r), -1, -2)             # (N, B, 3, 3)
+        for b in range(len(bv)):
+            jac[:, bv[b][:, None], bv[b][None, :]] = self._w[bv[b]][None, :, None] * jr_inv[:, b]
+        return jac
 
 
 class PlaneContact(Constraint):

@@ -10,7 +10,7 @@ import numpy as np
 __all__ = [
     'skew', 'quat_to_matrix', 'quat_multiply', 'quat_conjugate', 'quat_from_rotvec',
     'quat_to_rotvec', 'quat_angle', 'quat_slerp', 'matrix_to_rotvec', 'matrix_to_quat',
-    'rotvec_to_matrix',
+    'rotvec_to_matrix', 'left_jacobian_inverse',
 ]
 
 _EPS = 1e-12
@@ -168,3 +168,22 @@ def matrix_to_quat(rot):
 def _normalise_hemisphere(q):
     q = q / np.linalg.norm(q, axis=-1, keepdims=True)
     return np.where(q[..., :1] < 0.0, -q, q)
+
+
+def left_jacobian_inverse(r):
+    """Return (..., 3, 3) inverses of the SO(3) left Jacobian at rotation vectors r (..., 3).
+
+    Log(exp(w) R) = Log(R) + J_l^-1(Log R) w + O(w^2); the right Jacobian inverse is its
+    transpose: Log(R exp(w)) = Log(R) + J_l^-1(Log R)^T w + O(w^2).
+    """
+    r = np.asarray(r, dtype=float)
+    theta2 = np.sum(r * r, axis=-1)
+    theta = np.sqrt(theta2)
+    small = theta < 1e-4
+    safe = np.where(small, 1.0, theta)
+    # (1/theta^2 - (1 + cos) / (2 theta sin)), Taylor 1/12 + theta^2/720 near 0.
+    coeff = np.where(small, 1.0 / 12.0 + theta2 / 720.0,
+                     1.0 / (safe * safe) - (1.0 + np.cos(safe)) / (2.0 * safe * np.sin(safe)))
+    k = skew(r)
+    out = np.eye(3) - 0.5 * k + coeff[..., None, None] * (k @ k)
+    return out
