@@ -70,7 +70,8 @@ class SmcSettings(SolverSettings):
     restart_after: int = 4              # iterations without enough progress before re-seeding
     stall_tolerance: float = 0.1        # 'progress' = best cost down by this fraction
     restart_fraction: float = 1.0       # share of particles re-seeded on a restart
-    online_restarts: bool = False       # also re-seed in online use (may switch IK branch)
+    online_restarts: bool = True        # also re-seed in online use (the MAP is kept)
+    restart_min_cost: float = 0.01      # no restart once the best cost is below this
     init_uniform_fraction: float = 0.5  # solve(): share of particles drawn uniformly at start
     keep_map: bool = True               # carry the MAP particle over without noise
     goal_change_threshold: float = 3.0  # goal moves > this many sigmas re-widen Sigma_z
@@ -103,6 +104,8 @@ class SmcSettings(SolverSettings):
                f'restart_fraction must be in [0, 1]; got {self.restart_fraction}')
         _check(0.0 <= self.init_uniform_fraction <= 1.0,
                f'init_uniform_fraction must be in [0, 1]; got {self.init_uniform_fraction}')
+        _check(self.restart_min_cost >= 0.0,
+               f'restart_min_cost must be >= 0; got {self.restart_min_cost}')
         _check(self.goal_change_threshold >= 0.0,
                f'goal_change_threshold must be >= 0; got {self.goal_change_threshold}')
         for v in self.joint_noise_per_joint + self.ball_noise_per_axis:
@@ -261,8 +264,9 @@ class SmcSolver(Solver):
         else:
             logw = np.log(np.maximum(weights, 1e-300))
             self._map_index = map_index
-        if s.restart_after and self._stall >= s.restart_after and (s.online_restarts or not online):
-            particles, logw = self._restart(particles, logw)
+        if (s.restart_after and self._stall >= s.restart_after and best_cost > s.restart_min_cost
+                and (s.online_restarts or not online)):
+            particles, logw = self._restart(particles, logw, keep_map=online)
         self._particles = particles
         self._logw = logw
         self._anneal_level = max(1.0, self._anneal_level * s.anneal_rate)
@@ -398,20 +402,27 @@ class SmcSolver(Solver):
         soft = self._cost(self.constraints, sub) if self.constraints else np.zeros(len(idx))
         return particles, frames, (task, soft)
 
-    def _restart(self, particles, logw):
+    def _restart(self, particles, logw, keep_map):
         """Redraw a share of the particles uniformly inside the limits and re-widen Sigma_z.
 
-        With restart_fraction = 1 every particle is redrawn, the MAP included: ``solve``
-        keeps the best configuration seen so far, so nothing is lost, and the new
-        population's best particles get refined without competing against a particle
-        stuck in a local minimum (a joint limit or a singular configuration).
+        In ``solve`` (keep_map False) with restart_fraction = 1 every particle is redrawn,
+        the MAP included: ``solve`` keeps the best configuration seen so far, so nothing is
+        lost, and the new population's best particles get refined without competing against
+        a particle stuck in a local minimum (a joint limit or a singular configuration).
+        Online (keep_map True) the MAP stays, so the estimate only moves to another branch
+        when a new particle beats it.
         """
         s = self.settings
         n = len(particles)
         k = int(round(s.restart_fraction * n))
+        if keep_map:
+            k = min(k, n - 1)
         if k == 0:
             return particles, logw
-        order = np.argsort(logw)[:k]
+        order = np.argsort(logw)
+        if keep_map:
+            order = order[order != self._map_index]
+        order = order[:k]
         particles = particles.copy()
         particles[order] = self.chain.random_configuration(self.rng, k)
         logw = np.zeros(n)
