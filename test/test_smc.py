@@ -197,14 +197,14 @@ def test_posture_preference_pulls_redundancy_towards_it(arm7):
         target = PositionTarget(arm7.fk(arm7.random_configuration(rng))[:3, 3])
         start = arm7.random_configuration(rng)
         finals = []
-        for constraints in ([], [PosturePreference(rest, sigma=0.5)]):
+        for constraints in ([], [PosturePreference(rest, sigma=2.0)]):
             solver = make_solver('smc', arm7, seed=trial)
             solver.set_constraints(constraints)
             solver.reset(start)
             for _ in range(150):
                 q = solver.step(target)
             finals.append(q)
-        reached = np.linalg.norm(arm7.fk(finals[1])[:3, 3] - target.position) < 5e-3
+        reached = np.linalg.norm(arm7.fk(finals[1])[:3, 3] - target.position) < 1e-3
         if reached and np.linalg.norm(finals[1] - rest) < np.linalg.norm(finals[0] - rest):
             closer += 1
     assert closer >= 8

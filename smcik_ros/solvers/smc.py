@@ -71,7 +71,7 @@ class SmcSettings(SolverSettings):
     stall_tolerance: float = 0.1        # 'progress' = best cost down by this fraction
     restart_fraction: float = 1.0       # share of particles re-seeded on a restart
     online_restarts: bool = True        # also re-seed in online use (the MAP is kept)
-    restart_min_cost: float = 0.01      # no restart once the best cost is below this
+    restart_min_cost: float = 0.01      # no restart once the best task cost is below this
     init_uniform_fraction: float = 0.5  # solve(): share of particles drawn uniformly at start
     keep_map: bool = True               # carry the MAP particle over without noise
     goal_change_threshold: float = 3.0  # goal moves > this many sigmas re-widen Sigma_z
@@ -264,8 +264,8 @@ class SmcSolver(Solver):
         else:
             logw = np.log(np.maximum(weights, 1e-300))
             self._map_index = map_index
-        if (s.restart_after and self._stall >= s.restart_after and best_cost > s.restart_min_cost
-                and (s.online_restarts or not online)):
+        if (s.restart_after and self._stall >= s.restart_after
+                and task[best_index] > s.restart_min_cost and (s.online_restarts or not online)):
             particles, logw = self._restart(particles, logw, keep_map=online)
         self._particles = particles
         self._logw = logw
