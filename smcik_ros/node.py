@@ -51,7 +51,8 @@ from .ros_conversions import (goal_pose_to_matrix, joint_state_to_positions,
 from .rotations import quat_to_matrix
 from .solvers import available_solvers, make_solver, settings_type
 
-__all__ = ['SmcIkNode', 'main', 'COMMAND_TYPES', 'load_robot_description', 'resolve_path']
+__all__ = ['SmcIkNode', 'main', 'COMMAND_TYPES', 'load_robot_description', 'resolve_path',
+           'solver_settings_yaml']
 
 COMMAND_TYPES = {
     'joint_state': JointState,
@@ -204,6 +205,33 @@ def _settings_comments(cls):
     return comments
 
 
+def solver_settings_yaml(indent=4):
+    """Return the YAML block of every solver's settings with defaults (for config files)."""
+    pad = ' ' * indent
+    lines = []
+    for solver in available_solvers():
+        cls = settings_type(solver)
+        comments = _settings_comments(cls)
+        lines.append(f'{pad}{solver}:')
+        for field in dataclasses.fields(cls):
+            default = field.default
+            if isinstance(default, bool):
+                text = 'true' if default else 'false'
+            elif isinstance(default, tuple):
+                text = '[' + ', '.join(repr(float(v)) for v in default) + ']'
+            else:
+                text = repr(default)
+                if isinstance(default, float) and 'e' in text and '.' not in text:
+                    text = text.replace('e', '.0e')   # YAML 1.1 reads 1e-06 as a string
+            entry = f'{field.name}: {text}'
+            if text == '[]':   # ROS YAML cannot type an empty list: leave it commented out
+                entry = f'# {entry}'
+            comment = comments.get(field.name, '')
+            lines.append(f'{pad}  {entry}'.ljust(indent + 34)
+                         + (f'  # {comment}' if comment else ''))
+    return '\n'.join(lines) + '\n'
+
+
 def _parameter_type_of(default):
     if isinstance(default, bool):
         return Parameter.Type.BOOL
@@ -254,6 +282,7 @@ class SmcIkNode(Node):
         self._goal_time = None
         self._goal_reached = False
         self._pending_goal = None                # (terms, display, description)
+        self._newest_goal_stamp = 0              # header stamp [ns] of the newest goal
         self._last_goal_applied = -math.inf
         self._coalesced = 0
         self._errors = (math.nan, math.nan)
@@ -333,11 +362,13 @@ class SmcIkNode(Node):
                 fields[field.name] = field.default
             self._setting_fields[solver] = fields
 
+    def parameter_names(self):
+        """Return the names of the node's own parameters (not use_sim_time etc.)."""
+        return list(NODE_PARAMETERS) + [f'{solver}.{field}' for solver, fields in
+                                        self._setting_fields.items() for field in fields]
+
     def _all_values(self):
-        """Return {name: value} of the node's own parameters (not use_sim_time etc.)."""
-        names = list(NODE_PARAMETERS) + [f'{solver}.{field}' for solver, fields in
-                                         self._setting_fields.items() for field in fields]
-        return {p.name: p.value for p in self.get_parameters(names)}
+        return {p.name: p.value for p in self.get_parameters(self.parameter_names())}
 
     def _settings_from(self, solver, values):
         return {field: _to_setting(values[f'{solver}.{field}'])
@@ -495,20 +526,31 @@ class SmcIkNode(Node):
 
     # ------------------------------------------------------------------ goals
     def _on_target_pose(self, msg):
-        self._accept_goal('target_pose', msg.header.frame_id,
+        self._accept_goal('target_pose', msg.header,
                           lambda: pose_to_matrix(msg.pose, 'target_pose.pose'))
 
     def _on_target_point(self, msg):
-        self._accept_goal('target_point', msg.header.frame_id,
+        self._accept_goal('target_point', msg.header,
                           lambda: point_to_array(msg.point, 'target_point.point'))
 
     def _on_goal_pose(self, msg):
         height = self._param('goal_pose_height')
-        self._accept_goal('/goal_pose', msg.header.frame_id,
+        self._accept_goal('/goal_pose', msg.header,
                           lambda: goal_pose_to_matrix(msg.pose, height, '/goal_pose.pose'))
 
-    def _accept_goal(self, topic, frame, convert):
-        """Convert a goal to the base frame and queue it; refuse it with one log line."""
+    def _accept_goal(self, topic, header, convert):
+        """Convert a goal to the base frame and queue it; refuse it with one log line.
+
+        Goals with a header stamp older than the newest goal so far are dropped: with several
+        goal topics a backlog on one must not override a newer goal on another.
+        """
+        frame = header.frame_id
+        stamp = header.stamp.sec * 1_000_000_000 + header.stamp.nanosec
+        if 0 < stamp < self._newest_goal_stamp:
+            self.get_logger().warn(
+                f'{topic} goal stamped {(self._newest_goal_stamp - stamp) * 1e-9:.3f} s before '
+                'the newest goal: dropped as out of order', throttle_duration_sec=2.0)
+            return
         try:
             value = convert()
             to_base = self._frame_to_base(frame)
@@ -527,6 +569,7 @@ class SmcIkNode(Node):
                 f'goals arrive faster than max_goal_rate_hz = '
                 f'{self._param("max_goal_rate_hz"):g} Hz: coalesced {self._coalesced} so far '
                 '(only the latest is used)', throttle_duration_sec=2.0)
+        self._newest_goal_stamp = max(self._newest_goal_stamp, stamp)
         self._pending_goal = (terms, display, f'{topic} in {frame or self.chain.base_link!r}')
 
     def _apply_pending_goal(self, now):
@@ -688,10 +731,34 @@ class SmcIkNode(Node):
                                     throttle_duration_sec=1.0)
             q_new = q_prev
             self.solver.reset(q_prev)
+        if self._violates_hard_constraint(q_new, q_prev):
+            q_new = q_prev
         self._q_cmd = q_new
         self._publish_command(q_new, (q_new - q_prev) * self._rate)
         self._update_goal_errors(now)
         self._tick_times.append(time.perf_counter() - started)
+
+    def _violates_hard_constraint(self, q_new, q_prev):
+        """Return True (and re-anchor the filter at q_prev) when q_new enters a hard constraint.
+
+        The filter's particles respect hard constraints, but its smoothed estimate interpolates
+        between them in joint space and can cut through a keep-out sphere; such a command is
+        not published: the arm holds and the filter restarts from the held command.
+        """
+        hard = [c for c in self._constraint_objects if c.hard]
+        if not hard:
+            return False
+        frames = self.chain.frames(np.stack([q_new, q_prev]))
+        for constraint in hard:
+            new_bad, prev_bad = constraint.violated(frames)
+            if new_bad and not prev_bad:
+                self.get_logger().warn(
+                    f'the next command would enter a hard constraint '
+                    f'({type(constraint).__name__}): holding and restarting the filter at the '
+                    'current command', throttle_duration_sec=2.0)
+                self.solver.reset(q_prev)
+                return True
+        return False
 
     def _publish_command(self, q, dq):
         names = self.chain.joint_names
@@ -715,7 +782,7 @@ class SmcIkNode(Node):
         if reached and not self._goal_reached:
             self.get_logger().info(f'goal {self._goal_id} reached in {now - self._goal_time:.2f}'
                                    f' s: position error {pos * 1e3:.2f} mm, orientation error '
-                                   f'{ori:.4f} rad')
+                                   f'{ori:.4f} rad', throttle_duration_sec=0.5)
         self._goal_reached = reached
 
     # ------------------------------------------------------------------ markers and status
@@ -771,7 +838,12 @@ def main(args=None):
     """Run the node until SIGINT/SIGTERM; exit 1 when the model or a parameter is unusable.
 
     Set SMCIK_PROFILE=/path/file.prof to profile the node with cProfile (written at exit).
+    ``--solver-settings-yaml`` prints the solver settings block of config/arm.yaml and exits.
     """
+    argv = sys.argv[1:] if args is None else list(args)
+    if argv[:1] == ['--solver-settings-yaml']:
+        print(solver_settings_yaml(), end='')
+        return 0
     rclpy.init(args=args)
     profile_path = os.environ.get('SMCIK_PROFILE')
     profiler = cProfile.Profile() if profile_path else None
@@ -788,6 +860,10 @@ def main(args=None):
         # ModelError / ParameterError / GoalError at start-up: the message says how to fix it.
         rclpy.logging.get_logger('smcik_node').fatal(f'cannot start: {exc}')
         code = 1
+    except Exception:
+        if rclpy.ok():
+            raise
+        # SIGINT/SIGTERM shut the context down while a callback ran (e.g. a publish): clean.
     finally:
         if profiler:
             profiler.disable()

@@ -144,6 +144,10 @@ def main(args=None):
     except SmcIkError as exc:
         rclpy.logging.get_logger('sim_arm').fatal(f'cannot start: {exc}')
         code = 1
+    except Exception:
+        if rclpy.ok():
+            raise
+        # SIGINT/SIGTERM shut the context down while a callback ran (e.g. a publish): clean.
     finally:
         if node is not None:
             node.destroy_node()

@@ -63,14 +63,14 @@ class Probe(Node):
                                  lambda m: self._record(self.markers, m), reliable)
         self.create_subscription(String, f'{namespace_node}/status',
                                  lambda m: self._record(self.status, m), reliable)
-        self.executor = SingleThreadedExecutor(context=context)
-        self.executor.add_node(self)
+        self._spin_executor = SingleThreadedExecutor(context=context)
+        self._spin_executor.add_node(self)
         self._thread = threading.Thread(target=self._spin, daemon=True)
         self._thread.start()
 
     def _spin(self):
         try:
-            self.executor.spin()
+            self._spin_executor.spin()
         except Exception:  # the context was shut down under us at teardown
             pass
 
@@ -104,5 +104,5 @@ class Probe(Node):
         return np.array([t for t, _ in items]), np.array([list(p) for _, p in items])
 
     def close(self):
-        self.executor.shutdown(timeout_sec=1.0)
+        self._spin_executor.shutdown(timeout_sec=1.0)
         self.destroy_node()

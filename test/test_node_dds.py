@@ -1,0 +1,516 @@
+"""Graph-level tests: smcik_node and sim_arm as real processes, talking over real DDS.
+
+The node and the simulated arm run as subprocesses (``sys.executable -m smcik_ros.node
+--ros-args --params-file config/arm.yaml``) on a ROS_DOMAIN_ID private to this test module;
+a probe node in this process publishes goals, constraints and bad input and records what comes
+back. Waiting is always on a condition with a timeout, never a fixed sleep.
+"""
+
+import json
+import math
+import os
+import signal
+import time
+
+from geometry_msgs.msg import Point, PointStamped, PoseStamped
+import numpy as np
+import pytest
+import yaml
+
+rclpy = pytest.importorskip('rclpy', reason='rclpy is needed for the graph-level tests')
+
+from rclpy.parameter import Parameter  # noqa: E402
+from rclpy.parameter_client import AsyncParameterClient  # noqa: E402
+from sensor_msgs.msg import JointState  # noqa: E402
+from std_msgs.msg import String  # noqa: E402
+from visualization_msgs.msg import Marker, MarkerArray  # noqa: E402
+
+from ros_helpers import (REPO_ROOT, Probe, child_env, read_log, start_node_process,  # noqa: E402
+                         stop_process, wait_for, wait_for_log)
+from smcik_ros.kinematics import Chain  # noqa: E402
+from smcik_ros.ros_conversions import matrix_to_pose  # noqa: E402
+from smcik_ros.errors import SmcIkError  # noqa: E402
+from smcik_ros.solvers import available_solvers, make_solver  # noqa: E402
+
+pytestmark = pytest.mark.ros
+
+DOMAIN_ID = 1 + (os.getpid() + 41) % 100
+PARAMS = REPO_ROOT / 'config' / 'arm.yaml'
+URDF = REPO_ROOT / 'urdf' / 'smcik_arm.urdf'
+POSITION_TOL = 1e-3     # [m]
+ORIENTATION_TOL = 1e-2  # [rad]
+REACH_TIMEOUT = 10.0    # [s]
+# The node's parameters as this module starts it (config/arm.yaml + these overrides).
+NODE_OVERRIDES = ['smcik_node:smc.seed:=3']
+with open(PARAMS) as _f:
+    _NODE_YAML = yaml.safe_load(_f)['smcik_node']['ros__parameters']
+RATE_HZ = _NODE_YAML['rate_hz']
+VELOCITY_SCALE = _NODE_YAML['velocity_scale']
+
+
+@pytest.fixture(scope='module')
+def chain():
+    return Chain.from_urdf(str(URDF), 'base_link', 'tool0')
+
+
+@pytest.fixture(scope='module')
+def ros_env(tmp_path_factory):
+    """Set ROS_DOMAIN_ID / ROS_LOG_DIR for this module (before rclpy.init) and restore them."""
+    log_dir = tmp_path_factory.mktemp('ros_logs')
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv('ROS_DOMAIN_ID', str(DOMAIN_ID))
+        patch.setenv('ROS_LOG_DIR', str(log_dir))
+        yield child_env(DOMAIN_ID, log_dir), log_dir
+
+
+@pytest.fixture(scope='module')
+def context(ros_env):
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx, domain_id=DOMAIN_ID)
+    yield ctx
+    rclpy.try_shutdown(context=ctx)
+
+
+@pytest.fixture(scope='module')
+def system(ros_env, context):
+    """smcik_node + sim_arm running; yields (node process, sim process, probe)."""
+    env, log_dir = ros_env
+    node = start_node_process('smcik_ros.node', env, log_dir / 'smcik_node.log',
+                              parameters=NODE_OVERRIDES)
+    sim = start_node_process('smcik_ros.sim_arm', env, log_dir / 'sim_arm.log')
+    probe = Probe(context)
+    try:
+        started = wait_for(lambda: probe.commands and probe.joint_states
+                           or node.poll() is not None or sim.poll() is not None, 30.0)
+        if node.poll() is not None or sim.poll() is not None or not started:
+            pytest.fail('smcik_node / sim_arm did not start:\n' + read_log(node.log_path)
+                        + read_log(sim.log_path))
+        yield node, sim, probe
+    finally:
+        probe.close()
+        stop_process(node)
+        stop_process(sim)
+
+
+# ---------------------------------------------------------------------------- helpers
+def measured_q(probe, chain):
+    """Return the newest complete joint_states (the probe also hears its own bad ones)."""
+    for msg in reversed(probe.snapshot(probe.joint_states)):
+        if set(chain.joint_names) <= set(msg.name):
+            index = {n: i for i, n in enumerate(msg.name)}
+            return np.array([msg.position[index[n]] for n in chain.joint_names])
+    raise AssertionError('no complete joint_states received')
+
+
+def nearby_goal(chain, q, rng, spread=0.5):
+    """Return the pose of a configuration near ``q`` (locally reachable, inside the limits)."""
+    span = chain.upper - chain.lower
+    q_goal = np.clip(q + rng.uniform(-spread, spread, chain.n), chain.lower + 0.05 * span,
+                     chain.upper - 0.05 * span)
+    return chain.fk(q_goal)
+
+
+def tip_errors(chain, q, pose):
+    tip = chain.fk(q)
+    cos = 0.5 * (np.trace(tip[:3, :3].T @ pose[:3, :3]) - 1.0)
+    return float(np.linalg.norm(tip[:3, 3] - pose[:3, 3])), float(np.arccos(np.clip(cos, -1, 1)))
+
+
+def publish_pose(probe, publisher, pose, frame='base_link'):
+    msg = PoseStamped()
+    msg.header.frame_id = frame
+    msg.header.stamp = probe.get_clock().now().to_msg()
+    msg.pose = matrix_to_pose(pose)
+    publisher.publish(msg)
+
+
+def publish_point(probe, publisher, position, frame='base_link'):
+    msg = PointStamped()
+    msg.header.frame_id = frame
+    msg.header.stamp = probe.get_clock().now().to_msg()
+    msg.point = Point(x=float(position[0]), y=float(position[1]), z=float(position[2]))
+    publisher.publish(msg)
+
+
+def wait_reached(probe, chain, pose, orientation=True, timeout=REACH_TIMEOUT):
+    """Wait until FK of the latest command reaches ``pose``; return the last errors."""
+    last = [math.inf, math.inf]
+
+    def reached():
+        msg = probe.last_command()
+        pos, ori = tip_errors(chain, np.array(msg.position), pose)
+        last[:] = pos, ori
+        return pos <= POSITION_TOL and (not orientation or ori <= ORIENTATION_TOL)
+
+    ok = wait_for(reached, timeout, interval=0.02)
+    return ok, last
+
+
+def assert_commands_sane(probe, chain, since):
+    """Every command since ``since``: finite, inside the limits, within the velocity limit."""
+    times, q = probe.command_positions(since)
+    assert len(q) > 0, 'no commands received'
+    assert np.all(np.isfinite(q)), 'a command carried NaN/inf'
+    assert np.all(q >= chain.lower - 1e-9) and np.all(q <= chain.upper + 1e-9), \
+        'a command left the joint limits'
+    max_step = np.array(chain.velocity_limits) * VELOCITY_SCALE / RATE_HZ
+    steps = np.abs(np.diff(q, axis=0))
+    worst = (steps / max_step).max() if len(steps) else 0.0
+    assert worst <= 1.0 + 1e-6, f'command jump of {worst:.3f} x the per-tick velocity limit'
+
+
+def send_and_reach(probe, chain, publishers, rng, kind='pose'):
+    pose = nearby_goal(chain, measured_q(probe, chain), rng)
+    if kind == 'pose':
+        publish_pose(probe, publishers['pose'], pose)
+    else:
+        publish_point(probe, publishers['point'], pose[:3, 3])
+    return wait_reached(probe, chain, pose, orientation=kind == 'pose')
+
+
+@pytest.fixture(scope='module')
+def publishers(system):
+    _, _, probe = system
+    pubs = {
+        'pose': probe.publisher(PoseStamped, 'target_pose'),
+        'point': probe.publisher(PointStamped, 'target_point'),
+        'goal_pose': probe.publisher(PoseStamped, '/goal_pose'),
+        'constraints': probe.publisher(String, 'constraints'),
+        'keep_out': probe.publisher(MarkerArray, 'keep_out_markers'),
+        'joint_states': probe.publisher(JointState, 'joint_states'),
+    }
+    for name, pub in pubs.items():
+        assert probe.wait_matched(pub), f'smcik_node does not subscribe to {pub.topic_name}'
+    return pubs
+
+
+def set_parameters(probe, params, timeout=10.0):
+    client = AsyncParameterClient(probe, 'smcik_node')
+    assert client.wait_for_services(timeout_sec=timeout)
+    future = client.set_parameters(params)
+    assert wait_for(future.done, timeout), 'set_parameters did not answer'
+    return future.result().results
+
+
+def latest_status(probe):
+    items = probe.snapshot(probe.status)
+    return json.loads(items[-1].data) if items else None
+
+
+# ---------------------------------------------------------------------------- tests
+def test_pose_and_point_goals_are_reached(system, publishers, chain):
+    _, _, probe = system
+    rng = np.random.default_rng(11)
+    since = time.monotonic()
+    for kind in ('pose', 'point', 'pose'):
+        ok, (pos, ori) = send_and_reach(probe, chain, publishers, rng, kind)
+        assert ok, f'{kind} goal not reached: {pos * 1e3:.2f} mm, {ori:.4f} rad'
+    assert_commands_sane(probe, chain, since)
+    assert wait_for(lambda: (latest_status(probe) or {}).get('reached'), 5.0)
+    status = latest_status(probe)
+    assert status['solver'] == 'smc' and status['position_error'] <= POSITION_TOL
+    assert set(status) >= {'position_error', 'orientation_error', 'ess', 'step_time_ms',
+                           'solver', 'goal_id', 'reached'}
+
+
+def test_goal_in_a_link_frame_is_converted_with_the_robot_fk(system, publishers, chain):
+    _, _, probe = system
+    q = measured_q(probe, chain)
+    rng = np.random.default_rng(5)
+    goal_in_base = nearby_goal(chain, q, rng, spread=0.3)
+    # Express it in link2's frame at the current configuration (the node uses the same q).
+    link2 = chain.fk(q, link='link2')
+    publish_point(probe, publishers['point'], (np.linalg.inv(link2) @ goal_in_base)[:3, 3],
+                  frame='link2')
+    ok, (pos, _) = wait_reached(probe, chain, goal_in_base, orientation=False)
+    assert ok, f'goal given in link2 not reached in the base frame: {pos * 1e3:.2f} mm'
+
+
+def test_goal_pose_click_points_the_tool_down(system, publishers, chain):
+    _, _, probe = system
+    rng = np.random.default_rng(2)
+    # A click over the arm where the default arm can point down at goal_pose_height.
+    msg = PoseStamped()
+    msg.header.frame_id = 'base_link'
+    msg.pose.position.x, msg.pose.position.y = 0.3, 0.1
+    yaw = float(rng.uniform(-0.8, 0.8))
+    msg.pose.orientation.z, msg.pose.orientation.w = math.sin(yaw / 2), math.cos(yaw / 2)
+    publishers['goal_pose'].publish(msg)
+    height = _NODE_YAML['goal_pose_height']
+
+    def tool_down():
+        tip = chain.fk(np.array(probe.last_command().position))
+        return (np.linalg.norm(tip[:3, 3] - [0.3, 0.1, height]) < POSITION_TOL
+                and tip[2, 2] < math.cos(ORIENTATION_TOL)
+                and abs(math.atan2(tip[1, 0], tip[0, 0]) - yaw) < ORIENTATION_TOL)
+
+    assert wait_for(tool_down, REACH_TIMEOUT, interval=0.02), \
+        'the tool did not reach the /goal_pose click pointing down'
+
+
+def test_markers_arrive(system, chain):
+    _, _, probe = system
+
+    def full_array():
+        for array in reversed(probe.snapshot(probe.markers)):
+            kinds = {(m.ns, m.type) for m in array.markers}
+            if {('particles', Marker.LINE_LIST), ('map', Marker.LINE_STRIP)} <= kinds:
+                return array
+        return None
+
+    array = wait_for(full_array, 10.0)
+    assert array is not None, 'no MarkerArray with particles and the MAP chain'
+    particles = [m for m in array.markers if m.ns == 'particles'][0]
+    assert len(particles.points) > 0 and len(particles.points) == len(particles.colors)
+    assert particles.header.frame_id == 'base_link'
+    max_particles = _NODE_YAML['max_marker_particles']
+    assert len(particles.points) <= max_particles * 2 * (len(chain.link_names) - 1)
+    chain_marker = [m for m in array.markers if m.ns == 'map'][0]
+    assert len(chain_marker.points) == len(chain.link_names)
+    assert any(m.ns == 'target' for m in array.markers)
+
+
+def test_constraints_topic_and_keep_out_markers(system, publishers, chain):
+    node, _, probe = system
+    start = len(read_log(node.log_path))
+    publishers['constraints'].publish(String(data=(
+        '- {type: keep_out_sphere, center: [-0.6, -0.6, 1.5], radius: 0.1, frame: base_link}\n'
+        '- {type: posture, q: {joint4: -1.5}, weights: 0.01}')))
+    assert wait_for_log(node.log_path, 'constraints applied: 1 keep_out_sphere, 1 posture',
+                        start=start)
+
+    def spheres_shown(count):
+        def check():
+            arrays = probe.snapshot(probe.markers, since=time.monotonic() - 0.3)
+            return arrays and sum(m.ns == 'keep_out' for m in arrays[-1].markers) == count
+        return check
+
+    assert wait_for(spheres_shown(1), 5.0)
+    sphere = Marker(ns='obstacles', id=3, type=Marker.SPHERE, action=Marker.ADD)
+    sphere.header.frame_id = 'base_link'
+    sphere.pose.position = Point(x=-0.7, y=0.7, z=1.4)
+    sphere.scale.x = sphere.scale.y = sphere.scale.z = 0.2
+    publishers['keep_out'].publish(MarkerArray(markers=[sphere]))
+    assert wait_for_log(node.log_path, 'keep_out_markers: 1 keep-out sphere(s) applied',
+                        start=start)
+    assert wait_for(spheres_shown(2), 5.0)
+    publishers['keep_out'].publish(MarkerArray(markers=[Marker(action=Marker.DELETEALL)]))
+    assert wait_for(spheres_shown(1), 5.0)
+    publishers['constraints'].publish(String(data='[]'))
+    assert wait_for_log(node.log_path, 'constraints applied: none', start=start)
+    assert wait_for(spheres_shown(0), 5.0)
+
+
+def test_keep_out_sphere_keeps_the_tool_out(system, publishers, chain):
+    node, _, probe = system
+    rng = np.random.default_rng(8)
+    q = measured_q(probe, chain)
+    pose = nearby_goal(chain, q, rng, spread=0.4)
+    center, radius = pose[:3, 3], 0.06
+    if np.linalg.norm(chain.fk(q)[:3, 3] - center) < radius + 0.02:
+        pytest.skip('the tool already sits in the sphere of this draw')
+    start = len(read_log(node.log_path))
+    publishers['constraints'].publish(String(data=(
+        f'- {{type: keep_out_sphere, center: {center.tolist()}, radius: {radius}, '
+        'links: [tool0]}')))
+    assert wait_for_log(node.log_path, 'constraints applied: 1 keep_out_sphere', start=start)
+    since = time.monotonic()
+    publish_point(probe, publishers['point'], center)
+    # The goal sits at the sphere's centre: the tool must approach it but never enter it
+    # (the node holds any command that would enter a hard constraint).
+    assert wait_for(lambda: len(probe.command_positions(since)[1]) > 3 * RATE_HZ,
+                    REACH_TIMEOUT)
+    _, q_cmd = probe.command_positions(since)
+    distances = np.linalg.norm(chain.fk(q_cmd)[:, :3, 3] - center, axis=1)
+    publishers['constraints'].publish(String(data='[]'))
+    assert distances.min() >= radius - 1e-9, \
+        f'a command put the tool in the keep-out sphere: {distances.min():.4f} m < {radius} m'
+    assert distances[-1] <= radius + 0.05, 'the tool did not approach the sphere'
+
+
+BAD_INPUT = {
+    'nan_pose': ('target_pose refused', 'expected a finite position'),
+    'zero_quaternion': ('target_pose refused', 'expected a unit quaternion'),
+    'unknown_frame': ("unknown frame 'nowhere'", 'a link of the model: base_link'),
+    'malformed_constraints': ('constraints refused', 'not valid YAML'),
+    'unknown_constraint_type': ('constraints refused', "unknown type 'cube'"),
+    'bad_keep_out_marker': ('keep_out_markers refused', 'expected a SPHERE marker'),
+    'joint_states_missing': ('joint_states lacks joint(s) joint2', 'keeping their last known'),
+    'joint_states_extra': ('joint_states carries joint(s) gripper_finger', 'ignored'),
+    'goal_flood': ('goals arrive faster than max_goal_rate_hz', 'coalesced'),
+}
+
+
+@pytest.mark.parametrize('kind', list(BAD_INPUT))
+def test_bad_input_is_logged_and_survived(system, publishers, chain, kind):
+    node, _, probe = system
+    start = len(read_log(node.log_path))
+    since = time.monotonic()
+    q = measured_q(probe, chain)
+    if kind in ('nan_pose', 'zero_quaternion', 'unknown_frame'):
+        msg = PoseStamped()
+        msg.header.frame_id = 'nowhere' if kind == 'unknown_frame' else 'base_link'
+        msg.pose = matrix_to_pose(chain.fk(q))
+        if kind == 'nan_pose':
+            msg.pose.position.y = float('nan')
+        elif kind == 'zero_quaternion':
+            msg.pose.orientation.x = msg.pose.orientation.y = 0.0
+            msg.pose.orientation.z = msg.pose.orientation.w = 0.0
+        publishers['pose'].publish(msg)
+    elif kind == 'malformed_constraints':
+        publishers['constraints'].publish(String(data='- {type: keep_out_sphere, center: ['))
+    elif kind == 'unknown_constraint_type':
+        publishers['constraints'].publish(String(data='- {type: cube, size: 1}'))
+    elif kind == 'bad_keep_out_marker':
+        publishers['keep_out'].publish(MarkerArray(markers=[
+            Marker(ns='x', id=0, type=Marker.CUBE, action=Marker.ADD)]))
+    elif kind == 'joint_states_missing':
+        publishers['joint_states'].publish(JointState(name=['joint1'], position=[q[0]]))
+    elif kind == 'joint_states_extra':
+        publishers['joint_states'].publish(JointState(
+            name=list(chain.joint_names) + ['gripper_finger'], position=list(q) + [0.01]))
+    elif kind == 'goal_flood':
+        # About 1 kHz of point goals for 1.5 s, drifting along a short line.
+        base = chain.fk(q)[:3, 3]
+        end = time.monotonic() + 1.5
+        k = 0
+        while time.monotonic() < end:
+            publish_point(probe, publishers['point'], base + [0.0, 0.0, 0.02 * k / 1500])
+            k += 1
+            time.sleep(0.001)
+        assert k > 500
+    expected, detail = BAD_INPUT[kind]
+    assert wait_for_log(node.log_path, expected, start=start), \
+        f'no log line {expected!r}; the log says:\n{read_log(node.log_path)[start:]}'
+    line = [ln for ln in read_log(node.log_path)[start:].splitlines() if expected in ln][0]
+    assert detail in line
+    assert node.poll() is None, 'smcik_node died'
+    # Still commanding, and a good goal afterwards is reached.
+    rng = np.random.default_rng(abs(hash(kind)) % 1000)
+    ok, (pos, ori) = send_and_reach(probe, chain, publishers, rng, 'pose')
+    assert ok, f'goal after {kind} not reached: {pos * 1e3:.2f} mm, {ori:.4f} rad'
+    assert_commands_sane(probe, chain, since)
+
+
+def test_setting_change_at_runtime(system, publishers, chain):
+    node, _, probe = system
+    since = time.monotonic()
+    results = set_parameters(probe, [Parameter('smc.num_particles', value=60),
+                                     Parameter('smc.smoothing_alpha', value=0.2)])
+    assert all(r.successful for r in results), [r.reason for r in results]
+    assert wait_for_log(node.log_path, 'solver smc settings changed')
+    ok, (pos, ori) = send_and_reach(probe, chain, publishers, np.random.default_rng(4))
+    assert ok, f'goal not reached after the setting change: {pos * 1e3:.2f} mm'
+    assert_commands_sane(probe, chain, since)
+
+
+def test_bad_parameters_are_refused_with_a_reason(system):
+    _, _, probe = system
+    (unknown,) = set_parameters(probe, [Parameter('solver', value='no_such_solver')])
+    assert not unknown.successful
+    assert "unknown solver 'no_such_solver'" in unknown.reason
+    assert all(name in unknown.reason for name in available_solvers())
+    (bad,) = set_parameters(probe, [Parameter('smc.num_particles', value=0)])
+    assert not bad.successful and 'num_particles must be >= 1' in bad.reason
+    (command,) = set_parameters(probe, [Parameter('command_type', value='torque')])
+    assert not command.successful and 'joint_state' in command.reason
+    (read_only,) = set_parameters(probe, [Parameter('tip_link', value='link5')])
+    assert not read_only.successful
+    assert wait_for(lambda: (latest_status(probe) or {}).get('solver') == 'smc', 5.0)
+
+
+def _solvers_for(chain):
+    """Return (solvers that model this chain, {solver: reason} for those that refuse it)."""
+    usable, refused = [], {}
+    for name in available_solvers():
+        try:
+            make_solver(name, chain)
+            usable.append(name)
+        except SmcIkError as exc:
+            refused[name] = str(exc)
+    return usable, refused
+
+
+def test_runtime_solver_switch_has_no_jump(system, publishers, chain):
+    _, _, probe = system
+    usable, refused = _solvers_for(chain)
+    others = [name for name in usable if name != 'smc']
+    if not others:
+        pytest.skip('only the smc solver models this arm: nothing to switch to')
+    rng = np.random.default_rng(9)
+    since = time.monotonic()
+    # Switch while the arm is moving towards a goal.
+    pose = nearby_goal(chain, measured_q(probe, chain), rng)
+    publish_pose(probe, publishers['pose'], pose)
+    wait_for(lambda: len(probe.command_positions(since)[1]) > 10, 5.0)
+    for name in others + ['smc']:
+        (result,) = set_parameters(probe, [Parameter('solver', value=name)])
+        assert result.successful, result.reason
+        assert wait_for(lambda: (latest_status(probe) or {}).get('solver') == name, 5.0)
+        # Position goals: what every solver handles (CCD's pose precision is slow to come).
+        ok, (pos, _) = send_and_reach(probe, chain, publishers, rng, 'point')
+        assert ok, f'{name}: point goal not reached: {pos * 1e3:.2f} mm'
+    assert_commands_sane(probe, chain, since)
+    # A solver that cannot model this arm is refused with its own reason; smc stays.
+    for name, reason in refused.items():
+        (result,) = set_parameters(probe, [Parameter('solver', value=name)])
+        assert not result.successful and result.reason == reason
+    assert (latest_status(probe) or {}).get('solver') == 'smc'
+
+
+# ---------------------------------------------------------------------------- start and stop
+@pytest.mark.parametrize('override, message', [
+    ('urdf_path:=test/urdf/broken.urdf', 'is not well-formed XML'),
+    ('tip_link:=tool9', "unknown tip link 'tool9'; links in this URDF: base_link, link1"),
+    ('base_link:=world', "unknown base link 'world'; links in this URDF"),
+    ('solver:=no_such_solver', "unknown solver 'no_such_solver'; available solvers: smc"),
+])
+def test_bad_start_up_exits_non_zero_with_the_reason(ros_env, override, message):
+    env, log_dir = ros_env
+    log = log_dir / f'bad_start_{override.split(":")[0]}.log'
+    proc = start_node_process('smcik_ros.node', env, log, parameters=[f'smcik_node:{override}'])
+    try:
+        proc.wait(30.0)
+    finally:
+        stop_process(proc, signal.SIGKILL)
+    assert proc.returncode not in (0, None)
+    assert message in read_log(log)
+
+
+@pytest.mark.parametrize('sig', [signal.SIGINT, signal.SIGTERM], ids=['SIGINT', 'SIGTERM'])
+def test_clean_shutdown_exit_code_zero(ros_env, sig):
+    env, log_dir = ros_env
+    log = log_dir / f'shutdown_{sig.name}.log'
+    # A private command topic so the module's running node is not disturbed.
+    proc = start_node_process('smcik_ros.node', env, log, parameters=[
+        'smcik_node:command_topic:=shutdown_test_commands', 'smcik_node:marker_rate_hz:=0.0'])
+    try:
+        assert wait_for_log(log, 'ready:', timeout=30.0), read_log(log)
+        assert stop_process(proc, sig) == 0, read_log(log)
+    finally:
+        stop_process(proc, signal.SIGKILL)
+
+
+def test_arm_yaml_sets_every_node_parameter(ros_env, context):
+    """config/arm.yaml lists every parameter the node declares (arrays may be commented)."""
+    from smcik_ros.node import SmcIkNode
+    node = SmcIkNode(context=context, cli_args=['--ros-args', '--params-file', str(PARAMS)])
+    try:
+        declared = set(node.parameter_names()) - {'robot_description'}   # set by the launch
+    finally:
+        node.destroy_node()
+    text = PARAMS.read_text()
+
+    def flat(tree, prefix=''):
+        for key, value in tree.items():
+            if isinstance(value, dict):
+                yield from flat(value, f'{prefix}{key}.')
+            else:
+                yield prefix + key
+
+    listed = set(flat(_NODE_YAML))
+    commented = {name for name in declared - listed
+                 if f'# {name.split(".")[-1]}: []' in text}
+    missing = sorted(declared - listed - commented)
+    assert not missing, (f'config/arm.yaml lacks: {missing}; the solver block is printed by '
+                         '`python -m smcik_ros.node --solver-settings-yaml`')
