@@ -1,0 +1,345 @@
+"""Jacobian IK: transpose, SVD pseudo-inverse, damped and singularity-robust least squares.
+
+One iteration from configuration q (seed 004; seed 000 section 3, eqs. 5-6):
+
+1. primary task: the targets (and any *hard* constraints) stacked by ``stack_terms``: the
+   residual r (N = 1, K) and Jacobian J (K, nv), rows scaled by sqrt(weight) / sigma, so
+   J is in "task sigmas per rad" and every method sees position and orientation in the
+   same units as the SMC likelihood. The wanted task change is e = -gain * r and:
+
+   - ``transpose``: dq = alpha J^T e, alpha = <e, J J^T e> / <J J^T e, J J^T e>
+     (Buss' step length: the exact line minimum of the linearised error along J^T e);
+   - ``pinv``: dq = J^+ e from the SVD, singular values below
+     ``singular_value_cutoff * s_max`` treated as zero;
+   - ``dls``: dq = J^T (J J^T + lambda^2 I)^-1 e, lambda = ``damping``;
+   - ``sr``: the same with an adaptive lambda (Nakamura & Hanafusa 1986):
+     lambda = sr_max_damping * (1 - m / sr_threshold)^2 when the measure m drops below
+     ``sr_threshold`` and 0 above it; m is the smallest singular value, or the
+     manipulability sqrt(det(J J^T)) taken to the power 1/rank (the geometric mean of the
+     singular values) so that both measures have the unit of a singular value.
+
+2. secondary task in the null space (seed 000 eq. 6): dq += (I - J^+ J) z with
+   z = posture_gain (q_posture - q) + limit_gain * (-grad H_limits)
+   + constraint_gain * (-J_c^+ r_c) for the soft constraints. The posture is
+   ``chain.neutral_configuration()`` unless PosturePreference constraints are set (then
+   their references and joint weights). H_limits = 1/2 sum max(0, m_i - d_i)^2 where d_i
+   is joint i's distance to its nearer limit and m_i = limit_margin * range_i: zero in the
+   middle of the range, a growing push away from a limit inside the margin.
+
+3. step control: the step is scaled so that no joint moves more than ``max_step``; joints
+   that would cross a limit are clamped at it and dropped from J (their motion is taken
+   off e and the step is recomputed with the others, as in Baerlocher & Boulic's clamping
+   loop), so the solver never keeps pushing into a limit and every iterate is in limits.
+
+J is analytic (each term's ``jacobian``: for orientations the exact derivative of the
+rotation-vector residual, J_l^-1(r) J_w) or, with ``finite_difference``, central
+differences of the residuals over FK (seed 000 section 6.2 compared methods with
+finite-difference Jacobians): column j = (r(q + h e_j) - r(q - h e_j)) / 2h, the 2 nv
+configurations in one batched FK call, so orientation rows are differenced on the same
+rotation-vector residual the analytic rows differentiate.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..goals import PosturePreference
+from .base import Solver, SolverSettings, _check, register, stack_terms
+
+__all__ = ['JacobianSettings', 'JacobianSolver', 'METHODS', 'finite_difference_jacobian',
+           'nullspace_projector', 'limit_push', 'limited_step', 'StallMonitor']
+
+METHODS = ('transpose', 'pinv', 'dls', 'sr')
+SR_MEASURES = ('singular_value', 'manipulability')
+
+
+@dataclass(frozen=True)
+class JacobianSettings(SolverSettings):
+    """Settings of the Jacobian IK solver (field names are the ROS parameter names).
+
+    Damping values and singular-value thresholds are in the units of the weighted
+    Jacobian: task sigmas (residual / sigma, e.g. 1 cm or 0.05 rad) per rad of joint motion.
+    """
+
+    method: str = 'dls'                  # 'transpose', 'pinv', 'dls' or 'sr'
+    gain: float = 1.0                    # fraction of the task error corrected per solve() step
+    online_gain: float = 0.5             # the same for step() (online use): smoother motion
+    max_step: float = 0.5                # [rad or m] largest joint change of one iteration
+    singular_value_cutoff: float = 1e-4  # singular values < cutoff * largest count as zero
+    damping: float = 1.0                 # dls: lambda [task sigmas per rad]
+    sr_threshold: float = 5.0            # sr: damping starts below this measure [sigmas/rad]
+    sr_max_damping: float = 5.0          # sr: lambda at a singularity [sigmas/rad]
+    sr_measure: str = 'singular_value'   # sr: 'singular_value' (smallest) or 'manipulability'
+    posture_gain: float = 0.05           # null-space pull towards the posture, per iteration
+    limit_gain: float = 0.2              # null-space push out of the limit margins, per iteration
+    limit_margin: float = 0.1            # share of each joint range where the limit cost acts
+    constraint_gain: float = 0.5         # share of the soft-constraint step taken per iteration
+    finite_difference: bool = False      # J by central FK differences instead of analytic
+    fd_step: float = 1e-6                # [rad or m] finite-difference step
+    restart_after: int = 10              # solve(): iterations without progress before a
+    #                                      restart from a random configuration (0: never)
+    seed: int = -1                       # random seed of the restarts; -1: fresh entropy
+
+    def validate(self):
+        _check(self.method in METHODS,
+               f'method must be one of {", ".join(METHODS)}; got {self.method!r}')
+        _check(self.sr_measure in SR_MEASURES,
+               f'sr_measure must be one of {", ".join(SR_MEASURES)}; got {self.sr_measure!r}')
+        _check(0.0 < self.gain <= 1.0, f'gain must be in (0, 1]; got {self.gain}')
+        _check(0.0 < self.online_gain <= 1.0,
+               f'online_gain must be in (0, 1]; got {self.online_gain}')
+        _check(self.max_step > 0.0, f'max_step must be > 0 [rad or m]; got {self.max_step}')
+        _check(0.0 <= self.singular_value_cutoff < 1.0,
+               f'singular_value_cutoff must be in [0, 1); got {self.singular_value_cutoff}')
+        for name in ('damping', 'sr_threshold', 'sr_max_damping'):
+            _check(getattr(self, name) >= 0.0,
+                   f'{name} must be >= 0 [task sigmas per rad]; got {getattr(self, name)}')
+        for name in ('posture_gain', 'limit_gain', 'constraint_gain'):
+            _check(0.0 <= getattr(self, name) <= 1.0,
+                   f'{name} must be in [0, 1]; got {getattr(self, name)}')
+        _check(0.0 <= self.limit_margin <= 0.5,
+               f'limit_margin must be in [0, 0.5] (share of the joint range); '
+               f'got {self.limit_margin}')
+        _check(0.0 < self.fd_step <= 1e-2,
+               f'fd_step must be in (0, 0.01] [rad or m]; got {self.fd_step}')
+        _check(self.restart_after >= 0,
+               f'restart_after must be >= 0 (0: never restart); got {self.restart_after}')
+        _check(self.seed >= -1, f'seed must be >= 0, or -1 for a random seed; got {self.seed}')
+
+
+@register('jacobian')
+class JacobianSolver(Solver):
+    """Jacobian-based IK with null-space secondary tasks (see the module docstring)."""
+
+    Settings = JacobianSettings
+
+    def __init__(self, chain, settings=None):
+        super().__init__(chain, settings)
+        self._scalar_v = np.asarray(chain._scalar_v, dtype=int)
+        self._scalar_q = np.asarray(chain._scalar_q, dtype=int)
+        self._lower = chain.lower[self._scalar_q]
+        self._upper = chain.upper[self._scalar_q]
+        self._rng = np.random.default_rng(None if self.settings.seed < 0 else self.settings.seed)
+        self._on_constraints_changed()
+        self._reset(self._q)
+
+    # ------------------------------------------------------------------ setup
+    def _on_settings_changed(self):
+        self._rng = np.random.default_rng(None if self.settings.seed < 0 else self.settings.seed)
+
+    def _on_constraints_changed(self):
+        postures = [c for c in self.constraints if isinstance(c, PosturePreference)]
+        if not postures:
+            postures = [PosturePreference(self.chain.neutral_configuration()).bind(self.chain)]
+        self._postures = postures
+        self._hard = [c for c in self.constraints if c.hard]
+        self._soft = [c for c in self.constraints
+                      if not c.hard and not isinstance(c, PosturePreference)]
+
+    def _reset(self, q):
+        self._frames = self.chain.frames(q)
+        self._stall_monitor = StallMonitor(self.settings.restart_after)
+
+    # ------------------------------------------------------------------ one iteration
+    def _iterate(self, targets, online):
+        s = self.settings
+        chain = self.chain
+        q = self._q
+        frames = self._frames
+        primary = list(targets) + self._hard
+        if s.finite_difference:
+            r = stack_terms(primary, frames, with_jacobian=False)[0]
+            jac = finite_difference_jacobian(chain, q, primary, s.fd_step)
+        else:
+            r, jac = stack_terms(primary, frames)
+            r, jac = r[0], jac[0]
+        if not online and self._stall_monitor.stalled(float(r @ r), self.last_info):
+            # Stuck in a local minimum (usually against joint limits): start elsewhere.
+            # solve() keeps the best iterate, so a restart never loses the best answer.
+            q_new = chain.random_configuration(self._rng)
+        else:
+            gain = s.online_gain if online else s.gain
+            z = self._secondary(frames)
+            dv = limited_step(chain, q, jac, -gain * r, z, s, self._method_step)
+            q_new = chain.clip(chain.integrate(q, dv))
+        self._q = q_new
+        self._frames = chain.frames(q_new)
+        return q_new, self._frames
+
+
+    def _method_step(self, jac, e, svd):
+        """Return the primary step (nf,) for the free-column Jacobian ``jac`` (K, nf)."""
+        s = self.settings
+        u, sv, vt = svd
+        if s.method == 'transpose':
+            g = jac.T @ e
+            jjte = jac @ g
+            den = float(jjte @ jjte)
+            alpha = float(e @ jjte) / den if den > 1e-300 else 0.0
+            return alpha * g
+        if sv.size == 0:
+            return np.zeros(jac.shape[1])
+        if s.method == 'pinv':
+            keep = sv > s.singular_value_cutoff * sv[0]
+            inv = np.where(keep, 1.0 / np.where(keep, sv, 1.0), 0.0)
+        else:
+            lam = s.damping if s.method == 'dls' else self._sr_damping(sv)
+            inv = sv / (sv * sv + lam * lam) if lam > 0.0 else \
+                np.where(sv > 1e-12 * sv[0], 1.0 / np.maximum(sv, 1e-300), 0.0)
+        return vt.T @ (inv * (u.T @ e))
+
+    def _sr_damping(self, sv):
+        """Return Nakamura & Hanafusa's adaptive damping for singular values ``sv``."""
+        s = self.settings
+        if s.sr_measure == 'singular_value':
+            measure = float(sv[-1])
+        else:
+            measure = float(np.exp(np.mean(np.log(np.maximum(sv, 1e-300)))))
+        if measure >= s.sr_threshold:
+            return 0.0
+        return s.sr_max_damping * (1.0 - measure / s.sr_threshold) ** 2
+
+    def _secondary(self, frames):
+        """Return the (nv,) secondary step z: posture, joint-limit margins, soft constraints."""
+        s = self.settings
+        chain = self.chain
+        z = np.zeros(chain.nv)
+        if s.posture_gain > 0.0:
+            for p in self._postures:
+                # -grad of 1/2 |r|^2 with r = w (q - q_ref): -w^2 (q - q_ref).
+                z -= s.posture_gain * p.residual(frames)[0] * p._w
+        if s.limit_gain > 0.0 and s.limit_margin > 0.0 and self._scalar_v.size:
+            z[self._scalar_v] += s.limit_gain * limit_push(
+                self._q[self._scalar_q], self._lower, self._upper, s.limit_margin)
+        if s.constraint_gain > 0.0 and self._soft:
+            r, jac = stack_terms(self._soft, frames)
+            r, jac = r[0], jac[0]
+            if np.any(r != 0.0):
+                z -= s.constraint_gain * (np.linalg.pinv(jac, rcond=1e-6) @ r)
+        return z
+
+
+# ---------------------------------------------------------------------- shared helpers
+class StallMonitor:
+    """Count iterations without progress of a cost; say when a restart is due.
+
+    Progress is a drop of more than 0.1 % below the best cost so far; ``restart_after``
+    iterations without it trigger a restart (0: never).
+    """
+
+    def __init__(self, restart_after):
+        self.restart_after = int(restart_after)
+        self.best = np.inf
+        self.count = 0
+
+    def stalled(self, cost, info=None):
+        """Record ``cost``; return True (and start over) when a restart is due."""
+        if self.restart_after <= 0:
+            return False
+        if cost < self.best * (1.0 - 1e-3):
+            self.best = cost
+            self.count = 0
+            return False
+        self.count += 1
+        if self.count < self.restart_after:
+            return False
+        self.best = np.inf
+        self.count = 0
+        if info is not None:
+            info['restarts'] = info.get('restarts', 0) + 1
+        return True
+
+
+def limit_push(q, lower, upper, margin):
+    """Return -grad of H = 1/2 sum max(0, m - d)^2 for 1-DOF joints q (n,) [rad or m].
+
+    d: distance to the lower (upper) limit; m = margin * (upper - lower). Zero in the middle
+    of the range; inside a margin it points away from the limit, with size m - d.
+    """
+    m = margin * (upper - lower)
+    return np.maximum(0.0, m - (q - lower)) - np.maximum(0.0, m - (upper - q))
+
+
+def nullspace_projector(vt, sv, cutoff):
+    """Return I - V_r V_r^T (n, n): the projector onto the null space of J = U S V^T.
+
+    vt: (r0, n) right singular vectors, sv: (r0,) singular values (descending); the rank
+    counts singular values above ``cutoff * sv[0]``.
+    """
+    n = vt.shape[1]
+    if sv.size == 0 or sv[0] <= 0.0:
+        return np.eye(n)
+    rank = int(np.count_nonzero(sv > max(cutoff, 1e-12) * sv[0]))
+    vr = vt[:rank]
+    return np.eye(n) - vr.T @ vr
+
+
+def limited_step(chain, q, jac, e, z, settings, method_step):
+    """Return the tangent step (nv,) for task change ``e`` with joint-limit clamping.
+
+    jac: (K, nv) task Jacobian; e: (K,) wanted task change; z: (nv,) secondary step that is
+    projected into the null space of the free columns of ``jac``; method_step(jac_f, e, svd)
+    gives the primary step of the free columns. 1-DOF joints whose step would cross a limit
+    are set exactly onto it and removed from the Jacobian (their motion is taken off e), and
+    the step is recomputed, so a saturated joint never keeps pushing into its limit. The
+    whole step is then scaled so that no entry exceeds ``settings.max_step``.
+    """
+    nv = chain.nv
+    sq, sv_idx = chain._scalar_q, chain._scalar_v
+    lower, upper = chain.lower[sq], chain.upper[sq]
+    qs = q[sq]
+    free = np.ones(nv, dtype=bool)
+    fixed = np.zeros(nv)
+    e_work = np.array(e, dtype=float)
+    # Drop rows that carry no information (inactive inequality constraints).
+    rows = np.any(jac != 0.0, axis=1) | (e_work != 0.0)
+    jac = jac[rows]
+    e_work = e_work[rows]
+    dv = np.zeros(nv)
+    for _ in range(len(sq) + 1):
+        jf = jac[:, free]
+        if jf.shape[0] and jf.shape[1]:
+            u, sv, vt = np.linalg.svd(jf, full_matrices=False)
+        else:
+            u, sv, vt = (np.zeros((jf.shape[0], 0)), np.zeros(0), np.zeros((0, jf.shape[1])))
+        primary = method_step(jf, e_work, (u, sv, vt))
+        proj = nullspace_projector(vt, sv, settings.singular_value_cutoff)
+        dv = fixed.copy()
+        dv[free] += primary + proj @ z[free]
+        biggest = np.max(np.abs(dv)) if nv else 0.0
+        if biggest > settings.max_step:
+            dv *= settings.max_step / biggest
+        new = qs + dv[sv_idx]
+        over = free[sv_idx] & ((new > upper) | (new < lower))
+        if not over.any():
+            break
+        for k in np.flatnonzero(over):
+            v = sv_idx[k]
+            target = upper[k] if new[k] > upper[k] else lower[k]
+            fixed[v] = target - qs[k]
+            free[v] = False
+            e_work = e_work - jac[:, v] * fixed[v]
+    return dv
+
+
+def finite_difference_jacobian(chain, q, terms, step=1e-6):
+    """Return the (K, nv) weighted Jacobian of ``terms`` at q (nq,) by central FK differences.
+
+    Column j is (r(q + h e_j) - r(q - h e_j)) / 2h, each term's residual evaluated on the
+    forward kinematics of configurations moved by +-h along tangent direction j
+    (``Chain.integrate``: exact for ball joints too), one batched FK call for all 2 nv of
+    them. Rows are scaled like ``stack_terms`` (sqrt(weight) / sigma). For orientation
+    residuals, the rotation vector log(R R_target^T), this is d log / dq, the same quantity
+    as the analytic rows (J_l^-1(r) J_w); it is only wrong within h of an orientation
+    error of pi, where the rotation vector jumps.
+    """
+    nv = chain.nv
+    q = np.asarray(q, dtype=float)
+    steps = np.concatenate([np.eye(nv), -np.eye(nv)]) * step
+    frames = chain.frames(chain.integrate(np.tile(q, (2 * nv, 1)), steps))
+    blocks = []
+    for t in terms:
+        scale = np.sqrt(t.weight) / t.sigma
+        res = t.residual(frames)
+        blocks.append((res[:nv] - res[nv:]).T / (2.0 * step) * scale[:, None])
+    return np.concatenate(blocks, axis=0)
