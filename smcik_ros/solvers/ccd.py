@@ -1,0 +1,256 @@
+"""Cyclic coordinate descent (seed 004: "pick one coordinate, hold the others, update it to
+its best value, repeat").
+
+One iteration is one sweep over the joints from the tip to the base. Each joint takes the
+value that minimises the weighted task cost with every other joint held, in closed form:
+
+- revolute joint with world axis a through o: every target contributes vector pairs
+  (u, v) with weight w: position targets u = p - o (the effector point), v = t - o (its
+  target); orientations u = R e_k, v = R_target e_k for the three frame axes. Rotating by
+  theta about a changes the cost by -sum w v . R(theta) u = -(A cos theta + B sin theta)
+  + const, with A = sum w u_perp . v_perp and B = sum w a . (u_perp x v_perp), so the
+  unconstrained best angle is atan2(B, A) (Wang & Chen's weighted CCD). The cost is a
+  sinusoid in theta, so when that angle is outside the joint limits the best feasible value
+  is the better of the two ends of the feasible interval;
+- prismatic joint: the weighted mean of the position errors along the axis, clamped;
+- ball joint: the rotation R about its centre maximising sum w v . R u is Wahba's problem
+  (SVD of sum w v u^T, with a small pull towards the identity so that a single vector pair
+  gives the shortest-arc rotation), then the joint's angle limit (``Chain.clip``).
+
+Weights follow the SMC cost: w = weight / sigma_position^2 for points and
+weight / (2 sigma_orientation^2) for the frame axes (the three axes' squared differences
+sum to about 2 angle^2), times ``orientation_weight``. Going from the tip to the base, a
+joint's own axis only depends on joints not yet updated in the sweep, so one FK call per
+sweep is enough: effector points are rotated along with each joint update.
+
+Chains with mimic joints are refused (ParameterError): CCD moves one joint at a time, and
+a mimicked joint moves several.
+"""
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import GoalError, ParameterError
+from ..goals import OrientationTarget, PoseTarget, PositionTarget
+from ..rotations import matrix_to_quat, quat_multiply, quat_to_matrix
+from .base import Solver, SolverSettings, _check, register
+from .jacobian import StallMonitor
+
+__all__ = ['CcdSettings', 'CcdSolver']
+
+_REVOLUTE, _PRISMATIC, _BALL = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class CcdSettings(SolverSettings):
+    """Settings of the CCD solver (field names are the ROS parameter names)."""
+
+    gain: float = 1.0                 # fraction of each joint's best change applied (solve)
+    online_gain: float = 0.5          # the same for step() (online use)
+    max_step: float = 3.2             # [rad or m] largest change of one joint update
+    orientation_weight: float = 1.0   # multiplier on the orientation terms of pose targets
+    restart_after: int = 10           # solve(): sweeps without progress before a random
+    #                                   restart (0: never)
+    seed: int = -1                    # random seed of the restarts; -1: fresh entropy
+
+    def validate(self):
+        for name in ('gain', 'online_gain'):
+            _check(0.0 < getattr(self, name) <= 1.0,
+                   f'{name} must be in (0, 1]; got {getattr(self, name)}')
+        _check(self.max_step > 0.0, f'max_step must be > 0 [rad or m]; got {self.max_step}')
+        _check(self.orientation_weight >= 0.0,
+               f'orientation_weight must be >= 0; got {self.orientation_weight}')
+        _check(self.restart_after >= 0,
+               f'restart_after must be >= 0 (0: never restart); got {self.restart_after}')
+        _check(self.seed >= -1, f'seed must be >= 0, or -1 for a random seed; got {self.seed}')
+
+
+@register('ccd')
+class CcdSolver(Solver):
+    """Cyclic coordinate descent on joint values (see the module docstring)."""
+
+    Settings = CcdSettings
+
+    def __init__(self, chain, settings=None):
+        mimics = [chain._body_joint[b] for b in range(chain.num_bodies)
+                  if chain._body_mimic[b] is not None]
+        if mimics:
+            raise ParameterError(
+                f'ccd updates one joint at a time and cannot follow mimic joints '
+                f'({", ".join(mimics)}); use the jacobian, distance or smc solver for this chain')
+        super().__init__(chain, settings)
+        self._rng = np.random.default_rng(None if self.settings.seed < 0 else self.settings.seed)
+        self._order = list(reversed(range(chain.num_bodies)))
+        self._ball_q = {b: qi for b, qi in chain._ball_bodies}
+        self._ball_limit = {qi: lim for qi, _, lim in chain._ball_slices}
+        # moves[b, body]: joint b moves rows riding on ``body`` (last column: the base, -1).
+        self._moves = np.zeros((chain.num_bodies, chain.num_bodies + 1), dtype=bool)
+        for b in range(chain.num_bodies):
+            self._moves[b, chain._descendants[b]] = True
+        self._reset(self._q)
+
+    def _on_settings_changed(self):
+        self._rng = np.random.default_rng(None if self.settings.seed < 0 else self.settings.seed)
+
+    def _reset(self, q):
+        self._frames = self.chain.frames(q)
+        self._stall_monitor = StallMonitor(self.settings.restart_after)
+
+    # ------------------------------------------------------------------ one sweep
+    def _iterate(self, targets, online):
+        s = self.settings
+        chain = self.chain
+        frames = self._frames
+        rows = self._rows(targets, frames)
+        moving, goals, weights, is_point, row_body = rows
+        cost = float(weights @ np.sum((moving - goals) ** 2, axis=1))
+        if not online and self._stall_monitor.stalled(cost, self.last_info):
+            q = chain.random_configuration(self._rng)
+        else:
+            q = self._q.copy()
+            gain = s.online_gain if online else s.gain
+            for b in self._order:
+                mask = self._moves[b, row_body]
+                if mask.any():
+                    self._update_joint(q, b, frames, rows, mask, gain)
+            q = chain.clip(q)
+        self._q = q
+        self._frames = chain.frames(q)
+        return q, self._frames
+
+    def _rows(self, targets, frames):
+        """Return the task as vector pairs: moving (K, 3), goals (K, 3), weights (K,),
+        is_point (K,) (a point, rotating about the joint centre, or a free frame axis) and
+        the body each row rides on (K,)."""
+        s = self.settings
+        moving, goals, weights, is_point, bodies = [], [], [], [], []
+        for t in targets:
+            if not isinstance(t, (PoseTarget, PositionTarget, OrientationTarget)):
+                raise GoalError(f'ccd handles PoseTarget, PositionTarget and OrientationTarget; '
+                                f'got {type(t).__name__}')
+            body, _ = self.chain._link_anchor(t.link)
+            if isinstance(t, PositionTarget):
+                moving.append(frames.point(t.link, t.offset)[:1])
+                goals.append(t.position[None])
+                weights.append([t.weight / t.sigma[0] ** 2])
+                is_point.append([True])
+                bodies.append([body])
+                continue
+            pose = frames.link_pose(t.link)[0]
+            if isinstance(t, PoseTarget):
+                moving.append(pose[None, :3, 3])
+                goals.append(t.pose[None, :3, 3])
+                weights.append([t.weight / t.sigma[0] ** 2])
+                is_point.append([True])
+                bodies.append([body])
+                goal_rot = t.pose[:3, :3]
+            else:
+                goal_rot = t.rotation
+            moving.append(pose[:3, :3].T)                     # rows: the frame's axes
+            goals.append(goal_rot.T)
+            weights.append([s.orientation_weight * t.weight / (2.0 * t.sigma[-1] ** 2)] * 3)
+            is_point.append([False] * 3)
+            bodies.append([body] * 3)
+        return (np.concatenate(moving).astype(float), np.concatenate(goals).astype(float),
+                np.concatenate(weights).astype(float), np.concatenate(is_point),
+                np.concatenate(bodies).astype(int))
+
+    def _update_joint(self, q, b, frames, rows, mask, gain):
+        """Set joint ``b`` to its best value with the others held; move the rows with it."""
+        chain = self.chain
+        moving, goals, weights, is_point, _ = rows
+        kind = chain._body_kind[b]
+        origin = frames.pos[b, 0]
+        rot = frames.rot[b, 0]
+        centre = is_point[mask, None] * origin            # points turn about the joint centre
+        u = moving[mask] - centre
+        v = goals[mask] - centre
+        w = weights[mask]
+        if kind == _BALL:
+            applied = self._update_ball(q, b, rot, u, v, w, gain)
+            moving[mask] = u @ applied.T + centre
+            return
+        qi = chain._body_q[b]
+        axis = rot @ chain._body_axis[b]
+        step = self.settings.max_step
+        lo = max(chain.lower[qi] - q[qi], -step)
+        hi = min(chain.upper[qi] - q[qi], step)
+        if kind == _PRISMATIC:
+            wp = w * is_point[mask]
+            den = float(wp.sum())
+            if den <= 0.0:
+                return
+            delta = gain * float(np.clip(wp @ ((v - u) @ axis) / den, lo, hi))
+            q[qi] += delta
+            moving[mask] += (delta * axis) * is_point[mask, None]
+            return
+        # With u_perp, v_perp the parts normal to the axis: A = sum w u_perp . v_perp and
+        # B = sum w a . (u_perp x v_perp) = sum w u . (v x a).
+        ua, va = u @ axis, v @ axis
+        a_sum = float(w @ (np.einsum('kj,kj->k', u, v) - ua * va))
+        v_x_a = v[:, [1, 2, 0]] * axis[[2, 0, 1]] - v[:, [2, 0, 1]] * axis[[1, 2, 0]]
+        b_sum = float(w @ np.einsum('kj,kj->k', u, v_x_a))
+        if a_sum == 0.0 and b_sum == 0.0:
+            return
+        delta = gain * _best_angle(a_sum, b_sum, lo, hi)
+        q[qi] += delta
+        moving[mask] = u @ _axis_angle_matrix(axis, delta).T + centre
+
+    def _update_ball(self, q, b, rot, u, v, w, gain):
+        """Wahba step for a ball joint; return the world rotation actually applied."""
+        qi = self._ball_q[b]
+        mat = (v * w[:, None]).T @ u
+        # A weak pull towards no rotation: the shortest arc when one pair leaves a twist free.
+        mat += 1e-6 * max(float(w @ np.sum(u * u, axis=1)), 1e-12) * np.eye(3)
+        uu, _, vt = np.linalg.svd(mat)
+        fix = np.diag([1.0, 1.0, np.linalg.det(uu @ vt)])
+        delta_world = uu @ fix @ vt
+        if gain < 1.0:
+            delta_world = _scale_rotation(delta_world, gain)
+        local = rot.T @ delta_world @ rot               # the rotation in the body frame
+        old = q[qi:qi + 4].copy()
+        clipped = self.chain.clip(_with(q, qi, quat_multiply(old, matrix_to_quat(local))))
+        q[qi:qi + 4] = clipped[qi:qi + 4]
+        # The limit may have cut the rotation short: move the rows by what was applied.
+        return rot @ quat_to_matrix(quat_multiply(_conj(old), q[qi:qi + 4])) @ rot.T
+
+
+# ---------------------------------------------------------------------- helpers
+def _best_angle(a_sum, b_sum, lo, hi):
+    """Return the angle in [lo, hi] (lo <= 0 <= hi) maximising A cos t + B sin t."""
+    best = math.atan2(b_sum, a_sum)
+    # The unconstrained optimum, or the 2 pi copy nearest to 0 inside the interval, wins.
+    inside = [c for c in (best, best - 2.0 * math.pi, best + 2.0 * math.pi) if lo <= c <= hi]
+    if inside:
+        return min(inside, key=abs)
+    # Otherwise the sinusoid is best at one of the interval's ends.
+    f_lo = a_sum * math.cos(lo) + b_sum * math.sin(lo)
+    f_hi = a_sum * math.cos(hi) + b_sum * math.sin(hi)
+    return float(lo if f_lo > f_hi else hi)
+
+
+def _axis_angle_matrix(axis, angle):
+    """Return the (3, 3) rotation by ``angle`` [rad] about the unit ``axis`` (Rodrigues)."""
+    x, y, z = axis
+    c, s = np.cos(angle), np.sin(angle)
+    t = 1.0 - c
+    return np.array([[t * x * x + c, t * x * y - s * z, t * x * z + s * y],
+                     [t * x * y + s * z, t * y * y + c, t * y * z - s * x],
+                     [t * x * z - s * y, t * y * z + s * x, t * z * z + c]])
+
+
+def _scale_rotation(rot, factor):
+    from ..rotations import matrix_to_rotvec, rotvec_to_matrix
+    return rotvec_to_matrix(factor * matrix_to_rotvec(rot))
+
+
+def _with(q, qi, quat):
+    out = q.copy()
+    out[qi:qi + 4] = quat
+    return out
+
+
+def _conj(quat):
+    return np.array([quat[0], -quat[1], -quat[2], -quat[3]])
