@@ -86,16 +86,19 @@ def particle_marker(link_positions, weights, frame, stamp=None, segments=None):
     if segments is None:
         segments = np.stack([np.arange(n_links - 1), np.arange(1, n_links)], axis=1)
     segments = np.asarray(segments, dtype=int)
-    # Vertices: (N, S, 2, 3) -> flat list of [x, y, z].
-    vertices = positions[:, segments].reshape(-1, 3).tolist()
+    # One Point per link position and one ColorRGBA per particle, referenced by every vertex
+    # that uses them: about 2.5x fewer message objects than one per vertex.
+    points = [Point(x=x, y=y, z=z) for x, y, z in positions.reshape(-1, 3).tolist()]
     weights = np.asarray(weights, dtype=float)
     top = float(np.max(weights)) if weights.size else 0.0
     level = weights / top if top > 0.0 and np.isfinite(top) else np.ones(n_particles)
     level = np.clip(np.nan_to_num(level), 0.0, 1.0)
     rgba = np.stack([1.0 - level, level, np.full_like(level, 0.15), 0.25 + 0.75 * level], axis=1)
-    per_vertex = np.repeat(rgba, 2 * len(segments), axis=0).tolist()
-    marker.points = [Point(x=x, y=y, z=z) for x, y, z in vertices]
-    marker.colors = [ColorRGBA(r=r, g=g, b=b, a=a) for r, g, b, a in per_vertex]
+    colors = [ColorRGBA(r=r, g=g, b=b, a=a) for r, g, b, a in rgba.tolist()]
+    # Vertex k of particle i: link index segments.ravel()[k] -> point i * L + that index.
+    vertex_index = (np.arange(n_particles)[:, None] * n_links + segments.ravel()[None, :])
+    marker.points = [points[i] for i in vertex_index.ravel().tolist()]
+    marker.colors = [colors[i] for i in range(n_particles) for _ in range(segments.size)]
     return marker
 
 

@@ -286,7 +286,8 @@ class SmcIkNode(Node):
         self._last_goal_applied = -math.inf
         self._coalesced = 0
         self._errors = (math.nan, math.nan)
-        self._tick_times = collections.deque(maxlen=200)
+        self._tick_times = collections.deque(maxlen=200)     # [s] control tick durations
+        self._marker_times = collections.deque(maxlen=50)    # [s] marker tick durations
         self._constraint_specs = []
         self._marker_spheres = {}                # (ns, id) -> (center in base (3,), radius)
         self._constraint_objects = []
@@ -319,6 +320,7 @@ class SmcIkNode(Node):
         self._marker_timer = None
         self._status_timer = None
         self._make_timers(('rate_hz', 'marker_rate_hz', 'status_rate_hz'))
+        self._values = self._all_values()   # read on every tick: cached, kept up to date
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.get_logger().info(
             f'ready: solver {self._solver_name}, {self._param("rate_hz"):g} Hz x '
@@ -328,6 +330,10 @@ class SmcIkNode(Node):
 
     # ------------------------------------------------------------------ parameters
     def _param(self, name):
+        """Return a parameter value (from the cache kept by _on_set_parameters once built)."""
+        values = getattr(self, '_values', None)
+        if values is not None and name in values:
+            return values[name]
         return self.get_parameter(name).value
 
     def _declare_parameters(self):
@@ -392,6 +398,7 @@ class SmcIkNode(Node):
         except SmcIkError as exc:
             self.get_logger().warn(f'parameter change refused: {exc}')
             return SetParametersResult(successful=False, reason=str(exc))
+        self._values.update((k, v) for k, v in changes.items() if k in self._values)
         return SetParametersResult(successful=True)
 
     def _apply_parameter_changes(self, changes):
@@ -789,6 +796,7 @@ class SmcIkNode(Node):
     def _on_marker_tick(self):
         if self._q_cmd is None:
             return
+        started = time.perf_counter()
         info = self.solver.last_info
         particles, positions, weights = info.get('particles'), None, None
         if particles is not None and self._param('max_marker_particles') > 0:
@@ -805,6 +813,7 @@ class SmcIkNode(Node):
             particle_positions=positions, weights=weights, segments=self._segments,
             map_positions=self.chain.link_poses(map_q)[:, :3, 3], target=self._goal_display,
             spheres=self._sphere_display, clear=clear))
+        self._marker_times.append(time.perf_counter() - started)
 
     def status(self):
         """Return the status dictionary published on ~/status."""
@@ -812,11 +821,13 @@ class SmcIkNode(Node):
             return None if value is None or not math.isfinite(value) else round(value, digits)
         ess = self.solver.last_info.get('ess')
         step_ms = 1e3 * float(np.mean(self._tick_times)) if self._tick_times else None
+        marker_ms = 1e3 * float(np.mean(self._marker_times)) if self._marker_times else None
         return {
             'position_error': number(self._errors[0], 6),
             'orientation_error': number(self._errors[1], 6),
             'ess': number(ess, 2) if ess is not None else None,
             'step_time_ms': number(step_ms, 3),
+            'marker_time_ms': number(marker_ms, 3),
             'solver': self._solver_name,
             'goal_id': self._goal_id,
             'reached': bool(self._goal_reached),

@@ -10,7 +10,7 @@ import unittest
 
 import pytest
 
-launch_testing = pytest.importorskip(
+pytest.importorskip(
     'launch_testing', reason='launch_testing is not installed (it comes with a ROS 2 install, '
     'not from PyPI): run this test with colcon test')
 pytest.importorskip('launch_ros', reason='launch_ros is not installed (ROS 2 install needed)')

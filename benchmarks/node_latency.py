@@ -1,0 +1,245 @@
+"""Measure smcik_node over DDS: goal-to-command latency, achieved timer rate, CPU share.
+
+Starts smcik_node (config/arm.yaml: rate_hz 100, smc with 100 particles, markers at 10 Hz)
+and, unless --no-sim, sim_arm, as separate processes on a private ROS_DOMAIN_ID. Then:
+
+1. latency: for --goals nearby pose goals (FK of the measured configuration plus a random
+   joint offset), the time from publishing the goal until the first joint command whose FK is
+   within 1 mm / 0.01 rad of it (receive times in this process);
+2. rate and CPU: over --window seconds while goals keep coming every 2 s, the command rate
+   (from the commands' header stamps, i.e. the node's timer, and from receive times) and the
+   node process's CPU share of one core (utime + stime from /proc/<pid>/stat).
+
+Prints a table, writes benchmarks/results/node_latency.csv and node_latency.png.
+--profile runs the node under cProfile (SMCIK_PROFILE) and prints where its time goes.
+
+    ./smcik bench node_latency [--window 20] [--goals 8] [--no-sim] [--profile]
+"""
+
+import argparse
+import csv
+import json
+import math
+import os
+from pathlib import Path
+import pstats
+import signal
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from smcik_ros.demo import child_env, private_domain_id, start_node_process, stop_process  # noqa
+
+RESULTS = ROOT / 'benchmarks' / 'results'
+TARGET_RATE_HZ = 99.0
+TARGET_CPU = 0.30
+
+
+def cpu_seconds(pid):
+    """Return utime + stime [s] of process ``pid`` from /proc/<pid>/stat."""
+    with open(f'/proc/{pid}/stat') as handle:
+        fields = handle.read().rsplit(')', 1)[1].split()
+    ticks = os.sysconf('SC_CLK_TCK')
+    return (int(fields[11]) + int(fields[12])) / ticks   # fields 14, 15 of stat(5)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--window', type=float, default=20.0, help='rate/CPU window [s]')
+    parser.add_argument('--goals', type=int, default=8, help='latency goals')
+    parser.add_argument('--no-sim', action='store_true', help='node only (no sim_arm)')
+    parser.add_argument('--profile', action='store_true', help='cProfile the node')
+    parser.add_argument('-p', '--param', action='append', default=[], metavar='NAME:=VALUE',
+                        help='extra smcik_node parameter')
+    parser.add_argument('--env', action='append', default=[], metavar='KEY=VALUE',
+                        help='extra environment variable of the node processes, e.g. '
+                             'RMW_FASTRTPS_PUBLICATION_MODE=ASYNCHRONOUS')
+    parser.add_argument('--csv', default='node_latency.csv', help='result file name')
+    args = parser.parse_args(argv)
+
+    domain_id = private_domain_id(offset=17)
+    os.environ['ROS_DOMAIN_ID'] = str(domain_id)
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.node import Node
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+    from geometry_msgs.msg import PoseStamped
+    from sensor_msgs.msg import JointState
+    from std_msgs.msg import String
+
+    from smcik_ros.kinematics import Chain
+    from smcik_ros.ros_conversions import matrix_to_pose
+
+    chain = Chain.from_urdf(str(ROOT / 'urdf' / 'smcik_arm.urdf'), 'base_link', 'tool0')
+    log_dir = Path(tempfile.mkdtemp(prefix='smcik_bench_'))
+    env = child_env(domain_id, log_dir)
+    profile_path = log_dir / 'node.prof'
+    if args.profile:
+        env['SMCIK_PROFILE'] = str(profile_path)
+    env.update(item.split('=', 1) for item in args.env)
+    params = ['smcik_node:rate_hz:=100.0', 'smcik_node:smc.num_particles:=100',
+              'smcik_node:marker_rate_hz:=10.0', 'smcik_node:joint_states_timeout:=1.0']
+    params += [f'smcik_node:{p}' for p in args.param]
+    procs = [start_node_process('smcik_ros.node', env, log_dir / 'smcik_node.log',
+                                parameters=params)]
+    if not args.no_sim:
+        procs.append(start_node_process('smcik_ros.sim_arm', env, log_dir / 'sim_arm.log'))
+    node_proc = procs[0]
+
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=domain_id)
+    node = Node('smcik_bench', context=context)
+    reliable = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+    commands = []   # (receive time, header stamp [s], q)
+
+    def on_command(msg):
+        stamp = msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec
+        commands.append((time.monotonic(), stamp, np.array(msg.position)))
+
+    node.create_subscription(JointState, 'joint_commands', on_command, reliable)
+    status = []   # (receive time, dict)
+    node.create_subscription(String, '/smcik_node/status',
+                             lambda m: status.append((time.monotonic(), json.loads(m.data))),
+                             reliable)
+    pose_pub = node.create_publisher(PoseStamped, 'target_pose', reliable)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    rng = np.random.default_rng(0)
+
+    def spin_until(predicate, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            executor.spin_once(timeout_sec=0.005)
+            if predicate():
+                return True
+        return False
+
+    def send_goal():
+        q = commands[-1][2]
+        span = chain.upper - chain.lower
+        q_goal = np.clip(q + rng.uniform(-0.4, 0.4, chain.n), chain.lower + 0.05 * span,
+                         chain.upper - 0.05 * span)
+        pose = chain.fk(q_goal)
+        msg = PoseStamped()
+        msg.header.frame_id = 'base_link'
+        msg.header.stamp = node.get_clock().now().to_msg()
+        msg.pose = matrix_to_pose(pose)
+        pose_pub.publish(msg)
+        return pose, time.monotonic()
+
+    def reached(pose):
+        tip = chain.fk(commands[-1][2])
+        cos = 0.5 * (np.trace(tip[:3, :3].T @ pose[:3, :3]) - 1.0)
+        return (np.linalg.norm(tip[:3, 3] - pose[:3, 3]) <= 1e-3
+                and math.acos(max(-1.0, min(1.0, cos))) <= 1e-2)
+
+    latencies = []
+    try:
+        if not spin_until(lambda: commands and pose_pub.get_subscription_count() > 0, 30.0):
+            print('smcik_node did not start; log:\n' + (log_dir / 'smcik_node.log').read_text())
+            return 1
+        for _ in range(args.goals):
+            pose, sent = send_goal()
+            ok = spin_until(lambda: commands[-1][0] > sent and reached(pose), 10.0)
+            latencies.append(commands[-1][0] - sent if ok else math.nan)
+        # Rate and CPU window, with a new goal every 2 s.
+        first = len(commands)
+        cpu0, t0 = cpu_seconds(node_proc.pid), time.monotonic()
+        next_goal = t0
+        while time.monotonic() - t0 < args.window:
+            if time.monotonic() >= next_goal:
+                send_goal()
+                next_goal += 2.0
+            executor.spin_once(timeout_sec=0.005)
+        cpu1, t1 = cpu_seconds(node_proc.pid), time.monotonic()
+        window = commands[first:]
+    finally:
+        codes = [stop_process(p, signal.SIGINT) for p in procs]
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)
+
+    recv = np.array([c[0] for c in window])
+    stamps = np.array([c[1] for c in window])
+    rate_stamp = (len(stamps) - 1) / (stamps[-1] - stamps[0])
+    rate_recv = (len(recv) - 1) / (recv[-1] - recv[0])
+    gaps = np.diff(stamps) * 1e3
+    cpu_share = (cpu1 - cpu0) / (t1 - t0)
+    in_window = [d for t, d in status if t0 <= t <= t1]
+    tick_ms = np.mean([d['step_time_ms'] for d in in_window if d.get('step_time_ms')])
+    marker_ms = np.mean([d['marker_time_ms'] for d in in_window if d.get('marker_time_ms')]
+                        or [0.0])
+    marker_hz = dict(item.split(':=') for item in args.param).get('marker_rate_hz', 10.0)
+    tick_share = tick_ms * 1e-3 * rate_stamp
+    marker_share = marker_ms * 1e-3 * float(marker_hz)
+    load = os.getloadavg()[0]
+    lat = np.array(latencies)
+    done = lat[np.isfinite(lat)]
+    rows = [
+        ('goals reached (1 mm, 0.01 rad)', f'{len(done)}/{len(lat)}', ''),
+        ('latency median [s]', f'{np.median(done):.3f}' if len(done) else 'n/a', ''),
+        ('latency max [s]', f'{np.max(done):.3f}' if len(done) else 'n/a', ''),
+        ('command rate, node stamps [Hz]', f'{rate_stamp:.2f}', f'>= {TARGET_RATE_HZ:g}'),
+        ('command rate, receive times [Hz]', f'{rate_recv:.2f}', ''),
+        ('command period p99 / max [ms]',
+         f'{np.percentile(gaps, 99):.2f} / {gaps.max():.2f}', ''),
+        ('node CPU share of one core', f'{100 * cpu_share:.1f} %', f'<= {100 * TARGET_CPU:g} %'),
+        ('  control ticks (solver, limits, publish)',
+         f'{100 * tick_share:.1f} %', f'{tick_ms:.2f} ms/tick'),
+        ('  marker ticks (build + publish)', f'{100 * marker_share:.1f} %',
+         f'{marker_ms:.2f} ms/tick'),
+        ('  rest: executor, joint_states, DDS threads',
+         f'{100 * (cpu_share - tick_share - marker_share):.1f} %', ''),
+        ('machine load average (1 min)', f'{load:.2f}', f'{os.cpu_count()} cores'),
+        ('window [s]', f'{t1 - t0:.1f}', ''),
+        ('node exit code after SIGINT', str(codes[0]), '0'),
+    ]
+    print(f'\nsmcik_node latency benchmark (sim_arm: {not args.no_sim}; logs {log_dir})')
+    width = max(len(r[0]) for r in rows)
+    for name, value, goal in rows:
+        print(f'  {name:<{width}}  {value:>14}  {goal}')
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    config = ' '.join(args.param + args.env + (['--no-sim'] if args.no_sim else []))
+    rows.append(('configuration', config or 'config/arm.yaml defaults', ''))
+    with open(RESULTS / args.csv, 'w', newline='') as handle:
+        writer = csv.writer(handle)
+        writer.writerow(['metric', 'value', 'goal'])
+        writer.writerows(rows)
+        writer.writerow([])
+        writer.writerow(['goal', 'latency_s'])
+        writer.writerows([(i + 1, f'{v:.4f}') for i, v in enumerate(lat)])
+    png = RESULTS / (Path(args.csv).stem + '.png')
+    _plot(lat, gaps, png, rate_stamp, cpu_share)
+    print(f'  wrote {RESULTS / args.csv} and {png.name}')
+    if args.profile and profile_path.exists():
+        print('\nwhere the node spends its time (cProfile, cumulative, top 25):')
+        pstats.Stats(str(profile_path)).sort_stats('cumulative').print_stats(25)
+    ok = rate_stamp >= TARGET_RATE_HZ and cpu_share <= TARGET_CPU and len(done) == len(lat)
+    return 0 if ok else 1
+
+
+def _plot(latencies, gaps, path, rate, cpu):
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    axes[0].bar(np.arange(1, len(latencies) + 1), np.nan_to_num(latencies, nan=0.0))
+    axes[0].set_xlabel('goal')
+    axes[0].set_ylabel('goal -> commands within 1 mm [s]')
+    axes[0].set_title('goal-to-command latency (0: not reached)')
+    axes[1].hist(gaps, bins=60)
+    axes[1].set_yscale('log')
+    axes[1].set_xlabel('period between commands (node stamps) [ms]')
+    axes[1].set_title(f'command timing: {rate:.2f} Hz, node CPU {100 * cpu:.1f} %')
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+if __name__ == '__main__':
+    sys.exit(main())
