@@ -334,6 +334,12 @@ class Chain:
         model_links.sort(key=lambda name: order.get(name, 0))
 
         # Actuated joints in tree order, then mimic sources that lie off the paths.
+        for c in model_links:
+            if by_child[c].type in ('floating', 'planar'):
+                raise ModelError(f'joint {by_child[c].name!r} between {by_child[c].parent!r} and '
+                                 f'{c!r} is {by_child[c].type}: only revolute, continuous, '
+                                 'prismatic, fixed and ball joints can be on the modelled '
+                                 'chain; pick a base link below it')
         movable = [by_child[c] for c in model_links if by_child[c].type != 'fixed']
         state = [j for j in movable if j.mimic is None]
         for j in movable:
@@ -761,7 +767,8 @@ def _limits_of(joint):
         return -2.0 * np.pi, 2.0 * np.pi
     lo, hi = joint.lower, joint.upper
     if lo is None or hi is None or not np.isfinite(lo) or not np.isfinite(hi):
-        raise ModelError(f'joint {joint.name!r} ({joint.type}) needs finite <limit lower= upper=>')
+        raise ModelError(f'joint {joint.name!r} ({joint.type}) has no finite <limit lower= '
+                         'upper=>; URDF requires them on revolute and prismatic joints')
     if lo > hi:
         raise ModelError(f'joint {joint.name!r} has lower limit {lo} > upper limit {hi}')
     return float(lo), float(hi)
@@ -885,10 +892,7 @@ def _parse_urdf(path_or_xml):
     links = {link.name: link for link in urdf.robot.links}
     joints = []
     for j in urdf.robot.joints:
-        if j.type in ('floating', 'planar'):
-            raise ModelError(f'joint {j.name!r} is {j.type}: only revolute, continuous, '
-                             'prismatic and fixed joints are supported in URDF chains')
-        if j.type not in ('revolute', 'continuous', 'prismatic', 'fixed'):
+        if j.type not in ('revolute', 'continuous', 'prismatic', 'fixed', 'floating', 'planar'):
             raise ModelError(f'joint {j.name!r} has unknown type {j.type!r}')
         for end in (j.parent, j.child):
             if end not in links:
@@ -905,10 +909,6 @@ def _parse_urdf(path_or_xml):
         if j.mimic is not None:
             mimic = (j.mimic.joint, 1.0 if j.mimic.multiplier is None else j.mimic.multiplier,
                      0.0 if j.mimic.offset is None else j.mimic.offset)
-        if j.type in ('revolute', 'prismatic') and (lim is None or lim.lower is None
-                                                    or lim.upper is None) and mimic is None:
-            raise ModelError(f'joint {j.name!r} ({j.type}) has no <limit lower= upper=>; URDF '
-                             'requires limits on revolute and prismatic joints')
         joints.append(JointSpec(
             name=j.name, parent=j.parent, child=j.child, type=j.type,
             origin=np.eye(4) if j.origin is None else np.asarray(j.origin, dtype=float),

@@ -204,3 +204,17 @@ def test_programmatic_prismatic_and_fixed_joints():
     pose = chain.fk(np.array([0.3, np.pi / 2]))
     np.testing.assert_allclose(pose[:3, 3], [0.3, 0.0, 0.2], atol=1e-12)
     np.testing.assert_allclose(pose[:3, 0], [0.0, 1.0, 0.0], atol=1e-12)
+
+
+def test_floating_joint_off_the_chain_is_ignored_on_the_chain_refused():
+    with open(ARM7) as f:
+        xml = f.read()
+    extra = ('<link name="world"/><link name="drone"/>'
+             '<joint name="free" type="floating"><parent link="world"/><child link="drone"/>'
+             '</joint><joint name="mount" type="fixed"><parent link="world"/>'
+             '<child link="base_link"/></joint></robot>')
+    xml = xml.replace('</robot>', extra)
+    chain = Chain.from_urdf(xml)
+    assert chain.joint_names == Chain.from_urdf(ARM7).joint_names
+    with pytest.raises(ModelError, match="'free' .* is floating"):
+        Chain.from_urdf(xml, base_link='world', tip_link='drone')
