@@ -287,7 +287,9 @@ class SmcIkNode(Node):
         self._coalesced = 0
         self._errors = (math.nan, math.nan)
         self._tick_times = collections.deque(maxlen=200)     # [s] control tick durations
+        self._tick_cpu = collections.deque(maxlen=200)       # [s] their CPU time (thread)
         self._marker_times = collections.deque(maxlen=50)    # [s] marker tick durations
+        self._marker_cpu = collections.deque(maxlen=50)
         self._constraint_specs = []
         self._marker_spheres = {}                # (ns, id) -> (center in base (3,), radius)
         self._constraint_objects = []
@@ -712,7 +714,7 @@ class SmcIkNode(Node):
 
     # ------------------------------------------------------------------ control tick
     def _on_tick(self):
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.thread_time()
         now = time.monotonic()
         if self._q_cmd is None and not self._try_start(now):
             return
@@ -744,6 +746,7 @@ class SmcIkNode(Node):
         self._publish_command(q_new, (q_new - q_prev) * self._rate)
         self._update_goal_errors(now)
         self._tick_times.append(time.perf_counter() - started)
+        self._tick_cpu.append(time.thread_time() - cpu_started)
 
     def _violates_hard_constraint(self, q_new, q_prev):
         """Return True (and re-anchor the filter at q_prev) when q_new enters a hard constraint.
@@ -796,7 +799,7 @@ class SmcIkNode(Node):
     def _on_marker_tick(self):
         if self._q_cmd is None:
             return
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.thread_time()
         info = self.solver.last_info
         particles, positions, weights = info.get('particles'), None, None
         if particles is not None and self._param('max_marker_particles') > 0:
@@ -814,6 +817,7 @@ class SmcIkNode(Node):
             map_positions=self.chain.link_poses(map_q)[:, :3, 3], target=self._goal_display,
             spheres=self._sphere_display, clear=clear))
         self._marker_times.append(time.perf_counter() - started)
+        self._marker_cpu.append(time.thread_time() - cpu_started)
 
     def status(self):
         """Return the status dictionary published on ~/status."""
@@ -822,12 +826,16 @@ class SmcIkNode(Node):
         ess = self.solver.last_info.get('ess')
         step_ms = 1e3 * float(np.mean(self._tick_times)) if self._tick_times else None
         marker_ms = 1e3 * float(np.mean(self._marker_times)) if self._marker_times else None
+        step_cpu = 1e3 * float(np.mean(self._tick_cpu)) if self._tick_cpu else None
+        marker_cpu = 1e3 * float(np.mean(self._marker_cpu)) if self._marker_cpu else None
         return {
             'position_error': number(self._errors[0], 6),
             'orientation_error': number(self._errors[1], 6),
             'ess': number(ess, 2) if ess is not None else None,
             'step_time_ms': number(step_ms, 3),
             'marker_time_ms': number(marker_ms, 3),
+            'step_cpu_ms': number(step_cpu, 3),
+            'marker_cpu_ms': number(marker_cpu, 3),
             'solver': self._solver_name,
             'goal_id': self._goal_id,
             'reached': bool(self._goal_reached),
