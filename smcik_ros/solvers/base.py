@@ -148,10 +148,20 @@ def make_solver(name, chain, **settings):
     return cls(chain, build_settings(cls.Settings, settings))
 
 
+# A scalar tol means tol [m] in position and ORIENTATION_PER_POSITION * tol [rad]: an
+# orientation error of 10 * tol rad moves a point 10 cm from the tool by tol, so 1e-3 is
+# the usual "1 mm and 0.01 rad" of IK benchmarks.
+ORIENTATION_PER_POSITION = 10.0
+
+
 def parse_tolerance(tol):
-    """Return (position_tol [m], orientation_tol [rad]) from a float or a pair."""
+    """Return (position_tol [m], orientation_tol [rad]) from a number or a pair.
+
+    A number ``t`` gives (t, 10 t): 1e-3 means 1 mm and 0.01 rad. A pair is taken as is.
+    """
     if np.ndim(tol) == 0:
-        pos = ori = float(tol)
+        pos = float(tol)
+        ori = ORIENTATION_PER_POSITION * pos
     else:
         pair = np.asarray(tol, dtype=float).ravel()
         if pair.shape != (2,):
@@ -253,8 +263,8 @@ class Solver:
         """Solve ``goal`` from ``q_seed`` and return an ``IKResult``.
 
         goal: (4, 4) pose in the base frame [m], a Target or a list of Targets.
-        tol: position tolerance [m] and orientation tolerance [rad]: one number for both,
-        or a pair (position_tol, orientation_tol).
+        tol: a number t means position error <= t [m] and orientation error <= 10 t [rad]
+        (1e-3: 1 mm and 0.01 rad); or a pair (position_tol [m], orientation_tol [rad]).
         timeout: wall-clock budget [s]; the best estimate so far is returned when it runs out.
         """
         start = time.perf_counter()

@@ -66,6 +66,7 @@ class SmcSettings(SolverSettings):
     refine_count: int = 4               # best particles refined per iteration (0: off)
     refine_steps: int = 3               # damped least-squares steps per refined particle
     refine_damping: float = 1e-4        # Levenberg-Marquardt damping floor
+    refine_min_cost: float = 1e-9       # skip refinement while the best cost is below this
     max_step: float = 0.5               # [rad or m] largest joint change of one refinement step
     restart_after: int = 4              # iterations without enough progress before re-seeding
     stall_tolerance: float = 0.1        # 'progress' = best cost down by this fraction
@@ -96,6 +97,8 @@ class SmcSettings(SolverSettings):
                f'got {self.refine_count}')
         _check(self.refine_steps >= 1, f'refine_steps must be >= 1; got {self.refine_steps}')
         _check(self.refine_damping >= 0.0, f'refine_damping must be >= 0; got {self.refine_damping}')
+        _check(self.refine_min_cost >= 0.0,
+               f'refine_min_cost must be >= 0; got {self.refine_min_cost}')
         _check(self.max_step > 0.0, f'max_step must be > 0; got {self.max_step}')
         _check(self.restart_after >= 0, f'restart_after must be >= 0 (0: off); got {self.restart_after}')
         _check(0.0 <= self.stall_tolerance < 1.0,
@@ -219,8 +222,8 @@ class SmcSolver(Solver):
         soft = self._cost(self.constraints, frames) if self.constraints else 0.0
         loglik = -(task / (temp * temp) + soft)
         # Refinement: a Gauss-Newton move of the best particles on the final posterior.
-        if s.refine_count > 0:
-            full = task + soft
+        full = task + soft
+        if s.refine_count > 0 and np.min(full) > s.refine_min_cost:
             idx = np.argpartition(full, s.refine_count - 1)[:s.refine_count] \
                 if s.refine_count < n else np.arange(n)
             particles, frames, improved = self._refine(terms, particles, frames, idx, full, hard)
