@@ -122,7 +122,7 @@ NODE_PARAMETERS = {
     'resync_threshold': (0.5, 'largest |measured - commanded| joint difference before the '
                          'filter is reset to the measured joint_states [rad or m]; 0 = never',
                          {'floating_point_range': _float_range(0.0, 10.0)}),
-    'joint_states_timeout': (5.0, 'how long to wait for the first joint_states before '
+    'joint_states_timeout': (2.0, 'how long to wait for the first joint_states before '
                              'starting from the mid-range configuration [s]; 0 = wait forever',
                              {'floating_point_range': _float_range(0.0, 3600.0)}),
     'position_tolerance': (0.001, 'goal reached when the commanded tip is this close [m]',
