@@ -4,13 +4,14 @@ Setup:
 
 - chains: ``Chain.ball_chain(J, segment_length=3 / J, max_angle=pi / 2)``, J ball joints
   (3 J DOF; J = 1, 2, 4, 8, 10, 15, 20, 30, 50, 70, 100, i.e. 3 .. 300 DOF), 3 units long,
-  straight at the start; PositionTarget at a fixed point 2 units from the start tip
-  (the tip of the configuration whose joints all turn by the same angle about x, chosen
-  by bisection), as in fig4a_success.
-- one iteration = one online ``solver.step(goal)``; the solver is reset to the straight
-  start every 20 steps so that the Jacobian methods keep working mid-solve (not at a
-  converged, trivially cheap point). Per (method, DOF): median over up to ``--repeats``
-  steps (at least 5, at most ``--budget`` seconds per cell), after 3 warm-up steps.
+  straight at the start; PositionTargets at a point 2 units from the start tip (the tip
+  of the configuration whose joints all turn by the same angle about x, chosen by
+  bisection, as in fig4a_success) turned about +z by 9 degrees per step (40 goals, then
+  again), so that every iteration works on an unsolved goal (a reached goal makes the SMC
+  skip its refinement and the Jacobian step trivial).
+- one iteration = one online ``solver.step(goal_k)`` from the straight start. Per
+  (method, DOF): median over up to ``--repeats`` steps (at least 5, at most ``--budget``
+  seconds per cell), after 3 warm-up steps.
 - methods: SMC with 20 and 50 particles, ``plain`` (refine_count=0, restart_after=0,
   keep_map=False, anneal_initial=1) and the shipped ``defaults``; the Jacobian transpose
   and damped least squares ('dls', damping 1.0 in task sigmas) solvers,
@@ -53,6 +54,23 @@ def methods():
 
 def goal_for(chain):
     """Return a PositionTarget 2 units from the straight chain's tip (same bend per joint)."""
+    return PositionTarget(target_point(chain))
+
+
+def moving_goals(chain, count=40):
+    """Return ``count`` PositionTargets: the goal_for point turned about +z in 9 deg steps."""
+    p = target_point(chain)
+    out = []
+    for k in range(count):
+        a = 2 * np.pi * k / count
+        rot = np.array([[np.cos(a), -np.sin(a), 0.0], [np.sin(a), np.cos(a), 0.0],
+                        [0.0, 0.0, 1.0]])
+        out.append(PositionTarget(rot @ p))
+    return out
+
+
+def target_point(chain):
+    """Return the (3,) point 2 units from the straight chain's tip (same bend per joint)."""
     q0 = chain.neutral_configuration()
     start = chain.fk(q0)[:3, 3]
     bq = chain._ball_q_idx
@@ -69,21 +87,20 @@ def goal_for(chain):
             lo = mid
         else:
             hi = mid
-    return PositionTarget(tip(hi))
+    return tip(hi)
 
 
-def time_method(chain, goal, name, settings, repeats, budget):
+def time_method(chain, goals, name, settings, repeats, budget):
     solver = make_solver(name, chain, **settings)
     q0 = chain.neutral_configuration()
     solver.reset(q0)
-    for _ in range(3):
-        solver.step(goal)
+    for k in range(3):
+        solver.step(goals[k])
     times = []
     spent = 0.0
     clock = time.perf_counter
     while len(times) < repeats and (spent < budget or len(times) < 5):
-        if len(times) % 20 == 0:
-            solver.reset(q0)
+        goal = goals[(len(times) + 3) % len(goals)]
         t0 = clock()
         solver.step(goal)
         dt = clock() - t0
@@ -106,9 +123,9 @@ def main():
     meths = methods()
     for j in joints:
         chain = Chain.ball_chain(j, 3.0 / j, max_angle=np.pi / 2)
-        goal = goal_for(chain)
+        goals = moving_goals(chain)
         for label, name, settings in meths:
-            t = time_method(chain, goal, name, settings, args.repeats, args.budget)
+            t = time_method(chain, goals, name, settings, args.repeats, args.budget)
             rows.append(dict(method=label, dof=3 * j, median_ms=1e3 * np.median(t),
                              p90_ms=1e3 * np.percentile(t, 90), samples=len(t)))
         print(f'{3 * j:4d} DOF: ' + ', '.join(f'{r["method"]} {r["median_ms"]:.3g} ms'
@@ -134,7 +151,9 @@ def main():
         xs = [r['dof'] for r in rows if r['method'] == label]
         ys = [r['median_ms'] for r in rows if r['method'] == label]
         style = styles.get(label, f'C{2 + i % 6}{"^-" if "finite" in label else "v:"}')
-        ax.plot(xs, ys, style, label=label, ms=4)
+        hollow = 'transpose' in label   # transpose and dls cost the same: keep both visible
+        ax.plot(xs, ys, style, label=label, ms=8 if hollow else 4,
+                mfc='none' if hollow else None)
     ax.set_xscale('log')
     ax.set_yscale('log')
     ax.set_xlabel('degrees of freedom')

@@ -11,8 +11,9 @@ Setup:
   the same Generator.
 - solvers: every name in ``available_solvers()``; 'jacobian' once per method
   (transpose, pinv, dls, sr; analytic Jacobians), 'smc' with its shipped defaults
-  (100 particles); a solver that refuses the chain (FABRIK needs ball joints) is skipped. Each solver object is built once per arm (seed 0 where it has a seed
-  setting) and reused for all trials, as the node does.
+  (100 particles); a solver that refuses the chain (FABRIK needs ball joints) is
+  skipped. Each solver object is built once per arm (seed 0 where it has a seed setting)
+  and reused for all trials, as the node does.
 - reported per (arm, solver, seed kind): success % (``IKResult.success``), median and p95
   wall time of ``solve`` [ms] (all trials, failures included: they take the full 50 ms),
   median iterations of the successful trials, and the median final position error.

@@ -119,7 +119,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--cycles', type=float, default=1.0, help='path periods (24 s each)')
     parser.add_argument('--arms', nargs='+', default=list(PATHS), choices=list(PATHS))
-    parser.add_argument('--quick', action='store_true', help='0.8 cycle (through the bump), arm7 only')
+    parser.add_argument('--quick', action='store_true',
+                        help='0.8 cycle (through the bump), arm7 only')
     args = parser.parse_args()
     if args.quick:
         args.cycles, args.arms = 0.8, ['arm7']
@@ -203,7 +204,7 @@ def main():
     axes[2][0].set_ylabel('largest joint jump [rad]\n(dashed: v_lim * 10 ms)')
     axes[0][-1].legend(fontsize=6, ncol=2)
     fig.tight_layout()
-    print('wrote', C.save_figure(fig, 'tracking'))
+    print('wrote', C.save_figure(fig, 'tracking', dpi=72))
 
 
 if __name__ == '__main__':
