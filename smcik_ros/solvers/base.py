@@ -222,6 +222,7 @@ class Solver:
         self._q = q
         self._estimate = q.copy()
         self._goal_key = None
+        self._targets = None        # the next step re-arms its goal (annealing, stall counters)
         self._reset(q)
 
     @property

@@ -75,6 +75,9 @@ class SmcSettings(SolverSettings):
     restart_min_cost: float = 0.01      # no restart once the best task cost is below this
     init_uniform_fraction: float = 0.5  # solve(): share of particles drawn uniformly at start
     keep_map: bool = True               # carry the MAP particle over without noise
+    branch_switch_ratio: float = 0.5    # online: a far particle becomes MAP only below this
+    #                                     share of the held MAP's cost (1: no hysteresis)
+    branch_jump: float = 0.5            # [rad or m] 'far' = largest joint difference above this
     goal_change_threshold: float = 3.0  # goal moves > this many sigmas re-widen Sigma_z
 
     def validate(self):
@@ -109,6 +112,9 @@ class SmcSettings(SolverSettings):
                f'init_uniform_fraction must be in [0, 1]; got {self.init_uniform_fraction}')
         _check(self.restart_min_cost >= 0.0,
                f'restart_min_cost must be >= 0; got {self.restart_min_cost}')
+        _check(0.0 < self.branch_switch_ratio <= 1.0,
+               f'branch_switch_ratio must be in (0, 1]; got {self.branch_switch_ratio}')
+        _check(self.branch_jump >= 0.0, f'branch_jump must be >= 0; got {self.branch_jump}')
         _check(self.goal_change_threshold >= 0.0,
                f'goal_change_threshold must be >= 0; got {self.goal_change_threshold}')
         for v in self.joint_noise_per_joint + self.ball_noise_per_axis:
@@ -176,6 +182,7 @@ class SmcSolver(Solver):
         self._best_cost = np.inf
         self._stall = 0
         self._last_goal_vec = None
+        self._has_map = False
 
     def _start_solve(self, q_seed, targets):
         self.reset(q_seed)
@@ -226,6 +233,8 @@ class SmcSolver(Solver):
         if s.refine_count > 0 and np.min(full) > s.refine_min_cost:
             idx = np.argpartition(full, s.refine_count - 1)[:s.refine_count] \
                 if s.refine_count < n else np.arange(n)
+            if online and s.keep_map and self._has_map and self._map_index not in idx:
+                idx[np.argmax(full[idx])] = self._map_index   # the held MAP is always refined
             particles, frames, improved = self._refine(terms, particles, frames, idx, full, hard)
             if improved is not None:
                 task[idx] = improved[0]
@@ -240,6 +249,8 @@ class SmcSolver(Solver):
         weights /= weights.sum()
         map_index = int(np.argmax(weights))
         best_index = int(np.argmin(task + soft))
+        if online and s.keep_map and self._has_map:
+            map_index = self._hold_branch(particles, task + soft, map_index)
         ess = 1.0 / np.sum(weights * weights)
         # Bookkeeping for restarts.
         best_cost = float((task + soft)[best_index])
@@ -259,10 +270,14 @@ class SmcSolver(Solver):
         # 4. resampling.
         if ess < s.resample_threshold * n:
             keep = _systematic_resample(weights, self.rng)
-            # The MAP particle survives resampling (it has the largest weight); track it.
+            # Keep the MAP particle through resampling (a held MAP may not be the heaviest).
+            copies = np.flatnonzero(keep == map_index)
+            if copies.size == 0:
+                keep[0] = map_index
+                copies = np.zeros(1, dtype=int)
             particles = particles[keep]
             logw = np.zeros(n)
-            self._map_index = int(np.flatnonzero(keep == map_index)[0])
+            self._map_index = int(copies[0])
             self.last_info['resampled'] = True
         else:
             logw = np.log(np.maximum(weights, 1e-300))
@@ -272,10 +287,28 @@ class SmcSolver(Solver):
             particles, logw = self._restart(particles, logw, keep_map=online)
         self._particles = particles
         self._logw = logw
+        self._has_map = True
         self._anneal_level = max(1.0, self._anneal_level * s.anneal_rate)
         if online:
             return map_q, map_frames
         return best_q, best_frames
+
+    def _hold_branch(self, particles, cost, candidate):
+        """Return the MAP index online: keep the previous MAP's branch unless clearly beaten.
+
+        A candidate more than ``branch_jump`` away (largest joint difference) from the
+        previous MAP replaces it only if its cost is below ``branch_switch_ratio`` times the
+        previous one: out of reach, all branches cost about the same and the arm must not
+        flip between them; stuck at a limit, a fresh solution costs far less and wins.
+        """
+        s = self.settings
+        held = self._map_index
+        if candidate == held or s.branch_switch_ratio >= 1.0:
+            return candidate
+        jump = np.max(np.abs(particles[candidate] - particles[held]))
+        if jump > s.branch_jump and cost[candidate] > s.branch_switch_ratio * cost[held]:
+            return held
+        return candidate
 
     def _cost(self, terms, frames):
         total = 0.0
