@@ -11,13 +11,19 @@ Run: ``ros2 run smcik_ros smcik_node --ros-args --params-file config/arm.yaml`` 
 ``python -m smcik_ros.node --ros-args --params-file config/arm.yaml``.
 """
 
+import os
+
+# The solvers work on tiny matrices: BLAS threads only add contention (measured 10-30x slower
+# SVDs on a loaded 2-core host). Must be set before numpy is imported; an explicit setting wins.
+os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')
+os.environ.setdefault('OMP_NUM_THREADS', '1')
+
 import collections
 import cProfile
 import dataclasses
 import inspect
 import json
 import math
-import os
 from pathlib import Path
 import re
 import sys
