@@ -307,8 +307,8 @@ def test_keep_out_sphere_keeps_the_tool_out(system, publishers, chain):
     q = measured_q(probe, chain)
     pose = nearby_goal(chain, q, rng, spread=0.4)
     center, radius = pose[:3, 3], 0.06
-    if np.linalg.norm(chain.fk(q)[:3, 3] - center) < radius + 0.02:
-        pytest.skip('the tool already sits in the sphere of this draw')
+    # The set-up needs the tool outside the sphere at the start (seeded draw).
+    assert np.linalg.norm(chain.fk(q)[:3, 3] - center) >= radius + 0.02
     start = len(read_log(node.log_path))
     publishers['constraints'].publish(String(data=(
         f'- {{type: keep_out_sphere, center: {center.tolist()}, radius: {radius}, '
@@ -435,8 +435,7 @@ def test_runtime_solver_switch_has_no_jump(system, publishers, chain):
     _, _, probe = system
     usable, refused = _solvers_for(chain)
     others = [name for name in usable if name != 'smc']
-    if not others:
-        pytest.skip('only the smc solver models this arm: nothing to switch to')
+    assert others, 'only the smc solver models this arm: nothing to switch to'
     rng = np.random.default_rng(9)
     since = time.monotonic()
     # Switch while the arm is moving towards a goal.
