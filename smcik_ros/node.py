@@ -19,7 +19,6 @@ os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')
 os.environ.setdefault('OMP_NUM_THREADS', '1')
 
 import collections
-import cProfile
 import dataclasses
 import inspect
 import json
@@ -33,7 +32,6 @@ from geometry_msgs.msg import PointStamped, PoseStamped
 import numpy as np
 import rclpy
 from rclpy.exceptions import ParameterUninitializedException
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy,
@@ -54,6 +52,7 @@ from .markers import build_marker_array, link_segments, select_particles
 from .ros_conversions import (goal_pose_to_matrix, joint_state_to_positions,
                               make_float64_multi_array, make_joint_state, make_joint_trajectory,
                               point_to_array, pose_to_matrix, update_keep_out_spheres)
+from .ros_runner import run_node
 from .rotations import quat_to_matrix
 from .solvers import available_solvers, make_solver, settings_type
 
@@ -869,34 +868,7 @@ def main(args=None):
     if argv[:1] == ['--solver-settings-yaml']:
         print(solver_settings_yaml(), end='')
         return 0
-    rclpy.init(args=args)
-    profile_path = os.environ.get('SMCIK_PROFILE')
-    profiler = cProfile.Profile() if profile_path else None
-    node = None
-    code = 0
-    try:
-        node = SmcIkNode()
-        if profiler:
-            profiler.enable()
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    except SmcIkError as exc:
-        # ModelError / ParameterError / GoalError at start-up: the message says how to fix it.
-        rclpy.logging.get_logger('smcik_node').fatal(f'cannot start: {exc}')
-        code = 1
-    except Exception:
-        if rclpy.ok():
-            raise
-        # SIGINT/SIGTERM shut the context down while a callback ran (e.g. a publish): clean.
-    finally:
-        if profiler:
-            profiler.disable()
-            profiler.dump_stats(profile_path)
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
-    return code
+    return run_node(SmcIkNode, 'smcik_node', args, os.environ.get('SMCIK_PROFILE'))
 
 
 if __name__ == '__main__':

@@ -10,15 +10,15 @@ import sys
 
 import numpy as np
 import rclpy
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rcl_interfaces.msg import FloatingPointRange, ParameterDescriptor
 from sensor_msgs.msg import JointState
 
-from .errors import GoalError, SmcIkError
+from .errors import GoalError
 from .kinematics import Chain
 from .node import COMMAND_QOS, COMMAND_TYPES, load_robot_description
+from .ros_runner import run_node
 from .ros_conversions import command_to_positions, make_joint_state
 
 __all__ = ['SimArm', 'main', 'initial_configuration', 'follow']
@@ -133,26 +133,7 @@ class SimArm(Node):
 
 def main(args=None):
     """Run sim_arm until SIGINT/SIGTERM (exit 0); exit 1 on an unusable model."""
-    rclpy.init(args=args)
-    node = None
-    code = 0
-    try:
-        node = SimArm()
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    except SmcIkError as exc:
-        rclpy.logging.get_logger('sim_arm').fatal(f'cannot start: {exc}')
-        code = 1
-    except Exception:
-        if rclpy.ok():
-            raise
-        # SIGINT/SIGTERM shut the context down while a callback ran (e.g. a publish): clean.
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
-    return code
+    return run_node(SimArm, 'sim_arm', args)
 
 
 if __name__ == '__main__':

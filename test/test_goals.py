@@ -1,6 +1,5 @@
 """Goal and constraint terms: residual Jacobians against finite differences, validation."""
 
-import os
 
 import numpy as np
 import pytest
@@ -11,13 +10,7 @@ from smcik_ros.goals import (CenterOfMassLine, ChainSmoothness, JointCoupling, K
                              PosturePreference, as_goal, task_errors)
 from smcik_ros.kinematics import Chain
 
-ROOT = os.path.dirname(os.path.dirname(__file__))
-ARM7 = os.path.join(ROOT, 'urdf', 'smcik_arm.urdf')
 
-
-@pytest.fixture(scope='module')
-def arm7():
-    return Chain.from_urdf(ARM7)
 
 
 @pytest.fixture(scope='module')

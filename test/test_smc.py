@@ -1,6 +1,5 @@
 """The SMC IK filter: QuTem statistics, reproducibility, limits, success rates over seeds."""
 
-import os
 
 import numpy as np
 import pytest
@@ -12,19 +11,8 @@ from smcik_ros.rotations import quat_conjugate, quat_multiply, quat_to_rotvec, q
 from smcik_ros.solvers import available_solvers, make_solver
 from smcik_ros.solvers.smc import _qutem
 
-ROOT = os.path.dirname(os.path.dirname(__file__))
-ARM7 = os.path.join(ROOT, 'urdf', 'smcik_arm.urdf')
-ARM6 = os.path.join(ROOT, 'urdf', 'smcik_arm6.urdf')
 
 
-@pytest.fixture(scope='module')
-def arm7():
-    return Chain.from_urdf(ARM7)
-
-
-@pytest.fixture(scope='module')
-def arm6():
-    return Chain.from_urdf(ARM6)
 
 
 def test_smc_is_registered():

@@ -37,7 +37,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ParameterError
-from ..goals import task_errors
 from ..rotations import quat_from_rotvec, quat_multiply, quat_slerp
 from .base import Solver, SolverSettings, _check, register, stack_terms
 

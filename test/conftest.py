@@ -1,0 +1,23 @@
+"""Shared fixtures: the demo arms, loaded once per session."""
+
+import os
+
+import pytest
+
+from smcik_ros.kinematics import Chain
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ARM7_URDF = os.path.join(ROOT, 'urdf', 'smcik_arm.urdf')
+ARM6_URDF = os.path.join(ROOT, 'urdf', 'smcik_arm6.urdf')
+
+
+@pytest.fixture(scope='session')
+def arm7():
+    """The 7-DOF demo arm, base_link -> tool0."""
+    return Chain.from_urdf(ARM7_URDF)
+
+
+@pytest.fixture(scope='session')
+def arm6():
+    """The 6-DOF demo arm, base_link -> tool0."""
+    return Chain.from_urdf(ARM6_URDF)
