@@ -235,6 +235,9 @@ class Chain:
         if not tip_links:
             raise ModelError('at least one tip link is needed')
         self.tip_links = tuple(tip_links)
+        # Every joint the model was built from (for URDFs: the whole tree, including joints
+        # above base_link and beside the chain), for frames outside the model (tree_joints).
+        self.tree_joints = tuple(joints)
         self._build(list(joints))
 
     # ------------------------------------------------------------------ construction
@@ -382,6 +385,12 @@ class Chain:
         self._q_index = q_index
         self._v_index = v_index
         self.joint_types = tuple(j.type for j in state)
+        # (nq,) True for continuous joints: unbounded in reality; lower/upper hold an
+        # artificial +-2pi working range for sampling and clipping.
+        continuous = []
+        for j in state:
+            continuous += [j.type == 'continuous'] * (4 if j.type == 'ball' else 1)
+        self.continuous = _readonly(np.array(continuous, dtype=bool))
 
         # Bodies: one per movable joint in the model, with folded static offsets.
         self._identity = _readonly(np.eye(4))

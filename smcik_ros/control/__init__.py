@@ -1,0 +1,24 @@
+"""What the arm may be commanded: pure, ROS-free classes the node wires to topics.
+
+- ``command_shaping``: the next command within position, velocity and acceleration limits,
+  synchronized along the straight joint-space line, braking in time (``CommandShaper``).
+- ``arm_state``: WAITING -> ACTIVE -> STALE -> RESYNC from the measured joint_states
+  (``ArmMonitor``).
+- ``goal_inbox``: the newest goal per tick, stale goals, goal frames (``GoalInbox``).
+- ``frames``: every link of the URDF tree in the base frame (``FrameResolver``).
+- ``loop``: one control tick (arm state + goal + solver + validators + shaping + the
+  exception policy) (``ControlLoop``).
+"""
+
+from .arm_state import ArmMonitor, ArmSettings, ArmState
+from .command_shaping import (CommandShaper, JointLimits, ShapedCommand, brake_speed,
+                              limits_for_chain, nearest_equivalent, read_joint_limits_yaml,
+                              wrap_to_pi)
+from .frames import FrameResolver
+from .goal_inbox import Goal, GoalInbox
+from .loop import Command, ControlLoop, HardConstraintValidator, Reporter
+
+__all__ = ['ArmMonitor', 'ArmSettings', 'ArmState', 'CommandShaper', 'JointLimits',
+           'ShapedCommand', 'brake_speed', 'limits_for_chain', 'nearest_equivalent',
+           'read_joint_limits_yaml', 'wrap_to_pi', 'FrameResolver', 'Goal', 'GoalInbox',
+           'Command', 'ControlLoop', 'HardConstraintValidator', 'Reporter']

@@ -1,0 +1,415 @@
+"""One control tick, without ROS: arm state + goal inbox + solver + validators + shaping.
+
+The node converts messages and times to numpy and seconds and calls ``ControlLoop``:
+``on_joint_states`` for each measurement, ``offer_goal`` for each goal, ``tick(now)`` on its
+timer (publishing the returned Command, if any) and ``request_stop()`` on SIGINT/SIGTERM.
+
+A tick:
+
+1. ``ArmMonitor.decide``: WAITING publishes nothing; RESYNC restarts the command at exactly
+   the measurement, at rest, and resets the solver there; STALE (and a requested stop) brakes
+   on the current line and holds.
+2. ACTIVE: the newest goal from the inbox, ``iterations_per_tick`` solver steps, the estimate
+   mapped to the command's own coordinate (continuous joints: the nearest equivalent).
+3. ``CommandShaper.step`` within the position, velocity, acceleration limits and the lead box
+   around the latest measurement.
+4. Validators ``(q_from, q_to) -> ok``: each sees the motion from the last command to where the
+   new one could stop at the latest; a refusal brakes instead and restarts the solver at the
+   braking stop (a hard constraint is never entered; a collision checker plugs in the same
+   way).
+5. The exception policy: any exception in a tick is reported once with its traceback (then
+   throttled with a count), the arm brakes, the solver is reset at the braking stop, and the
+   next tick starts afresh.
+"""
+
+from dataclasses import dataclass
+import math
+import re
+import time
+import traceback
+
+import numpy as np
+
+from .arm_state import ArmMonitor, ArmSettings, ArmState
+from .command_shaping import CommandShaper, nearest_equivalent, to_solver_range
+from .frames import FrameResolver
+from .goal_inbox import GoalInbox
+
+__all__ = ['Command', 'ControlLoop', 'HardConstraintValidator', 'Reporter',
+           'initial_configuration']
+
+
+def initial_configuration(chain):
+    """Return the assumed start without a measurement: 0 where the range holds 0, else
+    mid-range (sim_arm's default start; the node's simulation-only blind start)."""
+    mid = 0.5 * (chain.lower + chain.upper)
+    return np.where((chain.lower <= 0.0) & (chain.upper >= 0.0), 0.0, mid)
+
+
+@dataclass(frozen=True)
+class Command:
+    """A command to publish: q (n,) [rad or m], v (n,) its velocity over the tick, stamp [s]
+    (the time the limits were applied for: publish it as the header stamp), state (ArmState),
+    limited_by (what bounded it, see command_shaping.LIMITERS, or 'resync')."""
+
+    q: np.ndarray
+    v: np.ndarray
+    stamp: float
+    state: ArmState
+    limited_by: str
+
+
+class Reporter:
+    """Log each kind of event (its key) in full once, then at most once per ``interval``.
+
+    emit: callable(level, text) with level 'debug', 'info', 'warn' or 'error'. A repeated
+    event within ``interval`` [s] (``clock``, monotonic) is counted, and the next report says
+    how many were not logged (unless ``count`` is False). An exception's traceback is logged
+    the first time only. Returns whether the event was logged.
+    """
+
+    def __init__(self, emit, interval=5.0, clock=time.monotonic, max_keys=256):
+        self.emit = emit
+        self.interval = float(interval)
+        self.clock = clock
+        self.max_keys = max_keys
+        self._seen = {}            # key -> [time of the last report, events not logged since]
+
+    def __call__(self, level, key, text, exc=None, interval=None, count=True):
+        now = self.clock()
+        interval = self.interval if interval is None else interval
+        entry = self._seen.get(key)
+        if entry is None:
+            if len(self._seen) >= self.max_keys:
+                self._seen.clear()
+            self._seen[key] = [now, 0]
+            if exc is not None:
+                text = text + '\n' + ''.join(traceback.format_exception(
+                    type(exc), exc, exc.__traceback__)).rstrip()
+            self.emit(level, text)
+            return True
+        if now - entry[0] >= interval:
+            if entry[1] and count:
+                text = f'{text} ({entry[1]} more like this not logged)'
+            entry[0], entry[1] = now, 0
+            self.emit(level, text)
+            return True
+        entry[1] += 1
+        return False
+
+    @staticmethod
+    def key_of(prefix, text):
+        """Return a key for ``text`` that ignores its numbers (same message, other values)."""
+        return prefix + ':' + re.sub(r'[-+]?\d[\d.e+-]*', '#', text)[:100]
+
+
+class HardConstraintValidator:
+    """Refuse motions that enter a hard constraint (keep-out spheres, ...).
+
+    ``validator(q_from, q_to)`` checks configurations along the straight joint-space segment
+    (at most ``resolution`` [rad or m] apart on any joint); a motion is refused when the start
+    is outside every hard constraint and a later sample is inside one (getting out of a
+    constraint the arm is already in is allowed). ``constraints``: the solver's constraint
+    objects (``hard`` ones are checked, with their ``violated(frames)``).
+    """
+
+    def __init__(self, chain, resolution=0.05, max_samples=16):
+        self.chain = chain
+        self.resolution = float(resolution)
+        self.max_samples = int(max_samples)
+        self.constraints = []
+        self.reason = ''
+
+    def __call__(self, q_from, q_to):
+        hard = [c for c in self.constraints if c.hard]
+        if not hard:
+            return True
+        q_from = np.asarray(q_from, dtype=float)
+        q_to = np.asarray(q_to, dtype=float)
+        span = float(np.max(np.abs(q_to - q_from))) if q_from.size else 0.0
+        count = min(self.max_samples, max(2, int(math.ceil(span / self.resolution)) + 1))
+        t = np.linspace(0.0, 1.0, count)[:, None]
+        frames = self.chain.frames(q_from + t * (q_to - q_from))
+        for constraint in hard:
+            bad = np.asarray(constraint.violated(frames), dtype=bool)
+            if not bad[0] and np.any(bad[1:]):
+                self.reason = (f'the motion would enter a hard constraint '
+                               f'({type(constraint).__name__})')
+                return False
+        return True
+
+
+class ControlLoop:
+    """The command stream of one arm: what to publish at each tick (see module doc).
+
+    chain: the Chain; solver: a Solver on that chain; limits: command_shaping.JointLimits;
+    arm_settings: ArmSettings; inbox: GoalInbox (default: one on the robot's own frames);
+    iterations_per_tick: solver steps per tick; validators: callables (q_from, q_to) -> ok;
+    report: callable(level, key, text, exc=None) (a Reporter; default: discard);
+    tolerances: (position [m], orientation [rad]) of "goal reached".
+    """
+
+    def __init__(self, chain, solver, limits, arm_settings=None, inbox=None,
+                 iterations_per_tick=1, validators=(), report=None, tolerances=(1e-3, 1e-2)):
+        if chain.nq != chain.nv:
+            raise ValueError('ControlLoop needs a chain of 1-DOF joints (no ball joints)')
+        self.chain = chain
+        self.solver = solver
+        self.shaper = CommandShaper(limits)
+        self.limits = limits
+        self.arm = ArmMonitor(chain.joint_names, limits.continuous, arm_settings or ArmSettings())
+        self.inbox = inbox or GoalInbox(FrameResolver(chain), chain.tip_link)
+        self.iterations_per_tick = int(iterations_per_tick)
+        self.validators = list(validators)
+        self._report = report or (lambda *args, **kwargs: None)
+        self.tolerances = tuple(tolerances)
+        self.q = None               # last published command (n,)
+        self.v = None               # its velocity (n,)
+        self.stamp = None           # its stamp [s]
+        self.last = None            # last Command
+        self.goal = None            # Goal being followed
+        self.goal_errors = (math.nan, math.nan)
+        self.goal_reached = False
+        self._first_tick = None
+        self._stopping = False
+        self._last_acceleration = 0.0   # max_j |dv_j| / (a_j dt) of the last tick
+        self.faults = 0             # ticks that raised
+        self.holds = 0              # commands a validator refused
+        self.ticks = 0
+
+    def report(self, *args, **kwargs):
+        """Pass an event to the reporter; a failing reporter never stops the loop."""
+        try:
+            self._report(*args, **kwargs)
+        except Exception:
+            pass
+
+    # ------------------------------------------------------------------ inputs
+    def on_joint_states(self, positions, stamp, now):
+        """Take one measurement: positions (n,) (NaN = missing or bad), stamp [s] or None."""
+        report = self.arm.measure(positions, stamp, now)
+        for level, key, text in report.events:
+            self.report(level, key, text)
+        return report
+
+    def current_configuration(self):
+        """Return the best known configuration (n,): measured, else commanded, else mid."""
+        if self.arm.complete:
+            return self.arm.measured
+        if self.q is not None:
+            return self.q.copy()
+        return self.chain.neutral_configuration()
+
+    def offer_goal(self, kind, value, frame, stamp, now, source='goal'):
+        """Put a goal into the inbox (see GoalInbox.offer); GoalError when refused."""
+        return self.inbox.offer(kind, value, frame, stamp, now, self.current_configuration(),
+                                source)
+
+    def request_stop(self):
+        """Stop following goals: brake to a stop within the limits and hold (shutdown)."""
+        self._stopping = True
+
+    @property
+    def stopping(self):
+        return self._stopping
+
+    @property
+    def stopped(self):
+        """True once a requested stop is complete (at rest, or nothing was ever published)."""
+        return self._stopping and (self.q is None or not np.any(self.v))
+
+    def set_solver(self, solver):
+        """Switch to ``solver``, started at the current command (the stream does not jump)."""
+        self.solver = solver
+        self._reset_solver(self.q if self.q is not None else self.current_configuration())
+
+    def set_constraints(self, constraints):
+        """Hand the constraint set to the solver and to the validators that take one."""
+        self.solver.set_constraints(constraints)
+        for validator in self.validators:
+            if hasattr(validator, 'constraints'):
+                validator.constraints = list(constraints)
+
+    # ------------------------------------------------------------------ the tick
+    def tick(self, now):
+        """Return the Command to publish at ``now`` [s] (node clock), or None (publish nothing).
+
+        Never raises: a failing tick is reported and turned into a braking command.
+        """
+        self.ticks += 1
+        try:
+            return self._tick(now)
+        except Exception as exc:   # never die: report, brake, reset, carry on
+            self.faults += 1
+            self.report('error', f'tick:{type(exc).__name__}',
+                        f'control tick failed ({type(exc).__name__}: {exc}): braking to a '
+                        'stop, the solver restarts at the stop; the node keeps running', exc)
+            return self._hold(now)
+
+    def _tick(self, now):
+        if self._first_tick is None:
+            self._first_tick = now
+        dt = None if self.q is None else now - self.stamp
+        if dt is not None and not dt > 0.0:
+            self.report('warn', 'clock', f'the node clock did not advance since the last '
+                        f'command (dt = {dt:.6f} s): tick skipped')
+            return None
+        decision = self.arm.decide(now, self.q)
+        for level, key, text in decision.events:
+            self.report(level, key, text)
+        state = decision.state
+        if state is ArmState.WAITING:
+            settings = self.arm.settings
+            if settings.start_without_joint_states and not self._stopping and \
+                    now - self._first_tick >= settings.joint_states_timeout:
+                self.arm.start_blind()
+                start = initial_configuration(self.chain)
+                self.report('warn', 'blind', (
+                    'start_without_joint_states: no joint_states within '
+                    f'{settings.joint_states_timeout:g} s: commanding from the assumed start '
+                    f'{np.array2string(start, precision=3)} (simulation only)'))
+                return self._restart(start, now, ArmState.ACTIVE)
+            return None
+        if state is ArmState.RESYNC:
+            return self._restart(decision.resync_to, now, state)
+        lead_box = self._lead_box()
+        if self._stopping or state is ArmState.STALE:
+            return self._commit(self.shaper.brake(self.q, self.v, dt, lead_box), now, state)
+        goal = self.inbox.take(now)
+        if goal is not None:
+            self._set_goal(goal, now)
+        desired = None
+        if self.goal is not None:
+            estimate = None
+            for _ in range(self.iterations_per_tick):
+                estimate = self.solver.step(self.goal.terms)
+            estimate = np.asarray(estimate, dtype=float)
+            if estimate.shape != self.q.shape or not np.all(np.isfinite(estimate)):
+                raise FloatingPointError(f'the solver returned a non-finite or misshapen '
+                                         f'configuration {np.array2string(estimate, precision=3)}')
+            desired = nearest_equivalent(estimate, self.q, self.limits.continuous)
+        shaped = self.shaper.step(self.q, self.v, dt, desired, lead_box)
+        if self.validators:
+            stop = self.shaper.stopping_point(shaped.q, shaped.v)
+            for validator in self.validators:
+                if not validator(self.q, stop):
+                    self.holds += 1
+                    reason = getattr(validator, 'reason', '') or type(validator).__name__
+                    self.report('warn', f'validator:{type(validator).__name__}', (
+                        f'{reason}: braking instead, the solver restarts at the stop'))
+                    shaped = self.shaper.brake(self.q, self.v, dt, lead_box)
+                    self._reset_solver(self.shaper.stopping_point(shaped.q, shaped.v))
+                    break
+        return self._commit(shaped, now, state)
+
+    def _hold(self, now):
+        """Brake after a failed tick; reset the solver at the stop. Never raises."""
+        if self.q is None:
+            return None
+        try:
+            dt = now - self.stamp
+            if not dt > 0.0:
+                return None
+            command = self._commit(self.shaper.brake(self.q, self.v, dt, self._lead_box()),
+                                   now, self.arm.state)
+        except Exception as exc:
+            self.report('error', f'hold:{type(exc).__name__}',
+                        f'braking after a failed tick failed too ({type(exc).__name__}: {exc}):'
+                        ' nothing published this tick', exc)
+            return None
+        try:
+            self._reset_solver(self.shaper.stopping_point(command.q, command.v))
+        except Exception as exc:
+            self.report('error', f'reset:{type(exc).__name__}',
+                        f'solver reset failed ({type(exc).__name__}: {exc})', exc)
+        return command
+
+    def _lead_box(self):
+        if not self.arm.complete:
+            return None
+        return self.arm.lead_box(self.q)
+
+    def _restart(self, q_measured, now, state):
+        """Command exactly the measurement (inside the position limits), at rest."""
+        q = np.asarray(q_measured, dtype=float)
+        clipped = self.limits.clip(q)
+        if np.any(np.abs(clipped - q) > 1e-9):
+            j = int(np.argmax(np.abs(clipped - q)))
+            self.report('warn', 'outside_limits', (
+                f'measured {self.chain.joint_names[j]} = {q[j]:.4f} is outside its limits '
+                f'[{self.limits.lower[j]:.4f}, {self.limits.upper[j]:.4f}]: commanding the '
+                'nearest position inside'))
+        self.q, self.v, self.stamp = clipped, np.zeros_like(clipped), now
+        self._last_acceleration = 0.0
+        self._reset_solver(clipped)
+        self.last = Command(clipped.copy(), self.v.copy(), now, state, 'resync')
+        self._update_goal_errors(now)
+        return self.last
+
+    def _reset_solver(self, q):
+        self.solver.reset(self.chain.clip(to_solver_range(q, self.limits.continuous)))
+
+    def _commit(self, shaped, now, state):
+        if not (np.all(np.isfinite(shaped.q)) and np.all(np.isfinite(shaped.v))):
+            raise FloatingPointError('the shaped command is not finite')
+        dt = now - self.stamp
+        accel = np.abs(shaped.v - self.v) / (self.limits.acceleration * dt)
+        self._last_acceleration = float(np.max(accel)) if accel.size else 0.0
+        self.q, self.v, self.stamp = shaped.q, shaped.v, now
+        self.last = Command(shaped.q.copy(), shaped.v.copy(), now, state, shaped.limited_by)
+        self._update_goal_errors(now)
+        return self.last
+
+    # ------------------------------------------------------------------ goals
+    def _set_goal(self, goal, now):
+        self.goal = goal
+        self.goal_reached = False
+        display = np.asarray(goal.display)
+        where = display[:3, 3] if display.shape == (4, 4) else display
+        self.report('info', 'goal', (
+            f'goal {goal.sequence} from {goal.source}: position '
+            f'{np.array2string(where, precision=3)} m in {self.chain.base_link}'), interval=0.5)
+
+    def _update_goal_errors(self, now):
+        if self.goal is None:
+            return
+        frames = self.chain.frames(self.q)
+        pos, ori = (float(v[0]) for v in self.goal.terms[0].errors(frames))
+        self.goal_errors = (pos, ori)
+        reached = pos <= self.tolerances[0] and ori <= self.tolerances[1]
+        if reached and not self.goal_reached:
+            self.report('info', 'reached', (
+                f'goal {self.goal.sequence} reached in {now - self.goal.received:.2f} s: '
+                f'position error {pos * 1e3:.2f} mm, orientation error {ori:.4f} rad'),
+                interval=0.5)
+        self.goal_reached = reached
+
+    # ------------------------------------------------------------------ status
+    def status(self, now):
+        """Return the command-stream part of ~/status (JSON-ready values)."""
+        def number(value, digits):
+            return None if value is None or not math.isfinite(value) else round(value, digits)
+        lead = None
+        if self.q is not None and self.arm.complete:
+            lead = float(np.max(self.arm.lead(self.q)))
+        velocity = None
+        if self.v is not None:
+            velocity = float(np.max(np.abs(self.v) / self.limits.velocity))
+        age = self.arm.age(now) if self.arm.complete else None
+        return {
+            'arm_state': self.arm.state.value if not self._stopping else 'stopping',
+            'commanding': self.q is not None,
+            'lead': number(lead, 4),
+            'max_lead': self.arm.settings.max_lead,
+            'limited_by': self.last.limited_by if self.last is not None else None,
+            'velocity_ratio': number(velocity, 3),
+            'acceleration_ratio': number(self._last_acceleration, 3),
+            'joint_states_age': number(age, 3),
+            'resyncs': self.arm.resyncs,
+            'stale_episodes': self.arm.stale_episodes,
+            'faults': self.faults,
+            'holds': self.holds,
+            'goals_received': self.inbox.received,
+            'goals_superseded': self.inbox.superseded,
+            'goals_stale': self.inbox.stale,
+        }
