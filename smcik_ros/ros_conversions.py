@@ -22,8 +22,8 @@ from .rotations import matrix_to_quat, quat_to_matrix
 __all__ = [
     'QUATERNION_NORM_RANGE', 'pose_to_matrix', 'matrix_to_pose', 'point_to_array',
     'goal_pose_to_matrix', 'tool_down_rotation', 'yaw_of_quaternion', 'joint_state_to_positions',
-    'make_joint_state', 'make_joint_trajectory', 'make_float64_multi_array',
-    'command_to_positions', 'update_keep_out_spheres', 'duration_from_seconds',
+    'joint_state_positions', 'stamp_to_nanoseconds', 'make_joint_state',
+    'make_joint_trajectory', 'make_float64_multi_array', 'command_to_positions', 'update_keep_out_spheres', 'duration_from_seconds',
 ]
 
 # Quaternions whose norm lies in this range are normalised; others are refused.
@@ -140,6 +140,39 @@ def joint_state_to_positions(msg, joint_names, previous):
     known = set(joint_names)
     extra = [name for name in names if name not in known]
     return q, missing, extra
+
+
+def joint_state_positions(msg, joint_names):
+    """Map a sensor_msgs/JointState onto ``joint_names`` by name, keeping what is usable.
+
+    Returns (q (n,) with NaN for joints the message lacks or carries as NaN/inf, missing names,
+    non-finite names, extra names). Raises GoalError only when names and positions differ in
+    length (the message cannot be read at all).
+    """
+    names = list(msg.name)
+    positions = np.asarray(msg.position, dtype=float)
+    if len(names) != len(positions):
+        raise GoalError(f'joint_states: expected one position per name, got {len(names)} '
+                        f'names and {len(positions)} positions')
+    index = {name: i for i, name in enumerate(names)}
+    q = np.full(len(joint_names), np.nan)
+    missing, bad = [], []
+    for j, name in enumerate(joint_names):
+        i = index.get(name)
+        if i is None:
+            missing.append(name)
+        elif not math.isfinite(positions[i]):
+            bad.append(name)
+        else:
+            q[j] = positions[i]
+    known = set(joint_names)
+    extra = [name for name in names if name not in known]
+    return q, missing, bad, extra
+
+
+def stamp_to_nanoseconds(stamp):
+    """Return a builtin_interfaces/Time as integer nanoseconds (0 for an unset stamp)."""
+    return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
 
 
 def make_joint_state(joint_names, q, dq=None, stamp=None):

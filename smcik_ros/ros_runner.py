@@ -1,45 +1,113 @@
-"""Shared entry-point logic of the package's nodes: init, spin, clean exit codes."""
+"""Shared entry-point logic of the package's nodes: init, our own executor loop, exit codes.
+
+rclpy's own SIGINT handler shuts the context down from inside the signal, so a second signal
+(terminal Ctrl-C, then ``ros2 launch`` forwarding it) could land in ``destroy_node()`` and end
+the process with -2. Here rclpy is initialised without signal handlers
+(``SignalHandlerOptions.NO``, Humble and Jazzy) and idempotent Python handlers only set a
+flag; the loop below spins with a timeout, sees the flag, lets the node stop gracefully (the
+IK node brakes to a stop while still publishing) and exits 0, however many signals arrive.
+"""
 
 import cProfile
+import signal
+import threading
+import time
 
 import rclpy
-from rclpy.executors import ExternalShutdownException
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 
 from .errors import SmcIkError
 
-__all__ = ['run_node']
+__all__ = ['run_node', 'stop_requested', 'request_stop']
+
+_stop = threading.Event()
+_signals = []      # signal numbers received, in order
 
 
-def run_node(factory, name, args=None, profile_path=None):
+def stop_requested():
+    """Return True once SIGINT or SIGTERM arrived (or request_stop was called)."""
+    return _stop.is_set()
+
+
+def request_stop(signum=None, frame=None):
+    """Ask the running node to stop (the signal handler; idempotent, never raises)."""
+    if signum is not None:
+        _signals.append(signum)
+    _stop.set()
+
+
+def _install_handlers():
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            previous[sig] = signal.signal(sig, request_stop)
+        except ValueError:   # not the main thread (tests run nodes in threads): no handlers
+            pass
+    return previous
+
+
+def _restore_handlers(previous):
+    for sig, handler in previous.items():
+        try:
+            signal.signal(sig, handler)
+        except (ValueError, TypeError):
+            pass
+
+
+def run_node(factory, name, args=None, profile_path=None, stop_timeout=5.0,
+             spin_period=0.02):
     """Create the node with ``factory()`` and spin it; return the process exit code.
 
-    SIGINT/SIGTERM end it with 0; a SmcIkError at start-up (bad URDF, link or parameter)
-    is logged as fatal with its message (which says how to fix it) and gives 1.
-    profile_path: write cProfile statistics of the spin there (None: no profiling).
+    SIGINT/SIGTERM (once or several times) end it with 0: a node with ``begin_shutdown()`` and
+    a ``shutdown_complete`` property is given up to ``stop_timeout`` [s] to stop gracefully
+    while the executor keeps spinning (its timers keep publishing). A SmcIkError at start-up
+    (bad URDF, link or parameter) is logged as fatal with its message (which says how to fix
+    it) and gives 1. profile_path: write cProfile statistics of the spin there (None: off).
     """
-    rclpy.init(args=args)
+    _stop.clear()
+    del _signals[:]
+    from rclpy.signals import SignalHandlerOptions
+
+    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    previous = _install_handlers()
+    logger = rclpy.logging.get_logger(name)
     profiler = cProfile.Profile() if profile_path else None
     node = None
+    executor = None
     code = 0
     try:
         node = factory()
+        executor = SingleThreadedExecutor()
+        executor.add_node(node)
         if profiler:
             profiler.enable()
-        rclpy.spin(node)
+        while not _stop.is_set():
+            executor.spin_once(timeout_sec=spin_period)
+        if hasattr(node, 'begin_shutdown'):
+            node.begin_shutdown()
+            deadline = time.monotonic() + stop_timeout
+            while not node.shutdown_complete and time.monotonic() < deadline:
+                executor.spin_once(timeout_sec=spin_period)
+            if not node.shutdown_complete:
+                logger.warn(f'graceful stop not complete within {stop_timeout:g} s: exiting')
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except SmcIkError as exc:
-        rclpy.logging.get_logger(name).fatal(f'cannot start: {exc}')
-        code = 1
-    except Exception:
-        if rclpy.ok():
-            raise
-        # SIGINT/SIGTERM shut the context down while a callback ran (e.g. a publish): clean.
+        if _stop.is_set():
+            logger.info(f'stopped during start-up ({exc})')
+        else:
+            logger.fatal(f'cannot start: {exc}')
+            code = 1
     finally:
         if profiler:
             profiler.disable()
             profiler.dump_stats(profile_path)
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
+        try:
+            if executor is not None:
+                executor.shutdown(timeout_sec=1.0)
+            if node is not None:
+                node.destroy_node()
+        finally:
+            rclpy.try_shutdown()
+            _restore_handlers(previous)
     return code

@@ -15,19 +15,15 @@ from rclpy.parameter import Parameter
 from rcl_interfaces.msg import FloatingPointRange, ParameterDescriptor
 from sensor_msgs.msg import JointState
 
+from .control.loop import initial_configuration
 from .errors import GoalError
 from .kinematics import Chain
-from .node import COMMAND_QOS, COMMAND_TYPES, load_robot_description
-from .ros_runner import run_node
+from .robot_description import load_robot_description
 from .ros_conversions import command_to_positions, make_joint_state
+from .ros_interface import COMMAND_QOS, COMMAND_TYPES
+from .ros_runner import run_node, stop_requested
 
 __all__ = ['SimArm', 'main', 'initial_configuration', 'follow']
-
-
-def initial_configuration(chain):
-    """Return the default start: 0 for joints whose range holds 0, else mid-range."""
-    mid = 0.5 * (chain.lower + chain.upper)
-    return np.where((chain.lower <= 0.0) & (chain.upper >= 0.0), 0.0, mid)
 
 
 def follow(q, v, target, v_max, a_max, dt):
@@ -73,13 +69,17 @@ class SimArm(Node):
                                                    ' in chain order; empty: 0 where in limits,'
                                                    ' else mid-range', read_only=True))
         xml, source = load_robot_description(
-            self, self.get_parameter('robot_description_timeout').value)
+            self, self.get_parameter('robot_description_timeout').value,
+            keep_waiting=lambda: not stop_requested())
         self.chain = Chain.from_urdf(xml, self.get_parameter('base_link').value,
                                      self.get_parameter('tip_link').value)
         command_type = self.get_parameter('command_type').value
         if command_type not in COMMAND_TYPES:
             raise GoalError(f'command_type {command_type!r} is not one of '
                             f'{", ".join(COMMAND_TYPES)}')
+        # Continuous joints are unbounded (the chain's +-2 pi is only a sampling range).
+        self._lower = np.where(self.chain.continuous, -np.inf, self.chain.lower)
+        self._upper = np.where(self.chain.continuous, np.inf, self.chain.upper)
         self.q = self._initial_positions()
         self.v = np.zeros(self.chain.n)
         self.target = self.q.copy()
@@ -107,9 +107,12 @@ class SimArm(Node):
         if q.shape != (self.chain.n,) or not np.all(np.isfinite(q)):
             raise GoalError(f'initial_positions: expected {self.chain.n} finite values '
                             f'({", ".join(self.chain.joint_names)}), got {list(values)}')
-        if not self.chain.within_limits(q):
+        if np.any(self._clip(q) != q):
             self.get_logger().warn('initial_positions outside the joint limits: clipped')
-        return self.chain.clip(q)
+        return self._clip(q)
+
+    def _clip(self, q):
+        return np.clip(q, self._lower, self._upper)
 
     def _on_command(self, msg):
         try:
@@ -117,14 +120,14 @@ class SimArm(Node):
         except GoalError as exc:
             self.get_logger().warn(f'command ignored: {exc}', throttle_duration_sec=2.0)
             return
-        self.target = self.chain.clip(target)
+        self.target = self._clip(target)
 
     def _on_tick(self):
         dt = 1.0 / self._rate
         a_max = self.get_parameter('acceleration_limit').value
         v_max = self._v_max * self.get_parameter('velocity_scale').value
         q, v = follow(self.q, self.v, self.target, v_max, a_max, dt)
-        clipped = self.chain.clip(q)
+        clipped = self._clip(q)
         v[clipped != q] = 0.0
         self.q, self.v = clipped, v
         self._publisher.publish(make_joint_state(self.chain.joint_names, self.q, self.v,
