@@ -1,0 +1,69 @@
+"""URDFs generated at run time for the command-stream tests (kinematics only, no meshes).
+
+``ur5_like_urdf`` builds a 6-DOF arm from the UR5's published standard DH table, with the
+frame layout third-party UR5 URDFs have: a ``world`` link above ``base_link`` (``world
+-fixed-> base_link``), optionally continuous joints, a camera fixed to ``world`` beside the
+arm, a gripper finger on a prismatic joint below ``tool0`` (a frame the chain does not move),
+and optionally a linear rail (prismatic) between ``world`` and ``base_link``.
+"""
+
+import math
+
+__all__ = ['UR5_DH', 'ur5_like_urdf', 'JOINTS']
+
+# UR5 standard DH: (d, a, alpha) per joint [m, m, rad].
+UR5_DH = [(0.089159, 0.0, math.pi / 2), (0.0, -0.425, 0.0), (0.0, -0.39225, 0.0),
+          (0.10915, 0.0, math.pi / 2), (0.09465, 0.0, -math.pi / 2), (0.0823, 0.0, 0.0)]
+JOINTS = [f'joint{i}' for i in range(1, 7)]
+
+
+def ur5_like_urdf(continuous=(), world=True, camera=True, finger=True, rail=False,
+                  velocity=3.15, name='ur5_like'):
+    """Return URDF text; ``continuous``: 1-based joint numbers that are continuous."""
+    parts = [f'<robot name="{name}">']
+    if world:
+        parts.append('<link name="world"/>')
+        if rail:
+            parts.append(
+                '<link name="rail_carriage"/><joint name="rail" type="prismatic">'
+                '<parent link="world"/><child link="rail_carriage"/><axis xyz="1 0 0"/>'
+                '<limit lower="-1" upper="1" velocity="0.5" effort="100"/></joint>'
+                '<joint name="carriage_to_base" type="fixed"><parent link="rail_carriage"/>'
+                '<child link="base_link"/><origin xyz="0 0 0.1" rpy="0 0 0"/></joint>')
+        else:
+            parts.append('<joint name="world_joint" type="fixed"><parent link="world"/>'
+                         '<child link="base_link"/><origin xyz="0.5 -0.2 0.8" '
+                         'rpy="0 0 1.5707963"/></joint>')
+        if camera:
+            parts.append('<link name="camera"/><joint name="camera_mount" type="fixed">'
+                         '<parent link="world"/><child link="camera"/>'
+                         '<origin xyz="1.5 0.3 1.6" rpy="0 0.6 3.1"/></joint>')
+    parts.append('<link name="base_link"/>')
+    parent, previous = 'base_link', (0.0, 0.0)
+    for i, (d, a, alpha) in enumerate(UR5_DH, start=1):
+        # Standard DH -> URDF: the previous joint's (a, alpha) move into this origin.
+        prev_alpha, prev_a = previous
+        x, y, z = prev_a, -math.sin(prev_alpha) * d, math.cos(prev_alpha) * d
+        kind = 'continuous' if i in continuous else 'revolute'
+        limit = (f'<limit effort="150" velocity="{velocity}"/>' if kind == 'continuous' else
+                 f'<limit lower="{-2 * math.pi:.6f}" upper="{2 * math.pi:.6f}" effort="150" '
+                 f'velocity="{velocity}"/>')
+        parts.append(
+            f'<link name="link{i}"/><joint name="joint{i}" type="{kind}">'
+            f'<parent link="{parent}"/><child link="link{i}"/>'
+            f'<origin xyz="{x:.6f} {y:.6f} {z:.6f}" rpy="{prev_alpha:.9f} 0 0"/>'
+            f'<axis xyz="0 0 1"/>{limit}</joint>')
+        parent, previous = f'link{i}', (alpha, a)
+    parts.append(f'<link name="tool0"/><joint name="tool0_joint" type="fixed">'
+                 f'<parent link="{parent}"/><child link="tool0"/>'
+                 f'<origin xyz="0 0 0" rpy="{previous[0]:.9f} 0 0"/></joint>')
+    if finger:
+        parts.append('<link name="finger"/><joint name="finger_joint" type="prismatic">'
+                     '<parent link="tool0"/><child link="finger"/><axis xyz="0 1 0"/>'
+                     '<origin xyz="0 0 0.05"/>'
+                     '<limit lower="0" upper="0.04" velocity="0.1" effort="10"/></joint>'
+                     '<link name="finger_pad"/><joint name="finger_pad_joint" type="fixed">'
+                     '<parent link="finger"/><child link="finger_pad"/>'
+                     '<origin xyz="0 0 0.02"/></joint>')
+    parts.append('</robot>')
+    return ''.join(parts)

@@ -1,0 +1,396 @@
+"""The control loop without ROS: the real SMC solver, a simulated arm played by the test,
+the arm state machine end to end, continuous joints, validators, shutdown braking and the
+exception policy (a solver that raises at random: fault injection, not a mock)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from arm_urdfs import ur5_like_urdf
+from smcik_ros.control.arm_state import ArmSettings, ArmState
+from smcik_ros.control.command_shaping import limits_for_chain
+from smcik_ros.control.loop import ControlLoop, HardConstraintValidator, Reporter
+from smcik_ros.goals import KeepOutSphere
+from smcik_ros.kinematics import Chain
+from smcik_ros.solvers import make_solver
+from smcik_ros.solvers.smc import SmcSolver
+
+DT = 0.01
+SLACK = 1e-9
+
+
+class Log:
+    """Collects what the loop reports (the node would log it)."""
+
+    def __init__(self):
+        self.events = []
+
+    def __call__(self, level, key, text, exc=None, interval=None, count=True):
+        self.events.append((level, key, text, exc))
+
+    def keys(self):
+        return [key for _, key, _, _ in self.events]
+
+
+class Stream:
+    """Ticks a loop at ~100 Hz with jitter; records the commands like a judge would."""
+
+    def __init__(self, loop, seed=0, jitter=0.2):
+        self.loop = loop
+        self.rng = np.random.default_rng(seed)
+        self.jitter = jitter
+        self.t = 0.0
+        self.commands = []           # Command objects, in order
+        self.measured = []           # (t, q) the loop was fed, in order
+
+    def measure(self, q, stamp=None):
+        self.loop.on_joint_states(np.asarray(q, float), stamp, self.t)
+        self.measured.append((self.t, np.asarray(q, float).copy()))
+
+    def tick(self):
+        self.t += DT * (1.0 + self.rng.uniform(-self.jitter, self.jitter))
+        command = self.loop.tick(self.t)
+        if command is not None:
+            self.commands.append(command)
+        return command
+
+    def run(self, ticks, arm=None):
+        """Tick ``ticks`` times; ``arm(stream)`` is called before each tick (plays the arm)."""
+        for _ in range(ticks):
+            if arm is not None:
+                arm(self)
+            self.tick()
+
+    def segments(self):
+        """Split the commands at resyncs (where the stream restarts from a measurement)."""
+        out, current = [], []
+        for c in self.commands:
+            if c.limited_by == 'resync' and current:
+                out.append(current)
+                current = []
+            current.append(c)
+        if current:
+            out.append(current)
+        return out
+
+    def worst_ratios(self, limits):
+        """Max |v|/vmax and |a|/amax from positions and stamps, within each segment."""
+        v_worst = a_worst = 0.0
+        for seg in self.segments():
+            t = np.array([c.stamp for c in seg])
+            q = np.array([c.q for c in seg])
+            if len(seg) < 2:
+                continue
+            v = np.diff(q, axis=0) / np.diff(t)[:, None]
+            v_prev = np.vstack([np.zeros(q.shape[1]), v[:-1]])
+            a = (v - v_prev) / np.diff(t)[:, None]
+            v_worst = max(v_worst, float(np.max(np.abs(v) / limits.velocity)))
+            a_worst = max(a_worst, float(np.max(np.abs(a) / limits.acceleration)))
+        return v_worst, a_worst
+
+
+def follower(delay=1):
+    """An arm that is where it was commanded ``delay`` ticks ago (perfect tracking + lag)."""
+    def arm(stream):
+        if len(stream.commands) > delay:
+            stream.measure(stream.commands[-1 - delay].q, stamp=stream.t)
+        elif stream.commands:
+            stream.measure(stream.commands[0].q, stamp=stream.t)
+    return arm
+
+
+@pytest.fixture(scope='module')
+def arm7():
+    return Chain.from_urdf('urdf/smcik_arm.urdf')
+
+
+def make_loop(chain, solver=None, log=None, **arm_settings):
+    limits, _ = limits_for_chain(chain, velocity_scale=0.5, max_acceleration=3.0)
+    solver = solver or make_solver('smc', chain, seed=5)
+    return ControlLoop(chain, solver, limits, ArmSettings(**arm_settings),
+                       report=log or Log()), limits
+
+
+def reachable_pose(chain, seed, near=None, spread=0.6):
+    rng = np.random.default_rng(seed)
+    span = chain.upper - chain.lower
+    center = chain.neutral_configuration() if near is None else near
+    q = np.clip(center + rng.uniform(-spread, spread, chain.n), chain.lower + 0.1 * span,
+                chain.upper - 0.1 * span)
+    return chain.fk(q)
+
+
+# ---------------------------------------------------------------------- start
+def test_nothing_before_joint_states_then_exactly_the_measurement(arm7):
+    loop, _ = make_loop(arm7)
+    stream = Stream(loop)
+    stream.run(50)
+    assert stream.commands == [] and loop.arm.state is ArmState.WAITING
+    q0 = np.array([0.3, -0.2, 0.1, -1.2, 0.4, 1.0, -0.5])
+    stream.measure(q0)
+    first = stream.tick()
+    assert first.state is ArmState.RESYNC and np.array_equal(first.q, q0)
+    assert not np.any(first.v)
+    assert stream.tick().state is ArmState.ACTIVE
+
+
+def test_a_measurement_outside_the_limits_is_commanded_inside_with_a_warning(arm7):
+    log = Log()
+    loop, limits = make_loop(arm7, log=log)
+    q0 = np.array([3.5, 0.0, 0.0, -1.0, 0.0, 1.0, 0.0])   # joint1 limit is 2.9
+    loop.on_joint_states(q0, None, 0.0)
+    command = loop.tick(0.01)
+    assert command.q[0] == pytest.approx(2.9) and np.all(command.q[1:] == q0[1:])
+    assert 'outside_limits' in log.keys()
+
+
+def test_blind_start_is_a_simulation_opt_in(arm7):
+    loop, _ = make_loop(arm7, start_without_joint_states=True, joint_states_timeout=0.2)
+    stream = Stream(loop)
+    stream.run(10)
+    assert stream.commands == [], 'started before joint_states_timeout'
+    stream.run(20)
+    assert stream.commands and stream.commands[0].q == pytest.approx(
+        np.where((arm7.lower <= 0) & (arm7.upper >= 0), 0.0, 0.5 * (arm7.lower + arm7.upper)))
+
+
+# ---------------------------------------------------------------------- following goals
+@pytest.mark.parametrize('seed', [1, 2, 3])
+def test_goals_are_reached_within_every_limit_and_the_lead(arm7, seed):
+    loop, limits = make_loop(arm7)
+    stream = Stream(loop, seed=seed, jitter=0.3)
+    stream.measure(arm7.neutral_configuration())
+    stream.tick()
+    for k in range(3):
+        pose = reachable_pose(arm7, 10 * seed + k, near=stream.commands[-1].q)
+        loop.offer_goal('pose', pose, '', None, stream.t)
+        for _ in range(800):
+            follower(delay=2)(stream)
+            stream.tick()
+            if loop.goal_reached:
+                break
+        assert loop.goal_reached, f'goal {k} not reached: {loop.goal_errors}'
+    v_ratio, a_ratio = stream.worst_ratios(limits)
+    assert v_ratio <= 1 + SLACK and a_ratio <= 1 + SLACK
+    q = np.array([c.q for c in stream.commands])
+    assert np.all(q >= limits.lower - 1e-12) and np.all(q <= limits.upper + 1e-12)
+    leads = [np.max(np.abs(c.q - m)) for c, (_, m) in zip(stream.commands[1:],
+                                                          stream.measured[1:])]
+    assert max(leads) <= loop.arm.settings.max_lead + 1e-9
+    assert loop.faults == 0 and loop.arm.resyncs == 1
+
+
+# ---------------------------------------------------------------------- stale and resync
+def test_silent_arm_stops_within_timeout_plus_one_second_then_resyncs_far_away(arm7):
+    loop, limits = make_loop(arm7, joint_states_timeout=0.5)
+    stream = Stream(loop, seed=4)
+    stream.measure(arm7.neutral_configuration())
+    stream.tick()
+    loop.offer_goal('pose', reachable_pose(arm7, 7, spread=1.2), '', None, stream.t)
+    stream.run(60, follower(1))          # moving
+    assert np.any(stream.commands[-1].v), 'the arm should be moving when it goes silent'
+    silent_at = stream.t
+    last_measured = stream.measured[-1][1]
+    stream.run(250)                      # no joint_states for 2.5 s
+    after = [c for c in stream.commands if c.stamp > silent_at]
+    assert len(after) >= 240, 'the held command must keep being published'
+    at_rest = [c for c in after if c.stamp >= silent_at + 0.5 + 1.0]
+    assert at_rest and all(not np.any(c.v) for c in at_rest)
+    assert all(np.array_equal(c.q, at_rest[0].q) for c in at_rest)
+    assert max(np.max(np.abs(c.q - last_measured)) for c in after) <= 0.15 + 1e-9
+    assert loop.arm.state is ArmState.STALE
+    # The arm comes back 1.5 rad away (restarted elsewhere).
+    far = last_measured.copy()
+    far[0] += 1.5 if far[0] + 1.5 < arm7.upper[0] else -1.5
+    stream.measure(far)
+    back = stream.tick()
+    assert back.state is ArmState.RESYNC and np.max(np.abs(back.q - far)) <= 0.05
+    stream.run(200, lambda s: s.measure(far, stamp=s.t))     # the arm stays put there
+    tail = [c for c in stream.commands if c.stamp > back.stamp]
+    assert max(np.max(np.abs(c.q - far)) for c in tail) <= 0.25
+    v_ratio, a_ratio = stream.worst_ratios(limits)
+    assert v_ratio <= 1 + SLACK and a_ratio <= 1 + SLACK
+
+
+def test_arm_moved_by_hand_resyncs_without_a_step_in_the_solver(arm7):
+    log = Log()
+    loop, _ = make_loop(arm7, log=log)
+    stream = Stream(loop)
+    q0 = arm7.neutral_configuration()
+    stream.measure(q0)
+    stream.tick()
+    stream.run(10, lambda s: s.measure(q0, stamp=s.t))
+    pushed = q0.copy()
+    pushed[2] += 0.5
+    stream.measure(pushed, stamp=stream.t)
+    command = stream.tick()
+    assert command.state is ArmState.RESYNC and np.array_equal(command.q, pushed)
+    assert np.allclose(loop.solver.estimate, pushed)
+    assert 'resync' in log.keys()
+
+
+# ---------------------------------------------------------------------- continuous joints
+def test_continuous_joint_at_seven_radians_is_commanded_unwrapped_the_short_way():
+    chain = Chain.from_urdf(ur5_like_urdf(continuous=(1, 4, 6)), 'base_link', 'tool0')
+    loop, limits = make_loop(chain)
+    stream = Stream(loop, seed=8)
+    q0 = np.array([7.0, -1.2, 1.0, 0.5, 1.2, 0.3])
+    stream.measure(q0)
+    first = stream.tick()
+    assert first.q[0] == 7.0, 'the first command must be the measurement, not wrapped'
+    assert -2 * math.pi <= loop.solver.estimate[0] <= 2 * math.pi
+    # A goal 1 rad round joint1 from where the arm is.
+    q_goal = q0.copy()
+    q_goal[0] += 1.0
+    loop.offer_goal('pose', chain.fk(q_goal), '', None, stream.t)
+    for _ in range(1500):
+        follower(1)(stream)
+        stream.tick()
+        if loop.goal_reached:
+            break
+    assert loop.goal_reached
+    joint1 = np.array([c.q[0] for c in stream.commands])
+    assert np.max(np.abs(np.diff(joint1))) <= limits.velocity[0] * 1.3 * DT + 1e-12
+    assert np.max(np.abs(joint1 - 7.0)) < math.pi, 'took the long way round'
+    assert loop.arm.resyncs == 1, 'wrapping caused a resync'
+
+
+# ---------------------------------------------------------------------- never die
+class RaisingSmc(SmcSolver):
+    """The real SMC solver with faults injected at random (seeded) into step()."""
+
+    def __init__(self, chain, rate, seed):
+        super().__init__(chain)
+        self.fault_rng = np.random.default_rng(seed)
+        self.rate = rate
+        self.raised = 0
+
+    def step(self, goal):
+        if self.fault_rng.uniform() < self.rate:
+            self.raised += 1
+            kind = self.fault_rng.integers(3)
+            if kind == 0:
+                raise np.linalg.LinAlgError('SVD did not converge (injected)')
+            if kind == 1:
+                raise RuntimeError('injected fault')
+            return np.full(self.chain.nq, np.nan)       # a non-finite estimate
+        return super().step(goal)
+
+
+@pytest.mark.parametrize('seed', [0, 1])
+def test_a_solver_raising_at_random_never_stops_the_stream(arm7, seed):
+    log = Log()
+    solver = RaisingSmc(arm7, rate=0.15, seed=seed)
+    loop, limits = make_loop(arm7, solver=solver, log=log)
+    stream = Stream(loop, seed=seed)
+    stream.measure(arm7.neutral_configuration())
+    stream.tick()
+    for k in range(3):
+        pose = reachable_pose(arm7, 40 + 3 * seed + k, near=stream.commands[-1].q)
+        loop.offer_goal('pose', pose, '', None, stream.t)
+        for _ in range(3000):
+            follower(1)(stream)
+            command = stream.tick()
+            assert command is not None, 'a tick published nothing'
+            if loop.goal_reached:
+                break
+        assert loop.goal_reached, 'faults on 15 % of the ticks should slow a goal, not stop it'
+    assert solver.raised > 20 and loop.faults == solver.raised
+    v_ratio, a_ratio = stream.worst_ratios(limits)
+    assert v_ratio <= 1 + SLACK and a_ratio <= 1 + SLACK
+    assert all(np.all(np.isfinite(c.q)) for c in stream.commands)
+    faults = [e for e in log.events if e[1].startswith('tick:')]
+    assert faults and all(level == 'error' for level, *_ in faults)
+    assert 'braking to a stop' in faults[0][2] and faults[0][3] is not None
+
+
+def test_reporter_logs_once_with_traceback_then_throttles_with_a_count():
+    lines, clock = [], [0.0]
+    report = Reporter(lambda level, text: lines.append((level, text)), interval=5.0,
+                      clock=lambda: clock[0])
+    try:
+        raise RuntimeError('boom')
+    except RuntimeError as exc:
+        error = exc
+    assert report('error', 'k', 'tick failed', error)
+    for _ in range(10):
+        clock[0] += 0.1
+        assert not report('error', 'k', 'tick failed', error)
+    clock[0] += 5.0
+    assert report('error', 'k', 'tick failed', error)
+    assert len(lines) == 2
+    assert 'Traceback' in lines[0][1] and 'RuntimeError: boom' in lines[0][1]
+    assert 'Traceback' not in lines[1][1] and '(10 more like this not logged)' in lines[1][1]
+    assert Reporter.key_of('t', 'value 1.5 at 3') == Reporter.key_of('t', 'value -2e-3 at 4')
+
+
+def test_a_failing_reporter_does_not_stop_the_loop(arm7):
+    def broken(*args, **kwargs):
+        raise ValueError('logger broken')
+    loop, _ = make_loop(arm7, log=broken)
+    loop.on_joint_states(arm7.neutral_configuration(), None, 0.0)
+    assert loop.tick(0.01) is not None
+
+
+# ---------------------------------------------------------------------- validators
+def test_a_hard_constraint_is_never_entered_and_the_stop_is_within_limits(arm7):
+    loop, limits = make_loop(arm7)
+    validator = HardConstraintValidator(arm7)
+    loop.validators.append(validator)
+    q0 = arm7.neutral_configuration()
+    goal_q = np.clip(q0 + np.array([0.8, 0.5, -0.4, 0.3, 0.0, -0.4, 0.2]), arm7.lower,
+                     arm7.upper)
+    start, goal = arm7.fk(q0)[:3, 3], arm7.fk(goal_q)[:3, 3]
+    center = 0.5 * (start + goal)
+    sphere = KeepOutSphere(center, 0.05, links=('tool0',))
+    loop.set_constraints([sphere])
+    assert validator.constraints == [sphere]
+    stream = Stream(loop, seed=3)
+    stream.measure(q0)
+    stream.tick()
+    loop.offer_goal('point', goal, '', None, stream.t)
+    stream.run(600, follower(1))
+    tips = arm7.fk(np.array([c.q for c in stream.commands]))[:, :3, 3]
+    assert np.min(np.linalg.norm(tips - center, axis=1)) >= 0.05 - 1e-9
+    v_ratio, a_ratio = stream.worst_ratios(limits)
+    assert v_ratio <= 1 + SLACK and a_ratio <= 1 + SLACK
+    assert loop.holds > 0
+
+
+# ---------------------------------------------------------------------- shutdown
+def test_request_stop_brakes_to_rest_within_the_limits(arm7):
+    loop, limits = make_loop(arm7)
+    stream = Stream(loop, seed=6)
+    stream.measure(arm7.neutral_configuration())
+    stream.tick()
+    loop.offer_goal('pose', reachable_pose(arm7, 3, spread=1.2), '', None, stream.t)
+    stream.run(50, follower(1))
+    assert np.any(stream.commands[-1].v)
+    loop.request_stop()
+    assert loop.stopping and not loop.stopped
+    ticks = 0
+    while not loop.stopped:
+        follower(1)(stream)
+        stream.tick()
+        ticks += 1
+        assert ticks < 200, 'braking is not bounded'
+    v_ratio, a_ratio = stream.worst_ratios(limits)
+    assert v_ratio <= 1 + SLACK and a_ratio <= 1 + SLACK
+    assert loop.status(stream.t)['arm_state'] == 'stopping'
+    idle, _ = make_loop(arm7)
+    idle.request_stop()
+    assert idle.stopped, 'nothing published yet: stopping is immediate'
+
+
+def test_status_reports_state_lead_and_limits(arm7):
+    loop, _ = make_loop(arm7)
+    status = loop.status(0.0)
+    assert status['arm_state'] == 'waiting' and status['commanding'] is False
+    loop.on_joint_states(arm7.neutral_configuration(), None, 0.0)
+    loop.tick(0.01)
+    status = loop.status(0.02)
+    assert status['arm_state'] == 'resync' and status['lead'] == 0.0
+    assert status['limited_by'] == 'resync' and status['max_lead'] == 0.15
+    assert set(status) >= {'velocity_ratio', 'acceleration_ratio', 'joint_states_age',
+                           'resyncs', 'faults', 'goals_received', 'goals_superseded'}

@@ -1,0 +1,155 @@
+"""The goal inbox (newest goal per tick, stale goals, clocks going backwards) and goal frames
+(every link of the URDF tree, including links above base_link), checked against yourdfpy."""
+
+import io
+
+import numpy as np
+import pytest
+import yourdfpy
+
+from arm_urdfs import JOINTS, ur5_like_urdf
+from smcik_ros.control.frames import FrameResolver
+from smcik_ros.control.goal_inbox import GoalInbox
+from smcik_ros.errors import GoalError, ParameterError
+from smcik_ros.goals import PoseTarget, PositionTarget
+from smcik_ros.kinematics import Chain
+
+
+@pytest.fixture(scope='module')
+def ur5():
+    xml = ur5_like_urdf(continuous=(1, 6))
+    return Chain.from_urdf(xml, 'base_link', 'tool0'), xml
+
+
+def reference_pose(xml, q, link, finger=0.0):
+    """Pose of ``link`` in base_link by yourdfpy (an independent implementation)."""
+    urdf = yourdfpy.URDF.load(io.StringIO(xml), build_scene_graph=True, load_meshes=False)
+    cfg = dict(zip(JOINTS, q))
+    if 'finger_joint' in urdf.actuated_joint_names:
+        cfg['finger_joint'] = finger
+    urdf.update_cfg(cfg)
+    return urdf.get_transform(link, 'base_link')
+
+
+@pytest.mark.parametrize('link', ['world', 'camera', 'base_link', 'link3', 'tool0'])
+def test_every_static_or_chain_link_matches_yourdfpy(ur5, link):
+    chain, xml = ur5
+    resolver = FrameResolver(chain)
+    q = chain.random_configuration(np.random.default_rng(4))
+    assert resolver.kind(link) in ('model', 'static')
+    assert np.allclose(resolver.pose(link, q), reference_pose(xml, q, link), atol=1e-9)
+
+
+def test_world_above_base_is_static(ur5):
+    chain, _ = ur5
+    resolver = FrameResolver(chain)
+    assert resolver.kind('world') == 'static'
+    a = resolver.pose('world', chain.random_configuration(np.random.default_rng(1)))
+    b = resolver.pose('world', chain.random_configuration(np.random.default_rng(2)))
+    assert np.array_equal(a, b)
+    # world -> base_link is xyz (0.5, -0.2, 0.8), yaw pi/2: base origin seen from world.
+    assert (np.linalg.inv(a)[:3, 3] == pytest.approx([0.5, -0.2, 0.8]))
+
+
+def test_a_link_moved_by_a_joint_outside_the_chain_names_that_joint(ur5):
+    chain, _ = ur5
+    resolver = FrameResolver(chain)
+    assert resolver.kind('finger_pad') == 'moving'
+    with pytest.raises(GoalError, match="prismatic joint 'finger_joint' \\(tool0 -> finger\\) "
+                       'moves it and is not part of the modelled chain.*tf2'):
+        resolver.pose('finger_pad', np.zeros(6))
+    rail = Chain.from_urdf(ur5_like_urdf(rail=True), 'base_link', 'tool0')
+    with pytest.raises(GoalError, match="prismatic joint 'rail'"):
+        FrameResolver(rail).pose('world', np.zeros(6))
+    with pytest.raises(GoalError, match="prismatic joint 'rail'"):
+        FrameResolver(rail).pose('camera', np.zeros(6))
+
+
+def test_unknown_frame_lists_the_links(ur5):
+    chain, _ = ur5
+    with pytest.raises(GoalError, match="unknown frame 'nowhere': expected an empty frame_id "
+                       r'\(= base_link\) or a link of the model: world, base_link, camera, link1'):
+        FrameResolver(chain).pose('nowhere', np.zeros(6))
+
+
+def test_moving_frames_go_to_the_external_lookup(ur5):
+    chain, _ = ur5
+    asked = []
+
+    def lookup(frame):
+        asked.append(frame)
+        out = np.eye(4)
+        out[:3, 3] = (1.0, 2.0, 3.0)
+        return out
+
+    inbox = GoalInbox(FrameResolver(chain), 'tool0', lookup=lookup)
+    goal = inbox.offer('point', [0.0, 0.0, 0.0], 'finger_pad', None, 0.0, np.zeros(6))
+    assert asked == ['finger_pad'] and goal.display == pytest.approx([1.0, 2.0, 3.0])
+    inbox.offer('point', [0.0, 0.0, 0.0], 'world', None, 0.0, np.zeros(6))
+    assert asked == ['finger_pad'], 'a static link went to tf2'
+
+
+def test_goal_in_world_is_converted_to_the_base_frame(ur5):
+    chain, xml = ur5
+    inbox = GoalInbox(FrameResolver(chain), 'tool0')
+    q = np.zeros(6)
+    world_in_base = reference_pose(xml, q, 'world')
+    pose = np.eye(4)
+    pose[:3, 3] = (0.9, 0.1, 1.2)
+    goal = inbox.offer('pose', pose, 'world', None, 1.0, q, source='target_pose')
+    assert np.allclose(goal.display, world_in_base @ pose)
+    assert isinstance(goal.terms[0], PoseTarget) and goal.terms[0].link == 'tool0'
+    assert goal.source == "target_pose in 'world'"
+    point = inbox.offer('point', [0.9, 0.1, 1.2], '', None, 1.0, q)
+    assert isinstance(point.terms[0], PositionTarget)
+    assert point.display == pytest.approx([0.9, 0.1, 1.2])
+
+
+def test_the_newest_goal_wins_and_a_flood_is_counted_not_logged(ur5):
+    chain, _ = ur5
+    inbox = GoalInbox(FrameResolver(chain), 'tool0')
+    assert inbox.take(0.0) is None
+    for k in range(1000):       # a 1 kHz stream within one 10 ms tick would be 10; here 1000
+        inbox.offer('point', [0.1 + 1e-4 * k, 0.2, 0.3], '', k * 1e-3, k * 1e-3, np.zeros(6))
+    goal = inbox.take(1.0)
+    assert goal.display == pytest.approx([0.1 + 0.0999, 0.2, 0.3])
+    assert goal.sequence == 1000
+    assert (inbox.received, inbox.superseded, inbox.applied) == (1000, 999, 1)
+    assert inbox.take(1.01) is None, 'a goal is applied once'
+
+
+def test_a_publisher_clock_going_backwards_keeps_being_heard(ur5):
+    chain, _ = ur5
+    inbox = GoalInbox(FrameResolver(chain), 'tool0', goal_timeout=0.0)
+    inbox.offer('point', [0.1, 0.2, 0.3], '', 100.0, 10.0, np.zeros(6))
+    assert inbox.take(10.0) is not None
+    later = inbox.offer('point', [0.3, 0.2, 0.1], '', 5.0, 10.1, np.zeros(6))  # stamp went back
+    assert inbox.take(10.1) is later
+
+
+def test_stale_goals_are_judged_by_the_node_clock(ur5):
+    chain, _ = ur5
+    inbox = GoalInbox(FrameResolver(chain), 'tool0', goal_timeout=0.5)
+    with pytest.raises(GoalError, match=r'goal stamped 0.800 s ago \(goal_timeout = 0.5 s\): '
+                       'dropped as stale'):
+        inbox.offer('point', [0.1, 0.2, 0.3], '', 9.2, 10.0, np.zeros(6))
+    fresh = inbox.offer('point', [0.1, 0.2, 0.3], '', 9.9, 10.0, np.zeros(6))
+    unstamped = inbox.offer('point', [0.1, 0.2, 0.3], '', None, 10.0, np.zeros(6))
+    assert inbox.take(100.0) is unstamped, 'an unstamped goal never goes stale'
+    assert fresh.sequence == 1
+    inbox.offer('point', [0.1, 0.2, 0.3], '', 10.0, 10.0, np.zeros(6))
+    assert inbox.take(10.6) is None, 'went stale while waiting'
+    assert inbox.stale == 2
+    with pytest.raises(ParameterError, match='goal_timeout must be >= 0'):
+        inbox.goal_timeout = -1.0
+
+
+def test_bad_goals_leave_the_waiting_goal(ur5):
+    chain, _ = ur5
+    inbox = GoalInbox(FrameResolver(chain), 'tool0')
+    kept = inbox.offer('point', [0.1, 0.2, 0.3], '', None, 0.0, np.zeros(6))
+    with pytest.raises(GoalError, match='unknown frame'):
+        inbox.offer('point', [0.1, 0.2, 0.3], 'nowhere', None, 0.0, np.zeros(6))
+    with pytest.raises(GoalError, match='expected 3 coordinates'):
+        inbox.offer('point', [0.1, 0.2], '', None, 0.0, np.zeros(6))
+    assert inbox.take(0.0) is kept
