@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 from rclpy.executors import SingleThreadedExecutor
+from rclpy.parameter_client import AsyncParameterClient
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
@@ -19,7 +20,7 @@ from visualization_msgs.msg import MarkerArray
 from smcik_ros.demo import REPO_ROOT, child_env, start_node_process, stop_process  # noqa: F401
 
 __all__ = ['REPO_ROOT', 'child_env', 'start_node_process', 'stop_process', 'wait_for',
-           'Probe', 'read_log', 'wait_for_log']
+           'Probe', 'ArmPlayer', 'read_log', 'wait_for_log', 'stream_ratios', 'get_parameters']
 
 
 def wait_for(predicate, timeout, interval=0.01):
@@ -103,6 +104,110 @@ class Probe(Node):
             return np.zeros(0), np.zeros((0, 0))
         return np.array([t for t, _ in items]), np.array([list(p) for _, p in items])
 
+    def command_stream(self, since=0.0):
+        """Return (receive times (K,), header stamps (K,) [ns, int64], positions (K, n)) of
+        the commands received after ``since`` (monotonic). Stamps stay integers: as float
+        seconds since 1970 they would carry 0.2 us of rounding, 1e-3 of an acceleration."""
+        with self.lock:
+            items = [(t, m) for t, m in self.commands if t >= since]
+        if not items:
+            return np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros((0, 0))
+        return (np.array([t for t, _ in items]),
+                np.array([m.header.stamp.sec * 1_000_000_000 + m.header.stamp.nanosec
+                          for _, m in items], dtype=np.int64),
+                np.array([list(m.position) for _, m in items]))
+
     def close(self):
         self._spin_executor.shutdown(timeout_sec=1.0)
         self.destroy_node()
+
+
+def stream_ratios(stamps, positions, velocity, acceleration):
+    """Return (max |v|/vmax, max |a|/amax) of a command stream, the way a judge computes them:
+    v_k = (q_k - q_{k-1}) / (t_k - t_{k-1}), a_k = (v_k - v_{k-1}) / (t_k - t_{k-1}), from
+    the header stamps (K,) [ns, integers] and positions (K, n); the stream starts at rest."""
+    stamps = np.asarray(stamps, dtype=np.int64)
+    positions = np.asarray(positions, float)
+    if len(stamps) < 2:
+        return 0.0, 0.0
+    dt = np.diff(stamps) * 1e-9
+    v = np.diff(positions, axis=0) / dt[:, None]
+    v_prev = np.vstack([np.zeros(positions.shape[1]), v[:-1]])
+    a = (v - v_prev) / dt[:, None]
+    return (float(np.max(np.abs(v) / velocity)), float(np.max(np.abs(a) / acceleration)))
+
+
+def get_parameters(node, target, names, timeout=10.0):
+    """Return {name: value} of ``target``'s parameters through its parameter services."""
+    client = AsyncParameterClient(node, target)
+    if not client.wait_for_services(timeout_sec=timeout):
+        raise AssertionError(f'{target} offers no parameter services within {timeout} s')
+    future = client.get_parameters(names)
+    if not wait_for(future.done, timeout):
+        raise AssertionError('get_parameters did not answer')
+    values = future.result().values
+    out = {}
+    for name, value in zip(names, values):
+        kind = value.type
+        out[name] = {1: value.bool_value, 2: value.integer_value, 3: value.double_value,
+                     4: value.string_value}.get(kind)
+    return out
+
+
+class ArmPlayer:
+    """Plays the arm on ``joint_states`` from the test (no sim_arm), at ``rate_hz``.
+
+    Modes: 'silent' (publishes nothing), 'fixed' (publishes ``q``), 'follow' (publishes the
+    newest command received, i.e. an arm that tracks with the transport delay; ``q`` until
+    the first command). ``inject(positions, names)`` publishes one message as given (NaN,
+    missing names). ``published`` records (monotonic time, q) of every complete message.
+    Stamps are the probe's clock (the same clock as the node's on this machine).
+    """
+
+    def __init__(self, probe, joint_names, q, rate_hz=100.0, stamped=True):
+        from sensor_msgs.msg import JointState
+        self._msg_type = JointState
+        self.probe = probe
+        self.joint_names = list(joint_names)
+        self.lock = threading.Lock()
+        self.mode = 'silent'
+        self.q = np.asarray(q, dtype=float)
+        self.stamped = stamped
+        self.published = []
+        self.publisher = probe.publisher(JointState, 'joint_states')
+        self.timer = probe.create_timer(1.0 / rate_hz, self._on_timer)
+
+    def set(self, mode, q=None):
+        with self.lock:
+            self.mode = mode
+            if q is not None:
+                self.q = np.asarray(q, dtype=float)
+
+    def latest(self, before=None):
+        """Return the newest q published (before monotonic time ``before``), or None."""
+        with self.lock:
+            items = [(t, q) for t, q in self.published if before is None or t <= before]
+        return items[-1][1] if items else None
+
+    def _message(self, names, positions):
+        msg = self._msg_type(name=list(names), position=[float(p) for p in positions])
+        if self.stamped:
+            msg.header.stamp = self.probe.get_clock().now().to_msg()
+        return msg
+
+    def inject(self, positions, names=None):
+        msg = self._message(names or self.joint_names, positions)
+        self.publisher.publish(msg)
+
+    def _on_timer(self):
+        with self.lock:
+            mode, q = self.mode, self.q
+        if mode == 'silent':
+            return
+        if mode == 'follow':
+            last = self.probe.last_command()
+            if last is not None:
+                q = np.array(last.position, dtype=float)
+        with self.lock:
+            self.published.append((time.monotonic(), np.array(q)))
+        self.publisher.publish(self._message(self.joint_names, q))
