@@ -1,7 +1,8 @@
-"""launch_testing test of launch/arm.launch.py (robot_state_publisher, smcik_node, sim_arm).
+"""launch_testing test of launch/arm.launch.py with the simulated arm (sim:=true, no RViz).
 
 Runs under ``colcon test`` on a ROS 2 install (Humble or Jazzy) with the package built; where
 launch_testing / launch_ros are not installed (the PyPI-wheel venv of ./smcik) it is skipped.
+test_launch_real_arm.py checks sim:=false (nothing commanded before joint_states).
 """
 
 from pathlib import Path
@@ -33,7 +34,7 @@ def generate_test_description():
     """Start arm.launch.py with the simulated arm and without RViz."""
     include = IncludeLaunchDescription(
         PythonLaunchDescriptionSource(str(LAUNCH_FILE)),
-        launch_arguments={'sim': 'true', 'rviz': 'false'}.items())
+        launch_arguments={'sim': 'true', 'rviz': 'false', 'max_acceleration': '2.5'}.items())
     return launch.LaunchDescription([include, launch_testing.actions.ReadyToTest()])
 
 
@@ -68,11 +69,25 @@ class TestJointCommands(unittest.TestCase):
         self.assertIsNotNone(msg, f'no message on joint_commands within {TIMEOUT} s')
         self.assertEqual(list(msg.name), JOINTS)
         self.assertEqual(len(msg.position), len(JOINTS))
+        self.assertNotEqual(msg.header.stamp.sec + msg.header.stamp.nanosec, 0,
+                            'commands carry the stamp their limits were applied for')
 
     def test_sim_arm_publishes_joint_states(self, proc_output):
         msg = self._first_message('joint_states')
         self.assertIsNotNone(msg, f'no message on joint_states within {TIMEOUT} s')
         self.assertEqual(list(msg.name), JOINTS)
+
+    def test_safety_launch_argument_reaches_the_node(self, proc_output):
+        from rcl_interfaces.srv import GetParameters
+        client = self.node.create_client(GetParameters, '/smcik_node/get_parameters')
+        self.assertTrue(client.wait_for_service(timeout_sec=TIMEOUT))
+        future = client.call_async(GetParameters.Request(
+            names=['max_acceleration', 'velocity_scale']))
+        rclpy.spin_until_future_complete(self.node, future, timeout_sec=TIMEOUT)
+        values = future.result().values
+        self.assertEqual(values[0].double_value, 2.5)        # the launch argument
+        self.assertEqual(values[1].double_value, 0.5)        # params_file (config/arm.yaml)
+        self.node.destroy_client(client)
 
 
 @launch_testing.post_shutdown_test()
