@@ -27,7 +27,9 @@ Braking in discrete time, robust to jitter (``brake_speed``): moving ``w dt`` th
 then slowing by ``a h`` per later tick of any length ``h`` covers at most
 ``w dt + w^2 / (2 a)``, so a speed is allowed only when that fits in the distance left.
 ``sqrt(2 a d)`` alone ignores this tick's own motion and overshoots by a tick. A still target is
-reached without overshoot; the last, tiny step lands exactly.
+reached without overshoot; the last, tiny step lands exactly (``allowed_speed``: a landing
+speed of at most ``LANDING a dt``, which the next tick can stop from if it is at least
+``LANDING`` times as long).
 
 Continuous joints have no position limit here; the command lives in the arm's own unwrapped
 coordinate and desired values are mapped to the equivalent nearest the command
@@ -43,17 +45,18 @@ import numpy as np
 
 from ..errors import ParameterError
 
-__all__ = ['JointLimits', 'ShapedCommand', 'CommandShaper', 'brake_speed', 'limits_for_chain',
-           'read_joint_limits_yaml', 'parse_joint_limits_yaml', 'wrap_to_pi',
-           'nearest_equivalent', 'to_solver_range', 'LIMITERS']
+__all__ = ['JointLimits', 'ShapedCommand', 'CommandShaper', 'brake_speed', 'allowed_speed',
+           'limits_for_chain', 'read_joint_limits_yaml', 'parse_joint_limits_yaml',
+           'wrap_to_pi', 'nearest_equivalent', 'to_solver_range', 'LIMITERS', 'LANDING']
 
 # What bounded a tick's command, most binding last (reported in ~/status as limited_by).
 LIMITERS = ('none', 'target', 'velocity', 'acceleration', 'position_limit', 'lead', 'stop')
 
-# A remaining distance below LANDING * a dt^2 is covered in one step: the velocity that lands
-# it is at most LANDING * a dt, so stopping on the next tick stays within the acceleration
-# limit as long as that tick is at least LANDING * dt long (timer jitter up to -50 %).
-LANDING = 0.5
+# Speeds up to LANDING * a dt are always allowed when the step does not pass the bound: from
+# there the next tick can stop within the acceleration limit as long as it is at least
+# LANDING times as long as this one (a tick at most 4x shorter than the one before). This
+# lets the last, tiny step land exactly on a still target or limit instead of creeping.
+LANDING = 0.25
 
 
 def _readonly(values, dtype=float):
@@ -118,7 +121,7 @@ class JointLimits:
 
     def clip(self, q):
         """Return ``q`` (n,) inside the position limits (continuous joints untouched)."""
-        return np.clip(q, self.lower, self.upper)
+        return np.minimum(np.maximum(q, self.lower), self.upper)
 
 
 class ShapedCommand(NamedTuple):
@@ -130,31 +133,42 @@ class ShapedCommand(NamedTuple):
     limited_by: str
 
 
+# Distances beyond this count as unbounded (continuous joints, no lead box) [rad or m].
+_FAR = 1e12
+
+
 def brake_speed(distance, accel, dt):
     """Return the largest speed w >= 0 that can still stop within ``distance``.
 
     Solves ``w dt + w^2 / (2 accel) = distance``: moving ``w dt`` during this tick of ``dt`` [s]
     and braking at ``accel`` afterwards, with ticks of any length, covers at most that much.
-    distance: (...,) [rad or m], negative counts as 0, inf allowed; accel > 0 (broadcast).
-    Returns an array of speeds [rad/s or m/s].
+    distance: (...,) [rad or m], negative counts as 0, inf allowed (a very large speed);
+    accel > 0 (broadcast). Returns an array of speeds [rad/s or m/s].
     """
-    d = np.maximum(np.asarray(distance, dtype=float), 0.0)
-    a = np.asarray(accel, dtype=float)
-    adt = a * dt
-    with np.errstate(invalid='ignore', divide='ignore', over='ignore'):
-        # 2 a d / (sqrt(adt^2 + 2 a d) + adt): the same root without cancellation.
-        w = 2.0 * a * d / (np.sqrt(adt * adt + 2.0 * a * d) + adt)
-    return np.where(np.isinf(d), np.inf, np.where(d > 0.0, w, 0.0))
+    d = np.minimum(np.maximum(distance, 0.0), _FAR)
+    a2d = 2.0 * accel * d
+    adt = accel * dt
+    # 2 a d / (sqrt(adt^2 + 2 a d) + adt): the same root without cancellation.
+    return a2d / (np.sqrt(adt * adt + a2d) + adt)
+
+
+def allowed_speed(distance, accel, dt):
+    """Return the largest speed [unit/s] that can still stop within ``distance`` >= 0.
+
+    ``brake_speed``, or ``min(distance / dt, LANDING accel dt)`` where that is larger: a step
+    that lands on the bound (or short of it) slowly enough for the next tick to stop.
+    """
+    d = np.minimum(np.maximum(distance, 0.0), _FAR)
+    return np.maximum(brake_speed(d, accel, dt), np.minimum(d / dt, LANDING * accel * dt))
 
 
 def _bound_speed(distance, accel, dt):
     """Return the signed speed limit towards a bound ``distance`` ahead (negative: behind).
 
-    Inside (distance >= 0): brake_speed. Outside: the bound acts as a target approached from
-    behind, so the speed must be at most ``-brake_speed(-distance)`` (move back towards it).
+    Inside (distance >= 0): allowed_speed. Outside: the bound acts as a target approached from
+    behind, so the speed must be at most ``-allowed_speed(-distance)`` (move back towards it).
     """
-    d = np.asarray(distance, dtype=float)
-    return np.where(d >= 0.0, brake_speed(d, accel, dt), -brake_speed(-d, accel, dt))
+    return np.copysign(allowed_speed(np.abs(distance), accel, dt), distance)
 
 
 def _narrow(lo, hi, new_lo, new_hi):
@@ -164,7 +178,7 @@ def _narrow(lo, hi, new_lo, new_hi):
     out_lo = np.maximum(lo, new_lo)
     out_hi = np.minimum(hi, new_hi)
     empty = out_lo > out_hi
-    if np.any(empty):
+    if empty.any():
         above = new_lo > hi     # the new interval lies above [lo, hi]: take hi
         point = np.where(above, hi, lo)
         out_lo = np.where(empty, point, out_lo)
@@ -217,7 +231,7 @@ class CommandShaper:
             e = np.asarray(desired, dtype=float) - q
             abs_e = np.abs(e)
             moving = abs_e > 0.0
-            if not np.any(moving):
+            if not moving.any():
                 u_star = np.zeros_like(q)
                 limited = 'target'
             else:
@@ -225,13 +239,10 @@ class CommandShaper:
                 inv[moving] = 1.0 / abs_e[moving]
                 s_velocity = float(np.min(vmax[moving] * inv[moving]))
                 alpha = float(np.min(a[moving] * inv[moving]))        # path accel [1/s^2]
-                if LANDING * alpha * dt * dt >= 1.0:
-                    s_target = 1.0 / dt                                # lands exactly
-                else:
-                    s_target = float(brake_speed(1.0, alpha, dt))
+                s_target = float(allowed_speed(1.0, alpha, dt))        # distance 1 = |e|
                 sync_accel = alpha * abs_e[moving]                     # b_j <= a_j
                 ahead = np.where(e > 0.0, box_hi - q, q - box_lo)[moving]
-                s_box = brake_speed(ahead, sync_accel, dt) * inv[moving]
+                s_box = allowed_speed(ahead, sync_accel, dt) * inv[moving]
                 k = int(np.argmin(s_box))
                 s = min(s_velocity, s_target, float(s_box[k]))
                 u_star = s * e
@@ -250,7 +261,7 @@ class CommandShaper:
         delta = u_star - v
         need = np.abs(delta)
         over = need > adt
-        if np.any(over):
+        if over.any():
             scale = float(np.min(adt[over] / need[over]))
             u = v + scale * delta
             if limited != 'stop':
@@ -266,8 +277,8 @@ class CommandShaper:
         if lead_box is not None:
             lo, hi, _ = _narrow(lo, hi, -_bound_speed(q - lead_lo, a, dt),
                                 _bound_speed(lead_hi - q, a, dt))
-        u_safe = np.clip(u, lo, hi)
-        if np.any(np.abs(u_safe - u) > 1e-12 * (1.0 + np.abs(u))):
+        u_safe = np.minimum(np.maximum(u, lo), hi)
+        if (np.abs(u_safe - u) > 1e-12 * (1.0 + np.abs(u))).any():
             limited = self._clamp_reason(q, u, u_safe, a, dt, lead_lo, lead_hi)
         q_new = lim.clip(q + u_safe * dt)
         return ShapedCommand(q_new, (q_new - q) / dt, limited)
