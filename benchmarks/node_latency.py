@@ -84,6 +84,8 @@ def main(argv=None):
     env.update(item.split('=', 1) for item in args.env)
     params = ['smcik_node:rate_hz:=100.0', 'smcik_node:smc.num_particles:=100',
               'smcik_node:marker_rate_hz:=10.0', 'smcik_node:joint_states_timeout:=1.0']
+    if args.no_sim:   # nothing publishes joint_states: the simulation-only blind start
+        params.append('smcik_node:start_without_joint_states:=true')
     params += [f'smcik_node:{p}' for p in args.param]
     procs = [start_node_process('smcik_ros.node', env, log_dir / 'smcik_node.log',
                                 parameters=params)]

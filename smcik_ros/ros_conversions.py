@@ -23,7 +23,8 @@ __all__ = [
     'QUATERNION_NORM_RANGE', 'pose_to_matrix', 'matrix_to_pose', 'point_to_array',
     'goal_pose_to_matrix', 'tool_down_rotation', 'yaw_of_quaternion', 'joint_state_to_positions',
     'joint_state_positions', 'stamp_to_nanoseconds', 'make_joint_state',
-    'make_joint_trajectory', 'make_float64_multi_array', 'command_to_positions', 'update_keep_out_spheres', 'duration_from_seconds',
+    'make_joint_trajectory', 'make_float64_multi_array', 'command_to_positions',
+    'update_keep_out_spheres', 'duration_from_seconds',
 ]
 
 # Quaternions whose norm lies in this range are normalised; others are refused.

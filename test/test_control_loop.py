@@ -230,6 +230,21 @@ def test_arm_moved_by_hand_resyncs_without_a_step_in_the_solver(arm7):
     assert 'resync' in log.keys()
 
 
+def test_a_clock_reset_restarts_the_stream_from_the_next_measurement(arm7):
+    log = Log()
+    loop, _ = make_loop(arm7, log=log)
+    q0 = arm7.neutral_configuration()
+    loop.on_joint_states(q0, None, 100.0)
+    assert loop.tick(100.01) is not None
+    assert loop.tick(100.005) is None and 'clock_stalled' in log.keys()   # a small step back
+    assert loop.tick(3.0) is None and 'clock_reset' in log.keys()         # sim time restarted
+    assert loop.arm.state is ArmState.WAITING and loop.tick(3.01) is None
+    q1 = q0 + 0.05
+    loop.on_joint_states(q1, 3.02, 3.02)
+    restart = loop.tick(3.03)
+    assert restart.state is ArmState.RESYNC and np.array_equal(restart.q, q1)
+
+
 # ---------------------------------------------------------------------- continuous joints
 def test_continuous_joint_at_seven_radians_is_commanded_unwrapped_the_short_way():
     chain = Chain.from_urdf(ur5_like_urdf(continuous=(1, 4, 6)), 'base_link', 'tool0')

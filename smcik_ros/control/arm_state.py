@@ -228,6 +228,13 @@ class ArmMonitor:
         self.state = ArmState.ACTIVE
         return Decision(ArmState.ACTIVE)
 
+    def forget(self):
+        """Drop every measurement and return to WAITING (the node clock was reset)."""
+        self._q[:] = np.nan
+        self._time[:] = -np.inf
+        self.state = ArmState.WAITING
+        self._stale_since = None
+
     def start_blind(self):
         """Leave WAITING without a measurement (start_without_joint_states, simulation)."""
         if not self.settings.start_without_joint_states:

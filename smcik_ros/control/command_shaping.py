@@ -291,10 +291,10 @@ class CommandShaper:
         lim = self.limits
         j = int(np.argmax(np.abs(u_safe - u)))
         if lead_lo is not None:
-            lead = _bound_speed(lead_hi[j] - q[j], a[j], dt), -_bound_speed(q[j] - lead_lo[j],
-                                                                          a[j], dt)
-            if u_safe[j] <= lead[0] + 1e-12 and u[j] > lead[0] or (
-                    u_safe[j] >= lead[1] - 1e-12 and u[j] < lead[1]):
+            up = _bound_speed(lead_hi[j] - q[j], a[j], dt)
+            down = -_bound_speed(q[j] - lead_lo[j], a[j], dt)
+            if (u_safe[j] <= up + 1e-12 and u[j] > up) or (
+                    u_safe[j] >= down - 1e-12 and u[j] < down):
                 return 'lead'
         if abs(u_safe[j]) >= lim.velocity[j] * (1.0 - 1e-12):
             return 'velocity'

@@ -36,7 +36,11 @@ from .frames import FrameResolver
 from .goal_inbox import GoalInbox
 
 __all__ = ['Command', 'ControlLoop', 'HardConstraintValidator', 'Reporter',
-           'initial_configuration']
+           'initial_configuration', 'CLOCK_RESET']
+
+# A node clock that jumps back by more than this restarts the stream [s]; smaller steps back
+# skip ticks until the clock passes the last command's stamp again.
+CLOCK_RESET = 0.5
 
 
 def initial_configuration(chain):
@@ -251,8 +255,11 @@ class ControlLoop:
             self._first_tick = now
         dt = None if self.q is None else now - self.stamp
         if dt is not None and not dt > 0.0:
-            self.report('warn', 'clock', f'the node clock did not advance since the last '
-                        f'command (dt = {dt:.6f} s): tick skipped')
+            if dt < -CLOCK_RESET:
+                self._clock_reset(now, dt)
+            else:
+                self.report('warn', 'clock_stalled', f'the node clock did not advance since '
+                            f'the last command (dt = {dt:.6f} s): tick skipped')
             return None
         decision = self.arm.decide(now, self.q)
         for level, key, text in decision.events:
@@ -301,6 +308,16 @@ class ControlLoop:
                     self._reset_solver(self.shaper.stopping_point(shaped.q, shaped.v))
                     break
         return self._commit(shaped, now, state)
+
+    def _clock_reset(self, now, dt):
+        """The node clock jumped backwards (a simulation restarted under use_sim_time): no
+        time-based guarantee carries over, so the stream starts again like at start-up, from
+        the next fresh measurement."""
+        self.report('warn', 'clock_reset', (
+            f'the node clock jumped back by {-dt:.3f} s (simulation time reset?): commands stop '
+            'and restart from the next joint_states, as at start-up'))
+        self.q = self.v = self.stamp = None
+        self.arm.forget()
 
     def _hold(self, now):
         """Brake after a failed tick; reset the solver at the stop. Never raises."""
