@@ -413,6 +413,12 @@ class SmcIkNode(Node):
         except SmcIkError as exc:
             self.get_logger().warn(f'parameter change refused: {exc}')
             return SetParametersResult(successful=False, reason=str(exc))
+        except Exception as exc:   # never die: a bug here must not take the node down
+            self._reporter('error', f'callback:parameters:{type(exc).__name__}',
+                           f'parameter change failed ({type(exc).__name__}: {exc}); refused',
+                           exc)
+            return SetParametersResult(successful=False,
+                                       reason=f'{type(exc).__name__}: {exc}')
         self._values.update((k, v) for k, v in changes.items() if k in self._values)
         return SetParametersResult(successful=True)
 

@@ -54,6 +54,25 @@ def _restore_handlers(previous):
             pass
 
 
+_last_error = [0.0]
+
+
+def _spin_once(executor, timeout, logger):
+    """Spin once; an exception that escapes a callback is logged (at most every 5 s), not
+    fatal: the nodes guard their own callbacks, this is the last line."""
+    try:
+        executor.spin_once(timeout_sec=timeout)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        raise
+    except Exception as exc:
+        if not rclpy.ok(context=executor.context):
+            raise ExternalShutdownException() from exc
+        now = time.monotonic()
+        if now - _last_error[0] >= 5.0:
+            _last_error[0] = now
+            logger.error(f'a callback raised {type(exc).__name__}: {exc} (the node continues)')
+
+
 def run_node(factory, name, args=None, profile_path=None, stop_timeout=5.0,
              spin_period=0.02):
     """Create the node with ``factory()`` and spin it; return the process exit code.
@@ -82,12 +101,12 @@ def run_node(factory, name, args=None, profile_path=None, stop_timeout=5.0,
         if profiler:
             profiler.enable()
         while not _stop.is_set():
-            executor.spin_once(timeout_sec=spin_period)
+            _spin_once(executor, spin_period, logger)
         if hasattr(node, 'begin_shutdown'):
             node.begin_shutdown()
             deadline = time.monotonic() + stop_timeout
             while not node.shutdown_complete and time.monotonic() < deadline:
-                executor.spin_once(timeout_sec=spin_period)
+                _spin_once(executor, spin_period, logger)
             if not node.shutdown_complete:
                 logger.warn(f'graceful stop not complete within {stop_timeout:g} s: exiting')
     except (KeyboardInterrupt, ExternalShutdownException):
