@@ -439,6 +439,10 @@ def test_moveit_joint_limits_override_per_joint(tmp_path):
     assert limits.lower[1] == pytest.approx(-0.5) and limits.upper[1] == pytest.approx(1.0)
     assert any('gripper_finger' in note for note in notes)
     assert any('above the URDF limit' in note and 'j2' in note for note in notes)
+    same = parse_joint_limits_yaml('joint_limits: {j1: {has_velocity_limits: true, '
+                                   'max_velocity: 2.0}}')
+    _, notes = limits_for_chain(_chain(), 1.0, 3.0, 4.0, same)
+    assert not any('above' in note for note in notes), 'an equal limit is not worth a note'
     namespaced = parse_joint_limits_yaml('robot_description_planning:\n' + '\n'.join(
         '  ' + line for line in MOVEIT_YAML.splitlines()))
     assert namespaced == overrides

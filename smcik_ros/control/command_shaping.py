@@ -396,7 +396,7 @@ def limits_for_chain(chain, velocity_scale, max_acceleration, default_velocity_l
         if 'velocity' in item:
             if item['velocity'] < velocity[j]:
                 velocity[j] = item['velocity']
-            else:
+            elif item['velocity'] > velocity[j] * (1.0 + 1e-9):
                 notes.append(f'joint limits file: max_velocity {item["velocity"]:g} of {name} '
                              f'is above the URDF limit {velocity[j]:g}: kept the URDF limit')
         if 'acceleration' in item:
