@@ -247,7 +247,6 @@ class SmcIkNode(Node):
             validators=[self._validator], report=self._reporter,
             tolerances=(self._param('position_tolerance'),
                         self._param('orientation_tolerance')))
-        self._constraint_specs = []
         self._marker_spheres = {}                # (ns, id) -> (center in base (3,), radius)
         self._constraint_objects = []
         self._sphere_display = []
@@ -285,7 +284,7 @@ class SmcIkNode(Node):
         self._make_timers(('rate_hz', 'marker_rate_hz', 'status_rate_hz'))
         self._values = self._all_values()   # read on every tick: cached, kept up to date
         self.add_on_set_parameters_callback(self._on_set_parameters)
-        lim = limits
+        lim = self.loop.limits
         self.get_logger().info(
             f'ready: solver {self._solver_name}, {self._param("rate_hz"):g} Hz x '
             f'{self._param("iterations_per_tick")} iteration(s), commands '
@@ -393,7 +392,8 @@ class SmcIkNode(Node):
 
     def _make_limits(self):
         path = self._param('joint_limits_path')
-        overrides = read_joint_limits_yaml(resolve_path(path)) if path.strip() else None
+        overrides = (read_joint_limits_yaml(resolve_path(path, 'joint_limits_path'))
+                     if path.strip() else None)
         limits, notes = limits_for_chain(
             self.chain, self._param('velocity_scale'), self._param('max_acceleration'),
             self._param('default_velocity_limit'), overrides)

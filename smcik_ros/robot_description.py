@@ -14,8 +14,8 @@ __all__ = ['resolve_path', 'read_urdf_file', 'load_robot_description']
 _REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def resolve_path(path):
-    """Return an existing Path for ``path`` (ModelError if there is none).
+def resolve_path(path, what='urdf_path'):
+    """Return an existing Path for ``path`` (ModelError naming parameter ``what`` if none).
 
     Absolute, or relative to the cwd, the package share directory or the repository root
     (in that order).
@@ -24,7 +24,7 @@ def resolve_path(path):
     if candidate.is_absolute():
         if candidate.is_file():
             return candidate
-        raise ModelError(f'urdf_path {str(path)!r} does not exist')
+        raise ModelError(f'{what} {str(path)!r} does not exist')
     tried = [Path.cwd() / candidate]
     try:
         from ament_index_python.packages import get_package_share_directory
@@ -35,7 +35,7 @@ def resolve_path(path):
     for option in tried:
         if option.is_file():
             return option
-    raise ModelError(f'urdf_path {str(path)!r} not found; tried: '
+    raise ModelError(f'{what} {str(path)!r} not found; tried: '
                      f'{", ".join(str(t) for t in tried)}')
 
 

@@ -87,8 +87,8 @@ def run_node(factory, name, args=None, profile_path=None, stop_timeout=5.0,
     del _signals[:]
     from rclpy.signals import SignalHandlerOptions
 
-    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     previous = _install_handlers()
+    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     logger = rclpy.logging.get_logger(name)
     profiler = cProfile.Profile() if profile_path else None
     node = None

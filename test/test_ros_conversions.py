@@ -101,6 +101,22 @@ def test_bad_joint_states_are_refused(msg, message):
         rc.joint_state_to_positions(msg, NAMES, np.zeros(3))
 
 
+def test_joint_state_positions_keep_what_is_usable():
+    msg = JointState(name=['b', 'x', 'a', 'c'], position=[2.0, 9.0, 1.0, float('nan')])
+    q, missing, bad, extra = rc.joint_state_positions(msg, ['a', 'b', 'c', 'd'])
+    assert q[:2] == pytest.approx([1.0, 2.0]) and np.isnan(q[2]) and np.isnan(q[3])
+    assert (missing, bad, extra) == (['d'], ['c'], ['x'])
+    with pytest.raises(GoalError, match='expected one position per name, got 2 names and 1'):
+        rc.joint_state_positions(JointState(name=['a', 'b'], position=[1.0]), ['a'])
+
+
+def test_stamp_to_nanoseconds_is_exact():
+    msg = JointState()
+    assert rc.stamp_to_nanoseconds(msg.header.stamp) == 0
+    msg.header.stamp.sec, msg.header.stamp.nanosec = 1_795_668_429, 400_348_617
+    assert rc.stamp_to_nanoseconds(msg.header.stamp) == 1_795_668_429_400_348_617
+
+
 def test_command_messages():
     q, dq = np.array([0.1, 0.2, 0.3]), np.array([1.0, 2.0, 3.0])
     js = rc.make_joint_state(NAMES, q, dq)
