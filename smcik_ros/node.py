@@ -275,8 +275,10 @@ class SmcIkNode(Node):
                                  guard('constraints', self._on_constraints), INPUT_QOS)
         self.create_subscription(MarkerArray, 'keep_out_markers',
                                  guard('keep_out_markers', self._on_keep_out_markers), INPUT_QOS)
-        self.create_subscription(JointState, 'joint_states',
-                                 guard('joint_states', self._on_joint_states), JOINT_STATES_QOS)
+        self._joint_states_sub = self.create_subscription(
+            JointState, 'joint_states', guard('joint_states', self._on_joint_states),
+            JOINT_STATES_QOS)
+        self._drain = True
 
         self._timer = None
         self._marker_timer = None
@@ -634,8 +636,32 @@ class SmcIkNode(Node):
         self.loop.on_joint_states(q, self._seconds(msg.header.stamp), now)
 
     # ------------------------------------------------------------------ control tick
+    def _drain_joint_states(self):
+        """Take the joint_states already delivered before the tick decides.
+
+        rclpy's executors serve ready timers before ready subscriptions, so without this a
+        tick would decide on a measurement one tick old (and publish a held command although
+        the arm's return is already waiting). Uses the subscription handle's take_message,
+        as the executors do (Humble and Jazzy); any failure switches it off, logged once.
+        """
+        if not self._drain:
+            return
+        sub = self._joint_states_sub
+        try:
+            for _ in range(1000):
+                with sub.handle:
+                    taken = sub.handle.take_message(sub.msg_type, sub.raw)
+                if taken is None:
+                    return
+                self._guarded('joint_states', self._on_joint_states)(taken[0])
+        except Exception as exc:
+            self._drain = False
+            self._reporter('warn', 'drain', f'joint_states cannot be taken from the tick '
+                           f'({type(exc).__name__}: {exc}): the executor delivers them', exc)
+
     def _on_tick(self):
         started, cpu_started = time.perf_counter(), time.thread_time()
+        self._drain_joint_states()
         ns, now = self._now()
         command = self.loop.tick(now)
         if command is not None:

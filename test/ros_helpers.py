@@ -160,8 +160,8 @@ class ArmPlayer:
     Modes: 'silent' (publishes nothing), 'fixed' (publishes ``q``), 'follow' (publishes the
     newest command received, i.e. an arm that tracks with the transport delay; ``q`` until
     the first command). ``inject(positions, names)`` publishes one message as given (NaN,
-    missing names). ``published`` records (monotonic time, q) of every complete message.
-    Stamps are the probe's clock (the same clock as the node's on this machine).
+    missing names). ``published`` records (monotonic time, q) of every complete message and
+    ``stamps`` their header stamps [ns] (the probe's clock: the node's clock on this machine).
     """
 
     def __init__(self, probe, joint_names, q, rate_hz=100.0, stamped=True):
@@ -174,6 +174,7 @@ class ArmPlayer:
         self.q = np.asarray(q, dtype=float)
         self.stamped = stamped
         self.published = []
+        self.stamps = []        # header stamps [ns] of the messages in ``published``
         self.publisher = probe.publisher(JointState, 'joint_states')
         self.timer = probe.create_timer(1.0 / rate_hz, self._on_timer)
 
@@ -208,6 +209,8 @@ class ArmPlayer:
             last = self.probe.last_command()
             if last is not None:
                 q = np.array(last.position, dtype=float)
+        msg = self._message(self.joint_names, q)
         with self.lock:
             self.published.append((time.monotonic(), np.array(q)))
-        self.publisher.publish(self._message(self.joint_names, q))
+            self.stamps.append(msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec)
+        self.publisher.publish(msg)

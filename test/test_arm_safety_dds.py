@@ -183,6 +183,14 @@ def test_arm_played_by_the_test_end_to_end(session_factory):
     assert new is not None, 'no command after the arm came back'
     new = new[0]
     assert np.max(np.abs(new - far)) <= 0.05, f'first command {new} is not the arm at {far}'
+    # Stricter, by the clock: every command stamped 2 ms (transport) after the first
+    # measurement of the return is the return, not the held command.
+    with player.lock:
+        far_stamp = next(st for (t, m), st in zip(player.published, player.stamps)
+                         if t >= back and np.array_equal(m, far))
+    _, stamps_back, q_back = s.commands_after(back)
+    after = q_back[stamps_back >= far_stamp + 2_000_000]
+    assert len(after) and np.max(np.abs(after[0] - far)) <= 0.05
     resumed = time.monotonic()
     player.set('follow')
     s.publish_pose(goal_near(chain, far, seed=2))
