@@ -271,6 +271,22 @@ def test_continuous_joint_at_seven_radians_is_commanded_unwrapped_the_short_way(
     assert loop.arm.resyncs == 1, 'wrapping caused a resync'
 
 
+def test_a_driver_that_wraps_a_continuous_joint_is_followed_without_motion():
+    chain = Chain.from_urdf(ur5_like_urdf(continuous=(1,)), 'base_link', 'tool0')
+    log = Log()
+    loop, _ = make_loop(chain, log=log)
+    q0 = np.array([3.1, -1.2, 1.0, 0.5, 1.2, 0.3])
+    loop.on_joint_states(q0, None, 0.0)
+    loop.tick(0.01)
+    wrapped = q0.copy()
+    wrapped[0] -= 2 * math.pi                          # the same angle, reported as -3.18
+    loop.on_joint_states(wrapped, None, 0.015)
+    command = loop.tick(0.02)
+    assert command.state is ArmState.ACTIVE, 'a wrapped coordinate is not a resync'
+    assert command.q[0] == pytest.approx(wrapped[0]) and 'turns' in log.keys()
+    assert loop.arm.resyncs == 1
+
+
 # ---------------------------------------------------------------------- never die
 class RaisingSmc(SmcSolver):
     """The real SMC solver with faults injected at random (seeded) into step()."""

@@ -38,6 +38,8 @@ from .goal_inbox import GoalInbox
 __all__ = ['Command', 'ControlLoop', 'HardConstraintValidator', 'Reporter',
            'initial_configuration', 'CLOCK_RESET']
 
+TWO_PI = 2.0 * math.pi
+
 # A node clock that jumps back by more than this restarts the stream [s]; smaller steps back
 # skip ticks until the clock passes the last command's stamp again.
 CLOCK_RESET = 0.5
@@ -279,6 +281,7 @@ class ControlLoop:
             return None
         if state is ArmState.RESYNC:
             return self._restart(decision.resync_to, now, state)
+        self._follow_measured_turns()
         lead_box = self._lead_box()
         if self._stopping or state is ArmState.STALE:
             return self._commit(self.shaper.brake(self.q, self.v, dt, lead_box), now, state)
@@ -340,6 +343,25 @@ class ControlLoop:
             self.report('error', f'reset:{type(exc).__name__}',
                         f'solver reset failed ({type(exc).__name__}: {exc})', exc)
         return command
+
+    def _follow_measured_turns(self):
+        """Keep continuous joints in the measured joint's own coordinate.
+
+        A measurement that differs from the command by whole turns (a driver that wrapped or
+        re-homed the coordinate; the arm cannot turn 2 pi in a tick) moves the command by the
+        same turns: the same physical angle, no motion, the velocity carries on.
+        """
+        continuous = self.limits.continuous
+        if self.q is None or not continuous.any() or not self.arm.complete:
+            return
+        turns = np.where(continuous, np.round((self.arm.measured - self.q) / TWO_PI), 0.0)
+        if turns.any():
+            self.q = self.q + TWO_PI * turns
+            j = int(np.argmax(np.abs(turns)))
+            self.report('info', 'turns', (
+                f'{self.chain.joint_names[j]} is measured {turns[j]:+.0f} turn(s) from the '
+                'command (continuous joint, coordinate wrapped or re-homed by the driver): the '
+                'command follows the measured coordinate'))
 
     def _lead_box(self):
         if not self.arm.complete:
