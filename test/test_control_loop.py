@@ -271,6 +271,30 @@ def test_continuous_joint_at_seven_radians_is_commanded_unwrapped_the_short_way(
     assert loop.arm.resyncs == 1, 'wrapping caused a resync'
 
 
+def test_many_turns_of_a_continuous_joint_in_one_direction_never_go_back_the_long_way():
+    chain = Chain.from_urdf(ur5_like_urdf(continuous=(1,)), 'base_link', 'tool0')
+    loop, _ = make_loop(chain)
+    stream = Stream(loop, seed=2)
+    q = np.array([0.5, -1.2, 1.0, 0.5, 1.2, 0.3])
+    stream.measure(q)
+    stream.tick()
+    for k in range(1, 6):                  # five goals, each 1.5 rad further round joint1
+        q_goal = q.copy()
+        q_goal[0] += 1.5 * k
+        loop.offer_goal('pose', chain.fk(q_goal), '', None, stream.t)
+        for _ in range(1500):
+            follower(1)(stream)
+            stream.tick()
+            if loop.goal_reached:
+                break
+        assert loop.goal_reached, f'goal {k} not reached'
+        assert stream.commands[-1].q[0] == pytest.approx(0.5 + 1.5 * k, abs=0.02)
+    joint1 = np.array([c.q[0] for c in stream.commands])
+    assert joint1[-1] > 0.5 + 7.0, 'more than a full turn in one direction'
+    assert np.min(np.diff(joint1)) > -0.05, 'the command went back round'
+    assert np.all(np.abs(loop.solver.estimate[0]) <= math.pi + 0.3)
+
+
 def test_a_driver_that_wraps_a_continuous_joint_is_followed_without_motion():
     chain = Chain.from_urdf(ur5_like_urdf(continuous=(1,)), 'base_link', 'tool0')
     log = Log()

@@ -39,6 +39,8 @@ __all__ = ['Command', 'ControlLoop', 'HardConstraintValidator', 'Reporter',
            'initial_configuration', 'CLOCK_RESET']
 
 TWO_PI = 2.0 * math.pi
+# A continuous joint's solver value beyond +-RECENTER [rad] restarts the solver wrapped.
+RECENTER = math.pi + 0.25
 
 # A node clock that jumps back by more than this restarts the stream [s]; smaller steps back
 # skip ticks until the clock passes the last command's stamp again.
@@ -298,6 +300,7 @@ class ControlLoop:
                 raise FloatingPointError(f'the solver returned a non-finite or misshapen '
                                          f'configuration {np.array2string(estimate, precision=3)}')
             desired = nearest_equivalent(estimate, self.q, self.limits.continuous)
+            self._recenter_solver(estimate)
         shaped = self.shaper.step(self.q, self.v, dt, desired, lead_box)
         if self.validators:
             stop = self.shaper.stopping_point(shaped.q, shaped.v)
@@ -343,6 +346,15 @@ class ControlLoop:
             self.report('error', f'reset:{type(exc).__name__}',
                         f'solver reset failed ({type(exc).__name__}: {exc})', exc)
         return command
+
+    def _recenter_solver(self, estimate):
+        """Restart the solver at the same configuration, continuous joints wrapped into
+        [-pi, pi), once one drifts past pi: the solver's +-2 pi working range then always
+        leaves at least a half turn each way (it would stop at 2 pi, or come back the long
+        way round, after many turns in one direction)."""
+        continuous = self.limits.continuous
+        if continuous.any() and np.any(continuous & (np.abs(estimate) > RECENTER)):
+            self._reset_solver(estimate)
 
     def _follow_measured_turns(self):
         """Keep continuous joints in the measured joint's own coordinate.
