@@ -95,11 +95,14 @@ def system(ros_env, context):
 
 # ---------------------------------------------------------------------------- helpers
 def measured_q(probe, chain):
-    """Return the newest complete joint_states (the probe also hears its own bad ones)."""
+    """Return the newest complete, finite joint_states (the probe also hears its own bad
+    ones)."""
     for msg in reversed(probe.snapshot(probe.joint_states)):
         if set(chain.joint_names) <= set(msg.name):
             index = {n: i for i, n in enumerate(msg.name)}
-            return np.array([msg.position[index[n]] for n in chain.joint_names])
+            q = np.array([msg.position[index[n]] for n in chain.joint_names])
+            if np.all(np.isfinite(q)):
+                return q
     raise AssertionError('no complete joint_states received')
 
 
