@@ -242,7 +242,7 @@ def main():
     print('wrote', C.write_csv('command_stream', rows + lead_rows + cost_rows, fields))
 
     plt = C.pyplot()
-    fig, axes = plt.subplots(1, 3, figsize=(17, 4.8))
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.8), gridspec_kw={'wspace': 0.45})
     for (name, jitter), data in ratio_samples.items():
         axes[0].scatter(data[:, 2], data[:, 0], s=6, alpha=0.5,
                         label=f'{name}, jitter {jitter:.0%}')
@@ -265,7 +265,6 @@ def main():
     axes[2].barh(range(len(labels)), [r['mean_us'] for r in cost_rows], color='tab:blue')
     axes[2].set_yticks(range(len(labels)))
     axes[2].set_yticklabels(labels, fontsize=7)
-    axes[2].set_xscale('log')
     axes[2].set_xlabel('mean cost per call [us]')
     axes[2].set_title('tick cost')
     fig.tight_layout()
