@@ -84,10 +84,11 @@ def launch_nodes(context):
     xml = read_robot_description(arg('urdf'))
     model = {
         'robot_description': ParameterValue(xml, value_type=str),
-        'base_link': arg('base_link'),
-        'tip_link': arg('tip_link'),
+        'base_link': ParameterValue(arg('base_link'), value_type=str),
+        'tip_link': ParameterValue(arg('tip_link'), value_type=str),
     }
-    wiring = {'command_type': arg('command_type'), 'command_topic': arg('command_topic')}
+    wiring = {'command_type': ParameterValue(arg('command_type'), value_type=str),
+              'command_topic': ParameterValue(arg('command_topic'), value_type=str)}
     safety = {}
     for name, (kind, _) in SAFETY_ARGUMENTS.items():
         text = arg(name).strip()
@@ -104,7 +105,9 @@ def launch_nodes(context):
              parameters=[{'robot_description': ParameterValue(xml, value_type=str)}],
              on_exit=Shutdown(reason='robot_state_publisher exited')),
         Node(package='smcik_ros', executable='smcik_node', name='smcik_node', output='screen',
-             parameters=[params_file, model, wiring, safety, {'solver': arg('solver')}],
+             parameters=[params_file, model, wiring,
+                         {'solver': ParameterValue(arg('solver'), value_type=str)}]
+             + ([safety] if safety else []),
              remappings=[('target_point', '/clicked_point')],
              on_exit=Shutdown(reason='smcik_node exited')),
     ]
