@@ -22,11 +22,8 @@ os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')
 os.environ.setdefault('OMP_NUM_THREADS', '1')
 
 import collections
-import dataclasses
-import inspect
 import json
 import math
-import re
 import sys
 import time
 
@@ -42,12 +39,11 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 from visualization_msgs.msg import MarkerArray
 
-from . import constraint_schema
 from .control import (ArmSettings, ControlLoop, FrameResolver, GoalInbox,
                       HardConstraintValidator, Reporter, limits_for_chain,
                       read_joint_limits_yaml)
+from .control.constraints import ConstraintSet
 from .errors import GoalError, ParameterError, SmcIkError
-from .goals import KeepOutSphere
 from .kinematics import Chain
 from .markers import build_marker_array, link_segments, select_particles
 from .robot_description import load_robot_description, resolve_path
@@ -59,7 +55,9 @@ from .ros_interface import (COMMAND_QOS, COMMAND_TYPES, INPUT_QOS, JOINT_STATES_
                             MARKER_QOS)
 from .ros_runner import run_node, stop_requested
 from .rotations import quat_to_matrix
-from .solvers import available_solvers, make_solver, settings_type
+from .solver_parameters import (make_solver_from, settings_changes, solver_parameters,
+                                solver_settings_yaml)
+from .solvers import available_solvers
 
 __all__ = ['SmcIkNode', 'main', 'NODE_PARAMETERS', 'COMMAND_TYPES', 'load_robot_description',
            'resolve_path', 'solver_settings_yaml']
@@ -147,67 +145,6 @@ NODE_PARAMETERS = {
 }
 
 
-def _settings_comments(cls):
-    """Return {field: comment} from the ``name: type = default  # comment`` lines of ``cls``."""
-    comments = {}
-    for klass in reversed(cls.__mro__):
-        try:
-            source = inspect.getsource(klass)
-        except (OSError, TypeError):
-            continue
-        for match in re.finditer(r'^\s+(\w+)\s*:[^=\n]*=[^#\n]*#\s*(.+)$', source, re.M):
-            comments[match.group(1)] = match.group(2).strip()
-    return comments
-
-
-def solver_settings_yaml(indent=4):
-    """Return the YAML block of every solver's settings with defaults (for config files)."""
-    pad = ' ' * indent
-    lines = []
-    for solver in available_solvers():
-        cls = settings_type(solver)
-        comments = _settings_comments(cls)
-        lines.append(f'{pad}{solver}:')
-        for field in dataclasses.fields(cls):
-            default = field.default
-            if isinstance(default, bool):
-                text = 'true' if default else 'false'
-            elif isinstance(default, tuple):
-                text = '[' + ', '.join(repr(float(v)) for v in default) + ']'
-            else:
-                text = repr(default)
-                if isinstance(default, float) and 'e' in text and '.' not in text:
-                    text = text.replace('e', '.0e')   # YAML 1.1 reads 1e-06 as a string
-            entry = f'{field.name}: {text}'
-            if text == '[]':   # ROS YAML cannot type an empty list: leave it commented out
-                entry = f'# {entry}'
-            comment = comments.get(field.name, '')
-            lines.append(f'{pad}  {entry}'.ljust(indent + 34)
-                         + (f'  # {comment}' if comment else ''))
-    return '\n'.join(lines) + '\n'
-
-
-def _parameter_type_of(default):
-    if isinstance(default, bool):
-        return Parameter.Type.BOOL
-    if isinstance(default, int):
-        return Parameter.Type.INTEGER
-    if isinstance(default, float):
-        return Parameter.Type.DOUBLE
-    if isinstance(default, str):
-        return Parameter.Type.STRING
-    if isinstance(default, tuple):
-        return Parameter.Type.DOUBLE_ARRAY
-    return None
-
-
-def _to_setting(value):
-    """Return a ROS parameter value as a solver setting value (arrays -> tuple of float)."""
-    if isinstance(value, (list, tuple)) or hasattr(value, 'typecode'):
-        return tuple(float(v) for v in value)
-    return value
-
-
 class SmcIkNode(Node):
     """Online IK node: goals + constraints + joint_states in, joint commands out."""
 
@@ -215,7 +152,7 @@ class SmcIkNode(Node):
         super().__init__('smcik_node', **kwargs)
         self._epoch_ns = self.get_clock().now().nanoseconds
         self._reporter = Reporter(self._emit)
-        self._setting_fields = {}  # solver name -> {field name: default}
+        self._setting_fields = {}  # solver name -> [declared setting fields]
         self._declare_parameters()
         self.urdf_xml, source = load_robot_description(
             self, self.get_parameter('robot_description_timeout').value,
@@ -247,12 +184,12 @@ class SmcIkNode(Node):
             validators=[self._validator], report=self._reporter,
             tolerances=(self._param('position_tolerance'),
                         self._param('orientation_tolerance')))
-        self._marker_spheres = {}                # (ns, id) -> (center in base (3,), radius)
-        self._constraint_objects = []
-        self._sphere_display = []
+        self._constraints = ConstraintSet(
+            self.chain, self._frame_to_base,
+            frame_names=None if self._tf_buffer is not None else self._resolver.links)
+        self.loop.set_constraints(self._constraints.replace_specs(
+            self._constraints.parse(self._param('constraints'))))
         self._markers_shown = (0, False)         # (spheres, target) in the last marker message
-        self._constraint_specs = self._parse_constraints(self._param('constraints'))
-        self._set_constraints(self._constraint_specs, self._marker_spheres)
         self._check_choice('command_type', self._param('command_type'), COMMAND_TYPES)
 
         self._tick_times = collections.deque(maxlen=200)     # [s] control tick durations
@@ -346,33 +283,24 @@ class SmcIkNode(Node):
         for name, (default, description, extra) in NODE_PARAMETERS.items():
             self.declare_parameter(name, default,
                                    ParameterDescriptor(description=description, **extra))
-        for solver in available_solvers():
-            cls = settings_type(solver)
-            comments = _settings_comments(cls)
-            fields = {}
-            for field in dataclasses.fields(cls):
-                ptype = _parameter_type_of(field.default)
-                if ptype is None:
-                    self.get_logger().warn(f'solver setting {solver}.{field.name} (default '
-                                           f'{field.default!r}) has no ROS parameter type; '
-                                           'it stays at its default')
-                    continue
-                name = f'{solver}.{field.name}'
-                descriptor = ParameterDescriptor(
-                    description=f'{solver} solver: {comments.get(field.name, field.name)} '
-                                f'(default {field.default!r})')
-                if ptype == Parameter.Type.DOUBLE_ARRAY:
-                    # An empty list has no ROS type: declare typed, then set the default.
-                    self.declare_parameter(name, ptype, descriptor)
-                    try:
-                        self.get_parameter(name)
-                    except ParameterUninitializedException:
-                        self.set_parameters([Parameter(name, ptype,
-                                                       [float(v) for v in field.default])])
-                else:
-                    self.declare_parameter(name, field.default, descriptor)
-                fields[field.name] = field.default
-            self._setting_fields[solver] = fields
+        declared, skipped = solver_parameters()
+        for name, default in skipped:
+            self.get_logger().warn(f'solver setting {name} (default {default!r}) has no ROS '
+                                   'parameter type; it stays at its default')
+        for item in declared:
+            descriptor = ParameterDescriptor(description=item.description)
+            if item.kind is tuple:
+                # An empty list has no ROS type: declare typed, then set the default.
+                ptype = Parameter.Type.DOUBLE_ARRAY
+                self.declare_parameter(item.name, ptype, descriptor)
+                try:
+                    self.get_parameter(item.name)
+                except ParameterUninitializedException:
+                    self.set_parameters([Parameter(item.name, ptype,
+                                                   [float(v) for v in item.default])])
+            else:
+                self.declare_parameter(item.name, item.default, descriptor)
+            self._setting_fields.setdefault(item.solver, []).append(item.field)
 
     def parameter_names(self):
         """Return the names of the node's own parameters (not use_sim_time etc.)."""
@@ -382,15 +310,8 @@ class SmcIkNode(Node):
     def _all_values(self):
         return {p.name: p.value for p in self.get_parameters(self.parameter_names())}
 
-    def _settings_from(self, solver, values):
-        return {field: _to_setting(values[f'{solver}.{field}'])
-                for field in self._setting_fields.get(solver, {})}
-
     def _make_solver(self, name, values):
-        if name not in available_solvers():
-            raise ParameterError(f'unknown solver {name!r}; available solvers: '
-                                 f'{", ".join(available_solvers())}')
-        return make_solver(name, self.chain, **self._settings_from(name, values))
+        return make_solver_from(self._setting_fields, name, self.chain, values)
 
     def _make_limits(self):
         path = self._param('joint_limits_path')
@@ -435,8 +356,8 @@ class SmcIkNode(Node):
             raise ParameterError(f'goal_timeout must be >= 0; got {changes["goal_timeout"]}')
         specs = None
         if 'constraints' in changes:
-            specs = self._parse_constraints(changes['constraints'])
-            self._build_constraints(specs, self._marker_spheres)   # validates frames/links
+            specs = self._constraints.parse(changes['constraints'])
+            self._constraints.build(specs, self._constraints.markers)   # frames, links
         touched = {key.split('.', 1)[0] for key in changes if '.' in key}
         candidates = {}
         for solver in touched | ({name} if 'solver' in changes else set()):
@@ -446,16 +367,13 @@ class SmcIkNode(Node):
         if name != self._solver_name:
             self._switch_solver(name, candidates[name])
         elif name in touched:
-            current = self._settings_from(name, self._all_values())
-            wanted = self._settings_from(name, values)
-            diff = {k: v for k, v in wanted.items() if current[k] != v}
+            diff = settings_changes(self._setting_fields, name, self._all_values(), values)
             if diff:
                 self.loop.solver.update_settings(**diff)
                 self.get_logger().info(f'solver {name} settings changed: '
                                        + ', '.join(f'{k}={v!r}' for k, v in diff.items()))
         if specs is not None:
-            self._set_constraints(specs, self._marker_spheres)
-            self._constraint_specs = specs
+            self.loop.set_constraints(self._constraints.replace_specs(specs))
         if 'command_type' in changes or 'command_topic' in changes:
             self._make_command_publisher(values)
         rates = [k for k in ('rate_hz', 'marker_rate_hz', 'status_rate_hz') if k in changes]
@@ -470,7 +388,7 @@ class SmcIkNode(Node):
                                     values['orientation_tolerance'])
 
     def _switch_solver(self, name, solver):
-        solver.set_constraints(self._constraint_objects)
+        solver.set_constraints(self._constraints.objects)
         self.loop.set_solver(solver)
         old = self._solver_name
         self._solver_name = name
@@ -559,57 +477,28 @@ class SmcIkNode(Node):
             self._reporter('error', Reporter.key_of(topic, str(exc)), text, interval=2.0)
 
     # ------------------------------------------------------------------ constraints
-    def _parse_constraints(self, text):
-        return constraint_schema.parse_constraints(
-            text, joint_names=self.chain.joint_names, link_names=self.chain.link_names,
-            frame_names=None if self._tf_buffer is not None else self._resolver.links)
-
-    def _build_constraints(self, specs, marker_spheres):
-        objects = constraint_schema.build_constraints(specs, self.chain, self._frame_to_base)
-        spheres = []
-        for spec, obj in zip(specs, objects):
-            if isinstance(spec, constraint_schema.KeepOutSphereSpec):
-                spheres.append((obj.center, obj.radius))
-        for center, radius in marker_spheres.values():
-            objects.append(KeepOutSphere(center, radius))
-            spheres.append((center, radius))
-        return objects, spheres
-
-    def _set_constraints(self, specs, marker_spheres):
-        """Replace the constraint set; GoalError leaves the previous set in place."""
-        objects, spheres = self._build_constraints(specs, marker_spheres)
-        self.loop.set_constraints(objects)
-        self._constraint_objects, self._sphere_display = objects, spheres
-        self._marker_spheres = marker_spheres
-
     def _on_constraints(self, msg):
+        constraints = self._constraints
         try:
-            specs = self._parse_constraints(msg.data)
-            self._set_constraints(specs, self._marker_spheres)
+            self.loop.set_constraints(constraints.replace_specs(constraints.parse(msg.data)))
         except SmcIkError as exc:
             self.get_logger().error(f'constraints refused, keeping the previous '
-                                    f'{len(self._constraint_objects)} constraint(s): {exc}')
+                                    f'{len(constraints.objects)} constraint(s): {exc}')
             return
-        self._constraint_specs = specs
-        kinds = collections.Counter(spec.type for spec in specs)
-        self.get_logger().info('constraints applied: '
-                               + (', '.join(f'{v} {k}' for k, v in kinds.items()) or 'none'))
+        self.get_logger().info(f'constraints applied: {constraints.summary()}')
 
     def _on_keep_out_markers(self, msg):
+        constraints = self._constraints
         try:
-            spheres = update_keep_out_spheres(
-                {k: (self.chain.base_link, c, r) for k, (c, r) in self._marker_spheres.items()},
-                msg, self.chain.base_link)
-            in_base = {}
-            for key, (frame, center, radius) in spheres.items():
-                to_base = self._frame_to_base(frame)
-                in_base[key] = (to_base[:3, :3] @ center + to_base[:3, 3], radius)
-            self._set_constraints(self._constraint_specs, in_base)
+            spheres = update_keep_out_spheres(constraints.marker_frames(), msg,
+                                              self.chain.base_link)
+            self.loop.set_constraints(constraints.replace_markers(spheres))
         except SmcIkError as exc:
             self.get_logger().error(f'keep_out_markers refused, keeping the previous '
-                                    f'{len(self._marker_spheres)} sphere(s): {exc}')
+                                    f'{len(constraints.markers)} sphere(s): {exc}')
             return
-        self.get_logger().info(f'keep_out_markers: {len(in_base)} keep-out sphere(s) applied')
+        self.get_logger().info(f'keep_out_markers: {len(constraints.markers)} keep-out '
+                               'sphere(s) applied')
 
     # ------------------------------------------------------------------ joint states
     def _on_joint_states(self, msg):
@@ -709,14 +598,15 @@ class SmcIkNode(Node):
         map_q = info.get('map')
         map_q = q_cmd if map_q is None else map_q
         goal_display = self.loop.goal.display if self.loop.goal is not None else None
-        shown = (len(self._sphere_display), goal_display is not None)
+        spheres = self._constraints.spheres
+        shown = (len(spheres), goal_display is not None)
         clear = shown[0] < self._markers_shown[0] or shown[1] < self._markers_shown[1]
         self._markers_shown = shown
         self._marker_pub.publish(build_marker_array(
             self.chain.base_link, self.get_clock().now().to_msg(),
             particle_positions=positions, weights=weights, segments=self._segments,
             map_positions=self.chain.link_poses(map_q)[:, :3, 3], target=goal_display,
-            spheres=self._sphere_display, clear=clear))
+            spheres=spheres, clear=clear))
         self._marker_times.append(time.perf_counter() - started)
         self._marker_cpu.append(time.thread_time() - cpu_started)
 

@@ -6,19 +6,22 @@
   (``ArmMonitor``).
 - ``goal_inbox``: the newest goal per tick, stale goals, goal frames (``GoalInbox``).
 - ``frames``: every link of the URDF tree in the base frame (``FrameResolver``).
+- ``constraints``: the constraint set from the schema and keep-out markers (``ConstraintSet``).
 - ``loop``: one control tick (arm state + goal + solver + validators + shaping + the
   exception policy) (``ControlLoop``).
 """
 
 from .arm_state import ArmMonitor, ArmSettings, ArmState
-from .command_shaping import (CommandShaper, JointLimits, ShapedCommand, brake_speed,
-                              limits_for_chain, nearest_equivalent, read_joint_limits_yaml,
-                              wrap_to_pi)
+from .command_shaping import (CommandShaper, JointLimits, ShapedCommand, allowed_speed,
+                              brake_speed, limits_for_chain, nearest_equivalent,
+                              read_joint_limits_yaml, wrap_to_pi)
+from .constraints import ConstraintSet
 from .frames import FrameResolver
 from .goal_inbox import Goal, GoalInbox
 from .loop import Command, ControlLoop, HardConstraintValidator, Reporter
 
 __all__ = ['ArmMonitor', 'ArmSettings', 'ArmState', 'CommandShaper', 'JointLimits',
-           'ShapedCommand', 'brake_speed', 'limits_for_chain', 'nearest_equivalent',
-           'read_joint_limits_yaml', 'wrap_to_pi', 'FrameResolver', 'Goal', 'GoalInbox',
-           'Command', 'ControlLoop', 'HardConstraintValidator', 'Reporter']
+           'ShapedCommand', 'allowed_speed', 'brake_speed', 'limits_for_chain',
+           'nearest_equivalent', 'read_joint_limits_yaml', 'wrap_to_pi', 'ConstraintSet',
+           'FrameResolver', 'Goal', 'GoalInbox', 'Command', 'ControlLoop',
+           'HardConstraintValidator', 'Reporter']

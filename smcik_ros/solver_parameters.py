@@ -1,0 +1,130 @@
+"""Solver settings as ROS parameters ``<solver>.<field>``, without ROS.
+
+Every field of every solver's settings dataclass becomes a parameter of the same name, with
+its default, its type and the field's comment as description. This module computes what the
+node declares, turns parameter values back into settings, builds solvers and works out which
+settings a change touches; the node only declares and reads the parameters.
+"""
+
+import dataclasses
+import inspect
+import re
+
+from .errors import ParameterError
+from .solvers import available_solvers, make_solver, settings_type
+
+__all__ = ['SolverParameter', 'solver_parameters', 'settings_from', 'make_solver_from',
+           'settings_changes', 'solver_settings_yaml', 'settings_comments']
+
+
+@dataclasses.dataclass(frozen=True)
+class SolverParameter:
+    """One solver setting as a parameter: name '<solver>.<field>', its default (a tuple for
+    list settings), the Python type of the default, a description with the unit."""
+
+    solver: str
+    field: str
+    default: object
+    kind: type
+    description: str
+
+    @property
+    def name(self):
+        return f'{self.solver}.{self.field}'
+
+
+def settings_comments(cls):
+    """Return {field: comment} from the ``name: type = default  # comment`` lines of ``cls``."""
+    comments = {}
+    for klass in reversed(cls.__mro__):
+        try:
+            source = inspect.getsource(klass)
+        except (OSError, TypeError):
+            continue
+        for match in re.finditer(r'^\s+(\w+)\s*:[^=\n]*=[^#\n]*#\s*(.+)$', source, re.M):
+            comments[match.group(1)] = match.group(2).strip()
+    return comments
+
+
+def _kind_of(default):
+    for kind in (bool, int, float, str, tuple):
+        if isinstance(default, kind):
+            return kind
+    return None
+
+
+def solver_parameters():
+    """Return ([SolverParameter], [(solver.field, default)] of settings that cannot be
+    parameters (no ROS type))."""
+    out, skipped = [], []
+    for solver in available_solvers():
+        cls = settings_type(solver)
+        comments = settings_comments(cls)
+        for field in dataclasses.fields(cls):
+            kind = _kind_of(field.default)
+            if kind is None:
+                skipped.append((f'{solver}.{field.name}', field.default))
+                continue
+            out.append(SolverParameter(
+                solver, field.name, field.default, kind,
+                f'{solver} solver: {comments.get(field.name, field.name)} '
+                f'(default {field.default!r})'))
+    return out, skipped
+
+
+def _to_setting(value):
+    """Return a ROS parameter value as a solver setting value (arrays -> tuple of float)."""
+    if isinstance(value, (list, tuple)) or hasattr(value, 'typecode'):
+        return tuple(float(v) for v in value)
+    return value
+
+
+def settings_from(fields, solver, values):
+    """Return {field: value} of ``solver`` from parameter ``values`` {name: value}.
+
+    fields: {solver: [field names declared]}.
+    """
+    return {field: _to_setting(values[f'{solver}.{field}']) for field in fields.get(solver, ())}
+
+
+def make_solver_from(fields, solver, chain, values):
+    """Return the solver ``solver`` on ``chain`` with the settings in ``values``
+    (ParameterError for an unknown solver or a bad setting)."""
+    if solver not in available_solvers():
+        raise ParameterError(f'unknown solver {solver!r}; available solvers: '
+                             f'{", ".join(available_solvers())}')
+    return make_solver(solver, chain, **settings_from(fields, solver, values))
+
+
+def settings_changes(fields, solver, current, wanted):
+    """Return {field: new value} of ``solver``'s settings that differ between two value sets."""
+    now = settings_from(fields, solver, current)
+    new = settings_from(fields, solver, wanted)
+    return {k: v for k, v in new.items() if now[k] != v}
+
+
+def solver_settings_yaml(indent=4):
+    """Return the YAML block of every solver's settings with defaults (for config files)."""
+    pad = ' ' * indent
+    lines = []
+    for solver in available_solvers():
+        cls = settings_type(solver)
+        comments = settings_comments(cls)
+        lines.append(f'{pad}{solver}:')
+        for field in dataclasses.fields(cls):
+            default = field.default
+            if isinstance(default, bool):
+                text = 'true' if default else 'false'
+            elif isinstance(default, tuple):
+                text = '[' + ', '.join(repr(float(v)) for v in default) + ']'
+            else:
+                text = repr(default)
+                if isinstance(default, float) and 'e' in text and '.' not in text:
+                    text = text.replace('e', '.0e')   # YAML 1.1 reads 1e-06 as a string
+            entry = f'{field.name}: {text}'
+            if text == '[]':   # ROS YAML cannot type an empty list: leave it commented out
+                entry = f'# {entry}'
+            comment = comments.get(field.name, '')
+            lines.append(f'{pad}  {entry}'.ljust(indent + 34)
+                         + (f'  # {comment}' if comment else ''))
+    return '\n'.join(lines) + '\n'
