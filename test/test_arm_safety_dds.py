@@ -188,9 +188,13 @@ def test_arm_played_by_the_test_end_to_end(session_factory):
     with player.lock:
         far_stamp = next(st for (t, m), st in zip(player.published, player.stamps)
                          if t >= back and np.array_equal(m, far))
-    _, stamps_back, q_back = s.commands_after(back)
-    after = q_back[stamps_back >= far_stamp + 2_000_000]
-    assert len(after) and np.max(np.abs(after[0] - far)) <= 0.05
+
+    def stamped_after_return():
+        _, stamps_back, q_back = s.commands_after(back)
+        later = q_back[stamps_back >= far_stamp + 2_000_000]
+        return [later[0]] if len(later) else None
+    after = wait_for(stamped_after_return, 5.0)
+    assert after is not None and np.max(np.abs(after[0] - far)) <= 0.05
     resumed = time.monotonic()
     player.set('follow')
     s.publish_pose(goal_near(chain, far, seed=2))
