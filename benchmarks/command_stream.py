@@ -242,7 +242,7 @@ def main():
     print('wrote', C.write_csv('command_stream', rows + lead_rows + cost_rows, fields))
 
     plt = C.pyplot()
-    fig, axes = plt.subplots(1, 3, figsize=(17, 4.8), gridspec_kw={'wspace': 0.45})
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.8))
     for (name, jitter), data in ratio_samples.items():
         axes[0].scatter(data[:, 2], data[:, 0], s=6, alpha=0.5,
                         label=f'{name}, jitter {jitter:.0%}')
