@@ -46,6 +46,14 @@ def _install_handlers():
     return previous
 
 
+def _ignore_signals():
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except ValueError:   # not the main thread
+            pass
+
+
 def _restore_handlers(previous):
     for sig, handler in previous.items():
         try:
@@ -74,7 +82,7 @@ def _spin_once(executor, timeout, logger):
 
 
 def run_node(factory, name, args=None, profile_path=None, stop_timeout=5.0,
-             spin_period=0.02):
+             spin_period=0.02, restore_signals=False):
     """Create the node with ``factory()`` and spin it; return the process exit code.
 
     SIGINT/SIGTERM (once or several times) end it with 0: a node with ``begin_shutdown()`` and
@@ -82,6 +90,10 @@ def run_node(factory, name, args=None, profile_path=None, stop_timeout=5.0,
     while the executor keeps spinning (its timers keep publishing). A SmcIkError at start-up
     (bad URDF, link or parameter) is logged as fatal with its message (which says how to fix
     it) and gives 1. profile_path: write cProfile statistics of the spin there (None: off).
+    restore_signals: put the previous SIGINT/SIGTERM handlers back on return (for callers that
+    keep running); a process entry point keeps the flag-only handlers until it exits, so a
+    signal that arrives after the stop (Ctrl-C, then ros2 launch forwarding it) cannot end
+    the process with -2 on its way out.
     """
     _stop.clear()
     del _signals[:]
@@ -128,5 +140,11 @@ def run_node(factory, name, args=None, profile_path=None, stop_timeout=5.0,
                 node.destroy_node()
         finally:
             rclpy.try_shutdown()
-            _restore_handlers(previous)
+            if restore_signals:
+                _restore_handlers(previous)
+            else:
+                # Interpreter finalisation resets Python-level handlers to SIG_DFL, so a late
+                # signal would still end the process with -2 while rclpy tears down: ignore
+                # them from here on (the process is on its way out with its exit code).
+                _ignore_signals()
     return code
