@@ -575,8 +575,9 @@ class KeepOutObstacle(CollisionConstraint):
     """Keep the robot (or some of its links) out of one obstacle.
 
     obstacle: an ``Obstacle`` in the base frame; margin [m]: extra clearance (the padding);
-    links: restrict to these links; model: the CollisionModel to check (None, or a model
-    lacking one of ``links``: a thin skeleton of the chain's segments, built when bound).
+    links: restrict to these links; model: the CollisionModel to check (None, a model
+    without geometry, or one lacking one of ``links``: a thin skeleton of the chain's
+    segments, built when bound).
     hard=True: the SMC rejects particles that enter it, gradient solvers add dampers; the
     soft term (residual = penetration depth [m] / sigma) pushes out of it either way.
     """
@@ -602,7 +603,8 @@ class KeepOutObstacle(CollisionConstraint):
             self._build(model)
 
     def _build(self, model):
-        if self.links is not None and not all(model.has_link(n) for n in self.links):
+        if not model.has_geometry or (self.links is not None and
+                                      not all(model.has_link(n) for n in self.links)):
             model = _skeleton_for(model.chain)
         scene = Scene({('keep_out', 0): self.obstacle})
         CollisionConstraint.__init__(self, model, scene, self_collision=False,

@@ -211,7 +211,10 @@ def _compute_cover(vertices, faces, tolerance, item_edge, poses, rotation_sag):
     if poses is None:
         poses = np.eye(4)[None]
     copies = len(poses)
-    moved = [mesh.copy().apply_transform(p) for p in poses]
+    # Depths and candidates come from at most 9 of the poses (the union of fewer copies is
+    # smaller, so its depth is still a lower bound: the excess bound stays valid).
+    sample = np.unique(np.linspace(0, copies - 1, min(copies, 9)).round().astype(int))
+    moved = [mesh.copy().apply_transform(poses[k]) for k in sample]
 
     # Pieces that must each fit in one sphere: surface triangles (at two consecutive poses
     # for a moving mesh) and interior points.
@@ -239,7 +242,8 @@ def _compute_cover(vertices, faces, tolerance, item_edge, poses, rotation_sag):
     local = np.concatenate([pts - depth_t[:, None] * nrm, pts - 0.5 * depth_t[:, None] * nrm])
     score = np.concatenate([depth_t, 0.5 * depth_t])
     local, score = _dedup(local, score, 0.5 * tolerance)
-    cand = (np.einsum('kij,pj->kpi', rot, local) + trans[:, None, :]).reshape(-1, 3)
+    cand = (np.einsum('kij,pj->kpi', rot[sample], local) + trans[sample][:, None, :]) \
+        .reshape(-1, 3)
     depth = _depth(moved, cand)
     keep = depth + tolerance > 0.0
     cand, depth = cand[keep], depth[keep]
@@ -248,17 +252,22 @@ def _compute_cover(vertices, faces, tolerance, item_edge, poses, rotation_sag):
     flat = items.reshape(-1, 3)
     tree = cKDTree(flat)
     allowance = tolerance + depth
-    lists = tree.query_ball_point(cand, allowance * (1.0 - 1e-9))
-    lengths = np.fromiter((len(x) for x in lists), dtype=np.int64, count=len(lists))
-    rows = np.repeat(np.arange(len(cand)), lengths)
-    cols = (np.concatenate([np.asarray(x, dtype=np.int64) for x in lists]) if rows.size
-            else np.zeros(0, dtype=np.int64))
     n_items = len(items)
-    hits = sp.csr_matrix((np.ones(len(rows), dtype=np.int32), (rows, cols // width)),
-                         shape=(len(cand), n_items))
-    hits.sum_duplicates()
-    hits.data = (hits.data == width).astype(np.int8)
-    hits.eliminate_zeros()
+    blocks = []
+    for start in range(0, len(cand), 128):      # in blocks: bounded memory on big meshes
+        lists = tree.query_ball_point(cand[start:start + 128],
+                                      allowance[start:start + 128] * (1.0 - 1e-9))
+        lengths = np.fromiter((len(x) for x in lists), dtype=np.int64, count=len(lists))
+        rows = np.repeat(np.arange(len(lists)), lengths)
+        cols = (np.concatenate([np.asarray(x, dtype=np.int64) for x in lists]) if rows.size
+                else np.zeros(0, dtype=np.int64))
+        block = sp.csr_matrix((np.ones(len(rows), dtype=np.int32), (rows, cols // width)),
+                              shape=(len(lists), n_items))
+        block.sum_duplicates()
+        block.data = (block.data == width).astype(np.int8)
+        block.eliminate_zeros()
+        blocks.append(block)
+    hits = sp.vstack(blocks).tocsr() if blocks else sp.csr_matrix((0, n_items), dtype=np.int8)
     chosen, uncovered = _greedy_cover(hits, n_items)
 
     centers = cand[chosen]
@@ -332,7 +341,7 @@ def _greedy_cover(hits, n_items):
     return np.array(chosen, dtype=np.int64), uncovered
 
 
-def _fit_radii(items, centers, depths, tolerance, chunk=4096):
+def _fit_radii(items, centers, depths, tolerance):
     """Assign every piece to a sphere and shrink radii to what they must contain.
 
     Each piece goes to the sphere that contains it with the least excess (its farthest
@@ -342,6 +351,7 @@ def _fit_radii(items, centers, depths, tolerance, chunk=4096):
     """
     n_items = len(items)
     radii = np.zeros(len(centers))
+    chunk = max(16, int(4e6 // max(1, items.shape[1] * len(centers) * 3)))
     for start in range(0, n_items, chunk):
         block = items[start:start + chunk]                        # (b, m, 3)
         far = np.sqrt(np.max(np.sum((block[:, :, None, :] - centers[None, None]) ** 2,

@@ -43,6 +43,7 @@ __all__ = ['CollisionModel', 'LinkGeometry', 'resolve_mesh_uri', 'conventional_s
 _LOG = logging.getLogger('smcik_ros.collision')
 DEFAULT_TOLERANCE = 0.01      # [m] largest cover excess (sphere beyond the real geometry)
 DEFAULT_SKELETON_RADIUS = 0.01  # [m]
+MAX_SWEEP = 0.3    # [m] off-chain links whose points travel farther over their range are left out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,6 +161,10 @@ class CollisionModel:
         if not (tolerance > 0.0 and math.isfinite(tolerance)):
             raise ModelError(f'cover tolerance must be a positive number [m]; got {tolerance}')
         robot, raw_links = _parse(text, path)
+        missing = [n for n in chain.link_names if n not in raw_links]
+        if missing:
+            raise ModelError(f'the URDF does not match the chain: it lacks link(s) '
+                             f'{", ".join(missing)}')
         attachments, group_parent, warnings = _attach(chain, robot, tolerance)
         base_dir = os.path.dirname(os.path.abspath(path)) if path else os.getcwd()
         geometry, link_covers = {}, []
@@ -171,6 +176,15 @@ class CollisionModel:
             att = attachments.get(link.name)
             if att is None:
                 continue
+            if att.swept:
+                travel = max(_sweep_travel(g, att, tolerance) for g in items)
+                if travel > MAX_SWEEP:
+                    warnings.append(
+                        f'link {link.name!r} is on a joint off the chain and its geometry moves '
+                        f'up to {travel:.2f} m over that joint\'s range (more than {MAX_SWEEP} m):'
+                        ' left out; put it on the chain (base/tip links) or publish it as an '
+                        'obstacle')
+                    continue
             geometry[link.name] = items
             covers = [_cover_element(g, att, tolerance, item_edge, cache_dir) for g in items]
             link_covers.append((link.name, _merge(covers)))
@@ -180,10 +194,6 @@ class CollisionModel:
                                 f'({raw_links[name]["unsupported"]}) left out')
         order = {n: i for i, n in enumerate(chain.link_names)}
         link_covers.sort(key=lambda item: (order.get(item[0], len(order)), item[0]))
-        missing = [n for n in chain.link_names if n not in raw_links]
-        if missing:
-            raise ModelError(f'the URDF does not match the chain: it lacks link(s) '
-                             f'{", ".join(missing)}')
         model = cls(chain, link_covers, attachments, geometry, warnings, 'urdf', tolerance,
                     group_parent, path, tuple(raw_links))
         for w in warnings:
@@ -441,10 +451,8 @@ def load_mesh(path, scale=(1.0, 1.0, 1.0)):
         raise ModelError(f'mesh {path!r} has no triangles')
     unit = _collada_unit(path)
     if unit != 1.0:
-        units = str(getattr(loaded, 'units', None) or loaded.metadata.get('units', ''))
-        if 'meter' not in units or units.strip() == 'meters':
-            # trimesh records the unit but does not scale the vertices.
-            vertices = vertices * unit
+        # trimesh records a COLLADA unit in its metadata but does not scale the vertices.
+        vertices = vertices * unit
     return vertices * np.asarray(scale, dtype=float), faces
 
 
@@ -707,6 +715,14 @@ def _cover_element(geom, att, tolerance, item_edge, cache_dir):
         sag = att.sag * float(np.linalg.norm(np.diff(placed, axis=0), axis=-1).max())
     return cover_mesh(vertices, faces, tolerance, item_edge, poses=placement,
                       rotation_sag=sag, cache_dir=cache_dir)
+
+
+def _sweep_travel(geom, att, tolerance):
+    """Return the longest path [m] a point of ``geom`` travels over its sampled poses."""
+    vertices, _ = _element_mesh(geom, tolerance)
+    placement = att.poses @ geom.origin
+    placed = np.einsum('kij,vj->kvi', placement[:, :3, :3], vertices) + placement[:, None, :3, 3]
+    return float(np.linalg.norm(np.diff(placed, axis=0), axis=-1).sum(axis=0).max())
 
 
 def _element_mesh(geom, tolerance):
