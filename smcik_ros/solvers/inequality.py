@@ -17,8 +17,9 @@ so the correction uses the task's null space first. The QP is a least-distance p
 the change of variables y = L^T (dq - dq0) (H = L L^T), solved exactly by NNLS (Lawson &
 Hanson, "Solving Least Squares Problems", ch. 23), small and dense.
 
-A step is then checked on the real constraint: if the new configuration violates it (a
-distance below zero that got deeper than at the current iterate), the step is halved up to
+A step is then checked on the real constraint along the motion (``check_motion``: sub-steps
+no cover point moves more than the padding between): if some sub-step violates it (a distance
+below zero that got deeper than at the current iterate), the step is halved up to
 ``MAX_HALVINGS`` times, then refused (the iterate holds). So a runtime switch between
 'smc', 'jacobian' and 'distance' keeps the guarantee.
 """
@@ -108,6 +109,14 @@ def project_step(dq0, A, b, H=None, lower=None, upper=None):
     return dq
 
 
+def _motion_ok(constraint, q_from, q_to):
+    check = getattr(constraint, 'check_motion', None)
+    if check is not None:
+        return check(q_from, q_to)[0]
+    frames = constraint.model.chain.frames(q_to)
+    return not bool(constraint.violated(frames, reference=q_from)[0])
+
+
 def constrained_step(chain, q, dv0, frames, constraints, jac_task, settings, max_step):
     """Return (dv, info): the step dv0 projected on the dampers and checked on the constraints.
 
@@ -138,12 +147,12 @@ def constrained_step(chain, q, dv0, frames, constraints, jac_task, settings, max
             info['refused'] = True
             return np.zeros(nv), info
         dv = projected
-    # Check the real constraint at the new configuration (never deeper than now).
+    # Check the real constraint along the step (sub-steps as the command stream does: never
+    # deeper than now, nothing crossed between iterates).
     scale = 1.0
     for _ in range(MAX_HALVINGS + 1):
         q_new = chain.clip(chain.integrate(q, scale * dv))
-        new_frames = chain.frames(q_new)
-        if not any(bool(c.violated(new_frames, reference=q)[0]) for c in constraints):
+        if all(_motion_ok(c, q, q_new) for c in constraints):
             info['step_scale'] = scale
             return scale * dv, info
         scale *= 0.5
