@@ -117,6 +117,7 @@ class CollisionConstraint(Constraint):
         self._reference = None
         self._obstacle_cache = (None, None)
         self._cache = None
+        self._rows_cache = None
 
     # ------------------------------------------------------------------ configuration
     def bind(self, chain):
@@ -266,10 +267,14 @@ class CollisionConstraint(Constraint):
             self._reference = (self._state_key(), table)
         return table
 
-    def _violating(self, leaves, table):
-        """Return the (K,) mask of leaves that violate: d < 0 and deeper than the table."""
+    def _violating(self, leaves, reference=None):
+        """Return the (K,) mask of leaves that violate: d < 0 and deeper than at the reference
+        (the stored one, or the configuration ``reference``; looked up only when needed)."""
         bad = leaves.d < 0.0
-        if table is None or not bad.any() or not len(table[0]):
+        if not bad.any():
+            return bad
+        table = self._reference_table(reference)
+        if table is None or not len(table[0]):
             return bad
         idx = np.flatnonzero(bad)
         keys = self._keys(leaves.select(idx))
@@ -293,7 +298,7 @@ class CollisionConstraint(Constraint):
         out = np.zeros(n, dtype=bool)
         if not len(leaves):
             return out
-        bad = self._violating(leaves, self._reference_table(reference))
+        bad = self._violating(leaves, reference)
         out[leaves.n[bad]] = True
         return out
 
@@ -309,8 +314,17 @@ class CollisionConstraint(Constraint):
 
     # ------------------------------------------------------------------ soft clearance
     def _rows(self, frames):
-        """Return (leaf rows (R,), config n (R,), slot (R,), residual (R,)) of the top rows."""
+        """Return (leaves, World, leaf rows (R,), config n (R,), slot (R,), residual (R,)) of
+        the top rows (cached with the evaluation: residual and jacobian share it)."""
         leaves, world = self._query(frames, self._eval_threshold())
+        cached = self._rows_cache
+        if cached is not None and cached[0] is leaves:
+            return cached[1]
+        result = self._top_rows(leaves, world)
+        self._rows_cache = (leaves, result)
+        return result
+
+    def _top_rows(self, leaves, world):
         limit = self.clearance
         rows, n, _ = engine.min_per_pair(leaves)
         if not len(rows):
@@ -538,7 +552,7 @@ class CollisionConstraint(Constraint):
             info.update(distance=np.inf, pair=None)
             return True, info
         leaves, _ = self._query(frames, self._eval_threshold())
-        bad = self._violating(leaves, self._reference_table(q_from))
+        bad = self._violating(leaves, q_from)
         if bad.any():
             first = int(leaves.n[bad].min())
             info['first_bad'] = float(s[first])

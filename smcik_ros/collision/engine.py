@@ -326,6 +326,10 @@ class PairTables:
     the cell centres (capped at ``cap`` [m]) minus that movement: a lower bound of the gap
     anywhere in the cell. ``bound(q)`` returns (N, P) bounds for every self pair (-inf where
     there is no table).
+
+    The same sweep records which spheres of each side ever come within ``cap`` of the other
+    link: spheres that never do cannot be within ``cap - margin`` anywhere, so queries whose
+    padded threshold is below that use only those (``sphere_ranges``).
     """
 
     def __init__(self, robot, chain, pairs, lever, slack=0.01, cap=0.05, max_cells=8000):
@@ -336,11 +340,21 @@ class PairTables:
             body_mask[b + 1, chain._col_by_body[b]] = True
         index, qcols, lows, steps, sizes, offsets, values = [], [], [], [], [], [], []
         total = 0
+        # Sphere subsets per pair and side: (start, count) into ``sphere_index``; full link
+        # ranges where there is no table. ``subset_limit``: padded thresholds up to which
+        # the subsets are complete.
+        subsets = []
+        self.subset_limit = np.full(self.num_pairs, -np.inf)
         for p, (la, lb) in enumerate(pairs):
+            full = (np.arange(robot.link_sphere_start[la],
+                              robot.link_sphere_start[la] + robot.link_sphere_count[la]),
+                    np.arange(robot.link_sphere_start[lb],
+                              robot.link_sphere_start[lb] + robot.link_sphere_count[lb]))
             ba, bb = int(robot.link_body[la]), int(robot.link_body[lb])
             cols = np.flatnonzero(body_mask[ba + 1] ^ body_mask[bb + 1])
             vs = sorted({int(v) for c in cols for v in np.flatnonzero(chain._col_scatter[c])})
             if not 1 <= len(vs) <= 2 or not all(v in scalar_q for v in vs):
+                subsets.append(full)
                 continue
             qs = [scalar_q[v] for v in vs]
             rate = [lever[ba + 1, v] + lever[bb + 1, v] for v in vs]
@@ -353,7 +367,7 @@ class PairTables:
                 n = [max(1, int(np.ceil(k / scale))) for k in n]
             h = [w / k for w, k in zip(span, n)]
             margin = sum(0.5 * hh * r for hh, r in zip(h, rate))
-            grid = self._tabulate(robot, chain, (la, lb), qs, n, h, cap)
+            grid, near_a, near_b = self._tabulate(robot, chain, (la, lb), qs, n, h, cap)
             index.append(p)
             qcols.append(qs + [qs[0]] * (2 - len(qs)))
             lows.append([chain.lower[q] for q in qs] + [0.0] * (2 - len(qs)))
@@ -362,6 +376,8 @@ class PairTables:
             offsets.append(total)
             values.append(grid.ravel() - margin)
             total += grid.size
+            subsets.append((near_a, near_b))
+            self.subset_limit[p] = cap - margin
         self.pair_index = np.array(index, dtype=np.int64)
         self.qcols = np.array(qcols, dtype=np.int64).reshape(-1, 2)
         self.low = np.array(lows, dtype=float).reshape(-1, 2)
@@ -370,13 +386,38 @@ class PairTables:
         self.offset = np.array(offsets, dtype=np.int64)
         self.values = np.concatenate(values) if values else np.zeros(0)
         self.values.setflags(write=False)
+        # One flat index array: per pair the subset of each side, then (for table pairs) the
+        # full links; ``sphere_ranges`` (P, 4) and ``full_ranges`` (P, 4) point into it.
+        flat, ranges, fulls = [], np.zeros((self.num_pairs, 4), dtype=np.int64), \
+            np.zeros((self.num_pairs, 4), dtype=np.int64)
+        start = 0
+        for p, (sa, sb) in enumerate(subsets):
+            ranges[p] = (start, len(sa), start + len(sa), len(sb))
+            flat.extend([sa, sb])
+            start += len(sa) + len(sb)
+            la, lb = pairs[p]
+            if np.isfinite(self.subset_limit[p]):
+                fa = np.arange(robot.link_sphere_start[la],
+                               robot.link_sphere_start[la] + robot.link_sphere_count[la])
+                fb = np.arange(robot.link_sphere_start[lb],
+                               robot.link_sphere_start[lb] + robot.link_sphere_count[lb])
+                fulls[p] = (start, len(fa), start + len(fa), len(fb))
+                flat.extend([fa, fb])
+                start += len(fa) + len(fb)
+            else:
+                fulls[p] = ranges[p]
+        self.sphere_index = np.concatenate(flat).astype(np.int64) if flat else \
+            np.zeros(0, dtype=np.int64)
+        self.sphere_ranges = ranges
+        self.full_ranges = fulls
 
     def __len__(self):
         return len(self.pair_index)
 
     @staticmethod
     def _tabulate(robot, chain, pair, qs, n, h, cap, chunk=1024):
-        """Return the (n1, n2) smallest unpadded gaps (capped) at the cell centres."""
+        """Return ((n1, n2) smallest unpadded gaps (capped) at the cell centres, the spheres
+        of each side that came within ``cap`` of the other link)."""
         axes = [chain.lower[q] + (np.arange(k) + 0.5) * hh for q, k, hh in zip(qs, n, h)]
         mesh = np.meshgrid(*axes, indexing='ij')
         cells = mesh[0].size
@@ -385,12 +426,23 @@ class PairTables:
             q[:, col] = values.ravel()
         out = np.full(cells, cap)
         pairs = np.array([pair], dtype=np.int64)
+        near_a, near_b = set(), set()
         for start in range(0, cells, chunk):
             frames = chain.frames(q[start:start + chunk])
             leaves = query(robot, robot.world(frames), pairs, None, cap, 0.0)
             if len(leaves):
                 np.minimum.at(out, start + leaves.n, leaves.d)
-        return out.reshape(n + [1] * (2 - len(n)))
+                near_a.update(np.unique(leaves.a).tolist())
+                near_b.update(np.unique(leaves.b).tolist())
+        return (out.reshape(n + [1] * (2 - len(n))), np.array(sorted(near_a), dtype=np.int64),
+                np.array(sorted(near_b), dtype=np.int64))
+
+    def ranges(self, pairs_idx, gap):
+        """Return (P', 4) (a_start, a_count, b_start, b_count) into ``sphere_index`` for self
+        pairs ``pairs_idx`` when looking for unpadded gaps below ``gap`` [m] (the subsets
+        where they are complete, the full links elsewhere)."""
+        use = gap <= self.subset_limit[pairs_idx]
+        return np.where(use[:, None], self.sphere_ranges[pairs_idx], self.full_ranges[pairs_idx])
 
     def bound(self, q):
         """Return (N, P) lower bounds of the unpadded gap of every self pair (-inf: none)."""
@@ -450,19 +502,26 @@ def _norm(v):
 
 
 def _filter(n, a_start, a_count, radii, rows_of, world, other_center, other_radius, padding,
-            threshold):
+            threshold, index=None):
     """Expand each row into its spheres and keep those whose distance to the other side's
-    bounding sphere is below the threshold. Returns (row, sphere, positions (K, 3)).
+    bounding sphere is below the threshold. Returns (row, sphere, flat world index) of the
+    kept ones (``World.xyz[:, flat]`` are their positions).
 
-    other_center: (R, 3) per row; other_radius: (R,).
+    other_center: (R, 3) per row; other_radius: (R,); index: the ranges index this array of
+    sphere numbers (None: they are sphere numbers). Written with ``take`` on flat arrays
+    (faster than fancy indexing of (K, 3) arrays).
     """
     row, sphere = _ranges(a_start, a_count)
-    pts = world.points(n[row], rows_of[sphere])
-    diff = pts - other_center[row]
-    d = np.sqrt(np.einsum('ij,ij->i', diff, diff)) - (radii[sphere] + other_radius[row]
-                                                       + padding)
-    keep = d < threshold
-    return row[keep], sphere[keep], pts[keep]
+    if index is not None:
+        sphere = index.take(sphere)
+    flat = n.take(row) * world.rows + rows_of.take(sphere)
+    x, y, z = world.xyz
+    dx = x.take(flat) - other_center[:, 0].take(row)
+    dy = y.take(flat) - other_center[:, 1].take(row)
+    dz = z.take(flat) - other_center[:, 2].take(row)
+    d = np.sqrt(dx * dx + dy * dy + dz * dz) - radii.take(sphere) - other_radius.take(row)
+    keep = np.flatnonzero(d < threshold + padding)
+    return row.take(keep), sphere.take(keep), flat.take(keep)
 
 
 def _group_ranges(row, count):
@@ -492,24 +551,41 @@ def query(robot, world, self_pairs, obstacles, threshold, padding, tables=None, 
                                              + padding)
         if tables is not None and len(tables):
             np.maximum(d1, tables.bound(q) - padding, out=d1)
+        elif tables is not None and not len(tables):
+            tables = None
         n1, p1 = np.nonzero(d1 < threshold)
         if len(n1):
             a1, b1 = la[p1], lb[p1]
             g = len(n1)
-            ra, sa, pa = _filter(n1, robot.link_sphere_start[a1], robot.link_sphere_count[a1],
-                                 robot.radii, robot.sph_row, world, wl[n1, b1],
-                                 robot.link_radius[b1], padding, threshold)
-            rb, sb, pb = _filter(n1, robot.link_sphere_start[b1], robot.link_sphere_count[b1],
-                                 robot.radii, robot.sph_row, world, wl[n1, a1],
-                                 robot.link_radius[a1], padding, threshold)
+            if tables is not None:
+                rng = tables.ranges(p1, threshold + padding)
+                starts = np.concatenate([rng[:, 0], rng[:, 2]])
+                counts = np.concatenate([rng[:, 1], rng[:, 3]])
+                index = tables.sphere_index
+            else:
+                starts = robot.link_sphere_start[np.concatenate([a1, b1])]
+                counts = robot.link_sphere_count[np.concatenate([a1, b1])]
+                index = None
+            # Both sides in one pass: rows 0..g-1 are the a-sides, g..2g-1 the b-sides.
+            r, s, pts = _filter(np.concatenate([n1, n1]), starts, counts, robot.radii,
+                                robot.sph_row, world, np.concatenate([wl[n1, b1], wl[n1, a1]]),
+                                robot.link_radius[np.concatenate([b1, a1])], padding, threshold,
+                                index)
+            side_b = r >= g
+            ra, sa, fa = r[~side_b], s[~side_b], pts[~side_b]
+            rb, sb, fb = r[side_b] - g, s[side_b], pts[side_b]
             start_a, count_a = _group_ranges(ra, g)
             start_b, count_b = _group_ranges(rb, g)
             r, ia, ib = _expand(start_a, count_a, start_b, count_b)
-            sa, sb = sa[ia], sb[ib]
-            n3, p3 = n1[r], p1[r]
-            diff = pa[ia] - pb[ib]
-            d3 = np.sqrt(np.einsum('ij,ij->i', diff, diff)) - (
-                robot.radii[sa] + robot.radii[sb] + padding)
+            sa, sb = sa.take(ia), sb.take(ib)
+            n3, p3 = n1.take(r), p1.take(r)
+            fa, fb = fa.take(ia), fb.take(ib)
+            x, y, z = world.xyz
+            dx = x.take(fa) - x.take(fb)
+            dy = y.take(fa) - y.take(fb)
+            dz = z.take(fa) - z.take(fb)
+            d3 = np.sqrt(dx * dx + dy * dy + dz * dz) - (
+                robot.radii.take(sa) + robot.radii.take(sb) + padding)
             keep = d3 < threshold
             parts.append((n3[keep], p3[keep], sa[keep], sb[keep], d3[keep], True))
     if obstacles is not None and len(obstacles.pair_link):
@@ -519,10 +595,11 @@ def query(robot, world, self_pairs, obstacles, threshold, padding, tables=None, 
         n1, p1 = np.nonzero(d1 < threshold)
         if len(n1):
             l1, o1 = ol[p1], oo[p1]
-            r, sa, pts = _filter(n1, robot.link_sphere_start[l1], robot.link_sphere_count[l1],
-                                 robot.radii, robot.sph_row, world, obstacles.obj_center[o1],
-                                 obstacles.obj_radius[o1], padding, threshold)
+            r, sa, flat = _filter(n1, robot.link_sphere_start[l1], robot.link_sphere_count[l1],
+                                  robot.radii, robot.sph_row, world, obstacles.obj_center[o1],
+                                  obstacles.obj_radius[o1], padding, threshold)
             n2, p2, o2 = n1[r], p1[r], o1[r]
+            pts = world.xyz[:, flat].T
             single = obstacles.obj_part_count[o2] == 1
             if not single.all():
                 # Sphere sets: the robot sphere against the set's parts first.
