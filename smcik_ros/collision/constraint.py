@@ -207,7 +207,7 @@ class CollisionConstraint(Constraint):
             if not changed.any():
                 leaves, world = entry[3], entry[4]
             elif changed.mean() <= 0.5:
-                leaves, world = self._update_rows(frames, entry, changed)
+                leaves, world = self._update_rows(frames, entry, changed, entries)
                 entries[k] = (state, entry[1], q.copy(), leaves, world)
             else:
                 continue
@@ -217,22 +217,49 @@ class CollisionConstraint(Constraint):
                 leaves = leaves.select(leaves.d < threshold)
             return leaves, world
         world, leaves = self._run(frames, threshold)
-        self._cache = [(state, threshold, q.copy(), leaves, world)] + entries[:2]
+        # Keep the newest entries, and always the largest batch (the SMC's particle set,
+        # whose rejected rows are redrawn through several smaller calls in between, and
+        # whose rows come back when a particle falls back to its previous state).
+        entries = [(state, threshold, q.copy(), leaves, world)] + entries
+        keep = entries[:6]
+        largest = sorted(entries, key=lambda e: -e[2].shape[0])[:3]
+        keep += [e for e in largest if not any(e is k for k in keep)]
+        self._cache = keep
         return leaves, world
 
-    def _update_rows(self, frames, entry, changed):
-        """Return the cached evaluation ``entry`` with the ``changed`` rows recomputed."""
+    def _update_rows(self, frames, entry, changed, others=()):
+        """Return the cached evaluation ``entry`` with the ``changed`` rows replaced: taken
+        from other cached evaluations holding the same configurations (the SMC's redraws
+        were just evaluated), computed for the rest."""
         _, threshold, _, old, world = entry
         rows = np.flatnonzero(changed)
-        sub_world, new = self._run(frames.subset(rows), threshold)
-        keep = ~changed[old.n]
-        leaves = engine.Leaves(
-            np.concatenate([old.n[keep], rows[new.n]]), np.concatenate([old.pair[keep], new.pair]),
-            np.concatenate([old.a[keep], new.a]), np.concatenate([old.b[keep], new.b]),
-            np.concatenate([old.d[keep], new.d]),
-            np.concatenate([old.is_self[keep], new.is_self]), old.count)
+        q = frames.q
         xyz = world.xyz.reshape(3, world.n, world.rows).copy()
-        xyz[:, rows] = sub_world.xyz.reshape(3, len(rows), world.rows)
+        parts = [old.select(~changed[old.n])]
+        todo = rows
+        for other in others:
+            if not len(todo) or other is entry or other[1] < threshold or \
+                    other[2].shape[1] != q.shape[1]:
+                continue
+            found, source = _match_rows(q[todo], other[2])
+            if not found.any():
+                continue
+            src_rows, dst_rows = source[found], todo[found]
+            remap = np.full(len(other[2]), -1)
+            remap[src_rows] = dst_rows
+            leaves = other[3].select(remap[other[3].n] >= 0)
+            leaves.n = remap[leaves.n]
+            parts.append(leaves)
+            oxyz = other[4].xyz.reshape(3, other[4].n, other[4].rows)
+            xyz[:, dst_rows] = oxyz[:, src_rows]
+            todo = todo[~found]
+        if len(todo):
+            sub_world, new = self._run(frames.subset(todo), threshold)
+            new.n = todo[new.n]
+            parts.append(new)
+            xyz[:, todo] = sub_world.xyz.reshape(3, len(todo), world.rows)
+        leaves = engine.Leaves(*(np.concatenate([getattr(p, f) for p in parts])
+                                 for f in ('n', 'pair', 'a', 'b', 'd', 'is_self')), old.count)
         return leaves, engine.World(xyz.reshape(3, -1), world.rows, world.n)
 
     def _run(self, frames, threshold):
@@ -726,6 +753,18 @@ def _non_negative(value, what):
     if not math.isfinite(value) or value < 0.0:
         raise GoalError(f'{what} must be a number >= 0 [m]; got {value}')
     return value
+
+
+def _match_rows(rows, table):
+    """Return (found (R,), index (R,)): where each row of ``rows`` occurs in ``table``."""
+    width = rows.shape[1] * rows.dtype.itemsize
+    key = np.ascontiguousarray(rows).view(np.dtype((np.void, width))).ravel()
+    ref = np.ascontiguousarray(table).view(np.dtype((np.void, width))).ravel()
+    order = np.argsort(ref)
+    pos = np.searchsorted(ref[order], key)
+    pos = np.minimum(pos, len(ref) - 1)
+    found = ref[order][pos] == key
+    return found, order[pos]
 
 
 def _body_column_mask(chain):
