@@ -284,3 +284,30 @@ def test_keep_out_sphere_on_the_skeleton_and_with_links():
     with pytest.raises(GoalError, match="unknown link 'hand'"):
         KeepOutSphere(link4, 0.03, links=['hand']).bind(chain)
     assert sphere.residual(chain.frames(q))[0, 0] > 0.0
+
+
+def test_batched_motion_checks_and_the_first_free_motion(arm):
+    urdf, chain, model, pairs = arm
+    rng = np.random.default_rng(9)
+    c = CollisionConstraint(model, Scene(_random_obstacles(rng, 8)), pairs=pairs)
+    q0 = None
+    while q0 is None:
+        q = chain.random_configuration(rng)
+        if not c.in_collision(chain.frames(q))[0]:
+            q0 = q
+    targets = chain.clip(q0 + rng.normal(0.0, 0.4, (12, chain.nq)))
+    batched = c.check_motions(q0, targets)
+    single = np.array([c.check_motion(q0, t)[0] for t in targets])
+    np.testing.assert_array_equal(batched, single)
+    # The first free candidate in the given order, each clipped to the step bound.
+    delta = np.full(chain.nq, 0.05)
+    order = np.argsort(~batched, kind='stable')        # free ones first
+    index, q_to = c.first_free_motion(q0, targets[order], delta)
+    clipped = chain.clip(q0 + np.clip(targets[order] - q0, -delta, delta))
+    free = c.check_motions(q0, clipped)
+    if free.any():
+        assert index == int(np.flatnonzero(free)[0])
+        np.testing.assert_allclose(q_to, clipped[index])
+        assert c.check_motion(q0, q_to)[0]
+    else:
+        assert index is None and np.array_equal(q_to, q0)

@@ -44,7 +44,7 @@ from .scene import Obstacle, Scene
 __all__ = ['CollisionConstraint', 'CollisionReport', 'KeepOutObstacle', 'KeepOutSphere',
            'DEFAULT_PADDING', 'DEFAULT_CLEARANCE']
 
-DEFAULT_PADDING = 0.005     # [m]
+DEFAULT_PADDING = 0.002     # [m] (the covers are conservative; this is the clearance kept)
 DEFAULT_CLEARANCE = 0.01    # [m]
 _REFERENCE_TOLERANCE = 1e-7  # [m] "not deeper" slack (rounding of identical configurations)
 
@@ -594,6 +594,49 @@ class CollisionConstraint(Constraint):
             info['distance'] = float('inf')
             info['pair'] = None
         return not bad.any(), info
+
+    def check_motions(self, q_from, q_tos, resolution=None):
+        """Return (K,) bool: ``check_motion(q_from, q_to)`` for each row of q_tos (K, nq), in
+        one batched evaluation (sub-steps of every motion together)."""
+        chain = self.model.chain
+        q_from = np.asarray(q_from, dtype=float)
+        q_tos = np.atleast_2d(np.asarray(q_tos, dtype=float))
+        if not len(self._robot.radii) or not len(q_tos):
+            return np.ones(len(q_tos), dtype=bool)
+        paths, owner = [], []
+        for k, q_to in enumerate(q_tos):
+            count, _ = self.motion_substeps(q_from, q_to, resolution)
+            s = np.arange(1, count + 1) / count
+            paths.append(_interpolate(chain, q_from, q_to, s))
+            owner.append(np.full(count, k))
+        path = np.concatenate(paths)
+        owner = np.concatenate(owner)
+        leaves, _ = self._query(chain.frames(path), self._eval_threshold())
+        bad = self._violating(leaves, q_from)
+        ok = np.ones(len(q_tos), dtype=bool)
+        ok[np.unique(owner[leaves.n[bad]])] = False
+        return ok
+
+    def first_free_motion(self, q_from, candidates, max_delta=None, resolution=None):
+        """Return (index, q_to): the first candidate (K, nq), in the given order, whose motion
+        from q_from is free (``check_motion``), each first clipped to ``max_delta`` (nq,) per
+        joint [rad or m] (a velocity limit per tick); (None, q_from) when none is.
+
+        For a command stream that must not deadlock against an obstacle: when the filter's
+        estimate heads into an obstacle (its straight path cuts a corner), moving towards one
+        of its other particles (by weight) slides along it instead of holding forever.
+        """
+        chain = self.model.chain
+        q_from = np.asarray(q_from, dtype=float)
+        cands = np.atleast_2d(np.asarray(candidates, dtype=float))
+        if max_delta is not None:
+            delta = np.broadcast_to(np.asarray(max_delta, dtype=float), q_from.shape)
+            cands = chain.clip(q_from + np.clip(cands - q_from, -delta, delta))
+        ok = self.check_motions(q_from, cands, resolution)
+        free = np.flatnonzero(ok)
+        if not len(free):
+            return None, q_from.copy()
+        return int(free[0]), cands[free[0]]
 
     def __repr__(self):
         return (f'CollisionConstraint({len(self._robot.radii)} spheres, {len(self.pairs)} self '

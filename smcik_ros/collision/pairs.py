@@ -101,7 +101,7 @@ class SelfCollisionPairs:
         return self.disabled.get((a, b)) or self.disabled.get((b, a))
 
 
-def self_collision_pairs(model, srdf=None, padding=0.005, always_samples=100, never_samples=0,
+def self_collision_pairs(model, srdf=None, padding=0.002, always_samples=100, never_samples=0,
                          never_margin=0.05, seed=0, configurations=None, urdf_links=None):
     """Return the ``SelfCollisionPairs`` of ``model`` (see the module docstring).
 
