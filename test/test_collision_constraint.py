@@ -311,3 +311,20 @@ def test_batched_motion_checks_and_the_first_free_motion(arm):
         assert c.check_motion(q0, q_to)[0]
     else:
         assert index is None and np.array_equal(q_to, q0)
+
+
+def test_pair_tables_are_cached_on_disk_and_identical(tmp_path):
+    chain, model = demo_model(ARM7_URDF)
+    pairs = self_collision_pairs(model, conventional_srdf_path(ARM7_URDF))
+    robot = engine.RobotGeometry(model)
+    lever = engine.lever_matrix(chain, model)
+    built = engine.PairTables(robot, chain, pairs.pairs, lever, cache_dir=str(tmp_path))
+    files = [f for f in tmp_path.iterdir() if f.name.startswith('tables-')]
+    assert len(built) >= 2 and len(files) == 1      # link1/link3, link5/link7
+    loaded = engine.PairTables(robot, chain, pairs.pairs, lever, cache_dir=str(tmp_path))
+    q = chain.random_configuration(np.random.default_rng(10), 50)
+    np.testing.assert_array_equal(built.bound(q), loaded.bound(q))
+    np.testing.assert_array_equal(built.sphere_index, loaded.sphere_index)
+    other = engine.PairTables(robot, chain, pairs.pairs[:3], lever, cache_dir=str(tmp_path))
+    assert other.num_pairs == 3
+    assert len([f for f in tmp_path.iterdir() if f.name.startswith('tables-')]) == 2

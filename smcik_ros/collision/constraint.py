@@ -148,7 +148,8 @@ class CollisionConstraint(Constraint):
             arr = np.array(sorted(set(rows)), dtype=np.int64).reshape(-1, 2)
         self.pairs = arr
         self.pairs.setflags(write=False)
-        self._tables = engine.PairTables(self._robot, self.model.chain, arr, self._body_lever) \
+        self._tables = engine.PairTables(self._robot, self.model.chain, arr, self._body_lever,
+                                         cache_dir=getattr(self.model, 'cache_dir', '')) \
             if len(arr) else None
         self._pairs_version = getattr(self, '_pairs_version', 0) + 1
         self._cache = None

@@ -332,8 +332,61 @@ class PairTables:
     padded threshold is below that use only those (``sphere_ranges``).
     """
 
-    def __init__(self, robot, chain, pairs, lever, slack=0.01, cap=0.05, max_cells=8000):
+    _FIELDS = ('pair_index', 'qcols', 'low', 'step', 'size', 'offset', 'values', 'subset_limit',
+               'sphere_index', 'sphere_ranges', 'full_ranges')
+
+    def __init__(self, robot, chain, pairs, lever, slack=0.01, cap=0.05, max_cells=8000,
+                 cache_dir=None):
         self.num_pairs = len(pairs)
+        key = self._key(robot, chain, pairs, lever, slack, cap, max_cells)
+        if self._load(cache_dir, key):
+            return
+        self._build(robot, chain, pairs, lever, slack, cap, max_cells)
+        self._store(cache_dir, key)
+
+    @staticmethod
+    def _key(robot, chain, pairs, lever, slack, cap, max_cells):
+        import hashlib
+        h = hashlib.sha256(f'smcik_ros-tables-v1:{slack!r}:{cap!r}:{max_cells!r}'.encode())
+        for arr in (robot.centers, robot.radii, robot.link_sphere_start, robot.link_sphere_count,
+                    robot.link_body, np.asarray(pairs, dtype=np.int64), lever, chain.lower,
+                    chain.upper, chain._col_axis, chain._col_scatter,
+                    np.asarray(chain._body_parent, dtype=np.int64),
+                    np.asarray(chain._body_origin, dtype=float)):
+            h.update(np.ascontiguousarray(arr).tobytes())
+        return h.hexdigest()
+
+    def _load(self, cache_dir, key):
+        if cache_dir == '':
+            return False
+        import os
+        from .covers import default_cache_dir
+        path = os.path.join(cache_dir or default_cache_dir(), f'tables-{key}.npz')
+        if not os.path.isfile(path):
+            return False
+        try:
+            with np.load(path) as data:
+                for name in self._FIELDS:
+                    setattr(self, name, data[name])
+        except (OSError, ValueError, KeyError):
+            return False
+        return True
+
+    def _store(self, cache_dir, key):
+        if cache_dir == '':
+            return
+        import os
+        from .covers import default_cache_dir
+        path = os.path.join(cache_dir or default_cache_dir(), f'tables-{key}.npz')
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f'{path}.{os.getpid()}.tmp.npz'
+            np.savez(tmp, **{name: getattr(self, name) for name in self._FIELDS})
+            os.replace(tmp, path)
+        except OSError:
+            pass
+
+    def _build(self, robot, chain, pairs, lever, slack, cap, max_cells):
         scalar_q = {int(v): int(q) for q, v in zip(chain._scalar_q, chain._scalar_v)}
         body_mask = np.zeros((chain.num_bodies + 1, len(chain._col_body)), dtype=bool)
         for b in range(chain.num_bodies):

@@ -110,6 +110,7 @@ class CollisionModel:
         self.geometry = dict(geometry or {})
         self.warnings = list(warnings)
         self.urdf_path = urdf_path
+        self.cache_dir = ''          # from_urdf: where covers (and the constraint's tables) live
         names, bodies, groups, starts, counts, excess = [], [], [], [], [], []
         centers, radii, sphere_link = [], [], []
         for name, cover in link_covers:
@@ -196,6 +197,7 @@ class CollisionModel:
         link_covers.sort(key=lambda item: (order.get(item[0], len(order)), item[0]))
         model = cls(chain, link_covers, attachments, geometry, warnings, 'urdf', tolerance,
                     group_parent, path, tuple(raw_links))
+        model.cache_dir = cache_dir
         for w in warnings:
             _LOG.warning('%s', w)
         return model
