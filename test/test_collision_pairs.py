@@ -3,7 +3,6 @@
 import logging
 import textwrap
 
-import numpy as np
 import pytest
 
 from smcik_ros.collision import (CollisionModel, conventional_srdf_path, parse_srdf,

@@ -1,4 +1,4 @@
-"""The constraint YAML's obstacle entries (``type: obstacle``) and keep-out spheres as obstacles."""
+"""The constraint YAML's obstacle entries (``type: obstacle``); keep-out spheres as obstacles."""
 
 import numpy as np
 import pytest
