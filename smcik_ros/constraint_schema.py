@@ -9,6 +9,7 @@ clears every constraint::
     - {type: posture, q: {joint4: -1.57}, weights: 0.1}
     - {type: joint_coupling, joint: joint7, source: joint1, ratio: -1.0, offset: 0.0}
     - {type: plane_contact, link: tool0, normal: [0, 0, 1], offset: 0.05, frame: base_link}
+    - {type: obstacle, shape: box, size: [0.6, 0.4, 0.02], position: [0.5, 0, 0.2], id: shelf}
 
 Entry types and keys (lengths in m, angles in rad; ``frame`` defaults to the chain's base):
 
@@ -22,6 +23,17 @@ Entry types and keys (lengths in m, angles in rad; ``frame`` defaults to the cha
 - ``plane_contact``: ``link`` (required), ``normal`` (non-zero 3-vector, normalised here;
   required), ``offset`` (default 0): the link origin lies on ``normal . p = offset`` in ``frame``;
   ``weight`` > 0.
+- ``obstacle``: ``shape`` (``sphere``, ``box`` or ``cylinder``; required), ``position`` [x, y, z]
+  (the shape's centre; required), its size: ``radius`` (sphere), ``size`` [x, y, z] side
+  lengths (box), ``radius`` and ``height`` (cylinder, axis along its z); optional
+  ``orientation`` [x, y, z, w] (quaternion, ROS order) or ``rpy`` [roll, pitch, yaw] (not both),
+  ``frame``, ``id`` (a name or number; default the entry's index), ``links`` (the links kept
+  out; default all), ``weight`` > 0.
+
+Keep-out spheres are sphere obstacles: both become ``collision.KeepOutSphere`` /
+``collision.KeepOutObstacle`` constraints (one collision mechanism), or, with
+``build_constraints(..., skip_obstacles=True)`` and ``build_obstacles``, entries of the node's
+collision scene (source 'constraints').
 
 This module imports no ROS package: it is plain Python + numpy + PyYAML and is unit-tested
 without a running graph. Every refusal raises :class:`~smcik_ros.errors.GoalError` whose message
@@ -37,8 +49,9 @@ import yaml
 from .errors import GoalError
 
 __all__ = [
-    'KeepOutSphereSpec', 'PostureSpec', 'JointCouplingSpec', 'PlaneContactSpec',
-    'CONSTRAINT_TYPES', 'parse_constraints', 'dump_constraints', 'build_constraints',
+    'KeepOutSphereSpec', 'PostureSpec', 'JointCouplingSpec', 'PlaneContactSpec', 'ObstacleSpec',
+    'CONSTRAINT_TYPES', 'OBSTACLE_SHAPES', 'parse_constraints', 'dump_constraints',
+    'build_constraints', 'build_obstacles',
 ]
 
 
@@ -88,17 +101,39 @@ class PlaneContactSpec:
     type: str = field(default='plane_contact', init=False)
 
 
+@dataclass(frozen=True)
+class ObstacleSpec:
+    """An obstacle: ``shape`` with its ``size`` (sphere (radius,), box (x, y, z) side lengths,
+    cylinder (radius, height)) [m], centre ``position`` [m] and orientation in ``frame``."""
+
+    shape: str
+    size: tuple
+    position: tuple
+    orientation: tuple = None    # (x, y, z, w) quaternion, or None
+    rpy: tuple = None            # (roll, pitch, yaw) [rad], or None
+    frame: str = ''
+    id: object = None
+    links: tuple = ()
+    weight: float = 1.0
+    type: str = field(default='obstacle', init=False)
+
+
+OBSTACLE_SHAPES = {'sphere': ('radius',), 'box': ('size',), 'cylinder': ('radius', 'height')}
+
 _REQUIRED = {
     'keep_out_sphere': ('center', 'radius'),
     'posture': ('q',),
     'joint_coupling': ('joint', 'source'),
     'plane_contact': ('link', 'normal'),
+    'obstacle': ('shape', 'position'),
 }
 _OPTIONAL = {
     'keep_out_sphere': ('frame', 'links', 'weight'),
     'posture': ('weights', 'weight'),
     'joint_coupling': ('ratio', 'offset', 'weight'),
     'plane_contact': ('offset', 'frame', 'weight'),
+    'obstacle': ('radius', 'size', 'height', 'orientation', 'rpy', 'frame', 'id', 'links',
+                 'weight'),
 }
 CONSTRAINT_TYPES = tuple(_REQUIRED)
 
@@ -159,6 +194,24 @@ def dump_constraints(specs):
                      'offset': spec.offset}
             if spec.frame:
                 entry['frame'] = spec.frame
+        elif isinstance(spec, ObstacleSpec):
+            entry = {'type': spec.type, 'shape': spec.shape, 'position': list(spec.position)}
+            if spec.shape == 'box':
+                entry['size'] = list(spec.size)
+            else:
+                entry['radius'] = spec.size[0]
+                if spec.shape == 'cylinder':
+                    entry['height'] = spec.size[1]
+            if spec.orientation is not None:
+                entry['orientation'] = list(spec.orientation)
+            if spec.rpy is not None:
+                entry['rpy'] = list(spec.rpy)
+            if spec.frame:
+                entry['frame'] = spec.frame
+            if spec.id is not None:
+                entry['id'] = spec.id
+            if spec.links:
+                entry['links'] = list(spec.links)
         else:
             raise TypeError(f'not a constraint spec: {spec!r}')
         if spec.weight != 1.0:
@@ -170,19 +223,26 @@ def dump_constraints(specs):
                    for e in entries)
 
 
-def build_constraints(specs, chain, frame_to_base=None):
-    """Return the core constraint objects (smcik_ros.goals) for ``specs`` on ``chain``.
+def build_constraints(specs, chain, frame_to_base=None, collision_model=None,
+                      skip_obstacles=False):
+    """Return the core constraint objects (smcik_ros.goals, smcik_ros.collision) for ``specs``.
 
     ``frame_to_base(frame) -> (4, 4)``: pose of ``frame`` in the chain's base frame [m]; needed
     only for entries whose frame is not the base (default: refuse such frames).
+    ``collision_model``: the robot's ``collision.CollisionModel``, checked by keep-out spheres
+    and obstacles (None: a thin skeleton of the chain's segments). ``skip_obstacles``: leave
+    keep-out spheres and obstacles out (the node puts them in its collision scene with
+    ``build_obstacles`` instead); by default each becomes one constraint object.
     Raises GoalError when an entry cannot be built (unknown frame, the core refusing it).
     """
     from . import goals  # the pure-numpy core; imported here so parsing needs only PyYAML
 
     objects = []
     for i, spec in enumerate(specs):
+        if skip_obstacles and isinstance(spec, (KeepOutSphereSpec, ObstacleSpec)):
+            continue
         try:
-            objects.append(_build_one(spec, chain, frame_to_base, goals))
+            objects.append(_build_one(spec, chain, frame_to_base, goals, collision_model))
         except GoalError as exc:
             raise GoalError(f'constraints[{i}] ({spec.type}): {exc}') from None
         except (TypeError, ValueError) as exc:
@@ -190,14 +250,60 @@ def build_constraints(specs, chain, frame_to_base=None):
     return objects
 
 
-def _build_one(spec, chain, frame_to_base, goals):
+def build_obstacles(specs, chain, frame_to_base=None, ns='constraints'):
+    """Return {(ns, id): collision.Obstacle} of the keep-out sphere and obstacle entries.
+
+    Keys: (ns, the entry's ``id``, or its index in ``specs``). Frames as ``build_constraints``.
+    Raises GoalError naming the entry (unknown frame, bad shape, duplicate id).
+    """
+    out = {}
+    for i, spec in enumerate(specs):
+        if not isinstance(spec, (KeepOutSphereSpec, ObstacleSpec)):
+            continue
+        try:
+            obstacle = _obstacle(spec, chain, frame_to_base)
+        except GoalError as exc:
+            raise GoalError(f'constraints[{i}] ({spec.type}): {exc}') from None
+        key = (ns, spec.id if getattr(spec, 'id', None) is not None else i)
+        if key in out:
+            raise GoalError(f'constraints[{i}] ({spec.type}): duplicate obstacle id {key[1]!r}')
+        out[key] = obstacle
+    return out
+
+
+def _obstacle(spec, chain, frame_to_base):
+    from .collision.scene import Obstacle, pose_matrix
+
+    transform = _frame_transform(spec.frame, chain, frame_to_base)
+    links = tuple(spec.links) or None
     if isinstance(spec, KeepOutSphereSpec):
+        return Obstacle('sphere', (spec.radius,), transform @ pose_matrix(spec.center),
+                        links=links)
+    pose = pose_matrix(spec.position, spec.orientation, 'obstacle')
+    if spec.rpy is not None:
+        from .rotations import rotvec_to_matrix
+        roll, pitch, yaw = spec.rpy     # URDF convention: R = Rz(yaw) Ry(pitch) Rx(roll)
+        pose[:3, :3] = (rotvec_to_matrix(np.array([0.0, 0.0, yaw])) @
+                        rotvec_to_matrix(np.array([0.0, pitch, 0.0])) @
+                        rotvec_to_matrix(np.array([roll, 0.0, 0.0])))
+    return Obstacle(spec.shape, spec.size, transform @ pose, links=links)
+
+
+def _build_one(spec, chain, frame_to_base, goals, collision_model=None):
+    if isinstance(spec, KeepOutSphereSpec):
+        from .collision import KeepOutSphere
+
         transform = _frame_transform(spec.frame, chain, frame_to_base)
         center = transform[:3, :3] @ np.asarray(spec.center) + transform[:3, 3]
-        kwargs = {'weight': spec.weight}
+        kwargs = {'weight': spec.weight, 'model': collision_model}
         if spec.links:
             kwargs['links'] = list(spec.links)
-        return goals.KeepOutSphere(center, spec.radius, **kwargs)
+        return KeepOutSphere(center, spec.radius, **kwargs).bind(chain)
+    if isinstance(spec, ObstacleSpec):
+        from .collision import KeepOutObstacle
+
+        return KeepOutObstacle(_obstacle(spec, chain, frame_to_base), weight=spec.weight,
+                               model=collision_model).bind(chain)
     if isinstance(spec, PostureSpec):
         index = {name: i for i, name in enumerate(chain.joint_names)}
         q = np.clip(0.5 * (chain.lower + chain.upper), -1e3, 1e3)
@@ -290,6 +396,8 @@ def _parse_entry(i, entry, joint_names, link_names, frame_names):
                                  ratio=_finite(where, 'ratio', entry.get('ratio', 1.0)),
                                  offset=_finite(where, 'offset', entry.get('offset', 0.0)),
                                  weight=weight)
+    if kind == 'obstacle':
+        return _parse_obstacle(where, entry, link_names, frame_names, weight)
     normal = np.asarray(_vector(where, 'normal', entry['normal'], 3))
     norm = float(np.linalg.norm(normal))
     if norm < 1e-9:
@@ -300,6 +408,55 @@ def _parse_entry(i, entry, joint_names, link_names, frame_names):
         offset=_finite(where, 'offset', entry.get('offset', 0.0)) / 1.0,
         frame=_name(where, 'frame', entry.get('frame', ''), frame_names, 'frames',
                     allow_empty=True),
+        weight=weight)
+
+
+def _parse_obstacle(where, entry, link_names, frame_names, weight):
+    shape = entry['shape']
+    if shape not in OBSTACLE_SHAPES:
+        raise GoalError(f'{where}: shape: expected one of {", ".join(OBSTACLE_SHAPES)}, got '
+                        f'{_short(shape)}')
+    wanted = OBSTACLE_SHAPES[shape]
+    for key in ('radius', 'size', 'height'):
+        if key in entry and key not in wanted:
+            raise GoalError(f'{where}: {key}: not a dimension of a {shape} (give '
+                            f'{", ".join(wanted)})')
+    missing = [k for k in wanted if k not in entry]
+    if missing:
+        raise GoalError(f'{where}: a {shape} needs {", ".join(missing)}')
+    if shape == 'box':
+        size = _vector(where, 'size', entry['size'], 3)
+        if any(v <= 0.0 for v in size):
+            raise GoalError(f'{where}: size: expected side lengths > 0, got {list(size)}')
+    else:
+        size = (_positive(where, 'radius', entry['radius']),)
+        if shape == 'cylinder':
+            size += (_positive(where, 'height', entry['height']),)
+    if 'orientation' in entry and 'rpy' in entry:
+        raise GoalError(f'{where}: give orientation or rpy, not both')
+    orientation = rpy = None
+    if 'orientation' in entry:
+        orientation = _vector(where, 'orientation', entry['orientation'], 4)
+        if math.sqrt(sum(v * v for v in orientation)) < 1e-9:
+            raise GoalError(f'{where}: orientation: expected a non-zero quaternion [x, y, z, w],'
+                            f' got {list(orientation)}')
+    if 'rpy' in entry:
+        rpy = _vector(where, 'rpy', entry['rpy'], 3)
+    ident = entry.get('id')
+    if ident is not None and not (isinstance(ident, str) and ident or
+                                  isinstance(ident, int) and not isinstance(ident, bool)):
+        raise GoalError(f'{where}: id: expected a name or an integer, got {_short(ident)}')
+    links = entry.get('links') or ()
+    if isinstance(links, str):
+        links = (links,)
+    if not isinstance(links, (list, tuple)):
+        raise GoalError(f'{where}: links: expected a list of link names, got {_short(links)}')
+    return ObstacleSpec(
+        shape=shape, size=tuple(size), position=_vector(where, 'position', entry['position'], 3),
+        orientation=orientation, rpy=rpy,
+        frame=_name(where, 'frame', entry.get('frame', ''), frame_names, 'frames',
+                    allow_empty=True),
+        id=ident, links=tuple(_name(where, 'links', n, link_names, 'links') for n in links),
         weight=weight)
 
 

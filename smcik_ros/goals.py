@@ -226,111 +226,6 @@ class Constraint(Term):
     """A soft (or hard) condition on the configuration; zero residual when satisfied."""
 
 
-class KeepOutSphere(Constraint):
-    """Keep the chain's segments out of a sphere (an obstacle or a forbidden volume).
-
-    center (3,) [m] in the base frame, radius [m], margin [m] added to the radius.
-    The chain is checked at its link origins and ``samples`` points on each segment
-    between consecutive link origins. hard=True (default): the SMC filter rejects
-    particles that enter it; gradient solvers push points out along the centre direction.
-    """
-
-    def __init__(self, center, radius, margin=0.0, hard=True, samples=3, sigma=0.005,
-                 links=None, weight=1.0):
-        self.center = _finite_array(center, (3,), 'keep-out sphere centre')
-        self.radius = _positive(radius, 'keep-out sphere radius')
-        self.margin = float(margin)
-        self.hard = bool(hard)
-        self.samples = int(samples)
-        self.sigma_value = _positive(sigma, 'sigma')
-        self.links = None if links is None else tuple(links)
-        self.weight = _positive(weight, 'weight')
-        self._points = None
-
-    def bind(self, chain):
-        links = chain.link_names if self.links is None else self.links
-        for link in links:
-            _check_link(chain, link, 'KeepOutSphere')
-        # Segments between each link and its nearest modelled ancestor with another origin.
-        bodies = [chain._link_anchor(link) for link in links]
-        pts = []
-        for (b, off), link in zip(bodies, links):
-            pts.append((b, off[:3, 3], b, off[:3, 3], 0.0))
-        parent_of = _link_parents(chain)
-        names = list(links)
-        for link in names:
-            parent = parent_of.get(link)
-            if parent is None or parent not in names:
-                continue
-            ba, oa = chain._link_anchor(parent)
-            bb, ob = chain._link_anchor(link)
-            for t in np.linspace(0.0, 1.0, self.samples + 2)[1:-1]:
-                pts.append((ba, oa[:3, 3], bb, ob[:3, 3], float(t)))
-        self._points = pts
-        self._chain = chain
-        k = len(pts)
-        self.sigma = np.full(k, self.sigma_value)
-        return self
-
-    def _positions(self, frames):
-        out = np.empty((len(frames), len(self._points), 3))
-        for i, (ba, la, bb, lb, t) in enumerate(self._points):
-            pa = _body_point(frames, ba, la)
-            if t == 0.0:
-                out[:, i] = pa
-            else:
-                out[:, i] = (1.0 - t) * pa + t * _body_point(frames, bb, lb)
-        return out
-
-    def residual(self, frames):
-        if self._points is None:
-            self.bind(frames.chain)
-        dist = np.linalg.norm(self._positions(frames) - self.center, axis=-1)
-        return np.maximum(0.0, self.radius + self.margin - dist)
-
-    def violated(self, frames):
-        if not self.hard:
-            return np.zeros(len(frames), dtype=bool)
-        return np.any(self.residual(frames) > self.margin * 0.0 + 1e-12, axis=-1)
-
-    def jacobian(self, frames):
-        if self._points is None:
-            self.bind(frames.chain)
-        pos = self._positions(frames)
-        diff = pos - self.center
-        dist = np.maximum(np.linalg.norm(diff, axis=-1), 1e-9)
-        active = dist < self.radius + self.margin
-        jac = np.zeros((len(frames), len(self._points), frames.chain.nv))
-        for i, (ba, la, bb, lb, t) in enumerate(self._points):
-            if not np.any(active[:, i]):
-                continue
-            jp = frames.jacobian_at(ba, _body_point(frames, ba, la))[:, :3]
-            if t != 0.0:
-                jp = (1.0 - t) * jp + t * frames.jacobian_at(bb, _body_point(frames, bb, lb))[:, :3]
-            grad = -(diff[:, i] / dist[:, i, None])
-            jac[:, i] = np.where(active[:, i, None], np.einsum('nk,nkv->nv', grad, jp), 0.0)
-        return jac
-
-
-def _body_point(frames, body, local):
-    return frames.body_point(body, local)
-
-
-def _link_parents(chain):
-    """Return {link: parent link} inside the model, from the URDF tree order."""
-    parents = {}
-    body_last_link = {-1: chain.base_link}
-    for link in chain.link_names[1:]:
-        b, off = chain._link_anchor(link)
-        if b >= 0 and np.allclose(off, np.eye(4)):
-            parent_body = chain._body_parent[b]
-            parents[link] = body_last_link.get(parent_body, chain.base_link)
-            body_last_link[b] = link
-        else:
-            parents[link] = body_last_link.get(b, chain.base_link)
-    return parents
-
-
 class CenterOfMassLine(Constraint):
     """Keep the centre of mass on a vertical line (seed 000 section 6.1).
 
@@ -638,3 +533,13 @@ def task_errors(targets, frames):
             pos = np.maximum(pos, p)
             ori = np.maximum(ori, o)
     return pos, ori
+
+
+def __getattr__(name):
+    """Resolve ``KeepOutSphere`` lazily from ``smcik_ros.collision``: keep-out spheres are
+    sphere obstacles of the collision constraint (one mechanism), and that module imports
+    this one for the Constraint base class."""
+    if name == 'KeepOutSphere':
+        from .collision import KeepOutSphere
+        return KeepOutSphere
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

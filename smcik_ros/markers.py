@@ -1,4 +1,5 @@
-"""RViz markers of the filter: particle chains, the MAP chain, the target, keep-out spheres.
+"""RViz markers of the filter (particle chains, the MAP chain, the target, keep-out spheres) and
+of the collision model (cover spheres, obstacles, the closest pair).
 
 Kept cheap (see ROS_ENV.md): all particles are ONE LINE_LIST marker with per-vertex colours
 (green = high weight, red = low), numpy arrays are turned into flat Python lists once, and the
@@ -14,10 +15,13 @@ from visualization_msgs.msg import Marker, MarkerArray
 
 from .ros_conversions import matrix_to_pose
 
-__all__ = ['NAMESPACES', 'link_segments', 'particle_marker', 'chain_marker', 'target_marker',
-           'sphere_markers', 'build_marker_array', 'select_particles']
+__all__ = ['NAMESPACES', 'COLLISION_NAMESPACES', 'link_segments', 'particle_marker',
+           'chain_marker', 'target_marker', 'sphere_markers', 'build_marker_array',
+           'select_particles', 'collision_markers']
 
 NAMESPACES = ('particles', 'map', 'target', 'keep_out')
+COLLISION_NAMESPACES = ('collision_cover', 'collision_obstacles', 'collision_closest')
+_COVER_BIN = 0.005  # [m] cover spheres are drawn in SPHERE_LIST markers per radius bin
 _LINE_WIDTH = 0.004  # [m]
 _MAP_WIDTH = 0.012  # [m]
 
@@ -179,4 +183,78 @@ def build_marker_array(frame, stamp=None, particle_positions=None, weights=None,
     if target is not None:
         markers.append(target_marker(target, frame, stamp))
     markers.extend(sphere_markers(spheres, frame, stamp))
+    return MarkerArray(markers=markers)
+
+
+def collision_markers(frame, stamp=None, cover=None, obstacles=(), closest=None, clear=True):
+    """Return the MarkerArray of the collision model and scene, all in ``frame``.
+
+    cover: (centres (S, 3) [m], radii (S,) [m]) of the robot's cover spheres (e.g. from
+    ``CollisionConstraint.cover_spheres(q)``) or None; drawn as a few SPHERE_LIST markers,
+    one per 5 mm radius bin, each sphere drawn at its bin's upper radius (never smaller than
+    the sphere). obstacles: ((ns, id), Obstacle) pairs (``Scene.items()``): CUBE, SPHERE,
+    CYLINDER markers as RViz draws them, sphere sets as one SPHERE_LIST each. closest: (point
+    a (3,), point b (3,), distance [m]) or None: a LINE_LIST between the two points, red when
+    the distance is negative, orange below 2 cm, green otherwise. clear: start with a
+    DELETEALL so that removed obstacles disappear.
+    """
+    markers = []
+    if clear:
+        delete_all = _header(Marker(), frame, stamp)
+        delete_all.action = Marker.DELETEALL
+        markers.append(delete_all)
+    if cover is not None and len(cover[1]):
+        centers = np.asarray(cover[0], dtype=float).reshape(-1, 3)
+        radii = np.asarray(cover[1], dtype=float).reshape(-1)
+        bins = np.ceil(radii / _COVER_BIN).astype(int)
+        for k, b in enumerate(np.unique(bins)):
+            marker = _header(Marker(), frame, stamp)
+            marker.ns, marker.id = COLLISION_NAMESPACES[0], k
+            marker.type, marker.action = Marker.SPHERE_LIST, Marker.ADD
+            marker.pose.orientation.w = 1.0
+            diameter = 2.0 * b * _COVER_BIN
+            marker.scale = Vector3(x=diameter, y=diameter, z=diameter)
+            marker.color = ColorRGBA(r=0.2, g=0.6, b=1.0, a=0.25)
+            marker.points = [Point(x=x, y=y, z=z) for x, y, z in centers[bins == b].tolist()]
+            markers.append(marker)
+    for k, (_, obstacle) in enumerate(obstacles):
+        marker = _header(Marker(), frame, stamp)
+        marker.ns, marker.id = COLLISION_NAMESPACES[1], k
+        marker.action = Marker.ADD
+        marker.color = ColorRGBA(r=0.9, g=0.3, b=0.1, a=0.5)
+        marker.pose = matrix_to_pose(obstacle.pose)
+        if obstacle.shape == 'box':
+            marker.type = Marker.CUBE
+            marker.scale = Vector3(x=obstacle.size[0], y=obstacle.size[1], z=obstacle.size[2])
+        elif obstacle.shape == 'sphere':
+            marker.type = Marker.SPHERE
+            d = 2.0 * obstacle.size[0]
+            marker.scale = Vector3(x=d, y=d, z=d)
+        elif obstacle.shape == 'cylinder':
+            marker.type = Marker.CYLINDER
+            d = 2.0 * obstacle.size[0]
+            marker.scale = Vector3(x=d, y=d, z=obstacle.size[1])
+        else:
+            marker.type = Marker.SPHERE_LIST
+            d = 2.0 * obstacle.size[0]
+            marker.scale = Vector3(x=d, y=d, z=d)
+            marker.points = [Point(x=x, y=y, z=z) for x, y, z in obstacle.centers.tolist()]
+        markers.append(marker)
+    if closest is not None:
+        a, b, distance = closest
+        if a is not None and np.all(np.isfinite(a)) and np.all(np.isfinite(b)):
+            marker = _header(Marker(), frame, stamp)
+            marker.ns, marker.id = COLLISION_NAMESPACES[2], 0
+            marker.type, marker.action = Marker.LINE_LIST, Marker.ADD
+            marker.pose.orientation.w = 1.0
+            marker.scale.x = 0.006
+            if distance < 0.0:
+                marker.color = ColorRGBA(r=1.0, g=0.0, b=0.0, a=1.0)
+            elif distance < 0.02:
+                marker.color = ColorRGBA(r=1.0, g=0.6, b=0.0, a=1.0)
+            else:
+                marker.color = ColorRGBA(r=0.1, g=0.8, b=0.2, a=1.0)
+            marker.points = [Point(x=float(a[0]), y=float(a[1]), z=float(a[2])),
+                             Point(x=float(b[0]), y=float(b[1]), z=float(b[2]))]
+            markers.append(marker)
     return MarkerArray(markers=markers)

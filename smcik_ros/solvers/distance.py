@@ -42,7 +42,9 @@ from ..errors import GoalError, ParameterError
 from ..goals import (Constraint, OrientationTarget, PoseTarget, PositionTarget,
                      _check_link, _finite_array, _positive)
 from .base import Solver, SolverSettings, _check, register, stack_terms
-from .jacobian import StallMonitor, limit_push, limited_step, nullspace_projector
+from .inequality import constrained_step, inequality_constraints
+from .jacobian import (StallMonitor, _check_dampers, limit_push, limited_step,
+                       nullspace_projector, random_free_configuration)
 
 __all__ = ['DistanceSettings', 'DistanceSolver', 'PointDistance', 'FreePointSettings',
            'FreePointDistanceSolver', 'FreePointResult', 'reference_anchors']
@@ -150,8 +152,12 @@ class DistanceSettings(SolverSettings):
     restart_after: int = 10              # solve(): iterations without progress before a
     #                                      random restart (0: never)
     seed: int = -1                       # random seed of the restarts; -1: fresh entropy
+    collision_influence_distance: float = 0.05  # [m] d_i: pairs closer than this get a damper
+    collision_security_distance: float = 0.002  # [m] d_s: the (padded) distance dampers keep
+    collision_damper_gain: float = 0.5   # xi: share of the margin d - d_s closable per step
 
     def validate(self):
+        _check_dampers(self)
         for name in ('gain', 'online_gain'):
             _check(0.0 < getattr(self, name) <= 1.0,
                    f'{name} must be in (0, 1]; got {getattr(self, name)}')
@@ -227,7 +233,10 @@ class DistanceSolver(Solver):
         self._set_reference(self._reference_q)
 
     def _on_constraints_changed(self):
-        self._hard = [c for c in self.constraints if c.hard]
+        # Collision and keep-out constraints are inequalities with velocity dampers (see
+        # solvers.inequality), not distance equalities.
+        self._inequalities = inequality_constraints(self.constraints)
+        self._hard = [c for c in self.constraints if c.hard and c not in self._inequalities]
         self._soft = [c for c in self.constraints if not c.hard]
 
     def _reset(self, q):
@@ -335,7 +344,7 @@ class DistanceSolver(Solver):
         q, frames = self._q, self._frames
         f, j0 = self.hard_terms(targets, frames)
         if not online and self._stall_monitor.stalled(float(f @ f), self.last_info):
-            q_new = chain.random_configuration(self._rng)
+            q_new = random_free_configuration(chain, self._rng, self._inequalities)
             self._secondary_scale = 1.0
         else:
             gain = s.online_gain if online else s.gain
@@ -357,6 +366,10 @@ class DistanceSolver(Solver):
             # so the hard constraints converge to zero rather than to a second-order error.
             z *= scale
             dv = limited_step(chain, q, j0, -gain * f, z, s, _pinv_step(s.singular_value_cutoff))
+            if self._inequalities:
+                dv, info = constrained_step(chain, q, dv, frames, self._inequalities, j0, s,
+                                            s.max_step)
+                self.last_info.update(info)
             q_new = chain.clip(chain.integrate(q, dv))
         self._q = q_new
         self._frames = chain.frames(q_new)

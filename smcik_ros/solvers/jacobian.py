@@ -45,9 +45,11 @@ import numpy as np
 
 from ..goals import PosturePreference
 from .base import Solver, SolverSettings, _check, register, stack_terms
+from .inequality import constrained_step, inequality_constraints
 
 __all__ = ['JacobianSettings', 'JacobianSolver', 'METHODS', 'finite_difference_jacobian',
-           'nullspace_projector', 'limit_push', 'limited_step', 'StallMonitor']
+           'nullspace_projector', 'limit_push', 'limited_step', 'StallMonitor',
+           'random_free_configuration']
 
 METHODS = ('transpose', 'pinv', 'dls', 'sr')
 SR_MEASURES = ('singular_value', 'manipulability')
@@ -79,8 +81,12 @@ class JacobianSettings(SolverSettings):
     restart_after: int = 10              # solve(): iterations without progress before a
     #                                      restart from a random configuration (0: never)
     seed: int = -1                       # random seed of the restarts; -1: fresh entropy
+    collision_influence_distance: float = 0.05  # [m] d_i: pairs closer than this get a damper
+    collision_security_distance: float = 0.002  # [m] d_s: the (padded) distance dampers keep
+    collision_damper_gain: float = 0.5   # xi: share of the margin d - d_s closable per step
 
     def validate(self):
+        _check_dampers(self)
         _check(self.method in METHODS,
                f'method must be one of {", ".join(METHODS)}; got {self.method!r}')
         _check(self.sr_measure in SR_MEASURES,
@@ -132,7 +138,10 @@ class JacobianSolver(Solver):
         if not postures:
             postures = [PosturePreference(self.chain.neutral_configuration()).bind(self.chain)]
         self._postures = postures
-        self._hard = [c for c in self.constraints if c.hard]
+        # Hard constraints that report distances (collision, keep-out) are inequalities with
+        # velocity dampers (see solvers.inequality); other hard ones join the primary task.
+        self._inequalities = inequality_constraints(self.constraints)
+        self._hard = [c for c in self.constraints if c.hard and c not in self._inequalities]
         self._soft = [c for c in self.constraints
                       if not c.hard and not isinstance(c, PosturePreference)]
 
@@ -156,11 +165,15 @@ class JacobianSolver(Solver):
         if not online and self._stall_monitor.stalled(float(r @ r), self.last_info):
             # Stuck in a local minimum (usually against joint limits): start elsewhere.
             # solve() keeps the best iterate, so a restart never loses the best answer.
-            q_new = chain.random_configuration(self._rng)
+            q_new = random_free_configuration(chain, self._rng, self._inequalities)
         else:
             gain = s.online_gain if online else s.gain
             z = self._secondary(frames)
             dv = limited_step(chain, q, jac, -gain * r, z, s, self._method_step)
+            if self._inequalities:
+                dv, info = constrained_step(chain, q, dv, frames, self._inequalities, jac, s,
+                                            s.max_step)
+                self.last_info.update(info)
             q_new = chain.clip(chain.integrate(q, dv))
         self._q = q_new
         self._frames = chain.frames(q_new)
@@ -220,6 +233,36 @@ class JacobianSolver(Solver):
 
 
 # ---------------------------------------------------------------------- shared helpers
+def _check_dampers(settings):
+    """Validate the collision damper fields shared by the jacobian and distance settings."""
+    _check(settings.collision_security_distance >= 0.0,
+           f'collision_security_distance must be >= 0 [m]; got '
+           f'{settings.collision_security_distance}')
+    _check(settings.collision_influence_distance > settings.collision_security_distance,
+           f'collision_influence_distance must be > collision_security_distance '
+           f'({settings.collision_security_distance}) [m]; got '
+           f'{settings.collision_influence_distance}')
+    _check(0.0 < settings.collision_damper_gain <= 1.0,
+           f'collision_damper_gain must be in (0, 1]; got {settings.collision_damper_gain}')
+
+
+def random_free_configuration(chain, rng, constraints, tries=20):
+    """Return a random in-limit configuration that violates none of ``constraints``.
+
+    Up to ``tries`` draws in one batch; the first free one is returned (the last draw when
+    none is free, so a restart always happens).
+    """
+    q = chain.random_configuration(rng, tries if constraints else 1)
+    if not constraints:
+        return q[0]
+    frames = chain.frames(q)
+    bad = np.zeros(len(q), dtype=bool)
+    for c in constraints:
+        bad |= c.violated(frames)
+    free = np.flatnonzero(~bad)
+    return q[free[0]] if len(free) else q[-1]
+
+
 class StallMonitor:
     """Count iterations without progress of a cost; say when a restart is due.
 

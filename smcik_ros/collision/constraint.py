@@ -1,0 +1,863 @@
+"""The collision constraint every solver respects, and the keep-out obstacles built on it.
+
+``CollisionConstraint(model, scene, pairs, padding, ...)`` is a goals ``Constraint``:
+
+- ``violated(frames)`` (hard, the SMC's accept/reject and the refinement's step test): a
+  configuration is refused when a padded distance is negative AND deeper than at the
+  reference configuration (``set_reference``; the node sets it to the current command
+  each tick). An obstacle that appears on the arm therefore allows moves that reduce the
+  penetration and refuses moves that increase it: "move out of it or hold, never deeper".
+  The comparison is per leaf pair (each cover sphere against each robot sphere or
+  primitive), so no part of the arm may go deeper, not only the worst one.
+- ``residual``/``jacobian``/``cost`` (soft): a clearance term, zero beyond ``clearance``
+  [m] (padded distance), growing linearly inside it: one row per configuration for each of
+  the ``max_rows`` closest object pairs (link/link or link/obstacle), so the SMC keeps a
+  margin and the refinement is pushed out.
+- ``inequality_rows(frames, influence)``: distances d and their gradients for the pairs
+  within ``influence``, for the velocity dampers of the 'jacobian' and 'distance' solvers.
+- ``distances(frames)``: the smallest distance, the closest pair's names and points.
+- ``check_motion(q_from, q_to)``: the straight joint-space motion checked at sub-steps so
+  close that no point of any cover moves more than ``motion_resolution`` [m] (default: the
+  padding) between them, bounded by the joint changes times each joint's lever arm to the
+  covers. With the padding >= the resolution, no two covers can touch between sub-steps
+  that are free.
+
+Distances are in metres and padded: robot/robot ``gap - padding``, robot/obstacle the
+sphere's signed distance to the primitive minus the padding; the covers contain the URDF's
+geometry (``covers``), so a non-negative distance means the real geometry is at least the
+padding apart.
+"""
+
+import math
+import weakref
+
+import numpy as np
+
+from ..errors import GoalError
+from ..goals import Constraint
+from ..rotations import quat_conjugate, quat_multiply, quat_slerp, quat_to_rotvec
+from . import engine, shapes
+from .model import CollisionModel
+from .pairs import SelfCollisionPairs, self_collision_pairs
+from .scene import Obstacle, Scene
+
+__all__ = ['CollisionConstraint', 'CollisionReport', 'KeepOutObstacle', 'KeepOutSphere',
+           'DEFAULT_PADDING', 'DEFAULT_CLEARANCE']
+
+DEFAULT_PADDING = 0.002     # [m] (the covers are conservative; this is the clearance kept)
+DEFAULT_CLEARANCE = 0.01    # [m]
+_REFERENCE_TOLERANCE = 1e-7  # [m] "not deeper" slack (rounding of identical configurations)
+
+
+class CollisionReport:
+    """Closest pair per configuration: distance (N,) [m] (padded; inf when nothing is near),
+    names [(a, b) or None], point_a / point_b (N, 3) [m] (NaN when none), and whether each
+    configuration is in collision (distance < 0)."""
+
+    __slots__ = ('distance', 'names', 'point_a', 'point_b')
+
+    def __init__(self, distance, names, point_a, point_b):
+        self.distance, self.names, self.point_a, self.point_b = distance, names, point_a, point_b
+
+    @property
+    def in_collision(self):
+        return self.distance < 0.0
+
+    def __repr__(self):
+        first = self.names[0] if self.names else None
+        return f'CollisionReport(distance={self.distance[:3]}, closest={first})'
+
+
+class CollisionConstraint(Constraint):
+    """Self- and scene-collision avoidance over a ``CollisionModel`` (see the module doc).
+
+    model: the CollisionModel; scene: a Scene (shared with whoever updates it; changes are
+    picked up at the next call) or None; self_collision: check the robot against itself;
+    pairs: a ``SelfCollisionPairs`` (default: ``self_collision_pairs(model, padding=...)``
+    without an SRDF); padding [m]: the smallest clearance accepted; clearance [m] and
+    clearance_sigma [m]: the soft margin term (residual = max(0, clearance - d), divided by
+    clearance_sigma; clearance 0: off); max_rows: soft rows per configuration; hard: refuse
+    violating configurations (SMC, refinement, gradient solvers); motion_resolution [m]:
+    sub-step spacing of ``check_motion`` (None: the padding, or 2 mm without padding).
+    """
+
+    def __init__(self, model, scene=None, self_collision=True, pairs=None,
+                 padding=DEFAULT_PADDING, clearance=DEFAULT_CLEARANCE, clearance_sigma=0.01,
+                 weight=1.0, max_rows=8, hard=True, motion_resolution=None, part_size=8):
+        if not isinstance(model, CollisionModel):
+            raise GoalError(f'CollisionConstraint needs a CollisionModel; got '
+                            f'{type(model).__name__}')
+        self.model = model
+        self.scene = scene if scene is not None else Scene()
+        if not isinstance(self.scene, Scene):
+            raise GoalError(f'scene must be a collision.Scene; got {type(scene).__name__}')
+        self.padding = _non_negative(padding, 'padding')
+        self.clearance = _non_negative(clearance, 'clearance')
+        self.clearance_sigma = _positive(clearance_sigma, 'clearance_sigma')
+        self.weight = _positive(weight, 'weight')
+        self.max_rows = int(max_rows)
+        if self.max_rows < 1:
+            raise GoalError(f'max_rows must be >= 1; got {max_rows}')
+        self.hard = bool(hard)
+        resolution = motion_resolution
+        if resolution is None:
+            resolution = self.padding if self.padding > 0.0 else 0.002
+        self.motion_resolution = _positive(resolution, 'motion_resolution')
+        self.sigma = np.full(self.max_rows, self.clearance_sigma)
+        self._robot = engine.RobotGeometry(model, part_size)
+        chain = model.chain
+        self._body_mask = _body_column_mask(chain)
+        self._body_lever = engine.lever_matrix(chain, model)
+        self._lever = self._body_lever[1:]
+        self.self_collision = bool(self_collision)
+        if pairs is None and self.self_collision and model.has_geometry:
+            pairs = self_collision_pairs(model, padding=self.padding)
+        self.set_pairs(pairs if self.self_collision else None)
+        self._reference_q = None
+        self._reference = None
+        self._obstacle_cache = (None, None)
+        self._cache = None
+        self._rows_cache = None
+
+    # ------------------------------------------------------------------ configuration
+    def bind(self, chain):
+        """Check that ``chain`` is the model's chain (same links and joints)."""
+        mine = self.model.chain
+        if chain is not mine and (chain.link_names != mine.link_names or
+                                  chain.joint_names != mine.joint_names):
+            raise GoalError('CollisionConstraint: the chain does not match the collision '
+                            f'model (model links {list(mine.link_names)}, chain links '
+                            f'{list(chain.link_names)})')
+        return self
+
+    def set_pairs(self, pairs):
+        """Replace the self-collision pairs (a SelfCollisionPairs, (P, 2) indices or names)."""
+        if pairs is None:
+            arr = np.zeros((0, 2), dtype=np.int64)
+        elif isinstance(pairs, SelfCollisionPairs):
+            arr = pairs.pairs
+        else:
+            rows = []
+            for pair in pairs:
+                a, b = pair
+                a = self.model.link_index(a) if isinstance(a, str) else int(a)
+                b = self.model.link_index(b) if isinstance(b, str) else int(b)
+                if a == b:
+                    raise GoalError(f'self-collision pair ({a}, {b}) names one link twice')
+                rows.append((min(a, b), max(a, b)))
+            arr = np.array(sorted(set(rows)), dtype=np.int64).reshape(-1, 2)
+        self.pairs = arr
+        self.pairs.setflags(write=False)
+        self._tables = engine.PairTables(self._robot, self.model.chain, arr, self._body_lever,
+                                         cache_dir=getattr(self.model, 'cache_dir', '')) \
+            if len(arr) else None
+        self._pairs_version = getattr(self, '_pairs_version', 0) + 1
+        self._cache = None
+        self._reference = None
+
+    def set_padding(self, padding):
+        """Change the padding [m] (and the default motion resolution with it)."""
+        self.padding = _non_negative(padding, 'padding')
+        self._cache = None
+        self._reference = None
+
+    def set_reference(self, q):
+        """Set the configuration (nq,) whose penetrations may persist but not deepen (None:
+        none may exist). The node calls this with the current command every tick."""
+        if q is None:
+            self._reference_q = None
+        else:
+            q = np.asarray(q, dtype=float)
+            if q.shape != (self.model.chain.nq,) or not np.all(np.isfinite(q)):
+                raise GoalError(f'reference configuration must be {self.model.chain.nq} finite '
+                                f'numbers; got shape {q.shape}')
+            self._reference_q = q.copy()
+        self._reference = None
+
+    @property
+    def reference(self):
+        """The reference configuration (nq,) or None."""
+        return None if self._reference_q is None else self._reference_q.copy()
+
+    # ------------------------------------------------------------------ the engine
+    def _obstacles(self):
+        version = self.scene.version
+        cached_version, geometry = self._obstacle_cache
+        if cached_version != version or geometry is None:
+            geometry = engine.ObstacleGeometry(self.scene.items(), self.model.link_names)
+            self._obstacle_cache = (version, geometry)
+        return geometry
+
+    def _state_key(self):
+        return (self.scene.version, self._pairs_version, self.padding)
+
+    def _query(self, frames, threshold):
+        """Return (leaves with d < threshold, World) of ``frames``, cached.
+
+        A few recent evaluations are kept: a call on the same configurations reuses one,
+        and a call where only some rows changed (the SMC redraws rejected particles, then
+        asks for the cost of the whole set) recomputes those rows only.
+        """
+        q = frames.q
+        state = (id(frames.chain), self._state_key())
+        entries = [e for e in (self._cache or []) if e[0] == state]
+        for k, entry in enumerate(entries):
+            if entry[1] < threshold or entry[2].shape != q.shape:
+                continue
+            changed = np.any(entry[2] != q, axis=1)
+            if not changed.any():
+                leaves, world = entry[3], entry[4]
+            elif changed.mean() <= 0.5:
+                leaves, world = self._update_rows(frames, entry, changed, entries)
+                entries[k] = (state, entry[1], q.copy(), leaves, world)
+            else:
+                continue
+            entries.insert(0, entries.pop(k))
+            self._cache = entries
+            if entry[1] > threshold:
+                leaves = leaves.select(leaves.d < threshold)
+            return leaves, world
+        world, leaves = self._run(frames, threshold)
+        # Keep the newest entries, and always the largest batch (the SMC's particle set,
+        # whose rejected rows are redrawn through several smaller calls in between, and
+        # whose rows come back when a particle falls back to its previous state).
+        entries = [(state, threshold, q.copy(), leaves, world)] + entries
+        keep = entries[:6]
+        largest = sorted(entries, key=lambda e: -e[2].shape[0])[:3]
+        keep += [e for e in largest if not any(e is k for k in keep)]
+        self._cache = keep
+        return leaves, world
+
+    def _update_rows(self, frames, entry, changed, others=()):
+        """Return the cached evaluation ``entry`` with the ``changed`` rows replaced: taken
+        from other cached evaluations holding the same configurations (the SMC's redraws
+        were just evaluated), computed for the rest."""
+        _, threshold, _, old, world = entry
+        rows = np.flatnonzero(changed)
+        q = frames.q
+        xyz = world.xyz.reshape(3, world.n, world.rows).copy()
+        parts = [old.select(~changed[old.n])]
+        todo = rows
+        for other in others:
+            if not len(todo) or other is entry or other[1] < threshold or \
+                    other[2].shape[1] != q.shape[1]:
+                continue
+            found, source = _match_rows(q[todo], other[2])
+            if not found.any():
+                continue
+            src_rows, dst_rows = source[found], todo[found]
+            remap = np.full(len(other[2]), -1)
+            remap[src_rows] = dst_rows
+            leaves = other[3].select(remap[other[3].n] >= 0)
+            leaves.n = remap[leaves.n]
+            parts.append(leaves)
+            oxyz = other[4].xyz.reshape(3, other[4].n, other[4].rows)
+            xyz[:, dst_rows] = oxyz[:, src_rows]
+            todo = todo[~found]
+        if len(todo):
+            sub_world, new = self._run(frames.subset(todo), threshold)
+            new.n = todo[new.n]
+            parts.append(new)
+            xyz[:, todo] = sub_world.xyz.reshape(3, len(todo), world.rows)
+        leaves = engine.Leaves(*(np.concatenate([getattr(p, f) for p in parts])
+                                 for f in ('n', 'pair', 'a', 'b', 'd', 'is_self')), old.count)
+        return leaves, engine.World(xyz.reshape(3, -1), world.rows, world.n)
+
+    def _run(self, frames, threshold):
+        """Return (World, leaves below ``threshold``) of ``frames`` (no cache)."""
+        world = self._robot.world(frames)
+        leaves = engine.query(self._robot, world, self.pairs, self._obstacles(), threshold,
+                              self.padding, self._tables, frames.q)
+        return world, leaves
+
+    def _eval_threshold(self):
+        return max(self.clearance, 0.0) + 1e-12
+
+    def _keys(self, leaves):
+        width = max(self._robot.num_spheres, self._obstacles().num_primitives, 1) + 1
+        return (leaves.pair * self._robot.num_spheres + leaves.a) * width + leaves.b
+
+    def _reference_table(self, q=None):
+        """Return (sorted keys, allowed distances) of the penetrations at ``q`` (or the
+        stored reference)."""
+        explicit = q is not None
+        if not explicit:
+            if self._reference_q is None:
+                return None
+            if self._reference is not None and self._reference[0] == self._state_key():
+                return self._reference[1]
+            q = self._reference_q
+        _, leaves = self._run(self.model.chain.frames(np.asarray(q, dtype=float)), 0.0)
+        keys = self._keys(leaves)
+        order = np.argsort(keys)
+        table = (keys[order], leaves.d[order] - _REFERENCE_TOLERANCE)
+        if not explicit:
+            self._reference = (self._state_key(), table)
+        return table
+
+    def _violating(self, leaves, reference=None):
+        """Return the (K,) mask of leaves that violate: d < 0 and deeper than at the reference
+        (the stored one, or the configuration ``reference``; looked up only when needed)."""
+        bad = leaves.d < 0.0
+        if not bad.any():
+            return bad
+        table = self._reference_table(reference)
+        if table is None or not len(table[0]):
+            return bad
+        idx = np.flatnonzero(bad)
+        keys = self._keys(leaves.select(idx))
+        pos = np.searchsorted(table[0], keys)
+        pos = np.minimum(pos, len(table[0]) - 1)
+        found = table[0][pos] == keys
+        allowed = np.where(found, table[1][pos], 0.0)
+        bad[idx] = leaves.d[idx] < allowed
+        return bad
+
+    # ------------------------------------------------------------------ hard constraint
+    def violated(self, frames, reference=None):
+        """Return (N,) bool: a padded distance < 0 that is deeper than at the reference.
+
+        reference: a configuration (nq,) to compare with instead of the stored one.
+        """
+        n = len(frames)
+        if not self.hard or not len(self._robot.radii):
+            return np.zeros(n, dtype=bool)
+        leaves, _ = self._query(frames, self._eval_threshold())
+        out = np.zeros(n, dtype=bool)
+        if not len(leaves):
+            return out
+        bad = self._violating(leaves, reference)
+        out[leaves.n[bad]] = True
+        return out
+
+    def in_collision(self, frames):
+        """Return (N,) bool: any padded distance < 0 (ignoring the reference)."""
+        n = len(frames)
+        if not len(self._robot.radii):
+            return np.zeros(n, dtype=bool)
+        leaves, _ = self._query(frames, self._eval_threshold())
+        out = np.zeros(n, dtype=bool)
+        out[leaves.n[leaves.d < 0.0]] = True
+        return out
+
+    # ------------------------------------------------------------------ soft clearance
+    def _rows(self, frames):
+        """Return (leaves, World, leaf rows (R,), config n (R,), slot (R,), residual (R,)) of
+        the top rows (cached with the evaluation: residual and jacobian share it)."""
+        leaves, world = self._query(frames, self._eval_threshold())
+        cached = self._rows_cache
+        if cached is not None and cached[0] is leaves:
+            return cached[1]
+        result = self._top_rows(leaves, world)
+        self._rows_cache = (leaves, result)
+        return result
+
+    def _top_rows(self, leaves, world):
+        limit = self.clearance
+        rows, n, _ = engine.min_per_pair(leaves)
+        if not len(rows):
+            e = np.zeros(0, dtype=np.int64)
+            return leaves, world, e, e, e, np.zeros(0)
+        residual = limit - leaves.d[rows]
+        keep = residual > 0.0
+        rows, n, residual = rows[keep], n[keep], residual[keep]
+        order = np.lexsort((-residual, n))
+        rows, n, residual = rows[order], n[order], residual[order]
+        start = np.ones(len(n), dtype=bool)
+        start[1:] = n[1:] != n[:-1]
+        group_start = np.maximum.accumulate(np.where(start, np.arange(len(n)), 0))
+        slot = np.arange(len(n)) - group_start
+        keep = slot < self.max_rows
+        return leaves, world, rows[keep], n[keep], slot[keep], residual[keep]
+
+    def residual(self, frames):
+        """Return (N, max_rows) clearance shortfalls [m], largest first (0 when clear)."""
+        out = np.zeros((len(frames), self.max_rows))
+        if not len(self._robot.radii):
+            return out
+        _, _, _, n, slot, residual = self._rows(frames)
+        out[n, slot] = residual
+        return out
+
+    def jacobian(self, frames):
+        """Return (N, max_rows, nv): d residual / d tangent step of the ``residual`` rows."""
+        nv = self.model.chain.nv
+        out = np.zeros((len(frames), self.max_rows, nv))
+        if not len(self._robot.radii):
+            return out
+        leaves, world, rows, n, slot, _ = self._rows(frames)
+        if len(rows):
+            out[n, slot] = -self._distance_gradients(frames, world, leaves.select(rows))
+        return out
+
+    def _distance_gradients(self, frames, world, leaves):
+        """Return (R, nv): d distance / d tangent step of each leaf."""
+        robot = self._robot
+        ca = world.points(leaves.n, robot.sph_row[leaves.a])
+        grad = np.zeros((len(leaves), 3))
+        cb = np.zeros((len(leaves), 3))
+        s = leaves.is_self
+        if s.any():
+            cb[s] = world.points(leaves.n[s], robot.sph_row[leaves.b[s]])
+            diff = ca[s] - cb[s]
+            norm = np.linalg.norm(diff, axis=1, keepdims=True)
+            grad[s] = np.where(norm > 1e-12, diff / np.maximum(norm, 1e-300), (0.0, 0.0, 1.0))
+        o = ~s
+        if o.any():
+            obs = self._obstacles()
+            m = leaves.b[o]
+            grad[o] = shapes.point_primitive_gradient(ca[o], obs.kind[m], obs.rot[m],
+                                                      obs.trans[m], obs.size[m])
+        body_a = robot.sphere_body[leaves.a]
+        ja = point_jacobians(frames, leaves.n, body_a, ca, self._body_mask)
+        out = np.einsum('rk,rkv->rv', grad, ja)
+        if s.any():
+            idx = np.flatnonzero(s)
+            body_b = robot.sphere_body[leaves.b[idx]]
+            jb = point_jacobians(frames, leaves.n[idx], body_b, cb[idx], self._body_mask)
+            out[idx] -= np.einsum('rk,rkv->rv', grad[idx], jb)
+        return out
+
+    # ------------------------------------------------------------------ gradient solvers
+    def inequality_rows(self, frames, influence, per_pair=3):
+        """Return (d (m,), J (m, nv)) of the first configuration's leaves within ``influence``.
+
+        d: padded distances [m]; J: d d / d tangent step. At most ``per_pair`` leaves (the
+        closest) per object pair. Used for velocity dampers J dq >= -xi (d - d_s) / (d_i - d_s).
+        """
+        nv = self.model.chain.nv
+        if not len(self._robot.radii):
+            return np.zeros(0), np.zeros((0, nv))
+        first = frames if len(frames) == 1 else frames.subset([0])
+        world, leaves = self._run(first, float(influence))
+        if not len(leaves):
+            return np.zeros(0), np.zeros((0, nv))
+        order = np.lexsort((leaves.d, leaves.pair))
+        pair = leaves.pair[order]
+        start = np.ones(len(order), dtype=bool)
+        start[1:] = pair[1:] != pair[:-1]
+        group_start = np.maximum.accumulate(np.where(start, np.arange(len(order)), 0))
+        keep = order[(np.arange(len(order)) - group_start) < per_pair]
+        picked = leaves.select(keep)
+        return picked.d.copy(), self._distance_gradients(first, world, picked)
+
+    # ------------------------------------------------------------------ reports
+    def distances(self, frames, search=(0.05, 0.25, 1.0, np.inf)):
+        """Return a ``CollisionReport``: per configuration the closest pair and its points.
+
+        Distances beyond the last finite ``search`` threshold are still exact (the last
+        search has no bound); configurations without geometry give inf.
+        """
+        n = len(frames)
+        dist = np.full(n, np.inf)
+        names = [None] * n
+        pa = np.full((n, 3), np.nan)
+        pb = np.full((n, 3), np.nan)
+        if not len(self._robot.radii):
+            return CollisionReport(dist, names, pa, pb)
+        todo = np.arange(n)
+        for threshold in search:
+            if not len(todo):
+                break
+            sub = frames if len(todo) == n else frames.subset(todo)
+            world, leaves = self._run(sub, float(threshold))
+            if not len(leaves):
+                continue
+            order = np.lexsort((leaves.d, leaves.n))
+            first = np.ones(len(order), dtype=bool)
+            first[1:] = leaves.n[order][1:] != leaves.n[order][:-1]
+            best = leaves.select(order[first])
+            a_pts, b_pts = self._closest_points(world, best)
+            rows = todo[best.n]
+            dist[rows] = best.d
+            pa[rows], pb[rows] = a_pts, b_pts
+            for k, r in enumerate(rows):
+                names[r] = self.pair_names(int(best.pair[k]))
+            todo = np.setdiff1d(todo, rows)
+        return CollisionReport(dist, names, pa, pb)
+
+    def pair_names(self, pair):
+        """Return the (name a, name b) of a global object-pair index."""
+        P = len(self.pairs)
+        links = self.model.link_names
+        if pair < P:
+            return links[self.pairs[pair, 0]], links[self.pairs[pair, 1]]
+        obs = self._obstacles()
+        k = pair - P
+        ns, oid = obs.keys[obs.pair_obj[k]]
+        return links[obs.pair_link[k]], f'{ns}/{oid}'
+
+    def _closest_points(self, world, leaves):
+        robot = self._robot
+        ca = world.points(leaves.n, robot.sph_row[leaves.a])
+        ra = robot.radii[leaves.a]
+        pa, pb = np.empty_like(ca), np.empty_like(ca)
+        s = leaves.is_self
+        if s.any():
+            cb = world.points(leaves.n[s], robot.sph_row[leaves.b[s]])
+            u = ca[s] - cb
+            u /= np.maximum(np.linalg.norm(u, axis=1, keepdims=True), 1e-12)
+            pa[s] = ca[s] - ra[s, None] * u
+            pb[s] = cb + robot.radii[leaves.b[s], None] * u
+        o = ~s
+        if o.any():
+            obs = self._obstacles()
+            m = leaves.b[o]
+            args = (obs.kind[m], obs.rot[m], obs.trans[m], obs.size[m])
+            g = shapes.point_primitive_gradient(ca[o], *args)
+            phi = shapes.point_primitive_distance(ca[o], *args)
+            pa[o] = ca[o] - ra[o, None] * g
+            pb[o] = ca[o] - phi[:, None] * g
+        return pa, pb
+
+    def status(self, q):
+        """Return a dict for a status message at configuration q (nq,): min_distance [m],
+        closest_pair 'a / b' (or ''), in_collision, points (2, 3) [m] or None."""
+        report = self.distances(self.model.chain.frames(np.asarray(q, dtype=float)))
+        d = float(report.distance[0])
+        pair = report.names[0]
+        return {'min_distance': d, 'closest_pair': '' if pair is None else ' / '.join(pair),
+                'in_collision': bool(d < 0.0),
+                'points': None if pair is None else np.stack([report.point_a[0],
+                                                              report.point_b[0]])}
+
+    def cover_spheres(self, q, padded=False):
+        """Return (centres (S, 3) [m] in the base frame, radii (S,), link names (S,)) at q."""
+        frames = self.model.chain.frames(np.asarray(q, dtype=float))
+        robot = self._robot
+        world = robot.world(frames).grid(robot.sph_row)[0]
+        links = np.array(self.model.link_names, dtype=object)[robot.sphere_link] \
+            if len(robot.radii) else np.zeros(0, dtype=object)
+        return (world, robot.radii + (self.padding if padded else 0.0), links)
+
+    def points_on_robot(self, points, q, margin=0.0, point_radius=0.0):
+        """Return (P,) bool: points within the robot's cover + padding + margin at q.
+
+        point_radius [m] treats each point as a sphere of that radius.
+        """
+        points = np.asarray(points, dtype=float).reshape(-1, 3)
+        out = np.zeros(len(points), dtype=bool)
+        if not len(points) or not len(self._robot.radii):
+            return out
+        from scipy.spatial import cKDTree
+
+        centers, radii, _ = self.cover_spheres(q)
+        reach = radii + self.padding + float(margin) + float(point_radius)
+        tree = cKDTree(points)
+        for hits in tree.query_ball_point(centers, reach):
+            out[hits] = True
+        return out
+
+    # ------------------------------------------------------------------ the command stream
+    def motion_substeps(self, q_from, q_to, resolution=None):
+        """Return (count, bound [m]): sub-steps of the motion q_from -> q_to so that no cover
+        point moves more than ``resolution`` (default ``motion_resolution``) between two."""
+        chain = self.model.chain
+        resolution = self.motion_resolution if resolution is None else float(resolution)
+        dv = np.abs(_tangent_delta(chain, q_from, q_to))
+        bound = float(np.max(self._lever @ dv)) if len(self._lever) else 0.0
+        return max(1, int(math.ceil(bound / resolution))), bound
+
+    def check_motion(self, q_from, q_to, resolution=None):
+        """Return (ok, info) for the straight joint motion from q_from to q_to (nq,).
+
+        The motion is checked at ``count`` evenly spaced sub-steps (q_to included) such that
+        no cover point moves more than the resolution between two; ok is False when any
+        sub-step violates the constraint with q_from as the reference (it may not go deeper
+        into what q_from already penetrates). info: substeps, bound [m] (largest cover-point
+        displacement of the whole motion), first_bad (fraction of the motion, or None),
+        distance [m] and pair (names) of the worst sub-step.
+        """
+        chain = self.model.chain
+        q_from = np.asarray(q_from, dtype=float)
+        q_to = np.asarray(q_to, dtype=float)
+        count, bound = self.motion_substeps(q_from, q_to, resolution)
+        s = np.arange(1, count + 1) / count
+        path = _interpolate(chain, q_from, q_to, s)
+        frames = chain.frames(path)
+        info = {'substeps': count, 'bound': bound, 'first_bad': None}
+        if not len(self._robot.radii):
+            info.update(distance=np.inf, pair=None)
+            return True, info
+        leaves, _ = self._query(frames, self._eval_threshold())
+        bad = self._violating(leaves, q_from)
+        if bad.any():
+            first = int(leaves.n[bad].min())
+            info['first_bad'] = float(s[first])
+            worst = leaves.select(np.flatnonzero(bad))
+        else:
+            worst = leaves
+        if len(worst):
+            k = int(np.argmin(worst.d))
+            info['distance'] = float(worst.d[k])
+            info['pair'] = self.pair_names(int(worst.pair[k]))
+        else:
+            info['distance'] = float('inf')
+            info['pair'] = None
+        return not bad.any(), info
+
+    def check_motions(self, q_from, q_tos, resolution=None):
+        """Return (K,) bool: ``check_motion(q_from, q_to)`` for each row of q_tos (K, nq), in
+        one batched evaluation (sub-steps of every motion together)."""
+        chain = self.model.chain
+        q_from = np.asarray(q_from, dtype=float)
+        q_tos = np.atleast_2d(np.asarray(q_tos, dtype=float))
+        if not len(self._robot.radii) or not len(q_tos):
+            return np.ones(len(q_tos), dtype=bool)
+        paths, owner = [], []
+        for k, q_to in enumerate(q_tos):
+            count, _ = self.motion_substeps(q_from, q_to, resolution)
+            s = np.arange(1, count + 1) / count
+            paths.append(_interpolate(chain, q_from, q_to, s))
+            owner.append(np.full(count, k))
+        path = np.concatenate(paths)
+        owner = np.concatenate(owner)
+        leaves, _ = self._query(chain.frames(path), self._eval_threshold())
+        bad = self._violating(leaves, q_from)
+        ok = np.ones(len(q_tos), dtype=bool)
+        ok[np.unique(owner[leaves.n[bad]])] = False
+        return ok
+
+    def first_free_motion(self, q_from, candidates, max_delta=None, resolution=None):
+        """Return (index, q_to): the first candidate (K, nq), in the given order, whose motion
+        from q_from is free (``check_motion``), each first clipped to ``max_delta`` (nq,) per
+        joint [rad or m] (a velocity limit per tick); (None, q_from) when none is.
+
+        For a command stream that must not deadlock against an obstacle: when the filter's
+        estimate heads into an obstacle (its straight path cuts a corner), moving towards one
+        of its other particles (by weight) slides along it instead of holding forever.
+        """
+        chain = self.model.chain
+        q_from = np.asarray(q_from, dtype=float)
+        cands = np.atleast_2d(np.asarray(candidates, dtype=float))
+        if max_delta is not None:
+            delta = np.broadcast_to(np.asarray(max_delta, dtype=float), q_from.shape)
+            cands = chain.clip(q_from + np.clip(cands - q_from, -delta, delta))
+        ok = self.check_motions(q_from, cands, resolution)
+        free = np.flatnonzero(ok)
+        if not len(free):
+            return None, q_from.copy()
+        return int(free[0]), cands[free[0]]
+
+    def __repr__(self):
+        return (f'CollisionConstraint({len(self._robot.radii)} spheres, {len(self.pairs)} self '
+                f'pairs, {len(self.scene)} obstacles, padding {self.padding:g} m)')
+
+
+# ---------------------------------------------------------------------- keep-out volumes
+_SKELETONS = weakref.WeakKeyDictionary()
+
+
+def _skeleton_for(chain):
+    model = _SKELETONS.get(chain)
+    if model is None:
+        model = CollisionModel.skeleton(chain)
+        _SKELETONS[chain] = model
+    return model
+
+
+class KeepOutObstacle(CollisionConstraint):
+    """Keep the robot (or some of its links) out of one obstacle.
+
+    obstacle: an ``Obstacle`` in the base frame; margin [m]: extra clearance (the padding);
+    links: restrict to these links; model: the CollisionModel to check (None, a model
+    without geometry, or one lacking one of ``links``: a thin skeleton of the chain's
+    segments, built when bound).
+    hard=True: the SMC rejects particles that enter it, gradient solvers add dampers; the
+    soft term (residual = penetration depth [m] / sigma) pushes out of it either way.
+    """
+
+    def __init__(self, obstacle, margin=0.0, hard=True, links=None, model=None, sigma=0.005,
+                 weight=1.0):
+        if not isinstance(obstacle, Obstacle):
+            raise GoalError(f'KeepOutObstacle needs an Obstacle; got {type(obstacle).__name__}')
+        if links is not None:
+            obstacle = Obstacle(obstacle.shape, obstacle.size, obstacle.pose, obstacle.centers,
+                                links)
+        self.obstacle = obstacle
+        self.links = obstacle.links
+        self.margin = _non_negative(margin, 'margin')
+        self._settings = dict(padding=self.margin, clearance=0.0, clearance_sigma=sigma,
+                              weight=weight, hard=hard, max_rows=1)
+        self.hard = bool(hard)
+        self.weight = _positive(weight, 'weight')
+        self.sigma = np.full(1, _positive(sigma, 'sigma'))
+        self._given_model = model
+        self._bound_chain = None
+        if model is not None:
+            self._build(model)
+
+    def _build(self, model):
+        if not model.has_geometry or (self.links is not None and
+                                      not all(model.has_link(n) for n in self.links)):
+            model = _skeleton_for(model.chain)
+        scene = Scene({('keep_out', 0): self.obstacle})
+        CollisionConstraint.__init__(self, model, scene, self_collision=False,
+                                     **self._settings)
+        self._bound_chain = model.chain
+
+    def bind(self, chain):
+        if self.links is not None:
+            unknown = [n for n in self.links if not chain.has_link(n)]
+            if unknown:
+                raise GoalError(f'{type(self).__name__}: unknown link {unknown[0]!r}; links of '
+                                f'this chain: {", ".join(chain.link_names)}')
+        if self._bound_chain is None or (self._given_model is None and
+                                         self._bound_chain is not chain):
+            self._build(self._given_model if self._given_model is not None
+                        else _skeleton_for(chain))
+        return CollisionConstraint.bind(self, chain)
+
+    def _ensure(self, frames):
+        if self._bound_chain is None or (self._given_model is None and
+                                         self._bound_chain is not frames.chain):
+            self.bind(frames.chain)
+
+    def residual(self, frames):
+        self._ensure(frames)
+        leaves, _ = self._query(frames, 1e-12)
+        out = np.zeros((len(frames), 1))
+        if len(leaves):
+            np.maximum.at(out[:, 0], leaves.n, -leaves.d)
+        return out
+
+    def jacobian(self, frames):
+        self._ensure(frames)
+        nv = frames.chain.nv
+        out = np.zeros((len(frames), 1, nv))
+        leaves, world = self._query(frames, 1e-12)
+        if len(leaves):
+            order = np.lexsort((leaves.d, leaves.n))
+            first = np.ones(len(order), dtype=bool)
+            first[1:] = leaves.n[order][1:] != leaves.n[order][:-1]
+            worst = leaves.select(order[first])
+            out[worst.n, 0] = -self._distance_gradients(frames, world, worst)
+        return out
+
+    def violated(self, frames, reference=None):
+        self._ensure(frames)
+        return CollisionConstraint.violated(self, frames, reference)
+
+    def distances(self, frames, search=(0.05, 0.25, 1.0, np.inf)):
+        self._ensure(frames)
+        return CollisionConstraint.distances(self, frames, search)
+
+    def inequality_rows(self, frames, influence, per_pair=3):
+        self._ensure(frames)
+        return CollisionConstraint.inequality_rows(self, frames, influence, per_pair)
+
+    def check_motion(self, q_from, q_to, resolution=None):
+        if self._bound_chain is None:
+            raise GoalError(f'{type(self).__name__}: bind it to a chain first')
+        return CollisionConstraint.check_motion(self, q_from, q_to, resolution)
+
+
+class KeepOutSphere(KeepOutObstacle):
+    """Keep the chain out of a sphere: centre (3,) [m] in the base frame, radius [m].
+
+    The same mechanism as every obstacle (a sphere ``Obstacle`` checked against the robot's
+    cover); ``margin`` [m] is added clearance; ``links`` restricts which links are kept out;
+    ``model``: the robot's CollisionModel (None: a thin skeleton of the chain's segments).
+    ``samples`` is accepted for compatibility and unused (the cover replaces the sampled
+    points of the earlier implementation).
+    """
+
+    def __init__(self, center, radius, margin=0.0, hard=True, samples=3, sigma=0.005,
+                 links=None, weight=1.0, model=None):
+        center = np.array(center, dtype=float)
+        if center.shape != (3,):
+            raise GoalError(f'keep-out sphere centre must have shape (3,); got {center.shape}')
+        if not np.all(np.isfinite(center)):
+            raise GoalError(f'keep-out sphere centre contains NaN or infinite values: '
+                            f'{center.tolist()}')
+        radius = _positive(radius, 'keep-out sphere radius')
+        center.setflags(write=False)
+        self.center = center
+        self.radius = radius
+        super().__init__(Obstacle.sphere(center, radius), margin=margin, hard=hard,
+                         links=links, model=model, sigma=sigma, weight=weight)
+
+
+# ---------------------------------------------------------------------- helpers
+def _positive(value, what):
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise GoalError(f'{what} must be a positive number; got {value!r}') from None
+    if not math.isfinite(value) or value <= 0.0:
+        raise GoalError(f'{what} must be a positive number; got {value}')
+    return value
+
+
+def _non_negative(value, what):
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise GoalError(f'{what} must be a number >= 0 [m]; got {value!r}') from None
+    if not math.isfinite(value) or value < 0.0:
+        raise GoalError(f'{what} must be a number >= 0 [m]; got {value}')
+    return value
+
+
+def _match_rows(rows, table):
+    """Return (found (R,), index (R,)): where each row of ``rows`` occurs in ``table``."""
+    width = rows.shape[1] * rows.dtype.itemsize
+    key = np.ascontiguousarray(rows).view(np.dtype((np.void, width))).ravel()
+    ref = np.ascontiguousarray(table).view(np.dtype((np.void, width))).ravel()
+    order = np.argsort(ref)
+    pos = np.searchsorted(ref[order], key)
+    pos = np.minimum(pos, len(ref) - 1)
+    found = ref[order][pos] == key
+    return found, order[pos]
+
+
+def _body_column_mask(chain):
+    """Return (B + 1, C) bool: Jacobian column c moves body b (row b + 1; row 0: the base)."""
+    C = len(chain._col_body)
+    mask = np.zeros((chain.num_bodies + 1, C), dtype=bool)
+    for b in range(chain.num_bodies):
+        mask[b + 1, chain._col_by_body[b]] = True
+    return mask
+
+
+def point_jacobians(frames, n, body, points, body_mask):
+    """Return (R, 3, nv) linear Jacobians of points (R, 3) [m] moving with ``body`` (R,),
+    at configurations ``n`` (R,) of ``frames`` (columns as ``Frames.jacobian_at``)."""
+    chain = frames.chain
+    nv = chain.nv
+    R = len(n)
+    if R == 0 or not len(chain._col_body):
+        return np.zeros((R, 3, nv))
+    cb = chain._col_body
+    uniq, inv = np.unique(n, return_inverse=True)
+    rot = frames.rot[cb][:, uniq]                                        # (C, U, 3, 3)
+    axes = np.einsum('cuij,cj->cui', rot, chain._col_axis)
+    origins = frames.pos[cb][:, uniq]
+    a = axes[:, inv].transpose(1, 0, 2)                                  # (R, C, 3)
+    lever = points[:, None, :] - origins[:, inv].transpose(1, 0, 2)
+    cross = np.empty_like(a)
+    cross[..., 0] = a[..., 1] * lever[..., 2] - a[..., 2] * lever[..., 1]
+    cross[..., 1] = a[..., 2] * lever[..., 0] - a[..., 0] * lever[..., 2]
+    cross[..., 2] = a[..., 0] * lever[..., 1] - a[..., 1] * lever[..., 0]
+    lin = np.where(chain._col_is_rot[None, :, None], cross, a)
+    lin = lin * body_mask[body + 1][:, :, None]
+    return np.einsum('rck,cv->rkv', lin, chain._col_scatter)
+
+
+def _tangent_delta(chain, qa, qb):
+    dv = np.zeros(chain.nv)
+    dv[chain._scalar_v] = qb[chain._scalar_q] - qa[chain._scalar_q]
+    if chain.has_ball_joints:
+        bq = chain._ball_q_idx
+        dv[chain._ball_v_idx] = quat_to_rotvec(quat_multiply(quat_conjugate(qa[bq]), qb[bq]))
+    return dv
+
+
+def _interpolate(chain, qa, qb, s):
+    """Return (K, nq): the straight joint-space path qa -> qb at fractions s (K,)."""
+    out = qa[None] + s[:, None] * (qb - qa)[None]
+    if chain.has_ball_joints:
+        bq = chain._ball_q_idx
+        for k, t in enumerate(s):
+            out[k, bq] = quat_slerp(qa[bq], qb[bq], float(t))
+    return out

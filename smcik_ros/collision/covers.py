@@ -1,0 +1,415 @@
+"""Conservative, tight sphere covers of collision meshes and primitives (computed at start-up).
+
+A cover is a set of spheres whose union contains the solid. It is *conservative* by
+construction and checked exactly:
+
+- the surface is cut into small triangles (longest-edge bisection until every edge is at
+  most ``item_edge``); a sphere that contains a triangle's three vertices contains the
+  whole triangle (a ball is convex), and every such triangle is assigned to one sphere that
+  contains its vertices, so the union contains the surface, every vertex included;
+- interior grid points are assigned the same way, so the volume is covered too (an
+  obstacle that appears inside a link is seen).
+
+It is *tight*: a sphere may only be as large as ``tolerance`` plus the depth of its centre
+inside the solid, ``r <= tolerance + depth(c)``, so it stays inside the solid dilated by
+``tolerance``: every point of the cover is within ``tolerance`` of the real geometry (the
+cover's *excess*). Each cover records the exact bound ``max(r - depth(c))`` it achieved.
+
+How the spheres are picked: candidate centres lie on (an approximation of) the medial axis,
+found by the shrinking-ball construction (Ma, Bae & Choi 2012: for a surface point p with
+outward normal n the largest inscribed ball touching p has radius
+min_q |p - q|^2 / (2 n.(p - q)) over the other surface samples q), and at half that depth;
+their depths come from the exact signed distance to the mesh. A greedy set cover (each step
+takes the candidate that contains the most uncovered pieces) chooses among them; every
+piece is then assigned to the chosen sphere that needs the least excess for it, and each
+radius shrinks to the farthest point it must contain.
+
+Links on joints outside the modelled chain (gripper fingers) are covered over their joint
+range: the pieces are the triangles at consecutive sampled joint positions (a sphere that
+contains a triangle at two positions of a translation contains everything in between; for
+rotations the arc's sagitta is added to the radii).
+
+Computing a cover takes 0.1-1 s per mesh, so covers are cached on disk, keyed by a hash of
+the geometry and the settings (``default_cache_dir``; never inside the repository).
+"""
+
+import dataclasses
+import hashlib
+import heapq
+import logging
+import os
+
+import numpy as np
+
+__all__ = ['SphereCover', 'COVER_VERSION', 'default_cache_dir', 'cover_mesh', 'cover_box',
+           'cover_cylinder', 'cover_sphere', 'bisect_triangles', 'cylinder_sections']
+
+COVER_VERSION = 3
+_LOG = logging.getLogger('smcik_ros.collision')
+
+
+@dataclasses.dataclass(frozen=True)
+class SphereCover:
+    """Spheres covering one piece of geometry, in that geometry's frame.
+
+    centers: (S, 3) [m]; radii: (S,) [m]; excess: (S,) upper bound of how far each sphere
+    reaches beyond the real geometry [m] (r - depth of the centre); hull: True when the mesh
+    was not watertight and its convex hull was covered instead (a superset; the excess is
+    then measured against the hull).
+    """
+
+    centers: np.ndarray
+    radii: np.ndarray
+    excess: np.ndarray
+    hull: bool = False
+
+    def __len__(self):
+        return len(self.radii)
+
+    @property
+    def max_excess(self):
+        """The largest excess bound of the cover [m] (0 for an exact sphere)."""
+        return float(self.excess.max()) if len(self.excess) else 0.0
+
+    def transformed(self, pose, extra_radius=0.0):
+        """Return the cover moved by the (4, 4) ``pose`` (radii grown by ``extra_radius``)."""
+        pose = np.asarray(pose, dtype=float)
+        centers = self.centers @ pose[:3, :3].T + pose[:3, 3]
+        return SphereCover(centers, self.radii + extra_radius, self.excess + extra_radius,
+                           self.hull)
+
+
+def default_cache_dir():
+    """Return the cover cache directory: $XDG_CACHE_HOME/smcik_ros or ~/.cache/smcik_ros."""
+    base = os.environ.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'), '.cache')
+    return os.path.join(base, 'smcik_ros')
+
+
+# ---------------------------------------------------------------------- public builders
+def cover_sphere(radius, center=(0.0, 0.0, 0.0)):
+    """Return the exact one-sphere cover of a sphere (radius [m], centre (3,) [m])."""
+    return SphereCover(np.asarray(center, dtype=float).reshape(1, 3),
+                       np.array([float(radius)]), np.zeros(1))
+
+
+def cylinder_sections(radius, tolerance):
+    """Return the number of sides of a prism circumscribing a cylinder within ``tolerance``.
+
+    The circumscribed n-gon reaches radius / cos(pi / n); n is the smallest count (>= 8) with
+    radius (1 / cos(pi / n) - 1) <= tolerance.
+    """
+    radius, tolerance = float(radius), max(float(tolerance), 1e-6)
+    n = int(np.ceil(np.pi / np.arccos(radius / (radius + tolerance))))
+    return max(n, 8)
+
+
+def cover_box(size, tolerance, item_edge=None, cache_dir=None):
+    """Return a cover of a box with side lengths ``size`` (3,) [m], centred at its origin."""
+    import trimesh
+
+    mesh = trimesh.creation.box(extents=np.asarray(size, dtype=float))
+    return cover_mesh(mesh.vertices, mesh.faces, tolerance, item_edge, cache_dir=cache_dir)
+
+
+def cover_cylinder(radius, length, tolerance, item_edge=None, cache_dir=None):
+    """Return a cover of a z-axis cylinder (radius, length [m]) centred at its origin.
+
+    The cylinder is replaced by a circumscribed prism whose extra reach is at most a tenth of
+    ``tolerance`` (added to the excess bounds), then covered like a mesh.
+    """
+    import trimesh
+
+    slack = 0.1 * float(tolerance)
+    n = cylinder_sections(radius, slack)
+    outer = float(radius) / np.cos(np.pi / n)
+    mesh = trimesh.creation.cylinder(radius=outer, height=float(length), sections=n)
+    cover = cover_mesh(mesh.vertices, mesh.faces, tolerance, item_edge, cache_dir=cache_dir)
+    return dataclasses.replace(cover, excess=cover.excess + (outer - float(radius)))
+
+
+def cover_mesh(vertices, faces, tolerance, item_edge=None, poses=None, rotation_sag=0.0,
+               cache_dir=None):
+    """Return a conservative sphere cover of a triangle mesh (see the module docstring).
+
+    vertices (V, 3) [m], faces (F, 3): the mesh in its own frame (scale applied).
+    tolerance [m]: the largest allowed excess of a sphere beyond the geometry.
+    item_edge [m]: longest edge of the surface pieces (default ``tolerance``).
+    poses: (K, 4, 4) sampled poses of a moving mesh (a link on a joint outside the chain),
+    in the frame the cover is wanted in; None: the mesh does not move. rotation_sag [m]:
+    how far the motion between consecutive poses can leave their chords (added to radii).
+    cache_dir: directory of the disk cache; None: ``default_cache_dir()``; '': no cache.
+    """
+    vertices = np.ascontiguousarray(vertices, dtype=float).reshape(-1, 3)
+    faces = np.ascontiguousarray(faces, dtype=np.int64).reshape(-1, 3)
+    tolerance = float(tolerance)
+    if not tolerance > 0.0:
+        raise ValueError(f'cover tolerance must be > 0 [m]; got {tolerance}')
+    item_edge = tolerance if item_edge is None else float(item_edge)
+    poses = None if poses is None else np.ascontiguousarray(poses, dtype=float).reshape(-1, 4, 4)
+    key = _cache_key(vertices, faces, tolerance, item_edge, poses, rotation_sag)
+    cached = _cache_load(cache_dir, key)
+    if cached is not None:
+        return cached
+    cover = _compute_cover(vertices, faces, tolerance, item_edge, poses, float(rotation_sag))
+    _cache_store(cache_dir, key, cover)
+    return cover
+
+
+# ---------------------------------------------------------------------- the algorithm
+def bisect_triangles(tris, max_edge):
+    """Return triangles (T', 3, 3) covering ``tris`` (T, 3, 3) with every edge <= max_edge.
+
+    Longest-edge bisection: each triangle whose longest edge is too long is split at that
+    edge's midpoint, repeatedly. The pieces tile each original triangle exactly (they need
+    not be conforming between triangles: each piece is covered on its own), and slivers
+    turn into well-shaped pieces instead of multiplying like midpoint subdivision.
+    """
+    tris = np.asarray(tris, dtype=float).reshape(-1, 3, 3)
+    out = []
+    while len(tris):
+        edges = np.linalg.norm(tris[:, [1, 2, 0]] - tris, axis=-1)   # edge k: vertex k -> k+1
+        k = np.argmax(edges, axis=1)
+        rows = np.arange(len(tris))
+        done = edges[rows, k] <= max_edge
+        out.append(tris[done])
+        t, k = tris[~done], k[~done]
+        rows = np.arange(len(t))
+        a, b, c = t[rows, k], t[rows, (k + 1) % 3], t[rows, (k + 2) % 3]
+        m = 0.5 * (a + b)
+        tris = np.concatenate([np.stack([a, m, c], 1), np.stack([m, b, c], 1)])
+    return np.concatenate(out) if out else np.zeros((0, 3, 3))
+
+
+def _shrinking_ball(points, normals, samples, cap, chunk=256):
+    """Return (P,) radii of the largest inscribed balls tangent at ``points`` (inward)."""
+    out = np.empty(len(points))
+    for i in range(0, len(points), chunk):
+        p, n = points[i:i + chunk], normals[i:i + chunk]
+        d = p[:, None, :] - samples[None]
+        num = np.einsum('aqk,aqk->aq', d, d)
+        den = 2.0 * np.einsum('aqk,ak->aq', d, n)
+        ok = (den > 1e-9 * np.sqrt(num)) & (num > 1e-14)
+        t = np.where(ok, num / np.where(ok, den, 1.0), np.inf)
+        out[i:i + chunk] = np.minimum(t.min(axis=1), cap)
+    return out
+
+
+def _compute_cover(vertices, faces, tolerance, item_edge, poses, rotation_sag):
+    import trimesh
+    from scipy.spatial import cKDTree
+    import scipy.sparse as sp
+
+    mesh = trimesh.Trimesh(vertices, faces, process=True)
+    hull = False
+    if not mesh.is_watertight or not mesh.is_volume:
+        # Not a closed solid: cover its convex hull, a superset (signed distance and the
+        # interior are defined for it).
+        mesh = mesh.convex_hull
+        hull = True
+    elif mesh.volume < 0.0:
+        mesh.invert()
+    if poses is None:
+        poses = np.eye(4)[None]
+    copies = len(poses)
+    # Depths and candidates come from at most 9 of the poses (the union of fewer copies is
+    # smaller, so its depth is still a lower bound: the excess bound stays valid).
+    sample = np.unique(np.linspace(0, copies - 1, min(copies, 9)).round().astype(int))
+    moved = [mesh.copy().apply_transform(poses[k]) for k in sample]
+
+    # Pieces that must each fit in one sphere: surface triangles (at two consecutive poses
+    # for a moving mesh) and interior points.
+    tris = bisect_triangles(mesh.triangles, item_edge)
+    rot, trans = poses[:, :3, :3], poses[:, :3, 3]
+    at_pose = np.einsum('kij,tvj->ktvi', rot, tris) + trans[:, None, None, :]   # (K, T, 3, 3)
+    if copies == 1:
+        pieces = at_pose[0]
+    else:
+        pieces = np.concatenate([at_pose[:-1], at_pose[1:]], axis=2).reshape(-1, 6, 3)
+    grid = _grid(mesh.bounds, max(2.0 * tolerance, float(np.max(mesh.extents)) / 12.0))
+    inside = grid[mesh.contains(grid)] if len(grid) else np.zeros((0, 3))
+    interior = (np.einsum('kij,pj->kpi', rot, inside) + trans[:, None, :]).reshape(-1, 1, 3)
+    width = pieces.shape[1]
+    interior_pieces = np.repeat(interior, width, axis=1)
+    items = np.concatenate([pieces, interior_pieces])
+
+    # Candidate centres: shrinking balls on every pose's surface, at full and half depth.
+    count = int(np.clip(2.0 * mesh.area / tolerance ** 2, 200, 1500))
+    samples, face_index = trimesh.sample.sample_surface(mesh, count, seed=0)
+    pts = np.vstack([mesh.vertices, samples])
+    nrm = np.vstack([mesh.vertex_normals, mesh.face_normals[face_index]])
+    cap = 0.5 * float(np.linalg.norm(mesh.extents))
+    depth_t = _shrinking_ball(pts, nrm, pts, cap)
+    local = np.concatenate([pts - depth_t[:, None] * nrm, pts - 0.5 * depth_t[:, None] * nrm])
+    score = np.concatenate([depth_t, 0.5 * depth_t])
+    local, score = _dedup(local, score, 0.5 * tolerance)
+    cand = (np.einsum('kij,pj->kpi', rot[sample], local) + trans[sample][:, None, :]) \
+        .reshape(-1, 3)
+    depth = _depth(moved, cand)
+    keep = depth + tolerance > 0.0
+    cand, depth = cand[keep], depth[keep]
+
+    # Which candidate contains which piece (all its points within tolerance + depth).
+    flat = items.reshape(-1, 3)
+    tree = cKDTree(flat)
+    allowance = tolerance + depth
+    n_items = len(items)
+    blocks = []
+    for start in range(0, len(cand), 128):      # in blocks: bounded memory on big meshes
+        lists = tree.query_ball_point(cand[start:start + 128],
+                                      allowance[start:start + 128] * (1.0 - 1e-9))
+        lengths = np.fromiter((len(x) for x in lists), dtype=np.int64, count=len(lists))
+        rows = np.repeat(np.arange(len(lists)), lengths)
+        cols = (np.concatenate([np.asarray(x, dtype=np.int64) for x in lists]) if rows.size
+                else np.zeros(0, dtype=np.int64))
+        block = sp.csr_matrix((np.ones(len(rows), dtype=np.int32), (rows, cols // width)),
+                              shape=(len(lists), n_items))
+        block.sum_duplicates()
+        block.data = (block.data == width).astype(np.int8)
+        block.eliminate_zeros()
+        blocks.append(block)
+    hits = sp.vstack(blocks).tocsr() if blocks else sp.csr_matrix((0, n_items), dtype=np.int8)
+    chosen, uncovered = _greedy_cover(hits, n_items)
+
+    centers = cand[chosen]
+    depths = depth[chosen]
+    if uncovered.any():
+        # Pieces no candidate could take (a corner sharper than the candidates resolve):
+        # one small sphere each, around its own points.
+        extra = items[uncovered]
+        mid = 0.5 * (extra.max(axis=1) + extra.min(axis=1))
+        centers = np.vstack([centers, mid])
+        depths = np.concatenate([depths, _depth(moved, mid)])
+    radii, excess = _fit_radii(items, centers, depths, tolerance)
+    radii = radii + rotation_sag
+    excess = excess + rotation_sag
+    used = radii > 0.0
+    return SphereCover(centers[used], radii[used], excess[used], hull)
+
+
+def _grid(bounds, spacing):
+    lo, hi = np.asarray(bounds[0], float), np.asarray(bounds[1], float)
+    axes = [np.arange(a + 0.5 * spacing, b, spacing) for a, b in zip(lo, hi)]
+    if any(len(a) == 0 for a in axes):
+        return np.zeros((0, 3))
+    return np.stack(np.meshgrid(*axes, indexing='ij'), -1).reshape(-1, 3)
+
+
+def _dedup(points, score, cell):
+    """Keep the highest-score point per cubic cell of size ``cell``."""
+    key = np.floor(points / cell).astype(np.int64)
+    order = np.lexsort((-score, key[:, 2], key[:, 1], key[:, 0]))
+    sorted_key = key[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = np.any(sorted_key[1:] != sorted_key[:-1], axis=1)
+    pick = order[first]
+    return points[pick], score[pick]
+
+
+def _depth(meshes, points):
+    """Return (P,) depth of points inside the union of ``meshes`` (< 0 outside) [m]."""
+    import trimesh
+
+    if len(points) == 0:
+        return np.zeros(0)
+    depth = np.full(len(points), -np.inf)
+    for mesh in meshes:
+        depth = np.maximum(depth, trimesh.proximity.signed_distance(mesh, points))
+    return depth
+
+
+def _greedy_cover(hits, n_items):
+    """Return (chosen candidate rows, uncovered item mask) of a lazy greedy set cover."""
+    uncovered = np.ones(n_items, dtype=bool)
+    counts = np.diff(hits.indptr)
+    heap = [(-int(c), i) for i, c in enumerate(counts) if c > 0]
+    heapq.heapify(heap)
+    chosen = []
+    indptr, indices = hits.indptr, hits.indices
+    while heap:
+        _, i = heapq.heappop(heap)
+        row = indices[indptr[i]:indptr[i + 1]]
+        gain = int(np.count_nonzero(uncovered[row]))
+        if gain == 0:
+            continue
+        if heap and gain < -heap[0][0]:
+            heapq.heappush(heap, (-gain, i))
+            continue
+        chosen.append(i)
+        uncovered[row] = False
+        if not uncovered.any():
+            break
+    return np.array(chosen, dtype=np.int64), uncovered
+
+
+def _fit_radii(items, centers, depths, tolerance):
+    """Assign every piece to a sphere and shrink radii to what they must contain.
+
+    Each piece goes to the sphere that contains it with the least excess (its farthest
+    point's distance minus the centre's depth); a piece no sphere contains within tolerance
+    (only the fallback spheres' own pieces can be in that case) goes to the nearest one.
+    Returns (radii (S,), excess bounds (S,)).
+    """
+    n_items = len(items)
+    radii = np.zeros(len(centers))
+    chunk = max(16, int(4e6 // max(1, items.shape[1] * len(centers) * 3)))
+    for start in range(0, n_items, chunk):
+        block = items[start:start + chunk]                        # (b, m, 3)
+        far = np.sqrt(np.max(np.sum((block[:, :, None, :] - centers[None, None]) ** 2,
+                                    axis=-1), axis=1))             # (b, S)
+        excess = far - depths[None]
+        fits = excess <= tolerance + 1e-12
+        cost = np.where(fits, excess, np.inf)
+        best = np.argmin(cost, axis=1)
+        rows = np.arange(len(block))
+        none = ~np.isfinite(cost[rows, best])
+        if none.any():
+            best[none] = np.argmin(excess[none], axis=1)
+        np.maximum.at(radii, best, far[rows, best])
+    radii = np.where(radii > 0.0, radii * (1.0 + 1e-12) + 1e-12, 0.0)
+    return radii, radii - depths
+
+
+# ---------------------------------------------------------------------- the disk cache
+def _cache_key(vertices, faces, tolerance, item_edge, poses, rotation_sag):
+    h = hashlib.sha256()
+    h.update(f'smcik_ros-cover-v{COVER_VERSION}:{tolerance!r}:{item_edge!r}:'
+             f'{float(rotation_sag)!r}'.encode())
+    h.update(vertices.tobytes())
+    h.update(faces.tobytes())
+    if poses is not None:
+        h.update(poses.tobytes())
+    return h.hexdigest()
+
+
+def _cache_path(cache_dir, key):
+    if cache_dir == '':
+        return None
+    return os.path.join(cache_dir or default_cache_dir(), f'cover-{key}.npz')
+
+
+def _cache_load(cache_dir, key):
+    path = _cache_path(cache_dir, key)
+    if path is None or not os.path.isfile(path):
+        return None
+    try:
+        with np.load(path) as data:
+            return SphereCover(data['centers'], data['radii'], data['excess'],
+                               bool(data['hull']))
+    except (OSError, ValueError, KeyError) as exc:
+        _LOG.warning('ignoring unreadable cover cache file %s (%s)', path, exc)
+        return None
+
+
+def _cache_store(cache_dir, key, cover):
+    path = _cache_path(cache_dir, key)
+    if path is None:
+        return
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f'{path}.{os.getpid()}.tmp.npz'
+        np.savez(tmp, centers=cover.centers, radii=cover.radii, excess=cover.excess,
+                 hull=np.array(cover.hull))
+        os.replace(tmp, path)
+    except OSError as exc:
+        _LOG.warning('cannot write the cover cache %s (%s): covers will be recomputed at the '
+                     'next start', path, exc)

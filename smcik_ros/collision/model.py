@@ -1,0 +1,765 @@
+"""The robot's collision model: sphere covers of the URDF's <collision> geometry, per link.
+
+``CollisionModel.from_urdf(chain, urdf)`` reads every ``<collision>`` element (box, cylinder,
+sphere, mesh; a ``<capsule>`` too), resolves mesh URIs, covers each element with spheres
+(``covers``) and places them in the frame of the chain body that carries the link:
+
+- the chain's links (``Chain.link_names``: the base, the path to the tips, fixed children);
+- links rigidly attached anywhere (the base's parents through fixed joints, such as
+  ``world`` or a pedestal, and their fixed children; a hand fixed to the flange);
+- links on a joint outside the chain (gripper fingers on prismatic joints), covered over
+  their whole joint range and carried by their parent link; deeper off-chain branches (two
+  movable joints away from the chain) and links above a movable joint over the base are left
+  out, with a warning in ``model.warnings``.
+
+Mesh URIs: ``package://NAME/rest`` through the ament index (when ``ament_index_python`` is
+installed and knows NAME), else ``DIR/NAME/rest`` for the first ``package_paths`` entry DIR
+that has it (or a sub-directory of DIR whose package.xml names NAME), else the URDF file's
+own directory tree (an ancestor directory named NAME, or whose package.xml names NAME);
+``file://`` URIs and relative paths are relative to the URDF file. A missing mesh is a
+``ModelError`` naming the URI and every place looked.
+
+Without any collision geometry, ``CollisionModel.skeleton(chain)`` gives a thin cover of the
+segments between link origins, so keep-out volumes still work on bare URDFs.
+"""
+
+import dataclasses
+import io
+import logging
+import math
+import os
+import re
+import xml.etree.ElementTree as ElementTree
+
+import numpy as np
+
+from ..errors import ModelError
+from .covers import (SphereCover, cover_box, cover_cylinder, cover_mesh, cover_sphere,
+                     cylinder_sections)
+
+__all__ = ['CollisionModel', 'LinkGeometry', 'resolve_mesh_uri', 'conventional_srdf_path',
+           'load_mesh']
+
+_LOG = logging.getLogger('smcik_ros.collision')
+DEFAULT_TOLERANCE = 0.01      # [m] largest cover excess (sphere beyond the real geometry)
+DEFAULT_SKELETON_RADIUS = 0.01  # [m]
+MAX_SWEEP = 0.3    # [m] off-chain links whose points travel farther over their range are left out
+
+
+@dataclasses.dataclass(frozen=True)
+class LinkGeometry:
+    """One <collision> element of a link, in the link frame.
+
+    kind: 'box', 'cylinder', 'sphere', 'capsule' or 'mesh'; origin: (4, 4) pose in the link
+    frame [m]; size: box (x, y, z) side lengths, cylinder/capsule (radius, length), sphere
+    (radius,) [m]; mesh_path: the resolved file (meshes only), scale (3,), uri as written.
+    """
+
+    link: str
+    kind: str
+    origin: np.ndarray
+    size: tuple = ()
+    mesh_path: str = None
+    scale: tuple = (1.0, 1.0, 1.0)
+    uri: str = None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Attachment:
+    """How a URDF link rides on the chain: a body and its pose(s) in that body's frame.
+
+    poses (K, 4, 4): one pose for rigid links; K sampled poses over the joint range for a
+    link on an off-chain joint; sag: for a revolute sweep, the ratio of how far a point's arc
+    leaves its chord to that chord's length between consecutive poses (tan(step / 4) / 2),
+    0 for translations; group: rigid group id (self-collision adjacency).
+    """
+
+    body: int
+    poses: np.ndarray
+    group: int
+    sag: float = 0.0
+
+    @property
+    def swept(self):
+        return len(self.poses) > 1
+
+
+class CollisionModel:
+    """Sphere covers of a robot's links, in the frames of the chain's bodies.
+
+    Build with ``from_urdf`` or ``skeleton``. Arrays (read-only):
+
+    - ``link_names`` (L,): links that have spheres; ``link_body`` (L,): the chain body that
+      carries each (-1: the base); ``link_group`` (L,): rigid groups (links fixed together
+      share one); ``group_parent`` (G,): each group's parent group (-1: none);
+    - ``centers`` (S, 3) [m] in the body frames, ``radii`` (S,) [m], ``sphere_link`` (S,),
+      ``sphere_body`` (S,); spheres of one link are contiguous (``link_start``,
+      ``link_count``);
+    - ``link_excess`` (L,): the largest cover excess of each link [m] (an upper bound);
+    - ``geometry``: {link: [LinkGeometry, ...]}; ``swept_links``: links covered over an
+      off-chain joint's range; ``warnings``: what was left out and why.
+    """
+
+    def __init__(self, chain, link_covers, attachments, geometry=None, warnings=(),
+                 source='urdf', tolerance=DEFAULT_TOLERANCE, group_parent=None, urdf_path=None,
+                 urdf_links=None):
+        self.chain = chain
+        self.urdf_links = tuple(urdf_links if urdf_links is not None else chain.link_names)
+        self.source = source
+        self.tolerance = float(tolerance)
+        self.geometry = dict(geometry or {})
+        self.warnings = list(warnings)
+        self.urdf_path = urdf_path
+        self.cache_dir = ''          # from_urdf: where covers (and the constraint's tables) live
+        names, bodies, groups, starts, counts, excess = [], [], [], [], [], []
+        centers, radii, sphere_link = [], [], []
+        for name, cover in link_covers:
+            if not len(cover):
+                continue
+            att = attachments[name]
+            starts.append(sum(len(r) for r in radii))
+            counts.append(len(cover))
+            names.append(name)
+            bodies.append(att.body)
+            groups.append(att.group)
+            excess.append(cover.max_excess)
+            centers.append(cover.centers)
+            radii.append(cover.radii)
+            sphere_link.append(np.full(len(cover), len(names) - 1))
+        self.link_names = tuple(names)
+        self.link_body = _ro(np.array(bodies, dtype=np.int64))
+        self.link_group = _ro(np.array(groups, dtype=np.int64))
+        self.link_start = _ro(np.array(starts, dtype=np.int64))
+        self.link_count = _ro(np.array(counts, dtype=np.int64))
+        self.link_excess = _ro(np.array(excess, dtype=float))
+        self.centers = _ro(np.concatenate(centers) if centers else np.zeros((0, 3)))
+        self.radii = _ro(np.concatenate(radii) if radii else np.zeros(0))
+        self.sphere_link = _ro(np.concatenate(sphere_link) if sphere_link
+                               else np.zeros(0, dtype=np.int64))
+        self.sphere_body = _ro(self.link_body[self.sphere_link] if len(self.sphere_link)
+                               else np.zeros(0, dtype=np.int64))
+        self.swept_links = tuple(n for n in names if attachments[n].swept)
+        self._attachments = {n: attachments[n] for n in names}
+        self.group_parent = _ro(np.asarray(group_parent if group_parent is not None else [],
+                                           dtype=np.int64))
+        self._index = {n: i for i, n in enumerate(names)}
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_urdf(cls, chain, urdf, package_paths=(), tolerance=DEFAULT_TOLERANCE,
+                  cache_dir=None, urdf_path=None, item_edge=None):
+        """Build the model of ``chain`` from the URDF it was loaded from.
+
+        urdf: a URDF file path or its XML text (``robot_description``); urdf_path: the file
+        the XML came from, when given as text (relative mesh paths and the package search in
+        its directory tree; None: the current directory). package_paths: directories holding
+        ROS packages for ``package://`` URIs. tolerance [m]: the largest cover excess.
+        cache_dir: disk cache of covers (None: ``covers.default_cache_dir()``; '': none).
+        Raises ModelError for an unreadable URDF, an unresolvable or unreadable mesh.
+        """
+        text, path = _read_urdf(urdf, urdf_path)
+        tolerance = float(tolerance)
+        if not (tolerance > 0.0 and math.isfinite(tolerance)):
+            raise ModelError(f'cover tolerance must be a positive number [m]; got {tolerance}')
+        robot, raw_links = _parse(text, path)
+        missing = [n for n in chain.link_names if n not in raw_links]
+        if missing:
+            raise ModelError(f'the URDF does not match the chain: it lacks link(s) '
+                             f'{", ".join(missing)}')
+        attachments, group_parent, warnings = _attach(chain, robot, tolerance)
+        base_dir = os.path.dirname(os.path.abspath(path)) if path else os.getcwd()
+        geometry, link_covers = {}, []
+        for link in robot.links:
+            items = _link_geometry(link, raw_links.get(link.name), base_dir,
+                                   tuple(package_paths or ()))
+            if not items:
+                continue
+            att = attachments.get(link.name)
+            if att is None:
+                continue
+            if att.swept:
+                travel = max(_sweep_travel(g, att, tolerance) for g in items)
+                if travel > MAX_SWEEP:
+                    warnings.append(
+                        f'link {link.name!r} is on a joint off the chain and its geometry moves '
+                        f'up to {travel:.2f} m over that joint\'s range (more than {MAX_SWEEP} m):'
+                        ' left out; put it on the chain (base/tip links) or publish it as an '
+                        'obstacle')
+                    continue
+            geometry[link.name] = items
+            covers = [_cover_element(g, att, tolerance, item_edge, cache_dir) for g in items]
+            link_covers.append((link.name, _merge(covers)))
+        for name in attachments:
+            if name not in geometry and name in raw_links and raw_links[name]['unsupported']:
+                warnings.append(f'link {name!r}: <collision> without supported geometry '
+                                f'({raw_links[name]["unsupported"]}) left out')
+        order = {n: i for i, n in enumerate(chain.link_names)}
+        link_covers.sort(key=lambda item: (order.get(item[0], len(order)), item[0]))
+        model = cls(chain, link_covers, attachments, geometry, warnings, 'urdf', tolerance,
+                    group_parent, path, tuple(raw_links))
+        model.cache_dir = cache_dir
+        for w in warnings:
+            _LOG.warning('%s', w)
+        return model
+
+    @classmethod
+    def skeleton(cls, chain, radius=DEFAULT_SKELETON_RADIUS):
+        """Return a thin cover of the chain's segments (for URDFs without <collision>).
+
+        Each link of the chain gets spheres of ``radius`` [m] along the segment from the
+        origin of the joint (or link) it hangs from to its own origin, on the body that
+        carries that segment; the excess of this cover is ``radius`` around the segments.
+        """
+        radius = float(radius)
+        if not radius > 0.0:
+            raise ModelError(f'skeleton radius must be > 0 [m]; got {radius}')
+        link_covers, attachments = [], {}
+        for link in chain.link_names[1:]:
+            body, off = chain._link_anchor(link)
+            if body >= 0 and off is chain._identity:
+                parent = chain._body_parent[body]
+                start, end = np.zeros(3), np.asarray(chain._body_offset[body], dtype=float)
+                host = parent
+            else:
+                start, end, host = np.zeros(3), off[:3, 3].copy(), body
+            length = float(np.linalg.norm(end - start))
+            count = max(1, int(math.ceil(length / (1.6 * radius))) + 1)
+            t = np.linspace(0.0, 1.0, count)[:, None]
+            centers = start + t * (end - start)
+            cover = SphereCover(centers, np.full(count, radius), np.full(count, radius))
+            link_covers.append((link, cover))
+            attachments[link] = _Attachment(host, np.eye(4)[None], host + 1)
+        group_parent = [-1] + [b + 1 for b in chain._body_parent]
+        return cls(chain, link_covers, attachments, {}, [], 'skeleton', radius, group_parent)
+
+    # ------------------------------------------------------------------ queries
+    def __len__(self):
+        return len(self.radii)
+
+    @property
+    def has_geometry(self):
+        """True when the model has at least one sphere."""
+        return len(self.radii) > 0
+
+    def link_index(self, name):
+        """Return the index of link ``name`` in ``link_names`` (ModelError if absent)."""
+        try:
+            return self._index[name]
+        except KeyError:
+            raise ModelError(f'link {name!r} has no collision geometry in the model; links '
+                             f'with geometry: {", ".join(self.link_names) or "none"}') from None
+
+    def has_link(self, name):
+        """Return True when link ``name`` has spheres in the model."""
+        return name in self._index
+
+    def adjacent_links(self):
+        """Return the set of (i, j), i < j, link index pairs that are adjacent.
+
+        Adjacent: the same rigid group (links fixed together are one body) or groups joined
+        by one joint (parent/child).
+        """
+        out = set()
+        g = self.link_group
+        parent = self.group_parent
+        for i in range(len(g)):
+            for j in range(i + 1, len(g)):
+                a, b = int(g[i]), int(g[j])
+                if a == b or (0 <= a < len(parent) and parent[a] == b) or \
+                        (0 <= b < len(parent) and parent[b] == a):
+                    out.add((i, j))
+        return out
+
+    def world_spheres(self, frames):
+        """Return the (N, S, 3) sphere centres of every configuration of ``frames`` [m]."""
+        n = len(frames)
+        out = np.empty((n, len(self.radii), 3))
+        for body, start, stop in self._body_slices():
+            local = self.centers[start:stop]
+            if body < 0:
+                out[:, start:stop] = local
+            else:
+                out[:, start:stop] = (np.matmul(frames.rot[body], local.T)
+                                      .transpose(0, 2, 1) + frames.pos[body][:, None, :])
+        return out
+
+    def _body_slices(self):
+        """Return [(body, start, stop)] runs of spheres on one body (cached)."""
+        runs = getattr(self, '_runs', None)
+        if runs is None:
+            runs = []
+            b = self.sphere_body
+            start = 0
+            for i in range(1, len(b) + 1):
+                if i == len(b) or b[i] != b[start]:
+                    runs.append((int(b[start]), start, i))
+                    start = i
+            self._runs = runs
+        return runs
+
+    def excess_table(self):
+        """Return [(link, spheres, max excess [m], swept)] for reports."""
+        return [(n, int(c), float(e), n in self.swept_links)
+                for n, c, e in zip(self.link_names, self.link_count, self.link_excess)]
+
+    def __repr__(self):
+        return (f'CollisionModel({self.source}, {len(self.link_names)} links, '
+                f'{len(self.radii)} spheres, tolerance {self.tolerance:g} m)')
+
+
+# ---------------------------------------------------------------------- URIs and files
+def resolve_mesh_uri(uri, urdf_dir=None, package_paths=()):
+    """Return the file path of a mesh URI, or raise ModelError naming every place looked.
+
+    ``package://NAME/rest``: the ament index (if installed and NAME is known), then
+    ``DIR/NAME/rest`` (or ``DIR/X/rest`` where DIR/X/package.xml names NAME) for each DIR of
+    ``package_paths``, then the ancestors of ``urdf_dir`` (a directory named NAME or whose
+    package.xml names NAME). ``file://PATH`` and plain paths: absolute, or relative to
+    ``urdf_dir`` (default: the current directory).
+    """
+    urdf_dir = os.path.abspath(urdf_dir or os.getcwd())
+    tried = []
+    if uri.startswith('package://'):
+        rest = uri[len('package://'):]
+        name, _, sub = rest.partition('/')
+        if not name or not sub:
+            raise ModelError(f'mesh URI {uri!r} is not package://NAME/path')
+        share = _ament_share(name)
+        if share is not None:
+            path = os.path.join(share, sub)
+            tried.append(f'ament index share {share!r} -> {path!r}')
+            if os.path.isfile(path):
+                return path
+        else:
+            tried.append(f'ament index: package {name!r} not found (or ament_index_python '
+                         'not installed)')
+        for directory in package_paths:
+            directory = os.path.expanduser(str(directory))
+            for root in _package_roots(directory, name):
+                path = os.path.join(root, sub)
+                tried.append(path)
+                if os.path.isfile(path):
+                    return path
+            if not os.path.isdir(directory):
+                tried.append(f'package_paths entry {directory!r} (not a directory)')
+        ancestor = urdf_dir
+        while True:
+            if os.path.basename(ancestor) == name or _package_name(ancestor) == name:
+                path = os.path.join(ancestor, sub)
+                tried.append(path)
+                if os.path.isfile(path):
+                    return path
+            parent = os.path.dirname(ancestor)
+            if parent == ancestor:
+                break
+            ancestor = parent
+        tried.append(f'no ancestor of {urdf_dir!r} named {name!r} (or whose package.xml names '
+                     'it) holds it')
+        raise ModelError(f'mesh {uri!r} not found; looked in: ' + '; '.join(tried) +
+                         '. Set package_paths to a directory containing the package '
+                         f'{name!r} (or source its ROS workspace)')
+    path = uri[len('file://'):] if uri.startswith('file://') else uri
+    path = os.path.expanduser(path)
+    if not os.path.isabs(path):
+        path = os.path.join(urdf_dir, path)
+    if os.path.isfile(path):
+        return path
+    raise ModelError(f'mesh {uri!r} not found: {path!r} does not exist (relative paths are '
+                     f'taken from the URDF directory {urdf_dir!r})')
+
+
+def _ament_share(name):
+    try:
+        from ament_index_python.packages import get_package_share_directory
+    except ImportError:
+        return None
+    try:
+        return get_package_share_directory(name)
+    except Exception:   # PackageNotFoundError, or no AMENT_PREFIX_PATH at all
+        return None
+
+
+def _package_roots(directory, name):
+    """Yield directories under ``directory`` that hold package ``name``."""
+    direct = os.path.join(directory, name)
+    if os.path.isdir(direct):
+        yield direct
+    if _package_name(directory) == name:
+        yield directory
+    try:
+        entries = sorted(os.listdir(directory))
+    except OSError:
+        return
+    for entry in entries:
+        sub = os.path.join(directory, entry)
+        if entry != name and os.path.isdir(sub) and _package_name(sub) == name:
+            yield sub
+
+
+_PACKAGE_NAME = re.compile(rb'<name>\s*([^<\s]+)\s*</name>')
+
+
+def _package_name(directory):
+    try:
+        with open(os.path.join(directory, 'package.xml'), 'rb') as f:
+            match = _PACKAGE_NAME.search(f.read(65536))
+    except OSError:
+        return None
+    return match.group(1).decode() if match else None
+
+
+def conventional_srdf_path(urdf_path):
+    """Return the SRDF found beside a URDF by convention, or None.
+
+    Looked for, in order: ``<dir>/<stem>.srdf`` next to the URDF; ``<pkg>/config/<stem>.srdf``
+    in the URDF's package (``<pkg>`` = the directory above ``urdf/``); and MoveIt's layout
+    ``<X>_moveit_config/config/<stem>.srdf`` beside a ``<X>_description`` package.
+    """
+    if not urdf_path or not isinstance(urdf_path, (str, os.PathLike)):
+        return None
+    urdf_path = os.path.abspath(os.fspath(urdf_path))
+    directory = os.path.dirname(urdf_path)
+    stem = os.path.splitext(os.path.basename(urdf_path))[0]
+    if stem.endswith('.urdf'):      # robot.urdf.xacro -> robot
+        stem = stem[:-5]
+    candidates = [os.path.join(directory, stem + '.srdf')]
+    package = os.path.dirname(directory) if os.path.basename(directory) == 'urdf' else directory
+    candidates.append(os.path.join(package, 'config', stem + '.srdf'))
+    base = os.path.basename(package)
+    if base.endswith('_description'):
+        prefix = base[:-len('_description')]
+        candidates.append(os.path.join(os.path.dirname(package), prefix + '_moveit_config',
+                                       'config', stem + '.srdf'))
+    for candidate in candidates:
+        if os.path.isfile(candidate):
+            return candidate
+    return None
+
+
+def load_mesh(path, scale=(1.0, 1.0, 1.0)):
+    """Return (vertices (V, 3) [m], faces (F, 3)) of a mesh file, scaled.
+
+    STL, OBJ, DAE (and whatever else trimesh reads); a COLLADA ``<unit meter=...>`` is
+    applied as ROS tools do. Raises ModelError for unreadable or empty files.
+    """
+    try:
+        import trimesh
+        loaded = trimesh.load(path, force='mesh', process=False)
+    except Exception as exc:
+        raise ModelError(f'cannot read mesh {path!r}: {exc}') from exc
+    vertices = np.asarray(getattr(loaded, 'vertices', np.zeros((0, 3))), dtype=float)
+    faces = np.asarray(getattr(loaded, 'faces', np.zeros((0, 3))), dtype=np.int64)
+    if len(vertices) == 0 or len(faces) == 0:
+        raise ModelError(f'mesh {path!r} has no triangles')
+    unit = _collada_unit(path)
+    if unit != 1.0:
+        # trimesh records a COLLADA unit in its metadata but does not scale the vertices.
+        vertices = vertices * unit
+    return vertices * np.asarray(scale, dtype=float), faces
+
+
+def _collada_unit(path):
+    if not str(path).lower().endswith('.dae'):
+        return 1.0
+    try:
+        with open(path, 'rb') as f:
+            head = f.read(8192)
+    except OSError:
+        return 1.0
+    match = re.search(rb'<unit[^>]*meter\s*=\s*"([^"]+)"', head)
+    try:
+        return float(match.group(1)) if match else 1.0
+    except ValueError:
+        return 1.0
+
+
+# ---------------------------------------------------------------------- URDF reading
+def _read_urdf(urdf, urdf_path):
+    if isinstance(urdf, os.PathLike) or (isinstance(urdf, str) and
+                                         not urdf.lstrip().startswith('<')):
+        path = os.fspath(urdf)
+        if not os.path.isfile(path):
+            raise ModelError(f'URDF file {path!r} does not exist')
+        with open(path, 'rb') as f:
+            return f.read(), path
+    if isinstance(urdf, str):
+        urdf = urdf.encode('utf-8')
+    if not isinstance(urdf, (bytes, bytearray)):
+        raise ModelError(f'urdf must be a file path or the XML text; got {type(urdf).__name__}')
+    return bytes(urdf), (os.fspath(urdf_path) if urdf_path else None)
+
+
+def _parse(text, path):
+    try:
+        import yourdfpy
+    except ImportError as exc:  # pragma: no cover - dependency missing
+        raise ModelError(f'the URDF parser is not installed ({exc}); pip install '
+                         'yourdfpy') from exc
+    source = f'URDF file {path!r}' if path else 'robot_description string'
+    try:
+        root = ElementTree.fromstring(text)
+    except ElementTree.ParseError as exc:
+        raise ModelError(f'{source} is not well-formed XML: {exc}') from exc
+    try:
+        robot = yourdfpy.URDF.load(io.BytesIO(text), build_scene_graph=False, load_meshes=False,
+                                   build_collision_scene_graph=False).robot
+    except Exception as exc:
+        raise ModelError(f'{source} could not be parsed as URDF: {exc}') from exc
+    raw = {}
+    for link in root.iter('link'):
+        kinds = []
+        unsupported = []
+        for col in link.findall('collision'):
+            geo = col.find('geometry')
+            child = None if geo is None else next(iter(geo), None)
+            tag = None if child is None else child.tag
+            kinds.append((tag, dict(child.attrib) if child is not None else {}))
+            if tag not in ('box', 'cylinder', 'sphere', 'mesh', 'capsule'):
+                unsupported.append(str(tag))
+        raw[link.get('name')] = {'collisions': kinds, 'unsupported': ', '.join(unsupported)}
+    return robot, raw
+
+
+def _link_geometry(link, raw, base_dir, package_paths):
+    out = []
+    raw_items = (raw or {}).get('collisions', [])
+    for k, col in enumerate(link.collisions):
+        origin = np.eye(4) if col.origin is None else np.asarray(col.origin, dtype=float)
+        geo = col.geometry
+        where = f'link {link.name!r} <collision> {k}'
+        if geo is None:
+            continue
+        if geo.box is not None:
+            size = tuple(float(v) for v in np.ravel(geo.box.size))
+            _check_sizes(where, 'box size', size, 3)
+            out.append(LinkGeometry(link.name, 'box', origin, size))
+        elif geo.cylinder is not None:
+            size = (float(geo.cylinder.radius), float(geo.cylinder.length))
+            _check_sizes(where, 'cylinder radius/length', size, 2)
+            out.append(LinkGeometry(link.name, 'cylinder', origin, size))
+        elif geo.sphere is not None:
+            size = (float(geo.sphere.radius),)
+            _check_sizes(where, 'sphere radius', size, 1)
+            out.append(LinkGeometry(link.name, 'sphere', origin, size))
+        elif geo.mesh is not None:
+            scale = geo.mesh.scale
+            scale = (1.0, 1.0, 1.0) if scale is None else tuple(
+                float(v) for v in np.broadcast_to(np.asarray(scale, dtype=float), (3,)))
+            if not all(math.isfinite(v) and v != 0.0 for v in scale):
+                raise ModelError(f'{where}: mesh scale must be finite and non-zero; got {scale}')
+            path = resolve_mesh_uri(geo.mesh.filename, base_dir, package_paths)
+            out.append(LinkGeometry(link.name, 'mesh', origin, (), path, scale,
+                                    geo.mesh.filename))
+        elif k < len(raw_items) and raw_items[k][0] == 'capsule':
+            attrs = raw_items[k][1]
+            try:
+                size = (float(attrs['radius']), float(attrs['length']))
+            except (KeyError, ValueError):
+                raise ModelError(f'{where}: <capsule> needs numeric radius and length; got '
+                                 f'{attrs}') from None
+            _check_sizes(where, 'capsule radius/length', size, 2)
+            out.append(LinkGeometry(link.name, 'capsule', origin, size))
+    return out
+
+
+def _check_sizes(where, what, size, count):
+    if len(size) != count or not all(math.isfinite(v) and v > 0.0 for v in size):
+        raise ModelError(f'{where}: {what} must be {count} positive numbers [m]; got {size}')
+
+
+# ---------------------------------------------------------------------- attachments
+def _attach(chain, robot, tolerance):
+    """Return ({link: _Attachment}, group_parent list, warnings) for every URDF link."""
+    joints = list(robot.joints)
+    by_child = {j.child: j for j in joints}
+    children = {}
+    for j in joints:
+        children.setdefault(j.parent, []).append(j)
+    has_geometry = {link.name: bool(link.collisions) for link in robot.links}
+    warnings = []
+    B = chain.num_bodies
+    group_parent = [-1] + [b + 1 for b in chain._body_parent]
+    att = {}
+    for link in chain.link_names:
+        body, off = chain._link_anchor(link)
+        att[link] = _Attachment(body, np.asarray(off, dtype=float)[None], body + 1)
+    # The base's ancestors through fixed joints are rigid with it.
+    link = chain.base_link
+    off = np.eye(4)
+    while link in by_child:
+        j = by_child[link]
+        if j.type != 'fixed':
+            if _subtree_has_geometry(j.parent, children, has_geometry, exclude=link):
+                warnings.append(f'links above joint {j.name!r} ({j.type}, over the base link '
+                                f'{chain.base_link!r}) move independently of the chain: their '
+                                'collision geometry is left out')
+            break
+        off = off @ np.linalg.inv(_origin(j))
+        link = j.parent
+        att.setdefault(link, _Attachment(-1, off[None], 0))
+    # Descend into everything not yet attached: fixed children ride along; one movable
+    # joint off the chain is swept over its range.
+    stack = list(att)
+    swept_groups = 0
+    while stack:
+        link = stack.pop()
+        a = att[link]
+        for j in children.get(link, []):
+            if j.child in att:
+                continue
+            origin = _origin(j)
+            if j.type == 'fixed':
+                att[j.child] = _Attachment(a.body, a.poses @ origin, a.group, a.sag)
+                stack.append(j.child)
+                continue
+            if a.swept or j.type not in ('revolute', 'prismatic', 'continuous'):
+                if _subtree_has_geometry(j.child, children, has_geometry):
+                    reason = ('two movable joints away from the chain' if a.swept
+                              else f'a {j.type} joint')
+                    warnings.append(f'link {j.child!r} (below joint {j.name!r}, {reason}) is '
+                                    'not modelled: its collision geometry is left out')
+                continue
+            poses, sag = _sweep(j, by_child, joints, tolerance)
+            group = B + 1 + swept_groups
+            swept_groups += 1
+            group_parent.append(a.group)
+            att[j.child] = _Attachment(a.body, (a.poses[0] @ origin) @ poses, group, sag)
+            stack.append(j.child)
+    return att, group_parent, warnings
+
+
+def _origin(joint):
+    return np.eye(4) if joint.origin is None else np.asarray(joint.origin, dtype=float)
+
+
+def _subtree_has_geometry(link, children, has_geometry, exclude=None):
+    stack = [link]
+    while stack:
+        name = stack.pop()
+        if name != exclude and has_geometry.get(name):
+            return True
+        stack.extend(j.child for j in children.get(name, []) if j.child != exclude)
+    return False
+
+
+def _joint_range(joint, joints):
+    lim = joint.limit
+    lo = None if lim is None else lim.lower
+    hi = None if lim is None else lim.upper
+    if joint.type == 'continuous' or lo is None or hi is None:
+        if joint.mimic is not None:
+            src = next((j for j in joints if j.name == joint.mimic.joint), None)
+            if src is not None and src.limit is not None and src.limit.lower is not None \
+                    and src.type != 'continuous':
+                m = 1.0 if joint.mimic.multiplier is None else float(joint.mimic.multiplier)
+                o = 0.0 if joint.mimic.offset is None else float(joint.mimic.offset)
+                ends = sorted((m * src.limit.lower + o, m * src.limit.upper + o))
+                return float(ends[0]), float(ends[1])
+        if joint.type == 'prismatic':
+            raise ModelError(f'joint {joint.name!r} (prismatic, off the chain) has no limits: '
+                             'its links cannot be covered over their range')
+        return -math.pi, math.pi
+    return float(lo), float(hi)
+
+
+def _sweep(joint, by_child, joints, tolerance):
+    """Return (poses (K, 4, 4) of the child over the joint range, sag [m])."""
+    lo, hi = _joint_range(joint, joints)
+    axis = np.asarray(joint.axis if joint.axis is not None else (1.0, 0.0, 0.0), dtype=float)
+    axis = axis / max(np.linalg.norm(axis), 1e-12)
+    if joint.type == 'prismatic':
+        count = max(2, int(math.ceil((hi - lo) / tolerance)) + 1)
+        values = np.linspace(lo, hi, count)
+        poses = np.tile(np.eye(4), (count, 1, 1))
+        poses[:, :3, 3] = values[:, None] * axis
+        return poses, 0.0
+    # Revolute: steps so that a point 1 m from the axis moves <= tolerance between poses; a
+    # point of an arc is within chord * tan(step / 4) / 2 of the chord (the caller adds it).
+    step = max(tolerance, 1e-3)
+    count = int(min(max(2, math.ceil((hi - lo) / step) + 1), 361))
+    values = np.linspace(lo, hi, count)
+    step = (hi - lo) / max(count - 1, 1)
+    from ..rotations import rotvec_to_matrix
+    poses = np.tile(np.eye(4), (count, 1, 1))
+    poses[:, :3, :3] = rotvec_to_matrix(values[:, None] * axis)
+    return poses, 0.5 * math.tan(0.25 * step)
+
+
+# ---------------------------------------------------------------------- covering elements
+def _cover_element(geom, att, tolerance, item_edge, cache_dir):
+    """Return the SphereCover of one <collision> element in its body's frame."""
+    placement = att.poses @ geom.origin                        # (K, 4, 4)
+    if not att.swept:
+        pose = placement[0]
+        if geom.kind == 'sphere':
+            return cover_sphere(geom.size[0]).transformed(pose)
+        if geom.kind == 'box':
+            return cover_box(geom.size, tolerance, item_edge, cache_dir).transformed(pose)
+        if geom.kind == 'cylinder':
+            return cover_cylinder(geom.size[0], geom.size[1], tolerance, item_edge,
+                                  cache_dir).transformed(pose)
+        vertices, faces = _element_mesh(geom, tolerance)
+        return cover_mesh(vertices, faces, tolerance, item_edge, cache_dir=cache_dir) \
+            .transformed(pose)
+    # Swept over an off-chain joint: cover the mesh at consecutive sampled poses.
+    if geom.kind == 'sphere':
+        centers = placement[:, :3, 3]
+        step = np.linalg.norm(np.diff(centers, axis=0), axis=-1)
+        # Any point of the path is within half a chord plus the arc's sag of a sample.
+        grow = (0.5 + att.sag) * float(step.max()) if len(step) else 0.0
+        radius = geom.size[0] + grow
+        return SphereCover(centers, np.full(len(centers), radius), np.full(len(centers), grow))
+    vertices, faces = _element_mesh(geom, tolerance)
+    sag = 0.0
+    if att.sag:
+        placed = np.einsum('kij,vj->kvi', placement[:, :3, :3], vertices) + \
+            placement[:, None, :3, 3]
+        sag = att.sag * float(np.linalg.norm(np.diff(placed, axis=0), axis=-1).max())
+    return cover_mesh(vertices, faces, tolerance, item_edge, poses=placement,
+                      rotation_sag=sag, cache_dir=cache_dir)
+
+
+def _sweep_travel(geom, att, tolerance):
+    """Return the longest path [m] a point of ``geom`` travels over its sampled poses."""
+    vertices, _ = _element_mesh(geom, tolerance)
+    placement = att.poses @ geom.origin
+    placed = np.einsum('kij,vj->kvi', placement[:, :3, :3], vertices) + placement[:, None, :3, 3]
+    return float(np.linalg.norm(np.diff(placed, axis=0), axis=-1).sum(axis=0).max())
+
+
+def _element_mesh(geom, tolerance):
+    import trimesh
+
+    if geom.kind == 'mesh':
+        return load_mesh(geom.mesh_path, geom.scale)
+    if geom.kind == 'box':
+        mesh = trimesh.creation.box(extents=np.asarray(geom.size, dtype=float))
+    elif geom.kind == 'cylinder':
+        n = cylinder_sections(geom.size[0], 0.1 * tolerance)
+        mesh = trimesh.creation.cylinder(radius=geom.size[0] / math.cos(math.pi / n),
+                                         height=geom.size[1], sections=n)
+    elif geom.kind == 'capsule':
+        # A capsule is a cylinder with hemispherical caps: an icosphere-based capsule mesh
+        # is inscribed, so grow it until its flat facets clear the true surface.
+        mesh = trimesh.creation.capsule(height=geom.size[1], radius=geom.size[0], count=[32, 32])
+        grow = geom.size[0] * (1.0 / math.cos(math.pi / 32) ** 2 - 1.0)
+        mesh = trimesh.creation.capsule(height=geom.size[1], radius=geom.size[0] + grow,
+                                        count=[32, 32])
+    else:  # sphere (swept case handled by the caller)
+        mesh = trimesh.creation.icosphere(subdivisions=3, radius=geom.size[0] * 1.01)
+    return np.asarray(mesh.vertices), np.asarray(mesh.faces)
+
+
+def _merge(covers):
+    covers = [c for c in covers if len(c)]
+    if not covers:
+        return SphereCover(np.zeros((0, 3)), np.zeros(0), np.zeros(0))
+    return SphereCover(np.concatenate([c.centers for c in covers]),
+                       np.concatenate([c.radii for c in covers]),
+                       np.concatenate([c.excess for c in covers]),
+                       any(c.hull for c in covers))
+
+
+def _ro(arr):
+    arr.setflags(write=False)
+    return arr

@@ -1,0 +1,161 @@
+"""Inequality constraints for the gradient solvers: velocity dampers and a small QP.
+
+Hard constraints that can report distances (``inequality_rows(frames, influence)``, e.g.
+``collision.CollisionConstraint``) are not pushed into the primary task as equalities:
+each pair closer than the influence distance d_i becomes a linear inequality on the step,
+
+    J_d dq >= -xi (d - d_s) / (d_i - d_s)          (velocity damper, Faverjon & Tournassoud
+                                                    1987; mink and pink use the same form)
+
+so a distance d above the security distance d_s may shrink by at most the share xi of its
+margin per iteration, and one below it must grow. The solver's step dq0 is then projected
+onto these inequalities (and the joint limits, and the step bound) in the metric of the task:
+
+    minimise (dq - dq0)^T H (dq - dq0),  H = J^T J + mu I,   s.t. A dq >= b
+
+so the correction uses the task's null space first. The QP is a least-distance problem after
+the change of variables y = L^T (dq - dq0) (H = L L^T), solved exactly by NNLS (Lawson &
+Hanson, "Solving Least Squares Problems", ch. 23), small and dense.
+
+A step is then checked on the real constraint along the motion (``check_motion``: sub-steps
+no cover point moves more than the padding between): if some sub-step violates it (a distance
+below zero that got deeper than at the current iterate), the step is halved up to
+``MAX_HALVINGS`` times, then refused (the iterate holds). So a runtime switch between
+'smc', 'jacobian' and 'distance' keeps the guarantee.
+"""
+
+import numpy as np
+from scipy.optimize import nnls
+
+__all__ = ['damper_rows', 'project_step', 'constrained_step', 'inequality_constraints',
+           'MAX_HALVINGS']
+
+MAX_HALVINGS = 4
+
+
+def inequality_constraints(constraints):
+    """Return the hard constraints that provide ``inequality_rows`` (collision and keep-out)."""
+    return [c for c in constraints if c.hard and hasattr(c, 'inequality_rows')]
+
+
+def damper_rows(constraints, frames, influence, security, gain):
+    """Return (A (m, nv), b (m,), d (m,)) of the velocity dampers at ``frames`` (one row).
+
+    influence d_i [m], security d_s [m], gain xi: rows J_d dq >= -xi (d - d_s) / (d_i - d_s)
+    for every pair closer than d_i.
+    """
+    nv = frames.chain.nv
+    blocks_a, blocks_d = [], []
+    for c in constraints:
+        d, jac = c.inequality_rows(frames, influence)
+        if len(d):
+            blocks_a.append(jac)
+            blocks_d.append(d)
+    if not blocks_a:
+        return np.zeros((0, nv)), np.zeros(0), np.zeros(0)
+    A = np.concatenate(blocks_a)
+    d = np.concatenate(blocks_d)
+    b = -gain * (d - security) / (influence - security)
+    return A, b, d
+
+
+def project_step(dq0, A, b, H=None, lower=None, upper=None):
+    """Return the dq closest to dq0 in the H metric with A dq >= b and lower <= dq <= upper.
+
+    dq0 (n,); A (m, n), b (m,); H (n, n) symmetric positive definite (default identity);
+    lower, upper (n,) bounds (None: none; +-inf entries are skipped). Returns None when the
+    constraints have no common solution.
+    """
+    n = len(dq0)
+    rows, rhs = [np.asarray(A, dtype=float).reshape(-1, n)], [np.asarray(b, dtype=float)]
+    eye = np.eye(n)
+    if lower is not None:
+        keep = np.isfinite(lower)
+        rows.append(eye[keep])
+        rhs.append(np.asarray(lower, dtype=float)[keep])
+    if upper is not None:
+        keep = np.isfinite(upper)
+        rows.append(-eye[keep])
+        rhs.append(-np.asarray(upper, dtype=float)[keep])
+    G = np.concatenate(rows)
+    h = np.concatenate(rhs)
+    if not len(G):
+        return np.array(dq0, dtype=float)
+    residual = G @ dq0 - h
+    if np.all(residual >= -1e-12):
+        return np.array(dq0, dtype=float)
+    if H is None:
+        L_inv_t = eye
+    else:
+        L = np.linalg.cholesky(H)
+        L_inv_t = np.linalg.inv(L).T                     # dq - dq0 = L^-T y
+    Gy = G @ L_inv_t
+    hy = h - G @ dq0
+    # Least-distance programming: min |y| s.t. Gy y >= hy, via NNLS on [Gy^T; hy^T] u = e.
+    scale = max(float(np.abs(Gy).max()), float(np.abs(hy).max()), 1e-12)
+    E = np.vstack([Gy.T, hy[None, :]]) / scale
+    f = np.zeros(n + 1)
+    f[n] = 1.0 / scale
+    u, _ = nnls(E, f, maxiter=50 * (len(hy) + n + 1))
+    r = E @ u - f
+    if abs(r[n]) < 1e-12 * max(1.0, np.abs(r).max()) or np.linalg.norm(r) < 1e-14:
+        return None
+    y = -r[:n] / r[n]
+    dq = dq0 + L_inv_t @ y
+    # NNLS is exact up to rounding; report infeasible if the result is clearly off.
+    slack = G @ dq - h
+    if np.min(slack) < -1e-6 * (1.0 + np.abs(h).max()):
+        return None
+    return dq
+
+
+def _motion_ok(constraint, q_from, q_to):
+    check = getattr(constraint, 'check_motion', None)
+    if check is not None:
+        return check(q_from, q_to)[0]
+    frames = constraint.model.chain.frames(q_to)
+    return not bool(constraint.violated(frames, reference=q_from)[0])
+
+
+def constrained_step(chain, q, dv0, frames, constraints, jac_task, settings, max_step):
+    """Return (dv, info): the step dv0 projected on the dampers and checked on the constraints.
+
+    q (nq,), frames: its Frames; jac_task (K, nv): the weighted primary-task Jacobian for the
+    metric; settings: has collision_influence_distance, collision_security_distance,
+    collision_damper_gain; max_step [rad or m]: bound on every entry of the step.
+    """
+    info = {'inequality_rows': 0, 'step_scale': 1.0, 'refused': False}
+    A, b, d = damper_rows(constraints, frames, settings.collision_influence_distance,
+                          settings.collision_security_distance, settings.collision_damper_gain)
+    info['inequality_rows'] = len(b)
+    info['min_distance'] = float(d.min()) if len(d) else float('inf')
+    nv = chain.nv
+    lower = np.full(nv, -max_step)
+    upper = np.full(nv, max_step)
+    sv, sq = chain._scalar_v, chain._scalar_q
+    lower[sv] = np.maximum(lower[sv], chain.lower[sq] - q[sq])
+    upper[sv] = np.minimum(upper[sv], chain.upper[sq] - q[sq])
+    lower = np.minimum(lower, 0.0)
+    upper = np.maximum(upper, 0.0)
+    dv = np.clip(dv0, lower, upper)
+    if len(b):
+        jtj = jac_task.T @ jac_task if jac_task is not None and len(jac_task) else \
+            np.zeros((nv, nv))
+        mu = 1e-3 * (np.trace(jtj) / nv if np.trace(jtj) > 0.0 else 1.0) + 1e-9
+        projected = project_step(dv, A, b, jtj + mu * np.eye(nv), lower, upper)
+        if projected is None:
+            info['refused'] = True
+            return np.zeros(nv), info
+        dv = projected
+    # Check the real constraint along the step (sub-steps as the command stream does: never
+    # deeper than now, nothing crossed between iterates).
+    scale = 1.0
+    for _ in range(MAX_HALVINGS + 1):
+        q_new = chain.clip(chain.integrate(q, scale * dv))
+        if all(_motion_ok(c, q, q_new) for c in constraints):
+            info['step_scale'] = scale
+            return scale * dv, info
+        scale *= 0.5
+    info['refused'] = True
+    info['step_scale'] = 0.0
+    return np.zeros(nv), info

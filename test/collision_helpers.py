@@ -1,0 +1,182 @@
+"""Independent collision checking for the collision tests: python-fcl on the URDF's own shapes.
+
+Nothing here uses smcik_ros' covers or kinematics: the URDF is read with yourdfpy, link poses
+come from yourdfpy's own forward kinematics, meshes are read with trimesh and primitives are
+FCL's exact shapes. FCL meshes (BVHModel) are surfaces: a mesh entirely inside another is
+not reported by FCL, so tests use it in the direction "FCL says these touch => smcik_ros
+must say so too".
+"""
+
+import atexit
+import os
+import shutil
+import tempfile
+import textwrap
+
+import fcl
+import numpy as np
+import trimesh
+import yourdfpy
+
+from smcik_ros.collision import CollisionModel
+from smcik_ros.kinematics import Chain
+
+_CACHE_DIR = tempfile.mkdtemp(prefix='smcik-test-covers-')
+atexit.register(shutil.rmtree, _CACHE_DIR, ignore_errors=True)
+_MODELS = {}
+
+
+def cover_cache_dir():
+    """Return a cover cache directory shared by the tests of one pytest run (then removed)."""
+    return _CACHE_DIR
+
+
+def demo_model(urdf, base='base_link', tip='tool0'):
+    """Return (chain, CollisionModel) of a URDF, built once per test run."""
+    key = (urdf, base, tip)
+    if key not in _MODELS:
+        chain = Chain.from_urdf(urdf, base, tip)
+        _MODELS[key] = (chain, CollisionModel.from_urdf(chain, urdf, cache_dir=_CACHE_DIR))
+    return _MODELS[key]
+
+
+class FclRobot:
+    """The collision geometry of a URDF as FCL objects, posed by yourdfpy's FK.
+
+    base: the link whose frame is the base frame; mesh_map: {prefix: directory} replacing
+    URI prefixes such as 'package://NAME' (resolution kept independent of smcik_ros).
+    """
+
+    def __init__(self, urdf_path, base, mesh_map=None):
+        self.urdf = yourdfpy.URDF.load(urdf_path, build_scene_graph=True, load_meshes=False,
+                                       load_collision_meshes=False)
+        self.base = base
+        self.directory = os.path.dirname(os.path.abspath(urdf_path))
+        self.mesh_map = dict(mesh_map or {})
+        self.geometry = {}
+        for link in self.urdf.robot.links:
+            items = []
+            for col in link.collisions:
+                shape = self._shape(col.geometry)
+                if shape is not None:
+                    items.append((shape, np.eye(4) if col.origin is None else col.origin))
+            if items:
+                self.geometry[link.name] = items
+
+    def _mesh_file(self, uri):
+        for prefix, directory in self.mesh_map.items():
+            if uri.startswith(prefix):
+                return os.path.join(directory, uri[len(prefix):].lstrip('/'))
+        if uri.startswith('file://'):
+            uri = uri[len('file://'):]
+        return uri if os.path.isabs(uri) else os.path.join(self.directory, uri)
+
+    def _shape(self, geo):
+        if geo.box is not None:
+            return fcl.Box(*np.ravel(geo.box.size))
+        if geo.cylinder is not None:
+            return fcl.Cylinder(geo.cylinder.radius, geo.cylinder.length)
+        if geo.sphere is not None:
+            return fcl.Sphere(geo.sphere.radius)
+        if geo.mesh is not None:
+            mesh = trimesh.load(self._mesh_file(geo.mesh.filename), force='mesh')
+            scale = 1.0 if geo.mesh.scale is None else np.asarray(geo.mesh.scale, float)
+            vertices = np.asarray(mesh.vertices) * scale
+            bvh = fcl.BVHModel()
+            bvh.beginModel(len(vertices), len(mesh.faces))
+            bvh.addSubModel(vertices, np.asarray(mesh.faces))
+            bvh.endModel()
+            return bvh
+        return None
+
+    def objects(self, cfg):
+        """Return {link: [fcl.CollisionObject]} at joint values ``cfg`` {joint: value}."""
+        self.urdf.update_cfg(cfg)
+        out = {}
+        for name, items in self.geometry.items():
+            pose = self.urdf.get_transform(frame_to=name, frame_from=self.base)
+            out[name] = [fcl.CollisionObject(shape, _transform(pose @ origin))
+                         for shape, origin in items]
+        return out
+
+
+def _transform(pose):
+    return fcl.Transform(pose[:3, :3], pose[:3, 3])
+
+
+def fcl_distance(objects_a, objects_b):
+    """Return the smallest distance between two lists of FCL objects (<= 0 when touching)."""
+    best = np.inf
+    for a in objects_a:
+        for b in objects_b:
+            if fcl.collide(a, b, fcl.CollisionRequest(), fcl.CollisionResult()) > 0:
+                return 0.0
+            best = min(best, fcl.distance(a, b, fcl.DistanceRequest(), fcl.DistanceResult()))
+    return best
+
+
+def fcl_obstacle(obstacle):
+    """Return the FCL object of a sphere/box/cylinder ``collision.Obstacle``."""
+    if obstacle.shape == 'sphere':
+        shape = fcl.Sphere(obstacle.size[0])
+    elif obstacle.shape == 'box':
+        shape = fcl.Box(*obstacle.size)
+    else:
+        shape = fcl.Cylinder(obstacle.size[0], obstacle.size[1])
+    return fcl.CollisionObject(shape, _transform(obstacle.pose))
+
+
+_TWO_LINK = textwrap.dedent('''\
+    <?xml version="1.0"?>
+    <robot name="NAME">
+      <link name="base_link"/>
+      <joint name="j1" type="revolute">
+        <parent link="base_link"/><child link="link1"/>
+        <origin xyz="0 0 0.1"/><axis xyz="0 0 1"/>
+        <limit lower="-3" upper="3" effort="1" velocity="1"/>
+      </joint>
+      <link name="link1">
+        <collision><geometry><mesh filename="MESH"/></geometry></collision>
+      </link>
+      <joint name="j2" type="revolute">
+        <parent link="link1"/><child link="link2"/>
+        <origin xyz="0 0 0.3"/><axis xyz="0 1 0"/>
+        <limit lower="-2" upper="2" effort="1" velocity="1"/>
+      </joint>
+      <link name="link2">
+        <collision><origin xyz="0 0 0.1" rpy="0.3 0 0"/>
+          <geometry><mesh filename="MESH" scale="0.5 0.5 1.0"/></geometry>
+        </collision>
+      </link>
+      <joint name="j3" type="fixed">
+        <parent link="link2"/><child link="tool0"/><origin xyz="0 0 0.25"/>
+      </joint>
+      <link name="tool0"/>
+    EXTRA
+    </robot>
+    ''')
+
+
+def write_two_link_urdf(directory, mesh_uri, extra_links='', name='gen'):
+    """Write a small URDF whose link1 and link2 carry a mesh given by URI; return its path.
+
+    extra_links: more URDF elements (links, joints) inserted before </robot>.
+    """
+    text = _TWO_LINK.replace('NAME', name).replace('MESH', mesh_uri).replace('EXTRA',
+                                                                            extra_links)
+    path = os.path.join(directory, f'{name}.urdf')
+    with open(path, 'w') as f:
+        f.write(text)
+    return path
+
+
+def surface_points(mesh, count, seed=0):
+    """Return (count + V, 3): trimesh surface samples plus every vertex of ``mesh``."""
+    samples, _ = trimesh.sample.sample_surface(mesh, count, seed=seed)
+    return np.vstack([samples, mesh.vertices])
+
+
+def inside_cover(points, centers, radii, tol=1e-9):
+    """Return (P,) bool: each point lies in at least one sphere."""
+    d = np.linalg.norm(points[:, None, :] - centers[None], axis=-1) - radii[None]
+    return d.min(axis=1) <= tol

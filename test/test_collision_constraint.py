@@ -1,0 +1,330 @@
+"""The collision constraint: conservative against python-fcl, reference semantics, gradients,
+reports, the motion check, the engine's bounds and caches."""
+
+import numpy as np
+import pytest
+
+from smcik_ros.collision import (CollisionConstraint, KeepOutSphere, Obstacle, Scene,
+                                 conventional_srdf_path, pose_matrix, self_collision_pairs)
+from smcik_ros.collision import engine
+from smcik_ros.errors import GoalError
+from smcik_ros.rotations import rotvec_to_matrix
+
+from collision_helpers import FclRobot, demo_model, fcl_distance, fcl_obstacle
+from conftest import ARM6_URDF, ARM7_URDF
+
+
+def _random_obstacles(rng, count, low=(-0.6, -0.6, 0.0), high=(0.6, 0.6, 0.9)):
+    out = {}
+    for k in range(count):
+        pose = np.eye(4)
+        pose[:3, :3] = rotvec_to_matrix(rng.normal(size=3))
+        pose[:3, 3] = rng.uniform(low, high)
+        kind = k % 3
+        if kind == 0:
+            obstacle = Obstacle('sphere', (rng.uniform(0.03, 0.12),), pose)
+        elif kind == 1:
+            obstacle = Obstacle('box', tuple(rng.uniform(0.04, 0.3, 3)), pose)
+        else:
+            obstacle = Obstacle('cylinder', (rng.uniform(0.02, 0.1), rng.uniform(0.05, 0.4)),
+                                pose)
+        out[('test', k)] = obstacle
+    return out
+
+
+@pytest.fixture(scope='module', params=[ARM7_URDF, ARM6_URDF])
+def arm(request):
+    chain, model = demo_model(request.param)
+    pairs = self_collision_pairs(model, conventional_srdf_path(request.param))
+    return request.param, chain, model, pairs
+
+
+def _pair_minimum(constraint, frames):
+    """Return {(n, pair): smallest unpadded leaf distance} for every pair within 1 m."""
+    world = constraint._robot.world(frames)
+    leaves = engine.query(constraint._robot, world, constraint.pairs, constraint._obstacles(),
+                          1.0, 0.0)
+    out = {}
+    for n, p, d in zip(leaves.n, leaves.pair, leaves.d):
+        key = (int(n), int(p))
+        out[key] = min(out.get(key, np.inf), float(d))
+    return out
+
+
+def test_conservative_against_fcl_on_the_urdf_shapes(arm):
+    """Whenever FCL finds two URDF shapes (or a shape and an obstacle) touching, the model's
+    distance for that pair is negative; in general it never exceeds FCL's distance.
+
+    (Tightness is tested on the covers themselves, test_collision_covers: FCL's GJK distance
+    between cylinders overestimates by centimetres at times, 21.4 cm reported for 19.1 cm
+    measured by dense sampling, so it cannot bound the excess from below.)"""
+    urdf, chain, model, pairs = arm
+    rng = np.random.default_rng(11)
+    scene = Scene(_random_obstacles(rng, 6))
+    constraint = CollisionConstraint(model, scene, pairs=pairs, padding=0.005)
+    fcl_robot = FclRobot(urdf, 'base_link')
+    obstacles = [fcl_obstacle(o) for o in scene.obstacles()]
+    names = model.link_names
+    contacts = checked = 0
+    for q in chain.random_configuration(rng, 150):
+        frames = chain.frames(q)
+        ours = _pair_minimum(constraint, frames)
+        objects = fcl_robot.objects(dict(zip(chain.joint_names, q)))
+        fcl_hit = False
+        for p, (a, b) in enumerate(constraint.pairs):
+            d_fcl = fcl_distance(objects[names[a]], objects[names[b]])
+            d_ours = ours.get((0, p), 1.0)
+            checked += 1
+            assert d_ours <= d_fcl + 1e-6, (names[a], names[b], d_ours, d_fcl)
+            if d_fcl <= 0.0:
+                contacts += 1
+                fcl_hit = True
+                assert d_ours < 0.0
+        obs = constraint._obstacles()
+        for k in range(len(obs.pair_link)):
+            link, o = names[obs.pair_link[k]], obs.pair_obj[k]
+            d_fcl = fcl_distance(objects[link], [obstacles[o]])
+            d_ours = ours.get((0, len(constraint.pairs) + k), 1.0)
+            checked += 1
+            assert d_ours <= d_fcl + 1e-6, (link, d_ours, d_fcl)
+            if d_fcl <= 0.0:
+                contacts += 1
+                fcl_hit = True
+        if fcl_hit:
+            assert constraint.violated(frames)[0] and constraint.in_collision(frames)[0]
+    assert checked > 1000 and contacts > 20
+
+
+def test_reference_allows_moving_out_but_never_deeper(arm):
+    urdf, chain, model, pairs = arm
+    q = chain.neutral_configuration()
+    tool = chain.fk(q)[:3, 3]
+    scene = Scene({('o', 1): Obstacle.sphere(tool, 0.04)})
+    c = CollisionConstraint(model, scene, pairs=pairs)
+    frames = chain.frames(q)
+    assert c.violated(frames)[0]                         # no reference: any penetration
+    c.set_reference(q)
+    assert not c.violated(frames)[0]                     # the reference itself is allowed
+    report = c.distances(frames)
+    assert report.distance[0] < 0.0
+    rng = np.random.default_rng(2)
+    candidates = chain.clip(q + rng.normal(0.0, 0.05, (300, chain.nq)))
+    cand_frames = chain.frames(candidates)
+    bad = c.violated(cand_frames)
+    # Each candidate that is accepted has no leaf deeper than at the reference.
+    ref = _leaf_table(c, chain.frames(q))
+    mine = _leaf_rows(c, cand_frames)
+    for n in range(len(candidates)):
+        deeper = any(d < 0.0 and d < ref.get(key, 0.0) - 1e-7 for key, d in mine[n].items())
+        assert bad[n] == deeper
+    assert bad.any() and not bad.all()
+    c.set_reference(None)
+    assert c.violated(frames)[0]
+
+
+def _leaf_table(c, frames):
+    world = c._robot.world(frames)
+    leaves = engine.query(c._robot, world, c.pairs, c._obstacles(), 0.0, c.padding)
+    return {(int(p), int(a), int(b)): float(d)
+            for p, a, b, d in zip(leaves.pair, leaves.a, leaves.b, leaves.d)}
+
+
+def _leaf_rows(c, frames):
+    world = c._robot.world(frames)
+    leaves = engine.query(c._robot, world, c.pairs, c._obstacles(), 0.0, c.padding)
+    rows = [dict() for _ in range(len(frames))]
+    for n, p, a, b, d in zip(leaves.n, leaves.pair, leaves.a, leaves.b, leaves.d):
+        rows[int(n)][(int(p), int(a), int(b))] = float(d)
+    return rows
+
+
+def _numeric(fn, chain, q, h=1e-6):
+    cols = []
+    for i in range(chain.nv):
+        dv = np.zeros(chain.nv)
+        dv[i] = h
+        cols.append((fn(chain.frames(chain.integrate(q, dv))) -
+                     fn(chain.frames(chain.integrate(q, -dv)))) / (2 * h))
+    return np.stack(cols, axis=-1)
+
+
+def test_clearance_residual_and_inequality_rows_match_finite_differences(arm):
+    urdf, chain, model, pairs = arm
+    rng = np.random.default_rng(3)
+    scene = Scene(_random_obstacles(rng, 8))
+    c = CollisionConstraint(model, scene, pairs=pairs, clearance=0.2, max_rows=4)
+    tested = 0
+    for q in chain.random_configuration(rng, 10):
+        frames = chain.frames(q)
+        res = c.residual(frames)[0]
+        if not np.any(res > 0.0):
+            continue
+        np.testing.assert_allclose(c.jacobian(frames)[0],
+                                   _numeric(lambda f: c.residual(f)[0], chain, q),
+                                   atol=1e-5)
+        d, jac = c.inequality_rows(frames, 0.2, per_pair=1)
+        if len(d):
+            numeric = _numeric(lambda f: c.inequality_rows(f, 0.2, per_pair=1)[0], chain, q)
+            if numeric.shape == jac.shape:
+                np.testing.assert_allclose(jac, numeric, atol=1e-5)
+                tested += 1
+    assert tested >= 3
+    cost = c.cost(chain.frames(chain.random_configuration(rng, 5)))
+    assert cost.shape == (5,) and np.all(cost >= 0.0)
+
+
+def test_distance_report_names_the_closest_pair_and_its_points(arm):
+    urdf, chain, model, pairs = arm
+    q = chain.neutral_configuration()
+    tool = chain.fk(q)[:3, 3]
+    box = Obstacle.box((0.1, 0.1, 0.1), pose_matrix(tool + (0.0, 0.0, 0.3)))
+    c = CollisionConstraint(model, Scene({('table', 4): box}), pairs=pairs, padding=0.01)
+    report = c.distances(chain.frames(q))
+    status = c.status(q)
+    assert report.names[0] is not None
+    assert status['min_distance'] == pytest.approx(report.distance[0])
+    gap = np.linalg.norm(report.point_a[0] - report.point_b[0])
+    if report.distance[0] > 0:
+        assert gap == pytest.approx(report.distance[0] + 0.01, abs=1e-9)
+    far = CollisionConstraint(model, Scene({('table', 4): box}), self_collision=False)
+    r2 = far.distances(chain.frames(q))
+    assert r2.names[0][1] == 'table/4'
+    assert r2.distance[0] == pytest.approx(np.linalg.norm(r2.point_a[0] - r2.point_b[0]) -
+                                           far.padding, abs=1e-9)
+
+
+def test_check_motion_substeps_bound_the_motion_and_catch_obstacles(arm):
+    urdf, chain, model, pairs = arm
+    rng = np.random.default_rng(5)
+    scene = Scene(_random_obstacles(rng, 8))
+    c = CollisionConstraint(model, scene, pairs=pairs, padding=0.01)
+    ok_count = bad_count = 0
+    for trial in range(150):
+        if ok_count >= 6 and bad_count >= 3:
+            break
+        q0 = chain.random_configuration(rng)
+        q1 = chain.clip(q0 + rng.normal(0.0, 0.1 if trial % 2 else 0.5, chain.nq))
+        if c.in_collision(chain.frames(q0))[0]:
+            continue
+        ok, info = c.check_motion(q0, q1)
+        count = info['substeps']
+        # The bound holds: no sphere centre moves farther than resolution between sub-steps.
+        path = q0 + np.linspace(0, 1, 4 * count + 1)[:, None] * (q1 - q0)
+        centers = np.stack([c.cover_spheres(p)[0] for p in path])
+        step = np.linalg.norm(np.diff(centers, axis=0), axis=-1).sum(axis=0)   # per sphere
+        assert step.max() <= info['bound'] + 1e-9
+        assert info['bound'] / count <= c.motion_resolution + 1e-12
+        fine = chain.frames(q0 + np.linspace(0, 1, 200)[:, None] * (q1 - q0))
+        leaves = engine.query(c._robot, c._robot.world(fine), c.pairs, c._obstacles(), 0.0,
+                              0.0)
+        if ok:
+            ok_count += 1
+            # Free sub-steps with padding >= resolution: the unpadded covers never touch.
+            assert not len(leaves)
+        else:
+            bad_count += 1
+            assert info['first_bad'] is not None and info['pair'] is not None
+    assert ok_count >= 6 and bad_count >= 3
+
+
+def test_engine_bounds_and_row_cache_give_the_exact_result(arm):
+    urdf, chain, model, pairs = arm
+    rng = np.random.default_rng(6)
+    c = CollisionConstraint(model, Scene(_random_obstacles(rng, 6)), pairs=pairs)
+    q = chain.random_configuration(rng, 200)
+    frames = chain.frames(q)
+    # Pair tables are lower bounds of the exact gap.
+    if c._tables is not None and len(c._tables):
+        bound = c._tables.bound(q)
+        world = c._robot.world(frames)
+        leaves = engine.query(c._robot, world, c.pairs, None, 0.06, 0.0)
+        assert np.all(leaves.d >= bound[leaves.n, leaves.pair] - 1e-12)
+    # Tables and bounding levels prune nothing that a brute-force query finds.
+    brute = engine.query(c._robot, c._robot.world(frames), c.pairs, c._obstacles(), 0.01,
+                         c.padding)
+    fast = c._run(frames, 0.01)[1]
+    assert len(brute) == len(fast)
+    np.testing.assert_allclose(np.sort(brute.d), np.sort(fast.d))
+    first = c.violated(frames).copy()
+    # Change a few rows in place (as the SMC's redraws do): the row cache must follow.
+    q2 = q.copy()
+    q2[:20] = chain.random_configuration(rng, 20)
+    frames.q = q2
+    sub = chain.frames(q2[:20])
+    frames.rot[:, :20], frames.pos[:, :20] = sub.rot, sub.pos
+    cached = c.violated(frames)
+    c._cache = None
+    np.testing.assert_array_equal(cached, c.violated(chain.frames(q2)))
+    np.testing.assert_array_equal(cached[20:], first[20:])
+
+
+def test_settings_are_validated():
+    _, model = demo_model(ARM7_URDF)
+    with pytest.raises(GoalError, match='padding must be a number >= 0'):
+        CollisionConstraint(model, padding=-0.01)
+    with pytest.raises(GoalError, match='clearance_sigma must be a positive number'):
+        CollisionConstraint(model, clearance_sigma=0.0)
+    with pytest.raises(GoalError, match='needs a CollisionModel'):
+        CollisionConstraint('model')
+    c = CollisionConstraint(model, self_collision=False)
+    with pytest.raises(GoalError, match='reference configuration must be 7 finite numbers'):
+        c.set_reference(np.zeros(3))
+    with pytest.raises(GoalError, match='names one link twice'):
+        c.set_pairs([('link1', 'link1')])
+
+
+def test_keep_out_sphere_on_the_skeleton_and_with_links():
+    chain, _ = demo_model(ARM7_URDF)
+    q = chain.neutral_configuration()
+    link4 = chain.fk(q, 'link4')[:3, 3]
+    sphere = KeepOutSphere(link4, 0.03).bind(chain)
+    assert sphere.violated(chain.frames(q))[0]
+    only_tool = KeepOutSphere(link4, 0.03, links=['tool0']).bind(chain)
+    assert not only_tool.violated(chain.frames(q))[0]
+    with pytest.raises(GoalError, match="unknown link 'hand'"):
+        KeepOutSphere(link4, 0.03, links=['hand']).bind(chain)
+    assert sphere.residual(chain.frames(q))[0, 0] > 0.0
+
+
+def test_batched_motion_checks_and_the_first_free_motion(arm):
+    urdf, chain, model, pairs = arm
+    rng = np.random.default_rng(9)
+    c = CollisionConstraint(model, Scene(_random_obstacles(rng, 8)), pairs=pairs)
+    q0 = None
+    while q0 is None:
+        q = chain.random_configuration(rng)
+        if not c.in_collision(chain.frames(q))[0]:
+            q0 = q
+    targets = chain.clip(q0 + rng.normal(0.0, 0.4, (12, chain.nq)))
+    batched = c.check_motions(q0, targets)
+    single = np.array([c.check_motion(q0, t)[0] for t in targets])
+    np.testing.assert_array_equal(batched, single)
+    # The first free candidate in the given order, each clipped to the step bound.
+    delta = np.full(chain.nq, 0.05)
+    order = np.argsort(~batched, kind='stable')        # free ones first
+    index, q_to = c.first_free_motion(q0, targets[order], delta)
+    clipped = chain.clip(q0 + np.clip(targets[order] - q0, -delta, delta))
+    free = c.check_motions(q0, clipped)
+    if free.any():
+        assert index == int(np.flatnonzero(free)[0])
+        np.testing.assert_allclose(q_to, clipped[index])
+        assert c.check_motion(q0, q_to)[0]
+    else:
+        assert index is None and np.array_equal(q_to, q0)
+
+
+def test_pair_tables_are_cached_on_disk_and_identical(tmp_path):
+    chain, model = demo_model(ARM7_URDF)
+    pairs = self_collision_pairs(model, conventional_srdf_path(ARM7_URDF))
+    robot = engine.RobotGeometry(model)
+    lever = engine.lever_matrix(chain, model)
+    built = engine.PairTables(robot, chain, pairs.pairs, lever, cache_dir=str(tmp_path))
+    files = [f for f in tmp_path.iterdir() if f.name.startswith('tables-')]
+    assert len(built) >= 2 and len(files) == 1      # link1/link3, link5/link7
+    loaded = engine.PairTables(robot, chain, pairs.pairs, lever, cache_dir=str(tmp_path))
+    q = chain.random_configuration(np.random.default_rng(10), 50)
+    np.testing.assert_array_equal(built.bound(q), loaded.bound(q))
+    np.testing.assert_array_equal(built.sphere_index, loaded.sphere_index)
+    other = engine.PairTables(robot, chain, pairs.pairs[:3], lever, cache_dir=str(tmp_path))
+    assert other.num_pairs == 3
+    assert len([f for f in tmp_path.iterdir() if f.name.startswith('tables-')]) == 2

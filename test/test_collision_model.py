@@ -1,0 +1,346 @@
+"""Collision model from URDF: mesh URIs, formats, off-chain links, base ancestors, skeleton."""
+
+import os
+import re
+import textwrap
+
+import numpy as np
+import pytest
+import trimesh
+
+from smcik_ros.collision import (CollisionConstraint, CollisionModel, KeepOutSphere,
+                                 conventional_srdf_path, resolve_mesh_uri)
+from smcik_ros.errors import ModelError
+from smcik_ros.kinematics import Chain
+
+from collision_helpers import (FclRobot, cover_cache_dir, inside_cover, surface_points,
+                               write_two_link_urdf)
+
+
+def _mesh():
+    rng = np.random.default_rng(7)
+    return trimesh.convex.convex_hull(rng.normal(size=(30, 3)) * [0.03, 0.02, 0.06])
+
+
+def _write_mesh(path, mesh, unit=None):
+    """Write STL, OBJ or DAE; for DAE with ``unit`` [m], vertices are written in that unit."""
+    if path.endswith('.dae'):
+        scaled = mesh.copy()
+        if unit is not None:
+            scaled.apply_scale(1.0 / unit)
+        text = scaled.export(file_type='dae')
+        text = text.decode() if isinstance(text, bytes) else text
+        if unit is not None:
+            text = text.replace('<asset>', f'<asset>\n    <unit meter="{unit}" name="unit"/>', 1)
+        with open(path, 'w') as f:
+            f.write(text)
+    else:
+        mesh.export(path)
+
+
+def _package(tmp_path, name='gen_description', dirname=None, package_xml=False):
+    root = tmp_path / (dirname or name)
+    (root / 'meshes').mkdir(parents=True)
+    (root / 'urdf').mkdir()
+    if package_xml:
+        (root / 'package.xml').write_text(f'<package format="3"><name>{name}</name></package>')
+    return root
+
+
+def _check_model_contains_meshes(urdf, mesh_file, mesh_map, package_paths=(), unit=1.0):
+    """The model's covers contain the mesh file's surface (as written: STL stores float32) on
+    both links, posed by yourdfpy's forward kinematics."""
+    mesh = trimesh.load(mesh_file, force='mesh')
+    mesh.apply_scale(unit)
+    chain = Chain.from_urdf(urdf, 'base_link', 'tool0')
+    model = CollisionModel.from_urdf(chain, urdf, package_paths=package_paths,
+                                     cache_dir=cover_cache_dir())
+    assert model.link_names == ('link1', 'link2')
+    fcl_robot = FclRobot(urdf, 'base_link', mesh_map)
+    constraint = CollisionConstraint(model, self_collision=False)
+    rng = np.random.default_rng(0)
+    for q in chain.random_configuration(rng, 4):
+        centers, radii, links = constraint.cover_spheres(q)
+        fcl_robot.urdf.update_cfg(dict(zip(chain.joint_names, q)))
+        for link, scale in (('link1', 1.0), ('link2', (0.5, 0.5, 1.0))):
+            col = [lk for lk in fcl_robot.urdf.robot.links if lk.name == link][0].collisions[0]
+            origin = np.eye(4) if col.origin is None else col.origin
+            pose = fcl_robot.urdf.get_transform(frame_to=link, frame_from='base_link') @ origin
+            pts = surface_points(mesh, 3000) * scale
+            pts = pts @ pose[:3, :3].T + pose[:3, 3]
+            sel = links == link
+            assert inside_cover(pts, centers[sel], radii[sel]).all(), link
+    return model
+
+
+@pytest.mark.parametrize('ext', ['stl', 'obj', 'dae'])
+def test_package_uri_through_package_paths_in_every_format(tmp_path, ext):
+    root = _package(tmp_path / 'ws')
+    path = str(root / 'meshes' / f'part.{ext}')
+    unit = 0.001 if ext == 'dae' else None
+    _write_mesh(path, _mesh(), unit=unit)
+    urdf = write_two_link_urdf(str(tmp_path), f'package://gen_description/meshes/part.{ext}')
+    _check_model_contains_meshes(urdf, path, {'package://gen_description': str(root)},
+                                 package_paths=[str(tmp_path / 'nothing'), str(tmp_path / 'ws')],
+                                 unit=unit or 1.0)
+
+
+def test_package_found_by_package_xml_name_in_package_paths(tmp_path):
+    root = _package(tmp_path / 'src', name='moveit_resources_gen', dirname='gen',
+                    package_xml=True)
+    path = str(root / 'meshes' / 'part.stl')
+    _write_mesh(path, _mesh())
+    urdf = write_two_link_urdf(str(tmp_path), 'package://moveit_resources_gen/meshes/part.stl')
+    _check_model_contains_meshes(urdf, path, {'package://moveit_resources_gen': str(root)},
+                                 package_paths=[str(tmp_path / 'src')])
+
+
+@pytest.mark.parametrize('by_name', [True, False])
+def test_ament_less_fallback_to_the_urdf_directory_tree(tmp_path, by_name, monkeypatch):
+    monkeypatch.delenv('AMENT_PREFIX_PATH', raising=False)
+    root = _package(tmp_path, name='gen_description',
+                    dirname=None if by_name else 'checkout', package_xml=not by_name)
+    path = str(root / 'meshes' / 'part.stl')
+    _write_mesh(path, _mesh())
+    urdf = write_two_link_urdf(str(root / 'urdf'), 'package://gen_description/meshes/part.stl')
+    _check_model_contains_meshes(urdf, path, {'package://gen_description': str(root)})
+
+
+def test_ament_index_is_used_when_it_knows_the_package(tmp_path, monkeypatch):
+    pytest.importorskip('ament_index_python', reason='ament_index_python is not installed')
+    prefix = tmp_path / 'install'
+    (prefix / 'share' / 'ament_index' / 'resource_index' / 'packages').mkdir(parents=True)
+    (prefix / 'share' / 'ament_index' / 'resource_index' / 'packages' /
+     'gen_description').write_text('')
+    share = prefix / 'share' / 'gen_description' / 'meshes'
+    share.mkdir(parents=True)
+    mesh = _mesh()
+    _write_mesh(str(share / 'part.stl'), mesh)
+    monkeypatch.setenv('AMENT_PREFIX_PATH', str(prefix))
+    assert resolve_mesh_uri('package://gen_description/meshes/part.stl', str(tmp_path)) == \
+        str(share / 'part.stl')
+
+
+def test_file_uris_and_relative_paths_are_relative_to_the_urdf(tmp_path):
+    (tmp_path / 'm').mkdir()
+    _write_mesh(str(tmp_path / 'm' / 'part.obj'), _mesh())
+    urdf = write_two_link_urdf(str(tmp_path), 'm/part.obj', name='rel')
+    _check_model_contains_meshes(urdf, str(tmp_path / 'm' / 'part.obj'), {})
+    absolute = f'file://{tmp_path}/m/part.obj'
+    assert resolve_mesh_uri(absolute) == str(tmp_path / 'm' / 'part.obj')
+
+
+def test_urdf_text_with_urdf_path_resolves_relative_meshes(tmp_path):
+    mesh = _mesh()
+    (tmp_path / 'm').mkdir()
+    _write_mesh(str(tmp_path / 'm' / 'part.stl'), mesh)
+    urdf = write_two_link_urdf(str(tmp_path), 'm/part.stl', name='text')
+    with open(urdf) as f:
+        xml = f.read()
+    chain = Chain.from_urdf(xml, 'base_link', 'tool0')
+    model = CollisionModel.from_urdf(chain, xml, urdf_path=urdf, cache_dir=cover_cache_dir())
+    assert model.link_names == ('link1', 'link2')
+    with pytest.raises(ModelError, match='part.stl'):
+        CollisionModel.from_urdf(chain, xml, urdf_path=str(tmp_path / 'elsewhere' / 'x.urdf'))
+
+
+def test_missing_mesh_names_the_uri_and_every_place_looked(tmp_path, monkeypatch):
+    monkeypatch.delenv('AMENT_PREFIX_PATH', raising=False)
+    urdf = write_two_link_urdf(str(tmp_path), 'package://no_such_pkg/meshes/part.stl',
+                               name='missing')
+    chain = Chain.from_urdf(urdf, 'base_link', 'tool0')
+    with pytest.raises(ModelError) as err:
+        CollisionModel.from_urdf(chain, urdf, package_paths=[str(tmp_path / 'ws')])
+    text = str(err.value)
+    assert "package://no_such_pkg/meshes/part.stl" in text
+    assert 'ament index' in text and str(tmp_path / 'ws') in text
+    assert f'no ancestor of {str(tmp_path)!r}' in text and 'package_paths' in text
+
+
+GRIPPER = '''
+  <joint name="flange" type="fixed"><parent link="link2"/><child link="hand"/>
+    <origin xyz="0 0 0.3"/></joint>
+  <link name="hand"><collision><geometry><box size="0.04 0.16 0.05"/></geometry></collision>
+  </link>
+  <joint name="finger_left" type="prismatic"><parent link="hand"/><child link="left"/>
+    <origin xyz="0 0 0.05"/><axis xyz="0 1 0"/>
+    <limit lower="0" upper="0.04" effort="1" velocity="0.1"/></joint>
+  <link name="left"><collision><origin xyz="0 0.01 0.025"/>
+    <geometry><box size="0.02 0.02 0.05"/></geometry></collision></link>
+  <joint name="finger_right" type="prismatic"><parent link="hand"/><child link="right"/>
+    <origin xyz="0 0 0.05"/><axis xyz="0 -1 0"/>
+    <limit lower="0" upper="0.04" effort="1" velocity="0.1"/>
+    <mimic joint="finger_left"/></joint>
+  <link name="right"><collision><origin xyz="0 -0.01 0.025"/>
+    <geometry><box size="0.02 0.02 0.05"/></geometry></collision></link>
+  <joint name="right_tip" type="fixed"><parent link="right"/><child link="right_pad"/>
+    <origin xyz="0 0 0.05"/></joint>
+  <link name="right_pad"><collision><geometry><sphere radius="0.01"/></geometry></collision>
+  </link>
+  <joint name="flap" type="revolute"><parent link="hand"/><child link="flap"/>
+    <origin xyz="0.03 0 0"/><axis xyz="0 0 1"/>
+    <limit lower="-0.5" upper="0.5" effort="1" velocity="0.1"/></joint>
+  <link name="flap"><collision><origin xyz="0.04 0 0"/>
+    <geometry><box size="0.08 0.01 0.01"/></geometry></collision></link>
+  <joint name="flap_tip" type="revolute"><parent link="flap"/><child link="flap_tip"/>
+    <origin xyz="0.08 0 0"/><axis xyz="0 0 1"/>
+    <limit lower="-0.5" upper="0.5" effort="1" velocity="0.1"/></joint>
+  <link name="flap_tip"><collision><geometry><sphere radius="0.01"/></geometry></collision>
+  </link>
+  <link name="world"><collision><origin xyz="0 0 -0.05"/>
+    <geometry><box size="0.2 0.2 0.1"/></geometry></collision></link>
+  <joint name="world_base" type="fixed"><parent link="world"/><child link="base_link"/>
+    <origin xyz="0.2 0 0.1" rpy="0 0 0.5"/></joint>
+  <link name="rail"><collision><geometry><box size="0.1 0.1 0.1"/></geometry></collision>
+  </link>
+  <joint name="rail_joint" type="prismatic"><parent link="world"/><child link="rail"/>
+    <axis xyz="1 0 0"/><limit lower="0" upper="1" effort="1" velocity="1"/></joint>
+'''
+
+
+@pytest.fixture(scope='module')
+def gripper(tmp_path_factory):
+    directory = tmp_path_factory.mktemp('gripper')
+    mesh = _mesh()
+    _write_mesh(str(directory / 'part.stl'), mesh)
+    urdf = write_two_link_urdf(str(directory), 'part.stl', extra_links=GRIPPER, name='gripper')
+    chain = Chain.from_urdf(urdf, 'base_link', 'tool0')
+    model = CollisionModel.from_urdf(chain, urdf, cache_dir=cover_cache_dir())
+    return urdf, chain, model
+
+
+def test_off_chain_fingers_are_covered_over_their_whole_range(gripper):
+    urdf, chain, model = gripper
+    assert {'left', 'right', 'right_pad', 'flap'} <= set(model.swept_links)
+    assert 'hand' in model.link_names and 'hand' not in model.swept_links
+    fcl_robot = FclRobot(urdf, 'base_link')
+    constraint = CollisionConstraint(model, self_collision=False)
+    rng = np.random.default_rng(1)
+    for q in chain.random_configuration(rng, 3):
+        centers, radii, links = constraint.cover_spheres(q)
+        for finger in np.linspace(0.0, 0.04, 9):
+            for flap in np.linspace(-0.5, 0.5, 7):
+                cfg = dict(zip(chain.joint_names, q), finger_left=finger, flap=flap)
+                fcl_robot.urdf.update_cfg(cfg)
+                for link in ('left', 'right', 'right_pad', 'flap'):
+                    pts = _link_points(fcl_robot, link)
+                    sel = links == link
+                    assert inside_cover(pts, centers[sel], radii[sel]).all(), (link, finger)
+
+
+def _link_points(fcl_robot, link):
+    lk = [x for x in fcl_robot.urdf.robot.links if x.name == link][0]
+    out = []
+    for col in lk.collisions:
+        geo = col.geometry
+        if geo.box is not None:
+            pts = surface_points(trimesh.creation.box(extents=geo.box.size), 500)
+        else:
+            v = np.random.default_rng(2).normal(size=(500, 3))
+            pts = v / np.linalg.norm(v, axis=1, keepdims=True) * geo.sphere.radius
+        pose = fcl_robot.urdf.get_transform(frame_to=link, frame_from='base_link')
+        pose = pose @ (np.eye(4) if col.origin is None else col.origin)
+        out.append(pts @ pose[:3, :3].T + pose[:3, 3])
+    return np.vstack(out)
+
+
+def test_rigid_ancestors_are_included_and_moving_ones_reported(gripper):
+    urdf, chain, model = gripper
+    world = model.link_index('world')
+    assert model.link_body[world] == -1
+    # The world's table sits 0.1 m under the base, turned by 0.5 rad about z.
+    constraint = CollisionConstraint(model, self_collision=False)
+    centers, radii, links = constraint.cover_spheres(chain.neutral_configuration())
+    sel = links == 'world'
+    corner = np.array([0.1, 0.1, -0.1]) - [0.2, 0.0, 0.1]
+    c, s = np.cos(-0.5), np.sin(-0.5)
+    corner = np.array([[c, -s, 0], [s, c, 0], [0, 0, 1]]) @ corner
+    assert inside_cover(corner[None], centers[sel], radii[sel]).all()
+    assert not model.has_link('rail') and not model.has_link('flap_tip')
+    text = ' '.join(model.warnings)
+    assert "link 'rail'" in text and 'moves up to 1.00 m' in text
+    assert "'flap_tip'" in text and 'two movable joints away' in text
+
+
+def test_adjacency_treats_fixed_links_as_one_body(gripper):
+    _, _, model = gripper
+    names = model.link_names
+    adjacent = {(names[i], names[j]) for i, j in model.adjacent_links()}
+
+    def adj(a, b):
+        return (a, b) in adjacent or (b, a) in adjacent
+    assert adj('link2', 'hand')           # fixed together: one body
+    assert adj('hand', 'left') and adj('link2', 'left')   # one joint from that body
+    assert adj('right', 'right_pad')
+    assert not adj('left', 'right')       # siblings
+    assert adj('world', 'link1') and not adj('world', 'link2')
+
+
+def test_skeleton_covers_the_chain_segments():
+    chain = Chain.from_urdf(os.path.join(os.path.dirname(__file__), '..', 'urdf',
+                                         'smcik_arm.urdf'))
+    model = CollisionModel.skeleton(chain, radius=0.01)
+    assert model.source == 'skeleton' and set(model.link_names) == set(chain.link_names[1:])
+    constraint = CollisionConstraint(model, self_collision=False)
+    q = chain.random_configuration(np.random.default_rng(3))
+    centers, radii, _ = constraint.cover_spheres(q)
+    origins = chain.link_poses(q)[:, :3, 3]
+    for a, b in zip(origins[1:-1], origins[2:]):
+        pts = a + np.linspace(0, 1, 50)[:, None] * (b - a)
+        assert inside_cover(pts, centers, radii).all()
+
+
+def test_keep_out_sphere_works_on_a_urdf_without_collision_geometry(tmp_path):
+    text = open(os.path.join(os.path.dirname(__file__), '..', 'urdf', 'smcik_arm.urdf')).read()
+    bare = re.sub(r'<collision>.*?</collision>', '', text, flags=re.S)
+    chain = Chain.from_urdf(bare)
+    model = CollisionModel.from_urdf(chain, bare, cache_dir=cover_cache_dir())
+    assert not model.has_geometry
+    q = chain.neutral_configuration()
+    tool = chain.fk(q)[:3, 3]
+    keep_out = KeepOutSphere(tool, 0.05, model=model).bind(chain)
+    assert keep_out.violated(chain.frames(q))[0]
+    assert not KeepOutSphere(tool + (1.0, 0, 0), 0.05).bind(chain).violated(chain.frames(q))[0]
+
+
+def test_conventional_srdf_paths(tmp_path):
+    assert conventional_srdf_path(None) is None
+    (tmp_path / 'a').mkdir()
+    urdf = tmp_path / 'a' / 'robot.urdf'
+    urdf.write_text('<robot/>')
+    assert conventional_srdf_path(str(urdf)) is None
+    (tmp_path / 'a' / 'robot.srdf').write_text('<robot/>')
+    assert conventional_srdf_path(str(urdf)) == str(tmp_path / 'a' / 'robot.srdf')
+    (tmp_path / 'arm_description' / 'urdf').mkdir(parents=True)
+    (tmp_path / 'arm_moveit_config' / 'config').mkdir(parents=True)
+    urdf = tmp_path / 'arm_description' / 'urdf' / 'arm.urdf.xacro'
+    urdf.write_text('<robot/>')
+    srdf = tmp_path / 'arm_moveit_config' / 'config' / 'arm.srdf'
+    srdf.write_text('<robot/>')
+    assert conventional_srdf_path(str(urdf)) == str(srdf)
+
+
+def test_the_demo_arm_srdf_is_found_beside_its_urdf():
+    here = os.path.join(os.path.dirname(__file__), '..', 'urdf')
+    assert conventional_srdf_path(os.path.join(here, 'smcik_arm.urdf')) == \
+        os.path.abspath(os.path.join(here, 'smcik_arm.srdf'))
+
+
+def test_a_chain_from_another_urdf_is_refused(tmp_path, gripper):
+    urdf, _, _ = gripper
+    other = Chain.from_urdf(os.path.join(os.path.dirname(__file__), '..', 'urdf',
+                                         'smcik_arm.urdf'))
+    with pytest.raises(ModelError, match='does not match the chain'):
+        CollisionModel.from_urdf(other, urdf)
+
+
+def test_bad_collision_sizes_fail_fast(tmp_path):
+    text = textwrap.dedent('''\
+        <robot name="bad"><link name="base_link"/>
+          <joint name="j" type="revolute"><parent link="base_link"/><child link="l"/>
+            <axis xyz="0 0 1"/><limit lower="-1" upper="1" effort="1" velocity="1"/></joint>
+          <link name="l"><collision><geometry><box size="0.1 -0.2 0.1"/></geometry>
+          </collision></link></robot>''')
+    chain = Chain.from_urdf(text, 'base_link', 'l')
+    with pytest.raises(ModelError, match='box size must be 3 positive numbers'):
+        CollisionModel.from_urdf(chain, text)

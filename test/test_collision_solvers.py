@@ -1,0 +1,220 @@
+"""Every solver respects the collision constraint: seeded statistics checked with python-fcl
+on the URDF's own shapes, the damper QP, and 'never deeper' for an obstacle on the arm."""
+
+import numpy as np
+import pytest
+from scipy.optimize import minimize
+
+from smcik_ros.collision import (CollisionConstraint, Obstacle, Scene, conventional_srdf_path,
+                                 pose_matrix, self_collision_pairs)
+from smcik_ros.goals import PositionTarget
+from smcik_ros.solvers import make_solver
+from smcik_ros.solvers.inequality import damper_rows, project_step
+
+from collision_helpers import FclRobot, demo_model, fcl_distance, fcl_obstacle
+from conftest import ARM7_URDF
+
+# A low wall in front of the arm (x 0.30..0.40 m, up to 0.3 m high); 'behind' goals are low
+# positions past it, reached over the top.
+BOX = Obstacle.box((0.1, 0.4, 0.3), pose_matrix((0.35, 0.0, 0.15)))
+
+
+@pytest.fixture(scope='module')
+def setup():
+    chain, model = demo_model(ARM7_URDF)
+    pairs = self_collision_pairs(model, conventional_srdf_path(ARM7_URDF))
+    fcl_robot = FclRobot(ARM7_URDF, 'base_link')
+    return chain, model, pairs, fcl_robot
+
+
+def _fcl_free(chain, fcl_robot, pairs, q, obstacles):
+    """Return True when python-fcl finds no contact between enabled pairs and obstacles."""
+    objects = fcl_robot.objects(dict(zip(chain.joint_names, q)))
+    for a, b in pairs.names:
+        if fcl_distance(objects[a], objects[b]) <= 0.0:
+            return False
+    for link, objs in objects.items():
+        for obstacle in obstacles:
+            if fcl_distance(objs, [obstacle]) <= 0.0:
+                return False
+    return True
+
+
+def _goals(chain, constraint, rng, count):
+    """Return reachable position goals: tool positions of random free configurations, every
+    other one behind the wall (past its far face, lower than its top)."""
+    out = []
+    while len(out) < count:
+        q = chain.random_configuration(rng)
+        if constraint.in_collision(chain.frames(q))[0]:
+            continue
+        p = chain.fk(q)[:3, 3]
+        behind = p[0] > 0.42 and abs(p[1]) < 0.2 and p[2] < 0.3
+        if behind == (len(out) % 2 == 0):
+            out.append(p)
+    return out
+
+
+def _home(chain):
+    q = chain.neutral_configuration()
+    q[3], q[5] = -1.57, 1.57
+    return q
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('solver', ['smc', 'jacobian', 'distance'])
+def test_solve_never_returns_a_colliding_configuration(setup, solver):
+    chain, model, pairs, fcl_robot = setup
+    scene = Scene({('scene', 0): BOX})
+    constraint = CollisionConstraint(model, scene, pairs=pairs)
+    rng = np.random.default_rng(21)
+    goals = _goals(chain, constraint, rng, 24)
+    ik = make_solver(solver, chain, seed=4)
+    ik.set_constraints([constraint])
+    free = make_solver(solver, chain, seed=4)
+    obstacles = [fcl_obstacle(BOX)]
+    successes = unconstrained_collisions = 0
+    for goal in goals:
+        result = ik.solve(PositionTarget(goal), _home(chain), max_iters=150, tol=1e-3)
+        if result.constraints_ok:
+            assert not constraint.in_collision(chain.frames(result.q))[0]
+            assert _fcl_free(chain, fcl_robot, pairs, result.q, obstacles)
+        successes += result.success
+        assert not result.success or result.constraints_ok
+        # The same solver without the constraint: its answers do collide (the test can fail).
+        other = free.solve(PositionTarget(goal), _home(chain), max_iters=150, tol=1e-3)
+        unconstrained_collisions += not _fcl_free(chain, fcl_robot, pairs, other.q, obstacles)
+    assert successes >= 0.9 * len(goals), f'{solver}: {successes}/{len(goals)} reached'
+    assert unconstrained_collisions >= 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('solver', ['jacobian', 'distance'])
+def test_gradient_solvers_online_steps_stay_free(setup, solver):
+    """Online steps towards goals behind the box: every returned configuration, and a fine
+    sampling of the motion between consecutive ones, is free for FCL."""
+    chain, model, pairs, fcl_robot = setup
+    scene = Scene({('scene', 0): BOX})
+    constraint = CollisionConstraint(model, scene, pairs=pairs)
+    rng = np.random.default_rng(22)
+    goals = _goals(chain, constraint, rng, 6)
+    ik = make_solver(solver, chain)
+    ik.set_constraints([constraint])
+    obstacles = [fcl_obstacle(BOX)]
+    q_prev = _home(chain)
+    ik.reset(q_prev)
+    refused = 0
+    for goal in goals:
+        for _ in range(40):
+            q = ik.step(PositionTarget(goal))
+            refused += bool(ik.last_info.get('refused'))
+            for s in np.linspace(0.0, 1.0, 5)[1:]:
+                assert _fcl_free(chain, fcl_robot, pairs, q_prev + s * (q - q_prev), obstacles)
+            assert not constraint.in_collision(chain.frames(q))[0]
+            q_prev = q
+    assert ik.last_info['inequality_rows'] >= 0
+
+
+@pytest.mark.slow
+def test_smc_online_with_the_command_check_never_commands_a_collision(setup):
+    """The SMC filter online as the node runs it: reference = the current command each tick,
+    the command only advances when ``check_motion`` accepts the move (else it holds and the
+    filter restarts there). Commands and the motion between them are free for FCL, and
+    most goals are reached."""
+    chain, model, pairs, fcl_robot = setup
+    scene = Scene({('scene', 0): BOX})
+    constraint = CollisionConstraint(model, scene, pairs=pairs)
+    rng = np.random.default_rng(23)
+    goals = _goals(chain, constraint, rng, 8)
+    ik = make_solver('smc', chain, seed=5, smoothing_alpha=0.5)
+    ik.set_constraints([constraint])
+    obstacles = [fcl_obstacle(BOX)]
+    q_cmd = _home(chain)
+    ik.reset(q_cmd)
+    reached = holds = 0
+    max_step = 0.05
+    for goal in goals:
+        target = PositionTarget(goal)
+        for _ in range(150):
+            constraint.set_reference(q_cmd)
+            q_hat = ik.step(target)
+            q_new = chain.clip(q_cmd + np.clip(q_hat - q_cmd, -max_step, max_step))
+            ok, _ = constraint.check_motion(q_cmd, q_new)
+            if not ok:
+                holds += 1
+                ik.reset(q_cmd)
+                continue
+            for s in np.linspace(0.0, 1.0, 4)[1:]:
+                assert _fcl_free(chain, fcl_robot, pairs, q_cmd + s * (q_new - q_cmd),
+                                 obstacles)
+            q_cmd = q_new
+            if np.linalg.norm(chain.fk(q_cmd)[:3, 3] - goal) < 2e-3:
+                reached += 1
+                break
+    assert reached >= 0.6 * len(goals), f'reached {reached}/{len(goals)}, holds {holds}'
+
+
+def test_obstacle_on_the_arm_is_never_entered_deeper(setup):
+    """A sphere appears on link4: the jacobian solver's steps reduce or keep every cover
+    sphere's penetration; a goal pulling the arm through it makes it hold, not go deeper."""
+    chain, model, pairs, _ = setup
+    q0 = _home(chain)
+    center = chain.fk(q0, 'link4')[:3, 3]
+    scene = Scene({('scene', 1): Obstacle.sphere(center + (0.0, 0.05, 0.0), 0.05)})
+    constraint = CollisionConstraint(model, scene, pairs=pairs)
+    assert constraint.in_collision(chain.frames(q0))[0]
+    ik = make_solver('jacobian', chain)
+    ik.set_constraints([constraint])
+    ik.reset(q0)
+    goal = PositionTarget(chain.fk(q0)[:3, 3] + (0.0, 0.25, 0.0))
+    q = q0
+    depth0 = -constraint.distances(chain.frames(q0)).distance[0]
+    for _ in range(60):
+        q_new = ik.step(goal)
+        assert not constraint.violated(chain.frames(q_new), reference=q)[0]
+        q = q_new
+    assert -constraint.distances(chain.frames(q)).distance[0] <= depth0 + 1e-7
+
+
+def test_project_step_matches_a_general_qp_solver():
+    rng = np.random.default_rng(7)
+    checked = 0
+    for _ in range(40):
+        n, m = 5, 4
+        dq0 = rng.normal(size=n)
+        A = rng.normal(size=(m, n))
+        b = rng.normal(size=m) * 0.5
+        J = rng.normal(size=(3, n))
+        H = J.T @ J + 0.1 * np.eye(n)
+        lower, upper = -np.full(n, 2.0), np.full(n, 2.0)
+        dq = project_step(dq0, A, b, H, lower, upper)
+        cons = [{'type': 'ineq', 'fun': lambda x, A=A, b=b: A @ x - b}]
+        ref = minimize(lambda x: (x - dq0) @ H @ (x - dq0), np.zeros(n), jac=lambda x:
+                       2 * H @ (x - dq0), constraints=cons, bounds=list(zip(lower, upper)),
+                       method='SLSQP', options={'ftol': 1e-12, 'maxiter': 500})
+        if not ref.success:
+            continue
+        assert dq is not None
+        assert np.all(A @ dq >= b - 1e-8) and np.all(dq >= lower - 1e-9)
+        f = (dq - dq0) @ H @ (dq - dq0)
+        assert f <= ref.fun + 1e-6
+        checked += 1
+    assert checked >= 30
+    # Infeasible: x >= 1 and x <= -1.
+    assert project_step(np.zeros(1), np.array([[1.0], [-1.0]]), np.array([1.0, 1.0])) is None
+    # Already feasible: unchanged.
+    np.testing.assert_array_equal(project_step(np.ones(2), np.eye(2), np.zeros(2)), np.ones(2))
+
+
+def test_damper_rows_follow_the_velocity_damper_formula(setup):
+    chain, model, pairs, _ = setup
+    q0 = _home(chain)
+    tool = chain.fk(q0)[:3, 3]
+    scene = Scene({('s', 0): Obstacle.sphere(tool + (0.0, 0.0, 0.06), 0.02)})
+    c = CollisionConstraint(model, scene, self_collision=False)
+    frames = chain.frames(q0)
+    A, b, d = damper_rows([c], frames, 0.1, 0.01, 0.5)
+    assert len(d) > 0
+    np.testing.assert_allclose(b, -0.5 * (d - 0.01) / (0.1 - 0.01))
+    d_check, jac = c.inequality_rows(frames, 0.1)
+    np.testing.assert_allclose(A, jac)
