@@ -121,6 +121,8 @@ def run_node(factory, name, args=None, profile_path=None, stop_timeout=5.0,
                 _spin_once(executor, spin_period, logger)
             if not node.shutdown_complete:
                 logger.warn(f'graceful stop not complete within {stop_timeout:g} s: exiting')
+        if hasattr(node, 'flush'):
+            node.flush()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except SmcIkError as exc:
