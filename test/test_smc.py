@@ -9,7 +9,7 @@ from smcik_ros.goals import KeepOutSphere, PoseTarget, PositionTarget, PosturePr
 from smcik_ros.kinematics import Chain
 from smcik_ros.rotations import quat_conjugate, quat_multiply, quat_to_rotvec, quat_from_rotvec
 from smcik_ros.solvers import available_solvers, make_solver
-from smcik_ros.solvers.smc import _qutem
+from smcik_ros.solvers.smc_policies import sample_qutem as _qutem
 
 
 
