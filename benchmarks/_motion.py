@@ -162,13 +162,21 @@ def within(chain, q, pose, tol=TOL):
 class NearestSolution:
     """The IK solution of a pose nearest (Euclidean joint distance) a start configuration.
 
-    Independent of the filter under test (see the module docstring). ``starts`` uniform
-    random seeds plus the start itself and 12 perturbations of it (0.3 and 1 rad stds).
+    Independent of the filter under test: a batched, bounded (projected) damped Newton
+    iteration on the pose residual (position, rotation vector from scipy) from the start,
+    12 perturbations of it (0.3 and 1 rad stds) and ``starts`` (300) uniform random seeds; every
+    distinct solution (residual < 1e-9) is mapped to its 2 pi-equivalent nearest the start
+    (joints whose range exceeds 2 pi); for redundant arms the ``polish`` nearest are slid
+    along the solution set to a local minimum of the distance (scipy SLSQP with the task as
+    equality constraints). The minimum over all of them is taken. With 300 seeds it agreed
+    with 200-seed runs on every goal checked (a 32-seed version missed a nearer branch in 3
+    goals of 30 on the iiwa-type arm; 150 seeds with 60 iterations missed one).
     """
 
-    def __init__(self, chain, starts=48, seed=0):
+    def __init__(self, chain, starts=300, seed=0, iterations=100):
         self.chain = chain
         self.starts = starts
+        self.iterations = iterations
         self.rng = np.random.default_rng(seed)
         self.lower, self.upper = chain.lower, chain.upper
         span = chain.upper - chain.lower
@@ -178,6 +186,11 @@ class NearestSolution:
         T = self.chain.fk(q)
         rel = Rotation.from_matrix(T[:3, :3] @ pose[:3, :3].T).as_rotvec()
         return np.r_[T[:3, 3] - pose[:3, 3], rel]
+
+    def _residuals(self, q, pose):
+        T = self.chain.fk(q)
+        rel = Rotation.from_matrix(T[:, :3, :3] @ pose[:3, :3].T).as_rotvec()
+        return np.concatenate([T[:, :3, 3] - pose[:3, 3], rel], axis=1)
 
     def _jac(self, q, pose):
         return self.chain.jacobian(q)
@@ -197,21 +210,29 @@ class NearestSolution:
     def solve_all(self, pose, q_start):
         """Return the distinct solutions (K, n) found (mapped towards q_start)."""
         chain = self.chain
-        seeds = [q_start]
+        seeds = [q_start[None]]
         for s in (0.3, 1.0):
-            seeds += list(chain.clip(q_start + s * self.rng.standard_normal((6, chain.nq))))
-        seeds += list(chain.random_configuration(self.rng, self.starts))
-        eps = 1e-9
-        lb, ub = self.lower - eps, self.upper + eps
+            seeds.append(chain.clip(q_start + s * self.rng.standard_normal((6, chain.nq))))
+        seeds.append(chain.random_configuration(self.rng, self.starts))
+        q = np.concatenate(seeds)
+        eye = np.eye(6)
+        for _ in range(self.iterations):
+            r = self._residuals(q, pose)
+            jac = chain.jacobian(q)
+            err = np.einsum('ki,ki->k', r, r)
+            lam = 1e-3 * err + 1e-9
+            jjt = jac @ np.swapaxes(jac, 1, 2) + lam[:, None, None] * eye
+            step = -np.einsum('kiv,ki->kv', jac, np.linalg.solve(jjt, r[..., None])[..., 0])
+            big = np.max(np.abs(step), axis=1, keepdims=True)
+            q = np.clip(q + step * np.minimum(1.0, 0.5 / np.maximum(big, 1e-12)),
+                        self.lower, self.upper)
+        r = self._residuals(q, pose)
+        good = (np.linalg.norm(r[:, :3], axis=1) < 1e-9) & (np.linalg.norm(r[:, 3:], axis=1) < 1e-8)
         sols = []
-        for s in seeds:
-            r = least_squares(self._residual, np.clip(s, self.lower, self.upper), jac=self._jac,
-                              bounds=(lb, ub), args=(pose,), method='trf', xtol=1e-12,
-                              ftol=1e-12, gtol=1e-12, max_nfev=200)
-            if np.linalg.norm(r.fun[:3]) < 1e-6 and np.linalg.norm(r.fun[3:]) < 1e-5:
-                q = self._map_turns(chain.clip(r.x), q_start)
-                if not any(np.max(np.abs(q - p)) < 1e-3 for p in sols):
-                    sols.append(q)
+        for x in q[good]:
+            x = self._map_turns(x, q_start)
+            if not any(np.max(np.abs(x - p)) < 1e-3 for p in sols):
+                sols.append(x)
         return np.array(sols).reshape(-1, chain.nq)
 
     def slide(self, q0, pose, q_start):
@@ -223,11 +244,11 @@ class NearestSolution:
                        bounds=list(zip(self.lower, self.upper)),
                        options={'maxiter': 200, 'ftol': 1e-12})
         q = self.chain.clip(res.x)
-        if np.linalg.norm(self._residual(q, pose)) < 1e-5:
+        if np.linalg.norm(self._residual(q, pose)) < 1e-6:
             return q
         return q0
 
-    def __call__(self, pose, q_start, polish=6):
+    def __call__(self, pose, q_start, polish=16):
         """Return (q_nearest (n,), distance [rad], number of distinct solutions found)."""
         sols = self.solve_all(pose, q_start)
         if len(sols) == 0:
@@ -235,7 +256,7 @@ class NearestSolution:
         order = np.argsort(np.linalg.norm(sols - q_start, axis=1))
         best, best_d = None, np.inf
         redundant = self.chain.nq > 6
-        for q in sols[order[:polish]]:
+        for q in sols[order[:polish if redundant else len(order)]]:
             if redundant:
                 q = self.slide(q, pose, q_start)
             d = float(np.linalg.norm(q - q_start))
@@ -301,7 +322,10 @@ def run_point_goals(chain, solver, plant, goals, q0, nearest, tol=TOL, timeout=1
             path=path, nearest=d_near, solutions=n_sols,
             ratio=path / d_near if d_near > 1e-3 else (1.0 if path < 1e-3 else np.inf),
             far=float(np.max(np.abs(q_final - q_near))), turns=turn_count(q_final, q_near, wraps),
-            ideal_time=ideal, switches=switches))
+            ideal_time=ideal, switches=switches,
+            final_distance=float(np.linalg.norm(q_final - q_start)),
+            q_start=q_start, q_final=q_final, q_nearest=q_near,
+            final_error=tuple(float(v) for v in pose_errors(chain, q_final, goal))))
     return records
 
 

@@ -12,8 +12,9 @@ The figures of issue 8's motion harness, measured on the core (no ROS graph):
   in-limit configurations, Generator seed 11), one after another from the arm's home
   configuration; a goal ends once the arm has been within 1 mm and 0.01 rad for 0.3 s, or
   after 10 s. The nearest IK solution to the configuration the arm starts from is found
-  independently of the filter (``_motion.NearestSolution``: bounded LM from 45 seeds,
-  2 pi-turn mapping, SLSQP distance minimisation on the solution set). Reported: goals
+  independently of the filter (``_motion.NearestSolution``: a batched bounded Newton
+  iteration from 313 seeds, 2 pi-turn mapping, SLSQP distance minimisation on the
+  solution set). Reported: goals
   reached, median time to reach and its ratio to the ideal straight move to the nearest
   solution on the same plant, the joint path / straight distance to the nearest solution
   (median, p90), the goals ending more than 0.5 rad (L-inf) from the nearest solution, the
@@ -64,7 +65,7 @@ def point_goal_row(name, chain, settings, plant_name, goals_count, seed=0):
     solver = make_solver('smc', chain, seed=seed, **settings)
     plant = M.make_plant(plant_name, chain)
     goals = M.reachable_goals(chain, goals_count, 11)
-    nearest = M.NearestSolution(chain, starts=32, seed=3)
+    nearest = M.NearestSolution(chain, seed=3)
     t0 = time.perf_counter()
     rec = M.run_point_goals(chain, solver, plant, goals, np.asarray(M.HOMES[name]), nearest)
     wall = time.perf_counter() - t0

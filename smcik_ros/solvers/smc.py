@@ -80,7 +80,7 @@ class SmcSettings(SolverSettings):
     motion_sigma: float = 1.0           # [rad] std of the motion prior N(x_ref, Sigma_motion)
     nullspace_gain: float = 1.0         # refinement's pull to x_ref in the task null space
     reseed_fraction: float = 0.5        # share of particles drawn around x_ref on a new goal
-    search_count: int = 16              # of those, refined every iteration as searchers of
+    search_count: int = 32              # of those, refined every iteration as searchers of
     #                                     the nearest branch (0: off)
     search_iterations: int = 8          # iterations the searchers are refined after a new goal
     branch_hold: bool = True            # online: stay on the estimate's branch (needs keep_map)
@@ -382,10 +382,11 @@ def filter_step(state, model, policies, rng, online):
     pos_err, ori_err = model.errors(frames)
     ok = model.precise(frames, 1.0, (pos_err, ori_err))
     map_index = int(np.argmax(weights))
-    switch, warning = None, False
+    switch, warning, approximate = None, False, False
     held_cost, held_stall = state.held_cost, state.held_stall
     if online and hold is not None and held >= 0:
-        held_cost, held_stall = hold.progress(held_cost, held_stall, cost[held], ok[held])
+        exact = model.precise(frames, hold.EXACT_FRACTION, (pos_err, ori_err))
+        held_cost, held_stall = hold.progress(held_cost, held_stall, cost[held], exact[held])
         if motion is not None:
             jumps = motion.jump(particles, particles[held])
             dist_ref = motion.distance(particles)
@@ -393,12 +394,14 @@ def filter_step(state, model, policies, rng, online):
             jumps = np.max(np.abs(particles - particles[held]), axis=1)
             dist_ref = None
         index, reason = hold.choose(held, ok, cost, jumps, dist_ref, held_stall,
-                                    model.goal_still, pos_err, model.recovering)
+                                    model.goal_still, pos_err, model.recovering, exact)
         if reason is not None:
             switch = dict(reason=reason, distance=float(jumps[index]),
                           previous=particles[held].copy())
             held_cost, held_stall = cost[index], 0
         warning = hold.warning(held_stall, bool(ok[index]))
+        approximate = hold.approximate(held_stall, model.goal_still, bool(ok[index]),
+                                       bool(exact[index]))
     elif online:
         index = motion.nearest(particles, ok) if (motion is not None and ok.any()) \
             else map_index
@@ -408,7 +411,8 @@ def filter_step(state, model, policies, rng, online):
     info = dict(index=index, map_index=map_index, q=particles[index].copy(),
                 frames=frames.subset([index]), particles=particles, weights=weights,
                 ok=ok, cost=cost, task=task, confidence=float(np.sum(weights[ok])),
-                switch=switch, warning=warning, resampled=False, restarted=0)
+                switch=switch, warning=warning, approximate=approximate, resampled=False,
+                restarted=0)
 
     # 4. Selection: systematic resampling when the effective sample size is low. The
     # estimate's particle and the searchers keep their slots; the other slots are drawn
@@ -617,6 +621,7 @@ class SmcSolver(Solver):
         self._last_goal_vec = None
         self._goal_still = 0
         self._candidate_ok = True
+        self._searched_exact = False
         self._anchor = q.copy()
         self._memory = q.copy()
         self._recovery_left = self._recovery_search = 0
@@ -652,6 +657,7 @@ class SmcSolver(Solver):
             moved = np.max(np.abs(vec - self._last_goal_vec) / _goal_scale(targets, s))
         self._last_goal_vec = vec
         self._goal_still = -1           # counted up to 0 by the coming step
+        self._searched_exact = False
         state = self._state
         state.settled = False
         motion = self._policies.minimal_motion
@@ -689,9 +695,9 @@ class SmcSolver(Solver):
         fresh = motion.sample(k, self.rng)
         if searchers:
             fresh[:searchers] = search.draw(searchers, motion, self.chain, self.rng,
-                                            self._estimate, starts)
+                                            self._reference, starts)
         if motion.has_turns:
-            fresh = motion.map_turns(fresh, self._estimate)
+            fresh = motion.map_turns(fresh, self._reference)
         fallback = state.particles[max(state.held, 0)]
         state.particles[victims] = _feasible(model, fresh, fallback, self.rng)
         state.logw[victims] = mean_log_weight(state.logw)
@@ -712,7 +718,7 @@ class SmcSolver(Solver):
         motion = policies.minimal_motion
         if motion is not None:
             motion.reference = self._reference
-            motion.turn_reference = self._estimate if online else self._reference
+            motion.turn_reference = self._reference
         model = self._model(targets)
         state, info = filter_step(self._state, model, policies, self.rng, online)
         if state.restarted:
@@ -733,6 +739,12 @@ class SmcSolver(Solver):
             self._end_recovery()
         if online and not was_ok and self._candidate_ok and policies.search is not None:
             self._start_recovery(info['q'])
+        elif (online and info['approximate'] and not self._searched_exact
+              and policies.search is not None and state.search_left == 0):
+            # Within tolerance but stuck short of exact (a local minimum against a joint
+            # limit): look once per goal for an exact solution (BranchHold takes the nearest).
+            self._searched_exact = True
+            self._reseed(self.settings.reseed_fraction)
         self.last_info = {
             'ess': info['ess'], 'temperature': float(model.temperature), 'map': info['q'],
             'particles': info['particles'], 'weights': info['weights'],

@@ -295,14 +295,19 @@ class Refinement:
                 steps = self.alphas[:, None, None] * dv[None]
             else:
                 diff = motion.difference(frames.q)
-                # Coarse: LM on the task and the motion prior's spring sqrt(mu) W (q - x_ref).
-                r_aug = np.concatenate([r, -spring * diff], axis=1)
-                j_aug = np.concatenate([jac, spring[:, :, None] * np.eye(nv)], axis=1)
-                dv_c = _lm_step(j_aug, r_aug, lam)
-                blocked = _blocked_joints(chain, frames.q, dv_c)
-                if blocked is not None:
-                    dv_c = _lm_step(j_aug * ~blocked[:, None, :], r_aug, lam)
-                # Precise: the task step and the pull d0 projected on the task's null space.
+                if precise.all():
+                    dv_c = np.zeros((k_count, nv))
+                else:
+                    # Coarse: LM on the task and the motion prior's spring
+                    # sqrt(mu) W (q - x_ref).
+                    r_aug = np.concatenate([r, -spring * diff], axis=1)
+                    j_aug = np.concatenate([jac, spring[:, :, None] * np.eye(nv)], axis=1)
+                    dv_c = _lm_step(j_aug, r_aug, lam)
+                    blocked = _blocked_joints(chain, frames.q, dv_c)
+                    if blocked is not None:
+                        dv_c = _lm_step(j_aug * ~blocked[:, None, :], r_aug, lam)
+                # Precise: the task step and the pull d0 projected on the task's null space
+                # (also the coarse particles' task-only trial).
                 d0 = motion.gain * diff
                 dv_t, dv_p = _lm_null_step(jac, r, lam, d0, winv2, self.damping)
                 blocked = _blocked_joints(chain, frames.q, dv_t + dv_p)
@@ -519,14 +524,20 @@ class BranchHold:
         self.patience = int(settings.hold_patience)
         self.stall_tolerance = float(settings.stall_tolerance)
 
-    def progress(self, held_cost, stall, cost, held_ok):
-        """Return the updated (held_cost, stall) bookkeeping of the held particle."""
-        if held_ok or cost < held_cost * (1.0 - self.stall_tolerance):
+    def progress(self, held_cost, stall, cost, held_exact):
+        """Return the updated (held_cost, stall) bookkeeping of the held particle: the
+        iterations it has not lowered its cost by ``stall_tolerance`` while not exact."""
+        if held_exact or cost < held_cost * (1.0 - self.stall_tolerance):
             return cost, 0
         return min(held_cost, cost), stall + 1
 
     def stalled(self, stall):
         return stall >= self.patience
+
+    def approximate(self, stall, still, held_ok, held_exact):
+        """Return whether the held particle is stuck within tolerance short of exact on a
+        still goal (the solver then starts a search for an exact solution)."""
+        return held_ok and not held_exact and self.stalled(stall) and still >= self.patience
 
     def warning(self, stall, held_ok):
         """Return whether the held branch is about to be lost: it does not satisfy the goal
@@ -534,9 +545,10 @@ class BranchHold:
         return (not held_ok) and stall >= max(1, self.patience // 2)
 
     NEAR_MARGIN = 0.05      # [rad] how much nearer a near candidate must be in a recovery
+    EXACT_FRACTION = 0.1    # 'exact' = task errors within this share of the tolerance
 
     def choose(self, held, ok, cost, jumps, dist_ref, stall, still, position,
-               recovering=False):
+               recovering=False, exact=None):
         """Return (index, reason or None); a reason names a switch to a far branch.
 
         held: the held particle; ok, cost, jumps (weighted L-inf distance from the held
@@ -544,9 +556,21 @@ class BranchHold:
         minimal motion), position (position errors [m]): (N,) arrays; stall: iterations the
         held particle has made no progress; still: iterations the goal has not changed;
         recovering: a recovery window (back within tolerance after a stretch out of it):
-        a near particle nearer the reference by ``NEAR_MARGIN`` also replaces the held one.
+        a near particle nearer the reference by ``NEAR_MARGIN`` also replaces the held one;
+        exact: (N,) task errors within ``EXACT_FRACTION`` of the tolerance. A held particle
+        within tolerance but stuck short of exact (a local minimum against a joint limit)
+        gives way, once the goal has been still for ``hold_patience`` iterations, to the
+        exact solution nearest the reference.
         """
         near = jumps <= self.jump
+        if (exact is not None and ok[held] and not exact[held] and exact.any()
+                and self.stalled(stall) and still >= self.patience):
+            pool = np.flatnonzero(exact)
+            key = dist_ref[pool] if dist_ref is not None else cost[pool]
+            cand = int(pool[np.argmin(key)])
+            return cand, (None if near[cand] else 'held branch reaches the goal only approximately')
+        if exact is not None and exact[held]:
+            ok = exact      # an exact held particle gives way to exact solutions only
         if ok.any():
             pool = np.flatnonzero(ok)
             key = dist_ref[pool] if dist_ref is not None else cost[pool]
