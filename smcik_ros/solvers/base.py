@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import GoalError, ParameterError
-from ..goals import Target, as_goal, check_terms, task_errors
+from ..goals import Target, Term, as_goal, check_terms, task_errors
 
 __all__ = ['IKResult', 'Alternative', 'Solver', 'SolverSettings', 'register', 'make_solver',
            'available_solvers', 'settings_type', 'parse_tolerance', 'stack_terms']
@@ -369,7 +369,8 @@ class Solver:
             frames = self.chain.frames(q)
             p, o = task_errors(self._targets, frames)
             pos, ori = float(p[0]), float(o[0])
-            cost = float(sum(t.cost(frames)[0] for t in self._targets + self.constraints))
+            cost = float(sum(t.cost(frames)[0] for t in self._targets + self.constraints
+                             if type(t).residual is not Term.residual))
             ok = pos <= self._default_tolerance[0] and ori <= self._default_tolerance[1]
         return [Alternative(q=q, cost=cost, position_error=pos, orientation_error=ori,
                             distance=0.0, mass=1.0, within_tolerance=bool(ok), held=True)]

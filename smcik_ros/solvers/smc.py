@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import ParameterError
-from ..goals import task_errors
+from ..goals import Term, task_errors
 from ..rotations import quat_slerp
 from .base import Alternative, Solver, SolverSettings, _check, register
 from .smc_policies import (BranchHold, MinimalMotion, NearestSearch, Policies, Refinement,
@@ -129,8 +129,8 @@ class SmcSettings(SolverSettings):
                f'nullspace_gain must be in [0, 1]; got {self.nullspace_gain}')
         _check(0.0 <= self.reseed_fraction < 1.0,
                f'reseed_fraction must be in [0, 1); got {self.reseed_fraction}')
-        _check(0 <= self.search_count < self.num_particles,
-               f'search_count must be in [0, num_particles={self.num_particles}); '
+        _check(self.search_count >= 0,
+               f'search_count must be >= 0 (at most num_particles - 1 are used); '
                f'got {self.search_count}')
         _check(self.search_iterations >= 0,
                f'search_iterations must be >= 0; got {self.search_iterations}')
@@ -187,7 +187,12 @@ class FilterModel:
         self.targets = targets
         self.constraints = constraints
         self.hard = [c for c in constraints if c.hard]
-        self.terms = targets + constraints
+        # Constraints with a residual enter the likelihood (eq. 14); those with a Jacobian
+        # too enter the refinement. A hard constraint may offer only ``violated(frames)``
+        # (accept/reject alone).
+        self.soft = [c for c in constraints if _implements(c, 'residual')]
+        self.terms = targets + [c for c in self.soft if _implements(c, 'jacobian')
+                                or hasattr(c, 'residual_jacobian')]
         self.temperature = temperature
         self.tolerance = tolerance
         self.resample_threshold = settings.resample_threshold
@@ -270,7 +275,7 @@ class FilterModel:
     def costs(self, frames):
         """Return (task (N,), soft (N,)) negative log-likelihoods (temperature 1)."""
         task = _sum_costs(self.targets, frames, len(frames))
-        soft = _sum_costs(self.constraints, frames, len(frames))
+        soft = _sum_costs(self.soft, frames, len(frames))
         return task, soft
 
     def cost(self, frames):
@@ -348,7 +353,7 @@ def filter_step(state, model, policies, rng, online):
             rank = -model.log_likelihood(task, soft)
             if motion is not None and motion.weighted:
                 rank = rank - model.temper(motion.log_prior(particles))
-            idx = refine.choose(rank, held if online else -1, kept)
+            idx = refine.choose(rank, held, kept)
             sub = frames.subset(idx)
             pull = motion if (motion is not None and motion.pulling) else None
             guard = None
@@ -460,7 +465,9 @@ def filter_step(state, model, policies, rng, online):
             particles = particles.copy()
             fresh = policies.search.draw(len(fresh_slots), motion, chain, rng,
                                          motion.turn_reference)
-            particles[fresh_slots] = _feasible(model, fresh, particles[index], rng)
+            particles[fresh_slots] = _feasible(
+                model, fresh, particles[index], rng,
+                lambda c: policies.search.draw(c, motion, chain, rng, motion.turn_reference))
             logw = logw.copy()
             logw[fresh_slots] = mean_log_weight(logw)
         next_searchers = np.sort(np.concatenate([keep_on, fresh_slots])).astype(int)
@@ -511,7 +518,9 @@ def _restart(state, model, policies, rng, online):
                 fresh = motion.map_turns(fresh, motion.turn_reference)
         else:
             fresh = model.chain.random_configuration(rng, k)
-        particles[victims] = _feasible(model, fresh, particles[max(protect, 0)], rng)
+        fallback = particles[state.held if state.held >= 0 else 0]
+        particles[victims] = _feasible(model, fresh, fallback, rng,
+                                       lambda c: model.chain.random_configuration(rng, c))
         logw[victims] = mean_log_weight(state.logw)
         if not online:
             logw[:] = 0.0
@@ -524,12 +533,18 @@ def _restart(state, model, policies, rng, online):
                        searchers=searchers, search_left=search_left, shadow=state.shadow)
 
 
-def _feasible(model, fresh, fallback, rng):
-    """Return ``fresh`` (K, nq) with hard-constraint violators redrawn as copies of
-    ``fallback`` (a feasible configuration)."""
+def _feasible(model, fresh, fallback, rng, draw=None):
+    """Return ``fresh`` (K, nq) with hard-constraint violators redrawn (``draw(k)``, at most
+    ``max_redraws`` times), the rest replaced by copies of ``fallback`` (feasible)."""
     if not model.hard or not len(fresh):
         return fresh
     bad = model.violated(model.chain.frames(fresh))
+    for _ in range(model.max_redraws if draw is not None else 0):
+        if not bad.any():
+            break
+        idx = np.flatnonzero(bad)
+        fresh[idx] = draw(len(idx))
+        bad[idx] = model.violated(model.chain.frames(fresh[idx]))
     fresh[bad] = fallback
     return fresh
 
@@ -621,6 +636,7 @@ class SmcSolver(Solver):
         self._last_goal_vec = None
         self._goal_still = 0
         self._candidate_ok = True
+        self._left_tolerance = False
         self._searched_exact = False
         self._anchor = q.copy()
         self._memory = q.copy()
@@ -629,6 +645,7 @@ class SmcSolver(Solver):
         self._tolerance = (self.settings.solution_tolerance_position,
                            self.settings.solution_tolerance_orientation)
         self._alternatives = []
+        self._archive = []
         self._switch_count = 0
         self._reference = q.copy()
 
@@ -638,7 +655,10 @@ class SmcSolver(Solver):
         n = s.num_particles
         k = int(round(s.init_uniform_fraction * (n - 1)))
         if k > 0:
-            self._state.particles[n - k:] = self.chain.random_configuration(self.rng, k)
+            model = self._model(targets)
+            self._state.particles[n - k:] = _feasible(
+                model, self.chain.random_configuration(self.rng, k), self._q, self.rng,
+                lambda c: self.chain.random_configuration(self.rng, c))
         self._tolerance = self._solve_tolerance
         self._on_goal_changed(targets, force=True)
 
@@ -663,6 +683,9 @@ class SmcSolver(Solver):
         motion = self._policies.minimal_motion
         if moved > s.goal_change_threshold:
             self._end_recovery()        # a new goal: the motion starts from the anchor
+            self._archive = []
+            self._left_tolerance = False
+            self._candidate_ok = False      # nothing satisfies the new goal yet
         if not force and self._recovery_left <= 0:
             # The motion starts from the last estimate that satisfied its goal.
             self._reference = self._anchor.copy()
@@ -699,7 +722,8 @@ class SmcSolver(Solver):
         if motion.has_turns:
             fresh = motion.map_turns(fresh, self._reference)
         fallback = state.particles[max(state.held, 0)]
-        state.particles[victims] = _feasible(model, fresh, fallback, self.rng)
+        state.particles[victims] = _feasible(model, fresh, fallback, self.rng,
+                                             lambda c: motion.sample(c, self.rng))
         state.logw[victims] = mean_log_weight(state.logw)
         state.searchers = np.sort(victims[:searchers]).astype(int)
         state.search_left = search.iterations if searchers else 0
@@ -737,7 +761,11 @@ class SmcSolver(Solver):
         self._recovery_search = max(self._recovery_search - 1, 0)
         if self._recovery_left == 0 or (self._shadow_on and state.shadow < 0):
             self._end_recovery()
-        if online and not was_ok and self._candidate_ok and policies.search is not None:
+        if online and was_ok and not self._candidate_ok:
+            self._left_tolerance = True         # it satisfied this goal stream, then left
+        if (online and not was_ok and self._candidate_ok and self._left_tolerance
+                and policies.search is not None):
+            self._left_tolerance = False
             self._start_recovery(info['q'])
         elif (online and info['approximate'] and not self._searched_exact
               and policies.search is not None and state.search_left == 0):
@@ -745,6 +773,8 @@ class SmcSolver(Solver):
             # limit): look once per goal for an exact solution (BranchHold takes the nearest).
             self._searched_exact = True
             self._reseed(self.settings.reseed_fraction)
+        if online:
+            self._update_archive(info)
         self.last_info = {
             'ess': info['ess'], 'temperature': float(model.temperature), 'map': info['q'],
             'particles': info['particles'], 'weights': info['weights'],
@@ -825,18 +855,23 @@ class SmcSolver(Solver):
         return chain.clip(out)
 
     # ------------------------------------------------------------------ alternatives
-    def alternatives(self, max_count=5):
-        """Return up to ``max_count`` distinct solution branches held by the particles.
+    ARCHIVE_SIZE = 8
 
-        The particles of the last step are grouped greedily, best cost first: a particle
-        joins the first group whose leader is within ``branch_jump`` (largest weighted joint
-        difference, whole turns mapped); each group is represented by its best member,
-        refined (``refine_steps`` LM steps with the minimal-motion pull towards the current
-        estimate, on a copy: the filter is not changed). The branch of the estimate is
-        always listed (``held=True``). Order: branches within the solution tolerance first,
-        nearest the current estimate first; then the others by cost. ``mass`` is the share
-        of the posterior weights in the group. Returns a list of ``Alternative`` records
-        (empty before the first step).
+    def alternatives(self, max_count=5):
+        """Return up to ``max_count`` distinct solution branches the filter holds, best first.
+
+        Candidates: the estimate's particle; the particles of the last step grouped
+        greedily, lowest cost first (a particle joins the first group whose leader is within
+        ``branch_jump``, largest weighted joint difference with whole turns mapped), each
+        represented by its leader; and the branch archive (distinct configurations that
+        satisfied the current goal since it arrived: the nearest search finds several, and
+        resampling would forget them). Each candidate is refined on a copy (``refine_steps``
+        LM steps towards the goal, sliding towards the current estimate; the filter is not
+        changed); candidates that end on the same branch are merged. ``mass``: the share of
+        the posterior weight of the particles nearest each branch (within ``branch_jump``).
+        Order: branches within the solution tolerance first, nearest the estimate first;
+        then the others by cost. The estimate's branch is always listed (``held=True``).
+        Returns a list of ``Alternative`` records (empty before the first step).
         """
         max_count = int(max_count)
         if max_count < 1:
@@ -862,33 +897,70 @@ class SmcSolver(Solver):
             near = motion.jump(mapped[free], mapped[i]) <= s.branch_jump
             label[free[near]] = len(leaders)
             leaders.append(i)
-        groups = list(range(len(leaders)))
-        held_group = label[held]
-        chosen = groups[:max_count]
-        if held_group not in chosen:
-            chosen[-1] = held_group
-        reps = np.array([held if g == held_group else leaders[g] for g in chosen])
+        others = [mapped[i] for i in leaders if label[i] != label[held]]
+        archive = [motion.map_turns(q[None], estimate)[0] if motion.has_turns else q
+                   for q in self._archive]
+        q = np.array([mapped[held]] + others + archive)
         model = self._model(self._targets)
         model.temperature = 1.0
-        q = mapped[reps].copy()
         frames = chain.frames(q)
         rep_cost = model.cost(frames)
         refine = self._policies.refinement or Refinement(chain, s.replace(refine_count=1))
         motion.reference = estimate
         frames, rep_cost, _, _ = refine.move(model, frames, rep_cost, motion)
-        pos, ori = task_errors(self._targets, frames)
+        reps = frames.q
         ok = model.within_tolerance(frames)
-        dist = motion.distance(frames.q, estimate)
-        records = [Alternative(q=frames.q[i].copy(), cost=float(rep_cost[i]),
+        # Merge candidates that ended on one branch (the estimate's first, then by cost).
+        keep = [0]
+        for i in sorted(range(1, len(reps)), key=lambda i: (not ok[i], rep_cost[i])):
+            if np.all(motion.jump(reps[keep], reps[i]) > s.branch_jump):
+                keep.append(i)
+        keep = np.array(keep)
+        reps, rep_cost, ok = reps[keep], rep_cost[keep], ok[keep]
+        pos, ori = task_errors(self._targets, chain.frames(reps))
+        dist = motion.distance(reps, estimate)
+        # Posterior mass: each particle counts for the nearest branch within branch_jump.
+        jumps = np.stack([motion.jump(mapped, r) for r in reps], axis=1)     # (N, R)
+        owner = np.where(np.min(jumps, axis=1) <= s.branch_jump, np.argmin(jumps, axis=1), -1)
+        records = [Alternative(q=reps[i].copy(), cost=float(rep_cost[i]),
                                position_error=float(pos[i]), orientation_error=float(ori[i]),
                                distance=float(dist[i]),
-                               mass=float(np.sum(weights[label == chosen[i]])),
-                               within_tolerance=bool(ok[i]), held=bool(chosen[i] == held_group))
-                   for i in range(len(chosen))]
+                               mass=float(np.sum(weights[owner == i])),
+                               within_tolerance=bool(ok[i]), held=bool(i == 0))
+                   for i in range(len(reps))]
         records.sort(key=lambda r: (not r.within_tolerance,
                                     r.distance if r.within_tolerance else r.cost))
+        if max_count < len(records):
+            held_record = next(r for r in records if r.held)
+            records = records[:max_count]
+            if not any(r.held for r in records):
+                records[-1] = held_record
         self._alternatives = records
         return list(records)
+
+    def _update_archive(self, info):
+        """Remember distinct configurations that satisfy the current goal (the branch
+        archive that ``alternatives`` also lists; cleared when a new goal arrives)."""
+        ok = info['ok']
+        if not ok.any():
+            return
+        motion = self._policies.minimal_motion
+        if motion is None:
+            return
+        idx = np.flatnonzero(ok)
+        # Most are on the estimate's branch: drop those in one vectorised test.
+        idx = idx[motion.jump(info['particles'][idx], info['q']) > self.settings.branch_jump]
+        if not len(idx):
+            return
+        idx = idx[np.argsort(info['cost'][idx])][:16]
+        archive = self._archive
+        known = [info['q']] + archive
+        for i in idx:
+            q = info['particles'][i]
+            if np.all(motion.jump(np.array(known), q) > self.settings.branch_jump):
+                known.append(q.copy())
+                archive.append(q.copy())
+        del archive[:max(0, len(archive) - self.ARCHIVE_SIZE)]
 
     def select_alternative(self, choice):
         """Move the estimate to a branch: an index into the last ``alternatives()`` list,
@@ -916,6 +988,11 @@ class SmcSolver(Solver):
 
 
 # ---------------------------------------------------------------------- helpers
+def _implements(term, method):
+    """Return whether ``term`` overrides ``Term.<method>`` (the base raises)."""
+    return getattr(type(term), method, None) is not getattr(Term, method)
+
+
 def _sum_costs(terms, frames, n):
     total = np.zeros(n)
     for t in terms:
