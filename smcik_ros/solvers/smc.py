@@ -353,7 +353,7 @@ def filter_step(state, model, policies, rng, online):
             rank = -model.log_likelihood(task, soft)
             if motion is not None and motion.weighted:
                 rank = rank - model.temper(motion.log_prior(particles))
-            idx = refine.choose(rank, held, kept)
+            idx = refine.choose(rank, held if online else -1, kept)
             sub = frames.subset(idx)
             pull = motion if (motion is not None and motion.pulling) else None
             guard = None
@@ -384,8 +384,14 @@ def filter_step(state, model, policies, rng, online):
 
     # 3. Estimate: the MAP particle (Algorithm 1), unless minimal motion (the nearest
     # particle within tolerance) or branch hold (stay on the held branch) picks another.
-    pos_err, ori_err = model.errors(frames)
-    ok = model.precise(frames, 1.0, (pos_err, ori_err))
+    if online:
+        pos_err, ori_err = model.errors(frames)
+        ok = model.precise(frames, 1.0, (pos_err, ori_err))
+    else:
+        # solve() needs only the successes among the best: check the 16 lowest costs.
+        best = np.argpartition(cost, 15)[:16] if n > 16 else np.arange(n)
+        ok = np.zeros(n, dtype=bool)
+        ok[best] = model.precise(frames.subset(best))
     map_index = int(np.argmax(weights))
     switch, warning, approximate = None, False, False
     held_cost, held_stall = state.held_cost, state.held_stall
@@ -427,7 +433,7 @@ def filter_step(state, model, policies, rng, online):
     best_cost, stall = state.best_cost, state.stall
     if restarts is not None:
         best_cost, stall = restarts.progress(best_cost, stall, float(np.min(cost)))
-    fixed = np.union1d(kept, [index]).astype(int)
+    fixed = np.union1d(kept, [index]).astype(int) if len(kept) else np.array([index])
     if index == shadow:
         shadow = -1         # back on the branch it left: the shadow is the estimate now
     pool = weights.copy()
@@ -439,10 +445,11 @@ def filter_step(state, model, policies, rng, online):
     pool /= pool.sum()
     ess = 1.0 / np.sum(pool * pool)
     info['ess'] = float(1.0 / np.sum(weights * weights))
-    free = np.setdiff1d(np.arange(n), fixed)
-    if ess < model.resample_threshold * n and len(free):
+    if ess < model.resample_threshold * n and n > len(fixed):
+        free = np.ones(n, dtype=bool)
+        free[fixed] = False
         keep = np.arange(n)
-        keep[free] = _systematic_resample(pool, rng, len(free))
+        keep[free] = _systematic_resample(pool, rng, n - len(fixed))
         particles = particles[keep]
         logw = np.zeros(n)
         info['resampled'] = True
@@ -749,8 +756,7 @@ class SmcSolver(Solver):
             # Re-widen Sigma_z so the re-seeded particles survive resampling long enough
             # to be refined.
             self._anneal_level = self.settings.anneal_initial
-        else:
-            self._anneal_level = max(1.0, self._anneal_level * self.settings.anneal_rate)
+        self._anneal_level = max(1.0, self._anneal_level * self.settings.anneal_rate)
         self._state = state
         switch = info['switch']
         if switch is not None:

@@ -245,6 +245,9 @@ class Refinement:
         ``searchers`` of a new goal, and the best others by ``rank`` (lower is better) up to
         ``count`` besides the searchers."""
         n = len(rank)
+        if held < 0 and not len(searchers):        # solve(): the best ``count``
+            k = min(self.count, n)
+            return np.argpartition(rank, k - 1)[:k] if k < n else np.arange(n)
         must = np.union1d(np.asarray(searchers, dtype=int), [held] if held >= 0 else [])
         k = min(self.count - (1 if held >= 0 else 0), n - len(must))
         if k <= 0:
@@ -281,8 +284,7 @@ class Refinement:
             r, jac = stack_terms(problem.terms, frames)
             lam = 0.5 * cost + self.damping
             if motion is not None:
-                # The spring fades out as the cost nears the tolerance's (no bias at the end).
-                # The motion prior's spring (the posterior's own weight 1 / motion_sigma^2),
+                # The motion prior's spring (a share of its weight 1 / motion_sigma^2),
                 # fading out once the cost nears the tolerance's: no bias at the end.
                 mu = self.SPRING * motion.spring * np.minimum(
                     1.0, cost / (self.SPRING_FADE * problem.tolerance_cost))
@@ -292,6 +294,8 @@ class Refinement:
                 blocked = _blocked_joints(chain, frames.q, dv)
                 if blocked is not None:
                     dv = _lm_step(jac * ~blocked[:, None, :], r, lam)
+                dv *= np.minimum(1.0, self.max_step
+                                 / np.maximum(np.max(np.abs(dv), axis=1), 1e-12))[:, None]
                 steps = self.alphas[:, None, None] * dv[None]
             else:
                 diff = motion.difference(frames.q)
@@ -318,8 +322,9 @@ class Refinement:
                                                dv_t[None]])
                 precise_steps = dv_t[None] + pull_share[:, None, None] * dv_p[None]
                 steps = np.where(precise[None, :, None], precise_steps, coarse_steps)
-            biggest = np.max(np.abs(steps), axis=2)
-            steps = steps * np.minimum(1.0, self.max_step / np.maximum(biggest, 1e-12))[..., None]
+                biggest = np.max(np.abs(steps), axis=2)
+                steps = steps * np.minimum(1.0, self.max_step
+                                           / np.maximum(biggest, 1e-12))[..., None]
             trial = chain.clip(chain.integrate(np.tile(frames.q, (n_trials, 1)),
                                                steps.reshape(-1, nv)))
             trial_frames = chain.frames(trial)
