@@ -471,10 +471,12 @@ def filter_step(state, model, policies, rng, online):
         if len(fresh_slots):
             particles = particles.copy()
             fresh = policies.search.draw(len(fresh_slots), motion, chain, rng,
-                                         motion.turn_reference)
+                                         motion.turn_reference,
+                                         spread=policies.search.spread)
             particles[fresh_slots] = _feasible(
                 model, fresh, particles[index], rng,
-                lambda c: policies.search.draw(c, motion, chain, rng, motion.turn_reference))
+                lambda c: policies.search.draw(c, motion, chain, rng, motion.turn_reference,
+                                               spread=policies.search.spread))
             logw = logw.copy()
             logw[fresh_slots] = mean_log_weight(logw)
         next_searchers = np.sort(np.concatenate([keep_on, fresh_slots])).astype(int)
@@ -645,6 +647,7 @@ class SmcSolver(Solver):
         self._candidate_ok = True
         self._left_tolerance = False
         self._searched_exact = False
+        self._windows, self._searching, self._window_start = 0, False, np.inf
         self._anchor = q.copy()
         self._memory = q.copy()
         self._recovery_left = self._recovery_search = 0
@@ -693,6 +696,7 @@ class SmcSolver(Solver):
             self._archive = []
             self._left_tolerance = False
             self._candidate_ok = False      # nothing satisfies the new goal yet
+            self._windows, self._searching = 0, False
         if not force and self._recovery_left <= 0:
             # The motion starts from the last estimate that satisfied its goal.
             self._reference = self._anchor.copy()
@@ -703,7 +707,7 @@ class SmcSolver(Solver):
             if motion is not None and not force and s.reseed_fraction > 0.0:
                 self._reseed(s.reseed_fraction)
 
-    def _reseed(self, fraction, starts=()):
+    def _reseed(self, fraction, starts=(), spread=1.0):
         """Redraw ``fraction`` of the particles (lowest weights) around the reference: the
         motion prior's proposal. The first ``search_count`` of them (a third drawn
         uniformly, for far branches) become searchers, refined every iteration for
@@ -724,8 +728,9 @@ class SmcSolver(Solver):
         searchers = min(search.count, k) if search is not None else 0
         fresh = motion.sample(k, self.rng)
         if searchers:
+            search.spread = spread
             fresh[:searchers] = search.draw(searchers, motion, self.chain, self.rng,
-                                            self._reference, starts)
+                                            self._reference, starts, spread)
         if motion.has_turns:
             fresh = motion.map_turns(fresh, self._reference)
         fallback = state.particles[max(state.held, 0)]
@@ -734,6 +739,17 @@ class SmcSolver(Solver):
         state.logw[victims] = mean_log_weight(state.logw)
         state.searchers = np.sort(victims[:searchers]).astype(int)
         state.search_left = search.iterations if searchers else 0
+        self._windows += 1
+        self._window_start = self._found_distance()
+
+    def _found_distance(self):
+        """Return the weighted distance [rad] of the estimate's particle from the reference
+        (inf while it does not satisfy the goal)."""
+        if not self._candidate_ok or self._policies.minimal_motion is None:
+            return np.inf
+        state = self._state
+        q = state.particles[max(state.held, 0)]
+        return float(self._policies.minimal_motion.distance(q[None], self._reference)[0])
 
     def _model(self, targets):
         model = FilterModel(self.chain, self.settings, self._scalar_noise, self._ball_noise,
@@ -763,6 +779,7 @@ class SmcSolver(Solver):
             self._switch_count += 1
         was_ok = self._candidate_ok
         self._candidate_ok = bool(info['ok'][info['index']])
+        self._searching = self._searching or bool(len(self._state.searchers))
         self._recovery_left = max(self._recovery_left - 1, 0)
         self._recovery_search = max(self._recovery_search - 1, 0)
         if self._recovery_left == 0 or (self._shadow_on and state.shadow < 0):
@@ -773,6 +790,22 @@ class SmcSolver(Solver):
                 and policies.search is not None):
             self._left_tolerance = False
             self._start_recovery(info['q'])
+        elif (online and policies.search is not None and self._searching
+              and state.search_left == 0 and self._candidate_ok
+              and self._goal_still >= policies.search.iterations
+              and self._windows < policies.search.MAX_WINDOWS
+              and (self._found_distance() < 0.98 * self._window_start
+                   or self._found_distance() > policies.search.FAR * np.sqrt(self.chain.nv))):
+            # The last window found a nearer solution, or the best is far (many branches
+            # lie within it): another window.
+            spread = max(1.0, self._found_distance()
+                         / (self.settings.motion_sigma * np.sqrt(self.chain.nv)))
+            self._reseed(self.settings.reseed_fraction, starts=[self._reference], spread=spread)
+        elif (online and switch is not None and switch['reason'] != 'nearer solution'
+              and policies.search is not None):
+            # The held branch could not (exactly) reach the goal and the estimate jumped to
+            # the first branch found that does: keep looking for a nearer one.
+            self._reseed(self.settings.reseed_fraction, starts=[self._reference])
         elif (online and info['approximate'] and not self._searched_exact
               and policies.search is not None and state.search_left == 0):
             # Within tolerance but stuck short of exact (a local minimum against a joint

@@ -141,18 +141,19 @@ class MinimalMotion:
         out[:, cols] = v
         return out
 
-    def sample(self, count, rng):
+    def sample(self, count, rng, spread=1.0):
         """Return (count, nq) draws of the motion prior around the reference, in limits.
 
-        1-DOF joints: Gaussian with std ``motion_sigma / w_j``, redrawn at most
+        1-DOF joints: Gaussian with std ``spread * motion_sigma / w_j``, redrawn at most
         ``max_redraws`` times when outside the limits, then clipped; ball joints: QuTem.
         """
         chain = self.chain
         ref = self.reference
         out = np.tile(ref, (count, 1))
         sq, sv = chain._scalar_q, chain._scalar_v
+        sigma = self.sigma * spread
         if len(sq):
-            std = self.sigma / self.weights[sv]
+            std = sigma / self.weights[sv]
             lower, upper = chain.lower[sq], chain.upper[sq]
             cand = ref[sq] + rng.standard_normal((count, len(sq))) * std
             for _ in range(self.max_redraws):
@@ -164,7 +165,7 @@ class MinimalMotion:
             out[:, sq] = cand
         if chain.has_ball_joints:
             bq = chain._ball_q_idx
-            std = self.sigma / self.weights[chain._ball_v_idx]
+            std = sigma / self.weights[chain._ball_v_idx]
             out[:, bq] = sample_qutem(np.broadcast_to(ref[bq], (count,) + bq.shape),
                                       np.broadcast_to(std, (count,) + std.shape), rng)
         return chain.clip(out)
@@ -186,22 +187,29 @@ class NearestSearch:
     pull, so each lands on the point of its branch nearest the reference). A searcher that
     reaches the goal becomes an ordinary particle; one that stops improving is redrawn, so
     the window tries more starts than it has slots. The estimate then picks the nearest
-    particle within tolerance (``BranchHold`` rules). Part of minimal motion.
+    particle within tolerance (``BranchHold`` rules). While a window brings a nearer
+    solution another follows (at most ``MAX_WINDOWS`` per goal), its motion-prior draws
+    widened to the distance of the best solution found (a nearer one lies within it).
+    Part of minimal motion.
     """
+
+    MAX_WINDOWS = 6         # windows per goal while they find nearer solutions or it is far
+    FAR = 0.6               # [rad per sqrt(joint)] 'far' best solution: sqrt(nv) * FAR
 
     def __init__(self, settings):
         self.count = int(settings.search_count)
         self.iterations = int(settings.search_iterations)
+        self.spread = 1.0   # set per window by the solver: the prior widened to the best found
 
-    def draw(self, count, motion, chain, rng, turn_reference, starts=()):
+    def draw(self, count, motion, chain, rng, turn_reference, starts=(), spread=1.0):
         """Return (count, nq) fresh searcher configurations: ``starts`` (configurations to
         start from as they are, e.g. the reference itself), then a third uniform and the
-        rest from the motion prior."""
+        rest from the motion prior widened by ``spread``."""
         starts = np.asarray(starts, dtype=float).reshape(-1, chain.nq)[:count]
         rest = count - len(starts)
         uniform = rest // 3
         fresh = np.concatenate([starts, chain.random_configuration(rng, uniform),
-                                motion.sample(rest - uniform, rng)])
+                                motion.sample(rest - uniform, rng, spread)])
         if motion.has_turns:
             fresh = motion.map_turns(fresh, turn_reference)
         return fresh
@@ -279,7 +287,7 @@ class Refinement:
             dist2 = motion.distance(frames.q) ** 2
             precise = problem.precise(frames, self.PRECISE_FRACTION)
             pulled = np.array([True, True, True, False])
-            pull_share = np.array([1.0, 0.5, 0.25, 0.0])
+            pull_share = np.array([1.0, 0.25, 0.0625, 0.0])
         for _ in range(self.steps):
             r, jac = stack_terms(problem.terms, frames)
             lam = 0.5 * cost + self.damping
@@ -318,6 +326,10 @@ class Refinement:
                 if blocked is not None:
                     jac = jac * ~blocked[:, None, :]
                     dv_t, dv_p = _lm_null_step(jac, r, lam, d0 * ~blocked, winv2, self.damping)
+                # The pull is capped to max_step before its shares are taken: a slide along
+                # a curved solution set may need short steps (the corrector keeps them exact).
+                dv_p *= np.minimum(1.0, self.max_step
+                                   / np.maximum(np.max(np.abs(dv_p), axis=1), 1e-12))[:, None]
                 coarse_steps = np.concatenate([self.alphas[:, None, None] * dv_c[None],
                                                dv_t[None]])
                 precise_steps = dv_t[None] + pull_share[:, None, None] * dv_p[None]
