@@ -227,7 +227,8 @@ class NearestSolution:
             q = np.clip(q + step * np.minimum(1.0, 0.5 / np.maximum(big, 1e-12)),
                         self.lower, self.upper)
         r = self._residuals(q, pose)
-        good = (np.linalg.norm(r[:, :3], axis=1) < 1e-9) & (np.linalg.norm(r[:, 3:], axis=1) < 1e-8)
+        good = ((np.linalg.norm(r[:, :3], axis=1) < 1e-9)
+                & (np.linalg.norm(r[:, 3:], axis=1) < 1e-8))
         sols = []
         for x in q[good]:
             x = self._map_turns(x, q_start)
@@ -355,6 +356,12 @@ def circle_poses(chain, name, radius=0.075, speed=0.1, laps=1.0, dt=DT):
     return poses, phi
 
 
+def _pose_residual(chain, q, pose):
+    t = chain.fk(q)
+    return np.r_[t[:3, 3] - pose[:3, 3],
+                 Rotation.from_matrix(t[:3, :3] @ pose[:3, :3].T).as_rotvec()]
+
+
 def max_reach(chain, shoulder, samples=20000):
     q = chain.random_configuration(np.random.default_rng(5), samples)
     return float(np.max(np.linalg.norm(chain.fk(q)[:, :3, 3] - shoulder, axis=1)))
@@ -395,9 +402,8 @@ def run_tracking(chain, name, solver, plant, excursions=('jump', 'drag'), laps=1
     reach = max_reach(chain, shoulder)
     # Start on the circle: solve the first pose from home.
     home = np.asarray(HOMES[name])
-    start = least_squares(lambda q: np.r_[chain.fk(q)[:3, 3] - poses[0, :3, 3], Rotation.from_matrix(
-        chain.fk(q)[:3, :3] @ poses[0, :3, :3].T).as_rotvec()], home,
-        bounds=(chain.lower, chain.upper)).x
+    start = least_squares(lambda q: _pose_residual(chain, q, poses[0]), home,
+                          bounds=(chain.lower, chain.upper)).x
     plant.reset(start)
     solver.reset(start)
     # Insert the excursions at evenly spaced points of the lap.

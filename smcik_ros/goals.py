@@ -405,7 +405,8 @@ class KeepOutSphere(Constraint):
                 continue
             jp = frames.jacobian_at(ba, _body_point(frames, ba, la))[:, :3]
             if t != 0.0:
-                jp = (1.0 - t) * jp + t * frames.jacobian_at(bb, _body_point(frames, bb, lb))[:, :3]
+                jb = frames.jacobian_at(bb, _body_point(frames, bb, lb))[:, :3]
+                jp = (1.0 - t) * jp + t * jb
             grad = -(diff[:, i] / dist[:, i, None])
             jac[:, i] = np.where(active[:, i, None], np.einsum('nk,nkv->nv', grad, jp), 0.0)
         return jac

@@ -123,7 +123,8 @@ def _coerce(name, value, default):
             return int(value)
         raise ParameterError(f'{name} must be an integer; got {value!r}')
     if isinstance(default, float):
-        if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+        number = (int, float, np.integer, np.floating)
+        if isinstance(value, number) and not isinstance(value, bool):
             return float(value)
         raise ParameterError(f'{name} must be a number; got {value!r}')
     if isinstance(default, str):

@@ -48,9 +48,7 @@ class SmcSettings(SolverSettings):
     seed: int = -1                      # random seed; -1: fresh entropy each construction
     joint_noise: float = 0.1            # [rad] std of the revolute random walk per iteration
     prismatic_noise: float = 0.02       # [m] std of the prismatic random walk
-    ball_noise: float = 0.1             # [rad] std of the ball-joint rotation angle per axis
-    #                                     (rotation vector v; eq. 17's sigma on log q = v/2
-    #                                     is half of it)
+    ball_noise: float = 0.1             # [rad] ball rotation-angle std per axis (2x eq. 17's)
     joint_noise_per_joint: tuple = ()   # [rad or m] one std per 1-DOF joint; () = the above
     ball_noise_per_axis: tuple = ()     # [rad] 3 stds per ball joint (QuTem diag); () = above
     min_noise_scale: float = 0.01       # smallest per-particle noise factor (log-uniform to 1)
@@ -80,15 +78,12 @@ class SmcSettings(SolverSettings):
     motion_sigma: float = 1.0           # [rad] std of the motion prior N(x_ref, Sigma_motion)
     nullspace_gain: float = 1.0         # refinement's pull to x_ref in the task null space
     reseed_fraction: float = 0.5        # share of particles drawn around x_ref on a new goal
-    search_count: int = 32              # of those, refined every iteration as searchers of
-    #                                     the nearest branch (0: off)
-    search_iterations: int = 8          # iterations the searchers are refined after a new goal
+    search_count: int = 32              # searchers of the nearest branch on a new goal (0: off)
+    search_iterations: int = 8          # iterations per search window (repeated while useful)
     branch_hold: bool = True            # online: stay on the estimate's branch (needs keep_map)
     branch_jump: float = 0.5            # [rad] 'another branch' = a joint differs by more
-    recovery_iterations: int = 300      # back in tolerance after leaving it: iterations the
-    #                                     left branch is kept as a shadow hypothesis (0: off)
-    hold_patience: int = 4              # iterations without progress before the held branch
-    #                                     may be left for one that satisfies the goal
+    recovery_iterations: int = 300      # iterations the branch left out of reach is kept
+    hold_patience: int = 4              # iterations without progress before leaving the branch
 
     def validate(self):
         _check(self.num_particles >= 1, f'num_particles must be >= 1; got {self.num_particles}')
@@ -99,8 +94,10 @@ class SmcSettings(SolverSettings):
             _check(getattr(self, name) > 0.0, f'{name} must be > 0; got {getattr(self, name)}')
         _check(0.0 < self.min_noise_scale <= 1.0,
                f'min_noise_scale must be in (0, 1]; got {self.min_noise_scale}')
-        _check(self.anneal_initial >= 1.0, f'anneal_initial must be >= 1; got {self.anneal_initial}')
-        _check(0.0 < self.anneal_rate <= 1.0, f'anneal_rate must be in (0, 1]; got {self.anneal_rate}')
+        _check(self.anneal_initial >= 1.0,
+               f'anneal_initial must be >= 1; got {self.anneal_initial}')
+        _check(0.0 < self.anneal_rate <= 1.0,
+               f'anneal_rate must be in (0, 1]; got {self.anneal_rate}')
         _check(0.0 < self.smoothing_alpha <= 1.0,
                f'smoothing_alpha must be in (0, 1]; got {self.smoothing_alpha}')
         _check(0.0 <= self.resample_threshold <= 1.0,
@@ -110,11 +107,13 @@ class SmcSettings(SolverSettings):
                f'refine_count must be in [0, num_particles={self.num_particles}]; '
                f'got {self.refine_count}')
         _check(self.refine_steps >= 1, f'refine_steps must be >= 1; got {self.refine_steps}')
-        _check(self.refine_damping >= 0.0, f'refine_damping must be >= 0; got {self.refine_damping}')
+        _check(self.refine_damping >= 0.0,
+               f'refine_damping must be >= 0; got {self.refine_damping}')
         _check(self.refine_min_cost >= 0.0,
                f'refine_min_cost must be >= 0; got {self.refine_min_cost}')
         _check(self.max_step > 0.0, f'max_step must be > 0; got {self.max_step}')
-        _check(self.restart_after >= 0, f'restart_after must be >= 0 (0: off); got {self.restart_after}')
+        _check(self.restart_after >= 0,
+               f'restart_after must be >= 0 (0: off); got {self.restart_after}')
         _check(0.0 <= self.stall_tolerance < 1.0,
                f'stall_tolerance must be in [0, 1); got {self.stall_tolerance}')
         _check(0.0 <= self.restart_fraction <= 1.0,
@@ -221,7 +220,8 @@ class FilterModel:
                 rows, cols = np.nonzero(bad)
                 cand[rows, cols] = base[rows, cols] + rng.standard_normal(len(rows)) \
                     * sigma[rows, cols]
-                bad[rows, cols] = (cand[rows, cols] < lower[cols]) | (cand[rows, cols] > upper[cols])
+                moved = cand[rows, cols]
+                bad[rows, cols] = (moved < lower[cols]) | (moved > upper[cols])
             # Fallback after max_redraws: that joint stays where it was (always valid).
             cand[bad] = base[bad]
             out[:, sq] = cand
@@ -578,10 +578,10 @@ class SmcSolver(Solver):
         scalar_types = [t for t in chain.joint_types if t != 'ball']
         if s.joint_noise_per_joint:
             if len(s.joint_noise_per_joint) != len(scalar_types):
+                names = [n for n, t in zip(chain.joint_names, chain.joint_types) if t != 'ball']
                 raise ParameterError(
                     f'joint_noise_per_joint needs {len(scalar_types)} values (one per 1-DOF joint'
-                    f' of {[n for n, t in zip(chain.joint_names, chain.joint_types) if t != "ball"]});'
-                    f' got {len(s.joint_noise_per_joint)}')
+                    f' of {names}); got {len(s.joint_noise_per_joint)}')
             noise = np.array(s.joint_noise_per_joint, dtype=float)
         else:
             noise = np.array([s.prismatic_noise if t == 'prismatic' else s.joint_noise

@@ -585,7 +585,8 @@ class BranchHold:
             pool = np.flatnonzero(exact)
             key = dist_ref[pool] if dist_ref is not None else cost[pool]
             cand = int(pool[np.argmin(key)])
-            return cand, (None if near[cand] else 'held branch reaches the goal only approximately')
+            return cand, (None if near[cand]
+                          else 'held branch reaches the goal only approximately')
         if exact is not None and exact[held]:
             ok = exact      # an exact held particle gives way to exact solutions only
         if ok.any():
