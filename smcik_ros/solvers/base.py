@@ -333,6 +333,7 @@ class Solver:
             q, frames = self._iterate(targets, online=False)
             iterations += 1
         _, success, pos, ori, ok, q = best
+        q = self._solve_result(q, success and iterations > 0)
         return IKResult(q=q, success=bool(success), position_error=float(pos),
                         orientation_error=float(ori), iterations=iterations,
                         elapsed=time.perf_counter() - start, constraints_ok=bool(ok))
@@ -350,6 +351,11 @@ class Solver:
 
     def _start_solve(self, q_seed, targets):
         self.reset(q_seed)
+
+    def _solve_result(self, q, solved):
+        """Return the configuration ``solve`` returns for its best ``q`` (a solver may prefer
+        an equivalent success: the same errors class, e.g. nearer the seed)."""
+        return q
 
     # ------------------------------------------------------------------ alternatives
     def alternatives(self, max_count=5):

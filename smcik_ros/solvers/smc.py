@@ -151,7 +151,10 @@ class FilterState:
 
     particles: (N, nq); logw: (N,) log weights (max 0); held: index of the estimate's
     particle (-1: none yet); best_cost / stall: restarts; held_cost / held_stall: branch
-    hold; settled: the held particle's refinement has converged (the idle step skips it).
+    hold; settled: the held particle's refinement has converged (the idle step skips it);
+    restarted: particles re-seeded at the end of the last step; searchers / search_left:
+    the nearest search's particles and the iterations left in its window; shadow: the
+    particle that keeps the branch the estimate left on during a recovery (-1: none).
     """
 
     particles: np.ndarray
@@ -165,7 +168,7 @@ class FilterState:
     restarted: int = 0
     searchers: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=int))
     search_left: int = 0
-    shadow: int = -1            # the branch the estimate left on, kept while recovering
+    shadow: int = -1
 
 
 class FilterModel:
@@ -388,10 +391,7 @@ def filter_step(state, model, policies, rng, online):
         pos_err, ori_err = model.errors(frames)
         ok = model.precise(frames, 1.0, (pos_err, ori_err))
     else:
-        # solve() needs only the successes among the best: check the 16 lowest costs.
-        best = np.argpartition(cost, 15)[:16] if n > 16 else np.arange(n)
-        ok = np.zeros(n, dtype=bool)
-        ok[best] = model.precise(frames.subset(best))
+        ok = np.zeros(n, dtype=bool)    # solve() judges its result itself (and the seed's)
     map_index = int(np.argmax(weights))
     switch, warning, approximate = None, False, False
     held_cost, held_stall = state.held_cost, state.held_stall
@@ -605,10 +605,12 @@ class SmcSolver(Solver):
             restarts=Restarts(s) if s.restart_after > 0 else None,
             branch_hold=BranchHold(s) if s.branch_hold else None,
             keep_held=s.keep_map)
+        # solve(): Algorithm 1 with refinement and restarts; minimal motion only chooses the
+        # returned success and maps its turns (_iterate_solve), so the search is unchanged.
         self._offline_policies = Policies(
-            minimal_motion=None if motion is None else motion.selection_only(),
-            refinement=self._policies.refinement,
-            restarts=self._policies.restarts, branch_hold=None, keep_held=s.keep_map)
+            refinement=self._policies.refinement, restarts=self._policies.restarts,
+            keep_held=s.keep_map)
+        self._selection = None if motion is None else motion.selection_only()
 
     @property
     def policies(self):
@@ -616,6 +618,7 @@ class SmcSolver(Solver):
         return self._policies
 
     def _on_settings_changed(self):
+        self._model_cache = None
         state = self._state
         n_old = len(state.particles)
         self._configure()
@@ -665,10 +668,11 @@ class SmcSolver(Solver):
         n = s.num_particles
         k = int(round(s.init_uniform_fraction * (n - 1)))
         if k > 0:
-            model = self._model(targets)
-            self._state.particles[n - k:] = _feasible(
-                model, self.chain.random_configuration(self.rng, k), self._q, self.rng,
-                lambda c: self.chain.random_configuration(self.rng, c))
+            fresh = self.chain.random_configuration(self.rng, k)
+            if any(c.hard for c in self.constraints):
+                fresh = _feasible(self._model(targets), fresh, self._q, self.rng,
+                                  lambda c: self.chain.random_configuration(self.rng, c))
+            self._state.particles[n - k:] = fresh
         self._tolerance = self._solve_tolerance
         self._on_goal_changed(targets, force=True)
 
@@ -752,16 +756,64 @@ class SmcSolver(Solver):
         return float(self._policies.minimal_motion.distance(q[None], self._reference)[0])
 
     def _model(self, targets):
-        model = FilterModel(self.chain, self.settings, self._scalar_noise, self._ball_noise,
-                            targets, self.constraints, self._anneal_level, self._tolerance)
+        model = self._model_cache
+        if (model is None or model.targets is not targets or model.constraints is not
+                self.constraints or model.tolerance != self._tolerance):
+            model = FilterModel(self.chain, self.settings, self._scalar_noise,
+                                self._ball_noise, targets, self.constraints,
+                                self._anneal_level, self._tolerance)
+            self._model_cache = model
+        model.temperature = self._anneal_level
         model.goal_still = self._goal_still
         model.recovering = self._recovery_search > 0
         return model
 
+    _model_cache = None
+
     # ------------------------------------------------------------------ the filter
+    def _iterate_solve(self, targets):
+        """Run one ``solve`` iteration: Algorithm 1 with refinement and restarts (minimal
+        motion only chooses the result, in ``_solve_result``)."""
+        model = self._model(targets)
+        state, info = filter_step(self._state, model, self._offline_policies, self.rng, False)
+        if state.restarted:
+            self._anneal_level = self.settings.anneal_initial
+        self._anneal_level = max(1.0, self._anneal_level * self.settings.anneal_rate)
+        self._state = state
+        self.last_info = {
+            'ess': info['ess'], 'temperature': float(model.temperature), 'map': info['q'],
+            'particles': info['particles'], 'weights': info['weights'],
+            'resampled': info['resampled'], 'restarted': info['restarted'],
+        }
+        self._last_step = info
+        return info['q'], info['frames']
+
+    def _solve_result(self, q, solved):
+        """Return the success nearest the seed among the 16 best particles of the last
+        iteration (``solve`` stops at the first iteration with a success), whole turns of
+        joints spanning more than 2 pi mapped towards the seed (also when not solved)."""
+        motion = self._selection
+        if motion is None:
+            return q
+        ref = self._reference
+        if solved:
+            info = self._last_step
+            cost, particles = info['cost'], info['particles']
+            best = np.argpartition(cost, 15)[:16] if len(cost) > 16 else np.arange(len(cost))
+            pos, ori = task_errors(self._targets, self.chain.frames(particles[best]))
+            ok = (pos <= self._solve_tolerance[0]) & (ori <= self._solve_tolerance[1])
+            if ok.any():
+                cands = particles[best[ok]]
+                if motion.has_turns:
+                    cands = motion.map_turns(cands, ref)
+                return cands[int(np.argmin(motion.distance(cands, ref)))].copy()
+        return motion.map_turns(q[None], ref)[0] if motion.has_turns else q
+
     def _iterate(self, targets, online):
+        if not online:
+            return self._iterate_solve(targets)
         self._goal_still += 1
-        policies = self._policies if online else self._offline_policies
+        policies = self._policies
         motion = policies.minimal_motion
         if motion is not None:
             motion.reference = self._reference
