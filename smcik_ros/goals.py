@@ -185,6 +185,11 @@ class Target(Term):
         """Return (position_error [m], orientation_error [rad]), each (N,)."""
         raise NotImplementedError  # pragma: no cover
 
+    def cost_and_errors(self, frames):
+        """Return (cost (N,), position_error (N,), orientation_error (N,)) in one pass."""
+        pos, ori = self.errors(frames)
+        return self.cost(frames), pos, ori
+
 
 class PoseTarget(Target):
     """Reach a full (4, 4) pose with ``link`` (default: the chain's tip).
@@ -239,6 +244,12 @@ class PoseTarget(Target):
         # Same value as the base class, without building the rotation vectors.
         pos, ori = self.errors(frames)
         return self.weight * ((pos / self.sigma[0]) ** 2 + (ori / self.sigma[3]) ** 2)
+
+    def cost_and_errors(self, frames):
+        pos, ori = self.errors(frames)
+        if self._whitener is not None:
+            return super().cost(frames), pos, ori
+        return self.weight * ((pos / self.sigma[0]) ** 2 + (ori / self.sigma[3]) ** 2), pos, ori
 
     def errors(self, frames):
         rot, pos = frames.link_transform(self.link)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import ParameterError
-from ..goals import Term, task_errors
+from ..goals import Target, Term, task_errors
 from ..rotations import quat_slerp
 from .base import Alternative, Solver, SolverSettings, _check, register
 from .smc_policies import (BranchHold, MinimalMotion, NearestSearch, Policies, Refinement,
@@ -281,6 +281,26 @@ class FilterModel:
         soft = _sum_costs(self.soft, frames, len(frames))
         return task, soft
 
+    def costs_and_errors(self, frames):
+        """Return (task, soft, position_error, orientation_error), each (N,): the costs of
+        ``costs`` and the worst task errors of ``errors``, the targets evaluated once."""
+        n = len(frames)
+        task, pos, ori = np.zeros(n), np.zeros(n), np.zeros(n)
+        for t in self.targets:
+            if isinstance(t, Target):
+                c, p, o = t.cost_and_errors(frames)
+                pos, ori = np.maximum(pos, p), np.maximum(ori, o)
+            else:
+                c = t.cost(frames)        # a constraint handed in with the goal
+            task = task + c
+        return task, _sum_costs(self.soft, frames, n), pos, ori
+
+    def cost_and_errors(self, frames):
+        """Return ``cost(frames)`` and ``errors(frames)`` in one pass over the targets."""
+        task, _, pos, ori = self.costs_and_errors(frames)
+        n = len(frames)
+        return task + _sum_costs(self.terms[len(self.targets):], frames, n), pos, ori
+
     def cost(self, frames):
         """Return the (N,) untempered negative log-likelihood (task + constraints)."""
         return _sum_costs(self.terms, frames, len(frames))
@@ -344,18 +364,23 @@ def filter_step(state, model, policies, rng, online):
 
     # 2. Importance weights: w_k = w_{k-1} p(z_k | x_k) [x motion prior], evaluated where
     # the particles are after the move step (refinement).
-    task, soft = model.costs(frames)
+    if online:
+        task, soft, pos_err, ori_err = model.costs_and_errors(frames)
+    else:
+        task, soft = model.costs(frames)
     cost = task + soft
     settled = state.settled
     stuck = _NONE
+    weighted = motion is not None and motion.weighted
+    dist_ref = motion.distance(particles) if weighted else None
     if refine is not None:
         anchor = held if (online and held >= 0) else int(np.argmin(cost))
         idle = (cost[anchor] <= refine.min_cost and not len(searchers)
                 and (motion is None or settled or not online))
         if not idle:
             rank = -model.log_likelihood(task, soft)
-            if motion is not None and motion.weighted:
-                rank = rank - model.temper(motion.log_prior(particles))
+            if weighted:
+                rank = rank - model.temper(motion.log_prior(distance=dist_ref))
             idx = refine.choose(rank, held if online else -1, kept)
             sub = frames.subset(idx)
             pull = motion if (motion is not None and motion.pulling) else None
@@ -372,14 +397,20 @@ def filter_step(state, model, policies, rng, online):
                 particles[idx] = sub.q
                 frames.assign(idx, sub)
                 frames.q = particles
-                task[idx], soft[idx] = model.costs(sub)
+                if online:
+                    task[idx], soft[idx], pos_err[idx], ori_err[idx] = \
+                        model.costs_and_errors(sub)
+                else:
+                    task[idx], soft[idx] = model.costs(sub)
                 cost = task + soft
+                if weighted:
+                    dist_ref[idx] = motion.distance(sub.q)
             if online and held >= 0:
                 pos = int(np.flatnonzero(idx == held)[0])
                 settled = bool(cost[held] <= refine.min_cost and gained[pos] < 1e-12)
     loglik = model.log_likelihood(task, soft)
-    if motion is not None and motion.weighted:
-        loglik = loglik + model.temper(motion.log_prior(particles))
+    if weighted:
+        loglik = loglik + model.temper(motion.log_prior(distance=dist_ref))
     logw = state.logw + loglik
     logw -= logw.max()
     weights = np.exp(logw)
@@ -388,7 +419,6 @@ def filter_step(state, model, policies, rng, online):
     # 3. Estimate: the MAP particle (Algorithm 1), unless minimal motion (the nearest
     # particle within tolerance) or branch hold (stay on the held branch) picks another.
     if online:
-        pos_err, ori_err = model.errors(frames)
         ok = model.precise(frames, 1.0, (pos_err, ori_err))
     else:
         ok = np.zeros(n, dtype=bool)    # solve() judges its result itself (and the seed's)
@@ -400,7 +430,8 @@ def filter_step(state, model, policies, rng, online):
         held_cost, held_stall = hold.progress(held_cost, held_stall, cost[held], exact[held])
         if motion is not None:
             jumps = motion.jump(particles, particles[held])
-            dist_ref = motion.distance(particles)
+            if dist_ref is None:
+                dist_ref = motion.distance(particles)
         else:
             jumps = np.max(np.abs(particles - particles[held]), axis=1)
             dist_ref = None

@@ -121,9 +121,10 @@ class MinimalMotion:
         """Return the (N,) largest weighted joint differences [rad] between q and ``other``."""
         return np.max(np.abs(self.difference(q, other) * self.weights), axis=1)
 
-    def log_prior(self, q):
-        """Return the (N,) log prior ``-(distance / motion_sigma)^2`` of configurations q."""
-        d = self.distance(q)
+    def log_prior(self, q=None, distance=None):
+        """Return the (N,) log prior ``-(distance / motion_sigma)^2`` of configurations q
+        (or of their ``distance`` from the reference, when already known)."""
+        d = self.distance(q) if distance is None else distance
         return -(d * d) / (self.sigma * self.sigma)
 
     def map_turns(self, q, ref):
@@ -268,7 +269,7 @@ class Refinement:
     def move(self, problem, frames, cost, motion, guard=None):
         """Refine the configurations of ``frames`` (K rows) with costs ``cost`` (K,).
 
-        problem: has ``terms``, ``hard``, ``cost(frames)``, ``errors(frames)``,
+        problem: has ``terms``, ``hard``, ``cost(frames)``, ``cost_and_errors(frames)``,
         ``precise(frames, fraction, errors)``; motion: a ``MinimalMotion`` or None;
         guard: None or (K,) largest position errors [m] a step may end at (inf: no guard;
         the held particle of a still goal out of reach gets its current error: its tool
@@ -296,7 +297,6 @@ class Refinement:
                 # fading out once the cost nears the tolerance's: no bias at the end.
                 mu = self.SPRING * motion.spring * np.minimum(
                     1.0, cost / (self.SPRING_FADE * problem.tolerance_cost))
-                spring = np.sqrt(mu)[:, None] * motion.weights
             if motion is None:
                 dv = _lm_step(jac, r, lam)
                 blocked = _blocked_joints(chain, frames.q, dv)
@@ -311,13 +311,12 @@ class Refinement:
                     dv_c = np.zeros((k_count, nv))
                 else:
                     # Coarse: LM on the task and the motion prior's spring
-                    # sqrt(mu) W (q - x_ref).
-                    r_aug = np.concatenate([r, -spring * diff], axis=1)
-                    j_aug = np.concatenate([jac, spring[:, :, None] * np.eye(nv)], axis=1)
-                    dv_c = _lm_step(j_aug, r_aug, lam)
+                    # mu |W (q - x_ref)|^2.
+                    dv_c = _lm_spring_step(jac, r, lam, mu, motion.weights, diff)
                     blocked = _blocked_joints(chain, frames.q, dv_c)
                     if blocked is not None:
-                        dv_c = _lm_step(j_aug * ~blocked[:, None, :], r_aug, lam)
+                        dv_c = _lm_spring_step(jac * ~blocked[:, None, :], r, lam, mu,
+                                               motion.weights, diff * ~blocked)
                 # Precise: the task step and the pull d0 projected on the task's null space
                 # (also the coarse particles' task-only trial).
                 d0 = motion.gain * diff
@@ -347,13 +346,14 @@ class Refinement:
                 slide = precise & (np.max(np.abs(dv_p), axis=1) > self.SLIDE_CORRECTION)
                 if slide.any():
                     self._correct(problem, trial_frames, jac, winv2, slide, pulled)
-            trial_cost = problem.cost(trial_frames)
+            trial_errors = None
+            if motion is not None or guard is not None:
+                trial_cost, *trial_errors = problem.cost_and_errors(trial_frames)
+            else:
+                trial_cost = problem.cost(trial_frames)
             for c in problem.hard:
                 trial_cost = np.where(c.violated(trial_frames), np.inf, trial_cost)
             trial_cost = trial_cost.reshape(n_trials, k_count)
-            trial_errors = None
-            if motion is not None or guard is not None:
-                trial_errors = problem.errors(trial_frames)
             if guard is not None:
                 pos = trial_errors[0].reshape(n_trials, k_count)
                 trial_cost = np.where(pos <= guard[None, :] + 1e-12, trial_cost, np.inf)
@@ -421,6 +421,28 @@ def _lm_step(jac, r, lam):
     jjt[:, np.arange(m), np.arange(m)] += lam[:, None]
     y = np.linalg.solve(jjt, r[..., None])
     return -(np.swapaxes(jac, 1, 2) @ y)[..., 0]
+
+
+def _lm_spring_step(jac, r, lam, mu, w, diff):
+    """Return the LM step on the residual r plus the spring mu |W (q - x_ref)|^2.
+
+    The minimiser of |r + J dv|^2 + mu |W (dv - diff)|^2 + lam |W dv|^2 (diff = x_ref - q):
+    in u = W dv with J_s = J W^-1 and c = lam + mu, by the push-through identity
+    du = -J_s^T A^-1 r + (mu / c) (g - J_s^T A^-1 J_s g), g = W diff, A = J_s J_s^T + c I:
+    an m x m solve (m task rows) even for long chains. Stacks: jac (K, m, nv), r (K, m),
+    lam, mu (K,), w (nv,), diff (K, nv).
+    """
+    k, m = r.shape
+    js = jac / w
+    c = lam + mu
+    a = js @ np.swapaxes(js, 1, 2)
+    a[:, np.arange(m), np.arange(m)] += c[:, None]
+    g = diff * w
+    rhs = np.concatenate([r, np.einsum('kmv,kv->km', js, g)])
+    y = np.linalg.solve(np.concatenate([a, a]), rhs[..., None])[..., 0]
+    du = (-np.einsum('kmv,km->kv', js, y[:k])
+          + (mu / c)[:, None] * (g - np.einsum('kmv,km->kv', js, y[k:])))
+    return du / w
 
 
 def _lm_null_step(jac, r, lam, d0, winv2, lam0):
