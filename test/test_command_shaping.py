@@ -466,3 +466,115 @@ def test_bad_joint_limits_yaml_says_what_is_wrong(text, message):
 def test_missing_joint_limits_file_says_how_to_fix(tmp_path):
     with pytest.raises(ParameterError, match='cannot be read.*MoveIt joint_limits.yaml'):
         read_joint_limits_yaml(tmp_path / 'nope.yaml')
+
+
+def _track(limits, speed_share, feedforward, ticks=400, seed=0, accel_share=0.5):
+    """Track a target moving on a sinusoid in every joint within shares of the limits, with
+    the velocity estimated from the desired stream as ControlLoop does.
+    Returns (times, commands, desired (K, n))."""
+    rng = np.random.default_rng(seed)
+    shaper = CommandShaper(limits)
+    mid = 0.5 * (limits.lower + limits.upper)
+    amp = 0.25 * (limits.upper - limits.lower)
+    # Speed at speed_share of the velocity limits, acceleration at accel_share of the
+    # acceleration limits, whichever is lower.
+    omega = min(speed_share * np.min(limits.velocity / amp),
+                np.sqrt(accel_share * np.min(limits.acceleration / amp)))
+    phase = rng.uniform(0, 2 * np.pi, limits.n)
+    # Start on the target, moving with it (the tracking phase, not the catch-up).
+    q, v, t = mid + amp * np.sin(phase), amp * omega * np.cos(phase), 0.0
+    times, qs, ds, previous, w = [t], [q.copy()], [q.copy()], None, None
+    for _ in range(ticks):
+        dt = RATE_DT * (1.0 + rng.uniform(-0.2, 0.2))
+        t += dt
+        desired = mid + amp * np.sin(omega * t + phase)
+        w = shaper.target_velocity(desired, previous, dt, w) if feedforward else None
+        out = shaper.step(q, v, dt, desired, None, w)
+        q, v, previous = out.q, out.v, desired
+        times.append(t)
+        qs.append(q.copy())
+        ds.append(desired)
+    return np.array(times), np.array(qs), np.array(ds)
+
+
+@PROPERTY
+@given(seed=st.integers(0, 2 ** 31 - 1), n=st.integers(1, 7), share=st.floats(0.2, 0.8))
+def test_a_moving_target_is_tracked_without_lag_and_within_the_limits(seed, n, share):
+    """With the target's velocity, the command follows a target moving within the limits to
+    within a small fraction of the braking lag it has without (w^2 / 2a), and every limit
+    holds on every tick computed from the stamps."""
+    limits = make_limits(n, np.random.default_rng(seed))
+    times, qs, ds = _track(limits, share, True, seed=seed)
+    _, qs_lag, ds_lag = _track(limits, share, False, seed=seed)
+    assert np.array_equal(times, _track(limits, share, False, seed=seed)[0])
+    v0 = (qs[1] - qs[0]) / (times[1] - times[0])
+    v_ratio, a_ratio, excess = judge(times[1:], qs[1:], limits, v0=v0)
+    assert v_ratio <= 1 + TIGHT and a_ratio <= 1 + TIGHT and excess <= 1e-12
+    settled = slice(len(times) // 2, None)
+    error = np.max(np.abs(qs[settled] - ds[settled]))
+    lag = np.max(np.abs(qs_lag[settled] - ds_lag[settled]))
+    assert error <= 0.25 * lag + 1e-9, f'tracking error {error:.5f} vs braking lag {lag:.5f}'
+
+
+@PROPERTY
+@given(seed=st.integers(0, 2 ** 31 - 1), n=st.integers(1, 7), share=st.floats(0.1, 1.0),
+       jitter=st.floats(0.0, 0.3))
+def test_a_target_that_stops_is_overshot_by_at_most_the_stopping_distance(seed, n, share,
+                                                                          jitter):
+    """The price of following without lag: a target moving at w that stops dead is passed by
+    at most the command's synchronized stopping distance plus the ticks it takes to see the
+    stop, then reached again, and every limit holds throughout."""
+    rng = np.random.default_rng(seed)
+    limits = make_limits(n, rng)
+    shaper = CommandShaper(limits)
+    w = share * limits.velocity * rng.choice([-1.0, 1.0], n)
+    # Slow enough that all joints can stop together within the last 10 % of their range
+    # (a target the command can follow: a synchronized stop from w covers |w_j| T / 2).
+    span = limits.upper - limits.lower
+    reach = np.abs(w) * np.max(np.abs(w) / limits.acceleration) / 2
+    w = w * min(1.0, float(np.sqrt(np.min(0.1 * span / reach))))
+    start = np.where(w > 0, limits.lower + 0.1 * (limits.upper - limits.lower),
+                     limits.upper - 0.1 * (limits.upper - limits.lower))
+    # Already following: the command moves with the target (no catch-up phase).
+    q, v, t, previous, wv = start.copy(), w.copy(), 0.0, start - w * RATE_DT, w.copy()
+    times, qs = [0.0], [q.copy()]
+    stop_time = float(np.min(0.6 * (limits.upper - limits.lower) / np.abs(w)))
+    for _ in range(int(stop_time / RATE_DT) + 300):
+        dt = RATE_DT * (1.0 + rng.uniform(-jitter, jitter))
+        t += dt
+        desired = start + w * min(t, stop_time)
+        wv = shaper.target_velocity(desired, previous, dt, wv)
+        out = shaper.step(q, v, dt, desired, None, wv)
+        q, v, previous = out.q, out.v, desired
+        times.append(t)
+        qs.append(q.copy())
+    qs = np.array(qs)
+    v_ratio, a_ratio, excess = judge(np.array(times), qs, limits, v0=w)
+    assert v_ratio <= 1 + TIGHT and a_ratio <= 1 + TIGHT and excess <= 1e-12
+    final = start + w * stop_time
+    overshoot = np.max(np.sign(w) * (qs - final), axis=0)
+    # All joints stop together (the acceleration is scaled by one factor): in the time the
+    # slowest needs, T = max |w| / a, each covers |w| T / 2; plus the ticks of detection.
+    stop_time = np.max(np.abs(w) / limits.acceleration)
+    bound = np.abs(w) * stop_time / 2 + 2 * np.abs(w) * RATE_DT * (1 + jitter)
+    assert np.all(overshoot <= bound + 1e-9), f'overshoot {overshoot} > {bound}'
+    assert np.allclose(qs[-1], final, atol=1e-9), 'the stopped target is not reached'
+
+
+def test_a_jump_gets_no_feedforward_and_a_still_target_keeps_the_trapezoid():
+    limits = make_limits(3, np.random.default_rng(3))
+    shaper = CommandShaper(limits)
+    assert shaper.feedforward(None) is None
+    assert shaper.feedforward(np.zeros(3)) is None
+    assert shaper.feedforward(np.array([np.nan, 0.0, 0.0])) is None
+    assert shaper.feedforward(2.5 * limits.velocity) is None            # a jump
+    wanted = 1.5 * limits.velocity * np.array([1.0, -0.5, 0.2])
+    fast = shaper.feedforward(wanted)
+    assert np.max(np.abs(fast) / limits.velocity) == pytest.approx(1.0)  # scaled, one factor
+    assert np.allclose(fast / wanted, fast[0] / wanted[0])
+    # A goal jump reported as a huge "velocity" behaves exactly like a still target.
+    q, v = limits.lower + 0.1, np.zeros(3)
+    target = limits.upper - 0.1
+    a = shaper.step(q, v, RATE_DT, target)
+    b = shaper.step(q, v, RATE_DT, target, None, (target - q) / RATE_DT)
+    assert np.array_equal(a.q, b.q)

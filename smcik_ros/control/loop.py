@@ -180,6 +180,7 @@ class ControlLoop:
         self.goal_reached = False
         self._first_tick = None
         self._stopping = False
+        self._desired = None        # (desired (n,), time [s], its velocity or None), last tick
         self._last_acceleration = 0.0   # max_j |dv_j| / (a_j dt) of the last tick
         self.faults = 0             # ticks that raised
         self.holds = 0              # commands a validator refused
@@ -290,7 +291,8 @@ class ControlLoop:
         goal = self.inbox.take(now)
         if goal is not None:
             self._set_goal(goal, now)
-        desired = None
+        desired = desired_velocity = None
+        previous, self._desired = self._desired, None
         if self.goal is not None:
             estimate = None
             for _ in range(self.iterations_per_tick):
@@ -301,7 +303,14 @@ class ControlLoop:
                                          f'configuration {np.array2string(estimate, precision=3)}')
             desired = nearest_equivalent(estimate, self.q, self.limits.continuous)
             self._recenter_solver(estimate)
-        shaped = self.shaper.step(self.q, self.v, dt, desired, lead_box)
+            if previous is not None:
+                # How fast the solver's answer moves (a tracked target): the shaper follows
+                # it without braking onto it every tick (jumps are ignored by the shaper).
+                desired_velocity = self.shaper.target_velocity(
+                    desired, nearest_equivalent(previous[0], desired, self.limits.continuous),
+                    now - previous[1], previous[2])
+            self._desired = (desired, now, desired_velocity)
+        shaped = self.shaper.step(self.q, self.v, dt, desired, lead_box, desired_velocity)
         if self.validators:
             stop = self.shaper.stopping_point(shaped.q, shaped.v)
             for validator in self.validators:
@@ -312,6 +321,7 @@ class ControlLoop:
                         f'{reason}: braking instead, the solver restarts at the stop'))
                     shaped = self.shaper.brake(self.q, self.v, dt, lead_box)
                     self._reset_solver(self.shaper.stopping_point(shaped.q, shaped.v))
+                    self._desired = None
                     break
         return self._commit(shaped, now, state)
 
@@ -398,6 +408,7 @@ class ControlLoop:
         return self.last
 
     def _reset_solver(self, q):
+        self._desired = None
         self.solver.reset(self.chain.clip(to_solver_range(q, self.limits.continuous)))
 
     def _commit(self, shaped, now, state):
