@@ -25,7 +25,6 @@ below zero that got deeper than at the current iterate), the step is halved up t
 """
 
 import numpy as np
-from scipy.optimize import nnls
 
 __all__ = ['damper_rows', 'project_step', 'constrained_step', 'inequality_constraints',
            'MAX_HALVINGS']
@@ -96,6 +95,7 @@ def project_step(dq0, A, b, H=None, lower=None, upper=None):
     E = np.vstack([Gy.T, hy[None, :]]) / scale
     f = np.zeros(n + 1)
     f[n] = 1.0 / scale
+    from scipy.optimize import nnls    # imported on first use: 0.5-1.5 s of start-up
     u, _ = nnls(E, f, maxiter=50 * (len(hy) + n + 1))
     r = E @ u - f
     if abs(r[n]) < 1e-12 * max(1.0, np.abs(r).max()) or np.linalg.norm(r) < 1e-14:
