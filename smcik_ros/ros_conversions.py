@@ -298,27 +298,35 @@ def covariance_from_msg(values, where='covariance'):
     marker (-1 first), all zero (an unfilled message: send target_pose instead), not
     symmetric, not positive definite.
     """
-    from .goals import covariance_to_base   # validation of the symmetric positive definite form
     arr = np.asarray(values, dtype=float).ravel()
+    expected = (f'{where}: expected a symmetric positive definite 6 x 6 matrix (row-major, '
+                'x y z rot_x rot_y rot_z, in the header frame)')
     if arr.shape != (36,):
-        raise GoalError(f'{where}: expected 36 values (a 6 x 6 matrix, row-major, x y z rot_x '
-                        f'rot_y rot_z), got {arr.size}')
+        raise GoalError(f'{expected}, got {arr.size} values')
     if not np.all(np.isfinite(arr)):
         bad = [int(i) for i in np.flatnonzero(~np.isfinite(arr))]
-        raise GoalError(f'{where}: expected a finite symmetric positive definite 6 x 6 matrix, '
-                        f'got NaN/inf at entries {bad}')
+        raise GoalError(f'{expected}, got NaN/inf at entries {bad}')
     if arr[0] == -1.0:
-        raise GoalError(f'{where}: the first entry is -1 (the ROS marker for an unknown '
-                        'covariance): expected a symmetric positive definite 6 x 6 matrix; send '
-                        'a goal without uncertainty on target_pose instead')
+        raise GoalError(f'{expected}, got -1 as the first entry (the ROS marker for an unknown '
+                        'covariance); send a goal without uncertainty on target_pose instead')
     if not np.any(arr):
-        raise GoalError(f'{where}: all 36 entries are zero (an unfilled covariance): expected a '
-                        'symmetric positive definite 6 x 6 matrix; send a goal without '
-                        'uncertainty on target_pose instead')
+        raise GoalError(f'{expected}, got all 36 entries zero (an unfilled covariance); send a '
+                        'goal without uncertainty on target_pose instead')
+    cov = arr.reshape(6, 6)
+    asym = float(np.abs(cov - cov.T).max())
+    if asym > 1e-9 * max(1.0, float(np.abs(cov).max())):
+        raise GoalError(f'{expected}, got a non-symmetric matrix (max |S - S^T| = {asym:.3g})')
+    cov = 0.5 * (cov + cov.T)
+    eig = np.linalg.eigvalsh(cov)
     try:
-        return np.array(covariance_to_base(arr.reshape(6, 6), np.eye(3)))
-    except GoalError as exc:
-        raise GoalError(f'{where}: {exc}') from None
+        np.linalg.cholesky(cov)
+        spd = eig[0] > 0.0
+    except np.linalg.LinAlgError:
+        spd = False
+    if not spd:
+        raise GoalError(f'{expected}, got eigenvalues {np.array2string(eig, precision=3)} '
+                        '(not positive definite)')
+    return cov
 
 
 def pose_with_covariance_to_goal(msg, where='target_pose_with_covariance'):

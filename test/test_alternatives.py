@@ -225,7 +225,7 @@ def _pwc(cov, position=(0.3, 0.1, 0.4)):
 @pytest.mark.parametrize('make, message', [
     (lambda c: np.where(np.eye(6, dtype=bool), np.nan, c), r'NaN/inf at entries \[0, 7'),
     (lambda c: np.r_[-1.0, np.zeros(35)], 'unknown covariance'),
-    (lambda c: np.zeros(36), 'all 36 entries are zero'),
+    (lambda c: np.zeros(36), 'all 36 entries zero'),
     (lambda c: c + np.triu(np.full((6, 6), 1e-3), 1), 'non-symmetric'),
     (lambda c: c - 2.0 * np.eye(6), 'not positive definite'),
     (lambda c: np.diag([1e-4, 1e-4, 1e-4, 1e-2, 1e-2, 0.0]), 'not positive definite'),
