@@ -701,6 +701,8 @@ class SmcIkNode(Node):
                                  INPUT_QOS)
         self._alternatives_timer = None
         self._make_alternatives_timer(self._param('alternatives_rate_hz'))
+        if self._param('alternatives_rate_hz') <= 0.0:
+            self._alternatives.switch_off(0.0, 'alternatives_rate_hz is 0 (off)')
 
     def _make_alternatives_timer(self, rate):
         if self._alternatives_timer is not None:
@@ -712,17 +714,29 @@ class SmcIkNode(Node):
         if 'max_alternatives' in changes:
             self._alternatives.max_alternatives = values['max_alternatives']
         if 'alternatives_rate_hz' in changes:
-            self._make_alternatives_timer(values['alternatives_rate_hz'])
+            rate = values['alternatives_rate_hz']
+            self._make_alternatives_timer(rate)
+            if rate <= 0.0:
+                _, now = self._now()
+                off = self._alternatives.switch_off(now, 'alternatives_rate_hz is 0 (off)')
+                self._publish_alternatives(off)
 
     def _on_alternatives_tick(self):
         loop = self.loop
-        ns, now = self._now()
+        _, now = self._now()
         goal_id = loop.goal.sequence if loop.goal is not None else 0
-        if self._alternatives.refresh(loop.solver, goal_id, loop.q, now):
-            self._alternatives_pub.publish(make_alternatives_trajectory(
-                self.chain.joint_names, self._alternatives.current.q,
-                Time(nanoseconds=ns).to_msg()))
-            self._alternatives.mark_published(now, ns)
+        self._publish_alternatives(self._alternatives.refresh(loop.solver, goal_id, loop.q,
+                                                              now))
+
+    def _publish_alternatives(self, needed):
+        """Publish the book's current list on ~/alternatives when ``needed``."""
+        if not needed:
+            return
+        ns, now = self._now()
+        self._alternatives_pub.publish(make_alternatives_trajectory(
+            self.chain.joint_names, self._alternatives.current.q,
+            Time(nanoseconds=ns).to_msg()))
+        self._alternatives.mark_published(now, ns)
 
     def _ghost_markers(self, stamp):
         """Return the ghost arms of the last published alternatives (markers.py)."""

@@ -336,3 +336,18 @@ def test_ghost_arms_one_namespace_each_and_deleted_when_gone():
     deletes = [(m.ns, m.id) for m in fewer if m.action == Marker.DELETE]
     assert deletes == [('alternative_1', 0), ('alternative_1', 1), ('alternative_2', 0),
                        ('alternative_2', 1)]
+
+
+def test_switching_the_alternatives_off_publishes_one_empty_list(arm):
+    solver, goal, _ = _settled_filter(arm, seed=3, steps=60)
+    book = AlternativesBook(arm.n)
+    assert book.refresh(solver, 1, solver.estimate, 0.0)
+    book.mark_published(0.0, 1)
+    assert book.switch_off(0.1, 'alternatives_rate_hz is 0 (off)')
+    book.mark_published(0.1, 2)
+    assert len(book.published) == 0
+    assert not book.switch_off(0.2, 'alternatives_rate_hz is 0 (off)')
+    status = book.status(0.3)
+    assert status['alternatives'] is None and 'off' in status['alternatives_note']
+    # Switched on again: the next refresh lists the branches again.
+    assert book.refresh(solver, 1, solver.estimate, 0.4) and len(book.current) >= 1

@@ -143,6 +143,12 @@ class AlternativesBook:
         self.current = current
         return self._should_publish(current, now)
 
+    def switch_off(self, now, note):
+        """Void the list (the alternatives were switched off); return True when an empty
+        list must be published (a non-empty one was)."""
+        self.current = _empty(self.current.goal_id, now, note, self.n, False)
+        return self._should_publish(self.current, now)
+
     def _should_publish(self, current, now):
         last = self.published
         if last is None:
