@@ -6,8 +6,10 @@ into a goal inbox, joint_states into the arm state machine, and a timer at ``rat
 control loop for the command of the tick (solver steps, validators, command shaping within the
 position, velocity and acceleration limits) and publishes it (JointState, JointTrajectory or
 Float64MultiArray) with the header stamp the limits were applied for. Markers show the
-particles, the MAP chain, the target and the keep-out spheres; ``~/status`` carries a compact
-JSON summary. See docs/node.md for every topic and parameter ("Driving a real arm" for the
+particles, the MAP chain, the target, the keep-out spheres and the ghost arms of the filter's
+alternatives (listed on ``~/alternatives``, selected on ``~/select_alternative``);
+``~/status`` carries a compact JSON summary. ``target_pose_with_covariance`` takes a goal with
+its task covariance. See docs/node.md for every topic and parameter ("Driving a real arm" for the
 guarantees of the command stream).
 
 Run: ``ros2 run smcik_ros smcik_node --ros-args --params-file config/arm.yaml`` or
@@ -24,6 +26,7 @@ os.environ.setdefault('OMP_NUM_THREADS', '1')
 import collections
 import json
 import math
+import re
 import sys
 import time
 
@@ -772,7 +775,9 @@ class SmcIkNode(Node):
                                  covariance=covariance)
         except SmcIkError as exc:
             text = f'{topic} refused, keeping the previous goal: {exc}'
-            self._reporter('error', Reporter.key_of(topic, str(exc)), text, interval=2.0)
+            # Keyed on the whole text (without numbers): the faults differ only at the end.
+            key = topic + ':' + re.sub(r'[-+]?\d[\d.e+-]*', '#', str(exc))
+            self._reporter('error', key, text, interval=2.0)
 
     def _alternatives_status(self, now):
         out = self._alternatives.status(now)

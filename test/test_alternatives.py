@@ -14,7 +14,9 @@ from arm_urdfs import ur5_like_urdf
 from smcik_ros import markers
 from smcik_ros import ros_conversions as rc
 from smcik_ros.control.alternatives import AlternativesBook, has_alternatives
+from smcik_ros.control.arm_state import ArmSettings
 from smcik_ros.control.command_shaping import limits_for_chain
+from smcik_ros.control.loop import ControlLoop
 from smcik_ros.control.frames import FrameResolver
 from smcik_ros.control.goal_inbox import GoalInbox
 from smcik_ros.errors import GoalError, ParameterError
@@ -186,6 +188,55 @@ def test_continuous_joints_are_listed_near_the_command_and_selected_in_the_solve
     book.select(0, solver, 1, 0.1)
     # The solver gets its own coordinate (inside its working range), not the unwrapped one.
     np.testing.assert_allclose(solver.estimate, listed.records[0].q)
+
+
+def test_a_selection_in_the_control_loop_moves_the_commands_within_the_limits(arm):
+    """The real loop and filter, an arm that follows its commands one tick late: the book
+    observes every step (confidence latched), a selection moves the commands to the selected
+    branch along the limits (velocity and acceleration from the stamps), never by a jump."""
+    limits, _ = limits_for_chain(arm, velocity_scale=0.5, max_acceleration=3.0)
+    solver = make_solver('smc', arm, seed=4)
+    loop = ControlLoop(arm, solver, limits, ArmSettings())
+    book = AlternativesBook(arm.n, limits.continuous)
+    loop.step_observers.append(book.observe)
+    rng = np.random.default_rng(6)
+    q0 = np.array([0.2, 0.3, -0.1, -1.4, 0.2, 1.2, 0.1])
+    t, commands = 0.0, []
+
+    def run(ticks):
+        nonlocal t
+        for _ in range(ticks):
+            measured = commands[-2].q if len(commands) > 1 else q0
+            loop.on_joint_states(measured, t, t)
+            t += 0.01 * (1.0 + rng.uniform(-0.2, 0.2))
+            command = loop.tick(t)
+            if command is not None:
+                commands.append(command)
+
+    run(5)
+    goal = arm.fk(arm.clip(q0 + rng.uniform(-0.4, 0.4, arm.n)))
+    loop.offer_goal('pose', goal, '', None, t)
+    run(300)
+    assert book.confidence is not None and book.within_tolerance
+    assert book.refresh(solver, loop.goal.sequence, loop.q, t)
+    book.mark_published(t, 1)
+    assert len(book.published) >= 2, 'this goal should have several branches'
+    target = book.select(1, solver, loop.goal.sequence, t)
+    start = len(commands)
+    run(600)
+    moved = commands[start - 1:]
+    q = np.array([c.q for c in moved])
+    stamps = np.array([c.stamp for c in moved])
+    assert np.max(np.abs(q[-1] - target)) < 0.01
+    assert np.max(np.abs(q[-1] - q[0])) > 0.5
+    v = np.diff(q, axis=0) / np.diff(stamps)[:, None]
+    v_prev = np.vstack([moved[0].v, v[:-1]])
+    a = (v - v_prev) / np.diff(stamps)[:, None]
+    assert np.max(np.abs(v) / limits.velocity) <= 1.0 + 1e-9
+    assert np.max(np.abs(a) / limits.acceleration) <= 1.0 + 1e-9
+    pos, ori = PoseTarget(goal).errors(arm.frames(q[-1]))
+    assert pos[0] <= 1e-3 and ori[0] <= 1e-2
+    assert book.status(t)['branch_switch']['reason'] == 'selected'
 
 
 # ---------------------------------------------------------------------------- covariance
