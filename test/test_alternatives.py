@@ -154,6 +154,9 @@ def test_selecting_an_alternative_moves_the_filter_there_and_it_stays(arm):
         assert switch['reason'] == 'selected' and switch['goal_id'] == 1
         assert switch['distance'] == pytest.approx(np.max(np.abs(target - before)), abs=1e-3)
         assert book.status(0.2)['branch_switches'] == 1
+        selected = book.status(0.2)['selected_alternative']
+        assert selected['index'] == 1 and selected['alternatives_stamp'] == 1
+        np.testing.assert_allclose(selected['q'], target, atol=1e-6)
         for _ in range(100):
             q = solver.step(goal)
         pos, ori = PoseTarget(goal).errors(arm.frames(q))

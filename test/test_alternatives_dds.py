@@ -195,7 +195,8 @@ def assert_commands_sane(probe, chain, since, resyncs=0):
     jumps = np.flatnonzero(np.max(np.abs(v) / limit, axis=1) > 1.0 + 1e-6)
     assert len(jumps) <= resyncs and all(at_rest[k + 1] for k in jumps), (
         f'{len(jumps)} command(s) beyond the velocity limit '
-        f'({np.max(np.abs(v) / limit):.3f} x), {resyncs} resync(s) reported')
+        f'({np.max(np.abs(v) / limit):.3f} x), {resyncs} resync(s) reported; at '
+        f'{[(int(k), bool(at_rest[k + 1]), round(float(dt[k]), 4)) for k in jumps]}')
     cuts = [0] + [k + 1 for k in jumps] + [len(q)]
     for a, b in zip(cuts[:-1], cuts[1:]):
         if b - a < 3:
@@ -272,15 +273,26 @@ def test_alternatives_are_listed_and_selecting_one_moves_the_arm_there(system, p
                     <= set(ghost_namespaces(probe, time.monotonic() - 1.0)), 3.0)
 
     # Select alternative 1: the commands go there within every limit, the goal stays reached.
-    target = points[1]
-    assert np.max(np.abs(target - q_now)) > 0.5, 'alternative 1 is not another branch'
+    # The index means "in the last published list" (it may have been republished since the
+    # one read above): ~/status names the list (stamp) and configuration it resolved to.
     since = time.monotonic()
     resyncs = resyncs_now(probe)
     switches = status['branch_switches']
     pubs['select'].publish(UInt32(data=1))
+    assert wait_for(lambda: (latest_status(probe) or {}).get('selected_alternative'), 5.0)
+    selected = latest_status(probe)['selected_alternative']
+    with probe.lock:
+        lists = {m.header.stamp.sec * 1_000_000_000 + m.header.stamp.nanosec: m
+                 for _, m in alternatives}
+    chosen = lists[selected['alternatives_stamp']]
+    target = np.array(chosen.points[1].positions)
+    np.testing.assert_allclose(selected['q'], target, atol=1e-5)
+    assert selected['index'] == 1 and selected['goal_id'] == status['goal_id']
+    assert np.max(np.abs(target - q_now)) > 0.5, 'alternative 1 is not another branch'
     assert wait_for(lambda: np.max(np.abs(command_q(probe) - target)) < 0.02, 20.0,
                     interval=0.02), (f'the commands did not reach alternative 1: '
-                                     f'{command_q(probe)} vs {target}')
+                                     f'{command_q(probe)} vs {target} (held before: '
+                                     f'{q_now}); status: {latest_status(probe)}')
     assert wait_reached(probe, chain, goal, timeout=5.0)
     assert wait_still(probe)
     q = assert_commands_sane(probe, chain, since, resyncs_now(probe) - resyncs)

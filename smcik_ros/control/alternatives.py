@@ -106,6 +106,7 @@ class AlternativesBook:
         self.last_switch = None      # dict: reason, distance, goal_id, time
         self.switches = 0
         self.selections = 0
+        self.last_selection = None   # dict: index, alternatives_stamp, goal_id, q
         self._warned_goal = None
 
     @property
@@ -220,6 +221,9 @@ class AlternativesBook:
         record = listed.records[index]
         solver.select_alternative(np.array(record.q, dtype=float))   # the solver's coordinate
         self.selections += 1
+        self.last_selection = {'index': index, 'alternatives_stamp': self.published_stamp,
+                               'goal_id': int(goal_id),
+                               'q': [round(float(v), 6) for v in listed.q[index]]}
         previous = solver.last_info.get('branch_switch') if solver.last_info else None
         distance = (float(previous['distance']) if previous else float(record.distance))
         self._record_switch({'reason': 'selected', 'distance': distance}, goal_id, now)
@@ -260,6 +264,8 @@ class AlternativesBook:
             'branch_warning': self.branch_warning,
             'branch_switch': switch,
             'branch_switches': self.switches,
+            'selected_alternative': (None if self.last_selection is None
+                                     else dict(self.last_selection)),
         }
 
 
