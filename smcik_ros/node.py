@@ -694,6 +694,7 @@ class SmcIkNode(Node):
             report=self._reporter)
         self.loop.step_observers.append(self._alternatives.observe)
         self._ghosts_shown = 0
+        self._alternatives_times = collections.deque(maxlen=20)   # [s] per refresh
         self._alternatives_pub = self.create_publisher(JointTrajectory, '~/alternatives',
                                                        INPUT_QOS)
         self.create_subscription(UInt32, '~/select_alternative', self._guarded(
@@ -728,8 +729,10 @@ class SmcIkNode(Node):
         loop = self.loop
         _, now = self._now()
         goal_id = loop.goal.sequence if loop.goal is not None else 0
-        self._publish_alternatives(self._alternatives.refresh(loop.solver, goal_id, loop.q,
-                                                              now))
+        started = time.perf_counter()
+        needed = self._alternatives.refresh(loop.solver, goal_id, loop.q, now)
+        self._alternatives_times.append(time.perf_counter() - started)
+        self._publish_alternatives(needed)
 
     def _publish_alternatives(self, needed):
         """Publish the book's current list on ~/alternatives when ``needed``."""
@@ -783,6 +786,9 @@ class SmcIkNode(Node):
         out = self._alternatives.status(now)
         goal = self.loop.goal
         out['goal_covariance'] = goal is not None and goal.covariance is not None
+        times = self._alternatives_times
+        out['alternatives_time_ms'] = (round(1e3 * float(np.mean(times)), 3) if times
+                                       else None)
         return out
 
 
