@@ -242,6 +242,60 @@ def test_a_selection_in_the_control_loop_moves_the_commands_within_the_limits(ar
     assert book.status(t)['branch_switch']['reason'] == 'selected'
 
 
+def test_every_switch_of_the_filter_is_latched_with_its_reason(arm):
+    """The book observes every solver step through the loop's step_observers (two steps per
+    tick here): its switch count follows the filter's own (``branch_switches`` since reset)
+    step by step - a selection is counted once, not again when the next step is observed -
+    and the last record carries the reason the filter gave. Selecting a branch that reaches
+    the goal only approximately makes the filter itself switch on some seeds (seed 1 today:
+    'held branch reaches the goal only approximately')."""
+    limits, _ = limits_for_chain(arm, velocity_scale=0.5, max_acceleration=3.0)
+    reasons = []
+    selections = 0
+    for seed in range(6):
+        solver = make_solver('smc', arm, seed=seed)
+        loop = ControlLoop(arm, solver, limits, ArmSettings(), iterations_per_tick=2)
+        book = AlternativesBook(arm.n, limits.continuous)
+        seen = []
+
+        def watch(solver, goal, now, book=book, seen=seen):
+            book.observe(solver, goal, now)
+            seen.append((solver.last_info['branch_switches'], book.switches,
+                         solver.last_info['branch_switch']))
+        loop.step_observers.append(watch)
+        rng = np.random.default_rng(seed)
+        q0 = np.array([0.2, 0.3, -0.1, -1.4, 0.2, 1.2, 0.1])
+        t, commands = 0.0, []
+        for k in range(900):
+            loop.on_joint_states(commands[-2].q if len(commands) > 1 else q0, t, t)
+            t += 0.01
+            if k == 5:
+                loop.offer_goal('pose', arm.fk(arm.clip(q0 + rng.uniform(-0.4, 0.4, arm.n))),
+                                '', None, t)
+            if k == 300:
+                book.refresh(solver, loop.goal.sequence, loop.q, t)
+                book.mark_published(t, k)
+                records = book.published.records
+                approximate = [i for i, r in enumerate(records)
+                               if not r.held and r.within_tolerance]
+                if approximate:
+                    worst = max(approximate, key=lambda i: records[i].cost)
+                    book.select(worst, solver, loop.goal.sequence, t)
+            command = loop.tick(t)
+            if command is not None:
+                commands.append(command)
+        for solver_count, book_count, switch in seen:
+            assert book_count == solver_count
+        filter_switches = [sw for _, _, sw in seen if sw is not None]
+        if filter_switches:
+            assert book.last_switch['reason'] == filter_switches[-1]['reason']
+            assert book.last_switch['distance'] == pytest.approx(filter_switches[-1]['distance'])
+        reasons += [sw['reason'] for sw in filter_switches]
+        selections += book.selections
+    assert selections >= 4, 'the scenario should list several branches on most seeds'
+    assert 'selected' not in reasons          # a selection is recorded by the book itself
+
+
 # ---------------------------------------------------------------------------- covariance
 def test_covariance_rotation_matches_a_direct_computation():
     rng = np.random.default_rng(3)
