@@ -17,7 +17,8 @@ from .ros_conversions import matrix_to_pose
 
 __all__ = ['NAMESPACES', 'COLLISION_NAMESPACES', 'link_segments', 'particle_marker',
            'chain_marker', 'target_marker', 'sphere_markers', 'build_marker_array',
-           'select_particles', 'collision_markers']
+           'select_particles', 'collision_markers', 'alternative_markers',
+           'ALTERNATIVE_NAMESPACE']
 
 NAMESPACES = ('particles', 'map', 'target', 'keep_out')
 COLLISION_NAMESPACES = ('collision_cover', 'collision_obstacles', 'collision_closest')
@@ -258,3 +259,47 @@ def collision_markers(frame, stamp=None, cover=None, obstacles=(), closest=None,
                              Point(x=float(b[0]), y=float(b[1]), z=float(b[2]))]
             markers.append(marker)
     return MarkerArray(markers=markers)
+
+
+ALTERNATIVE_NAMESPACE = 'alternative_{}'   # one namespace per listed branch: toggled in RViz
+
+
+def alternative_markers(link_positions, within_tolerance, frame, stamp=None, shown=0):
+    """Return the ghost arms of the alternatives: markers for K branches, best first.
+
+    link_positions: (K, L, 3) link origins [m] of each branch; within_tolerance: (K,) bool.
+    Branch k is drawn in namespace ``alternative_k``: a translucent LINE_STRIP through its
+    link origins (id 0; cyan when it satisfies the goal, orange when not) and a text label
+    at its tip (id 1: ``k``, the index ``~/select_alternative`` takes). ``shown``: how many
+    were drawn last time; the namespaces beyond K are deleted.
+    """
+    positions = np.asarray(link_positions, dtype=float)
+    count = len(positions) if positions.ndim == 3 else 0
+    markers = []
+    for k in range(count):
+        ok = bool(within_tolerance[k])
+        ghost = _header(Marker(), frame, stamp)
+        ghost.ns, ghost.id = ALTERNATIVE_NAMESPACE.format(k), 0
+        ghost.type, ghost.action = Marker.LINE_STRIP, Marker.ADD
+        ghost.pose.orientation.w = 1.0
+        ghost.scale.x = _MAP_WIDTH
+        ghost.color = (ColorRGBA(r=0.0, g=0.85, b=0.9, a=0.35) if ok
+                       else ColorRGBA(r=1.0, g=0.55, b=0.1, a=0.3))
+        ghost.points = [Point(x=x, y=y, z=z) for x, y, z in positions[k].tolist()]
+        label = _header(Marker(), frame, stamp)
+        label.ns, label.id = ghost.ns, 1
+        label.type, label.action = Marker.TEXT_VIEW_FACING, Marker.ADD
+        tip = positions[k, -1]
+        label.pose.position = Point(x=float(tip[0]), y=float(tip[1]), z=float(tip[2]) + 0.04)
+        label.pose.orientation.w = 1.0
+        label.scale.z = 0.04
+        label.color = ColorRGBA(r=1.0, g=1.0, b=1.0, a=0.8)
+        label.text = str(k)
+        markers.extend((ghost, label))
+    for k in range(count, int(shown)):
+        for marker_id in (0, 1):
+            gone = _header(Marker(), frame, stamp)
+            gone.ns, gone.id = ALTERNATIVE_NAMESPACE.format(k), marker_id
+            gone.action = Marker.DELETE
+            markers.append(gone)
+    return markers

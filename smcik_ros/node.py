@@ -6,8 +6,10 @@ into a goal inbox, joint_states into the arm state machine, and a timer at ``rat
 control loop for the command of the tick (solver steps, validators, command shaping within the
 position, velocity and acceleration limits) and publishes it (JointState, JointTrajectory or
 Float64MultiArray) with the header stamp the limits were applied for. Markers show the
-particles, the MAP chain, the target and the keep-out spheres; ``~/status`` carries a compact
-JSON summary. See docs/node.md for every topic and parameter ("Driving a real arm" for the
+particles, the MAP chain, the target, the keep-out spheres and the ghost arms of the filter's
+alternatives (listed on ``~/alternatives``, selected on ``~/select_alternative``);
+``~/status`` carries a compact JSON summary. ``target_pose_with_covariance`` takes a goal with
+its task covariance. See docs/node.md for every topic and parameter ("Driving a real arm" for the
 guarantees of the command stream).
 
 Run: ``ros2 run smcik_ros smcik_node --ros-args --params-file config/arm.yaml`` or
@@ -24,10 +26,11 @@ os.environ.setdefault('OMP_NUM_THREADS', '1')
 import collections
 import json
 import math
+import re
 import sys
 import time
 
-from geometry_msgs.msg import PointStamped, PoseStamped
+from geometry_msgs.msg import PointStamped, PoseStamped, PoseWithCovarianceStamped
 import numpy as np
 from rclpy.duration import Duration
 from rclpy.exceptions import ParameterUninitializedException
@@ -37,20 +40,23 @@ from rclpy.time import Time
 from rcl_interfaces.msg import (FloatingPointRange, IntegerRange, ParameterDescriptor,
                                 SetParametersResult)
 from sensor_msgs.msg import JointState
-from std_msgs.msg import String
+from std_msgs.msg import String, UInt32
+from trajectory_msgs.msg import JointTrajectory
 from visualization_msgs.msg import MarkerArray
 
 from .control import (ArmSettings, ControlLoop, FrameResolver, GoalInbox,
                       HardConstraintValidator, Reporter, limits_for_chain,
                       read_joint_limits_yaml)
+from .control.alternatives import AlternativesBook
 from .control.constraints import ConstraintSet
 from .errors import GoalError, ParameterError, SmcIkError
 from .kinematics import Chain
-from .markers import build_marker_array, link_segments, select_particles
+from .markers import alternative_markers, build_marker_array, link_segments, select_particles
 from .robot_description import load_robot_description, resolve_path
 from .ros_conversions import (goal_pose_to_matrix, joint_state_positions,
                               make_float64_multi_array, make_joint_state, make_joint_trajectory,
-                              point_to_array, pose_to_matrix, stamp_to_nanoseconds,
+                              make_alternatives_trajectory, point_to_array, pose_to_matrix,
+                              pose_with_covariance_to_goal, stamp_to_nanoseconds,
                               update_keep_out_spheres)
 from .ros_interface import (COMMAND_QOS, COMMAND_TYPES, INPUT_QOS, JOINT_STATES_QOS,
                             MARKER_QOS)
@@ -144,6 +150,16 @@ NODE_PARAMETERS = {
     'use_tf': (True, 'look up goal frames that the URDF does not make static with tf2 when '
                'tf2_ros is installed', {'read_only': True}),
 }
+# The filter's alternatives (control/alternatives.py, docs/node.md "Alternatives").
+NODE_PARAMETERS.update({
+    'max_alternatives': (5, 'most solution branches listed on ~/alternatives, in ~/status and '
+                         'drawn as ghost arms in ~/particles (SMC only); 0 = off',
+                         {'integer_range': _int_range(0, 20)}),
+    'alternatives_rate_hz': (5.0, 'rate the alternatives are computed at [Hz] (about 2-7 ms '
+                             'each); ~/alternatives is published when they change and at '
+                             'least every second; 0 = off',
+                             {'floating_point_range': _float_range(0.0, 50.0)}),
+})
 
 
 class SmcIkNode(Node):
@@ -222,6 +238,7 @@ class SmcIkNode(Node):
         self._marker_timer = None
         self._status_timer = None
         self._make_timers(('rate_hz', 'marker_rate_hz', 'status_rate_hz'))
+        self._setup_alternatives()
         self._values = self._all_values()   # read on every tick: cached, kept up to date
         self.add_on_set_parameters_callback(self._on_set_parameters)
         lim = self.loop.limits
@@ -387,6 +404,7 @@ class SmcIkNode(Node):
         if 'position_tolerance' in changes or 'orientation_tolerance' in changes:
             self.loop.tolerances = (values['position_tolerance'],
                                     values['orientation_tolerance'])
+        self._apply_alternatives_changes(changes, values)
 
     def _switch_solver(self, name, solver):
         solver.set_constraints(self._constraints.objects)
@@ -618,11 +636,14 @@ class SmcIkNode(Node):
         shown = (len(spheres), goal_display is not None)
         clear = shown[0] < self._markers_shown[0] or shown[1] < self._markers_shown[1]
         self._markers_shown = shown
-        self._marker_pub.publish(build_marker_array(
-            self.chain.base_link, self.get_clock().now().to_msg(),
+        stamp = self.get_clock().now().to_msg()
+        array = build_marker_array(
+            self.chain.base_link, stamp,
             particle_positions=positions, weights=weights, segments=self._segments,
             map_positions=self.chain.link_poses(map_q)[:, :3, 3], target=goal_display,
-            spheres=spheres, clear=clear))
+            spheres=spheres, clear=clear)
+        array.markers.extend(self._ghost_markers(stamp))
+        self._marker_pub.publish(array)
         self._marker_times.append(time.perf_counter() - started)
         self._marker_cpu.append(time.thread_time() - cpu_started)
 
@@ -649,6 +670,7 @@ class SmcIkNode(Node):
             'reached': bool(loop.goal_reached),
         }
         out.update(loop.status(now))
+        out.update(self._alternatives_status(now))
         return out
 
     def _on_status_tick(self):
@@ -662,6 +684,112 @@ class SmcIkNode(Node):
                 f'{status["step_time_ms"]} ms/tick ({self._solver_name}), arm '
                 f'{status["arm_state"]}, lead {status["lead"]}, limited by '
                 f'{status["limited_by"]}'), interval=5.0, count=False)
+
+    # ------------------------------------------------------------------ alternatives
+    def _setup_alternatives(self):
+        """~/alternatives, the ghost arms, ~/select_alternative, target_pose_with_covariance
+        (the bookkeeping is control/alternatives.py; docs/node.md "Alternatives")."""
+        self._alternatives = AlternativesBook(
+            self.chain.nq, self.loop.limits.continuous, self._param('max_alternatives'),
+            report=self._reporter)
+        self.loop.step_observers.append(self._alternatives.observe)
+        self._ghosts_shown = 0
+        self._alternatives_times = collections.deque(maxlen=20)   # [s] per refresh
+        self._alternatives_pub = self.create_publisher(JointTrajectory, '~/alternatives',
+                                                       INPUT_QOS)
+        self.create_subscription(UInt32, '~/select_alternative', self._guarded(
+            '~/select_alternative', self._on_select_alternative), INPUT_QOS)
+        self.create_subscription(PoseWithCovarianceStamped, 'target_pose_with_covariance',
+                                 self._guarded('target_pose_with_covariance',
+                                               self._on_target_pose_with_covariance),
+                                 INPUT_QOS)
+        self._alternatives_timer = None
+        self._make_alternatives_timer(self._param('alternatives_rate_hz'))
+        if self._param('alternatives_rate_hz') <= 0.0:
+            self._alternatives.switch_off(0.0, 'alternatives_rate_hz is 0 (off)')
+
+    def _make_alternatives_timer(self, rate):
+        if self._alternatives_timer is not None:
+            self.destroy_timer(self._alternatives_timer)
+        self._alternatives_timer = (self.create_timer(1.0 / rate, self._guarded(
+            'alternatives_rate_hz', self._on_alternatives_tick)) if rate > 0 else None)
+
+    def _apply_alternatives_changes(self, changes, values):
+        if 'max_alternatives' in changes:
+            self._alternatives.max_alternatives = values['max_alternatives']
+        if 'alternatives_rate_hz' in changes:
+            rate = values['alternatives_rate_hz']
+            self._make_alternatives_timer(rate)
+            if rate <= 0.0:
+                _, now = self._now()
+                off = self._alternatives.switch_off(now, 'alternatives_rate_hz is 0 (off)')
+                self._publish_alternatives(off)
+
+    def _on_alternatives_tick(self):
+        loop = self.loop
+        _, now = self._now()
+        goal_id = loop.goal.sequence if loop.goal is not None else 0
+        started = time.perf_counter()
+        needed = self._alternatives.refresh(loop.solver, goal_id, loop.q, now)
+        self._alternatives_times.append(time.perf_counter() - started)
+        self._publish_alternatives(needed)
+
+    def _publish_alternatives(self, needed):
+        """Publish the book's current list on ~/alternatives when ``needed``."""
+        if not needed:
+            return
+        ns, now = self._now()
+        self._alternatives_pub.publish(make_alternatives_trajectory(
+            self.chain.joint_names, self._alternatives.current.q,
+            Time(nanoseconds=ns).to_msg()))
+        self._alternatives.mark_published(now, ns)
+
+    def _ghost_markers(self, stamp):
+        """Return the ghost arms of the last published alternatives (markers.py)."""
+        listed = self._alternatives.published
+        count = 0 if listed is None else len(listed)
+        if count == 0 and self._ghosts_shown == 0:
+            return []
+        positions = (self.chain.link_poses(listed.q)[..., :3, 3] if count
+                     else np.zeros((0, 0, 3)))
+        ok = [r.within_tolerance for r in listed.records] if count else []
+        markers = alternative_markers(positions, ok, self.chain.base_link, stamp,
+                                      self._ghosts_shown)
+        self._ghosts_shown = count
+        return markers
+
+    def _on_select_alternative(self, msg):
+        _, now = self._now()
+        loop = self.loop
+        goal_id = loop.goal.sequence if loop.goal is not None else 0
+        try:
+            self._alternatives.select(msg.data, loop.solver, goal_id, now)
+        except SmcIkError as exc:
+            self._reporter('error', Reporter.key_of('select_alternative', str(exc)), str(exc),
+                           interval=2.0)
+
+    def _on_target_pose_with_covariance(self, msg):
+        topic = 'target_pose_with_covariance'
+        _, now = self._now()
+        try:
+            kind, value, covariance = pose_with_covariance_to_goal(msg.pose, topic)
+            self.loop.offer_goal(kind, value, msg.header.frame_id,
+                                 self._seconds(msg.header.stamp), now, source=topic,
+                                 covariance=covariance)
+        except SmcIkError as exc:
+            text = f'{topic} refused, keeping the previous goal: {exc}'
+            # Keyed on the whole text (without numbers): the faults differ only at the end.
+            key = topic + ':' + re.sub(r'[-+]?\d[\d.e+-]*', '#', str(exc))
+            self._reporter('error', key, text, interval=2.0)
+
+    def _alternatives_status(self, now):
+        out = self._alternatives.status(now)
+        goal = self.loop.goal
+        out['goal_covariance'] = goal is not None and goal.covariance is not None
+        times = self._alternatives_times
+        out['alternatives_time_ms'] = (round(1e3 * float(np.mean(times)), 3) if times
+                                       else None)
+        return out
 
 
 def main(args=None):

@@ -24,7 +24,9 @@ __all__ = [
     'goal_pose_to_matrix', 'tool_down_rotation', 'yaw_of_quaternion', 'joint_state_to_positions',
     'joint_state_positions', 'stamp_to_nanoseconds', 'make_joint_state',
     'make_joint_trajectory', 'make_float64_multi_array', 'command_to_positions',
-    'update_keep_out_spheres', 'duration_from_seconds',
+    'update_keep_out_spheres', 'duration_from_seconds', 'POSITION_ONLY_VARIANCE',
+    'covariance_from_msg', 'pose_with_covariance_to_goal', 'rotate_covariance',
+    'make_alternatives_trajectory',
 ]
 
 # Quaternions whose norm lies in this range are normalised; others are refused.
@@ -279,3 +281,91 @@ def update_keep_out_spheres(spheres, marker_array, default_frame):
                             f'({Marker.DELETE}) or DELETEALL ({Marker.DELETEALL}), got '
                             f'{marker.action}')
     return out
+
+
+# ---------------------------------------------------------------------- goals with uncertainty
+# A PoseWithCovariance whose three rotational variances are all at least this [rad^2] carries
+# no orientation information (a std of 30 rad and more; drivers write 1e3..1e9 for "unknown"):
+# it becomes a position-only goal with the position block of the covariance.
+POSITION_ONLY_VARIANCE = 1e3
+
+
+def covariance_from_msg(values, where='covariance'):
+    """Return the (6, 6) covariance of a PoseWithCovariance's 36 floats (row-major, ROS order
+    x y z rot_x rot_y rot_z, in the message's frame).
+
+    Refused with GoalError naming what was wrong: not 36 values, NaN/inf, the ROS "unknown"
+    marker (-1 first), all zero (an unfilled message: send target_pose instead), not
+    symmetric, not positive definite.
+    """
+    arr = np.asarray(values, dtype=float).ravel()
+    expected = (f'{where}: expected a symmetric positive definite 6 x 6 matrix (row-major, '
+                'x y z rot_x rot_y rot_z, in the header frame)')
+    if arr.shape != (36,):
+        raise GoalError(f'{expected}, got {arr.size} values')
+    if not np.all(np.isfinite(arr)):
+        bad = [int(i) for i in np.flatnonzero(~np.isfinite(arr))]
+        raise GoalError(f'{expected}, got NaN/inf at entries {bad}')
+    if arr[0] == -1.0:
+        raise GoalError(f'{expected}, got -1 as the first entry (the ROS marker for an unknown '
+                        'covariance); send a goal without uncertainty on target_pose instead')
+    if not np.any(arr):
+        raise GoalError(f'{expected}, got all 36 entries zero (an unfilled covariance); send a '
+                        'goal without uncertainty on target_pose instead')
+    cov = arr.reshape(6, 6)
+    asym = float(np.abs(cov - cov.T).max())
+    if asym > 1e-9 * max(1.0, float(np.abs(cov).max())):
+        raise GoalError(f'{expected}, got a non-symmetric matrix (max |S - S^T| = {asym:.3g})')
+    cov = 0.5 * (cov + cov.T)
+    eig = np.linalg.eigvalsh(cov)
+    try:
+        np.linalg.cholesky(cov)
+        spd = eig[0] > 0.0
+    except np.linalg.LinAlgError:
+        spd = False
+    if not spd:
+        raise GoalError(f'{expected}, got eigenvalues {np.array2string(eig, precision=3)} '
+                        '(not positive definite)')
+    return cov
+
+
+def pose_with_covariance_to_goal(msg, where='target_pose_with_covariance'):
+    """Return (kind, value, covariance) of a geometry_msgs/PoseWithCovariance, in its frame.
+
+    kind 'pose': value (4, 4) [m], covariance (6, 6) [m^2, rad^2]; kind 'point' (all three
+    rotational variances >= POSITION_ONLY_VARIANCE: the orientation is unknown): value (3,)
+    [m], covariance (3, 3), the position block (the marginal covariance of the position).
+    Raises GoalError (see pose_to_matrix, covariance_from_msg).
+    """
+    pose = pose_to_matrix(msg.pose, f'{where}.pose.pose')
+    covariance = covariance_from_msg(msg.covariance, f'{where}.pose.covariance')
+    if np.all(np.diag(covariance)[3:] >= POSITION_ONLY_VARIANCE):
+        return 'point', pose[:3, 3].copy(), covariance[:3, :3].copy()
+    return 'pose', pose, covariance
+
+
+def rotate_covariance(covariance, rotation):
+    """Return a (6, 6) or (3, 3) covariance given in a frame with rotation ``rotation``
+    (3, 3) in the base frame, expressed in the base frame: each 3 x 3 block S_ij becomes
+    R S_ij R^T (ROS's rotational rows are rotations about the fixed axes of the header frame,
+    which turn like the translational ones). See smcik_ros.goals.covariance_to_base."""
+    from .goals import covariance_to_base
+    return np.array(covariance_to_base(covariance, rotation))
+
+
+def make_alternatives_trajectory(joint_names, configurations, stamp=None):
+    """Return the ~/alternatives JointTrajectory: one point per branch (K, n), best first.
+
+    Positions only; every point has time_from_start 0: the message lists alternatives, it is
+    not a motion (a trajectory controller refuses points that are not strictly increasing in
+    time, so it cannot be executed by mistake). K = 0 gives an empty trajectory (the list was
+    cleared). ``stamp``: builtin_interfaces/Time of the computation.
+    """
+    msg = JointTrajectory()
+    if stamp is not None:
+        msg.header.stamp = stamp
+    msg.joint_names = list(joint_names)
+    configurations = np.asarray(configurations, dtype=float).reshape(-1, len(joint_names))
+    msg.points = [JointTrajectoryPoint(positions=q, time_from_start=Duration())
+                  for q in configurations.tolist()]
+    return msg

@@ -9,8 +9,11 @@
 - ``constraints``: the constraint set from the schema and keep-out markers (``ConstraintSet``).
 - ``loop``: one control tick (arm state + goal + solver + validators + shaping + the
   exception policy) (``ControlLoop``).
+- ``alternatives``: the filter's alternatives for ~/alternatives, ~/status, the ghost arms and
+  the deliberate move to one (``AlternativesBook``).
 """
 
+from .alternatives import AlternativesBook, BranchList, has_alternatives
 from .arm_state import ArmMonitor, ArmSettings, ArmState
 from .command_shaping import (CommandShaper, JointLimits, ShapedCommand, allowed_speed,
                               brake_speed, limits_for_chain, nearest_equivalent,
@@ -20,7 +23,8 @@ from .frames import FrameResolver
 from .goal_inbox import Goal, GoalInbox
 from .loop import Command, ControlLoop, HardConstraintValidator, Reporter
 
-__all__ = ['ArmMonitor', 'ArmSettings', 'ArmState', 'CommandShaper', 'JointLimits',
+__all__ = ['AlternativesBook', 'BranchList', 'has_alternatives',
+           'ArmMonitor', 'ArmSettings', 'ArmState', 'CommandShaper', 'JointLimits',
            'ShapedCommand', 'allowed_speed', 'brake_speed', 'limits_for_chain',
            'nearest_equivalent', 'read_joint_limits_yaml', 'wrap_to_pi', 'ConstraintSet',
            'FrameResolver', 'Goal', 'GoalInbox', 'Command', 'ControlLoop',

@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from ..errors import GoalError, ParameterError
-from ..goals import PoseTarget, PositionTarget
+from ..goals import PoseTarget, PositionTarget, covariance_to_base
 
 __all__ = ['Goal', 'GoalInbox']
 
@@ -31,7 +31,9 @@ class Goal:
 
     terms: tuple of Targets for ``solver.step``; display: (4, 4) pose or (3,) point in the base
     frame [m]; source: where it came from (topic and frame); stamp: header stamp [s] or None;
-    received: arrival time [s] on the node's clock; sequence: 1, 2, ... per accepted goal.
+    received: arrival time [s] on the node's clock; sequence: 1, 2, ... per accepted goal;
+    covariance: the task covariance in the base frame ((6, 6) pose, (3, 3) point) of a goal
+    with uncertainty, else None.
     """
 
     terms: tuple
@@ -40,6 +42,7 @@ class Goal:
     stamp: float
     received: float
     sequence: int
+    covariance: np.ndarray = None
 
 
 class GoalInbox:
@@ -82,13 +85,17 @@ class GoalInbox:
     def _age(self, stamp, now):
         return None if stamp is None else now - stamp
 
-    def offer(self, kind, value, frame, stamp, now, q, source='goal'):
+    def offer(self, kind, value, frame, stamp, now, q, source='goal', covariance=None):
         """Convert a goal to the base frame and make it the newest; return the Goal.
 
         kind: 'pose' (value (4, 4) in ``frame``) or 'point' (value (3,) in ``frame``) [m];
         stamp: header stamp [s] or None; now: arrival [s]; q: (n,) configuration the link
-        frames are taken at (the measured one). Raises GoalError (stale, unknown frame, bad
-        value); the waiting goal is then kept.
+        frames are taken at (the measured one); covariance: None, or the goal's task
+        covariance in ``frame`` ((6, 6) for a pose, ROS order x y z rx ry rz; (3, 3) for a
+        point): rotated into the base frame (R S R^T per 3 x 3 block), it replaces the
+        target's sigmas (the paper's Sigma_z). Raises GoalError (stale, unknown frame, bad
+        value, a covariance that is not symmetric positive definite); the waiting goal is
+        then kept.
         """
         age = self._age(stamp, now)
         if self._goal_timeout > 0.0 and age is not None and age > self._goal_timeout:
@@ -97,16 +104,22 @@ class GoalInbox:
                             f'{self._goal_timeout:g} s): dropped as stale')
         value = np.asarray(value, dtype=float)
         to_base = self.to_base(frame, q)
+        if covariance is not None:
+            size = {'pose': 6, 'point': 3}.get(kind)
+            if size is not None and np.size(covariance) != size * size:
+                raise GoalError(f'{kind} goal covariance: expected a ({size}, {size}) matrix, '
+                                f'got shape {np.shape(covariance)}')
+            covariance = covariance_to_base(covariance, to_base[:3, :3])
         if kind == 'pose':
             if value.shape != (4, 4):
                 raise GoalError(f'pose goal: expected a (4, 4) matrix, got shape {value.shape}')
             display = to_base @ value
-            terms = (PoseTarget(display, link=self.tip_link),)
+            terms = (PoseTarget(display, link=self.tip_link, covariance=covariance),)
         elif kind == 'point':
             if value.shape != (3,):
                 raise GoalError(f'point goal: expected 3 coordinates, got shape {value.shape}')
             display = to_base[:3, :3] @ value + to_base[:3, 3]
-            terms = (PositionTarget(display, link=self.tip_link),)
+            terms = (PositionTarget(display, link=self.tip_link, covariance=covariance),)
         else:
             raise GoalError(f'goal kind must be pose or point; got {kind!r}')
         if self._pending is not None:
@@ -114,7 +127,8 @@ class GoalInbox:
         self.received += 1
         where = frame or self.resolver.base_link
         self._pending = Goal(terms=terms, display=display, source=f'{source} in {where!r}',
-                             stamp=stamp, received=now, sequence=self.received)
+                             stamp=stamp, received=now, sequence=self.received,
+                             covariance=covariance)
         return self._pending
 
     def take(self, now):

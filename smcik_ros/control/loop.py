@@ -185,6 +185,9 @@ class ControlLoop:
         self.faults = 0             # ticks that raised
         self.holds = 0              # commands a validator refused
         self.ticks = 0
+        # Callables (solver, goal, now) run after every solver step (e.g. the alternatives'
+        # bookkeeping, which latches the step's branch-switch record).
+        self.step_observers = []
 
     def report(self, *args, **kwargs):
         """Pass an event to the reporter; a failing reporter never stops the loop."""
@@ -209,10 +212,10 @@ class ControlLoop:
             return self.q.copy()
         return self.chain.neutral_configuration()
 
-    def offer_goal(self, kind, value, frame, stamp, now, source='goal'):
+    def offer_goal(self, kind, value, frame, stamp, now, source='goal', covariance=None):
         """Put a goal into the inbox (see GoalInbox.offer); GoalError when refused."""
         return self.inbox.offer(kind, value, frame, stamp, now, self.current_configuration(),
-                                source)
+                                source, covariance=covariance)
 
     def request_stop(self):
         """Stop following goals: brake to a stop within the limits and hold (shutdown)."""
@@ -297,6 +300,8 @@ class ControlLoop:
             estimate = None
             for _ in range(self.iterations_per_tick):
                 estimate = self.solver.step(self.goal.terms)
+                for observe in self.step_observers:
+                    observe(self.solver, self.goal, now)
             estimate = np.asarray(estimate, dtype=float)
             if estimate.shape != self.q.shape or not np.all(np.isfinite(estimate)):
                 raise FloatingPointError(f'the solver returned a non-finite or misshapen '
