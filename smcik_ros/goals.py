@@ -7,7 +7,12 @@ Each term is a small object with one job:
   solvers, and the SMC refinement, use it; the SMC likelihood needs only the residual);
 - ``sigma``: (k,) noise standard deviations of the residual: the SMC likelihood is
   ``exp(-sum((residual / sigma) ** 2))`` (seed 000 eq. 13-14, a diagonal covariance);
-  gradient solvers weight rows by ``1 / sigma``.
+  gradient solvers weight rows by ``1 / sigma``;
+- ``whiten(rows)``: the rows scaled so that their squared norm is the cost: by
+  ``sqrt(weight) / sigma``, or by ``sqrt(weight) L^-1`` when the term has a full
+  ``covariance`` Sigma = L L^T (pose and position targets from perception: Sigma_z of the
+  paper, in the base frame, ROS order x y z rx ry rz; ``covariance_to_base`` rotates a
+  covariance given in another frame).
 
 Targets (pose, position, orientation) are what "solved" is judged on; constraints
 (keep-out spheres, centre of mass, smoothness, posture, plane contact, coupling) shape the
@@ -27,6 +32,7 @@ __all__ = [
     'Target', 'PoseTarget', 'PositionTarget', 'OrientationTarget', 'Constraint',
     'KeepOutSphere', 'CenterOfMassLine', 'ChainSmoothness', 'PosturePreference',
     'PlaneContact', 'JointCoupling', 'as_goal', 'check_terms', 'task_errors',
+    'covariance_to_base',
 ]
 
 
@@ -45,6 +51,59 @@ def _positive(value, what):
     if not np.isfinite(value) or value <= 0.0:
         raise GoalError(f'{what} must be a positive number; got {value}')
     return value
+
+
+def _covariance(value, k, what):
+    """Return a validated, symmetric (k, k) covariance (read-only) from (k, k) or (k*k,)."""
+    try:
+        arr = np.array(value, dtype=float)
+    except (TypeError, ValueError):
+        raise GoalError(f'{what} must be a symmetric positive definite ({k}, {k}) matrix; '
+                        f'got {type(value).__name__}') from None
+    expected = (f'{what} must be a symmetric positive definite ({k}, {k}) matrix in the base '
+                f'frame ({_COV_ORDER[k]})')
+    if arr.shape == (k * k,):
+        arr = arr.reshape(k, k)
+    if arr.shape != (k, k):
+        raise GoalError(f'{expected}; got shape {arr.shape}')
+    if not np.all(np.isfinite(arr)):
+        raise GoalError(f'{expected}; got NaN or infinite entries: {arr.tolist()}')
+    asym = float(np.abs(arr - arr.T).max())
+    if asym > 1e-9 * max(1.0, float(np.abs(arr).max())):
+        raise GoalError(f'{expected}; got a non-symmetric matrix (max |S - S^T| = {asym:.3g})')
+    arr = 0.5 * (arr + arr.T)
+    eig = np.linalg.eigvalsh(arr)
+    try:
+        np.linalg.cholesky(arr)
+        spd = eig[0] > 0.0
+    except np.linalg.LinAlgError:
+        spd = False
+    if not spd:
+        raise GoalError(f'{expected}; got eigenvalues {np.array2string(eig, precision=3)} '
+                        '(not positive definite)')
+    arr.setflags(write=False)
+    return arr
+
+
+_COV_ORDER = {6: 'x y z rx ry rz', 3: 'x y z or rx ry rz'}
+
+
+def covariance_to_base(covariance, rotation):
+    """Return a covariance expressed in the base frame.
+
+    covariance: (6, 6) or (36,) (ROS PoseWithCovariance order x y z rx ry rz, rotations
+    about the fixed axes of its frame), or (3, 3) / (9,); rotation: (3, 3) rotation of that
+    frame in the base frame. Each 3 x 3 block becomes R S R^T (the translational and the
+    rotational axes turn alike). Validated like a target's covariance (GoalError).
+    """
+    rot = _finite_array(rotation, (3, 3), 'covariance frame rotation')
+    _check_rotation(rot, 'covariance frame rotation')
+    arr = np.asarray(covariance, dtype=float)
+    k = 6 if arr.size == 36 else 3
+    cov = _covariance(arr, k, 'covariance')
+    big = np.kron(np.eye(k // 3), rot)
+    out = big @ cov @ big.T
+    return _covariance(0.5 * (out + out.T), k, 'rotated covariance')
 
 
 def _check_rotation(rot, what):
@@ -70,14 +129,39 @@ class Term:
     def jacobian(self, frames):  # pragma: no cover - interface
         raise NotImplementedError
 
+    covariance = None
+    _whitener = None
+
     def violated(self, frames):
         """Return (N,) bool: hard-constraint violation (False for soft terms)."""
         return np.zeros(len(frames), dtype=bool)
 
+    def whiten(self, rows):
+        """Return residual rows (N, k) or Jacobian rows (N, k, nv) whitened: their squared
+        norm is the cost (sqrt(weight) / sigma per row, or sqrt(weight) L^-1 for a full
+        covariance L L^T)."""
+        if self._whitener is not None:
+            if rows.ndim == 2:
+                return rows @ self._whitener.T
+            return np.einsum('ij,njv->niv', self._whitener, rows)
+        scale = np.sqrt(self.weight) / self.sigma
+        return rows * (scale if rows.ndim == 2 else scale[:, None])
+
     def cost(self, frames):
-        """Return the (N,) negative log-likelihood sum((residual / sigma) ** 2) * weight."""
+        """Return the (N,) negative log-likelihood weight * r^T Sigma^-1 r (diagonal Sigma:
+        sum((residual / sigma) ** 2) * weight)."""
+        if self._whitener is not None:
+            r = self.whiten(self.residual(frames))
+            return np.einsum('nk,nk->n', r, r)
         r = self.residual(frames) / self.sigma
         return self.weight * np.einsum('nk,nk->n', r, r)
+
+    def _set_covariance(self, covariance, k, what):
+        """Use a full (k, k) covariance: sigma = sqrt(diag), whitener sqrt(weight) L^-1."""
+        self.covariance = _covariance(covariance, k, what)
+        chol = np.linalg.cholesky(self.covariance)
+        self._whitener = np.sqrt(self.weight) * np.linalg.inv(chol)
+        self.sigma = np.sqrt(np.diag(self.covariance))
 
 
 def _check_link(chain, link, what):
@@ -101,16 +185,23 @@ class Target(Term):
         """Return (position_error [m], orientation_error [rad]), each (N,)."""
         raise NotImplementedError  # pragma: no cover
 
+    def cost_and_errors(self, frames):
+        """Return (cost (N,), position_error (N,), orientation_error (N,)) in one pass."""
+        pos, ori = self.errors(frames)
+        return self.cost(frames), pos, ori
+
 
 class PoseTarget(Target):
     """Reach a full (4, 4) pose with ``link`` (default: the chain's tip).
 
     sigma_position [m], sigma_orientation [rad]: task noise (seed 000 Sigma_z) that trades
-    position against orientation; ``offset`` (3,) is a point on the link [m].
+    position against orientation. covariance: optional full (6, 6) task covariance in the
+    base frame, ROS order x y z rx ry rz (a goal from perception with its uncertainty); it
+    replaces the sigmas (symmetric positive definite, else GoalError).
     """
 
     def __init__(self, pose, link=None, sigma_position=0.01, sigma_orientation=0.05,
-                 weight=1.0):
+                 weight=1.0, covariance=None):
         pose = _finite_array(pose, (4, 4), 'pose target')
         _check_rotation(pose[:3, :3], 'pose target rotation')
         if np.abs(pose[3] - (0.0, 0.0, 0.0, 1.0)).max() > 1e-9:
@@ -120,6 +211,8 @@ class PoseTarget(Target):
         self.sigma = np.array([_positive(sigma_position, 'sigma_position')] * 3
                               + [_positive(sigma_orientation, 'sigma_orientation')] * 3)
         self.weight = _positive(weight, 'weight')
+        if covariance is not None:
+            self._set_covariance(covariance, 6, 'pose target covariance')
 
     def residual(self, frames):
         rot, pos = frames.link_transform(self.link)
@@ -146,9 +239,17 @@ class PoseTarget(Target):
         return out, jac
 
     def cost(self, frames):
+        if self._whitener is not None:
+            return super().cost(frames)
         # Same value as the base class, without building the rotation vectors.
         pos, ori = self.errors(frames)
         return self.weight * ((pos / self.sigma[0]) ** 2 + (ori / self.sigma[3]) ** 2)
+
+    def cost_and_errors(self, frames):
+        pos, ori = self.errors(frames)
+        if self._whitener is not None:
+            return super().cost(frames), pos, ori
+        return self.weight * ((pos / self.sigma[0]) ** 2 + (ori / self.sigma[3]) ** 2), pos, ori
 
     def errors(self, frames):
         rot, pos = frames.link_transform(self.link)
@@ -157,16 +258,23 @@ class PoseTarget(Target):
 
 
 class PositionTarget(Target):
-    """Bring a point of ``link`` (default: the tip origin) to ``position`` (3,) [m]."""
+    """Bring a point of ``link`` (default: the tip origin) to ``position`` (3,) [m].
+
+    covariance: optional full (3, 3) position covariance in the base frame [m^2]; it
+    replaces ``sigma_position`` (symmetric positive definite, else GoalError).
+    """
 
     has_orientation = False
 
-    def __init__(self, position, link=None, offset=None, sigma_position=0.01, weight=1.0):
+    def __init__(self, position, link=None, offset=None, sigma_position=0.01, weight=1.0,
+                 covariance=None):
         self.position = _finite_array(position, (3,), 'position target')
         self.offset = None if offset is None else _finite_array(offset, (3,), 'point offset')
         self.link = link
         self.sigma = np.full(3, _positive(sigma_position, 'sigma_position'))
         self.weight = _positive(weight, 'weight')
+        if covariance is not None:
+            self._set_covariance(covariance, 3, 'position target covariance')
 
     def residual(self, frames):
         return frames.point(self.link, self.offset) - self.position
@@ -175,6 +283,8 @@ class PositionTarget(Target):
         return frames.jacobian(self.link, self.offset)[:, :3]
 
     def cost(self, frames):
+        if self._whitener is not None:
+            return super().cost(frames)
         r = self.residual(frames)
         return self.weight * np.einsum('nk,nk->n', r, r) / self.sigma[0] ** 2
 
@@ -491,8 +601,12 @@ class JointCoupling(Constraint):
 
 
 # ---------------------------------------------------------------------------- helpers
-def as_goal(goal, chain=None):
-    """Return a list of Target objects from a (4, 4) pose, a Target, or a list of Targets."""
+def as_goal(goal, chain=None, sigma_position=None, sigma_orientation=None):
+    """Return a list of Target objects from a (4, 4) pose, a Target, or a list of Targets.
+
+    sigma_position [m], sigma_orientation [rad]: task noise of the targets built from arrays
+    (None: the targets' defaults); Target objects keep their own.
+    """
     if isinstance(goal, Target):
         targets = [goal]
     elif isinstance(goal, (list, tuple)) and goal and all(isinstance(g, Term) for g in goal):
@@ -503,7 +617,13 @@ def as_goal(goal, chain=None):
             raise GoalError('goal must be a (4, 4) pose in the base frame, a (3,) position, a '
                             f'Target or a list of Targets; got {type(goal).__name__} '
                             f'{getattr(arr, "shape", "")}')
-        targets = [PoseTarget(arr) if arr.shape == (4, 4) else PositionTarget(arr)]
+        kw = {} if sigma_position is None else {'sigma_position': sigma_position}
+        if arr.shape == (4, 4):
+            if sigma_orientation is not None:
+                kw['sigma_orientation'] = sigma_orientation
+            targets = [PoseTarget(arr, **kw)]
+        else:
+            targets = [PositionTarget(arr, **kw)]
     if not any(isinstance(t, Target) for t in targets):
         raise GoalError('the goal holds no Target (pose, position or orientation)')
     if chain is not None:

@@ -35,6 +35,7 @@ import xml.etree.ElementTree as ElementTree
 
 from geometry_msgs.msg import PointStamped, PoseStamped
 import numpy as np
+from rclpy.duration import Duration
 from rclpy.exceptions import ParameterUninitializedException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -883,6 +884,21 @@ class SmcIkNode(Node):
     def shutdown_complete(self):
         """True once the braking after begin_shutdown is complete."""
         return self.loop.stopped
+
+    def flush(self, timeout=0.5):
+        """Wait up to ``timeout`` [s] until subscribers acknowledged the last commands.
+
+        The final, zero-velocity command is published on the tick that completes the brake;
+        destroying the publisher right after it could lose it on the wire (reliable QoS
+        delivers it only while the writer lives). Returns True when everything was acked.
+        """
+        if self._command_pub is None:
+            return True
+        try:
+            return bool(self._command_pub.wait_for_all_acked(Duration(seconds=timeout)))
+        except Exception as exc:  # noqa: BLE001 - an RMW without the call: nothing to wait on
+            self.get_logger().debug(f'wait_for_all_acked unavailable: {exc}')
+            return False
 
     # ------------------------------------------------------------------ markers and status
     def _on_marker_tick(self):

@@ -149,3 +149,118 @@ def test_as_goal_accepts_poses_positions_and_lists(arm7):
     assert len(two) == 2
     with pytest.raises(GoalError, match='holds no Target'):
         as_goal([PosturePreference(arm7.neutral_configuration())], arm7)
+
+
+# ---------------------------------------------------------------------------- covariance
+def _spd(rng, k, scale):
+    a = rng.normal(size=(k, k)) * scale
+    return a @ a.T + np.eye(k) * scale * scale * 0.1
+
+
+def test_pose_covariance_becomes_the_mahalanobis_cost(arm7):
+    """cost = r^T Sigma^-1 r (the paper's Sigma_z as a full matrix), for the SMC likelihood
+    and, whitened, for every solver's stacked rows."""
+    from smcik_ros.solvers.base import stack_terms
+    rng = np.random.default_rng(5)
+    goal = arm7.fk(arm7.random_configuration(rng))
+    cov = _spd(rng, 6, 0.01)
+    target = PoseTarget(goal, covariance=cov, weight=2.0).bind(arm7)
+    plain = PoseTarget(goal).bind(arm7)
+    frames = arm7.frames(arm7.random_configuration(rng, 5))
+    r = target.residual(frames)
+    expected = 2.0 * np.einsum('ni,ij,nj->n', r, np.linalg.inv(cov), r)
+    np.testing.assert_allclose(target.cost(frames), expected, rtol=1e-9)
+    rows, jac = stack_terms([target], frames)
+    np.testing.assert_allclose(np.sum(rows ** 2, axis=1), expected, rtol=1e-9)
+    # Whitened Jacobian rows are the Jacobian of the whitened residual (finite differences).
+    q = frames.q[0]
+    numeric = _numeric_jacobian(target, arm7, q)
+    np.testing.assert_allclose(jac[0], target.whiten(numeric[None])[0], atol=1e-5)
+    np.testing.assert_allclose(target.sigma, np.sqrt(np.diag(cov)))
+    # A diagonal covariance equals the sigmas.
+    diag = PoseTarget(goal, covariance=np.diag([1e-4] * 3 + [0.0025] * 3)).bind(arm7)
+    np.testing.assert_allclose(diag.cost(frames), plain.cost(frames), rtol=1e-9)
+    pos_cov = _spd(rng, 3, 0.02)
+    point = PositionTarget(goal[:3, 3], covariance=pos_cov).bind(arm7)
+    rp = point.residual(frames)
+    np.testing.assert_allclose(point.cost(frames),
+                               np.einsum('ni,ij,nj->n', rp, np.linalg.inv(pos_cov), rp),
+                               rtol=1e-9)
+
+
+@pytest.mark.parametrize('cov,match', [
+    (np.ones((6, 6)), 'not positive definite'),
+    (np.diag([1.0, 1.0, 1.0, 1.0, 1.0, -1e-6]), 'not positive definite'),
+    (np.triu(np.ones((6, 6))) + 5 * np.eye(6), 'non-symmetric'),
+    (np.eye(3), r'shape \(3, 3\)'),
+    (np.full((6, 6), np.nan), 'NaN'),
+    (np.eye(6)[:, :5], r'\(6, 6\) matrix'),
+])
+def test_bad_covariances_are_refused_saying_what_was_expected(cov, match):
+    with pytest.raises(GoalError, match=match) as err:
+        PoseTarget(np.eye(4), covariance=cov)
+    assert 'symmetric positive definite (6, 6)' in str(err.value)
+    assert 'x y z rx ry rz' in str(err.value)
+
+
+def test_ros_covariance_rows_are_accepted_flat():
+    flat = np.diag([1e-4, 2e-4, 3e-4, 1e-3, 2e-3, 3e-3]).ravel()
+    target = PoseTarget(np.eye(4), covariance=list(flat))
+    np.testing.assert_allclose(target.covariance, flat.reshape(6, 6))
+
+
+def test_covariance_to_base_rotates_each_block():
+    from smcik_ros.goals import covariance_to_base
+    rng = np.random.default_rng(6)
+    cov = _spd(rng, 6, 0.05)
+    rot = Rotation_from_rotvec((0.3, -0.7, 1.1))
+    out = covariance_to_base(cov.ravel(), rot)
+    for i in (0, 3):
+        for j in (0, 3):
+            np.testing.assert_allclose(out[i:i + 3, j:j + 3], rot @ cov[i:i + 3, j:j + 3] @ rot.T,
+                                       atol=1e-15)
+    # A residual expressed in the frame and rotated to the base has the same Mahalanobis
+    # norm under the rotated covariance.
+    r_frame = rng.normal(size=6)
+    r_base = np.r_[rot @ r_frame[:3], rot @ r_frame[3:]]
+    np.testing.assert_allclose(r_base @ np.linalg.solve(out, r_base),
+                               r_frame @ np.linalg.solve(cov, r_frame), rtol=1e-9)
+    pos = covariance_to_base(np.diag([1.0, 2.0, 3.0]), rot)
+    np.testing.assert_allclose(pos, rot @ np.diag([1.0, 2.0, 3.0]) @ rot.T, atol=1e-14)
+    with pytest.raises(GoalError, match='not a rotation'):
+        covariance_to_base(cov, np.eye(3) * 2.0)
+
+
+def Rotation_from_rotvec(v):
+    from smcik_ros.rotations import rotvec_to_matrix
+    return rotvec_to_matrix(np.asarray(v, dtype=float))
+
+
+def test_a_goal_covariance_decides_what_the_solvers_give_up(arm7):
+    """A target high above the reach: with an isotropic covariance the closest approach
+    leaves errors in x and y too (the tool stretches along the line to the target); with a
+    loose z variance the solvers match x and y and give up z only - the covariance is used
+    (by the SMC likelihood and by the Jacobian solver's whitened rows)."""
+    from smcik_ros.solvers import make_solver
+    q = arm7.neutral_configuration()
+    far = np.array([0.3, 0.1, 1.5])                   # reach ~0.72 m from the shoulder
+    iso = np.eye(3) * 1e-4
+    loose_z = np.diag([1e-6, 1e-6, 1.0])
+    for name in ('smc', 'jacobian'):
+        xy = []
+        for cov in (iso, loose_z):
+            solver = make_solver(name, arm7, seed=0)
+            result = solver.solve(PositionTarget(far, covariance=cov), q, max_iters=300)
+            xy.append(np.linalg.norm(arm7.fk(result.q)[:2, 3] - far[:2]))
+        assert xy[0] > 0.05, name            # isotropic: x and y errors too
+        assert xy[1] < 0.005, name           # loose z: x and y matched
+
+
+def test_as_goal_uses_the_given_sigmas_for_arrays(arm7):
+    pose = arm7.fk(arm7.neutral_configuration())
+    target = as_goal(pose, arm7, sigma_position=0.002, sigma_orientation=0.02)[0]
+    np.testing.assert_allclose(target.sigma, [0.002] * 3 + [0.02] * 3)
+    point = as_goal(pose[:3, 3], arm7, sigma_position=0.003)[0]
+    np.testing.assert_allclose(point.sigma, [0.003] * 3)
+    mine = PoseTarget(pose, sigma_position=0.5)
+    assert as_goal(mine, arm7, sigma_position=0.002)[0] is mine

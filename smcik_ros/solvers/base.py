@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import GoalError, ParameterError
-from ..goals import Target, as_goal, check_terms, task_errors
+from ..goals import Target, Term, as_goal, check_terms, task_errors
 
-__all__ = ['IKResult', 'Solver', 'SolverSettings', 'register', 'make_solver',
-           'available_solvers', 'settings_type', 'parse_tolerance']
+__all__ = ['IKResult', 'Alternative', 'Solver', 'SolverSettings', 'register', 'make_solver',
+           'available_solvers', 'settings_type', 'parse_tolerance', 'stack_terms']
 
 _REGISTRY = {}
 
@@ -40,6 +40,29 @@ class IKResult:
     iterations: int
     elapsed: float = 0.0
     constraints_ok: bool = True
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """One solution branch of ``Solver.alternatives``.
+
+    q: (nq,) its configuration; cost: negative log-likelihood of the goal and constraints
+    (``sum((whitened residual) ** 2)``, the filter's cost at temperature 1);
+    position_error [m], orientation_error [rad]: worst over the goal's targets;
+    distance: weighted joint distance [rad] from the current estimate (see docs/smc.md);
+    mass: share of the posterior weight on this branch (1 for single-answer solvers);
+    within_tolerance: the goal is satisfied within the solution tolerance;
+    held: this is the branch the estimate is on.
+    """
+
+    q: np.ndarray
+    cost: float
+    position_error: float
+    orientation_error: float
+    distance: float
+    mass: float
+    within_tolerance: bool
+    held: bool
 
 
 @dataclass(frozen=True)
@@ -100,7 +123,8 @@ def _coerce(name, value, default):
             return int(value)
         raise ParameterError(f'{name} must be an integer; got {value!r}')
     if isinstance(default, float):
-        if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+        number = (int, float, np.integer, np.floating)
+        if isinstance(value, number) and not isinstance(value, bool):
             return float(value)
         raise ParameterError(f'{name} must be a number; got {value!r}')
     if isinstance(default, str):
@@ -189,6 +213,7 @@ class Solver:
         self.constraints = []
         self.last_info = {}
         self._goal_key = None
+        self._targets_key = None
         self._targets = None
         self._q = chain.neutral_configuration()
         self._estimate = self._q.copy()
@@ -231,13 +256,24 @@ class Solver:
         return self._estimate.copy()
 
     def _targets_for(self, goal):
-        if goal is self._goal_key and self._targets is not None:
+        """Return (targets, changed). Goals are compared by value (a goal array or Target
+        changed in place is a new goal), through a cheap signature of their numbers."""
+        key = _goal_signature(goal)
+        if self._targets is not None and key is not None and key == self._goal_key:
             return self._targets, False
-        targets = as_goal(goal, self.chain)
-        changed = self._targets is None or not _same_targets(targets, self._targets)
-        self._goal_key = goal
+        targets = self._make_goal(goal)
+        targets_key = _goal_signature(targets)
+        changed = self._targets is None or targets_key != self._targets_key
+        self._goal_key, self._targets_key = key, targets_key
         self._targets = targets
         return targets, changed
+
+    def _make_goal(self, goal):
+        """Return the Target list of ``goal`` (solvers may set defaults, e.g. sigmas)."""
+        return self._as_goal(goal)
+
+    def _as_goal(self, goal, **defaults):
+        return as_goal(goal, self.chain, **defaults)
 
     # ------------------------------------------------------------------ loops
     def step(self, goal):
@@ -273,12 +309,15 @@ class Solver:
         max_iters = int(max_iters)
         if max_iters < 0:
             raise ParameterError(f'max_iters must be >= 0; got {max_iters}')
-        targets = as_goal(goal, self.chain)
-        self._targets, self._goal_key = targets, goal
+        targets = self._make_goal(goal)
+        self._targets, self._goal_key = targets, None
+        self._targets_key = _goal_signature(targets)
+        self._solve_tolerance = (pos_tol, ori_tol)
         q_seed = self.chain.check_configuration(q_seed, 'q_seed')
         if q_seed.ndim != 1:
             raise GoalError(f'q_seed must have shape ({self.chain.nq},); got {q_seed.shape}')
         self._start_solve(self.chain.clip(q_seed), targets)
+        self._targets = targets
         q = self._q
         frames = self.chain.frames(q)
         best = None
@@ -294,6 +333,7 @@ class Solver:
             q, frames = self._iterate(targets, online=False)
             iterations += 1
         _, success, pos, ori, ok, q = best
+        q = self._solve_result(q, success and iterations > 0)
         return IKResult(q=q, success=bool(success), position_error=float(pos),
                         orientation_error=float(ori), iterations=iterations,
                         elapsed=time.perf_counter() - start, constraints_ok=bool(ok))
@@ -312,6 +352,63 @@ class Solver:
     def _start_solve(self, q_seed, targets):
         self.reset(q_seed)
 
+    def _solve_result(self, q, solved):
+        """Return the configuration ``solve`` returns for its best ``q`` (a solver may prefer
+        an equivalent success: the same errors class, e.g. nearer the seed)."""
+        return q
+
+    # ------------------------------------------------------------------ alternatives
+    def alternatives(self, max_count=5):
+        """Return the distinct solution branches the solver holds, best first.
+
+        A single-answer solver holds one: its current estimate (mass 1, distance 0), with
+        its errors on the last goal (NaN before any goal). The SMC filter overrides this
+        with the branches of its particles. Returns a list of ``Alternative`` records.
+        """
+        if int(max_count) < 1:
+            raise ParameterError(f'max_count must be >= 1; got {max_count}')
+        q = self._estimate.copy()
+        if self._targets is None:
+            pos = ori = float('nan')
+            ok = False
+            cost = float('nan')
+        else:
+            frames = self.chain.frames(q)
+            p, o = task_errors(self._targets, frames)
+            pos, ori = float(p[0]), float(o[0])
+            cost = float(sum(t.cost(frames)[0] for t in self._targets + self.constraints
+                             if type(t).residual is not Term.residual))
+            ok = pos <= self._default_tolerance[0] and ori <= self._default_tolerance[1]
+        return [Alternative(q=q, cost=cost, position_error=pos, orientation_error=ori,
+                            distance=0.0, mass=1.0, within_tolerance=bool(ok), held=True)]
+
+    _default_tolerance = (1e-3, 1e-2)
+
+    def select_alternative(self, choice):
+        """Move the estimate to a listed alternative: an index into the last
+        ``alternatives()`` list, or a configuration (nq,). A single-answer solver restarts
+        its online use there (``reset``). Returns the new estimate (nq,)."""
+        q = self._alternative_q(choice)
+        targets = self._targets
+        self.reset(q)
+        self._targets = targets
+        self._goal_key = None
+        return self._estimate.copy()
+
+    def _alternative_q(self, choice):
+        """Return the configuration of ``choice`` (index or (nq,) array), validated."""
+        if isinstance(choice, (int, np.integer)) and not isinstance(choice, bool):
+            listed = getattr(self, '_alternatives', None) or self.alternatives()
+            if not 0 <= int(choice) < len(listed):
+                raise GoalError(f'alternative index {int(choice)} out of range: the last '
+                                f'alternatives() listed {len(listed)} (0..{len(listed) - 1})')
+            return listed[int(choice)].q.copy()
+        q = self.chain.check_configuration(choice, 'alternative configuration')
+        if q.ndim != 1:
+            raise GoalError(f'select_alternative takes an index or one configuration '
+                            f'({self.chain.nq},); got shape {q.shape}')
+        return self.chain.clip(q)
+
     # ------------------------------------------------------------------ subclass hooks
     def _reset(self, q):
         pass
@@ -320,34 +417,57 @@ class Solver:
         raise NotImplementedError
 
 
-def _same_targets(a, b):
-    if len(a) != len(b):
-        return False
-    for x, y in zip(a, b):
-        if type(x) is not type(y) or x.link != y.link:
-            return False
-        for attr in ('pose', 'position', 'rotation'):
-            va, vb = getattr(x, attr, None), getattr(y, attr, None)
-            if va is not None and not np.array_equal(va, vb):
-                return False
-    return True
+def _goal_signature(goal):
+    """Return a value signature of a goal (array, Target or list of Targets), or None when
+    it holds something unknown. A few microseconds: the arrays as bytes, so a goal array or
+    Target changed in place gets a new signature."""
+    if isinstance(goal, np.ndarray):
+        return ('array', goal.shape, goal.astype(float, copy=False).tobytes())
+    if isinstance(goal, Target):
+        return (_term_signature(goal),)
+    if isinstance(goal, (list, tuple)):
+        if goal and all(hasattr(g, 'residual') for g in goal):
+            return tuple(_term_signature(g) for g in goal)
+        try:
+            arr = np.asarray(goal, dtype=float)
+        except (TypeError, ValueError):
+            return None
+        return ('array', arr.shape, arr.tobytes())
+    return None
+
+
+_SIGNATURE_ATTRS = ('pose', 'position', 'rotation', 'offset', 'sigma', 'covariance', 'link',
+                    'weight')
+
+
+def _term_signature(term):
+    out = [type(term).__name__]
+    for attr in _SIGNATURE_ATTRS:
+        value = getattr(term, attr, None)
+        if isinstance(value, np.ndarray):
+            value = value.tobytes()
+        out.append(value)
+    return tuple(out)
 
 
 def stack_terms(terms, frames, with_jacobian=True):
-    """Return weighted residuals (N, K) and Jacobians (N, K, nv) of terms, rows scaled by
-    sqrt(weight) / sigma so that the squared norm is the SMC cost."""
+    """Return whitened residuals (N, K) and Jacobians (N, K, nv) of terms.
+
+    Each term's rows go through ``term.whiten``: scaled by sqrt(weight) / sigma (a diagonal
+    Sigma), or multiplied by sqrt(weight) L^-1 for a full covariance Sigma = L L^T (a goal
+    with uncertainty), so that the squared norm is the SMC cost sum(r^T Sigma^-1 r) weight.
+    """
     res, jac = [], []
     for t in terms:
-        scale = np.sqrt(t.weight) / t.sigma
         if with_jacobian:
             if hasattr(t, 'residual_jacobian'):
                 r, j = t.residual_jacobian(frames)
             else:
                 r, j = t.residual(frames), t.jacobian(frames)
-            jac.append(j * scale[:, None])
+            jac.append(t.whiten(j))
         else:
             r = t.residual(frames)
-        res.append(r * scale)
+        res.append(t.whiten(r))
     if len(res) == 1:
         return (res[0], jac[0]) if with_jacobian else res[0]
     r = np.concatenate(res, axis=1)

@@ -371,7 +371,7 @@ def finite_difference_jacobian(chain, q, terms, step=1e-6):
     Column j is (r(q + h e_j) - r(q - h e_j)) / 2h, each term's residual evaluated on the
     forward kinematics of configurations moved by +-h along tangent direction j
     (``Chain.integrate``: exact for ball joints too), one batched FK call for all 2 nv of
-    them. Rows are scaled like ``stack_terms`` (sqrt(weight) / sigma). For orientation
+    them. Rows are whitened like ``stack_terms`` (``term.whiten``). For orientation
     residuals, the rotation vector log(R R_target^T), this is d log / dq, the same quantity
     as the analytic rows (J_l^-1(r) J_w); it is only wrong within h of an orientation
     error of pi, where the rotation vector jumps.
@@ -382,7 +382,6 @@ def finite_difference_jacobian(chain, q, terms, step=1e-6):
     frames = chain.frames(chain.integrate(np.tile(q, (2 * nv, 1)), steps))
     blocks = []
     for t in terms:
-        scale = np.sqrt(t.weight) / t.sigma
         res = t.residual(frames)
-        blocks.append((res[:nv] - res[nv:]).T / (2.0 * step) * scale[:, None])
+        blocks.append(t.whiten(((res[:nv] - res[nv:]).T / (2.0 * step))[None])[0])
     return np.concatenate(blocks, axis=0)

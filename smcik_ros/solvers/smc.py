@@ -1,46 +1,43 @@
 """The Sequential Monte Carlo IK filter of Courty & Arnaud (seed 000, Algorithm 1).
 
-State: the whole joint vector. Each iteration:
+``filter_step`` is Algorithm 1 in one function - exploration (the random walk of eq. 12),
+importance weights (eq. 13-14), the estimate, selection (resampling) - with the additions
+as named policies passed to it (``smc_policies``), each switched off by its setting:
 
-1. exploration: every particle takes a random-walk step, Gaussian for 1-DOF joints and
-   QuTem (a Gaussian in the tangent space, wrapped by the exponential map; Appendix A)
-   for ball joints; each joint has its own noise. Joint limits and hard constraints are
-   enforced by accept/reject with at most ``max_redraws`` redraws; what still fails
-   keeps its previous (valid) value. The paper's rejection loop is unbounded ("may lead
-   to ... endless rejection"); ours is bounded and its fallback is a zero step, so every
-   particle stays feasible and the step always ends.
-2. weights: w_k = w_{k-1} p(z_k | x_k), p = exp(-|task|^2_{Sigma_z} - sum |C_i|^2_{Sigma_i})
-   (eq. 13-14) in log space. Sigma_z is annealed (seed 001 section 4: "iteratively
-   reduce Sigma_z"): multiplied by ``anneal_initial`` when a goal arrives and shrunk by
-   ``anneal_rate`` each iteration down to the settings' sigma_position/orientation.
-3. estimate: MAP particle, then x_k = interpolate(x_{k-1}, MAP_k, alpha) (eq. 15) with slerp
-   for ball joints and linear interpolation otherwise.
-4. systematic resampling when the effective sample size falls below
-   ``resample_threshold * num_particles``.
+- minimal motion (``minimal_motion``): the random walk's prior made explicit as
+  ``N(x_ref, Sigma_motion)`` around a reference configuration: a weight factor, the
+  proposal of re-seeded particles, a null-space pull in the refinement, the nearest
+  particle within tolerance as the estimate, and whole-turn mapping;
+- refinement (``refine_count``): a Levenberg-Marquardt move step of a few particles;
+- restarts (``restart_after``): re-seeding when the best cost stalls;
+- branch hold (``branch_hold``): online, the estimate stays on its branch unless another
+  satisfies the goal and its own cannot.
 
-Additions for precision and robustness (each a setting; measured in docs/benchmarks.md):
+Weights of moved particles: the refinement is a *move* step; a moved particle's incremental
+weight is the likelihood (and prior) where it lands, ``p(z_k | x'_k)``, as if the random walk
+had proposed ``x'_k`` (the density ratio of the deterministic move is not computed).
+Re-seeded particles (restarts, a new goal) have no history: they enter with the
+population's mean weight and are weighted by their likelihood from then on. docs/smc.md
+gives the ablation of every policy.
 
-- refinement: the ``refine_count`` best particles take ``refine_steps`` damped
-  least-squares (Levenberg-Marquardt) steps on the same negative log-likelihood the
-  weights use, accepted only when they lower it. The particles keep exploring; the
-  refinement brings millimetre precision in a few iterations.
-- multi-scale proposal: each particle's noise is scaled by a factor drawn log-uniformly in
-  [min_noise_scale, 1], so coarse and fine moves coexist without tuning a schedule.
-- elitism (``keep_map``): the MAP particle is carried over without noise, so the best
-  estimate never gets worse while the goal is fixed.
-- restarts: when the best cost has not improved for ``restart_after`` iterations, the
-  ``restart_fraction`` lowest-weight particles are redrawn uniformly inside the limits.
+Online use: ``reset(q)``, then ``step(goal)`` per tick (returns the estimate; the eq. 15
+smoothing ``smoothing_alpha`` is 1 by default: lag-free). Batch: ``solve(...)``.
+``alternatives()`` lists the distinct solution branches the particles hold and
+``select_alternative()`` moves the estimate to one of them.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..errors import ParameterError
-from ..rotations import quat_from_rotvec, quat_multiply, quat_slerp
-from .base import Solver, SolverSettings, _check, register, stack_terms
+from ..goals import Target, Term, task_errors
+from ..rotations import quat_slerp
+from .base import Alternative, Solver, SolverSettings, _check, register
+from .smc_policies import (BranchHold, MinimalMotion, NearestSearch, Policies, Refinement,
+                           Restarts, mean_log_weight, sample_qutem)
 
-__all__ = ['SmcSettings', 'SmcSolver']
+__all__ = ['SmcSettings', 'SmcSolver', 'FilterState', 'FilterModel', 'filter_step']
 
 
 @dataclass(frozen=True)
@@ -51,15 +48,15 @@ class SmcSettings(SolverSettings):
     seed: int = -1                      # random seed; -1: fresh entropy each construction
     joint_noise: float = 0.1            # [rad] std of the revolute random walk per iteration
     prismatic_noise: float = 0.02       # [m] std of the prismatic random walk
-    ball_noise: float = 0.1             # [rad] std of the QuTem (ball joint) noise, per axis
+    ball_noise: float = 0.1             # [rad] ball rotation-angle std per axis (2x eq. 17's)
     joint_noise_per_joint: tuple = ()   # [rad or m] one std per 1-DOF joint; () = the above
     ball_noise_per_axis: tuple = ()     # [rad] 3 stds per ball joint (QuTem diag); () = above
     min_noise_scale: float = 0.01       # smallest per-particle noise factor (log-uniform to 1)
-    sigma_position: float = 0.01        # [m] task noise std, position (Sigma_z)
+    sigma_position: float = 0.01        # [m] task noise std, position (Sigma_z) of array goals
     sigma_orientation: float = 0.05     # [rad] task noise std, orientation (Sigma_z)
     anneal_initial: float = 10.0        # Sigma_z std multiplier when a new goal arrives
     anneal_rate: float = 0.8            # per-iteration factor on that multiplier (down to 1)
-    smoothing_alpha: float = 0.1        # eq. 15 interpolation factor (1: no smoothing)
+    smoothing_alpha: float = 1.0        # eq. 15 interpolation factor (1: no smoothing, no lag)
     resample_threshold: float = 0.5     # resample when ESS < threshold * N
     max_redraws: int = 3                # accept/reject redraws per iteration
     refine_count: int = 4               # best particles refined per iteration (0: off)
@@ -70,25 +67,37 @@ class SmcSettings(SolverSettings):
     restart_after: int = 4              # iterations without enough progress before re-seeding
     stall_tolerance: float = 0.1        # 'progress' = best cost down by this fraction
     restart_fraction: float = 1.0       # share of particles re-seeded on a restart
-    online_restarts: bool = True        # also re-seed in online use (the MAP is kept)
+    online_restarts: bool = True        # also re-seed in online use (the estimate's stays)
     restart_min_cost: float = 0.01      # no restart once the best task cost is below this
     init_uniform_fraction: float = 0.5  # solve(): share of particles drawn uniformly at start
-    keep_map: bool = True               # carry the MAP particle over without noise
-    branch_switch_ratio: float = 0.5    # online: a far particle becomes MAP only below this
-    #                                     share of the held MAP's cost (1: no hysteresis)
-    branch_jump: float = 0.5            # [rad or m] 'far' = largest joint difference above this
-    goal_change_threshold: float = 3.0  # goal moves > this many sigmas re-widen Sigma_z
+    keep_map: bool = True               # carry the estimate's particle over without noise
+    goal_change_threshold: float = 3.0  # goal moves > this many sigmas re-arm the filter
+    solution_tolerance_position: float = 0.001      # [m] 'satisfies the goal' (online)
+    solution_tolerance_orientation: float = 0.01    # [rad] 'satisfies the goal' (online)
+    minimal_motion: bool = True         # prefer the solution nearest the reference (off: MAP)
+    motion_sigma: float = 1.0           # [rad] std of the motion prior N(x_ref, Sigma_motion)
+    nullspace_gain: float = 1.0         # refinement's pull to x_ref in the task null space
+    reseed_fraction: float = 0.5        # share of particles drawn around x_ref on a new goal
+    search_count: int = 32              # searchers of the nearest branch on a new goal (0: off)
+    search_iterations: int = 8          # iterations per search window (repeated while useful)
+    branch_hold: bool = True            # online: stay on the estimate's branch (needs keep_map)
+    branch_jump: float = 0.5            # [rad] 'another branch' = a joint differs by more
+    recovery_iterations: int = 300      # iterations the branch left out of reach is kept
+    hold_patience: int = 4              # iterations without progress before leaving the branch
 
     def validate(self):
         _check(self.num_particles >= 1, f'num_particles must be >= 1; got {self.num_particles}')
         _check(self.seed >= -1, f'seed must be >= 0, or -1 for a random seed; got {self.seed}')
         for name in ('joint_noise', 'prismatic_noise', 'ball_noise', 'sigma_position',
-                     'sigma_orientation'):
+                     'sigma_orientation', 'solution_tolerance_position',
+                     'solution_tolerance_orientation', 'motion_sigma'):
             _check(getattr(self, name) > 0.0, f'{name} must be > 0; got {getattr(self, name)}')
         _check(0.0 < self.min_noise_scale <= 1.0,
                f'min_noise_scale must be in (0, 1]; got {self.min_noise_scale}')
-        _check(self.anneal_initial >= 1.0, f'anneal_initial must be >= 1; got {self.anneal_initial}')
-        _check(0.0 < self.anneal_rate <= 1.0, f'anneal_rate must be in (0, 1]; got {self.anneal_rate}')
+        _check(self.anneal_initial >= 1.0,
+               f'anneal_initial must be >= 1; got {self.anneal_initial}')
+        _check(0.0 < self.anneal_rate <= 1.0,
+               f'anneal_rate must be in (0, 1]; got {self.anneal_rate}')
         _check(0.0 < self.smoothing_alpha <= 1.0,
                f'smoothing_alpha must be in (0, 1]; got {self.smoothing_alpha}')
         _check(0.0 <= self.resample_threshold <= 1.0,
@@ -98,11 +107,13 @@ class SmcSettings(SolverSettings):
                f'refine_count must be in [0, num_particles={self.num_particles}]; '
                f'got {self.refine_count}')
         _check(self.refine_steps >= 1, f'refine_steps must be >= 1; got {self.refine_steps}')
-        _check(self.refine_damping >= 0.0, f'refine_damping must be >= 0; got {self.refine_damping}')
+        _check(self.refine_damping >= 0.0,
+               f'refine_damping must be >= 0; got {self.refine_damping}')
         _check(self.refine_min_cost >= 0.0,
                f'refine_min_cost must be >= 0; got {self.refine_min_cost}')
         _check(self.max_step > 0.0, f'max_step must be > 0; got {self.max_step}')
-        _check(self.restart_after >= 0, f'restart_after must be >= 0 (0: off); got {self.restart_after}')
+        _check(self.restart_after >= 0,
+               f'restart_after must be >= 0 (0: off); got {self.restart_after}')
         _check(0.0 <= self.stall_tolerance < 1.0,
                f'stall_tolerance must be in [0, 1); got {self.stall_tolerance}')
         _check(0.0 <= self.restart_fraction <= 1.0,
@@ -111,15 +122,474 @@ class SmcSettings(SolverSettings):
                f'init_uniform_fraction must be in [0, 1]; got {self.init_uniform_fraction}')
         _check(self.restart_min_cost >= 0.0,
                f'restart_min_cost must be >= 0; got {self.restart_min_cost}')
-        _check(0.0 < self.branch_switch_ratio <= 1.0,
-               f'branch_switch_ratio must be in (0, 1]; got {self.branch_switch_ratio}')
-        _check(self.branch_jump >= 0.0, f'branch_jump must be >= 0; got {self.branch_jump}')
         _check(self.goal_change_threshold >= 0.0,
                f'goal_change_threshold must be >= 0; got {self.goal_change_threshold}')
+        _check(0.0 <= self.nullspace_gain <= 1.0,
+               f'nullspace_gain must be in [0, 1]; got {self.nullspace_gain}')
+        _check(0.0 <= self.reseed_fraction < 1.0,
+               f'reseed_fraction must be in [0, 1); got {self.reseed_fraction}')
+        _check(self.search_count >= 0,
+               f'search_count must be >= 0 (at most num_particles - 1 are used); '
+               f'got {self.search_count}')
+        _check(self.search_iterations >= 0,
+               f'search_iterations must be >= 0; got {self.search_iterations}')
+        _check(self.branch_jump > 0.0, f'branch_jump must be > 0; got {self.branch_jump}')
+        _check(self.recovery_iterations >= 0,
+               f'recovery_iterations must be >= 0; got {self.recovery_iterations}')
+        _check(self.hold_patience >= 1, f'hold_patience must be >= 1; got {self.hold_patience}')
+        _check(self.keep_map or not self.branch_hold,
+               'branch_hold needs keep_map (the held particle is carried over without noise); '
+               'set keep_map: true or branch_hold: false')
         for v in self.joint_noise_per_joint + self.ball_noise_per_axis:
             _check(v > 0.0, f'per-joint noise values must be > 0; got {v}')
 
 
+# ---------------------------------------------------------------------------- Algorithm 1
+@dataclass
+class FilterState:
+    """The particle population and the policies' bookkeeping between iterations.
+
+    particles: (N, nq); logw: (N,) log weights (max 0); held: index of the estimate's
+    particle (-1: none yet); best_cost / stall: restarts; held_cost / held_stall: branch
+    hold; settled: the held particle's refinement has converged (the idle step skips it);
+    restarted: particles re-seeded at the end of the last step; searchers / search_left:
+    the nearest search's particles and the iterations left in its window; shadow: the
+    particle that keeps the branch the estimate left on during a recovery (-1: none).
+    """
+
+    particles: np.ndarray
+    logw: np.ndarray
+    held: int = -1
+    best_cost: float = np.inf
+    stall: int = 0
+    held_cost: float = np.inf
+    held_stall: int = 0
+    settled: bool = False
+    restarted: int = 0
+    searchers: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=int))
+    search_left: int = 0
+    shadow: int = -1
+
+
+class FilterModel:
+    """What Algorithm 1 needs of the problem at one iteration.
+
+    The random walk p(x_k | x_{k-1}) (eq. 12) with bounded accept/reject on the joint
+    limits and hard constraints, the likelihood p(z_k | x_k) (eq. 13-14, the task cost
+    divided by the annealing ``temperature`` squared) and the solution tolerance.
+    """
+
+    def __init__(self, chain, settings, scalar_noise, ball_noise, targets, constraints,
+                 temperature, tolerance):
+        self.chain = chain
+        self.max_redraws = settings.max_redraws
+        self.log_min_scale = np.log(settings.min_noise_scale)
+        self.scalar_noise = scalar_noise
+        self.ball_noise = ball_noise
+        self.targets = targets
+        self.constraints = constraints
+        self.hard = [c for c in constraints if c.hard]
+        # Constraints with a residual enter the likelihood (eq. 14); those with a Jacobian
+        # too enter the refinement. A hard constraint may offer only ``violated(frames)``
+        # (accept/reject alone).
+        self.soft = [c for c in constraints if _implements(c, 'residual')]
+        self.terms = targets + [c for c in self.soft if _implements(c, 'jacobian')
+                                or hasattr(c, 'residual_jacobian')]
+        self.temperature = temperature
+        self.tolerance = tolerance
+        self.resample_threshold = settings.resample_threshold
+        self.goal_still = 0         # iterations since the goal last changed (set by the solver)
+        self.recovering = False     # a recovery search window is on (set by the solver)
+        # Cost of a particle at the solution tolerance (array goals' sigmas): the scale at
+        # which the refinement's spring fades out.
+        self.tolerance_cost = ((tolerance[0] / settings.sigma_position) ** 2
+                               + (tolerance[1] / settings.sigma_orientation) ** 2)
+
+    # -- p(x_k | x_{k-1})
+    def propagate(self, prev, scale, rng):
+        """Return random-walk steps of ``prev`` (N, nq), noise scaled per particle (N,)."""
+        chain = self.chain
+        out = prev.copy()
+        sq = chain._scalar_q
+        if len(sq):
+            base = prev[:, sq]
+            sigma = self.scalar_noise * scale[:, None]
+            lower, upper = chain.lower[sq], chain.upper[sq]
+            cand = base + rng.standard_normal(base.shape) * sigma
+            bad = (cand < lower) | (cand > upper)
+            for _ in range(self.max_redraws):
+                if not bad.any():
+                    break
+                rows, cols = np.nonzero(bad)
+                cand[rows, cols] = base[rows, cols] + rng.standard_normal(len(rows)) \
+                    * sigma[rows, cols]
+                moved = cand[rows, cols]
+                bad[rows, cols] = (moved < lower[cols]) | (moved > upper[cols])
+            # Fallback after max_redraws: that joint stays where it was (always valid).
+            cand[bad] = base[bad]
+            out[:, sq] = cand
+        if chain.has_ball_joints:
+            bq = chain._ball_q_idx
+            out[:, bq] = self._propagate_balls(prev[:, bq], scale, rng)
+        return out
+
+    def _propagate_balls(self, quat, scale, rng):
+        """QuTem steps with bounded accept/reject on the ball joints' angle limits."""
+        sigma = self.ball_noise[None, :, :] * scale[:, None, None]      # (N, B, 3)
+        cand = sample_qutem(quat, sigma, rng)
+        limits = self.chain.ball_limits
+        if np.all(limits >= np.pi):
+            return cand
+        cos_half = np.cos(0.5 * np.minimum(limits, np.pi))
+        bad = np.abs(cand[..., 0]) < cos_half
+        for _ in range(self.max_redraws):
+            if not bad.any():
+                break
+            cand[bad] = sample_qutem(quat[bad], sigma[bad], rng)
+            bad = np.abs(cand[..., 0]) < cos_half
+        cand[bad] = quat[bad]
+        return cand
+
+    def enforce_hard(self, prev, particles, frames, scale, rng):
+        """Redraw particles that violate hard constraints; fall back to their previous state."""
+        bad = self.violated(frames)
+        for _ in range(self.max_redraws):
+            if not bad.any():
+                break
+            idx = np.flatnonzero(bad)
+            particles[idx] = self.propagate(prev[idx], scale[idx], rng)
+            sub = self.chain.frames(particles[idx])
+            _assign_frames(frames, idx, sub, particles)
+            bad[idx] = self.violated(sub)
+        if bad.any():
+            idx = np.flatnonzero(bad)
+            particles[idx] = prev[idx]
+            _assign_frames(frames, idx, self.chain.frames(prev[idx]), particles)
+        return particles, frames
+
+    def violated(self, frames):
+        """Return (N,) bool: some hard constraint is violated."""
+        bad = np.zeros(len(frames), dtype=bool)
+        for c in self.hard:
+            bad |= c.violated(frames)
+        return bad
+
+    # -- p(z_k | x_k)
+    def costs(self, frames):
+        """Return (task (N,), soft (N,)) negative log-likelihoods (temperature 1)."""
+        task = _sum_costs(self.targets, frames, len(frames))
+        soft = _sum_costs(self.soft, frames, len(frames))
+        return task, soft
+
+    def costs_and_errors(self, frames):
+        """Return (task, soft, position_error, orientation_error), each (N,): the costs of
+        ``costs`` and the worst task errors of ``errors``, the targets evaluated once."""
+        n = len(frames)
+        task, pos, ori = np.zeros(n), np.zeros(n), np.zeros(n)
+        for t in self.targets:
+            if isinstance(t, Target):
+                c, p, o = t.cost_and_errors(frames)
+                pos, ori = np.maximum(pos, p), np.maximum(ori, o)
+            else:
+                c = t.cost(frames)        # a constraint handed in with the goal
+            task = task + c
+        return task, _sum_costs(self.soft, frames, n), pos, ori
+
+    def cost_and_errors(self, frames):
+        """Return ``cost(frames)`` and ``errors(frames)`` in one pass over the targets."""
+        task, _, pos, ori = self.costs_and_errors(frames)
+        n = len(frames)
+        return task + _sum_costs(self.terms[len(self.targets):], frames, n), pos, ori
+
+    def cost(self, frames):
+        """Return the (N,) untempered negative log-likelihood (task + constraints)."""
+        return _sum_costs(self.terms, frames, len(frames))
+
+    def log_likelihood(self, task, soft):
+        """Return the (N,) log p(z_k | x_k) with the task noise annealed (seed 001)."""
+        t = self.temperature
+        return -(task / (t * t) + soft)
+
+    def temper(self, log_density):
+        """Return a log-density flattened by the annealing temperature (divided by T^2)."""
+        t = self.temperature
+        return log_density / (t * t)
+
+    def errors(self, frames):
+        """Return the worst (position [m], orientation [rad]) task errors, each (N,)."""
+        return task_errors(self.targets, frames)
+
+    def precise(self, frames, fraction=1.0, errors=None):
+        """Return (N,) bool: task errors within ``fraction`` of the solution tolerance."""
+        pos, ori = task_errors(self.targets, frames) if errors is None else errors
+        return (pos <= fraction * self.tolerance[0]) & (ori <= fraction * self.tolerance[1])
+
+    def within_tolerance(self, frames):
+        """Return (N,) bool: the goal is satisfied within tolerance (particles are feasible:
+        the hard constraints are enforced on every particle)."""
+        return self.precise(frames, 1.0)
+
+
+def filter_step(state, model, policies, rng, online):
+    """Run one iteration of Algorithm 1 (seed 000, section 5.3); return (state, info).
+
+    state: ``FilterState``; model: ``FilterModel``; policies: ``Policies`` (None = off);
+    online: ``step`` (True) or ``solve`` (False). info: the estimate's particle ``index``
+    into ``info['particles']`` (the population before resampling), its ``q`` and one-row
+    ``frames``, ``weights``, ``ess``, ``ok`` (within tolerance), ``cost``, ``confidence``,
+    the branch-hold ``switch`` record and ``warning``.
+    """
+    chain = model.chain
+    motion, refine = policies.minimal_motion, policies.refinement
+    restarts, hold = policies.restarts, policies.branch_hold
+    prev = state.particles
+    n = len(prev)
+    held = state.held
+    searchers = state.searchers if state.search_left > 0 else _NONE
+    shadow = state.shadow
+    kept = searchers if shadow < 0 else np.union1d(searchers, [shadow]).astype(int)
+
+    # 1. Exploration: x_k^(i) ~ p(x_k | x_{k-1}^(i)), a random walk inside the limits
+    # (the estimate's particle and the searchers of a new goal are carried over as they are).
+    scale = np.exp(rng.uniform(model.log_min_scale, 0.0, size=n))
+    if policies.keep_held and held >= 0:
+        scale[held] = 0.0
+    scale[kept] = 0.0
+    particles = model.propagate(prev, scale, rng)
+    if motion is not None and motion.has_turns:
+        particles = motion.map_turns(particles, motion.turn_reference)
+    frames = chain.frames(particles)
+    if model.hard:
+        particles, frames = model.enforce_hard(prev, particles, frames, scale, rng)
+
+    # 2. Importance weights: w_k = w_{k-1} p(z_k | x_k) [x motion prior], evaluated where
+    # the particles are after the move step (refinement).
+    if online:
+        task, soft, pos_err, ori_err = model.costs_and_errors(frames)
+    else:
+        task, soft = model.costs(frames)
+    cost = task + soft
+    settled = state.settled
+    stuck = _NONE
+    weighted = motion is not None and motion.weighted
+    dist_ref = motion.distance(particles) if weighted else None
+    if refine is not None:
+        anchor = held if (online and held >= 0) else int(np.argmin(cost))
+        idle = (cost[anchor] <= refine.min_cost and not len(searchers)
+                and (motion is None or settled or not online))
+        if not idle:
+            rank = -model.log_likelihood(task, soft)
+            if weighted:
+                rank = rank - model.temper(motion.log_prior(distance=dist_ref))
+            idx = refine.choose(rank, held if online else -1, kept)
+            sub = frames.subset(idx)
+            pull = motion if (motion is not None and motion.pulling) else None
+            guard = None
+            if online and held >= 0 and model.goal_still > 0 and policies.branch_hold:
+                # A still goal out of reach: the estimate's tool never moves away from it.
+                guard = np.where(idx == held, _held_position_error(model, frames, held),
+                                 np.inf)
+            sub, _, improved, gained = refine.move(model, sub, cost[idx], pull, guard)
+            stuck = idx[~improved]
+            if improved.any():
+                if motion is not None and motion.has_turns:
+                    sub.q[:] = motion.map_turns(sub.q, motion.turn_reference)
+                particles[idx] = sub.q
+                frames.assign(idx, sub)
+                frames.q = particles
+                if online:
+                    task[idx], soft[idx], pos_err[idx], ori_err[idx] = \
+                        model.costs_and_errors(sub)
+                else:
+                    task[idx], soft[idx] = model.costs(sub)
+                cost = task + soft
+                if weighted:
+                    dist_ref[idx] = motion.distance(sub.q)
+            if online and held >= 0:
+                pos = int(np.flatnonzero(idx == held)[0])
+                settled = bool(cost[held] <= refine.min_cost and gained[pos] < 1e-12)
+    loglik = model.log_likelihood(task, soft)
+    if weighted:
+        loglik = loglik + model.temper(motion.log_prior(distance=dist_ref))
+    logw = state.logw + loglik
+    logw -= logw.max()
+    weights = np.exp(logw)
+    weights /= weights.sum()
+
+    # 3. Estimate: the MAP particle (Algorithm 1), unless minimal motion (the nearest
+    # particle within tolerance) or branch hold (stay on the held branch) picks another.
+    if online:
+        ok = model.precise(frames, 1.0, (pos_err, ori_err))
+    else:
+        ok = np.zeros(n, dtype=bool)    # solve() judges its result itself (and the seed's)
+    map_index = int(np.argmax(weights))
+    switch, warning, approximate = None, False, False
+    held_cost, held_stall = state.held_cost, state.held_stall
+    if online and hold is not None and held >= 0:
+        exact = model.precise(frames, hold.EXACT_FRACTION, (pos_err, ori_err))
+        held_cost, held_stall = hold.progress(held_cost, held_stall, cost[held], exact[held])
+        if motion is not None:
+            jumps = motion.jump(particles, particles[held])
+            if dist_ref is None:
+                dist_ref = motion.distance(particles)
+        else:
+            jumps = np.max(np.abs(particles - particles[held]), axis=1)
+            dist_ref = None
+        index, reason = hold.choose(held, ok, cost, jumps, dist_ref, held_stall,
+                                    model.goal_still, pos_err, model.recovering, exact)
+        if reason is not None:
+            switch = dict(reason=reason, distance=float(jumps[index]),
+                          previous=particles[held].copy())
+            held_cost, held_stall = cost[index], 0
+        warning = hold.warning(held_stall, bool(ok[index]))
+        approximate = hold.approximate(held_stall, model.goal_still, bool(ok[index]),
+                                       bool(exact[index]))
+    elif online:
+        index = motion.nearest(particles, ok) if (motion is not None and ok.any()) \
+            else map_index
+    else:
+        index = motion.nearest(particles, ok) if (motion is not None and ok.any()) \
+            else int(np.argmin(cost))
+    info = dict(index=index, map_index=map_index, q=particles[index].copy(),
+                frames=frames.subset([index]), particles=particles, weights=weights,
+                ok=ok, cost=cost, task=task, confidence=float(np.sum(weights[ok])),
+                switch=switch, warning=warning, approximate=approximate, resampled=False,
+                restarted=0)
+
+    # 4. Selection: systematic resampling when the effective sample size is low. The
+    # estimate's particle and the searchers keep their slots; the other slots are drawn
+    # from the weights. While the held branch is stuck (no progress, outside tolerance)
+    # its weight is left out of the draw, so a search for another branch is not swamped
+    # by copies of the stuck particle.
+    best_cost, stall = state.best_cost, state.stall
+    if restarts is not None:
+        best_cost, stall = restarts.progress(best_cost, stall, float(np.min(cost)))
+    fixed = np.union1d(kept, [index]).astype(int) if len(kept) else np.array([index])
+    if index == shadow:
+        shadow = -1         # back on the branch it left: the shadow is the estimate now
+    pool = weights.copy()
+    pool[searchers] = 0.0
+    if online and hold is not None and held_stall > 0 and not ok[index]:
+        pool[index] = 0.0
+    if pool.sum() <= 0.0:
+        pool = weights.copy()
+    pool /= pool.sum()
+    ess = 1.0 / np.sum(pool * pool)
+    info['ess'] = float(1.0 / np.sum(weights * weights))
+    if ess < model.resample_threshold * n and n > len(fixed):
+        free = np.ones(n, dtype=bool)
+        free[fixed] = False
+        keep = np.arange(n)
+        keep[free] = _systematic_resample(pool, rng, n - len(fixed))
+        particles = particles[keep]
+        logw = np.zeros(n)
+        info['resampled'] = True
+    else:
+        logw = np.log(np.maximum(weights, 1e-300))
+    search_left = max(state.search_left - 1, 0)
+    next_searchers = _NONE
+    if len(searchers) and search_left > 0:
+        # Searchers that reached the goal stay as ordinary particles (new slots are drawn);
+        # those that stopped improving are redrawn in place.
+        found = np.union1d(searchers[ok[searchers]], [index])    # the estimate's stays
+        redraw = np.setdiff1d(np.intersect1d(searchers, stuck), found)
+        keep_on = np.setdiff1d(searchers, np.union1d(found, redraw))
+        spare = np.setdiff1d(np.arange(n), np.union1d(fixed, redraw))
+        released = len(np.intersect1d(found, searchers))
+        extra = rng.choice(spare, size=min(released, len(spare)), replace=False) \
+            if released and len(spare) else _NONE
+        fresh_slots = np.concatenate([redraw, extra]).astype(int)
+        if len(fresh_slots):
+            particles = particles.copy()
+            fresh = policies.search.draw(len(fresh_slots), motion, chain, rng,
+                                         motion.turn_reference,
+                                         spread=policies.search.spread)
+            particles[fresh_slots] = _feasible(
+                model, fresh, particles[index], rng,
+                lambda c: policies.search.draw(c, motion, chain, rng, motion.turn_reference,
+                                               spread=policies.search.spread))
+            logw = logw.copy()
+            logw[fresh_slots] = mean_log_weight(logw)
+        next_searchers = np.sort(np.concatenate([keep_on, fresh_slots])).astype(int)
+    new_state = FilterState(particles=particles, logw=logw, held=index,
+                            best_cost=best_cost, stall=stall, held_cost=held_cost,
+                            held_stall=held_stall, settled=settled,
+                            searchers=next_searchers, search_left=search_left,
+                            shadow=shadow)
+    if (restarts is not None and not len(searchers)
+            and restarts.due(stall, float(np.min(task)), online)):
+        new_state = _restart(new_state, model, policies, rng, online)
+        info['restarted'] = new_state.restarted
+    return new_state, info
+
+
+_NONE = np.zeros(0, dtype=int)
+
+
+def _held_position_error(model, frames, held):
+    """Return the held particle's position error [m] (the guard of a still goal)."""
+    pos, _ = model.errors(frames.subset([held]))
+    return float(pos[0]) if not model.precise(frames.subset([held]))[0] else np.inf
+
+
+def _restart(state, model, policies, rng, online):
+    """Re-seed the lowest-weight particles (see ``Restarts``); mark the count on the state.
+
+    In ``solve`` the draws are uniform inside the limits. Online, the estimate's particle
+    stays, half the draws come from the motion prior and, with the nearest search on, the
+    first ``search_count`` become searchers (a new search window).
+    """
+    restarts, motion, search = policies.restarts, policies.minimal_motion, policies.search
+    protect = state.held if online else -1
+    victims = restarts.victims(state.logw, [protect, state.shadow])
+    particles, logw = state.particles.copy(), state.logw.copy()
+    k = len(victims)
+    searchers, search_left = _NONE, 0
+    if k:
+        if online and motion is not None:
+            half = k // 2
+            fresh = np.concatenate([motion.sample(half, rng),
+                                    model.chain.random_configuration(rng, k - half)])
+            if search is not None:
+                c = min(search.count, k)
+                fresh[:c] = search.draw(c, motion, model.chain, rng, motion.turn_reference)
+                searchers, search_left = np.sort(victims[:c]).astype(int), search.iterations
+            if motion.has_turns:
+                fresh = motion.map_turns(fresh, motion.turn_reference)
+        else:
+            fresh = model.chain.random_configuration(rng, k)
+        fallback = particles[state.held if state.held >= 0 else 0]
+        particles[victims] = _feasible(model, fresh, fallback, rng,
+                                       lambda c: model.chain.random_configuration(rng, c))
+        logw[victims] = mean_log_weight(state.logw)
+        if not online:
+            logw[:] = 0.0
+    held = state.held
+    if held in victims:
+        held = -1
+    return FilterState(particles=particles, logw=logw - logw.max(), held=held,
+                       best_cost=np.inf, stall=0, held_cost=state.held_cost,
+                       held_stall=state.held_stall, settled=state.settled, restarted=k,
+                       searchers=searchers, search_left=search_left, shadow=state.shadow)
+
+
+def _feasible(model, fresh, fallback, rng, draw=None):
+    """Return ``fresh`` (K, nq) with hard-constraint violators redrawn (``draw(k)``, at most
+    ``max_redraws`` times), the rest replaced by copies of ``fallback`` (feasible)."""
+    if not model.hard or not len(fresh):
+        return fresh
+    bad = model.violated(model.chain.frames(fresh))
+    for _ in range(model.max_redraws if draw is not None else 0):
+        if not bad.any():
+            break
+        idx = np.flatnonzero(bad)
+        fresh[idx] = draw(len(idx))
+        bad[idx] = model.violated(model.chain.frames(fresh[idx]))
+    fresh[bad] = fallback
+    return fresh
+
+
+# ---------------------------------------------------------------------------- the solver
 @register('smc')
 class SmcSolver(Solver):
     """Sequential Monte Carlo IK filter (see the module docstring)."""
@@ -139,10 +609,10 @@ class SmcSolver(Solver):
         scalar_types = [t for t in chain.joint_types if t != 'ball']
         if s.joint_noise_per_joint:
             if len(s.joint_noise_per_joint) != len(scalar_types):
+                names = [n for n, t in zip(chain.joint_names, chain.joint_types) if t != 'ball']
                 raise ParameterError(
                     f'joint_noise_per_joint needs {len(scalar_types)} values (one per 1-DOF joint'
-                    f' of {[n for n, t in zip(chain.joint_names, chain.joint_types) if t != "ball"]});'
-                    f' got {len(s.joint_noise_per_joint)}')
+                    f' of {names}); got {len(s.joint_noise_per_joint)}')
             noise = np.array(s.joint_noise_per_joint, dtype=float)
         else:
             noise = np.array([s.prismatic_noise if t == 'prismatic' else s.joint_noise
@@ -156,32 +626,72 @@ class SmcSolver(Solver):
             self._ball_noise = np.array(s.ball_noise_per_axis, dtype=float).reshape(-1, 3)
         else:
             self._ball_noise = np.full((len(balls), 3), s.ball_noise)
-        self._log_min_scale = np.log(s.min_noise_scale)
-        self._line_search = np.array([1.0, 0.5, 0.25])
+        motion = (MinimalMotion(chain, s, self._scalar_noise, self._ball_noise)
+                  if s.minimal_motion else None)
+        search = NearestSearch(s) if (motion is not None and s.search_count > 0
+                                      and s.search_iterations > 0) else None
+        self._policies = Policies(
+            minimal_motion=motion, search=search,
+            refinement=Refinement(chain, s) if s.refine_count > 0 else None,
+            restarts=Restarts(s) if s.restart_after > 0 else None,
+            branch_hold=BranchHold(s) if s.branch_hold else None,
+            keep_held=s.keep_map)
+        # solve(): Algorithm 1 with refinement and restarts; minimal motion only chooses the
+        # returned success and maps its turns (_iterate_solve), so the search is unchanged.
+        self._offline_policies = Policies(
+            refinement=self._policies.refinement, restarts=self._policies.restarts,
+            keep_held=s.keep_map)
+        self._selection = None if motion is None else motion.selection_only()
+
+    @property
+    def policies(self):
+        """The ``Policies`` record the online step passes to ``filter_step``."""
+        return self._policies
 
     def _on_settings_changed(self):
-        particles, logw = self._particles, self._logw
-        n_old = len(particles)
+        self._model_cache = None
+        state = self._state
+        n_old = len(state.particles)
         self._configure()
         n = self.settings.num_particles
         if n != n_old:
-            idx = np.arange(n) % n_old
-            particles, logw = particles[idx], logw[idx]
-        self._particles = particles.copy()
-        self._logw = logw.copy()
-        self._map_index = min(self._map_index, n - 1)
+            # Keep the estimate's particle, then the heaviest others (the MAP index stays
+            # valid: it becomes 0).
+            order = np.argsort(-state.logw, kind='stable')
+            if state.held >= 0:
+                order = np.r_[state.held, order[order != state.held]]
+            idx = np.resize(order, n)
+            state = FilterState(particles=state.particles[idx].copy(),
+                                logw=state.logw[idx].copy(),
+                                held=0 if state.held >= 0 else -1,
+                                best_cost=state.best_cost, stall=state.stall,
+                                held_cost=state.held_cost, held_stall=state.held_stall,
+                                settled=state.settled)
+            self._recovery_left = self._recovery_search = 0
+            self._shadow_on = False
+        self._state = state
 
     def _reset(self, q):
         n = self.settings.num_particles
-        self._particles = np.tile(q, (n, 1))
-        self._logw = np.zeros(n)
-        self._map_index = 0
-        self._temperature = 1.0
+        # Every particle starts at q; particle 0 is the estimate's (held) particle.
+        self._state = FilterState(particles=np.tile(q, (n, 1)), logw=np.zeros(n), held=0)
         self._anneal_level = 1.0
-        self._best_cost = np.inf
-        self._stall = 0
         self._last_goal_vec = None
-        self._has_map = False
+        self._goal_still = 0
+        self._candidate_ok = True
+        self._left_tolerance = False
+        self._searched_exact = False
+        self._windows, self._searching, self._window_start = 0, False, np.inf
+        self._anchor = q.copy()
+        self._memory = q.copy()
+        self._recovery_left = self._recovery_search = 0
+        self._shadow_on = False
+        self._tolerance = (self.settings.solution_tolerance_position,
+                           self.settings.solution_tolerance_orientation)
+        self._alternatives = []
+        self._archive = []
+        self._switch_count = 0
+        self._reference = q.copy()
 
     def _start_solve(self, q_seed, targets):
         self.reset(q_seed)
@@ -189,11 +699,21 @@ class SmcSolver(Solver):
         n = s.num_particles
         k = int(round(s.init_uniform_fraction * (n - 1)))
         if k > 0:
-            self._particles[n - k:] = self.chain.random_configuration(self.rng, k)
+            fresh = self.chain.random_configuration(self.rng, k)
+            if any(c.hard for c in self.constraints):
+                fresh = _feasible(self._model(targets), fresh, self._q, self.rng,
+                                  lambda c: self.chain.random_configuration(self.rng, c))
+            self._state.particles[n - k:] = fresh
+        self._tolerance = self._solve_tolerance
         self._on_goal_changed(targets, force=True)
+
+    def _make_goal(self, goal):
+        return self._as_goal(goal, sigma_position=self.settings.sigma_position,
+                             sigma_orientation=self.settings.sigma_orientation)
 
     # ------------------------------------------------------------------ goal handling
     def _on_goal_changed(self, targets, force=False):
+        """Re-arm on a new goal: reference, annealing, stall counters, re-seeding."""
         vec = np.concatenate([_goal_vector(t) for t in targets])
         s = self.settings
         if force or self._last_goal_vec is None or vec.shape != self._last_goal_vec.shape:
@@ -201,329 +721,410 @@ class SmcSolver(Solver):
         else:
             moved = np.max(np.abs(vec - self._last_goal_vec) / _goal_scale(targets, s))
         self._last_goal_vec = vec
+        self._goal_still = -1           # counted up to 0 by the coming step
+        self._searched_exact = False
+        state = self._state
+        state.settled = False
+        motion = self._policies.minimal_motion
+        if moved > s.goal_change_threshold:
+            self._end_recovery()        # a new goal: the motion starts from the anchor
+            self._archive = []
+            self._left_tolerance = False
+            self._candidate_ok = False      # nothing satisfies the new goal yet
+            self._windows, self._searching = 0, False
+        if not force and self._recovery_left <= 0:
+            # The motion starts from the last estimate that satisfied its goal.
+            self._reference = self._anchor.copy()
         if moved > s.goal_change_threshold:
             self._anneal_level = s.anneal_initial
-            self._best_cost = np.inf
-            self._stall = 0
+            state.best_cost, state.stall = np.inf, 0
+            state.held_cost, state.held_stall = np.inf, 0
+            if motion is not None and not force and s.reseed_fraction > 0.0:
+                self._reseed(s.reseed_fraction)
+
+    def _reseed(self, fraction, starts=(), spread=1.0):
+        """Redraw ``fraction`` of the particles (lowest weights) around the reference: the
+        motion prior's proposal. The first ``search_count`` of them (a third drawn
+        uniformly, for far branches) become searchers, refined every iteration for
+        ``search_iterations`` iterations so the nearest branch is found early."""
+        s = self.settings
+        state = self._state
+        n = len(state.particles)
+        k = min(max(int(round(fraction * n)), s.search_count), n - 1)
+        if k <= 0:
+            return
+        order = np.argsort(state.logw, kind='stable')
+        order = order[(order != state.held) & (order != state.shadow)]
+        victims = order[:k]
+        model = self._model(self._targets)
+        motion = self._policies.minimal_motion
+        motion.reference = self._reference
+        search = self._policies.search
+        searchers = min(search.count, k) if search is not None else 0
+        fresh = motion.sample(k, self.rng)
+        if searchers:
+            search.spread = spread
+            fresh[:searchers] = search.draw(searchers, motion, self.chain, self.rng,
+                                            self._reference, starts, spread)
+        if motion.has_turns:
+            fresh = motion.map_turns(fresh, self._reference)
+        fallback = state.particles[max(state.held, 0)]
+        state.particles[victims] = _feasible(model, fresh, fallback, self.rng,
+                                             lambda c: motion.sample(c, self.rng))
+        state.logw[victims] = mean_log_weight(state.logw)
+        state.searchers = np.sort(victims[:searchers]).astype(int)
+        state.search_left = search.iterations if searchers else 0
+        self._windows += 1
+        self._window_start = self._found_distance()
+
+    def _found_distance(self):
+        """Return the weighted distance [rad] of the estimate's particle from the reference
+        (inf while it does not satisfy the goal)."""
+        if not self._candidate_ok or self._policies.minimal_motion is None:
+            return np.inf
+        state = self._state
+        q = state.particles[max(state.held, 0)]
+        return float(self._policies.minimal_motion.distance(q[None], self._reference)[0])
+
+    def _model(self, targets):
+        model = self._model_cache
+        if (model is None or model.targets is not targets or model.constraints is not
+                self.constraints or model.tolerance != self._tolerance):
+            model = FilterModel(self.chain, self.settings, self._scalar_noise,
+                                self._ball_noise, targets, self.constraints,
+                                self._anneal_level, self._tolerance)
+            self._model_cache = model
+        model.temperature = self._anneal_level
+        model.goal_still = self._goal_still
+        model.recovering = self._recovery_search > 0
+        return model
+
+    _model_cache = None
 
     # ------------------------------------------------------------------ the filter
-    def _iterate(self, targets, online):
-        s = self.settings
-        chain = self.chain
-        prev = self._particles
-        n = len(prev)
-        scale = np.exp(self.rng.uniform(self._log_min_scale, 0.0, size=n))
-        if s.keep_map:
-            scale[self._map_index] = 0.0
-        # 1. exploration with bounded accept/reject.
-        particles = self._propagate(prev, scale)
-        frames = chain.frames(particles)
-        hard = [c for c in self.constraints if c.hard]
-        if hard:
-            particles, frames = self._enforce_hard(hard, prev, particles, frames, scale)
-        # 2. likelihood (log space), annealed task noise.
-        terms = targets + self.constraints
-        temp = self._anneal_level
-        task = self._cost(targets, frames)
-        soft = self._cost(self.constraints, frames) if self.constraints else 0.0
-        loglik = -(task / (temp * temp) + soft)
-        # Refinement: a Gauss-Newton move of the best particles on the final posterior.
-        full = task + soft
-        if s.refine_count > 0 and np.min(full) > s.refine_min_cost:
-            idx = np.argpartition(full, s.refine_count - 1)[:s.refine_count] \
-                if s.refine_count < n else np.arange(n)
-            if online and s.keep_map and self._has_map and self._map_index not in idx:
-                idx[np.argmax(full[idx])] = self._map_index   # the held MAP is always refined
-            particles, frames, improved = self._refine(terms, particles, frames, idx, full, hard)
-            if improved is not None:
-                task[idx] = improved[0]
-                if self.constraints:
-                    soft = np.array(soft) if np.ndim(soft) else np.zeros(n)
-                    soft[idx] = improved[1]
-                loglik = -(task / (temp * temp) + soft)
-        # 3. weights, MAP.
-        logw = self._logw + loglik
-        logw -= logw.max()
-        weights = np.exp(logw)
-        weights /= weights.sum()
-        map_index = int(np.argmax(weights))
-        best_index = int(np.argmin(task + soft))
-        if online and s.keep_map and self._has_map:
-            map_index = self._hold_branch(particles, task + soft, map_index)
-        ess = 1.0 / np.sum(weights * weights)
-        # Bookkeeping for restarts.
-        best_cost = float((task + soft)[best_index])
-        if best_cost < self._best_cost * (1.0 - self.settings.stall_tolerance):
-            self._best_cost = best_cost
-            self._stall = 0
-        else:
-            self._stall += 1
+    def _iterate_solve(self, targets):
+        """Run one ``solve`` iteration: Algorithm 1 with refinement and restarts (minimal
+        motion only chooses the result, in ``_solve_result``)."""
+        model = self._model(targets)
+        state, info = filter_step(self._state, model, self._offline_policies, self.rng, False)
+        if state.restarted:
+            self._anneal_level = self.settings.anneal_initial
+        self._anneal_level = max(1.0, self._anneal_level * self.settings.anneal_rate)
+        self._state = state
         self.last_info = {
-            'ess': float(ess), 'temperature': float(temp), 'map': particles[map_index].copy(),
-            'particles': particles, 'weights': weights, 'resampled': False, 'restarted': 0,
+            'ess': info['ess'], 'temperature': float(model.temperature), 'map': info['q'],
+            'particles': info['particles'], 'weights': info['weights'],
+            'resampled': info['resampled'], 'restarted': info['restarted'],
         }
-        map_q = particles[map_index].copy()
-        best_q = particles[best_index].copy()
-        best_frames = frames.subset([best_index])
-        map_frames = best_frames if map_index == best_index else frames.subset([map_index])
-        # 4. resampling.
-        if ess < s.resample_threshold * n:
-            keep = _systematic_resample(weights, self.rng)
-            # Keep the MAP particle through resampling (a held MAP may not be the heaviest).
-            copies = np.flatnonzero(keep == map_index)
-            if copies.size == 0:
-                keep[0] = map_index
-                copies = np.zeros(1, dtype=int)
-            particles = particles[keep]
-            logw = np.zeros(n)
-            self._map_index = int(copies[0])
-            self.last_info['resampled'] = True
-        else:
-            logw = np.log(np.maximum(weights, 1e-300))
-            self._map_index = map_index
-        if (s.restart_after and self._stall >= s.restart_after
-                and task[best_index] > s.restart_min_cost and (s.online_restarts or not online)):
-            particles, logw = self._restart(particles, logw, keep_map=online)
-        self._particles = particles
-        self._logw = logw
-        self._has_map = True
-        self._anneal_level = max(1.0, self._anneal_level * s.anneal_rate)
+        self._last_step = info
+        return info['q'], info['frames']
+
+    def _solve_result(self, q, solved):
+        """Return the success nearest the seed among the 16 best particles of the last
+        iteration (``solve`` stops at the first iteration with a success), whole turns of
+        joints spanning more than 2 pi mapped towards the seed (also when not solved)."""
+        motion = self._selection
+        if motion is None:
+            return q
+        ref = self._reference
+        if solved:
+            info = self._last_step
+            cost, particles = info['cost'], info['particles']
+            best = np.argpartition(cost, 15)[:16] if len(cost) > 16 else np.arange(len(cost))
+            pos, ori = task_errors(self._targets, self.chain.frames(particles[best]))
+            ok = (pos <= self._solve_tolerance[0]) & (ori <= self._solve_tolerance[1])
+            if ok.any():
+                cands = particles[best[ok]]
+                if motion.has_turns:
+                    cands = motion.map_turns(cands, ref)
+                return cands[int(np.argmin(motion.distance(cands, ref)))].copy()
+        return motion.map_turns(q[None], ref)[0] if motion.has_turns else q
+
+    def _iterate(self, targets, online):
+        if not online:
+            return self._iterate_solve(targets)
+        self._goal_still += 1
+        policies = self._policies
+        motion = policies.minimal_motion
+        if motion is not None:
+            motion.reference = self._reference
+            motion.turn_reference = self._reference
+        model = self._model(targets)
+        state, info = filter_step(self._state, model, policies, self.rng, online)
+        if state.restarted:
+            # Re-widen Sigma_z so the re-seeded particles survive resampling long enough
+            # to be refined.
+            self._anneal_level = self.settings.anneal_initial
+        self._anneal_level = max(1.0, self._anneal_level * self.settings.anneal_rate)
+        self._state = state
+        switch = info['switch']
+        if switch is not None:
+            self._switch_count += 1
+        was_ok = self._candidate_ok
+        self._candidate_ok = bool(info['ok'][info['index']])
+        self._searching = self._searching or bool(len(self._state.searchers))
+        self._recovery_left = max(self._recovery_left - 1, 0)
+        self._recovery_search = max(self._recovery_search - 1, 0)
+        if self._recovery_left == 0 or (self._shadow_on and state.shadow < 0):
+            self._end_recovery()
+        if online and was_ok and not self._candidate_ok:
+            self._left_tolerance = True         # it satisfied this goal stream, then left
+        if (online and not was_ok and self._candidate_ok and self._left_tolerance
+                and policies.search is not None):
+            self._left_tolerance = False
+            self._start_recovery(info['q'])
+        elif (online and policies.search is not None and self._searching
+              and state.search_left == 0 and self._candidate_ok
+              and self._goal_still >= policies.search.iterations
+              and self._windows < policies.search.MAX_WINDOWS
+              and (self._found_distance() < 0.98 * self._window_start
+                   or self._found_distance() > policies.search.FAR * np.sqrt(self.chain.nv))):
+            # The last window found a nearer solution, or the best is far (many branches
+            # lie within it): another window.
+            spread = max(1.0, self._found_distance()
+                         / (self.settings.motion_sigma * np.sqrt(self.chain.nv)))
+            self._reseed(self.settings.reseed_fraction, starts=[self._reference], spread=spread)
+        elif (online and switch is not None and switch['reason'] != 'nearer solution'
+              and policies.search is not None):
+            # The held branch could not (exactly) reach the goal and the estimate jumped to
+            # the first branch found that does: keep looking for a nearer one.
+            self._reseed(self.settings.reseed_fraction, starts=[self._reference])
+        elif (online and info['approximate'] and not self._searched_exact
+              and policies.search is not None and state.search_left == 0):
+            # Within tolerance but stuck short of exact (a local minimum against a joint
+            # limit): look once per goal for an exact solution (BranchHold takes the nearest).
+            self._searched_exact = True
+            self._reseed(self.settings.reseed_fraction)
         if online:
-            return map_q, map_frames
-        return best_q, best_frames
+            self._update_archive(info)
+        self.last_info = {
+            'ess': info['ess'], 'temperature': float(model.temperature), 'map': info['q'],
+            'particles': info['particles'], 'weights': info['weights'],
+            'resampled': info['resampled'], 'restarted': info['restarted'],
+            'confidence': info['confidence'], 'within_tolerance': self._candidate_ok,
+            'branch_switch': switch, 'branch_switches': self._switch_count,
+            'branch_warning': info['warning'],
+            'reference': self._reference.copy(),
+        }
+        self._last_step = info
+        return info['q'], info['frames']
 
-    def _hold_branch(self, particles, cost, candidate):
-        """Return the MAP index online: keep the previous MAP's branch unless clearly beaten.
+    def _start_recovery(self, q):
+        """Back within tolerance after a stretch out of it (out of reach, or through a
+        singularity): look for the branch the estimate left on.
 
-        A candidate more than ``branch_jump`` away (largest joint difference) from the
-        previous MAP replaces it only if its cost is below ``branch_switch_ratio`` times the
-        previous one: out of reach, all branches cost about the same and the arm must not
-        flip between them; stuck at a limit, a fresh solution costs far less and wins.
+        For ``recovery_iterations`` iterations the reference is the branch memory (where
+        the estimate satisfied its goals a moment before it left: at the edge of the
+        workspace the last such estimate can be the singular configuration itself, between
+        two branches); a search window starts there (from the memory and the last estimate
+        that satisfied its goal); and, when the estimate came back away from the memory,
+        that last estimate is kept as a shadow particle (no random walk, always refined,
+        never resampled away): the left branch's hypothesis. Whichever satisfies the goal
+        nearest the memory becomes the estimate (``BranchHold``): the arm comes back on the
+        branch it left on as soon as that branch reaches the goal again.
         """
         s = self.settings
-        held = self._map_index
-        if candidate == held or s.branch_switch_ratio >= 1.0:
-            return candidate
-        jump = np.max(np.abs(particles[candidate] - particles[held]))
-        if jump > s.branch_jump and cost[candidate] > s.branch_switch_ratio * cost[held]:
-            return held
-        return candidate
+        motion = self._policies.minimal_motion
+        self._reference = self._memory.copy()
+        self._recovery_search = self._policies.search.iterations
+        self._reseed(s.reseed_fraction, starts=[self._memory, self._anchor])
+        state = self._state
+        self._recovery_left = self._recovery_search     # no shadow: the search window only
+        if (s.recovery_iterations > 0 and state.shadow < 0
+                and motion.jump(q[None], self._memory)[0] > s.branch_jump):
+            order = np.argsort(state.logw, kind='stable')
+            free = order[~np.isin(order, np.r_[state.held, state.searchers])]
+            if len(free):
+                state.shadow = int(free[0])
+                state.particles[state.shadow] = self._anchor
+                state.logw[state.shadow] = np.max(state.logw)
+                self._shadow_on = True
+                self._recovery_left = max(s.recovery_iterations, self._recovery_search)
 
-    def _cost(self, terms, frames):
-        total = 0.0
-        for t in terms:
-            total = total + t.cost(frames)
-        return total
+    def _end_recovery(self):
+        self._recovery_left = 0
+        self._recovery_search = 0
+        self._state.shadow = -1
+        self._shadow_on = False
 
-    def _propagate(self, prev, scale):
-        """Random walk with bounded accept/reject on joint limits (scalar and ball joints)."""
-        s = self.settings
-        chain = self.chain
-        out = prev.copy()
-        sq = chain._scalar_q
-        if len(sq):
-            base = prev[:, sq]
-            sigma = self._scalar_noise * scale[:, None]
-            lower, upper = chain.lower[sq], chain.upper[sq]
-            step = self.rng.standard_normal(base.shape) * sigma
-            cand = base + step
-            bad = (cand < lower) | (cand > upper)
-            for _ in range(s.max_redraws):
-                if not bad.any():
-                    break
-                rows, cols = np.nonzero(bad)
-                cand[rows, cols] = base[rows, cols] + self.rng.standard_normal(len(rows)) \
-                    * sigma[rows, cols]
-                bad[rows, cols] = (cand[rows, cols] < lower[cols]) | (cand[rows, cols] > upper[cols])
-            # Fallback after max_redraws: that joint stays where it was (always valid).
-            cand[bad] = base[bad]
-            out[:, sq] = cand
-        if chain.has_ball_joints:
-            bq = chain._ball_q_idx
-            out[:, bq] = self._propagate_balls(prev[:, bq], scale)
-        return out
-
-    def _propagate_balls(self, quat, scale):
-        """QuTem steps q * exp(v), v ~ N(0, diag(sigma^2) scale^2), bounded accept/reject.
-
-        quat: (N, B, 4) for the B ball joints; a joint whose sample leaves its angle limit
-        is redrawn (at most max_redraws times), then keeps its previous rotation.
-        """
-        s = self.settings
-        sigma = self._ball_noise[None, :, :] * scale[:, None, None]      # (N, B, 3)
-        cand = _qutem(quat, sigma, self.rng)
-        limits = self.chain.ball_limits
-        if np.all(limits >= np.pi):
-            return cand
-        cos_half = np.cos(0.5 * np.minimum(limits, np.pi))
-        bad = np.abs(cand[..., 0]) < cos_half
-        for _ in range(s.max_redraws):
-            if not bad.any():
-                break
-            cand[bad] = _qutem(quat[bad], sigma[bad], self.rng)
-            bad = np.abs(cand[..., 0]) < cos_half
-        cand[bad] = quat[bad]
-        return cand
-
-    def _enforce_hard(self, hard, prev, particles, frames, scale):
-        """Redraw particles that violate hard constraints; fall back to their previous state."""
-        bad = np.zeros(len(particles), dtype=bool)
-        for c in hard:
-            bad |= c.violated(frames)
-        for _ in range(self.settings.max_redraws):
-            if not bad.any():
-                break
-            idx = np.flatnonzero(bad)
-            particles[idx] = self._propagate(prev[idx], scale[idx])
-            sub = self.chain.frames(particles[idx])
-            _assign_frames(frames, idx, sub, particles)
-            still = np.zeros(len(idx), dtype=bool)
-            for c in hard:
-                still |= c.violated(sub)
-            bad[idx] = still
-        if bad.any():
-            idx = np.flatnonzero(bad)
-            particles[idx] = prev[idx]
-            _assign_frames(frames, idx, self.chain.frames(prev[idx]), particles)
-        return particles, frames
-
-    def _refine(self, terms, particles, frames, idx, full_cost, hard):
-        """Levenberg-Marquardt moves of particles ``idx`` on the negative log-likelihood.
-
-        Each step solves (J J^T + lambda I) y = r, dv = -J^T y with Sugihara's damping
-        lambda = cost / 2 + refine_damping, drops joints that sit at a limit and would be
-        pushed through it (so a clipped step cannot stall), tries the step at full, half and
-        quarter length in one batched FK, and keeps the best only if it lowers the cost.
-        """
-        s = self.settings
-        chain = self.chain
-        sub = frames.subset(idx)
-        cost = full_cost[idx].copy()
-        k_count = len(idx)
-        alphas = self._line_search
-        improved_any = False
-        for _ in range(s.refine_steps):
-            r, jac = stack_terms(terms, sub)
-            dv = _lm_step(jac, r, 0.5 * cost + s.refine_damping)
-            blocked = _blocked_joints(chain, sub.q, dv)
-            if blocked is not None:
-                dv = _lm_step(jac * ~blocked[:, None, :], r, 0.5 * cost + s.refine_damping)
-            biggest = np.max(np.abs(dv), axis=1)
-            dv *= np.minimum(1.0, s.max_step / np.maximum(biggest, 1e-12))[:, None]
-            trial = chain.clip(chain.integrate(np.tile(sub.q, (len(alphas), 1)),
-                                               np.repeat(alphas, k_count)[:, None]
-                                               * np.tile(dv, (len(alphas), 1))))
-            trial_frames = chain.frames(trial)
-            trial_cost = self._cost(terms, trial_frames)
-            for c in hard:
-                trial_cost = np.where(c.violated(trial_frames), np.inf, trial_cost)
-            trial_cost = trial_cost.reshape(len(alphas), k_count)
-            pick = np.argmin(trial_cost, axis=0)
-            new_cost = trial_cost[pick, np.arange(k_count)]
-            ok = new_cost < cost
-            if not ok.any():
-                break
-            improved_any = True
-            rows = (pick * k_count + np.arange(k_count))[ok]
-            sub.assign(np.flatnonzero(ok), trial_frames.subset(rows))
-            cost[ok] = new_cost[ok]
-        if not improved_any:
-            return particles, frames, None
-        particles[idx] = sub.q
-        frames.assign(idx, sub)
-        frames.q = particles
-        targets = [t for t in terms if t not in self.constraints]
-        task = self._cost(targets, sub)
-        soft = self._cost(self.constraints, sub) if self.constraints else np.zeros(len(idx))
-        return particles, frames, (task, soft)
-
-    def _restart(self, particles, logw, keep_map):
-        """Redraw a share of the particles uniformly inside the limits and re-widen Sigma_z.
-
-        In ``solve`` (keep_map False) with restart_fraction = 1 every particle is redrawn,
-        the MAP included: ``solve`` keeps the best configuration seen so far, so nothing is
-        lost, and the new population's best particles get refined without competing against
-        a particle stuck in a local minimum (a joint limit or a singular configuration).
-        Online (keep_map True) the MAP stays, so the estimate only moves to another branch
-        when a new particle beats it.
-        """
-        s = self.settings
-        n = len(particles)
-        k = int(round(s.restart_fraction * n))
-        if keep_map:
-            k = min(k, n - 1)
-        if k == 0:
-            return particles, logw
-        order = np.argsort(logw)
-        if keep_map:
-            order = order[order != self._map_index]
-        order = order[:k]
-        particles = particles.copy()
-        particles[order] = self.chain.random_configuration(self.rng, k)
-        logw = np.zeros(n)
-        if self._map_index in order:
-            self._map_index = int(order[0])
-        self._stall = 0
-        self._best_cost = np.inf
-        # Re-widen Sigma_z so the new particles survive resampling long enough to be refined.
-        self._anneal_level = s.anneal_initial
-        self.last_info['restarted'] = k
-        return particles, logw
-
-    # ------------------------------------------------------------------ smoothing (eq. 15)
+    # ------------------------------------------------------------------ estimate (eq. 15)
     def _smooth(self, previous, candidate):
         alpha = self.settings.smoothing_alpha
+        if alpha >= 1.0:
+            out = candidate.copy()
+            ok = self._candidate_ok
+        else:
+            chain = self.chain
+            # A convex combination of in-limit points stays in the box; clip guards rounding.
+            out = self._interpolate(previous, candidate, alpha)
+            ok = bool(self._model(self._targets).within_tolerance(chain.frames(out))[0])
+        if ok:
+            self._anchor = out.copy()
+            # Branch memory: an exponential average of the estimates that satisfied their
+            # goal (time constant 1 / MEMORY_RATE iterations).
+            self._memory = self._interpolate(self._memory, out, self.MEMORY_RATE)
+        return out
+
+    MEMORY_RATE = 0.05
+
+    def _interpolate(self, a, b, t):
+        """Return interpolate(a, b, t) (eq. 15): linear for 1-DOF joints, slerp for balls."""
         chain = self.chain
-        out = previous + alpha * (candidate - previous)
+        out = a + t * (b - a)
         if chain.has_ball_joints:
             bq = chain._ball_q_idx
-            out[bq] = quat_slerp(previous[bq], candidate[bq], alpha)
-        # Convex combination of in-limit points stays in the box; clip guards rounding.
+            out[bq] = quat_slerp(a[bq], b[bq], t)
         return chain.clip(out)
 
+    # ------------------------------------------------------------------ alternatives
+    ARCHIVE_SIZE = 8
+
+    def alternatives(self, max_count=5):
+        """Return up to ``max_count`` distinct solution branches the filter holds, best first.
+
+        Candidates: the estimate's particle; the particles of the last step grouped
+        greedily, lowest cost first (a particle joins the first group whose leader is within
+        ``branch_jump``, largest weighted joint difference with whole turns mapped), each
+        represented by its leader; and the branch archive (distinct configurations that
+        satisfied the current goal since it arrived: the nearest search finds several, and
+        resampling would forget them). Each candidate is refined on a copy (``refine_steps``
+        LM steps towards the goal, sliding towards the current estimate; the filter is not
+        changed); candidates that end on the same branch are merged. ``mass``: the share of
+        the posterior weight of the particles nearest each branch (within ``branch_jump``).
+        Order: branches within the solution tolerance first, nearest the estimate first;
+        then the others by cost. The estimate's branch is always listed (``held=True``).
+        Returns a list of ``Alternative`` records (empty before the first step).
+        """
+        max_count = int(max_count)
+        if max_count < 1:
+            raise ParameterError(f'max_count must be >= 1; got {max_count}')
+        info = getattr(self, '_last_step', None)
+        if info is None or self._targets is None:
+            return []
+        s = self.settings
+        chain = self.chain
+        particles, weights, cost = info['particles'], info['weights'], info['cost']
+        estimate = self._estimate
+        motion = self._policies.minimal_motion or MinimalMotion(
+            chain, s.replace(minimal_motion=True), self._scalar_noise, self._ball_noise)
+        mapped = motion.map_turns(particles, estimate) if motion.has_turns else particles
+        held = int(info['index'])
+        order = np.argsort(cost, kind='stable')
+        label = np.full(len(particles), -1)
+        leaders = []
+        for i in order:
+            if label[i] >= 0:
+                continue
+            free = np.flatnonzero(label < 0)
+            near = motion.jump(mapped[free], mapped[i]) <= s.branch_jump
+            label[free[near]] = len(leaders)
+            leaders.append(i)
+        others = [mapped[i] for i in leaders if label[i] != label[held]]
+        archive = [motion.map_turns(q[None], estimate)[0] if motion.has_turns else q
+                   for q in self._archive]
+        q = np.array([mapped[held]] + others + archive)
+        model = self._model(self._targets)
+        model.temperature = 1.0
+        frames = chain.frames(q)
+        rep_cost = model.cost(frames)
+        refine = self._policies.refinement or Refinement(chain, s.replace(refine_count=1))
+        motion.reference = estimate
+        frames, rep_cost, _, _ = refine.move(model, frames, rep_cost, motion)
+        reps = frames.q
+        ok = model.within_tolerance(frames)
+        # Merge candidates that ended on one branch (the estimate's first, then by cost).
+        keep = [0]
+        for i in sorted(range(1, len(reps)), key=lambda i: (not ok[i], rep_cost[i])):
+            if np.all(motion.jump(reps[keep], reps[i]) > s.branch_jump):
+                keep.append(i)
+        keep = np.array(keep)
+        reps, rep_cost, ok = reps[keep], rep_cost[keep], ok[keep]
+        pos, ori = task_errors(self._targets, chain.frames(reps))
+        dist = motion.distance(reps, estimate)
+        # Posterior mass: each particle counts for the nearest branch within branch_jump.
+        jumps = np.stack([motion.jump(mapped, r) for r in reps], axis=1)     # (N, R)
+        owner = np.where(np.min(jumps, axis=1) <= s.branch_jump, np.argmin(jumps, axis=1), -1)
+        records = [Alternative(q=reps[i].copy(), cost=float(rep_cost[i]),
+                               position_error=float(pos[i]), orientation_error=float(ori[i]),
+                               distance=float(dist[i]),
+                               mass=float(np.sum(weights[owner == i])),
+                               within_tolerance=bool(ok[i]), held=bool(i == 0))
+                   for i in range(len(reps))]
+        records.sort(key=lambda r: (not r.within_tolerance,
+                                    r.distance if r.within_tolerance else r.cost))
+        if max_count < len(records):
+            held_record = next(r for r in records if r.held)
+            records = records[:max_count]
+            if not any(r.held for r in records):
+                records[-1] = held_record
+        self._alternatives = records
+        return list(records)
+
+    def _update_archive(self, info):
+        """Remember distinct configurations that satisfy the current goal (the branch
+        archive that ``alternatives`` also lists; cleared when a new goal arrives)."""
+        ok = info['ok']
+        if not ok.any():
+            return
+        motion = self._policies.minimal_motion
+        if motion is None:
+            return
+        idx = np.flatnonzero(ok)
+        # Most are on the estimate's branch: drop those in one vectorised test.
+        idx = idx[motion.jump(info['particles'][idx], info['q']) > self.settings.branch_jump]
+        if not len(idx):
+            return
+        idx = idx[np.argsort(info['cost'][idx])][:16]
+        archive = self._archive
+        known = [info['q']] + archive
+        for i in idx:
+            q = info['particles'][i]
+            if np.all(motion.jump(np.array(known), q) > self.settings.branch_jump):
+                known.append(q.copy())
+                archive.append(q.copy())
+        del archive[:max(0, len(archive) - self.ARCHIVE_SIZE)]
+
+    def select_alternative(self, choice):
+        """Move the estimate to a branch: an index into the last ``alternatives()`` list,
+        or a configuration (nq,). From then on the held branch is that one (the next steps
+        refine it towards the goal); ``last_info['branch_switch']`` records the move."""
+        q = self._alternative_q(choice)
+        state = self._state
+        held = state.held if state.held >= 0 else int(np.argmin(state.logw))
+        previous = self._estimate.copy()
+        state.particles[held] = q
+        state.logw[:] = 0.0
+        state.held = held
+        state.held_cost, state.held_stall, state.settled = np.inf, 0, False
+        self._estimate = q.copy()
+        self._anchor = q.copy()
+        self._memory = q.copy()
+        self._end_recovery()
+        self._reference = q.copy()
+        self._switch_count += 1
+        switch = dict(reason='selected', distance=float(np.max(np.abs(q - previous))),
+                      previous=previous)
+        self.last_info = dict(self.last_info, branch_switch=switch,
+                              branch_switches=self._switch_count, map=q.copy())
+        return q.copy()
 
 
 # ---------------------------------------------------------------------- helpers
-def _qutem(quat, sigma, rng):
-    """Sample q * exp(v) with v ~ N(0, diag(sigma^2)) per row (QuTem, seed 000 App. A).
-
-    The paper's Algorithm 2 draws a unit direction and a separate Gaussian angle; drawing
-    the tangent vector v directly from N(0, Sigma) gives the QuTem density of eq. 17 exactly
-    (its log-map has covariance Sigma), which is what the tests check.
-    """
-    v = rng.standard_normal(sigma.shape) * sigma
-    out = quat_multiply(quat, quat_from_rotvec(v))
-    return np.where(out[..., :1] < 0.0, -out, out)
+def _implements(term, method):
+    """Return whether ``term`` overrides ``Term.<method>`` (the base raises)."""
+    return getattr(type(term), method, None) is not getattr(Term, method)
 
 
-def _lm_step(jac, r, lam):
-    """Return dv = -J^T (J J^T + lam I)^-1 r for stacks jac (K, m, nv), r (K, m), lam (K,)."""
-    m = r.shape[1]
-    jjt = jac @ np.swapaxes(jac, 1, 2)
-    jjt[:, np.arange(m), np.arange(m)] += lam[:, None]
-    y = np.linalg.solve(jjt, r[..., None])
-    return -(np.swapaxes(jac, 1, 2) @ y)[..., 0]
+def _sum_costs(terms, frames, n):
+    total = np.zeros(n)
+    for t in terms:
+        total = total + t.cost(frames)
+    return total
 
 
-def _blocked_joints(chain, q, dv):
-    """Return a (K, nv) mask of 1-DOF joints at a limit that ``dv`` pushes outwards, or None."""
-    sq, sv = chain._scalar_q, chain._scalar_v
-    if not len(sq):
-        return None
-    span = chain.upper[sq] - chain.lower[sq]
-    eps = 1e-9 * np.maximum(span, 1.0)
-    at_lower = q[:, sq] <= chain.lower[sq] + eps
-    at_upper = q[:, sq] >= chain.upper[sq] - eps
-    push = (at_lower & (dv[:, sv] < 0.0)) | (at_upper & (dv[:, sv] > 0.0))
-    if not push.any():
-        return None
-    mask = np.zeros(dv.shape, dtype=bool)
-    mask[:, sv] = push
-    return mask
-
-
-def _systematic_resample(weights, rng):
-    n = len(weights)
+def _systematic_resample(weights, rng, count=None):
+    """Return ``count`` (default len(weights)) indices drawn by systematic resampling."""
+    n = len(weights) if count is None else int(count)
     positions = (rng.uniform() + np.arange(n)) / n
     cumulative = np.cumsum(weights)
     cumulative[-1] = 1.0
