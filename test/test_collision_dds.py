@@ -278,18 +278,19 @@ def test_an_obstacle_published_onto_the_arm_is_not_driven_deeper(session, chain,
     tip = chain.fk(q0)[:3, 3]
     s.publish_point(tip + np.array([0.0, 0.35, -0.1]))
     wait_for(lambda: s.settled(1.5), 8.0, interval=0.1)
-    _, stamps, q = s.probe.command_stream(since)
-    depth = np.array([fcl_arm.distance(p, core) for p in substeps(q, 0.01)])
-    assert np.all(depth > 0.0)
-    assert depth.min() >= start_depth - 2e-3, (
-        f'the arm was driven deeper: the centre came {1e3 * (start_depth - depth.min()):.1f} '
-        'mm nearer its shapes')
-    # A goal away from it: out of the sphere.
+    _, _, pulled = s.probe.command_stream(since)
+    # A goal away from it: out of the sphere. (FCL runs at the end: its GIL-bound loop here
+    # would starve the arm player's timer and make joint_states stale.)
     s.publish_point(tip + np.array([0.0, -0.3, 0.0]))
     assert wait_for(lambda: not (latest_status(s.probe) or {}).get('in_collision', True)
                     and s.settled(0.5), 15.0, interval=0.1), latest_status(s.probe)
     _, stamps, q = s.probe.command_stream(since)
     assert_limits(chain, stamps, q)
+    depth = np.array([fcl_arm.distance(p, core) for p in substeps(pulled, 0.01)])
+    assert np.all(depth > 0.0)
+    assert depth.min() >= start_depth - 2e-3, (
+        f'the arm was driven deeper: the centre came {1e3 * (start_depth - depth.min()):.1f} '
+        'mm nearer its shapes')
     depth = np.array([fcl_arm.distance(p, core) for p in substeps(q, 0.01)])
     assert depth.min() >= start_depth - 2e-3
     assert fcl_arm.distance(q[-1], fcl_sphere(center, radius)) > 0.0, 'still in the sphere'
@@ -335,6 +336,51 @@ def test_malformed_obstacles_are_refused_and_the_scene_kept(session, chain):
     shown = wait_for(drawn, 5.0)
     assert shown and len(shown) == 1 and shown[0].type == Marker.CUBE
     assert shown[0].pose.position.x == pytest.approx(-0.6)
+
+
+def test_a_point_cloud_becomes_an_obstacle_without_the_robots_own_points(session, chain):
+    """PointCloud2 on pointcloud_topic (packed here with numpy, float32, a padding field):
+    a cluster away from the arm becomes voxel spheres; points on the arm itself are dropped,
+    so the arm is not in collision with its own image."""
+    from sensor_msgs.msg import PointCloud2, PointField
+    from rclpy.qos import qos_profile_sensor_data
+
+    q0 = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
+    s = session('cloud', q0, ['smcik_node:pointcloud_topic:=cloud',
+                              'smcik_node:pointcloud_rate_hz:=20.0'])
+    rng = np.random.default_rng(0)
+    cluster = rng.uniform(-0.05, 0.05, (400, 3)) + [-0.5, -0.5, 0.4]
+    on_arm = np.array([chain.fk(q0, link=name)[:3, 3] for name in ('link3', 'link4', 'link5')])
+    points = np.vstack([cluster, on_arm, [[np.nan, 0.0, 0.0]]]).astype('<f4')
+    data = np.zeros(len(points), dtype=[('x', '<f4'), ('y', '<f4'), ('z', '<f4'),
+                                        ('intensity', '<f4')])
+    data['x'], data['y'], data['z'] = points.T
+    msg = PointCloud2(height=1, width=len(points), point_step=16, row_step=16 * len(points),
+                      is_bigendian=False, is_dense=False, data=data.tobytes())
+    msg.fields = [PointField(name=n, offset=4 * k, datatype=PointField.FLOAT32, count=1)
+                  for k, n in enumerate(('x', 'y', 'z', 'intensity'))]
+    msg.header.frame_id = 'base_link'
+    publisher = s.probe.create_publisher(PointCloud2, 'cloud', qos_profile_sensor_data)
+    assert s.probe.wait_matched(publisher)
+    line = None
+    for _ in range(50):      # best effort: publish until the node has taken one
+        publisher.publish(msg)
+        if wait_for_log(s.log, 'cloud: 403 points -> ', timeout=0.2):
+            line = [ln for ln in read_log(s.log).splitlines() if 'cloud: 403 points' in ln][0]
+            break
+    assert line is not None, read_log(s.log)
+    spheres = int(line.split('-> ')[1].split()[0])
+    assert 8 <= spheres <= 125, line         # a 10 cm cluster: at most 5 voxels a side
+    assert wait_for(lambda: (latest_status(s.probe) or {}).get('obstacles') == 1, 5.0)
+    status = latest_status(s.probe)
+    assert not status['in_collision'], status
+
+    def drawn():
+        arrays = s.probe.snapshot(s.probe.collision, since=time.monotonic() - 0.5)
+        return arrays and [m for m in arrays[-1].markers if m.ns == 'collision_obstacles'
+                           and m.type == Marker.SPHERE_LIST]
+    shown = wait_for(drawn, 5.0)
+    assert shown and len(shown[0].points) == spheres
 
 
 def test_collision_parameters_are_declared_and_guarded(session, probe):

@@ -539,3 +539,23 @@ def test_a_refused_estimate_falls_back_to_a_free_candidate_before_braking(arm7):
     assert loop.fallbacks > 0, (loop.fallbacks, loop.holds)
     tips = arm7.fk(qs)[:, :3, 3]
     assert np.linalg.norm(tips[-1] - goal) < 0.8 * np.linalg.norm(tips[0] - goal)
+
+
+@pytest.mark.parametrize('interval', [1, 10])
+def test_a_long_hold_restarts_the_solver_every_interval_ticks(arm7, interval):
+    loop, limits = make_loop(arm7)
+    loop.hold_reset_interval = interval
+    loop.fallback_candidates = 0
+    loop.validators.append(RandomRefusal(seed=0, share=1.0))     # refuses every motion
+    resets = []
+    original = loop.solver.reset
+    loop.solver.reset = lambda q: (resets.append(loop.ticks), original(q))
+    stream = Stream(loop, seed=2)
+    stream.measure(arm7.neutral_configuration())
+    stream.tick()
+    loop.offer_goal('pose', reachable_pose(arm7, 3), '', None, stream.t)
+    before = len(resets)
+    stream.run(50, follower(1))
+    assert loop.holds == 50
+    assert len(resets) - before == math.ceil(50 / interval)
+    assert all(np.array_equal(c.q, stream.commands[0].q) for c in stream.commands)
