@@ -180,14 +180,27 @@ def assert_commands_sane(probe, chain, since):
     assert np.all(np.isfinite(q)), 'a command carried NaN/inf'
     assert np.all(q >= chain.lower - 1e-9) and np.all(q <= chain.upper + 1e-9), \
         'a command left the joint limits'
-    # The window starts mid-motion: check accelerations from its second velocity on.
-    dt = np.diff(stamps) * 1e-9
-    v = np.diff(q, axis=0) / dt[:, None]
-    v_ratio = np.max(np.abs(v) / (np.array(chain.velocity_limits) * VELOCITY_SCALE))
-    a = np.diff(v, axis=0) / dt[1:, None]
-    a_ratio = np.max(np.abs(a) / MAX_ACCELERATION) if len(a) else 0.0
-    assert v_ratio <= 1.0 + 1e-6, f'command velocity {v_ratio:.4f} x the limit'
-    assert a_ratio <= 1.0 + 1e-6, f'command acceleration {a_ratio:.4f} x the limit'
+    # A resync (joint_states went stale under load, then resumed: the stream restarts from
+    # the measurement at rest, by design) is a command at rest that jumps: split there.
+    with probe.lock:
+        velocities = [m.velocity for t, m in probe.commands if t >= since]
+    at_rest = np.array([not np.any(v) for v in velocities])
+    jumps = np.r_[False, np.any(q[1:] != q[:-1], axis=1)]
+    cuts = [0] + [k for k in np.flatnonzero(at_rest & jumps) if k > 0] + [len(q)]
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        # The window starts mid-motion: accelerations from its second velocity on (a resync
+        # part starts at rest).
+        dt = np.diff(stamps[a:b]) * 1e-9
+        v = np.diff(q[a:b], axis=0) / dt[:, None]
+        if a > 0:
+            v = np.vstack([np.zeros(chain.n), v])
+            dt = np.r_[1.0, dt]
+        v_ratio = np.max(np.abs(v) / (np.array(chain.velocity_limits) * VELOCITY_SCALE)) \
+            if len(v) else 0.0
+        acc = np.diff(v, axis=0) / dt[1:, None]
+        a_ratio = np.max(np.abs(acc) / MAX_ACCELERATION) if len(acc) else 0.0
+        assert v_ratio <= 1.0 + 1e-6, f'command velocity {v_ratio:.4f} x the limit'
+        assert a_ratio <= 1.0 + 1e-6, f'command acceleration {a_ratio:.4f} x the limit'
 
 
 def send_and_reach(probe, chain, publishers, rng, kind='pose'):
@@ -430,14 +443,15 @@ def test_goal_flood_applies_the_newest_goal_and_fills_no_log(system, publishers,
     since = time.monotonic()
     q = measured_q(probe, chain)
     base = chain.fk(q)[:3, 3]
-    end = time.monotonic() + 1.5
-    k = 0
-    while time.monotonic() < end:
+    # 1500 goals at 1 kHz: on schedule, never ahead of it (a starved test process catches
+    # up instead of publishing fewer goals).
+    begin = time.monotonic()
+    for k in range(1500):
         last = base + [0.0, 0.0, 0.03 * k / 1500]
         publish_point(probe, publishers['point'], last)
-        k += 1
-        time.sleep(0.001)
-    assert k > 500
+        ahead = begin + 0.001 * (k + 1) - time.monotonic()
+        if ahead > 0.0:
+            time.sleep(ahead)
 
     def at_last():
         tip = chain.fk(np.array(probe.last_command().position))
