@@ -184,7 +184,7 @@ def assert_commands_sane(probe, chain, since):
     # the measurement at rest, by design) is a command at rest that jumps: split there.
     with probe.lock:
         velocities = [m.velocity for t, m in probe.commands if t >= since]
-    at_rest = np.array([not np.any(v) for v in velocities])
+    at_rest = np.array([not np.any(v) for v in velocities[:len(q)]])   # newer ones arrived since
     jumps = np.r_[False, np.any(q[1:] != q[:-1], axis=1)]
     cuts = [0] + [k for k in np.flatnonzero(at_rest & jumps) if k > 0] + [len(q)]
     for a, b in zip(cuts[:-1], cuts[1:]):
@@ -365,8 +365,9 @@ def test_keep_out_sphere_keeps_the_tool_out(system, publishers, chain):
     publish_point(probe, publishers['point'], center)
     # The goal sits at the sphere's centre: the tool must approach it but never enter it
     # (the node holds any command that would enter a hard constraint).
-    assert wait_for(lambda: len(probe.command_positions(since)[1]) > 3 * RATE_HZ,
-                    REACH_TIMEOUT)
+    # 3 s of commands (counted in time: a loaded machine slows the node's timer).
+    assert wait_for(lambda: len(probe.command_positions(since)[0]) > 1 and np.ptp(
+        probe.command_positions(since)[0]) >= 3.0, REACH_TIMEOUT)
     _, q_cmd = probe.command_positions(since)
     distances = np.linalg.norm(chain.fk(q_cmd)[:, :3, 3] - center, axis=1)
     publishers['constraints'].publish(String(data='[]'))
