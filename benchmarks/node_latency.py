@@ -13,7 +13,16 @@ and, unless --no-sim, sim_arm, as separate processes on a private ROS_DOMAIN_ID.
 Prints a table, writes benchmarks/results/node_latency.csv and node_latency.png.
 --profile runs the node under cProfile (SMCIK_PROFILE) and prints where its time goes.
 
+Collision scenario (issue 9): ``--obstacles N`` publishes N spheres (5 cm radius, seeded,
+around the arm's workspace and clear of its start configuration) on ``obstacles`` before the
+measurements; self-collision is on by default (config/arm.yaml, the demo arm's SRDF). The
+table adds the scene size, the self-collision pairs and how often the validator refused.
+``--urdf PATH --base LINK --tip LINK`` (with ``-p package_paths:=[...]``,
+``-p srdf_path:=...``) runs another robot, e.g. MoveIt's Panda by hand (use --no-sim: sim_arm
+plays only the demo arm).
+
     ./smcik bench node_latency [--window 20] [--goals 8] [--no-sim] [--profile]
+        [--obstacles 10] [--csv node_latency_collision.csv]
 """
 
 import argparse
@@ -60,6 +69,11 @@ def main(argv=None):
                         help='extra environment variable of the node processes, e.g. '
                              'RMW_FASTRTPS_PUBLICATION_MODE=ASYNCHRONOUS')
     parser.add_argument('--csv', default='node_latency.csv', help='result file name')
+    parser.add_argument('--obstacles', type=int, default=0, help='sphere obstacles published')
+    parser.add_argument('--urdf', default=str(ROOT / 'urdf' / 'smcik_arm.urdf'),
+                        help='robot URDF (default: the demo arm)')
+    parser.add_argument('--base', default='base_link', help='base link')
+    parser.add_argument('--tip', default='tool0', help='tip link')
     args = parser.parse_args(argv)
 
     domain_id = private_domain_id(offset=17)
@@ -75,7 +89,9 @@ def main(argv=None):
     from smcik_ros.kinematics import Chain
     from smcik_ros.ros_conversions import matrix_to_pose
 
-    chain = Chain.from_urdf(str(ROOT / 'urdf' / 'smcik_arm.urdf'), 'base_link', 'tool0')
+    from visualization_msgs.msg import Marker, MarkerArray
+
+    chain = Chain.from_urdf(args.urdf, args.base, args.tip)
     log_dir = Path(tempfile.mkdtemp(prefix='smcik_bench_'))
     env = child_env(domain_id, log_dir)
     profile_path = log_dir / 'node.prof'
@@ -83,7 +99,9 @@ def main(argv=None):
         env['SMCIK_PROFILE'] = str(profile_path)
     env.update(item.split('=', 1) for item in args.env)
     params = ['smcik_node:rate_hz:=100.0', 'smcik_node:smc.num_particles:=100',
-              'smcik_node:marker_rate_hz:=10.0', 'smcik_node:joint_states_timeout:=1.0']
+              'smcik_node:marker_rate_hz:=10.0', 'smcik_node:joint_states_timeout:=1.0',
+              f'smcik_node:urdf_path:={args.urdf}', f'smcik_node:base_link:={args.base}',
+              f'smcik_node:tip_link:={args.tip}']
     if args.no_sim:   # nothing publishes joint_states: the simulation-only blind start
         params.append('smcik_node:start_without_joint_states:=true')
     params += [f'smcik_node:{p}' for p in args.param]
@@ -109,6 +127,7 @@ def main(argv=None):
                              lambda m: status.append((time.monotonic(), json.loads(m.data))),
                              reliable)
     pose_pub = node.create_publisher(PoseStamped, 'target_pose', reliable)
+    obstacle_pub = node.create_publisher(MarkerArray, 'obstacles', reliable)
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)
     rng = np.random.default_rng(0)
@@ -145,6 +164,15 @@ def main(argv=None):
         if not spin_until(lambda: commands and pose_pub.get_subscription_count() > 0, 30.0):
             print('smcik_node did not start; log:\n' + (log_dir / 'smcik_node.log').read_text())
             return 1
+        if args.obstacles:
+            markers = _obstacles(chain, commands[-1][2], args.obstacles, Marker, args.base)
+            spin_until(lambda: obstacle_pub.get_subscription_count() > 0, 10.0)
+            obstacle_pub.publish(MarkerArray(markers=markers))
+            if not spin_until(lambda: status and status[-1][1].get('obstacles') == len(markers),
+                              10.0):
+                print('the obstacles were not applied; log:\n'
+                      + (log_dir / 'smcik_node.log').read_text())
+                return 1
         for _ in range(args.goals):
             pose, sent = send_goal()
             ok = spin_until(lambda: commands[-1][0] > sent and reached(pose), 10.0)
@@ -180,6 +208,8 @@ def main(argv=None):
     tick_share = tick_ms * 1e-3 * rate_stamp
     marker_share = marker_ms * 1e-3 * float(marker_hz)
     load = os.getloadavg()[0]
+    last = in_window[-1] if in_window else {}
+    first_status = in_window[0] if in_window else {}
     lat = np.array(latencies)
     done = lat[np.isfinite(lat)]
     rows = [
@@ -197,6 +227,12 @@ def main(argv=None):
          f'{marker_ms:.2f} ms CPU/tick'),
         ('  rest: executor, joint_states, DDS threads',
          f'{100 * (cpu_share - tick_share - marker_share):.1f} %', ''),
+        ('collision: obstacles / self-collision pairs',
+         f'{last.get("obstacles")} / {last.get("self_collision_pairs")}',
+         f'self_collision {last.get("self_collision")}'),
+        ('collision: holds / fallbacks in the window',
+         f'{last.get("holds", 0) - first_status.get("holds", 0)} / '
+         f'{last.get("fallbacks", 0) - first_status.get("fallbacks", 0)}', ''),
         ('machine load average (1 min)', f'{load:.2f}', f'{os.cpu_count()} cores'),
         ('window [s]', f'{t1 - t0:.1f}', ''),
         ('node exit code after SIGINT', str(codes[0]), '0'),
@@ -206,7 +242,9 @@ def main(argv=None):
     for name, value, goal in rows:
         print(f'  {name:<{width}}  {value:>14}  {goal}')
     RESULTS.mkdir(parents=True, exist_ok=True)
-    config = ' '.join(args.param + args.env + (['--no-sim'] if args.no_sim else []))
+    config = ' '.join(args.param + args.env + (['--no-sim'] if args.no_sim else [])
+                      + ([f'--obstacles {args.obstacles}'] if args.obstacles else [])
+                      + ([f'--urdf {args.urdf}'] if 'smcik_arm.urdf' not in args.urdf else []))
     rows.append(('configuration', config or 'config/arm.yaml defaults', ''))
     with open(RESULTS / args.csv, 'w', newline='') as handle:
         writer = csv.writer(handle)
@@ -223,6 +261,29 @@ def main(argv=None):
         pstats.Stats(str(profile_path)).sort_stats('cumulative').print_stats(25)
     ok = rate_stamp >= TARGET_RATE_HZ and cpu_share <= TARGET_CPU and len(done) == len(lat)
     return 0 if ok else 1
+
+
+def _obstacles(chain, q, count, Marker, frame, radius=0.05, seed=0):
+    """Return ``count`` SPHERE markers (seeded) in a shell around the base, at least 0.2 m
+    from every link origin at q (the arm starts clear of them)."""
+    rng = np.random.default_rng(seed)
+    links = chain.link_poses(q)[:, :3, 3]
+    reach = max(0.4, float(np.max(np.linalg.norm(links, axis=1))))
+    markers = []
+    while len(markers) < count:
+        direction = rng.normal(size=3)
+        direction[2] = abs(direction[2])
+        center = direction / np.linalg.norm(direction) * rng.uniform(0.5, 0.9) * reach
+        if np.min(np.linalg.norm(links - center, axis=1)) < 0.2:
+            continue
+        marker = Marker(ns='bench', id=len(markers), type=Marker.SPHERE, action=Marker.ADD)
+        marker.header.frame_id = frame
+        marker.pose.position.x, marker.pose.position.y, marker.pose.position.z = \
+            (float(c) for c in center)
+        marker.pose.orientation.w = 1.0
+        marker.scale.x = marker.scale.y = marker.scale.z = 2 * radius
+        markers.append(marker)
+    return markers
 
 
 def _plot(latencies, gaps, path, rate, cpu):

@@ -5,12 +5,16 @@ seconds, and wires topics and timers to the ROS-free control wing (smcik_ros/con
 into a goal inbox, joint_states into the arm state machine, and a timer at ``rate_hz`` asks the
 control loop for the command of the tick (solver steps, validators, command shaping within the
 position, velocity and acceleration limits) and publishes it (JointState, JointTrajectory or
-Float64MultiArray) with the header stamp the limits were applied for. Markers show the
-particles, the MAP chain, the target, the keep-out spheres and the ghost arms of the filter's
-alternatives (listed on ``~/alternatives``, selected on ``~/select_alternative``);
-``~/status`` carries a compact JSON summary. ``target_pose_with_covariance`` takes a goal with
-its task covariance. See docs/node.md for every topic and parameter ("Driving a real arm" for the
-guarantees of the command stream).
+Float64MultiArray) with the header stamp the limits were applied for. Collision avoidance
+(control/collision_guard.py): the robot's sphere covers from its URDF <collision> geometry,
+self-collision pairs from its SRDF, obstacles from the ``obstacles`` topic (and its alias
+``keep_out_markers``), the constraint YAML and a point cloud; every solver respects them and
+every command's motion is checked before it is published. Markers show the particles, the MAP
+chain, the target and the ghost arms of the filter's alternatives (``~/particles``; listed on
+``~/alternatives``, selected on ``~/select_alternative``), the obstacles and the closest pair
+(``~/collision``); ``~/status`` carries a compact JSON summary. ``target_pose_with_covariance``
+takes a goal with its task covariance. See docs/node.md for every topic and parameter
+("Driving a real arm" for the guarantees of the command stream, "Collision avoidance").
 
 Run: ``ros2 run smcik_ros smcik_node --ros-args --params-file config/arm.yaml`` or
 ``python -m smcik_ros.node --ros-args --params-file config/arm.yaml``.
@@ -25,10 +29,12 @@ os.environ.setdefault('OMP_NUM_THREADS', '1')
 
 import collections
 import json
+import logging
 import math
 import re
 import sys
 import time
+import xml.etree.ElementTree as ElementTree
 
 from geometry_msgs.msg import PointStamped, PoseStamped, PoseWithCovarianceStamped
 import numpy as np
@@ -39,35 +45,38 @@ from rclpy.parameter import Parameter
 from rclpy.time import Time
 from rcl_interfaces.msg import (FloatingPointRange, IntegerRange, ParameterDescriptor,
                                 SetParametersResult)
-from sensor_msgs.msg import JointState
+from sensor_msgs.msg import JointState, PointCloud2
 from std_msgs.msg import String, UInt32
 from trajectory_msgs.msg import JointTrajectory
 from visualization_msgs.msg import MarkerArray
 
+from .collision import parse_srdf
 from .control import (ArmSettings, ControlLoop, FrameResolver, GoalInbox,
                       HardConstraintValidator, Reporter, limits_for_chain,
                       read_joint_limits_yaml)
 from .control.alternatives import AlternativesBook
+from .control.collision_guard import CollisionGuard, CollisionSettings, choose_srdf
 from .control.constraints import ConstraintSet
-from .errors import GoalError, ParameterError, SmcIkError
+from .errors import GoalError, ModelError, ParameterError, SmcIkError
 from .kinematics import Chain
-from .markers import alternative_markers, build_marker_array, link_segments, select_particles
-from .robot_description import load_robot_description, resolve_path
+from .markers import (alternative_markers, build_marker_array, collision_markers,
+                      link_segments, select_particles)
+from .robot_description import load_robot_description, read_urdf_file, resolve_path
 from .ros_conversions import (goal_pose_to_matrix, joint_state_positions,
-                              make_float64_multi_array, make_joint_state, make_joint_trajectory,
-                              make_alternatives_trajectory, point_to_array, pose_to_matrix,
-                              pose_with_covariance_to_goal, stamp_to_nanoseconds,
-                              update_keep_out_spheres)
-from .ros_interface import (COMMAND_QOS, COMMAND_TYPES, INPUT_QOS, JOINT_STATES_QOS,
-                            MARKER_QOS)
+                              make_alternatives_trajectory, make_float64_multi_array,
+                              make_joint_state, make_joint_trajectory, obstacle_updates,
+                              point_to_array, pointcloud2_to_xyz, pose_to_matrix,
+                              pose_with_covariance_to_goal, stamp_to_nanoseconds)
+from .ros_interface import (COMMAND_QOS, COMMAND_TYPES, DESCRIPTION_QOS, INPUT_QOS,
+                            JOINT_STATES_QOS, MARKER_QOS)
 from .ros_runner import run_node, stop_requested
 from .rotations import quat_to_matrix
 from .solver_parameters import (make_solver_from, settings_changes, solver_parameters,
                                 solver_settings_yaml)
 from .solvers import available_solvers
 
-__all__ = ['SmcIkNode', 'main', 'NODE_PARAMETERS', 'COMMAND_TYPES', 'load_robot_description',
-           'resolve_path', 'solver_settings_yaml']
+__all__ = ['SmcIkNode', 'main', 'NODE_PARAMETERS', 'ARRAY_PARAMETERS', 'COMMAND_TYPES',
+           'load_robot_description', 'resolve_path', 'solver_settings_yaml']
 
 
 def _float_range(low, high, step=0.0):
@@ -149,6 +158,34 @@ NODE_PARAMETERS = {
                     'messages on the constraints topic', {}),
     'use_tf': (True, 'look up goal frames that the URDF does not make static with tf2 when '
                'tf2_ros is installed', {'read_only': True}),
+    # Collision avoidance (docs/node.md, "Collision avoidance"; docs/collision.md).
+    'self_collision': (True, 'check the robot against itself (sphere covers of its URDF '
+                       '<collision> geometry, the pairs its SRDF leaves enabled); ignored, with '
+                       'one info line, when the URDF has no collision geometry', {}),
+    'srdf_path': ('', 'SRDF of the robot (MoveIt <disable_collisions> pairs); empty: the '
+                  'robot_description_semantic parameter, else the /robot_description_semantic '
+                  'topic, else <urdf dir>/<urdf stem>.srdf or a MoveIt config beside the URDF '
+                  'package', {}),
+    'robot_description_semantic': ('', 'SRDF XML text of the robot; wins over srdf_path; '
+                                   'empty: srdf_path', {}),
+    'collision_padding': (0.002, 'clearance kept between the robot and itself or obstacles '
+                          'beyond the conservative covers; also the sub-step bound of the '
+                          'motion check [m]; fixed at start-up',
+                          {'floating_point_range': _float_range(0.0, 0.1)}),
+    'collision_clearance': (0.01, 'soft margin the solvers keep beyond the padding [m]; '
+                            '0 = off', {'floating_point_range': _float_range(0.0, 1.0)}),
+    'collision_fallback_candidates': (8, 'solver candidates (the MAP and the heaviest '
+                                      'particles) tried when the motion towards the estimate '
+                                      'would collide, before braking; 0 = brake at once',
+                                      {'integer_range': _int_range(0, 100)}),
+    'collision_cover_markers': (False, "draw the robot's cover spheres on ~/collision (the "
+                                'obstacles and the closest pair are always drawn)', {}),
+    'pointcloud_topic': ('', 'sensor_msgs/PointCloud2 topic whose points become obstacles '
+                         "(voxel spheres; the robot's own points removed); empty = off", {}),
+    'pointcloud_voxel_size': (0.03, 'edge of the point-cloud voxels, one obstacle sphere each '
+                              '[m]', {'floating_point_range': _float_range(0.005, 1.0)}),
+    'pointcloud_rate_hz': (5.0, 'point clouds are converted at most this often [Hz]',
+                           {'floating_point_range': _float_range(0.1, 100.0)}),
 }
 # The filter's alternatives (control/alternatives.py, docs/node.md "Alternatives").
 NODE_PARAMETERS.update({
@@ -161,6 +198,51 @@ NODE_PARAMETERS.update({
                              {'floating_point_range': _float_range(0.0, 50.0)}),
 })
 
+# Array parameters, declared typed (ROS cannot type an empty list from YAML or a default):
+# name: (type, default, description).
+ARRAY_PARAMETERS = {
+    'package_paths': (Parameter.Type.STRING_ARRAY, [],
+                      'directories holding ROS packages, for package://NAME/... mesh URIs '
+                      '(DIR/NAME/..., after the ament index); empty: the ament index and the '
+                      "URDF file's own directory tree; fixed at start-up"),
+}
+
+# Changing these at runtime would need the collision model or its pair tables rebuilt.
+_START_UP_ONLY = {
+    'package_paths': 'package_paths is fixed at start-up (the covers of the meshes are built '
+                     'then); restart the node to change it',
+    'collision_padding': 'collision_padding is fixed at start-up (the self-collision pairs, '
+                         "their tables and the motion check's sub-step bound depend on it); "
+                         'restart the node to change it',
+}
+
+
+class _LogBridge(logging.Handler):
+    """Route the pure core's Python log records ('smcik_ros.collision': SRDF entries naming
+    unknown links, links left out of the model) to the node's logger, once each."""
+
+    LOGGER = 'smcik_ros.collision'
+
+    def __init__(self, emit):
+        super().__init__(logging.INFO)
+        self._emit = emit
+        self._logger = logging.getLogger(self.LOGGER)
+        self._logger.addHandler(self)
+        if self._logger.level == logging.NOTSET or self._logger.level > logging.INFO:
+            self._logger.setLevel(logging.INFO)
+
+    def emit(self, record):
+        level = ('error' if record.levelno >= logging.ERROR else
+                 'warn' if record.levelno >= logging.WARNING else 'info')
+        try:
+            self._emit(level, record.getMessage())
+        except Exception:   # a destroyed node: nothing to log to
+            pass
+
+    def close(self):
+        self._logger.removeHandler(self)
+        super().close()
+
 
 class SmcIkNode(Node):
     """Online IK node: goals + constraints + joint_states in, joint commands out."""
@@ -170,6 +252,7 @@ class SmcIkNode(Node):
         self._epoch_ns = self.get_clock().now().nanoseconds
         self._reporter = Reporter(self._emit)
         self._setting_fields = {}  # solver name -> [declared setting fields]
+        self._log_bridge = _LogBridge(self._emit)   # smcik_ros.collision warnings -> ROS log
         self._declare_parameters()
         self.urdf_xml, source = load_robot_description(
             self, self.get_parameter('robot_description_timeout').value,
@@ -181,6 +264,10 @@ class SmcIkNode(Node):
             f'{self.chain.tip_link}, joints {", ".join(self.chain.joint_names)}')
         self._segments = link_segments(self.urdf_xml, self.chain.link_names)
         self._tf_buffer = self._make_tf_buffer() if self._param('use_tf') else None
+        self._urdf_file = self._urdf_file_of(source)
+        self._semantic_text = None       # SRDF XML from /robot_description_semantic
+        self._semantic_sub = None
+        self._guard = self._make_collision_guard()
 
         # The command stream: limits, arm state machine, goal inbox, control loop (fail fast).
         limits = self._make_limits()
@@ -194,28 +281,34 @@ class SmcIkNode(Node):
                           lookup=self._tf_lookup if self._tf_buffer is not None else None)
         self._solver_name = self._param('solver')
         solver = self._make_solver(self._solver_name, self._all_values())
-        self._validator = HardConstraintValidator(self.chain)
+        # Hard constraints other than the collision guard's own (keep-out volumes the
+        # collision model has no geometry for) keep their validator.
+        self._validator = HardConstraintValidator(
+            self.chain, skip=lambda c: c is self._guard.constraint)
         self.loop = ControlLoop(
             self.chain, solver, limits, arm_settings, inbox,
             iterations_per_tick=self._param('iterations_per_tick'),
-            validators=[self._validator], report=self._reporter,
+            validators=[self._validator, self._guard], report=self._reporter,
             tolerances=(self._param('position_tolerance'),
-                        self._param('orientation_tolerance')))
+                        self._param('orientation_tolerance')),
+            fallback_candidates=self._param('collision_fallback_candidates'))
         self._constraints = ConstraintSet(
             self.chain, self._frame_to_base,
-            frame_names=None if self._tf_buffer is not None else self._resolver.links)
-        self.loop.set_constraints(self._constraints.replace_specs(
-            self._constraints.parse(self._param('constraints'))))
-        self._markers_shown = (0, False)         # (spheres, target) in the last marker message
+            frame_names=None if self._tf_buffer is not None else self._resolver.links,
+            model=self._guard.model)
+        self._set_constraint_specs(self._constraints.parse(self._param('constraints')))
+        self._markers_shown = False                # the target was in the last marker message
         self._check_choice('command_type', self._param('command_type'), COMMAND_TYPES)
 
         self._tick_times = collections.deque(maxlen=200)     # [s] control tick durations
         self._tick_cpu = collections.deque(maxlen=200)       # [s] their CPU time (thread)
         self._marker_times = collections.deque(maxlen=50)    # [s] marker tick durations
         self._marker_cpu = collections.deque(maxlen=50)
+        self._cloud_times = collections.deque(maxlen=20)     # [s] point-cloud conversions
         self._command_pub = None
         self._make_command_publisher()
         self._marker_pub = self.create_publisher(MarkerArray, '~/particles', MARKER_QOS)
+        self._collision_pub = self.create_publisher(MarkerArray, '~/collision', MARKER_QOS)
         self._status_pub = self.create_publisher(String, '~/status', INPUT_QOS)
 
         guard = self._guarded
@@ -227,8 +320,16 @@ class SmcIkNode(Node):
                                  guard('/goal_pose', self._on_goal_pose), INPUT_QOS)
         self.create_subscription(String, 'constraints',
                                  guard('constraints', self._on_constraints), INPUT_QOS)
-        self.create_subscription(MarkerArray, 'keep_out_markers',
-                                 guard('keep_out_markers', self._on_keep_out_markers), INPUT_QOS)
+        self.create_subscription(MarkerArray, 'obstacles', guard(
+            'obstacles', lambda msg: self._on_obstacles(msg, 'obstacles')), INPUT_QOS)
+        # The keep-out markers of earlier versions: an alias of obstacles (its own source, so
+        # that a DELETEALL on one topic leaves the other's obstacles).
+        self.create_subscription(MarkerArray, 'keep_out_markers', guard(
+            'keep_out_markers', lambda msg: self._on_obstacles(msg, 'keep_out_markers')),
+            INPUT_QOS)
+        self._cloud_sub = None
+        self._cloud_next = 0.0
+        self._make_pointcloud_subscription(self._param('pointcloud_topic'))
         self._joint_states_sub = self.create_subscription(
             JointState, 'joint_states', guard('joint_states', self._on_joint_states),
             JOINT_STATES_QOS)
@@ -251,6 +352,11 @@ class SmcIkNode(Node):
             f'{arm_settings.max_lead:g}; waiting for joint_states before commanding'
             + (' (start_without_joint_states: simulation only)'
                if arm_settings.start_without_joint_states else ''))
+
+    def destroy_node(self):
+        """Detach the collision log bridge, then destroy the node."""
+        self._log_bridge.close()
+        return super().destroy_node()
 
     # ------------------------------------------------------------------ logging and time
     def _emit(self, level, text):
@@ -301,6 +407,13 @@ class SmcIkNode(Node):
         for name, (default, description, extra) in NODE_PARAMETERS.items():
             self.declare_parameter(name, default,
                                    ParameterDescriptor(description=description, **extra))
+        for name, (ptype, default, description) in ARRAY_PARAMETERS.items():
+            # An empty list has no ROS type: declare typed, then set the default.
+            self.declare_parameter(name, ptype, ParameterDescriptor(description=description))
+            try:
+                self.get_parameter(name)
+            except ParameterUninitializedException:
+                self.set_parameters([Parameter(name, ptype, list(default))])
         declared, skipped = solver_parameters()
         for name, default in skipped:
             self.get_logger().warn(f'solver setting {name} (default {default!r}) has no ROS '
@@ -322,8 +435,9 @@ class SmcIkNode(Node):
 
     def parameter_names(self):
         """Return the names of the node's own parameters (not use_sim_time etc.)."""
-        return list(NODE_PARAMETERS) + [f'{solver}.{field}' for solver, fields in
-                                        self._setting_fields.items() for field in fields]
+        return list(NODE_PARAMETERS) + list(ARRAY_PARAMETERS) + [
+            f'{solver}.{field}' for solver, fields in self._setting_fields.items()
+            for field in fields]
 
     def _all_values(self):
         return {p.name: p.value for p in self.get_parameters(self.parameter_names())}
@@ -368,19 +482,36 @@ class SmcIkNode(Node):
         values = self._all_values()
         values.update(changes)
         name = values['solver']
+        for key, reason in _START_UP_ONLY.items():
+            if key in changes and changes[key] != self._param(key):
+                raise ParameterError(reason)
         if 'command_type' in changes:
             self._check_choice('command_type', changes['command_type'], COMMAND_TYPES)
         if 'goal_timeout' in changes and not changes['goal_timeout'] >= 0.0:
             raise ParameterError(f'goal_timeout must be >= 0; got {changes["goal_timeout"]}')
+        guard = self._guard
+        if changes.get('self_collision') and not guard.has_geometry:
+            raise ParameterError('self_collision: the URDF has no <collision> geometry, so the '
+                                 'robot cannot be checked against itself')
+        srdf = None
+        if {'srdf_path', 'robot_description_semantic'} & set(changes):
+            source, where, _ = choose_srdf(
+                values['robot_description_semantic'], values['srdf_path'], self._urdf_file,
+                resolve=lambda path: resolve_path(path, 'srdf_path'))
+            if source is not None:
+                parse_srdf(source)              # ModelError: refused with its reason
+            srdf = (source, where)
         specs = None
         if 'constraints' in changes:
             specs = self._constraints.parse(changes['constraints'])
-            self._constraints.build(specs, self._constraints.markers)   # frames, links
+            self._constraints.build(specs)                  # frames, links: GoalError
         touched = {key.split('.', 1)[0] for key in changes if '.' in key}
         candidates = {}
         for solver in touched | ({name} if 'solver' in changes else set()):
             if solver in self._setting_fields or solver == name:
                 candidates[solver] = self._make_solver(solver, values)  # ParameterError
+        if name != self._solver_name:
+            candidates[name].set_constraints(self._solver_constraints())   # GoalError
         # Everything is valid: apply.
         if name != self._solver_name:
             self._switch_solver(name, candidates[name])
@@ -391,7 +522,28 @@ class SmcIkNode(Node):
                 self.get_logger().info(f'solver {name} settings changed: '
                                        + ', '.join(f'{k}={v!r}' for k, v in diff.items()))
         if specs is not None:
-            self.loop.set_constraints(self._constraints.replace_specs(specs))
+            self._set_constraint_specs(specs)
+        collision = []
+        if 'self_collision' in changes and changes['self_collision'] != guard.self_collision:
+            guard.set_self_collision(changes['self_collision'])
+            collision.append(f'self-collision {"on" if guard.self_collision else "off"}')
+        if 'collision_clearance' in changes:
+            guard.set_clearance(changes['collision_clearance'])
+            collision.append(f'clearance {guard.settings.clearance:g} m')
+        if collision:
+            self.loop.set_constraints(self._solver_constraints())
+            self.get_logger().info('collision settings changed: ' + ', '.join(collision))
+        if srdf is not None and srdf[0] != self._applied_srdf:
+            self._applied_srdf = srdf[0]
+            guard.start_srdf_update(srdf[0], srdf[1])
+            self.get_logger().info(f'recomputing the self-collision pairs for {srdf[1]} '
+                                   '(applied when ready)')
+        if 'pointcloud_voxel_size' in changes:
+            guard.set_pointcloud_settings(voxel_size=changes['pointcloud_voxel_size'])
+        if 'pointcloud_topic' in changes:
+            self._make_pointcloud_subscription(changes['pointcloud_topic'])
+        if 'collision_fallback_candidates' in changes:
+            self.loop.fallback_candidates = int(changes['collision_fallback_candidates'])
         if 'command_type' in changes or 'command_topic' in changes:
             self._make_command_publisher(values)
         rates = [k for k in ('rate_hz', 'marker_rate_hz', 'status_rate_hz') if k in changes]
@@ -407,8 +559,7 @@ class SmcIkNode(Node):
         self._apply_alternatives_changes(changes, values)
 
     def _switch_solver(self, name, solver):
-        solver.set_constraints(self._constraints.objects)
-        self.loop.set_solver(solver)
+        self.loop.set_solver(solver)        # with the YAML and collision constraints
         old = self._solver_name
         self._solver_name = name
         self.get_logger().info(f'solver switched from {old} to {name}, started at the current '
@@ -426,6 +577,123 @@ class SmcIkNode(Node):
         buffer = tf2_ros.Buffer()
         self._tf_listener = tf2_ros.TransformListener(buffer, self)
         return buffer
+
+    def _urdf_file_of(self, source):
+        """Return the URDF file the model came from (relative mesh paths, the SRDF beside it),
+        or None: urdf_path when the XML was read from it, or when robot_description is set
+        and urdf_path names a file of the same robot (e.g. the launch file passes both)."""
+        text = self._param('urdf_path').strip()
+        if not text:
+            return None
+        try:
+            path = str(resolve_path(text))
+        except ModelError:
+            return None
+        if source.startswith('urdf_path'):
+            return path
+        try:
+            same = _robot_name(read_urdf_file(path)) == _robot_name(self.urdf_xml)
+        except (ModelError, ElementTree.ParseError):
+            same = False
+        if not same:
+            self.get_logger().warn(
+                f'urdf_path {path!r} describes another robot than the XML from {source}: not '
+                'used for relative mesh paths or to find the SRDF beside it')
+            return None
+        return path
+
+    def _make_collision_guard(self):
+        """Build the collision model, self-collision pairs and scene (ModelError: exit 1)."""
+        settings = CollisionSettings(
+            self_collision=self._param('self_collision'),
+            padding=self._param('collision_padding'),
+            clearance=self._param('collision_clearance'),
+            voxel_size=self._param('pointcloud_voxel_size'))
+        semantic, srdf_path = self._param('robot_description_semantic'), self._param('srdf_path')
+        description = None
+        if not semantic.strip() and not srdf_path.strip():
+            # MoveIt publishes the SRDF transient local: take it if it is already there (a
+            # short wait), else apply it whenever it arrives.
+            self._semantic_sub = self.create_subscription(
+                String, '/robot_description_semantic', self._guarded(
+                    '/robot_description_semantic', self._on_semantic), DESCRIPTION_QOS)
+            self._wait_for_semantic(0.5, 2.0)
+            if self._semantic_text is not None:
+                semantic = self._semantic_text
+                description = 'the /robot_description_semantic topic'
+        source, where, explicit = choose_srdf(
+            semantic, srdf_path, self._urdf_file,
+            resolve=lambda path: resolve_path(path, 'srdf_path'))
+        guard, notes = CollisionGuard.from_urdf(
+            self.chain, self.urdf_xml, urdf_path=self._urdf_file,
+            package_paths=self._param('package_paths'), srdf=source,
+            srdf_description=description or where, settings=settings, explicit_srdf=explicit)
+        for level, text in notes:
+            self._emit(level, text)
+        self._applied_srdf = source
+        return guard
+
+    def _wait_for_semantic(self, discovery, timeout):
+        """Spin up to ``timeout`` [s] for /robot_description_semantic, giving up after
+        ``discovery`` [s] when no publisher of it is known."""
+        from rclpy.executors import SingleThreadedExecutor
+
+        executor = SingleThreadedExecutor(context=self.context)   # the node's own context
+        executor.add_node(self)
+        start = time.monotonic()
+        try:
+            while self._semantic_text is None and not stop_requested():
+                elapsed = time.monotonic() - start
+                if elapsed >= timeout or (elapsed >= discovery and not self.count_publishers(
+                        '/robot_description_semantic')):
+                    return
+                executor.spin_once(timeout_sec=0.05)
+        finally:
+            executor.remove_node(self)
+            executor.shutdown()
+
+    def _on_semantic(self, msg):
+        text = msg.data
+        if not text.strip():
+            return
+        guard = getattr(self, '_guard', None)
+        if guard is None:                 # still starting: _make_collision_guard takes it
+            self._semantic_text = text
+            return
+        if self._param('robot_description_semantic').strip() or \
+                self._param('srdf_path').strip() or text == self._applied_srdf:
+            return
+        try:
+            started = guard.start_srdf_update(text, 'the /robot_description_semantic topic')
+        except SmcIkError as exc:
+            self.get_logger().error(f'/robot_description_semantic refused: {exc}')
+            return
+        if started:
+            self._applied_srdf = text
+            self.get_logger().info('/robot_description_semantic arrived: recomputing the '
+                                   'self-collision pairs (applied when ready)')
+
+    def _solver_constraints(self):
+        """The constraint objects the solver respects: the YAML's and the collision guard's."""
+        return list(self._constraints.objects) + [self._guard.constraint]
+
+    def _set_constraint_specs(self, specs):
+        """Apply schema entries: objects to the solver, obstacles to the scene (GoalError:
+        nothing changes)."""
+        objects, obstacles, drawn = self._constraints.build(specs)
+        self.loop.set_constraints(objects + [self._guard.constraint])
+        self._guard.replace(obstacles, 'constraints')
+        self._constraints.objects, self._constraints.obstacles = objects, obstacles
+        self._constraints.drawn, self._constraints.specs = drawn, list(specs)
+
+    def _make_pointcloud_subscription(self, topic):
+        if self._cloud_sub is not None:
+            self.destroy_subscription(self._cloud_sub)
+            self._cloud_sub = None
+            self._guard.replace({}, 'pointcloud')
+        if topic:
+            self._cloud_sub = self.create_subscription(
+                PointCloud2, topic, self._guarded(topic, self._on_pointcloud), JOINT_STATES_QOS)
 
     def _make_command_publisher(self, values=None):
         values = values or self._all_values()
@@ -499,25 +767,53 @@ class SmcIkNode(Node):
     def _on_constraints(self, msg):
         constraints = self._constraints
         try:
-            self.loop.set_constraints(constraints.replace_specs(constraints.parse(msg.data)))
+            self._set_constraint_specs(constraints.parse(msg.data))
         except SmcIkError as exc:
             self.get_logger().error(f'constraints refused, keeping the previous '
-                                    f'{len(constraints.objects)} constraint(s): {exc}')
+                                    f'{len(constraints.specs)} entr(ies): {exc}')
             return
         self.get_logger().info(f'constraints applied: {constraints.summary()}')
 
-    def _on_keep_out_markers(self, msg):
-        constraints = self._constraints
+    # ------------------------------------------------------------------ obstacles
+    def _on_obstacles(self, msg, topic):
+        """Apply a MarkerArray of obstacles (``topic`` is also the scene source)."""
+        guard = self._guard
         try:
-            spheres = update_keep_out_spheres(constraints.marker_frames(), msg,
-                                              self.chain.base_link)
-            self.loop.set_constraints(constraints.replace_markers(spheres))
-        except SmcIkError as exc:
-            self.get_logger().error(f'keep_out_markers refused, keeping the previous '
-                                    f'{len(constraints.markers)} sphere(s): {exc}')
+            updates = obstacle_updates(msg, self._frame_to_base, self.chain.base_link, topic)
+            added, removed = guard.apply(updates, topic)
+        except GoalError as exc:
+            kind = getattr(exc, 'kind', 'update')
+            self._reporter('error', f'{topic}:{kind}', (
+                f'{topic} refused, keeping the previous scene ({len(guard.scene)} '
+                f'obstacle(s)): {exc}'), interval=2.0)
             return
-        self.get_logger().info(f'keep_out_markers: {len(constraints.markers)} keep-out '
-                               'sphere(s) applied')
+        self._reporter('info', f'{topic}:applied', (
+            f'{topic}: {added} obstacle(s) added or changed, {removed} removed; the scene holds '
+            f'{len(guard.scene)} ({guard.count(topic)} from {topic})'), interval=1.0,
+            count=False)
+
+    def _on_pointcloud(self, msg):
+        """Turn a PointCloud2 into the 'pointcloud' obstacle (at most pointcloud_rate_hz)."""
+        _, now = self._now()
+        if now < self._cloud_next:
+            return
+        self._cloud_next = now + 1.0 / self._param('pointcloud_rate_hz')
+        started = time.perf_counter()
+        topic = self._param('pointcloud_topic')
+        try:
+            points = pointcloud2_to_xyz(msg, topic)
+            frame = self._frame_to_base(msg.header.frame_id or self.chain.base_link)
+        except GoalError as exc:
+            self._reporter('error', f'pointcloud:{Reporter.key_of("", str(exc))}', (
+                f'{topic} refused, keeping the previous cloud obstacle: {exc}'), interval=5.0)
+            return
+        points = points @ frame[:3, :3].T + frame[:3, 3]
+        spheres = self._guard.set_pointcloud(points, self.loop.current_configuration())
+        self._cloud_times.append(time.perf_counter() - started)
+        self._reporter('info', 'pointcloud', (
+            f'{topic}: {len(points)} points -> {spheres} voxel sphere(s) of '
+            f'{self._param("pointcloud_voxel_size"):g} m (the robot\'s own removed) in '
+            f'{1e3 * self._cloud_times[-1]:.1f} ms'), interval=10.0, count=False)
 
     # ------------------------------------------------------------------ joint states
     def _on_joint_states(self, msg):
@@ -570,6 +866,12 @@ class SmcIkNode(Node):
     def _on_tick(self):
         started, cpu_started = time.perf_counter(), time.thread_time()
         self._drain_joint_states()
+        event = self._guard.poll()              # an SRDF update computed in the background
+        if event is not None:
+            level, text, changed = event
+            if changed:
+                self.loop.set_constraints(self._solver_constraints())
+            self._emit(level, text)
         ns, now = self._now()
         command = self.loop.tick(now)
         if command is not None:
@@ -632,18 +934,20 @@ class SmcIkNode(Node):
         map_q = info.get('map')
         map_q = q_cmd if map_q is None else map_q
         goal_display = self.loop.goal.display if self.loop.goal is not None else None
-        spheres = self._constraints.spheres
-        shown = (len(spheres), goal_display is not None)
-        clear = shown[0] < self._markers_shown[0] or shown[1] < self._markers_shown[1]
+        shown = goal_display is not None
+        clear = self._markers_shown and not shown
         self._markers_shown = shown
         stamp = self.get_clock().now().to_msg()
         array = build_marker_array(
             self.chain.base_link, stamp,
             particle_positions=positions, weights=weights, segments=self._segments,
             map_positions=self.chain.link_poses(map_q)[:, :3, 3], target=goal_display,
-            spheres=spheres, clear=clear)
+            clear=clear)
         array.markers.extend(self._ghost_markers(stamp))
         self._marker_pub.publish(array)
+        inputs = self._guard.marker_inputs(q_cmd, cover=self._param('collision_cover_markers'))
+        inputs['obstacles'] = inputs['obstacles'] + self._constraints.drawn
+        self._collision_pub.publish(collision_markers(self.chain.base_link, stamp, **inputs))
         self._marker_times.append(time.perf_counter() - started)
         self._marker_cpu.append(time.thread_time() - cpu_started)
 
@@ -671,6 +975,10 @@ class SmcIkNode(Node):
         }
         out.update(loop.status(now))
         out.update(self._alternatives_status(now))
+        q = loop.q if loop.q is not None else loop.current_configuration()
+        blocked = loop.goal is not None and not loop.goal_reached
+        out.update(self._guard.status(q, loop.refusal(within=int(self._rate) + 1), blocked))
+        out['pointcloud_ms'] = mean_ms(self._cloud_times)
         return out
 
     def _on_status_tick(self):
@@ -790,6 +1098,10 @@ class SmcIkNode(Node):
         out['alternatives_time_ms'] = (round(1e3 * float(np.mean(times)), 3) if times
                                        else None)
         return out
+
+
+def _robot_name(urdf_xml):
+    return ElementTree.fromstring(urdf_xml).get('name')
 
 
 def main(args=None):

@@ -24,9 +24,9 @@ __all__ = [
     'goal_pose_to_matrix', 'tool_down_rotation', 'yaw_of_quaternion', 'joint_state_to_positions',
     'joint_state_positions', 'stamp_to_nanoseconds', 'make_joint_state',
     'make_joint_trajectory', 'make_float64_multi_array', 'command_to_positions',
-    'update_keep_out_spheres', 'duration_from_seconds', 'POSITION_ONLY_VARIANCE',
-    'covariance_from_msg', 'pose_with_covariance_to_goal', 'rotate_covariance',
-    'make_alternatives_trajectory',
+    'duration_from_seconds', 'POINT_FIELD_TYPES', 'pointcloud2_to_xyz', 'obstacle_updates',
+    'POSITION_ONLY_VARIANCE', 'covariance_from_msg', 'pose_with_covariance_to_goal',
+    'rotate_covariance', 'make_alternatives_trajectory',
 ]
 
 # Quaternions whose norm lies in this range are normalised; others are refused.
@@ -250,37 +250,113 @@ def command_to_positions(msg, joint_names, previous):
     raise GoalError(f'command: unsupported message type {type(msg).__name__}')
 
 
-def update_keep_out_spheres(spheres, marker_array, default_frame):
-    """Apply a visualization_msgs/MarkerArray to a dict (ns, id) -> (frame, center, radius).
+# sensor_msgs/PointField datatype -> numpy type code (INT8 .. FLOAT64).
+POINT_FIELD_TYPES = {1: 'i1', 2: 'u1', 3: 'i2', 4: 'u2', 5: 'i4', 6: 'u4', 7: 'f4', 8: 'f8'}
 
-    SPHERE markers with ADD (= MODIFY) set a sphere: pose.position = centre [m],
-    scale.x = diameter [m]; DELETE removes (ns, id); DELETEALL clears all. Returns the new dict
-    (the input is left untouched). Raises GoalError on any other marker type or bad values,
-    in which case nothing is applied.
+
+def pointcloud2_to_xyz(msg, where='pointcloud'):
+    """Return the (N, 3) float64 x, y, z [m] of a sensor_msgs/PointCloud2, NaN points dropped.
+
+    Plain numpy (sensor_msgs_py is not needed): the x, y and z fields are read at their
+    ``offset`` with their ``datatype`` (FLOAT32, FLOAT64 or an integer type) in the cloud's
+    byte order (``is_bigendian``), every ``point_step`` bytes; ``row_step`` may pad the rows of
+    an organised cloud (``height`` > 1 rows of ``width`` points). Points with a non-finite
+    coordinate (invalid returns of a dense or organised cloud) are dropped. Raises GoalError
+    when the fields are missing or malformed, or the data is shorter than the layout says.
     """
-    out = dict(spheres)
+    fields = {f.name: f for f in msg.fields}
+    missing = [name for name in 'xyz' if name not in fields]
+    if missing:
+        raise GoalError(f'{where}: expected fields x, y and z; got fields '
+                        f'{", ".join(fields) or "none"}')
+    height, width = int(msg.height), int(msg.width)
+    point_step, row_step = int(msg.point_step), int(msg.row_step)
+    if height == 0 or width == 0:
+        return np.zeros((0, 3))
+    endian = '>' if msg.is_bigendian else '<'
+    formats, offsets = [], []
+    for name in 'xyz':
+        field = fields[name]
+        code = POINT_FIELD_TYPES.get(int(field.datatype))
+        if code is None:
+            raise GoalError(f'{where}: field {name}: expected a PointField datatype 1..8 '
+                            f'(INT8 .. FLOAT64), got {field.datatype}')
+        size = np.dtype(code).itemsize
+        if field.offset < 0 or field.offset + size > point_step:
+            raise GoalError(f'{where}: field {name} ({size} bytes at offset {field.offset}) '
+                            f'does not fit in point_step {point_step}')
+        formats.append(endian + code)
+        offsets.append(int(field.offset))
+    row_bytes = width * point_step
+    if row_step < row_bytes:
+        raise GoalError(f'{where}: row_step {row_step} is shorter than width x point_step '
+                        f'= {width} x {point_step}')
+    data = np.frombuffer(msg.data, dtype=np.uint8)
+    needed = (height - 1) * row_step + row_bytes
+    if data.size < needed:
+        raise GoalError(f'{where}: expected at least {needed} bytes of data for {height} x '
+                        f'{width} points (point_step {point_step}, row_step {row_step}); got '
+                        f'{data.size}')
+    if row_step == row_bytes:
+        packed = data[:height * row_bytes]
+    else:   # padded rows: take each row's points (the last row may lack its padding)
+        rows = np.lib.stride_tricks.as_strided(data, shape=(height, row_bytes),
+                                               strides=(row_step, 1))
+        packed = np.ascontiguousarray(rows).reshape(-1)
+    layout = np.dtype({'names': ['x', 'y', 'z'], 'formats': formats, 'offsets': offsets,
+                       'itemsize': point_step})
+    points = np.frombuffer(packed, dtype=layout)
+    xyz = np.empty((len(points), 3))
+    xyz[:, 0], xyz[:, 1], xyz[:, 2] = points['x'], points['y'], points['z']
+    return xyz[np.isfinite(xyz).all(axis=1)]
+
+
+def obstacle_updates(marker_array, frame_pose, default_frame, topic='obstacles'):
+    """Return the collision scene updates of a visualization_msgs/MarkerArray of obstacles.
+
+    Each marker as RViz draws it: SPHERE (scale.x = diameter, x = y = z), CUBE (scale = side
+    lengths), CYLINDER (scale.x = scale.y = diameter, scale.z = height along its z), with
+    ``pose`` in ``header.frame_id`` (empty = ``default_frame``); ADD (= MODIFY) sets (ns, id),
+    DELETE removes it, DELETEALL removes what this topic added (in ``ns`` when given).
+    frame_pose: callable frame -> (4, 4) pose in the base frame (GoalError when unknown).
+    Returns [('add', key, Obstacle) | ('delete', key) | ('deleteall', ns)] for
+    ``Scene.apply``. Raises GoalError naming the marker, with a ``kind`` attribute ('action',
+    'type', 'frame', 'shape') for throttling the log per kind; nothing is applied then.
+    """
+    from .collision import obstacle_from_marker   # the pure core (no ROS import)
+
+    updates = []
     for k, marker in enumerate(marker_array.markers):
-        key = (marker.ns, marker.id)
-        where = f'keep_out_markers[{k}] (ns {marker.ns!r}, id {marker.id})'
-        if marker.action == Marker.DELETEALL:
-            out.clear()
-        elif marker.action == Marker.DELETE:
-            out.pop(key, None)
-        elif marker.action == Marker.ADD:
-            if marker.type != Marker.SPHERE:
-                raise GoalError(f'{where}: expected a SPHERE marker (type {Marker.SPHERE}), '
-                                f'got type {marker.type}')
-            center = point_to_array(marker.pose.position, f'{where}.pose.position')
-            diameter = float(marker.scale.x)
-            if not math.isfinite(diameter) or diameter <= 0.0:
-                raise GoalError(f'{where}: expected scale.x = sphere diameter > 0 [m], got '
-                                f'{diameter}')
-            out[key] = (marker.header.frame_id or default_frame, center, 0.5 * diameter)
-        else:
-            raise GoalError(f'{where}: expected action ADD ({Marker.ADD}), DELETE '
-                            f'({Marker.DELETE}) or DELETEALL ({Marker.DELETEALL}), got '
-                            f'{marker.action}')
-    return out
+        where = f'{topic}[{k}] (ns {marker.ns!r}, id {marker.id})'
+        action, kind = int(marker.action), int(marker.type)
+        if action not in (Marker.ADD, Marker.DELETE, Marker.DELETEALL):
+            raise _refusal('action', f'{where}: expected action ADD ({Marker.ADD}), DELETE '
+                                     f'({Marker.DELETE}) or DELETEALL ({Marker.DELETEALL}), got '
+                                     f'{action}')
+        frame_to_base = None
+        if action == Marker.ADD:
+            if kind not in (Marker.SPHERE, Marker.CUBE, Marker.CYLINDER):
+                raise _refusal('type', f'{where}: unsupported marker type {kind}; obstacles are '
+                                       f'SPHERE ({Marker.SPHERE}), CUBE ({Marker.CUBE}) or '
+                                       f'CYLINDER ({Marker.CYLINDER})')
+            try:
+                frame_to_base = frame_pose(marker.header.frame_id or default_frame)
+            except GoalError as exc:
+                raise _refusal('frame', f'{where}: {exc}') from None
+        p, o, s = marker.pose.position, marker.pose.orientation, marker.scale
+        try:
+            updates.append(obstacle_from_marker(
+                kind, action, marker.ns, marker.id, (p.x, p.y, p.z), (o.x, o.y, o.z, o.w),
+                (s.x, s.y, s.z), frame_pose=frame_to_base, where=where))
+        except GoalError as exc:
+            raise _refusal('shape', str(exc)) from None
+    return updates
+
+
+def _refusal(kind, text):
+    exc = GoalError(text)
+    exc.kind = kind
+    return exc
 
 
 # ---------------------------------------------------------------------- goals with uncertainty

@@ -2,9 +2,14 @@
 
 import os
 
-import pytest
+# One BLAS thread, as the node pins it (smcik_ros/node.py): on the shared 2-core machine a
+# threaded OpenBLAS made the collision queries several times slower. Set before numpy loads.
+os.environ.setdefault('OMP_NUM_THREADS', '1')
+os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')
 
-from smcik_ros.kinematics import Chain
+import pytest  # noqa: E402
+
+from smcik_ros.kinematics import Chain  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARM7_URDF = os.path.join(ROOT, 'urdf', 'smcik_arm.urdf')

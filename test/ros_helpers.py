@@ -54,6 +54,7 @@ class Probe(Node):
         self.commands = []       # (monotonic time, JointState)
         self.joint_states = []
         self.markers = []
+        self.collision = []      # ~/collision MarkerArrays
         self.status = []
         reliable = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
         self.create_subscription(JointState, 'joint_commands',
@@ -62,6 +63,8 @@ class Probe(Node):
                                  lambda m: self._record(self.joint_states, m), reliable)
         self.create_subscription(MarkerArray, f'{namespace_node}/particles',
                                  lambda m: self._record(self.markers, m), reliable)
+        self.create_subscription(MarkerArray, f'{namespace_node}/collision',
+                                 lambda m: self._record(self.collision, m), reliable)
         self.create_subscription(String, f'{namespace_node}/status',
                                  lambda m: self._record(self.status, m), reliable)
         self._spin_executor = SingleThreadedExecutor(context=context)

@@ -449,3 +449,113 @@ def test_status_reports_state_lead_and_limits(arm7):
     assert status['limited_by'] == 'resync' and status['max_lead'] == 0.15
     assert set(status) >= {'velocity_ratio', 'acceleration_ratio', 'joint_states_age',
                            'resyncs', 'faults', 'goals_received', 'goals_superseded'}
+
+
+# ---------------------------------------------------------------------- collision validators
+class RandomRefusal:
+    """A validator that refuses motions at random (fault injection, seeded) and records every
+    motion it accepted."""
+
+    def __init__(self, seed, share):
+        self.rng = np.random.default_rng(seed)
+        self.share = share
+        self.accepted = []
+        self.reason = 'refused at random'
+
+    def __call__(self, q_from, q_to):
+        ok = self.rng.uniform() >= self.share
+        if ok:
+            self.accepted.append((np.array(q_from, float), np.array(q_to, float)))
+        return ok
+
+
+def _on_segment(point, a, b, tol=1e-7):
+    span = b - a
+    length2 = float(span @ span)
+    t = 0.0 if length2 == 0.0 else float((point - a) @ span) / length2
+    return -tol <= t <= 1.0 + tol and np.max(np.abs(point - a - t * span)) <= tol
+
+
+@pytest.mark.parametrize('share', [0.3, 0.8])
+def test_every_move_lies_on_a_validated_motion_even_when_braking(arm7, share):
+    """Whatever a validator refuses, each step q_k-1 -> q_k lies on one motion a validator
+    accepted (braking stays on the validated line), and the limits hold."""
+    loop, limits = make_loop(arm7)
+    validator = RandomRefusal(seed=int(10 * share), share=share)
+    loop.validators.append(validator)
+    loop.fallback_candidates = 0          # refusals brake
+    stream = Stream(loop, seed=4)
+    q0 = arm7.neutral_configuration()
+    stream.measure(q0)
+    stream.tick()
+    for k in range(3):
+        loop.offer_goal('pose', reachable_pose(arm7, 40 + k, near=stream.commands[-1].q),
+                        '', None, stream.t)
+        stream.run(200, follower(1))
+    assert loop.holds > 0 and len(validator.accepted) > 0
+    qs = [c.q for c in stream.commands if c.limited_by != 'resync']
+    moves = 0
+    for a, b in zip(qs[:-1], qs[1:]):
+        if np.array_equal(a, b):
+            continue
+        moves += 1
+        assert any(_on_segment(a, s, e) and _on_segment(b, s, e)
+                   for s, e in validator.accepted[::-1]), 'a move left every validated motion'
+    assert moves > 50
+    v_ratio, a_ratio = stream.worst_ratios(limits)
+    assert v_ratio <= 1 + SLACK and a_ratio <= 1 + SLACK
+
+
+def test_a_refused_estimate_falls_back_to_a_free_candidate_before_braking(arm7):
+    """The collision guard refuses the straight motion through a box; the loop moves towards
+    another of the SMC's candidates instead of holding, and no move collides."""
+    from smcik_ros.collision import CollisionModel, Obstacle, self_collision_pairs
+    from smcik_ros.control.collision_guard import CollisionGuard
+
+    model = CollisionModel.from_urdf(arm7, 'urdf/smcik_arm.urdf')
+    guard = CollisionGuard(model, self_collision_pairs(model, 'urdf/smcik_arm.srdf'))
+    q0 = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
+    q_goal = q0 + np.array([1.4, 0, 0, 0, 0, 0, 0])
+    center = arm7.fk(0.5 * (q0 + q_goal))[:3, 3]
+    pose = np.eye(4)
+    pose[:3, 3] = center
+    guard.scene.apply([('add', ('test', 1), Obstacle('box', (0.12, 0.12, 0.12), pose))],
+                      'obstacles')
+    assert not guard.constraint.check_motion(q0, q_goal)[0], 'the set-up: the path collides'
+    loop, limits = make_loop(arm7, solver=make_solver('smc', arm7, seed=2))
+    loop.validators.append(guard)
+    loop.set_constraints([guard.constraint])
+    stream = Stream(loop, seed=1)
+    stream.measure(q0)
+    stream.tick()
+    goal = arm7.fk(q_goal)[:3, 3]
+    loop.offer_goal('point', goal, '', None, stream.t)
+    stream.run(400, follower(1))
+    qs = np.array([c.q for c in stream.commands])
+    for a, b in zip(qs[:-1], qs[1:]):
+        assert guard.constraint.check_motion(a, b)[0], 'a move collides'
+    v_ratio, a_ratio = stream.worst_ratios(limits)
+    assert v_ratio <= 1 + SLACK and a_ratio <= 1 + SLACK
+    assert loop.fallbacks > 0, (loop.fallbacks, loop.holds)
+    tips = arm7.fk(qs)[:, :3, 3]
+    assert np.linalg.norm(tips[-1] - goal) < 0.8 * np.linalg.norm(tips[0] - goal)
+
+
+@pytest.mark.parametrize('interval', [1, 10])
+def test_a_long_hold_restarts_the_solver_every_interval_ticks(arm7, interval):
+    loop, limits = make_loop(arm7)
+    loop.hold_reset_interval = interval
+    loop.fallback_candidates = 0
+    loop.validators.append(RandomRefusal(seed=0, share=1.0))     # refuses every motion
+    resets = []
+    original = loop.solver.reset
+    loop.solver.reset = lambda q: (resets.append(loop.ticks), original(q))
+    stream = Stream(loop, seed=2)
+    stream.measure(arm7.neutral_configuration())
+    stream.tick()
+    loop.offer_goal('pose', reachable_pose(arm7, 3), '', None, stream.t)
+    before = len(resets)
+    stream.run(50, follower(1))
+    assert loop.holds == 50
+    assert len(resets) - before == math.ceil(50 / interval)
+    assert all(np.array_equal(c.q, stream.commands[0].q) for c in stream.commands)

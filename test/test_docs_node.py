@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip('rclpy', reason='the node module imports rclpy')
 
-from smcik_ros.node import NODE_PARAMETERS  # noqa: E402
+from smcik_ros.node import ARRAY_PARAMETERS, NODE_PARAMETERS  # noqa: E402
 
 DOC = Path(__file__).resolve().parents[1] / 'docs' / 'node.md'
 TYPES = {bool: 'bool', int: 'int', float: 'double', str: 'string'}
@@ -27,7 +27,11 @@ def table_rows():
 def test_every_parameter_is_documented_with_its_type_and_default():
     rows = table_rows()
     assert set(NODE_PARAMETERS) <= set(rows), sorted(set(NODE_PARAMETERS) - set(rows))
-    assert set(rows) - set(NODE_PARAMETERS) == {'<solver>.<field>'}, 'documented but gone'
+    assert set(ARRAY_PARAMETERS) <= set(rows), sorted(set(ARRAY_PARAMETERS) - set(rows))
+    assert set(rows) - set(NODE_PARAMETERS) - set(ARRAY_PARAMETERS) == {'<solver>.<field>'}, \
+        'documented but gone'
+    for name in ARRAY_PARAMETERS:
+        assert rows[name] == ('string array', '`[]`'), f'{name}: documented as {rows[name]}'
     for name, (default, _, extra) in NODE_PARAMETERS.items():
         kind, documented = rows[name]
         assert kind == TYPES[type(default)], f'{name}: documented as {kind}'

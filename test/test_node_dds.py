@@ -6,9 +6,11 @@ a probe node in this process publishes goals, constraints and bad input and reco
 back. Waiting is always on a condition with a timeout, never a fixed sleep.
 """
 
+import functools
 import json
 import math
 import os
+from pathlib import Path
 import signal
 import time
 
@@ -25,8 +27,11 @@ from sensor_msgs.msg import JointState  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 from visualization_msgs.msg import Marker, MarkerArray  # noqa: E402
 
+from collision_helpers import demo_model  # noqa: E402
 from ros_helpers import (REPO_ROOT, Probe, child_env, read_log, start_node_process,  # noqa: E402
                          stop_process, wait_for, wait_for_log)
+from smcik_ros.collision import (CollisionConstraint, conventional_srdf_path,  # noqa: E402
+                                 self_collision_pairs)
 from smcik_ros.kinematics import Chain  # noqa: E402
 from smcik_ros.ros_conversions import matrix_to_pose  # noqa: E402
 from smcik_ros.errors import SmcIkError  # noqa: E402
@@ -106,12 +111,29 @@ def measured_q(probe, chain):
     raise AssertionError('no complete joint_states received')
 
 
-def nearby_goal(chain, q, rng, spread=0.5):
-    """Return the pose of a configuration near ``q`` (locally reachable, inside the limits)."""
+@functools.lru_cache(maxsize=None)
+def _collision_constraint():
+    """The demo arm's collision constraint as the node builds it by default (its covers, the
+    SRDF beside the URDF, self-collision on, no obstacles), less link5/link7, a pair that is
+    always within the soft clearance (about 8.5 mm padded, by design)."""
+    _, model = demo_model(str(URDF))
+    srdf = Path(conventional_srdf_path(str(URDF))).read_text().replace(
+        '</robot>', '<disable_collisions link1="link5" link2="link7" reason="Test"/></robot>')
+    return CollisionConstraint(model, pairs=self_collision_pairs(model, srdf))
+
+
+def nearby_goal(chain, q, rng, spread=0.5, clear=0.02):
+    """Return the pose of a configuration near ``q`` (locally reachable, inside the limits,
+    ``clear`` [m] of self-collision: beyond the node's soft clearance, which would otherwise
+    keep the arm a few mm from the goal)."""
     span = chain.upper - chain.lower
-    q_goal = np.clip(q + rng.uniform(-spread, spread, chain.n), chain.lower + 0.05 * span,
-                     chain.upper - 0.05 * span)
-    return chain.fk(q_goal)
+    constraint = _collision_constraint()
+    for _ in range(500):
+        q_goal = np.clip(q + rng.uniform(-spread, spread, chain.n), chain.lower + 0.05 * span,
+                         chain.upper - 0.05 * span)
+        if constraint.status(q_goal)['min_distance'] >= clear:
+            return chain.fk(q_goal)
+    raise AssertionError(f'no configuration {clear} m clear of self-collision near {q}')
 
 
 def tip_errors(chain, q, pose):
@@ -158,14 +180,27 @@ def assert_commands_sane(probe, chain, since):
     assert np.all(np.isfinite(q)), 'a command carried NaN/inf'
     assert np.all(q >= chain.lower - 1e-9) and np.all(q <= chain.upper + 1e-9), \
         'a command left the joint limits'
-    # The window starts mid-motion: check accelerations from its second velocity on.
-    dt = np.diff(stamps) * 1e-9
-    v = np.diff(q, axis=0) / dt[:, None]
-    v_ratio = np.max(np.abs(v) / (np.array(chain.velocity_limits) * VELOCITY_SCALE))
-    a = np.diff(v, axis=0) / dt[1:, None]
-    a_ratio = np.max(np.abs(a) / MAX_ACCELERATION) if len(a) else 0.0
-    assert v_ratio <= 1.0 + 1e-6, f'command velocity {v_ratio:.4f} x the limit'
-    assert a_ratio <= 1.0 + 1e-6, f'command acceleration {a_ratio:.4f} x the limit'
+    # A resync (joint_states went stale under load, then resumed: the stream restarts from
+    # the measurement at rest, by design) is a command at rest that jumps: split there.
+    with probe.lock:
+        velocities = [m.velocity for t, m in probe.commands if t >= since]
+    at_rest = np.array([not np.any(v) for v in velocities[:len(q)]])   # newer ones arrived since
+    jumps = np.r_[False, np.any(q[1:] != q[:-1], axis=1)]
+    cuts = [0] + [k for k in np.flatnonzero(at_rest & jumps) if k > 0] + [len(q)]
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        # The window starts mid-motion: accelerations from its second velocity on (a resync
+        # part starts at rest).
+        dt = np.diff(stamps[a:b]) * 1e-9
+        v = np.diff(q[a:b], axis=0) / dt[:, None]
+        if a > 0:
+            v = np.vstack([np.zeros(chain.n), v])
+            dt = np.r_[1.0, dt]
+        v_ratio = np.max(np.abs(v) / (np.array(chain.velocity_limits) * VELOCITY_SCALE)) \
+            if len(v) else 0.0
+        acc = np.diff(v, axis=0) / dt[1:, None]
+        a_ratio = np.max(np.abs(acc) / MAX_ACCELERATION) if len(acc) else 0.0
+        assert v_ratio <= 1.0 + 1e-6, f'command velocity {v_ratio:.4f} x the limit'
+        assert a_ratio <= 1.0 + 1e-6, f'command acceleration {a_ratio:.4f} x the limit'
 
 
 def send_and_reach(probe, chain, publishers, rng, kind='pose'):
@@ -232,7 +267,8 @@ def test_goal_in_a_link_frame_is_converted_with_the_robot_fk(system, publishers,
     publish_point(probe, publishers['point'], (np.linalg.inv(link2) @ goal_in_base)[:3, 3],
                   frame='link2')
     ok, (pos, _) = wait_reached(probe, chain, goal_in_base, orientation=False)
-    assert ok, f'goal given in link2 not reached in the base frame: {pos * 1e3:.2f} mm'
+    assert ok, (f'goal given in link2 not reached in the base frame: {pos * 1e3:.2f} mm; '
+                f'status {latest_status(probe)}')
 
 
 def test_goal_pose_click_points_the_tool_down(system, publishers, chain):
@@ -289,9 +325,11 @@ def test_constraints_topic_and_keep_out_markers(system, publishers, chain):
                         start=start)
 
     def spheres_shown(count):
+        # Every obstacle (YAML, keep_out_markers, obstacles) is drawn on ~/collision.
         def check():
-            arrays = probe.snapshot(probe.markers, since=time.monotonic() - 0.3)
-            return arrays and sum(m.ns == 'keep_out' for m in arrays[-1].markers) == count
+            arrays = probe.snapshot(probe.collision, since=time.monotonic() - 0.3)
+            return arrays and sum(m.ns == 'collision_obstacles' and m.type == Marker.SPHERE
+                                  for m in arrays[-1].markers) == count
         return check
 
     assert wait_for(spheres_shown(1), 5.0)
@@ -300,7 +338,7 @@ def test_constraints_topic_and_keep_out_markers(system, publishers, chain):
     sphere.pose.position = Point(x=-0.7, y=0.7, z=1.4)
     sphere.scale.x = sphere.scale.y = sphere.scale.z = 0.2
     publishers['keep_out'].publish(MarkerArray(markers=[sphere]))
-    assert wait_for_log(node.log_path, 'keep_out_markers: 1 keep-out sphere(s) applied',
+    assert wait_for_log(node.log_path, 'keep_out_markers: 1 obstacle(s) added or changed',
                         start=start)
     assert wait_for(spheres_shown(2), 5.0)
     publishers['keep_out'].publish(MarkerArray(markers=[Marker(action=Marker.DELETEALL)]))
@@ -327,8 +365,9 @@ def test_keep_out_sphere_keeps_the_tool_out(system, publishers, chain):
     publish_point(probe, publishers['point'], center)
     # The goal sits at the sphere's centre: the tool must approach it but never enter it
     # (the node holds any command that would enter a hard constraint).
-    assert wait_for(lambda: len(probe.command_positions(since)[1]) > 3 * RATE_HZ,
-                    REACH_TIMEOUT)
+    # 3 s of commands (counted in time: a loaded machine slows the node's timer).
+    assert wait_for(lambda: len(probe.command_positions(since)[0]) > 1 and np.ptp(
+        probe.command_positions(since)[0]) >= 3.0, REACH_TIMEOUT)
     _, q_cmd = probe.command_positions(since)
     distances = np.linalg.norm(chain.fk(q_cmd)[:, :3, 3] - center, axis=1)
     publishers['constraints'].publish(String(data='[]'))
@@ -343,7 +382,7 @@ BAD_INPUT = {
     'unknown_frame': ("unknown frame 'nowhere'", 'a link of the model: base_link'),
     'malformed_constraints': ('constraints refused', 'not valid YAML'),
     'unknown_constraint_type': ('constraints refused', "unknown type 'cube'"),
-    'bad_keep_out_marker': ('keep_out_markers refused', 'expected a SPHERE marker'),
+    'bad_keep_out_marker': ('keep_out_markers refused', 'unsupported marker type 4'),
     'joint_states_missing': ('joint_states lacks joint(s) joint2', 'keeping their last known'),
     'joint_states_extra': ('joint_states carries joint(s) gripper_finger', 'ignored'),
     'joint_states_nan': ('joint_states carries non-finite positions for joint3',
@@ -373,7 +412,7 @@ def test_bad_input_is_logged_and_survived(system, publishers, chain, kind):
         publishers['constraints'].publish(String(data='- {type: cube, size: 1}'))
     elif kind == 'bad_keep_out_marker':
         publishers['keep_out'].publish(MarkerArray(markers=[
-            Marker(ns='x', id=0, type=Marker.CUBE, action=Marker.ADD)]))
+            Marker(ns='x', id=0, type=Marker.LINE_STRIP, action=Marker.ADD)]))
     elif kind == 'joint_states_missing':
         publishers['joint_states'].publish(JointState(name=['joint1'], position=[q[0]]))
     elif kind == 'joint_states_extra':
@@ -405,14 +444,15 @@ def test_goal_flood_applies_the_newest_goal_and_fills_no_log(system, publishers,
     since = time.monotonic()
     q = measured_q(probe, chain)
     base = chain.fk(q)[:3, 3]
-    end = time.monotonic() + 1.5
-    k = 0
-    while time.monotonic() < end:
+    # 1500 goals at 1 kHz: on schedule, never ahead of it (a starved test process catches
+    # up instead of publishing fewer goals).
+    begin = time.monotonic()
+    for k in range(1500):
         last = base + [0.0, 0.0, 0.03 * k / 1500]
         publish_point(probe, publishers['point'], last)
-        k += 1
-        time.sleep(0.001)
-    assert k > 500
+        ahead = begin + 0.001 * (k + 1) - time.monotonic()
+        if ahead > 0.0:
+            time.sleep(ahead)
 
     def at_last():
         tip = chain.fk(np.array(probe.last_command().position))

@@ -149,35 +149,131 @@ def _sphere(ns, marker_id, center, diameter, action=Marker.ADD, frame='base_link
     m = Marker(ns=ns, id=marker_id, type=Marker.SPHERE, action=action)
     m.header.frame_id = frame
     m.pose.position = Point(x=center[0], y=center[1], z=center[2])
-    m.scale.x = diameter
+    m.scale.x = m.scale.y = m.scale.z = diameter
     return m
 
 
-def test_keep_out_markers_add_delete_deleteall():
-    spheres = rc.update_keep_out_spheres({}, MarkerArray(markers=[
-        _sphere('obstacles', 0, (1.0, 0.0, 0.0), 0.2),
-        _sphere('obstacles', 1, (0.0, 1.0, 0.0), 0.4, frame='')]), 'base_link')
-    assert set(spheres) == {('obstacles', 0), ('obstacles', 1)}
-    frame, center, radius = spheres[('obstacles', 1)]
-    assert frame == 'base_link' and radius == pytest.approx(0.2)
-    np.testing.assert_allclose(center, [0.0, 1.0, 0.0])
-    fewer = rc.update_keep_out_spheres(spheres, MarkerArray(markers=[
-        Marker(ns='obstacles', id=0, action=Marker.DELETE)]), 'base_link')
-    assert set(fewer) == {('obstacles', 1)} and len(spheres) == 2   # input untouched
-    cleared = rc.update_keep_out_spheres(fewer, MarkerArray(markers=[
-        Marker(action=Marker.DELETEALL), _sphere('obstacles', 5, (0, 0, 1), 0.1)]), 'base_link')
-    assert set(cleared) == {('obstacles', 5)}
+def _frames(frame):
+    """A frame lookup: base_link identity, 'up' 1 m above it, anything else unknown."""
+    if frame == 'base_link':
+        return np.eye(4)
+    if frame == 'up':
+        pose = np.eye(4)
+        pose[2, 3] = 1.0
+        return pose
+    raise GoalError(f'unknown frame {frame!r}')
 
 
-@pytest.mark.parametrize('marker, message', [
-    (Marker(type=Marker.CUBE, action=Marker.ADD), r'expected a SPHERE marker'),
-    (_sphere('o', 0, (0, 0, 0), 0.0), r'scale.x = sphere diameter > 0'),
-    (_sphere('o', 0, (0, 0, float('nan')), 0.1), r'finite point'),
+def test_obstacle_markers_become_scene_updates_in_the_base_frame():
+    box = Marker(ns='o', id=2, type=Marker.CUBE, action=Marker.ADD)
+    box.header.frame_id = 'up'
+    box.pose.position = Point(x=0.5, y=0.0, z=0.0)
+    box.pose.orientation.w = 1.0
+    box.scale.x, box.scale.y, box.scale.z = 0.1, 0.2, 0.3
+    cylinder = Marker(ns='o', id=3, type=Marker.CYLINDER, action=Marker.ADD)
+    cylinder.pose.orientation.w = 1.0
+    cylinder.scale.x = cylinder.scale.y = 0.2
+    cylinder.scale.z = 0.5
+    updates = rc.obstacle_updates(MarkerArray(markers=[
+        _sphere('o', 1, (1.0, 0.0, 0.0), 0.2, frame=''), box, cylinder,
+        Marker(ns='o', id=1, action=Marker.DELETE), Marker(ns='o', action=Marker.DELETEALL)]),
+        _frames, 'base_link')
+    assert [u[0] for u in updates] == ['add', 'add', 'add', 'delete', 'deleteall']
+    sphere, box_obstacle, cylinder_obstacle = (u[2] for u in updates[:3])
+    assert sphere.shape == 'sphere' and sphere.size == pytest.approx([0.1])
+    assert box_obstacle.shape == 'box' and box_obstacle.pose[:3, 3] == pytest.approx([0.5, 0, 1])
+    assert box_obstacle.size == pytest.approx([0.1, 0.2, 0.3])
+    assert cylinder_obstacle.shape == 'cylinder'
+    assert cylinder_obstacle.size == pytest.approx([0.1, 0.5])
+    assert updates[3] == ('delete', ('o', 1)) and updates[4] == ('deleteall', 'o')
+
+
+@pytest.mark.parametrize('marker, kind, message', [
+    (Marker(type=Marker.ARROW, action=Marker.ADD), 'type', r'unsupported marker type'),
+    (Marker(type=Marker.SPHERE, action=5), 'action', r'expected action ADD'),
+    (_sphere('o', 0, (0, 0, 0), -0.1), 'shape', r'positive'),
+    (_sphere('o', 0, (0, 0, float('nan')), 0.1), 'shape', r'finite'),
+    (_sphere('o', 0, (0, 0, 0), 0.1, frame='nowhere'), 'frame', r'nowhere'),
 ])
-def test_bad_keep_out_markers_apply_nothing(marker, message):
+def test_bad_obstacle_markers_are_refused_with_their_kind(marker, kind, message):
     good = _sphere('o', 1, (0, 0, 0), 0.1)
-    with pytest.raises(GoalError, match=message):
-        rc.update_keep_out_spheres({}, MarkerArray(markers=[good, marker]), 'base_link')
+    with pytest.raises(GoalError, match=message) as info:
+        rc.obstacle_updates(MarkerArray(markers=[good, marker]), _frames, 'base_link')
+    assert info.value.kind == kind and 'obstacles[1]' in str(info.value)
+
+
+# ---------------------------------------------------------------------------- point clouds
+def _cloud(points, fields=('x', 'y', 'z'), dtype='<f4', pad=4, extra_row_bytes=0, height=1):
+    """Return a PointCloud2 of (N, 3) points packed with numpy (independent of the parser)."""
+    from sensor_msgs.msg import PointCloud2, PointField
+
+    points = np.asarray(points, dtype=float)
+    size = np.dtype(dtype).itemsize
+    code = {('f', 4): PointField.FLOAT32, ('f', 8): PointField.FLOAT64,
+            ('i', 2): PointField.INT16}[(np.dtype(dtype).kind, size)]
+    # Fields in the given order, then an intensity-like padding field.
+    point_step = 3 * size + pad
+    width = len(points) // height
+    msg = PointCloud2(height=height, width=width, point_step=point_step,
+                      row_step=width * point_step + extra_row_bytes,
+                      is_bigendian=np.dtype(dtype).byteorder == '>')
+    offsets = {name: k * size for k, name in enumerate(fields)}
+    msg.fields = [PointField(name=name, offset=offsets[name], datatype=code, count=1)
+                  for name in fields]
+    data = bytearray()
+    for r in range(height):
+        for point in points[r * width:(r + 1) * width]:
+            record = bytearray(point_step)
+            for axis, name in enumerate('xyz'):
+                value = np.array([point[axis]], dtype=dtype).tobytes()
+                record[offsets[name]:offsets[name] + size] = value
+            data += record
+        data += bytes(extra_row_bytes)
+    msg.data = bytes(data)
+    return msg
+
+
+@pytest.mark.parametrize('dtype', ['<f4', '>f4', '<f8', '>f8'])
+def test_pointcloud_fields_offsets_and_byte_order(dtype):
+    rng = np.random.default_rng(3)
+    points = rng.uniform(-2.0, 2.0, size=(50, 3))
+    # Field order z, x, y: the offsets, not the order, say where each is.
+    xyz = rc.pointcloud2_to_xyz(_cloud(points, fields=('z', 'x', 'y'), dtype=dtype))
+    np.testing.assert_allclose(xyz, points, rtol=1e-6, atol=1e-6)
+
+
+def test_organised_cloud_with_row_padding_and_nan_points():
+    points = np.arange(24, dtype=float).reshape(8, 3) / 10.0
+    points[2, 1] = np.nan
+    points[5] = np.inf
+    xyz = rc.pointcloud2_to_xyz(_cloud(points, height=2, extra_row_bytes=6))
+    np.testing.assert_allclose(xyz, np.delete(points, [2, 5], axis=0), rtol=1e-6)
+    assert rc.pointcloud2_to_xyz(_cloud(np.zeros((0, 3)))).shape == (0, 3)
+
+
+def test_integer_fields_are_read():
+    points = np.array([[1, -2, 3], [400, 5, -6]], dtype=float)
+    np.testing.assert_allclose(rc.pointcloud2_to_xyz(_cloud(points, dtype='<i2')), points)
+
+
+def test_malformed_clouds_are_refused():
+    good = _cloud(np.ones((4, 3)))
+    no_z = _cloud(np.ones((4, 3)))
+    no_z.fields = no_z.fields[:2]
+    with pytest.raises(GoalError, match='expected fields x, y and z'):
+        rc.pointcloud2_to_xyz(no_z)
+    short = _cloud(np.ones((4, 3)))
+    short.data = bytes(good.data)[:-5]
+    with pytest.raises(GoalError, match='expected at least'):
+        rc.pointcloud2_to_xyz(short)
+    outside = _cloud(np.ones((4, 3)))
+    outside.fields[2].offset = outside.point_step - 2
+    with pytest.raises(GoalError, match='does not fit in point_step'):
+        rc.pointcloud2_to_xyz(outside)
+    bad_type = _cloud(np.ones((4, 3)))
+    bad_type.fields[0].datatype = 9
+    with pytest.raises(GoalError, match='datatype'):
+        rc.pointcloud2_to_xyz(bad_type)
 
 
 # ---------------------------------------------------------------------------- markers

@@ -1,36 +1,43 @@
-"""The constraint set the node applies: the schema's entries plus keep-out spheres from markers.
+"""The constraint set the node applies from the ``constraints`` parameter/topic (schema text).
 
-Pure Python/numpy, no ROS. Two sources replace their own part of the set: the ``constraints``
-parameter/topic (schema text, smcik_ros/constraint_schema.py) and keep-out spheres given as
-markers (already converted from the message: {key: (frame, centre (3,), radius)}). Frames are
-converted to the base frame once, when a part is replaced (``frame_to_base``). A refused
+Pure Python/numpy, no ROS. Entries are built in the base frame once, when the set is replaced
+(``frame_to_base``). Keep-out spheres and obstacles are scene obstacles: with the robot's
+collision ``model`` given, each one whose ``links`` (default: all) all have geometry in the
+model goes to ``obstacles`` {('constraints', id): Obstacle}, for the node's collision scene
+(the same mechanism as the ``obstacles`` topic, checked against the robot's covers); one
+naming links the model has no geometry for is built as its own ``KeepOutObstacle`` constraint
+(a thin skeleton of those links' segments), as are all of them without a model. A refused
 replacement raises GoalError and leaves the whole set as it was.
 """
 
 import collections
 
 from .. import constraint_schema
-from ..goals import KeepOutSphere
+from ..errors import GoalError
 
 __all__ = ['ConstraintSet']
 
+_OBSTACLE_SPECS = (constraint_schema.KeepOutSphereSpec, constraint_schema.ObstacleSpec)
+
 
 class ConstraintSet:
-    """Schema entries + marker spheres, built into goal objects in the base frame.
+    """Schema entries built into constraint objects and scene obstacles in the base frame.
 
     chain: the Chain; frame_to_base: callable frame -> (4, 4) pose in the base frame [m]
     (GoalError for an unknown frame); frame_names: frames the schema may name (None: any,
-    checked when built, e.g. with tf2).
+    checked when built, e.g. with tf2); model: the robot's CollisionModel (None: obstacles
+    become constraint objects).
     """
 
-    def __init__(self, chain, frame_to_base, frame_names=None):
+    def __init__(self, chain, frame_to_base, frame_names=None, model=None):
         self.chain = chain
         self.frame_to_base = frame_to_base
         self.frame_names = frame_names
+        self.model = model
         self.specs = []            # schema entries
-        self.markers = {}          # key -> (centre (3,) in the base frame [m], radius [m])
-        self.objects = []          # goal objects handed to the solver and the validators
-        self.spheres = []          # [(centre (3,), radius)] of every keep-out sphere (drawing)
+        self.objects = []          # constraint objects handed to the solver and validators
+        self.obstacles = {}        # {('constraints', id): Obstacle} for the collision scene
+        self.drawn = []            # [((ns, id), Obstacle)] of obstacles built as objects
 
     def parse(self, text):
         """Return the schema entries of ``text`` (GoalError when malformed)."""
@@ -38,36 +45,39 @@ class ConstraintSet:
             text, joint_names=self.chain.joint_names, link_names=self.chain.link_names,
             frame_names=self.frame_names)
 
-    def build(self, specs, markers):
-        """Return (objects, spheres) for ``specs`` and ``markers`` (GoalError if refused)."""
-        objects = constraint_schema.build_constraints(specs, self.chain, self.frame_to_base)
-        spheres = [(obj.center, obj.radius) for spec, obj in zip(specs, objects)
-                   if isinstance(spec, constraint_schema.KeepOutSphereSpec)]
-        for center, radius in markers.values():
-            objects.append(KeepOutSphere(center, radius))
-            spheres.append((center, radius))
-        return objects, spheres
+    def in_scene(self, spec):
+        """Return True when the obstacle entry ``spec`` goes to the collision scene."""
+        if self.model is None or not isinstance(spec, _OBSTACLE_SPECS):
+            return False
+        return all(self.model.has_link(name) for name in spec.links)
+
+    def build(self, specs):
+        """Return (objects, obstacles, drawn) for ``specs`` (GoalError if one is refused)."""
+        obstacles = constraint_schema.build_obstacles(specs, self.chain, self.frame_to_base)
+        keys = [('constraints', spec.id if getattr(spec, 'id', None) is not None else i)
+                for i, spec in enumerate(specs)]
+        scene = {keys[i] for i, spec in enumerate(specs) if self.in_scene(spec)}
+        objects = constraint_schema.build_constraints(specs, self.chain, self.frame_to_base,
+                                                      skip_obstacles=True)
+        drawn = []
+        for i, spec in enumerate(specs):
+            if isinstance(spec, _OBSTACLE_SPECS) and keys[i] not in scene:
+                try:
+                    built = constraint_schema.build_constraints(
+                        [spec], self.chain, self.frame_to_base, collision_model=self.model)
+                except GoalError as exc:     # name the entry by its index in ``specs``
+                    raise GoalError(str(exc).replace('constraints[0]', f'constraints[{i}]',
+                                                     1)) from None
+                objects.extend(built)
+                drawn.append((keys[i], obstacles[keys[i]]))
+        return objects, {k: o for k, o in obstacles.items() if k in scene}, drawn
 
     def replace_specs(self, specs):
-        """Apply new schema entries (keeping the marker spheres); return the new objects."""
-        self.objects, self.spheres = self.build(specs, self.markers)
+        """Apply new schema entries; return the new constraint objects (``obstacles`` and
+        ``drawn`` are updated with them)."""
+        self.objects, self.obstacles, self.drawn = self.build(specs)
         self.specs = list(specs)
         return self.objects
-
-    def replace_markers(self, spheres):
-        """Apply keep-out spheres {key: (frame, centre (3,), radius)}; return the objects."""
-        in_base = {}
-        for key, (frame, center, radius) in spheres.items():
-            to_base = self.frame_to_base(frame)
-            in_base[key] = (to_base[:3, :3] @ center + to_base[:3, 3], radius)
-        self.objects, self.spheres = self.build(self.specs, in_base)
-        self.markers = in_base
-        return self.objects
-
-    def marker_frames(self):
-        """Return the marker spheres as {key: (base frame name, centre, radius)}."""
-        base = self.chain.base_link
-        return {key: (base, center, radius) for key, (center, radius) in self.markers.items()}
 
     def summary(self):
         """Return 'N type, ...' of the schema entries ('none' when empty)."""

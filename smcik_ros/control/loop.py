@@ -31,7 +31,8 @@ import traceback
 import numpy as np
 
 from .arm_state import ArmMonitor, ArmSettings, ArmState
-from .command_shaping import CommandShaper, nearest_equivalent, to_solver_range
+from .command_shaping import (CommandShaper, ShapedCommand, nearest_equivalent,
+                              to_solver_range)
 from .frames import FrameResolver
 from .goal_inbox import GoalInbox
 
@@ -112,33 +113,50 @@ class Reporter:
 
 
 class HardConstraintValidator:
-    """Refuse motions that enter a hard constraint (keep-out spheres, ...).
+    """Refuse motions that go deeper into a hard constraint (keep-out volumes, ...).
 
-    ``validator(q_from, q_to)`` checks configurations along the straight joint-space segment
-    (at most ``resolution`` [rad or m] apart on any joint); a motion is refused when the start
-    is outside every hard constraint and a later sample is inside one (getting out of a
-    constraint the arm is already in is allowed). ``constraints``: the solver's constraint
-    objects (``hard`` ones are checked, with their ``violated(frames)``).
+    ``validator(q_from, q_to)`` checks the straight joint-space segment: constraints with a
+    ``check_motion(q_from, q_to)`` (the collision constraints, keep-out obstacles) check it at
+    their own sub-step bound with q_from as the reference (a motion may leave what q_from
+    penetrates, never go deeper); others are sampled at most ``resolution`` [rad or m] apart
+    on any joint (``max_samples``) and refused when the start is outside and a later sample
+    inside. ``constraints``: the solver's constraint objects (``hard`` ones are checked);
+    skip: predicate constraint -> True for constraints another validator checks (the
+    collision guard's own constraint).
     """
 
-    def __init__(self, chain, resolution=0.05, max_samples=16):
+    def __init__(self, chain, resolution=0.05, max_samples=16, skip=None):
         self.chain = chain
         self.resolution = float(resolution)
         self.max_samples = int(max_samples)
+        self.skip = skip
         self.constraints = []
         self.reason = ''
 
     def __call__(self, q_from, q_to):
-        hard = [c for c in self.constraints if c.hard]
+        hard = [c for c in self.constraints if c.hard and not (self.skip and self.skip(c))]
         if not hard:
             return True
         q_from = np.asarray(q_from, dtype=float)
         q_to = np.asarray(q_to, dtype=float)
+        sampled = [c for c in hard if not hasattr(c, 'check_motion')]
+        for constraint in hard:
+            if constraint in sampled:
+                continue
+            ok, info = constraint.check_motion(q_from, q_to)
+            if not ok:
+                pair = info.get('pair')
+                self.reason = (f'the motion would go deeper into a hard constraint '
+                               f'({type(constraint).__name__}'
+                               + (f': {" / ".join(pair)}' if pair else '') + ')')
+                return False
+        if not sampled:
+            return True
         span = float(np.max(np.abs(q_to - q_from))) if q_from.size else 0.0
         count = min(self.max_samples, max(2, int(math.ceil(span / self.resolution)) + 1))
         t = np.linspace(0.0, 1.0, count)[:, None]
         frames = self.chain.frames(q_from + t * (q_to - q_from))
-        for constraint in hard:
+        for constraint in sampled:
             bad = np.asarray(constraint.violated(frames), dtype=bool)
             if not bad[0] and np.any(bad[1:]):
                 self.reason = (f'the motion would enter a hard constraint '
@@ -152,13 +170,19 @@ class ControlLoop:
 
     chain: the Chain; solver: a Solver on that chain; limits: command_shaping.JointLimits;
     arm_settings: ArmSettings; inbox: GoalInbox (default: one on the robot's own frames);
-    iterations_per_tick: solver steps per tick; validators: callables (q_from, q_to) -> ok;
-    report: callable(level, key, text, exc=None) (a Reporter; default: discard);
-    tolerances: (position [m], orientation [rad]) of "goal reached".
+    iterations_per_tick: solver steps per tick; validators: callables (q_from, q_to) -> ok
+    (optionally with ``check_many(q_from, q_tos) -> (K,) bool`` for a batch of motions and a
+    ``reason`` text); report: callable(level, key, text, exc=None) (a Reporter; default:
+    discard); tolerances: (position [m], orientation [rad]) of "goal reached";
+    fallback_candidates: how many of the solver's heaviest particles (plus its MAP) are tried
+    when a validator refuses the estimate's motion (0: brake at once); hold_reset_interval
+    [ticks]: while a hold lasts, the solver restarts at the stop on its first tick and then
+    every this many ticks (1: every tick).
     """
 
     def __init__(self, chain, solver, limits, arm_settings=None, inbox=None,
-                 iterations_per_tick=1, validators=(), report=None, tolerances=(1e-3, 1e-2)):
+                 iterations_per_tick=1, validators=(), report=None, tolerances=(1e-3, 1e-2),
+                 fallback_candidates=8, hold_reset_interval=1):
         if chain.nq != chain.nv:
             raise ValueError('ControlLoop needs a chain of 1-DOF joints (no ball joints)')
         self.chain = chain
@@ -169,8 +193,15 @@ class ControlLoop:
         self.inbox = inbox or GoalInbox(FrameResolver(chain), chain.tip_link)
         self.iterations_per_tick = int(iterations_per_tick)
         self.validators = list(validators)
+        self.fallback_candidates = int(fallback_candidates)
+        if int(hold_reset_interval) < 1:
+            raise ValueError(f'hold_reset_interval must be >= 1 tick; got {hold_reset_interval}')
+        self.hold_reset_interval = int(hold_reset_interval)
+        self._hold_streak = 0
+        self._last_hold = -2
         self._report = report or (lambda *args, **kwargs: None)
         self.tolerances = tuple(tolerances)
+        self.constraints = []       # what the solver respects (also on a solver switch)
         self.q = None               # last published command (n,)
         self.v = None               # its velocity (n,)
         self.stamp = None           # its stamp [s]
@@ -182,8 +213,14 @@ class ControlLoop:
         self._stopping = False
         self._desired = None        # (desired (n,), time [s], its velocity or None), last tick
         self._last_acceleration = 0.0   # max_j |dv_j| / (a_j dt) of the last tick
+        # (start, end) of the last validated motion: the previous command to the braking
+        # point of the current one. Every brake stays on it.
+        self.validated = None
         self.faults = 0             # ticks that raised
-        self.holds = 0              # commands a validator refused
+        self.holds = 0              # ticks a validator made brake (no free fallback)
+        self.fallbacks = 0          # ticks that moved towards another solver candidate
+        self.line_brakes = 0        # brakes forced back onto the validated line
+        self.last_refusal = None    # {'tick', 'validator', 'reason', 'outcome'}
         self.ticks = 0
         # Callables (solver, goal, now) run after every solver step (e.g. the alternatives'
         # bookkeeping, which latches the step's branch-switch record).
@@ -231,13 +268,18 @@ class ControlLoop:
         return self._stopping and (self.q is None or not np.any(self.v))
 
     def set_solver(self, solver):
-        """Switch to ``solver``, started at the current command (the stream does not jump)."""
+        """Switch to ``solver`` with the loop's constraints, started at the current command
+        (the stream does not jump). GoalError (nothing changed) if a constraint does not fit."""
+        solver.set_constraints(self.constraints)
         self.solver = solver
         self._reset_solver(self.q if self.q is not None else self.current_configuration())
 
     def set_constraints(self, constraints):
-        """Hand the constraint set to the solver and to the validators that take one."""
+        """Hand the constraint set to the solver (now and on every switch) and to the
+        validators that take one."""
+        constraints = list(constraints)
         self.solver.set_constraints(constraints)
+        self.constraints = constraints
         for validator in self.validators:
             if hasattr(validator, 'constraints'):
                 validator.constraints = list(constraints)
@@ -290,13 +332,14 @@ class ControlLoop:
         self._follow_measured_turns()
         lead_box = self._lead_box()
         if self._stopping or state is ArmState.STALE:
-            return self._commit(self.shaper.brake(self.q, self.v, dt, lead_box), now, state)
+            return self._commit(self._brake(dt, lead_box), now, state)
         goal = self.inbox.take(now)
         if goal is not None:
             self._set_goal(goal, now)
         desired = desired_velocity = None
         previous, self._desired = self._desired, None
         if self.goal is not None:
+            self._set_references(self.q)
             estimate = None
             for _ in range(self.iterations_per_tick):
                 estimate = self.solver.step(self.goal.terms)
@@ -316,20 +359,164 @@ class ControlLoop:
                     now - previous[1], previous[2])
             self._desired = (desired, now, desired_velocity)
         shaped = self.shaper.step(self.q, self.v, dt, desired, lead_box, desired_velocity)
+        stop = self.shaper.stopping_point(shaped.q, shaped.v)
         if self.validators:
-            stop = self.shaper.stopping_point(shaped.q, shaped.v)
-            for validator in self.validators:
-                if not validator(self.q, stop):
-                    self.holds += 1
-                    reason = getattr(validator, 'reason', '') or type(validator).__name__
-                    self.report('warn', f'validator:{type(validator).__name__}', (
-                        f'{reason}: braking instead, the solver restarts at the stop'))
-                    shaped = self.shaper.brake(self.q, self.v, dt, lead_box)
-                    self._reset_solver(self.shaper.stopping_point(shaped.q, shaped.v))
-                    self._desired = None
-                    break
+            refused = self._refusal(self.q, stop)
+            if refused is not None:
+                shaped, stop = self._after_refusal(refused, desired, dt, lead_box)
+        if stop is not None:
+            self.validated = (self.q.copy(), stop)
         return self._commit(shaped, now, state)
 
+    # ------------------------------------------------------------------ validation
+    def _set_references(self, q):
+        """Give constraints that compare with a reference (never deeper) the command q."""
+        for constraint in self.constraints:
+            set_reference = getattr(constraint, 'set_reference', None)
+            if set_reference is not None:
+                set_reference(q)
+
+    def _refusal(self, q_from, q_to):
+        """Return the first validator that refuses the motion q_from -> q_to, or None."""
+        for validator in self.validators:
+            if not validator(q_from, q_to):
+                return validator
+        return None
+
+    def _after_refusal(self, validator, desired, dt, lead_box):
+        """Return (shaped, stop or None) after ``validator`` refused the estimate's motion:
+        a free fallback candidate, else a brake (and the solver restarts at its stop)."""
+        reason = getattr(validator, 'reason', '') or type(validator).__name__
+        name = type(validator).__name__
+        alternative = self._fallback(desired, dt, lead_box) if desired is not None else None
+        if alternative is not None:
+            self.fallbacks += 1
+            self.last_refusal = {'tick': self.ticks, 'validator': name, 'reason': reason,
+                                 'outcome': 'fallback'}
+            self.report('info', f'fallback:{name}', (
+                f'{reason}: moving towards another of the solver\'s candidates instead'))
+            return alternative
+        self.holds += 1
+        self.last_refusal = {'tick': self.ticks, 'validator': name, 'reason': reason,
+                             'outcome': 'hold'}
+        self.report('warn', f'validator:{name}', (
+            f'{reason}: braking instead, the solver restarts at the stop'))
+        shaped = self._brake(dt, lead_box)
+        self._desired = None
+        # Restart the solver at the stop on the first hold of an episode, then every
+        # ``hold_reset_interval`` ticks while holding (default 1: every tick, docs/collision.md
+        # section 6). A restart re-seeds the SMC, its dearest step: on the demo arm a long hold
+        # costs ~25 ms CPU per tick at 1 and ~5 ms at 'first tick only', but larger intervals
+        # did not reach more goals in the by-hand Panda runs (a held filter deadlocks).
+        if self.ticks - self._last_hold > 1 or self._hold_streak % self.hold_reset_interval == 0:
+            self._hold_streak = 0
+            self._reset_solver(self.shaper.stopping_point(shaped.q, shaped.v))
+        self._hold_streak += 1
+        self._last_hold = self.ticks
+        return shaped, None
+
+    def _fallback(self, desired, dt, lead_box):
+        """Return (shaped, stop) towards the first free fallback candidate, or None.
+
+        Candidates: the solver's MAP and its heaviest particles (``last_info``), mapped to the
+        command's coordinate, each shaped within the limits from the current command; the
+        first whose motion to its braking point every validator accepts (one batched check
+        per validator that has ``check_many``).
+        """
+        if self.fallback_candidates <= 0:
+            return None
+        info = getattr(self.solver, 'last_info', None) or {}
+        rows = []
+        if info.get('map') is not None:
+            rows.append(np.atleast_2d(np.asarray(info['map'], dtype=float)))
+        particles = info.get('particles')
+        if particles is not None and len(particles):
+            particles = np.asarray(particles, dtype=float)
+            weights = info.get('weights')
+            order = np.argsort(-np.asarray(weights)) if weights is not None \
+                else np.arange(len(particles))
+            rows.append(particles[order[:4 * self.fallback_candidates]])
+        if not rows:
+            return None
+        candidates = np.concatenate(rows)
+        if candidates.ndim != 2 or candidates.shape[1] != self.q.shape[0]:
+            return None
+        candidates = nearest_equivalent(candidates, self.q, self.limits.continuous)
+        # Distinct candidates, in order, other than the refused estimate.
+        _, first = np.unique(np.round(candidates, 9), axis=0, return_index=True)
+        candidates = candidates[np.sort(first)]
+        candidates = candidates[np.any(np.abs(candidates - desired) > 1e-9, axis=1)]
+        candidates = candidates[:self.fallback_candidates + 1]
+        if not len(candidates):
+            return None
+        shaped = [self.shaper.step(self.q, self.v, dt, c, lead_box) for c in candidates]
+        stops = np.array([self.shaper.stopping_point(s.q, s.v) for s in shaped])
+        ok = np.ones(len(stops), dtype=bool)
+        for validator in self.validators:
+            check_many = getattr(validator, 'check_many', None)
+            if check_many is not None:
+                ok &= np.asarray(check_many(self.q, stops), dtype=bool)
+            else:
+                for k in np.flatnonzero(ok):
+                    ok[k] = bool(validator(self.q, stops[k]))
+            if not ok.any():
+                return None
+        k = int(np.argmax(ok))
+        return shaped[k], stops[k]
+
+    def _on_validated_line(self, shaped):
+        """Return True when the command and its braking point lie on the validated motion."""
+        if self.validated is None:
+            return True
+        start, end = self.validated
+        span = end - start
+        length2 = float(span @ span)
+        tol = 1e-9 * (1.0 + math.sqrt(length2))
+        for point in (shaped.q, self.shaper.stopping_point(shaped.q, shaped.v)):
+            offset = point - start
+            t = float(offset @ span) / length2 if length2 > 0.0 else 0.0
+            if t < -tol or t > 1.0 + tol or np.max(np.abs(offset - t * span)) > tol:
+                return False
+        return True
+
+    def _brake(self, dt, lead_box, validate=True):
+        """Return a braking ShapedCommand that stays on the validated line.
+
+        The shaper's brake (synchronized on the current line) is taken when it and its
+        braking point lie on the last validated motion; when the per-joint safety net bent
+        it (a joint at its position or lead bound), the bent motion is validated
+        (``validate``); otherwise the brake follows the validated line exactly.
+        """
+        braked = self.shaper.brake(self.q, self.v, dt, lead_box)
+        if self._on_validated_line(braked):
+            return braked
+        if validate and self.validators:
+            stop = self.shaper.stopping_point(braked.q, braked.v)
+            if self._refusal(self.q, stop) is None:
+                self.validated = (self.q.copy(), stop)
+                return braked
+        return self._line_brake(dt)
+
+    def _line_brake(self, dt):
+        """Return the synchronized brake at the largest deceleration, exactly on the line of
+        the current velocity (inside the validated motion: its braking point moves back).
+
+        Velocity and acceleration limits hold; positions are clipped into the limits; the lead
+        bound may be exceeded (a collision-free line beats the lead)."""
+        self.line_brakes += 1
+        self.report('warn', 'line_brake', (
+            'the limiter\'s brake left the validated motion and its own path was refused: '
+            'braking exactly on the validated line (the lead bound may be exceeded briefly)'))
+        speed = np.abs(self.v)
+        moving = speed > 0.0
+        if not moving.any():
+            return ShapedCommand(self.q.copy(), np.zeros_like(self.q), 'stop')
+        factor = max(0.0, 1.0 - float(np.min(self.limits.acceleration[moving] * dt
+                                             / speed[moving])))
+        q_new = self.limits.clip(self.q + factor * self.v * dt)
+        return ShapedCommand(q_new, (q_new - self.q) / dt, 'stop')
+
+    # ------------------------------------------------------------------ stream state
     def _clock_reset(self, now, dt):
         """The node clock jumped backwards (a simulation restarted under use_sim_time): no
         time-based guarantee carries over, so the stream starts again like at start-up, from
@@ -338,6 +525,7 @@ class ControlLoop:
             f'the node clock jumped back by {-dt:.3f} s (simulation time reset?): commands stop '
             'and restart from the next joint_states, as at start-up'))
         self.q = self.v = self.stamp = None
+        self.validated = None
         self.arm.forget()
 
     def _hold(self, now):
@@ -348,7 +536,7 @@ class ControlLoop:
             dt = now - self.stamp
             if not dt > 0.0:
                 return None
-            command = self._commit(self.shaper.brake(self.q, self.v, dt, self._lead_box()),
+            command = self._commit(self._brake(dt, self._lead_box(), validate=False),
                                    now, self.arm.state)
         except Exception as exc:
             self.report('error', f'hold:{type(exc).__name__}',
@@ -384,6 +572,8 @@ class ControlLoop:
         turns = np.where(continuous, np.round((self.arm.measured - self.q) / TWO_PI), 0.0)
         if turns.any():
             self.q = self.q + TWO_PI * turns
+            if self.validated is not None:
+                self.validated = tuple(p + TWO_PI * turns for p in self.validated)
             j = int(np.argmax(np.abs(turns)))
             self.report('info', 'turns', (
                 f'{self.chain.joint_names[j]} is measured {turns[j]:+.0f} turn(s) from the '
@@ -406,6 +596,7 @@ class ControlLoop:
                 f'[{self.limits.lower[j]:.4f}, {self.limits.upper[j]:.4f}]: commanding the '
                 'nearest position inside'))
         self.q, self.v, self.stamp = clipped, np.zeros_like(clipped), now
+        self.validated = (clipped.copy(), clipped.copy())
         self._last_acceleration = 0.0
         self._reset_solver(clipped)
         self.last = Command(clipped.copy(), self.v.copy(), now, state, 'resync')
@@ -452,6 +643,25 @@ class ControlLoop:
         self.goal_reached = reached
 
     # ------------------------------------------------------------------ status
+    def refusal(self, within=None):
+        """Return the last validator refusal {'tick', 'validator', 'reason', 'outcome'
+        ('hold' or 'fallback'), 'ticks_ago'} (None if none, or older than ``within`` ticks)."""
+        if self.last_refusal is None:
+            return None
+        ago = self.ticks - self.last_refusal['tick']
+        if within is not None and ago > within:
+            return None
+        return dict(self.last_refusal, ticks_ago=ago)
+
+    def refusal_text(self, within=50):
+        """Return what the last validator refusal (within ``within`` ticks) did, or ''."""
+        refusal = self.refusal(within)
+        if refusal is None:
+            return ''
+        if refusal['outcome'] == 'hold':
+            return f'holding: {refusal["reason"]}'
+        return f'detour: {refusal["reason"]}; moving towards another solver candidate'
+
     def status(self, now):
         """Return the command-stream part of ~/status (JSON-ready values)."""
         def number(value, digits):
@@ -476,6 +686,9 @@ class ControlLoop:
             'stale_episodes': self.arm.stale_episodes,
             'faults': self.faults,
             'holds': self.holds,
+            'fallbacks': self.fallbacks,
+            'line_brakes': self.line_brakes,
+            'refusal': self.refusal_text(),
             'goals_received': self.inbox.received,
             'goals_superseded': self.inbox.superseded,
             'goals_stale': self.inbox.stale,

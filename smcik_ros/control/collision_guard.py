@@ -1,0 +1,480 @@
+"""Collision avoidance in the command stream, without ROS: the model, the scene, the validator.
+
+``CollisionGuard`` owns what the node needs from ``smcik_ros.collision``:
+
+- the ``CollisionConstraint`` every solver respects (the node hands it to the control loop
+  with the YAML constraints; the loop sets its reference to the command before each solver
+  step: an obstacle that appears on the arm may be left, never entered deeper);
+- the ``Scene`` of obstacles from several sources ('obstacles' and 'keep_out_markers'
+  topics, the 'constraints' YAML, a 'pointcloud'), each replaced or updated as a whole (a
+  refused update leaves the previous scene);
+- the validator of the control loop: ``guard(q_from, q_to)`` checks the straight motion at
+  sub-steps so close that no cover point moves more than the padding between two
+  (``CollisionConstraint.check_motion``), ``guard.check_many`` checks a batch of motions (the
+  loop's fallback candidates) in one evaluation;
+- the status (closest pair, smallest distance, in collision, a reason text) and what the
+  ``~/collision`` markers draw.
+
+``CollisionGuard.from_urdf`` builds it from the URDF: sphere covers of the ``<collision>``
+geometry (a thin skeleton of the chain when there is none: self-collision is then off and
+obstacles still work), the self-collision pairs from the SRDF (``choose_srdf``: the XML text
+of ``robot_description_semantic``, else ``srdf_path``, else the SRDF found beside the URDF by
+convention), the settings. A missing mesh raises ModelError naming the URI and every place
+looked. ``start_srdf_update`` recomputes the pairs for another SRDF in a background thread
+(MoveIt's ``/robot_description_semantic`` arriving after start-up); ``poll`` swaps the new
+constraint in at the next tick.
+"""
+
+import dataclasses
+import math
+import os
+import threading
+
+import numpy as np
+
+from ..collision import (DEFAULT_CLEARANCE, DEFAULT_PADDING, CollisionConstraint,
+                         CollisionModel, Obstacle, Scene, conventional_srdf_path, parse_srdf,
+                         self_collision_pairs)
+from ..errors import GoalError, ModelError, ParameterError
+
+__all__ = ['CollisionSettings', 'CollisionGuard', 'choose_srdf', 'reach_bound',
+           'pointcloud_to_obstacle', 'SOURCES']
+
+# Scene sources: who may replace or clear which obstacles (a DELETEALL clears its own).
+SOURCES = ('obstacles', 'keep_out_markers', 'constraints', 'pointcloud')
+
+
+@dataclasses.dataclass(frozen=True)
+class CollisionSettings:
+    """Settings of the node's collision avoidance (lengths in m).
+
+    self_collision: check the robot against itself (ignored without <collision> geometry);
+    padding: the smallest clearance accepted (also the sub-step bound of the motion check);
+    clearance: the soft margin the solvers keep beyond the padding (0: off);
+    voxel_size: edge of the point-cloud voxels (one sphere each);
+    robot_margin: point-cloud points this close to the robot's padded cover are the robot;
+    coarse_resolution: sub-step spacing of the motion check's first, coarse pass (0: off):
+    a motion whose coarse sub-steps (both ends included) are all at least
+    ``coarse_resolution - padding`` clear is free without the fine pass (no cover point is
+    farther than that from one of them); otherwise the fine check decides.
+    """
+
+    self_collision: bool = True
+    padding: float = DEFAULT_PADDING
+    clearance: float = DEFAULT_CLEARANCE
+    voxel_size: float = 0.03
+    robot_margin: float = 0.02
+    coarse_resolution: float = 0.01
+
+    def __post_init__(self):
+        object.__setattr__(self, 'self_collision', bool(self.self_collision))
+        for name, low, high in (('padding', 0.0, 0.1), ('clearance', 0.0, 1.0),
+                                ('voxel_size', 1e-3, 1.0), ('robot_margin', 0.0, 1.0),
+                                ('coarse_resolution', 0.0, 0.1)):
+            value = getattr(self, name)
+            try:
+                value = float(value)
+            except (TypeError, ValueError):
+                raise ParameterError(f'collision {name} must be a number [m]; got '
+                                     f'{value!r}') from None
+            if not (math.isfinite(value) and low <= value <= high):
+                raise ParameterError(f'collision {name} must be in [{low:g}, {high:g}] m; got '
+                                     f'{value}')
+            object.__setattr__(self, name, value)
+
+    def replace(self, **changes):
+        """Return a copy with ``changes`` applied (validated)."""
+        return dataclasses.replace(self, **changes)
+
+
+def choose_srdf(semantic='', srdf_path='', urdf_path=None, resolve=None):
+    """Return (source, description, explicit) of the SRDF to use, or (None, reason, False).
+
+    Order: the XML text ``semantic`` (robot_description_semantic), the file ``srdf_path``
+    (through ``resolve(path)`` when given, e.g. relative to the package), the SRDF found
+    beside ``urdf_path`` by convention (``conventional_srdf_path``). ``explicit`` is True for
+    the first two (a broken one is an error; a broken conventional file is only warned about).
+    """
+    if semantic and semantic.strip():
+        return semantic, 'the robot_description_semantic parameter', True
+    if srdf_path and srdf_path.strip():
+        path = resolve(srdf_path) if resolve is not None else srdf_path
+        return os.fspath(path), f'srdf_path {os.fspath(path)!r}', True
+    found = conventional_srdf_path(urdf_path) if urdf_path else None
+    if found:
+        return found, f'{found!r} (found beside the URDF)', False
+    return None, 'no SRDF (none given, none beside the URDF)', False
+
+
+def reach_bound(model):
+    """Return an upper bound [m] of how far any cover point can be from the base origin.
+
+    Per body: the joint offsets down from the base (plus prismatic travel) and the cover's
+    reach from the body origin; spheres on the base: their own distance.
+    """
+    chain = model.chain
+    if not len(model.radii):
+        return 0.0
+    travel = np.zeros(chain.num_bodies)
+    for b in getattr(chain, '_prismatic_bodies', ()):
+        qi = chain._body_q[b]
+        travel[b] = max(abs(chain.lower[qi]), abs(chain.upper[qi]))
+    best = 0.0
+    for b in np.unique(model.sphere_body):
+        sel = model.sphere_body == b
+        extent = float(np.max(np.linalg.norm(model.centers[sel], axis=1) + model.radii[sel]))
+        path, k = 0.0, int(b)
+        while k >= 0:
+            path += float(np.linalg.norm(chain._body_offset[k])) + travel[k]
+            k = chain._body_parent[k]
+        best = max(best, path + extent)
+    return best
+
+
+def pointcloud_to_obstacle(points, voxel_size, constraint, q, robot_margin=0.02, reach=None):
+    """Return the 'spheres' Obstacle of (N, 3) points [m] in the base frame, or None.
+
+    The semantics of ``collision.pointcloud_obstacle`` (points within the robot's padded
+    cover + ``robot_margin`` at q are the robot and dropped; one sphere of half the voxel
+    diagonal per occupied voxel; spheres reaching into the padded cover dropped), computed
+    for camera-sized clouds: non-finite points dropped, points farther than ``reach`` [m] (+
+    a voxel) from the base origin dropped (they cannot touch the arm), voxels by one integer
+    key, and the exact robot filter only on the points of voxels near the robot.
+    """
+    points = np.asarray(points, dtype=float).reshape(-1, 3)
+    points = points[np.isfinite(points).all(axis=1)]
+    voxel = float(voxel_size)
+    radius = 0.5 * math.sqrt(3.0) * voxel
+    if reach is not None and len(points):
+        limit = float(reach) + 2.0 * voxel
+        points = points[np.einsum('ij,ij->i', points, points) <= limit * limit]
+    if not len(points):
+        return None
+    cells = np.floor(points / voxel).astype(np.int64)
+    low = cells.min(axis=0)
+    cells -= low
+    dims = cells.max(axis=0) + 1
+    keys = (cells[:, 0] * dims[1] + cells[:, 1]) * dims[2] + cells[:, 2]
+    unique, inverse = np.unique(keys, return_inverse=True)
+
+    def centres(key):
+        z = key % dims[2]
+        y = (key // dims[2]) % dims[1]
+        x = key // (dims[1] * dims[2])
+        return (np.stack([x, y, z], axis=1) + low + 0.5) * voxel
+
+    if constraint is not None and q is not None:
+        # Voxels whose points may be on the robot: the centre is within the padded cover +
+        # margin + the voxel's half diagonal. Only their points get the exact test.
+        near = constraint.points_on_robot(centres(unique), q, robot_margin,
+                                          point_radius=radius)
+        if near.any():
+            near_points = near[inverse.reshape(-1)]
+            on_robot = constraint.points_on_robot(points[near_points], q, robot_margin)
+            kept = keys[near_points][~on_robot]
+            unique = np.union1d(unique[~near], kept)
+    if not len(unique):
+        return None
+    result = centres(unique)
+    if constraint is not None and q is not None:
+        result = result[~constraint.points_on_robot(result, q, 0.0, point_radius=radius)]
+    if not len(result):
+        return None
+    return Obstacle('spheres', (radius,), np.eye(4), centers=result)
+
+
+class CollisionGuard:
+    """The node's collision avoidance over a ``CollisionModel`` (see the module doc).
+
+    model: the CollisionModel; pairs: its ``SelfCollisionPairs`` (None: none, e.g. a
+    skeleton); settings: CollisionSettings; scene: a Scene (default: a new one);
+    srdf: a description of where the pairs came from (for the log and the status).
+    """
+
+    def __init__(self, model, pairs=None, settings=None, scene=None, srdf='no SRDF'):
+        self.model = model
+        self.settings = settings if settings is not None else CollisionSettings()
+        self.scene = scene if scene is not None else Scene()
+        self.pairs = pairs
+        self.srdf = srdf
+        self.has_geometry = bool(model.has_geometry and model.source == 'urdf')
+        self.constraint = self._make_constraint(pairs)
+        self.reach = reach_bound(model)
+        self.reason = ''
+        self.last_check = None
+        self.refusals = 0
+        self._report = (None, None)
+        self._lock = threading.Lock()
+        self._pending = None         # (pairs, constraint, srdf description) from a thread
+        self._worker = None
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_urdf(cls, chain, urdf, urdf_path=None, package_paths=(), srdf=None,
+                  srdf_description=None, settings=None, cache_dir=None, explicit_srdf=True):
+        """Return (guard, notes): the model from the URDF (text or path), its pairs.
+
+        srdf: an SRDF path or XML text (or None); explicit_srdf: a broken SRDF is an error
+        (else: noted and ignored). notes: (level, text) lines for the log (the model's and
+        pairs' own warnings go to the 'smcik_ros.collision' logger). Raises ModelError for a
+        missing or unreadable mesh (naming the URI and where it was looked for) or a broken
+        explicit SRDF.
+        """
+        settings = settings if settings is not None else CollisionSettings()
+        notes = []
+        model = CollisionModel.from_urdf(chain, urdf, package_paths=tuple(package_paths),
+                                         urdf_path=urdf_path, cache_dir=cache_dir)
+        if not model.has_geometry:
+            notes.append(('info', 'the URDF has no <collision> geometry: self_collision is '
+                          'ignored; obstacles are checked against a thin skeleton of the '
+                          'chain (1 cm around the segments between link origins)'))
+            return cls(CollisionModel.skeleton(chain), None, settings,
+                       srdf='no <collision> geometry'), notes
+        description = srdf_description or ('no SRDF' if srdf is None else str(srdf))
+        try:
+            pairs = self_collision_pairs(model, srdf, padding=settings.padding)
+        except ModelError as exc:
+            if explicit_srdf:
+                raise
+            notes.append(('warn', f'{description}: {exc}: ignored, every non-adjacent pair '
+                          'is checked'))
+            description = f'no SRDF ({description} unreadable)'
+            pairs = self_collision_pairs(model, None, padding=settings.padding)
+        guard = cls(model, pairs, settings, srdf=description)
+        notes.append(('info', guard.summary()))
+        return guard, notes
+
+    def _make_constraint(self, pairs):
+        s = self.settings
+        on = s.self_collision and self.has_geometry and pairs is not None
+        return CollisionConstraint(self.model, self.scene, self_collision=on,
+                                   pairs=pairs if on else None, padding=s.padding,
+                                   clearance=s.clearance)
+
+    @property
+    def self_collision(self):
+        """True when self-collision is checked (the setting, and the URDF has geometry)."""
+        return bool(self.constraint.self_collision)
+
+    def summary(self):
+        """Return one line: spheres, links, pairs and where they came from."""
+        model = self.model
+        pairs = len(self.constraint.pairs)
+        what = (f'{pairs} self-collision pairs checked' if self.self_collision
+                else 'self-collision off')
+        return (f'collision model: {len(model.radii)} spheres on {len(model.link_names)} links '
+                f'({model.source}), {what} (SRDF: {self.srdf}), padding '
+                f'{self.settings.padding:g} m, clearance {self.settings.clearance:g} m')
+
+    # ------------------------------------------------------------------ settings at runtime
+    def set_self_collision(self, on):
+        """Switch self-collision on or off; returns the new constraint (the caller hands it to
+        the loop). Raises ParameterError when on and the URDF has no collision geometry."""
+        if on and not self.has_geometry:
+            raise ParameterError('self_collision: the URDF has no <collision> geometry, so the '
+                                 'robot cannot be checked against itself')
+        self.settings = self.settings.replace(self_collision=bool(on))
+        self.constraint = self._make_constraint(self.pairs)
+        return self.constraint
+
+    def set_clearance(self, clearance):
+        """Change the soft clearance [m]; returns the new constraint (for the loop)."""
+        self.settings = self.settings.replace(clearance=clearance)
+        self.constraint = self._make_constraint(self.pairs)
+        return self.constraint
+
+    def set_pointcloud_settings(self, voxel_size=None, robot_margin=None):
+        """Change the voxel size / robot margin of the next point clouds [m]."""
+        changes = {}
+        if voxel_size is not None:
+            changes['voxel_size'] = voxel_size
+        if robot_margin is not None:
+            changes['robot_margin'] = robot_margin
+        self.settings = self.settings.replace(**changes)
+
+    # ------------------------------------------------------------------ SRDF at runtime
+    def start_srdf_update(self, srdf, description):
+        """Recompute the self-collision pairs for ``srdf`` (path, XML or None) in a thread.
+
+        The SRDF is parsed here (ModelError when malformed, nothing changes); the pairs (and
+        the new constraint's pair tables) are computed in the background; ``poll`` swaps them
+        in. Returns False (nothing to do) when the URDF has no geometry.
+        """
+        if not self.has_geometry:
+            return False
+        parsed = None if srdf is None else parse_srdf(srdf)
+        settings = self.settings
+
+        def work():
+            try:
+                pairs = self_collision_pairs(self.model, parsed, padding=settings.padding)
+                on = settings.self_collision
+                constraint = CollisionConstraint(
+                    self.model, self.scene, self_collision=on, pairs=pairs if on else None,
+                    padding=settings.padding, clearance=settings.clearance)
+                result = (pairs, constraint, description, None)
+            except Exception as exc:   # reported by poll, never raised in the thread
+                result = (None, None, description, exc)
+            with self._lock:
+                self._pending = result
+
+        self._worker = threading.Thread(target=work, name='smcik-srdf-pairs', daemon=True)
+        self._worker.start()
+        return True
+
+    def wait_for_update(self, timeout=None):
+        """Wait until a background SRDF update has finished computing (for tests)."""
+        if self._worker is not None:
+            self._worker.join(timeout)
+
+    def poll(self):
+        """Swap in a finished SRDF update; return (level, text, changed) or None.
+
+        changed: True when ``constraint`` is a new object (hand it to the control loop)."""
+        with self._lock:
+            pending, self._pending = self._pending, None
+        if pending is None:
+            return None
+        pairs, constraint, description, error = pending
+        if error is not None:
+            return ('error', f'SRDF from {description} not applied ({type(error).__name__}: '
+                             f'{error}); keeping {len(self.constraint.pairs)} pairs', False)
+        self.pairs, self.srdf = pairs, description
+        if (constraint.clearance, constraint.self_collision) == (
+                self.settings.clearance, self.settings.self_collision):
+            self.constraint = constraint
+        else:   # a setting changed while the thread ran
+            self.constraint = self._make_constraint(pairs)
+        return ('info', f'SRDF from {description} applied: {self.summary()}', True)
+
+    # ------------------------------------------------------------------ the validator
+    def __call__(self, q_from, q_to):
+        """Return True when the straight motion q_from -> q_to (nq,) is free (see module)."""
+        if self._clearly_free(q_from, q_to):
+            self.last_check = {'coarse': True}
+            return True
+        ok, info = self.constraint.check_motion(q_from, q_to)
+        self.last_check = info
+        if not ok:
+            self.refusals += 1
+            pair = info.get('pair')
+            where = ' / '.join(pair) if pair else 'unknown pair'
+            self.reason = (f'the motion would collide ({where}, {1e3 * info["distance"]:.1f} mm '
+                           f'padded distance, {100 * info["first_bad"]:.0f} % of the way)')
+        return ok
+
+    def _clearly_free(self, q_from, q_to):
+        """The coarse pass: True when every coarse sub-step (ends included) is at least
+        ``coarse_resolution - padding`` clear (then no point between comes closer than 0)."""
+        constraint = self.constraint
+        coarse = self.settings.coarse_resolution
+        if not coarse > constraint.padding:
+            return False
+        q_from = np.asarray(q_from, dtype=float)
+        q_to = np.asarray(q_to, dtype=float)
+        count, _ = constraint.motion_substeps(q_from, q_to, coarse)
+        fine, _ = constraint.motion_substeps(q_from, q_to)
+        if fine <= count + 1:          # the fine pass is as cheap
+            return False
+        s = np.arange(0, count + 1)[:, None] / count
+        path = q_from[None] + s * (q_to - q_from)[None]
+        margin = coarse - constraint.padding
+        report = constraint.distances(self.model.chain.frames(path), search=(margin,))
+        return bool(np.all(report.distance >= margin))
+
+    def check_many(self, q_from, q_tos):
+        """Return (K,) bool: whether each motion q_from -> q_tos[k] is free (one batch)."""
+        return self.constraint.check_motions(q_from, q_tos)
+
+    # ------------------------------------------------------------------ the scene
+    def apply(self, updates, source):
+        """Apply scene updates from ``source`` (see Scene.apply); GoalError keeps the scene."""
+        if source not in SOURCES:
+            raise GoalError(f'unknown obstacle source {source!r}; expected one of '
+                            f'{", ".join(SOURCES)}')
+        return self.scene.apply(updates, source)
+
+    def replace(self, obstacles, source):
+        """Replace everything ``source`` added by {(ns, id): Obstacle}."""
+        if source not in SOURCES:
+            raise GoalError(f'unknown obstacle source {source!r}; expected one of '
+                            f'{", ".join(SOURCES)}')
+        self.scene.replace_source(obstacles, source)
+
+    def count(self, source=None):
+        """Return how many obstacles (of ``source``) the scene holds."""
+        return len(self.scene.keys(source))
+
+    def set_pointcloud(self, points, q):
+        """Replace the point-cloud obstacle by (N, 3) points [m] in the base frame, the robot
+        measured at q (nq,); return the number of voxel spheres (0: the cloud is cleared)."""
+        obstacle = pointcloud_to_obstacle(points, self.settings.voxel_size, self.constraint, q,
+                                          self.settings.robot_margin, self.reach)
+        self.scene.replace_source({} if obstacle is None else {('pointcloud', 0): obstacle},
+                                  'pointcloud')
+        return 0 if obstacle is None else len(obstacle.centers)
+
+    # ------------------------------------------------------------------ status and markers
+    def closest(self, q):
+        """Return the constraint's status at q (cached per configuration and scene)."""
+        q = np.asarray(q, dtype=float)
+        key = (q.tobytes(), self.scene.version, id(self.constraint))
+        if self._report[0] != key:
+            self._report = (key, self.constraint.status(q))
+        return self._report[1]
+
+    def status(self, q, refusal=None, blocked=False):
+        """Return the collision fields of ~/status at the command q (JSON-ready).
+
+        refusal: the control loop's last refusal (``ControlLoop.refusal()``) or None;
+        blocked: a goal is active and not reached (for the reason text).
+        """
+        report = self.closest(q)
+        d = report['min_distance']
+        return {
+            'min_distance': round(d, 5) if math.isfinite(d) else None,
+            'closest_pair': report['closest_pair'],
+            'in_collision': report['in_collision'],
+            'collision_reason': self.reason_text(report, refusal, blocked),
+            'self_collision': self.self_collision,
+            'self_collision_pairs': int(len(self.constraint.pairs)),
+            'obstacles': len(self.scene),
+        }
+
+    def reason_text(self, report, refusal=None, blocked=False):
+        """Return why collision avoidance holds or bends the motion ('' when it does not).
+
+        In order: the command is in collision (an obstacle appeared on the arm); the loop
+        braked because the motion would collide (stopped at the margin); a goal is not reached
+        and the closest pair is within the clearance (the constraint keeps the arm at the
+        margin); the loop took a detour (another solver candidate).
+        """
+        d = report['min_distance']
+        pair = report['closest_pair']
+        if report['in_collision']:
+            return (f'in collision: {pair} at {1e3 * d:.1f} mm padded distance (an obstacle on '
+                    'the arm?): only motions that do not go deeper are allowed')
+        ours = refusal is not None and refusal.get('validator') == type(self).__name__
+        if ours and refusal['outcome'] == 'hold':
+            return (f'stopped at the margin: {refusal["reason"]}; the goal cannot be reached '
+                    'on this path without collision')
+        margin = self.settings.clearance + 1e-3
+        if blocked and pair and math.isfinite(d) and d <= margin:
+            return (f'at the margin: {pair} at {1e3 * d:.1f} mm padded distance (clearance '
+                    f'{1e3 * self.settings.clearance:g} mm); the goal is not reached and may '
+                    'not be reachable without collision')
+        if ours:
+            return f'going around: {refusal["reason"]}'
+        return ''
+
+    def marker_inputs(self, q, cover=False):
+        """Return the keyword arguments of ``markers.collision_markers`` at q: the obstacles,
+        the closest pair and (``cover``) the robot's cover spheres."""
+        report = self.closest(q)
+        points = report['points']
+        closest = None if points is None else (points[0], points[1], report['min_distance'])
+        out = {'obstacles': self.scene.items(), 'closest': closest, 'cover': None}
+        if cover:
+            centers, radii, _ = self.constraint.cover_spheres(q)
+            out['cover'] = (centers, radii)
+        return out

@@ -1,0 +1,178 @@
+"""The node's collision guard without ROS: SRDF choice, the validator (coarse pass agreeing
+with the fine motion check), batched checks, point clouds, SRDF updates, status texts."""
+
+import numpy as np
+import pytest
+
+from smcik_ros.collision import (CollisionConstraint, Obstacle, conventional_srdf_path,
+                                 pointcloud_obstacle)
+from smcik_ros.control.collision_guard import (CollisionGuard, CollisionSettings, choose_srdf,
+                                               pointcloud_to_obstacle, reach_bound)
+from smcik_ros.errors import GoalError, ModelError, ParameterError
+
+from arm_urdfs import ur5_like_urdf
+from collision_helpers import cover_cache_dir
+from conftest import ARM7_URDF
+
+SRDF = conventional_srdf_path(ARM7_URDF)
+
+
+@pytest.fixture(scope='module')
+def guard_and_chain():
+    from smcik_ros.kinematics import Chain
+    chain = Chain.from_urdf(ARM7_URDF)
+    guard, notes = CollisionGuard.from_urdf(chain, ARM7_URDF, urdf_path=ARM7_URDF, srdf=SRDF,
+                                            cache_dir=cover_cache_dir())
+    assert any('self-collision pairs checked' in text for _, text in notes)
+    return guard, chain
+
+
+def _box(center, size=(0.12, 0.12, 0.12)):
+    pose = np.eye(4)
+    pose[:3, 3] = center
+    return Obstacle('box', size, pose)
+
+
+def test_srdf_choice_order(tmp_path):
+    assert choose_srdf('<robot name="x"/>', 'a.srdf', ARM7_URDF)[1] == \
+        'the robot_description_semantic parameter'
+    source, where, explicit = choose_srdf('', 'a.srdf', ARM7_URDF, resolve=lambda p: tmp_path / p)
+    assert source == str(tmp_path / 'a.srdf') and explicit
+    source, _, explicit = choose_srdf('', '', ARM7_URDF)
+    assert source == SRDF and not explicit
+    assert choose_srdf('', '', str(tmp_path / 'none.urdf'))[0] is None
+
+
+def test_settings_are_validated():
+    with pytest.raises(ParameterError, match='padding'):
+        CollisionSettings(padding=-0.001)
+    with pytest.raises(ParameterError, match='voxel_size'):
+        CollisionSettings(voxel_size='a lot')
+
+
+def test_a_broken_explicit_srdf_is_an_error_a_conventional_one_a_warning(guard_and_chain):
+    _, chain = guard_and_chain
+    with pytest.raises(ModelError):
+        CollisionGuard.from_urdf(chain, ARM7_URDF, srdf='<robot', cache_dir=cover_cache_dir())
+    guard, notes = CollisionGuard.from_urdf(chain, ARM7_URDF, srdf='<robot',
+                                            explicit_srdf=False, cache_dir=cover_cache_dir())
+    assert any(level == 'warn' and 'ignored' in text for level, text in notes)
+    assert guard.self_collision and len(guard.constraint.pairs) > 0
+
+
+def test_no_geometry_gives_a_skeleton_and_refuses_self_collision():
+    from smcik_ros.kinematics import Chain
+    urdf = ur5_like_urdf()
+    chain = Chain.from_urdf(urdf, 'base_link', 'tool0')
+    guard, notes = CollisionGuard.from_urdf(chain, urdf, cache_dir=cover_cache_dir())
+    assert not guard.has_geometry and not guard.self_collision
+    assert [level for level, _ in notes] == ['info']
+    with pytest.raises(ParameterError, match='no <collision> geometry'):
+        guard.set_self_collision(True)
+    # Obstacles still work against the skeleton.
+    tip = chain.fk(chain.neutral_configuration())[:3, 3]
+    guard.apply([('add', ('t', 0), _box(tip, (0.05, 0.05, 0.05)))], 'obstacles')
+    assert guard.status(chain.neutral_configuration())['in_collision']
+
+
+def test_the_validator_agrees_with_the_fine_motion_check(guard_and_chain):
+    """Over seeded random motions near a box, the coarse pass never accepts what the fine
+    check refuses (and the batched check agrees with one-by-one)."""
+    guard, chain = guard_and_chain
+    q0 = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
+    guard.replace({('t', 0): _box(chain.fk(q0 + [0.7, 0, 0, 0, 0, 0, 0])[:3, 3])}, 'obstacles')
+    try:
+        rng = np.random.default_rng(0)
+        outcomes = []
+        for _ in range(150):
+            a = q0 + rng.uniform(-0.8, 0.8, chain.n) * [1.5, 0.3, 0.3, 0.3, 0.3, 0.3, 0.3]
+            b = a + rng.uniform(-0.15, 0.15, chain.n)
+            a, b = np.clip(a, chain.lower, chain.upper), np.clip(b, chain.lower, chain.upper)
+            ok = guard(a, b)
+            fine, info = guard.constraint.check_motion(a, b)
+            assert ok == fine, (a, b, info)
+            outcomes.append(ok)
+            if not ok:
+                assert 'would collide' in guard.reason
+        assert 10 <= sum(outcomes) <= 140, 'the draw should give both outcomes'
+        a = q0
+        targets = q0 + rng.uniform(-0.3, 0.3, (20, chain.n)) + [0.5, 0, 0, 0, 0, 0, 0]
+        batched = guard.check_many(a, targets)
+        assert list(batched) == [guard.constraint.check_motion(a, t)[0] for t in targets]
+    finally:
+        guard.replace({}, 'obstacles')
+
+
+def test_sources_replace_their_own_obstacles(guard_and_chain):
+    guard, _ = guard_and_chain
+    guard.replace({('a', 1): _box([2, 0, 0])}, 'obstacles')
+    guard.replace({('b', 1): _box([0, 2, 0])}, 'constraints')
+    guard.apply([('deleteall', None)], 'obstacles')
+    assert guard.count() == 1 and guard.count('constraints') == 1
+    with pytest.raises(GoalError, match='unknown obstacle source'):
+        guard.apply([], 'elsewhere')
+    guard.replace({}, 'constraints')
+
+
+def test_pointcloud_voxels_match_the_core_within_reach(guard_and_chain):
+    guard, chain = guard_and_chain
+    q = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
+    rng = np.random.default_rng(1)
+    # A table-top of points, points on the arm itself, far points and NaNs.
+    table = np.column_stack([rng.uniform(0.2, 0.8, 3000), rng.uniform(-0.4, 0.4, 3000),
+                             rng.uniform(0.0, 0.02, 3000)])
+    centers, _, _ = guard.constraint.cover_spheres(q)
+    on_arm = centers[rng.integers(0, len(centers), 300)]
+    far = rng.uniform(5.0, 6.0, (500, 3))
+    points = np.vstack([table, on_arm, far, [[np.nan, 0, 0]]])
+    reach = reach_bound(guard.model)
+    assert 0.5 < reach < 3.0
+    ours = pointcloud_to_obstacle(points, 0.03, guard.constraint, q, 0.02, reach)
+    core = pointcloud_obstacle(points, 0.03, robot=guard.constraint, q=q, robot_margin=0.02)
+    near = core.centers[np.linalg.norm(core.centers, axis=1) <= reach + 0.06]
+    as_set = {tuple(np.round(c, 6)) for c in ours.centers}
+    assert as_set == {tuple(np.round(c, 6)) for c in near}
+    assert ours.size == pytest.approx(core.size)
+    # The arm's own points are gone: the measured configuration is free of the cloud.
+    constraint = CollisionConstraint(guard.model, pairs=guard.constraint.pairs)
+    constraint.scene.replace_source({('pointcloud', 0): ours}, 'pointcloud')
+    assert not constraint.status(q)['in_collision']
+    assert guard.set_pointcloud(points, q) == len(ours.centers)
+    assert guard.set_pointcloud(far, q) == 0 and guard.count('pointcloud') == 0
+
+
+def test_an_srdf_update_is_computed_in_the_background_and_swapped_in(guard_and_chain):
+    guard, chain = guard_and_chain
+    before = len(guard.constraint.pairs)
+    text = open(SRDF).read().replace(
+        '</robot>', '<disable_collisions link1="link5" link2="link7" reason="Test"/></robot>')
+    with pytest.raises(ModelError):
+        guard.start_srdf_update('<robot', 'broken')
+    assert guard.start_srdf_update(text, 'a test SRDF')
+    guard.wait_for_update(30.0)
+    level, message, changed = guard.poll()
+    assert changed and level == 'info' and 'a test SRDF' in message
+    assert len(guard.constraint.pairs) == before - 1 and guard.srdf == 'a test SRDF'
+    assert guard.poll() is None
+    assert guard.start_srdf_update(SRDF, 'back')
+    guard.wait_for_update(30.0)
+    assert guard.poll()[2] and len(guard.constraint.pairs) == before
+
+
+def test_status_says_why(guard_and_chain):
+    guard, chain = guard_and_chain
+    q = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
+    elbow = chain.fk(q, link='link4')[:3, 3]
+    guard.replace({('t', 0): _box(elbow, (0.05, 0.05, 0.05))}, 'obstacles')
+    try:
+        status = guard.status(q)
+        assert status['in_collision'] and status['closest_pair'].endswith('t/0')
+        assert status['collision_reason'].startswith('in collision')
+        guard.replace({('t', 0): _box(elbow + [0, 0.15, 0], (0.05, 0.05, 0.05))}, 'obstacles')
+        refusal = {'validator': 'CollisionGuard', 'outcome': 'hold', 'reason': 'the motion '
+                   'would collide (link4 / t/0)'}
+        text = guard.status(q, refusal, blocked=True)['collision_reason']
+        assert text.startswith('stopped at the margin') and 'link4 / t/0' in text
+        assert guard.status(q)['collision_reason'] == ''
+    finally:
+        guard.replace({}, 'obstacles')
