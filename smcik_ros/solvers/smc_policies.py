@@ -64,10 +64,10 @@ class MinimalMotion:
         self.reseed_fraction = float(settings.reseed_fraction)
         self.max_redraws = int(settings.max_redraws)
         w = np.ones(chain.nv)
-        sq, sv = chain._scalar_q, chain._scalar_v
+        sq, sv = chain.scalar_q, chain.scalar_v
         w[sv] = settings.joint_noise / np.asarray(scalar_noise, dtype=float)
         if chain.has_ball_joints:
-            w[chain._ball_v_idx] = settings.joint_noise / np.asarray(ball_noise, dtype=float)
+            w[chain.ball_v_index] = settings.joint_noise / np.asarray(ball_noise, dtype=float)
         self.weights = w
         scalar_types = [t for t in chain.joint_types if t != 'ball']
         continuous = np.array([t == 'continuous' for t in scalar_types], dtype=bool)
@@ -100,16 +100,16 @@ class MinimalMotion:
         ref = self.reference if ref is None else ref
         q = np.atleast_2d(q)
         out = np.empty((len(q), chain.nv))
-        sq, sv = chain._scalar_q, chain._scalar_v
+        sq, sv = chain.scalar_q, chain.scalar_v
         d = ref[sq] - q[:, sq]
         if self._continuous_any:
             c = self._continuous
             d[:, c] = (d[:, c] + np.pi) % TWO_PI - np.pi
         out[:, sv] = d
         if chain.has_ball_joints:
-            bq = chain._ball_q_idx
+            bq = chain.ball_q_index
             rel = quat_multiply(quat_conjugate(q[:, bq]), ref[bq])
-            out[:, chain._ball_v_idx] = quat_to_rotvec(rel)
+            out[:, chain.ball_v_index] = quat_to_rotvec(rel)
         return out
 
     def distance(self, q, ref=None):
@@ -151,7 +151,7 @@ class MinimalMotion:
         chain = self.chain
         ref = self.reference
         out = np.tile(ref, (count, 1))
-        sq, sv = chain._scalar_q, chain._scalar_v
+        sq, sv = chain.scalar_q, chain.scalar_v
         sigma = self.sigma * spread
         if len(sq):
             std = sigma / self.weights[sv]
@@ -165,8 +165,8 @@ class MinimalMotion:
                 cand[rows, cols] = ref[sq][cols] + rng.standard_normal(len(rows)) * std[cols]
             out[:, sq] = cand
         if chain.has_ball_joints:
-            bq = chain._ball_q_idx
-            std = sigma / self.weights[chain._ball_v_idx]
+            bq = chain.ball_q_index
+            std = sigma / self.weights[chain.ball_v_index]
             out[:, bq] = sample_qutem(np.broadcast_to(ref[bq], (count,) + bq.shape),
                                       np.broadcast_to(std, (count,) + std.shape), rng)
         return chain.clip(out)
@@ -468,7 +468,7 @@ def _lm_null_step(jac, r, lam, d0, winv2, lam0):
 
 def _blocked_joints(chain, q, dv):
     """Return a (K, nv) mask of 1-DOF joints at a limit that ``dv`` pushes outwards, or None."""
-    sq, sv = chain._scalar_q, chain._scalar_v
+    sq, sv = chain.scalar_q, chain.scalar_v
     if not len(sq):
         return None
     span = chain.upper[sq] - chain.lower[sq]
