@@ -24,6 +24,7 @@ Poses are (4, 4) homogeneous matrices in the chain's base frame [m]; angles in r
 
 import numpy as np
 
+from . import kernels as _kernels
 from .errors import GoalError
 from .rotations import (left_jacobian_inverse, matrix_to_rotvec, quat_conjugate,
                         quat_multiply, quat_to_rotvec)
@@ -229,6 +230,13 @@ class PoseTarget(Target):
 
         The orientation rows are J_l^-1(r) J_w: exact, not only near the target.
         """
+        chain = frames.chain
+        if _kernels.ENABLED:
+            body, off = chain.link_anchor(self.link)
+            if body >= 0:
+                return _kernels.pose_residual_jacobian(
+                    frames.rot, frames.pos, body, off, self.pose, *chain.kernel_columns(body),
+                    chain.nv)
         rot, pos = frames.link_transform(self.link)
         out = np.empty((len(frames), 6))
         out[:, :3] = pos - self.pose[:3, 3]
@@ -252,6 +260,10 @@ class PoseTarget(Target):
         return self.weight * ((pos / self.sigma[0]) ** 2 + (ori / self.sigma[3]) ** 2), pos, ori
 
     def errors(self, frames):
+        if _kernels.ENABLED:
+            body, off = frames.chain.link_anchor(self.link)
+            if body >= 0:
+                return _kernels.pose_errors(frames.rot, frames.pos, body, off, self.pose)
         rot, pos = frames.link_transform(self.link)
         diff = pos - self.pose[:3, 3]
         return np.sqrt(np.einsum('ni,ni->n', diff, diff)), _rotation_angle(rot, self.pose[:3, :3])

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import kernels as _kernels
 from .errors import ModelError
 from .rotations import quat_from_rotvec, quat_multiply, quat_to_matrix, skew
 
@@ -168,6 +169,9 @@ class Frames:
         cols = chain._col_by_body[body]
         if len(cols) == 0:
             return jac
+        if _kernels.ENABLED:
+            return _kernels.jacobian_at(self.rot, self.pos, np.ascontiguousarray(point, float),
+                                        *chain.kernel_columns(body), chain.nv)
         cb = chain._col_body[cols]
         # World axes of the columns: R_body @ axis (C, N, 3).
         axes = np.matmul(self.rot[cb], chain._col_axis[cols][:, None, :, None])[..., 0]
@@ -556,6 +560,24 @@ class Chain:
                                      dtype=int).reshape(-1, 4)
         self._ball_origin_rot = np.array([self._body_origin[b][:3, :3]
                                           for b, _ in self._ball_bodies]).reshape(-1, 1, 3, 3)
+        # Flat arrays of the compiled kernels (smcik_ros.kernels).
+        mimic_mult = [1.0 if m is None else m[0] for m in body_mimic]
+        mimic_add = [0.0 if m is None else m[1] for m in body_mimic]
+        self._k_fk = (np.array(body_parent, dtype=np.int64).reshape(-1),
+                      np.array(body_kind, dtype=np.int64).reshape(-1),
+                      np.array(body_q, dtype=np.int64).reshape(-1),
+                      np.array(mimic_mult, dtype=float).reshape(-1),
+                      np.array(mimic_add, dtype=float).reshape(-1),
+                      np.ascontiguousarray(self._body_origins[:, :3, :3]),
+                      np.array(self._rev_terms, dtype=float).reshape(-1, 2, 9),
+                      np.ascontiguousarray(self._body_offsets),
+                      np.ascontiguousarray(self._body_axes))
+        col_v = np.array([int(np.flatnonzero(row)[0]) for row in self._col_scatter],
+                         dtype=np.int64)
+        self._k_cols = (self._col_body.astype(np.int64), np.ascontiguousarray(self._col_axis),
+                        self._col_is_rot.copy(), col_v,
+                        self._col_scatter[np.arange(len(col_v)), col_v].copy())
+        self._k_cols_of_body = tuple(c.astype(np.int64) for c in self._col_by_body)
         # Characteristic length [m]: sum of the static offsets, to scale position errors.
         self.length_scale = max(float(sum(np.linalg.norm(o[:3, 3]) for o in body_origin)
                                       + sum(np.linalg.norm(off[:3, 3]) for off in link_offset)),
@@ -717,6 +739,20 @@ class Chain:
         """(C, nv) array: maps column rates to tangent entries (mimic multipliers included)."""
         return self._col_scatter
 
+    def kernel_bodies(self):
+        """Return the body arguments of ``kernels.fk``: (parent, kind, q index, mimic
+        multiplier, mimic offset, rot0 (B, 3, 3), terms (B, 2, 9), offset (B, 3), axis (B, 3))."""
+        return self._k_fk
+
+    def kernel_columns(self, body):
+        """Return the column arguments of the kernels (``smcik_ros.kernels``) for ``body``.
+
+        (cols, column_body, column_axis, column_is_rotation, column tangent index, column
+        factor): int64/float/bool arrays; each column drives one tangent entry, scaled by
+        its factor (the mimic multiplier, else 1).
+        """
+        return (self._k_cols_of_body[body],) + self._k_cols
+
     @property
     def columns_of_body(self):
         """(B,) tuple of int arrays: the columns acting on each body (its ancestors' and own)."""
@@ -801,6 +837,9 @@ class Chain:
         if q2.shape[-1] != self.nq:
             raise ModelError(f'configuration must have {self.nq} entries (joints '
                              f'{list(self.joint_names)}); got shape {q.shape}')
+        if _kernels.ENABLED:
+            rot, pos = _kernels.fk(np.ascontiguousarray(q2), *self._k_fk)
+            return Frames(self, q2, rot, pos, single)
         n = q2.shape[0]
         rot = self._local_rotations(q2)     # (B, N, 3, 3), chained in place below
         pos = np.empty((self.num_bodies, n, 3))

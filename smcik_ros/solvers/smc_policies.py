@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import kernels as _kernels
 from ..rotations import quat_conjugate, quat_from_rotvec, quat_multiply, quat_to_rotvec
 from .base import stack_terms
 
@@ -416,6 +417,9 @@ class Refinement:
 
 def _lm_step(jac, r, lam):
     """Return dv = -J^T (J J^T + lam I)^-1 r for stacks jac (K, m, nv), r (K, m), lam (K,)."""
+    if _kernels.ENABLED:
+        return _kernels.lm_step(np.ascontiguousarray(jac), np.ascontiguousarray(r),
+                                np.ascontiguousarray(lam, dtype=float))
     m = r.shape[1]
     jjt = jac @ np.swapaxes(jac, 1, 2)
     jjt[:, np.arange(m), np.arange(m)] += lam[:, None]

@@ -1,0 +1,362 @@
+"""Compiled kernels of the hot path: batched forward kinematics, Jacobians, pose residuals
+and the Levenberg-Marquardt step.
+
+Each kernel is a loop over configurations written for numba (``@njit(cache=True)``,
+nopython); ``smcik_ros._jit`` turns the decorator into a no-op when numba is missing or
+``SMCIK_NO_JIT=1``. The callers (``Chain.frames``, ``Frames.jacobian_at``, ``PoseTarget``,
+the SMC refinement) use a kernel only when ``ENABLED`` is True and keep their numpy
+implementation otherwise; the tests check both against each other and against finite
+differences. Call ``warm_up(chain)`` once before a real-time loop starts: it compiles (or
+loads from the on-disk cache) every kernel, so that no tick pays for compilation.
+
+Array conventions are those of ``smcik_ros.kinematics``: body frames are body-major,
+rot (B, N, 3, 3) and pos (B, N, 3) in the base frame [m].
+"""
+
+import math
+import time
+
+import numpy as np
+
+from ._jit import ENABLED, njit
+
+__all__ = ['ENABLED', 'fk', 'jacobian_at', 'lm_step', 'pose_errors', 'pose_residual_jacobian',
+           'warm_up']
+
+
+@njit(cache=True)
+def fk(q, parent, kind, qi, mult, add, rot0, terms, offset, axis):
+    """Return (rot (B, N, 3, 3), pos (B, N, 3)): the body frames of configurations q (N, nq).
+
+    Per body b (tree order): parent[b] (-1: base); kind[b] 0 revolute, 1 prismatic, 2 ball;
+    qi[b] its first configuration index; joint value mult[b] * q + add[b] (mimic joints);
+    rot0 (B, 3, 3) and offset (B, 3) the joint frame in the parent frame; terms (B, 2, 9)
+    R0 K and R0 K^2 (K = skew(axis), so that R0 Rot(axis, t) = R0 + sin t R0 K
+    + (1 - cos t) R0 K^2); axis (B, 3) the prismatic axes.
+    """
+    n = q.shape[0]
+    nb = parent.shape[0]
+    rot = np.empty((nb, n, 3, 3))
+    pos = np.empty((nb, n, 3))
+    loc = np.empty((3, 3))
+    t = np.empty(3)
+    for i in range(n):
+        for b in range(nb):
+            k = kind[b]
+            if k == 0:
+                v = q[i, qi[b]] * mult[b] + add[b]
+                s = math.sin(v)
+                c1 = 1.0 - math.cos(v)
+                for r in range(3):
+                    for c in range(3):
+                        loc[r, c] = (rot0[b, r, c] + s * terms[b, 0, 3 * r + c]
+                                     + c1 * terms[b, 1, 3 * r + c])
+                for r in range(3):
+                    t[r] = offset[b, r]
+            elif k == 1:
+                v = q[i, qi[b]] * mult[b] + add[b]
+                for r in range(3):
+                    for c in range(3):
+                        loc[r, c] = rot0[b, r, c]
+                for r in range(3):
+                    t[r] = offset[b, r] + v * (rot0[b, r, 0] * axis[b, 0]
+                                               + rot0[b, r, 1] * axis[b, 1]
+                                               + rot0[b, r, 2] * axis[b, 2])
+            else:
+                j = qi[b]
+                w, x, y, z = q[i, j], q[i, j + 1], q[i, j + 2], q[i, j + 3]
+                m00 = 1.0 - 2.0 * (y * y + z * z)
+                m01 = 2.0 * (x * y - w * z)
+                m02 = 2.0 * (x * z + w * y)
+                m10 = 2.0 * (x * y + w * z)
+                m11 = 1.0 - 2.0 * (x * x + z * z)
+                m12 = 2.0 * (y * z - w * x)
+                m20 = 2.0 * (x * z - w * y)
+                m21 = 2.0 * (y * z + w * x)
+                m22 = 1.0 - 2.0 * (x * x + y * y)
+                for r in range(3):
+                    a0, a1, a2 = rot0[b, r, 0], rot0[b, r, 1], rot0[b, r, 2]
+                    loc[r, 0] = a0 * m00 + a1 * m10 + a2 * m20
+                    loc[r, 1] = a0 * m01 + a1 * m11 + a2 * m21
+                    loc[r, 2] = a0 * m02 + a1 * m12 + a2 * m22
+                for r in range(3):
+                    t[r] = offset[b, r]
+            p = parent[b]
+            if p < 0:
+                for r in range(3):
+                    for c in range(3):
+                        rot[b, i, r, c] = loc[r, c]
+                    pos[b, i, r] = t[r]
+            else:
+                for r in range(3):
+                    a0, a1, a2 = rot[p, i, r, 0], rot[p, i, r, 1], rot[p, i, r, 2]
+                    for c in range(3):
+                        rot[b, i, r, c] = a0 * loc[0, c] + a1 * loc[1, c] + a2 * loc[2, c]
+                    pos[b, i, r] = pos[p, i, r] + a0 * t[0] + a1 * t[1] + a2 * t[2]
+    return rot, pos
+
+
+@njit(cache=True)
+def _add_columns(jac, rot, pos, i, point, cols, col_body, col_axis, col_rot, col_v, col_mult):
+    """Add the columns ``cols`` at configuration i for the point (3,) to jac (N, 6, nv)."""
+    for c in cols:
+        cb = col_body[c]
+        ax = col_axis[c]
+        a0 = rot[cb, i, 0, 0] * ax[0] + rot[cb, i, 0, 1] * ax[1] + rot[cb, i, 0, 2] * ax[2]
+        a1 = rot[cb, i, 1, 0] * ax[0] + rot[cb, i, 1, 1] * ax[1] + rot[cb, i, 1, 2] * ax[2]
+        a2 = rot[cb, i, 2, 0] * ax[0] + rot[cb, i, 2, 1] * ax[1] + rot[cb, i, 2, 2] * ax[2]
+        v = col_v[c]
+        f = col_mult[c]
+        if col_rot[c]:
+            l0 = point[0] - pos[cb, i, 0]
+            l1 = point[1] - pos[cb, i, 1]
+            l2 = point[2] - pos[cb, i, 2]
+            jac[i, 0, v] += f * (a1 * l2 - a2 * l1)
+            jac[i, 1, v] += f * (a2 * l0 - a0 * l2)
+            jac[i, 2, v] += f * (a0 * l1 - a1 * l0)
+            jac[i, 3, v] += f * a0
+            jac[i, 4, v] += f * a1
+            jac[i, 5, v] += f * a2
+        else:
+            jac[i, 0, v] += f * a0
+            jac[i, 1, v] += f * a1
+            jac[i, 2, v] += f * a2
+
+
+@njit(cache=True)
+def jacobian_at(rot, pos, point, cols, col_body, col_axis, col_rot, col_v, col_mult, nv):
+    """Return the (N, 6, nv) Jacobians of base-frame points (N, 3) moved by columns ``cols``.
+
+    Column c turns (col_rot[c]) or slides along col_axis[c] (in the frame of body
+    col_body[c]) and drives tangent entry col_v[c] with the factor col_mult[c].
+    """
+    n = point.shape[0]
+    jac = np.zeros((n, 6, nv))
+    for i in range(n):
+        _add_columns(jac, rot, pos, i, point[i], cols, col_body, col_axis, col_rot, col_v,
+                     col_mult)
+    return jac
+
+
+@njit(cache=True)
+def _link_pose(rot, pos, body, off, i, lr, lp):
+    """Write the base-frame rotation lr (3, 3) and origin lp (3,) of a link at row i."""
+    for r in range(3):
+        a0, a1, a2 = rot[body, i, r, 0], rot[body, i, r, 1], rot[body, i, r, 2]
+        for c in range(3):
+            lr[r, c] = a0 * off[0, c] + a1 * off[1, c] + a2 * off[2, c]
+        lp[r] = pos[body, i, r] + a0 * off[0, 3] + a1 * off[1, 3] + a2 * off[2, 3]
+
+
+@njit(cache=True)
+def _relative(lr, target, rel):
+    """Write rel = lr @ target[:3, :3]^T."""
+    for r in range(3):
+        for c in range(3):
+            rel[r, c] = lr[r, 0] * target[c, 0] + lr[r, 1] * target[c, 1] + lr[r, 2] * target[c, 2]
+
+
+@njit(cache=True)
+def _rotvec(rel, out):
+    """Write the rotation vector (log map) of rel (3, 3) to out (3,); as
+    ``rotations.matrix_to_rotvec``, exact near pi."""
+    x = 0.5 * (rel[2, 1] - rel[1, 2])
+    y = 0.5 * (rel[0, 2] - rel[2, 0])
+    z = 0.5 * (rel[1, 0] - rel[0, 1])
+    s = math.sqrt(x * x + y * y + z * z)
+    c = 0.5 * (rel[0, 0] + rel[1, 1] + rel[2, 2] - 1.0)
+    angle = math.atan2(s, c)
+    if c < -0.98:
+        # R + R^T = 2 cos(a) I + 2 (1 - cos(a)) u u^T: the best-conditioned column.
+        ca = math.cos(angle)
+        d0 = rel[0, 0] - ca
+        d1 = rel[1, 1] - ca
+        d2 = rel[2, 2] - ca
+        k = 0
+        if d1 > d0 and d1 >= d2:
+            k = 1
+        elif d2 > d0 and d2 > d1:
+            k = 2
+        u0 = 0.5 * (rel[0, k] + rel[k, 0]) - (ca if k == 0 else 0.0)
+        u1 = 0.5 * (rel[1, k] + rel[k, 1]) - (ca if k == 1 else 0.0)
+        u2 = 0.5 * (rel[2, k] + rel[k, 2]) - (ca if k == 2 else 0.0)
+        norm = math.sqrt(u0 * u0 + u1 * u1 + u2 * u2)
+        sign = -1.0 if u0 * x + u1 * y + u2 * z < 0.0 else 1.0
+        f = sign * angle / norm
+        out[0] = u0 * f
+        out[1] = u1 * f
+        out[2] = u2 * f
+        return
+    if s < 1e-9:
+        f = 1.0 + angle * angle / 6.0
+    else:
+        f = angle / s
+    out[0] = x * f
+    out[1] = y * f
+    out[2] = z * f
+
+
+@njit(cache=True)
+def pose_residual_jacobian(rot, pos, body, off, target, cols, col_body, col_axis, col_rot,
+                           col_v, col_mult, nv):
+    """Return (r (N, 6), jac (N, 6, nv)) of a pose target on a link of ``body`` (>= 0).
+
+    r: position error [m] then the rotation vector of R_link target_R^T; jac: its exact
+    Jacobian (orientation rows J_l^-1(r) J_w), as ``goals.PoseTarget.residual_jacobian``.
+    off (4, 4): the link in the body frame; target (4, 4): the goal pose.
+    """
+    n = rot.shape[1]
+    res = np.empty((n, 6))
+    jac = np.zeros((n, 6, nv))
+    lr = np.empty((3, 3))
+    lp = np.empty(3)
+    rel = np.empty((3, 3))
+    rv = np.empty(3)
+    tmp = np.empty((3, nv))
+    for i in range(n):
+        _link_pose(rot, pos, body, off, i, lr, lp)
+        for r in range(3):
+            res[i, r] = lp[r] - target[r, 3]
+        _relative(lr, target, rel)
+        _rotvec(rel, rv)
+        res[i, 3], res[i, 4], res[i, 5] = rv[0], rv[1], rv[2]
+        _add_columns(jac, rot, pos, i, lp, cols, col_body, col_axis, col_rot, col_v, col_mult)
+        # J_l^-1(r) = I - K / 2 + coeff K^2, K = skew(r).
+        th2 = rv[0] * rv[0] + rv[1] * rv[1] + rv[2] * rv[2]
+        th = math.sqrt(th2)
+        if th < 1e-4:
+            coeff = 1.0 / 12.0 + th2 / 720.0
+        else:
+            coeff = 1.0 / (th * th) - (1.0 + math.cos(th)) / (2.0 * th * math.sin(th))
+        x, y, z = rv[0], rv[1], rv[2]
+        # K @ K = r r^T - th2 I.
+        m00 = 1.0 + coeff * (x * x - th2)
+        m01 = 0.5 * z + coeff * x * y
+        m02 = -0.5 * y + coeff * x * z
+        m10 = -0.5 * z + coeff * y * x
+        m11 = 1.0 + coeff * (y * y - th2)
+        m12 = 0.5 * x + coeff * y * z
+        m20 = 0.5 * y + coeff * z * x
+        m21 = -0.5 * x + coeff * z * y
+        m22 = 1.0 + coeff * (z * z - th2)
+        for v in range(nv):
+            w0, w1, w2 = jac[i, 3, v], jac[i, 4, v], jac[i, 5, v]
+            tmp[0, v] = m00 * w0 + m01 * w1 + m02 * w2
+            tmp[1, v] = m10 * w0 + m11 * w1 + m12 * w2
+            tmp[2, v] = m20 * w0 + m21 * w1 + m22 * w2
+        for v in range(nv):
+            jac[i, 3, v] = tmp[0, v]
+            jac[i, 4, v] = tmp[1, v]
+            jac[i, 5, v] = tmp[2, v]
+    return res, jac
+
+
+@njit(cache=True)
+def pose_errors(rot, pos, body, off, target):
+    """Return (position error [m] (N,), rotation angle [rad] (N,)) of a link of ``body``
+    (>= 0) to the pose target (4, 4), as ``goals.PoseTarget.errors``."""
+    n = rot.shape[1]
+    perr = np.empty(n)
+    angle = np.empty(n)
+    lr = np.empty((3, 3))
+    lp = np.empty(3)
+    rel = np.empty((3, 3))
+    for i in range(n):
+        _link_pose(rot, pos, body, off, i, lr, lp)
+        d0 = lp[0] - target[0, 3]
+        d1 = lp[1] - target[1, 3]
+        d2 = lp[2] - target[2, 3]
+        perr[i] = math.sqrt(d0 * d0 + d1 * d1 + d2 * d2)
+        _relative(lr, target, rel)
+        x = rel[2, 1] - rel[1, 2]
+        y = rel[0, 2] - rel[2, 0]
+        z = rel[1, 0] - rel[0, 1]
+        trace = rel[0, 0] + rel[1, 1] + rel[2, 2]
+        angle[i] = math.atan2(0.5 * math.sqrt(x * x + y * y + z * z), 0.5 * (trace - 1.0))
+    return perr, angle
+
+
+@njit(cache=True)
+def lm_step(jac, r, lam):
+    """Return dv = -J^T (J J^T + lam I)^-1 r (K, nv) for jac (K, m, nv), r (K, m), lam (K,).
+
+    The m x m system is solved by Cholesky (it is symmetric positive definite for lam > 0).
+    """
+    k_count, m, nv = jac.shape
+    dv = np.empty((k_count, nv))
+    a = np.empty((m, m))
+    y = np.empty(m)
+    for k in range(k_count):
+        for i in range(m):
+            for j in range(i + 1):
+                s = 0.0
+                for v in range(nv):
+                    s += jac[k, i, v] * jac[k, j, v]
+                a[i, j] = s
+            a[i, i] += lam[k]
+        # In-place Cholesky: lower triangle of a holds L.
+        for j in range(m):
+            s = a[j, j]
+            for p in range(j):
+                s -= a[j, p] * a[j, p]
+            d = math.sqrt(s) if s > 0.0 else 1e-300
+            a[j, j] = d
+            for i in range(j + 1, m):
+                s = a[i, j]
+                for p in range(j):
+                    s -= a[i, p] * a[j, p]
+                a[i, j] = s / d
+        for i in range(m):
+            s = r[k, i]
+            for p in range(i):
+                s -= a[i, p] * y[p]
+            y[i] = s / a[i, i]
+        for i in range(m - 1, -1, -1):
+            s = y[i]
+            for p in range(i + 1, m):
+                s -= a[p, i] * y[p]
+            y[i] = s / a[i, i]
+        for v in range(nv):
+            s = 0.0
+            for i in range(m):
+                s += jac[k, i, v] * y[i]
+            dv[k, v] = -s
+    return dv
+
+
+def _cache_is_warm(func):
+    """Return whether numba's on-disk cache holds an index for ``func`` (best effort)."""
+    try:
+        return bool(func._cache._cache_file._load_index())
+    except Exception:
+        return False
+
+
+def warm_up(chain, log=None):
+    """Compile (or load from the on-disk cache) every kernel for ``chain``'s arrays.
+
+    Call it once before a real-time loop starts. log: optional callable taking a message;
+    it gets 'compiling kernels (first run)' before a cold compilation and a summary after.
+    Returns the seconds spent. Does nothing (returns 0.0) when the kernels are not compiled.
+    """
+    if not ENABLED:
+        return 0.0
+    start = time.perf_counter()
+    cold = not all(_cache_is_warm(f) for f in (fk, jacobian_at, pose_residual_jacobian,
+                                                  pose_errors, lm_step))
+    if cold and log is not None:
+        log('compiling kernels (first run; later starts load them from the cache)')
+    q = np.atleast_2d(chain.neutral_configuration())
+    frames = chain.frames(q)
+    frames.jacobian()
+    target = frames.link_pose()[0]
+    from .goals import PoseTarget
+    term = PoseTarget(target)
+    term.residual_jacobian(frames)
+    term.errors(frames)
+    jac = frames.jacobian()
+    lm_step(jac, np.zeros((1, 6)), np.ones(1))
+    elapsed = time.perf_counter() - start
+    if cold and log is not None:
+        log(f'kernels ready in {elapsed:.1f} s')
+    return elapsed

@@ -1,0 +1,139 @@
+"""The compiled kernels (smcik_ros.kernels) against the numpy reference and finite differences.
+
+With numba the kernels are compiled; with SMCIK_NO_JIT=1 (or numba missing) the same
+functions run as plain Python: both ways they must give the numpy implementation's numbers.
+"""
+
+import os
+
+import numpy as np
+import pytest
+
+from smcik_ros import kernels
+from smcik_ros.goals import PoseTarget
+from smcik_ros.kinematics import Chain
+from smcik_ros.rotations import quat_from_rotvec
+from smcik_ros.solvers import smc_policies
+
+HERE = os.path.dirname(__file__)
+ROOT = os.path.dirname(HERE)
+CASES = [
+    (os.path.join(ROOT, 'urdf', 'smcik_arm.urdf'), 'tool0'),
+    (os.path.join(ROOT, 'urdf', 'smcik_arm6.urdf'), 'tool0'),
+    (os.path.join(HERE, 'urdf', 'mimic_prismatic.urdf'), 'tool0'),
+]
+
+
+def _chains():
+    out = [Chain.from_urdf(path, 'base_link', tip) for path, tip in CASES]
+    out.append(Chain.ball_chain(4, max_angle=2.0))
+    return out
+
+
+@pytest.fixture
+def numpy_path(monkeypatch):
+    """Run the library's numpy implementation (the reference) inside the fixture's scope."""
+    def run(func, *args):
+        with monkeypatch.context() as m:
+            m.setattr(kernels, 'ENABLED', False)
+            return func(*args)
+    return run
+
+
+@pytest.mark.parametrize('chain', _chains(), ids=lambda c: c.robot_name)
+def test_fk_and_jacobian_kernels_match_numpy(chain, numpy_path):
+    rng = np.random.default_rng(3)
+    q = chain.random_configuration(rng, 9)
+    ref = numpy_path(chain.frames, q)
+    rot, pos = kernels.fk(q, *chain.kernel_bodies())
+    np.testing.assert_allclose(rot, ref.rot, atol=1e-13)
+    np.testing.assert_allclose(pos, ref.pos, atol=1e-13)
+    for body in range(chain.num_bodies):
+        point = rng.normal(size=(9, 3))
+        jac = kernels.jacobian_at(rot, pos, point, *chain.kernel_columns(body), chain.nv)
+        np.testing.assert_allclose(jac, numpy_path(ref.jacobian_at, body, point), atol=1e-13)
+    # The library path (compiled when numba is on) agrees too.
+    frames = chain.frames(q)
+    np.testing.assert_allclose(frames.rot, ref.rot, atol=1e-13)
+    np.testing.assert_allclose(frames.jacobian(), numpy_path(ref.jacobian), atol=1e-13)
+
+
+@pytest.mark.parametrize('chain', _chains(), ids=lambda c: c.robot_name)
+def test_pose_kernels_match_numpy_including_near_pi(chain, numpy_path):
+    rng = np.random.default_rng(4)
+    q = chain.random_configuration(rng, 12)
+    frames = numpy_path(chain.frames, q)
+    goal = frames.link_pose()[0].copy()
+    # A goal turned by nearly pi from row 0 exercises the near-pi branch of the log map.
+    flip = np.eye(4)
+    a = np.pi - 0.05         # near pi, not at it (where the sign of the axis is arbitrary)
+    flip[:3, :3] = np.array([[1.0, 0.0, 0.0], [0.0, np.cos(a), -np.sin(a)],
+                             [0.0, np.sin(a), np.cos(a)]])
+    for target_pose in (goal, goal @ flip):
+        target = PoseTarget(target_pose)
+        r_ref, j_ref = numpy_path(target.residual_jacobian, frames)
+        e_ref = numpy_path(target.errors, frames)
+        body, off = chain.link_anchor(None)
+        r, j = kernels.pose_residual_jacobian(frames.rot, frames.pos, body, off, target.pose,
+                                              *chain.kernel_columns(body), chain.nv)
+        np.testing.assert_allclose(r, r_ref, atol=1e-10)
+        np.testing.assert_allclose(j, j_ref, atol=1e-9)
+        pe, oe = kernels.pose_errors(frames.rot, frames.pos, body, off, target.pose)
+        np.testing.assert_allclose(pe, e_ref[0], atol=1e-13)
+        np.testing.assert_allclose(oe, e_ref[1], atol=1e-12)
+
+
+def test_pose_residual_jacobian_matches_finite_differences():
+    chain = Chain.from_urdf(CASES[0][0], 'base_link', 'tool0')
+    rng = np.random.default_rng(5)
+    q = chain.random_configuration(rng)
+    goal = chain.fk(chain.random_configuration(rng))
+    target = PoseTarget(goal)
+    body, off = chain.link_anchor(None)
+
+    def residual(x):
+        f = chain.frames(x[None])
+        return kernels.pose_residual_jacobian(f.rot, f.pos, body, off, goal,
+                                              *chain.kernel_columns(body), chain.nv)[0][0]
+
+    _, jac = target.residual_jacobian(chain.frames(q[None]))
+    h = 1e-6
+    fd = np.empty((6, chain.nv))
+    for v in range(chain.nv):
+        e = np.zeros(chain.nv)
+        e[v] = h
+        fd[:, v] = (residual(q + e) - residual(q - e)) / (2.0 * h)
+    np.testing.assert_allclose(jac[0], fd, atol=1e-6)
+
+
+def test_lm_step_kernel_matches_the_dense_solve():
+    rng = np.random.default_rng(6)
+    jac = rng.normal(size=(5, 6, 7))
+    r = rng.normal(size=(5, 6))
+    lam = rng.uniform(1e-6, 1.0, size=5)
+    dv = kernels.lm_step(jac, r, lam)
+    for k in range(5):
+        a = jac[k] @ jac[k].T + lam[k] * np.eye(6)
+        np.testing.assert_allclose(dv[k], -jac[k].T @ np.linalg.solve(a, r[k]), atol=1e-10)
+    # The refinement's entry point gives the same step whichever path runs.
+    np.testing.assert_allclose(smc_policies._lm_step(jac, r, lam), dv, atol=1e-10)
+
+
+def test_ball_chain_fk_kernel_with_unnormalised_tangent_moves():
+    chain = Chain.ball_chain(3)
+    q = np.tile(chain.neutral_configuration(), (2, 1))
+    q[1, 4:8] = quat_from_rotvec(np.array([0.0, 0.5 * np.pi, 0.0]))
+    rot, pos = kernels.fk(q, *chain.kernel_bodies())
+    # The second segment turns by 90 degrees about y: the tip leaves the z axis along x.
+    np.testing.assert_allclose(pos[2, 1], (1.0, 0.0, 1.0), atol=1e-12)
+    np.testing.assert_allclose(pos[2, 0], (0.0, 0.0, 2.0), atol=1e-12)
+
+
+def test_warm_up_reports_and_the_env_switch_is_honoured():
+    messages = []
+    elapsed = kernels.warm_up(Chain.ball_chain(2), messages.append)
+    if kernels.ENABLED:
+        assert elapsed > 0.0
+        assert os.environ.get('SMCIK_NO_JIT', '') in ('', '0')
+    else:
+        assert elapsed == 0.0 and messages == []
