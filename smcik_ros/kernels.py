@@ -21,7 +21,7 @@ import numpy as np
 from ._jit import ENABLED, njit
 
 __all__ = ['ENABLED', 'fk', 'jacobian_at', 'lm_step', 'pose_errors', 'pose_residual_jacobian',
-           'warm_up']
+           'refine_pose', 'warm_up']
 
 
 @njit(cache=True)
@@ -41,59 +41,67 @@ def fk(q, parent, kind, qi, mult, add, rot0, terms, offset, axis):
     loc = np.empty((3, 3))
     t = np.empty(3)
     for i in range(n):
-        for b in range(nb):
-            k = kind[b]
-            if k == 0:
-                v = q[i, qi[b]] * mult[b] + add[b]
-                s = math.sin(v)
-                c1 = 1.0 - math.cos(v)
-                for r in range(3):
-                    for c in range(3):
-                        loc[r, c] = (rot0[b, r, c] + s * terms[b, 0, 3 * r + c]
-                                     + c1 * terms[b, 1, 3 * r + c])
-                for r in range(3):
-                    t[r] = offset[b, r]
-            elif k == 1:
-                v = q[i, qi[b]] * mult[b] + add[b]
-                for r in range(3):
-                    for c in range(3):
-                        loc[r, c] = rot0[b, r, c]
-                for r in range(3):
-                    t[r] = offset[b, r] + v * (rot0[b, r, 0] * axis[b, 0]
-                                               + rot0[b, r, 1] * axis[b, 1]
-                                               + rot0[b, r, 2] * axis[b, 2])
-            else:
-                j = qi[b]
-                w, x, y, z = q[i, j], q[i, j + 1], q[i, j + 2], q[i, j + 3]
-                m00 = 1.0 - 2.0 * (y * y + z * z)
-                m01 = 2.0 * (x * y - w * z)
-                m02 = 2.0 * (x * z + w * y)
-                m10 = 2.0 * (x * y + w * z)
-                m11 = 1.0 - 2.0 * (x * x + z * z)
-                m12 = 2.0 * (y * z - w * x)
-                m20 = 2.0 * (x * z - w * y)
-                m21 = 2.0 * (y * z + w * x)
-                m22 = 1.0 - 2.0 * (x * x + y * y)
-                for r in range(3):
-                    a0, a1, a2 = rot0[b, r, 0], rot0[b, r, 1], rot0[b, r, 2]
-                    loc[r, 0] = a0 * m00 + a1 * m10 + a2 * m20
-                    loc[r, 1] = a0 * m01 + a1 * m11 + a2 * m21
-                    loc[r, 2] = a0 * m02 + a1 * m12 + a2 * m22
-                for r in range(3):
-                    t[r] = offset[b, r]
-            p = parent[b]
-            if p < 0:
-                for r in range(3):
-                    for c in range(3):
-                        rot[b, i, r, c] = loc[r, c]
-                    pos[b, i, r] = t[r]
-            else:
-                for r in range(3):
-                    a0, a1, a2 = rot[p, i, r, 0], rot[p, i, r, 1], rot[p, i, r, 2]
-                    for c in range(3):
-                        rot[b, i, r, c] = a0 * loc[0, c] + a1 * loc[1, c] + a2 * loc[2, c]
-                    pos[b, i, r] = pos[p, i, r] + a0 * t[0] + a1 * t[1] + a2 * t[2]
+        _fk_row(q[i], parent, kind, qi, mult, add, rot0, terms, offset, axis, rot, pos, i,
+                loc, t)
     return rot, pos
+
+
+@njit(cache=True)
+def _fk_row(qrow, parent, kind, qi, mult, add, rot0, terms, offset, axis, rot, pos, i, loc, t):
+    """Write the body frames of one configuration qrow (nq,) to rot[:, i], pos[:, i]."""
+    nb = parent.shape[0]
+    for b in range(nb):
+        k = kind[b]
+        if k == 0:
+            v = qrow[qi[b]] * mult[b] + add[b]
+            s = math.sin(v)
+            c1 = 1.0 - math.cos(v)
+            for r in range(3):
+                for c in range(3):
+                    loc[r, c] = (rot0[b, r, c] + s * terms[b, 0, 3 * r + c]
+                                 + c1 * terms[b, 1, 3 * r + c])
+            for r in range(3):
+                t[r] = offset[b, r]
+        elif k == 1:
+            v = qrow[qi[b]] * mult[b] + add[b]
+            for r in range(3):
+                for c in range(3):
+                    loc[r, c] = rot0[b, r, c]
+            for r in range(3):
+                t[r] = offset[b, r] + v * (rot0[b, r, 0] * axis[b, 0]
+                                           + rot0[b, r, 1] * axis[b, 1]
+                                           + rot0[b, r, 2] * axis[b, 2])
+        else:
+            j = qi[b]
+            w, x, y, z = qrow[j], qrow[j + 1], qrow[j + 2], qrow[j + 3]
+            m00 = 1.0 - 2.0 * (y * y + z * z)
+            m01 = 2.0 * (x * y - w * z)
+            m02 = 2.0 * (x * z + w * y)
+            m10 = 2.0 * (x * y + w * z)
+            m11 = 1.0 - 2.0 * (x * x + z * z)
+            m12 = 2.0 * (y * z - w * x)
+            m20 = 2.0 * (x * z - w * y)
+            m21 = 2.0 * (y * z + w * x)
+            m22 = 1.0 - 2.0 * (x * x + y * y)
+            for r in range(3):
+                a0, a1, a2 = rot0[b, r, 0], rot0[b, r, 1], rot0[b, r, 2]
+                loc[r, 0] = a0 * m00 + a1 * m10 + a2 * m20
+                loc[r, 1] = a0 * m01 + a1 * m11 + a2 * m21
+                loc[r, 2] = a0 * m02 + a1 * m12 + a2 * m22
+            for r in range(3):
+                t[r] = offset[b, r]
+        p = parent[b]
+        if p < 0:
+            for r in range(3):
+                for c in range(3):
+                    rot[b, i, r, c] = loc[r, c]
+                pos[b, i, r] = t[r]
+        else:
+            for r in range(3):
+                a0, a1, a2 = rot[p, i, r, 0], rot[p, i, r, 1], rot[p, i, r, 2]
+                for c in range(3):
+                    rot[b, i, r, c] = a0 * loc[0, c] + a1 * loc[1, c] + a2 * loc[2, c]
+                pos[b, i, r] = pos[p, i, r] + a0 * t[0] + a1 * t[1] + a2 * t[2]
 
 
 @njit(cache=True)
@@ -211,44 +219,50 @@ def pose_residual_jacobian(rot, pos, body, off, target, cols, col_body, col_axis
     lr = np.empty((3, 3))
     lp = np.empty(3)
     rel = np.empty((3, 3))
-    rv = np.empty(3)
     tmp = np.empty((3, nv))
     for i in range(n):
-        _link_pose(rot, pos, body, off, i, lr, lp)
-        for r in range(3):
-            res[i, r] = lp[r] - target[r, 3]
-        _relative(lr, target, rel)
-        _rotvec(rel, rv)
-        res[i, 3], res[i, 4], res[i, 5] = rv[0], rv[1], rv[2]
-        _add_columns(jac, rot, pos, i, lp, cols, col_body, col_axis, col_rot, col_v, col_mult)
-        # J_l^-1(r) = I - K / 2 + coeff K^2, K = skew(r).
-        th2 = rv[0] * rv[0] + rv[1] * rv[1] + rv[2] * rv[2]
-        th = math.sqrt(th2)
-        if th < 1e-4:
-            coeff = 1.0 / 12.0 + th2 / 720.0
-        else:
-            coeff = 1.0 / (th * th) - (1.0 + math.cos(th)) / (2.0 * th * math.sin(th))
-        x, y, z = rv[0], rv[1], rv[2]
-        # K @ K = r r^T - th2 I.
-        m00 = 1.0 + coeff * (x * x - th2)
-        m01 = 0.5 * z + coeff * x * y
-        m02 = -0.5 * y + coeff * x * z
-        m10 = -0.5 * z + coeff * y * x
-        m11 = 1.0 + coeff * (y * y - th2)
-        m12 = 0.5 * x + coeff * y * z
-        m20 = 0.5 * y + coeff * z * x
-        m21 = -0.5 * x + coeff * z * y
-        m22 = 1.0 + coeff * (z * z - th2)
-        for v in range(nv):
-            w0, w1, w2 = jac[i, 3, v], jac[i, 4, v], jac[i, 5, v]
-            tmp[0, v] = m00 * w0 + m01 * w1 + m02 * w2
-            tmp[1, v] = m10 * w0 + m11 * w1 + m12 * w2
-            tmp[2, v] = m20 * w0 + m21 * w1 + m22 * w2
-        for v in range(nv):
-            jac[i, 3, v] = tmp[0, v]
-            jac[i, 4, v] = tmp[1, v]
-            jac[i, 5, v] = tmp[2, v]
+        _pose_rj_row(rot, pos, i, body, off, target, cols, col_body, col_axis, col_rot, col_v,
+                     col_mult, res[i], jac, lr, lp, rel, tmp)
     return res, jac
+
+
+@njit(cache=True)
+def _pose_rj_row(rot, pos, i, body, off, target, cols, col_body, col_axis, col_rot, col_v,
+                 col_mult, res, jac, lr, lp, rel, tmp):
+    """Write row i of ``pose_residual_jacobian``: res (6,), jac[i] (jac zeroed by the caller)."""
+    nv = jac.shape[2]
+    _link_pose(rot, pos, body, off, i, lr, lp)
+    for r in range(3):
+        res[r] = lp[r] - target[r, 3]
+    _relative(lr, target, rel)
+    _rotvec(rel, res[3:])
+    _add_columns(jac, rot, pos, i, lp, cols, col_body, col_axis, col_rot, col_v, col_mult)
+    # J_l^-1(r) = I - K / 2 + coeff K^2, K = skew(r), K @ K = r r^T - th2 I.
+    x, y, z = res[3], res[4], res[5]
+    th2 = x * x + y * y + z * z
+    th = math.sqrt(th2)
+    if th < 1e-4:
+        coeff = 1.0 / 12.0 + th2 / 720.0
+    else:
+        coeff = 1.0 / (th * th) - (1.0 + math.cos(th)) / (2.0 * th * math.sin(th))
+    m00 = 1.0 + coeff * (x * x - th2)
+    m01 = 0.5 * z + coeff * x * y
+    m02 = -0.5 * y + coeff * x * z
+    m10 = -0.5 * z + coeff * y * x
+    m11 = 1.0 + coeff * (y * y - th2)
+    m12 = 0.5 * x + coeff * y * z
+    m20 = 0.5 * y + coeff * z * x
+    m21 = -0.5 * x + coeff * z * y
+    m22 = 1.0 + coeff * (z * z - th2)
+    for v in range(nv):
+        w0, w1, w2 = jac[i, 3, v], jac[i, 4, v], jac[i, 5, v]
+        tmp[0, v] = m00 * w0 + m01 * w1 + m02 * w2
+        tmp[1, v] = m10 * w0 + m11 * w1 + m12 * w2
+        tmp[2, v] = m20 * w0 + m21 * w1 + m22 * w2
+    for v in range(nv):
+        jac[i, 3, v] = tmp[0, v]
+        jac[i, 4, v] = tmp[1, v]
+        jac[i, 5, v] = tmp[2, v]
 
 
 @njit(cache=True)
@@ -262,18 +276,24 @@ def pose_errors(rot, pos, body, off, target):
     lp = np.empty(3)
     rel = np.empty((3, 3))
     for i in range(n):
-        _link_pose(rot, pos, body, off, i, lr, lp)
-        d0 = lp[0] - target[0, 3]
-        d1 = lp[1] - target[1, 3]
-        d2 = lp[2] - target[2, 3]
-        perr[i] = math.sqrt(d0 * d0 + d1 * d1 + d2 * d2)
-        _relative(lr, target, rel)
-        x = rel[2, 1] - rel[1, 2]
-        y = rel[0, 2] - rel[2, 0]
-        z = rel[1, 0] - rel[0, 1]
-        trace = rel[0, 0] + rel[1, 1] + rel[2, 2]
-        angle[i] = math.atan2(0.5 * math.sqrt(x * x + y * y + z * z), 0.5 * (trace - 1.0))
+        perr[i], angle[i] = _pose_errors_row(rot, pos, i, body, off, target, lr, lp, rel)
     return perr, angle
+
+
+@njit(cache=True)
+def _pose_errors_row(rot, pos, i, body, off, target, lr, lp, rel):
+    """Return (position error, rotation angle) of row i (see ``pose_errors``)."""
+    _link_pose(rot, pos, body, off, i, lr, lp)
+    d0 = lp[0] - target[0, 3]
+    d1 = lp[1] - target[1, 3]
+    d2 = lp[2] - target[2, 3]
+    _relative(lr, target, rel)
+    x = rel[2, 1] - rel[1, 2]
+    y = rel[0, 2] - rel[2, 0]
+    z = rel[1, 0] - rel[0, 1]
+    trace = rel[0, 0] + rel[1, 1] + rel[2, 2]
+    return (math.sqrt(d0 * d0 + d1 * d1 + d2 * d2),
+            math.atan2(0.5 * math.sqrt(x * x + y * y + z * z), 0.5 * (trace - 1.0)))
 
 
 @njit(cache=True)
@@ -287,41 +307,139 @@ def lm_step(jac, r, lam):
     a = np.empty((m, m))
     y = np.empty(m)
     for k in range(k_count):
-        for i in range(m):
-            for j in range(i + 1):
-                s = 0.0
-                for v in range(nv):
-                    s += jac[k, i, v] * jac[k, j, v]
-                a[i, j] = s
-            a[i, i] += lam[k]
-        # In-place Cholesky: lower triangle of a holds L.
-        for j in range(m):
-            s = a[j, j]
-            for p in range(j):
-                s -= a[j, p] * a[j, p]
-            d = math.sqrt(s) if s > 0.0 else 1e-300
-            a[j, j] = d
-            for i in range(j + 1, m):
-                s = a[i, j]
-                for p in range(j):
-                    s -= a[i, p] * a[j, p]
-                a[i, j] = s / d
-        for i in range(m):
-            s = r[k, i]
-            for p in range(i):
-                s -= a[i, p] * y[p]
-            y[i] = s / a[i, i]
-        for i in range(m - 1, -1, -1):
-            s = y[i]
-            for p in range(i + 1, m):
-                s -= a[p, i] * y[p]
-            y[i] = s / a[i, i]
-        for v in range(nv):
-            s = 0.0
-            for i in range(m):
-                s += jac[k, i, v] * y[i]
-            dv[k, v] = -s
+        _lm_row(jac[k], r[k], lam[k], a, y, dv[k])
     return dv
+
+
+@njit(cache=True)
+def _lm_row(jac, r, lam, a, y, dv):
+    """Write dv (nv,) = -J^T (J J^T + lam I)^-1 r for one jac (m, nv), r (m,)."""
+    m, nv = jac.shape
+    for i in range(m):
+        for j in range(i + 1):
+            s = 0.0
+            for v in range(nv):
+                s += jac[i, v] * jac[j, v]
+            a[i, j] = s
+        a[i, i] += lam
+    # In-place Cholesky: the lower triangle of a holds L.
+    for j in range(m):
+        s = a[j, j]
+        for p in range(j):
+            s -= a[j, p] * a[j, p]
+        d = math.sqrt(s) if s > 0.0 else 1e-300
+        a[j, j] = d
+        for i in range(j + 1, m):
+            s = a[i, j]
+            for p in range(j):
+                s -= a[i, p] * a[j, p]
+            a[i, j] = s / d
+    for i in range(m):
+        s = r[i]
+        for p in range(i):
+            s -= a[i, p] * y[p]
+        y[i] = s / a[i, i]
+    for i in range(m - 1, -1, -1):
+        s = y[i]
+        for p in range(i + 1, m):
+            s -= a[p, i] * y[p]
+        y[i] = s / a[i, i]
+    for v in range(nv):
+        s = 0.0
+        for i in range(m):
+            s += jac[i, v] * y[i]
+        dv[v] = -s
+
+
+@njit(cache=True)
+def refine_pose(q, cost, steps, alphas, damping, max_step, lower, upper, scale, weight,
+                sigma_p, sigma_o, parent, kind, qi, mult, add, rot0, terms, offset, axis,
+                body, off, target, cols, col_body, col_axis, col_rot, col_v, col_mult):
+    """Run the SMC refinement's LM steps on one pose target, each row on its own.
+
+    The fused form of ``Refinement.move`` without motion prior, guard or hard constraints,
+    for chains without ball joints (nq == nv): per step, the whitened residual r and
+    Jacobian J (rows times scale (6,) = sqrt(weight) / sigma), lam = cost / 2 + damping, the
+    LM step (again with the columns of the joints it pushes out of their limits removed),
+    capped to max_step; the trials clip(q + alpha dv) for each alpha; the lowest-cost trial
+    is taken when it lowers the cost weight ((p / sigma_p)^2 + (o / sigma_o)^2), else the
+    row stops. q (K, nq) and cost (K,) are updated in place; returns improved (K,) bool.
+    """
+    k_count, nq = q.shape
+    nb = parent.shape[0]
+    nv = nq
+    n_alpha = alphas.shape[0]
+    rot = np.empty((nb, 1, 3, 3))
+    pos = np.empty((nb, 1, 3))
+    loc = np.empty((3, 3))
+    t = np.empty(3)
+    lr = np.empty((3, 3))
+    lp = np.empty(3)
+    rel = np.empty((3, 3))
+    tmp = np.empty((3, nv))
+    res = np.empty(6)
+    jac = np.zeros((1, 6, nv))
+    jm = np.empty((6, nv))
+    a = np.empty((6, 6))
+    y = np.empty(6)
+    dv = np.empty(nv)
+    best_q = np.empty(nq)
+    trial = np.empty(nq)
+    blocked = np.zeros(nv, dtype=np.bool_)
+    improved = np.zeros(k_count, dtype=np.bool_)
+    for k in range(k_count):
+        for _ in range(steps):
+            _fk_row(q[k], parent, kind, qi, mult, add, rot0, terms, offset, axis, rot, pos, 0,
+                    loc, t)
+            jac[:] = 0.0
+            _pose_rj_row(rot, pos, 0, body, off, target, cols, col_body, col_axis, col_rot,
+                         col_v, col_mult, res, jac, lr, lp, rel, tmp)
+            for r in range(6):
+                res[r] *= scale[r]
+                for v in range(nv):
+                    jm[r, v] = jac[0, r, v] * scale[r]
+            lam = 0.5 * cost[k] + damping
+            _lm_row(jm, res, lam, a, y, dv)
+            any_blocked = False
+            for v in range(nv):
+                span = upper[v] - lower[v]
+                eps = 1e-9 * (span if span > 1.0 else 1.0)
+                blocked[v] = ((q[k, v] <= lower[v] + eps and dv[v] < 0.0)
+                              or (q[k, v] >= upper[v] - eps and dv[v] > 0.0))
+                any_blocked = any_blocked or blocked[v]
+            if any_blocked:
+                for r in range(6):
+                    for v in range(nv):
+                        if blocked[v]:
+                            jm[r, v] = 0.0
+                _lm_row(jm, res, lam, a, y, dv)
+            biggest = 0.0
+            for v in range(nv):
+                biggest = max(biggest, abs(dv[v]))
+            f = min(1.0, max_step / max(biggest, 1e-12))
+            for v in range(nv):
+                dv[v] *= f
+            best = np.inf
+            for j in range(n_alpha):
+                for v in range(nv):
+                    x = q[k, v] + alphas[j] * dv[v]
+                    trial[v] = min(max(x, lower[v]), upper[v])
+                _fk_row(trial, parent, kind, qi, mult, add, rot0, terms, offset, axis, rot,
+                        pos, 0, loc, t)
+                pe, oe = _pose_errors_row(rot, pos, 0, body, off, target, lr, lp, rel)
+                c = weight * ((pe / sigma_p) ** 2 + (oe / sigma_o) ** 2)
+                if c != c:              # NaN: numpy's argmin picks the first one
+                    best = c
+                    break
+                if c < best:
+                    best = c
+                    best_q[:] = trial
+            if not best < cost[k]:
+                break
+            improved[k] = True
+            cost[k] = best
+            q[k] = best_q
+    return improved
 
 
 def _cache_is_warm(func):

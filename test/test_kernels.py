@@ -13,7 +13,7 @@ from smcik_ros import kernels
 from smcik_ros.goals import PoseTarget
 from smcik_ros.kinematics import Chain
 from smcik_ros.rotations import quat_from_rotvec
-from smcik_ros.solvers import smc_policies
+from smcik_ros.solvers import make_solver, smc_policies
 
 HERE = os.path.dirname(__file__)
 ROOT = os.path.dirname(HERE)
@@ -137,3 +137,37 @@ def test_warm_up_reports_and_the_env_switch_is_honoured():
         assert os.environ.get('SMCIK_NO_JIT', '') in ('', '0')
     else:
         assert elapsed == 0.0 and messages == []
+
+
+def test_fused_refinement_matches_the_numpy_refinement(numpy_path):
+    """Refinement.move in one kernel takes the same steps as its numpy form."""
+    chain = Chain.from_urdf(CASES[0][0], 'base_link', 'tool0')
+    refine = smc_policies.Refinement(chain, make_solver('smc', chain).settings)
+    rng = np.random.default_rng(7)
+    term = PoseTarget(chain.fk(chain.random_configuration(rng)))
+
+    class Problem:
+        hard = []
+        terms = [term]
+
+        def cost(self, frames):
+            return term.cost(frames)
+
+    q = chain.random_configuration(rng, 40)
+    q[:6] = chain.lower          # rows at the limits: the blocked-joint step
+    q[6:9] = chain.upper
+    cost = numpy_path(term.cost, chain.frames(q))
+    fused_q = q.copy()
+    fused_cost = cost.copy()
+    improved = kernels.refine_pose(
+        fused_q, fused_cost, refine.steps, refine.alphas, refine.damping, refine.max_step,
+        chain.lower, chain.upper, np.sqrt(term.weight) / term.sigma, term.weight,
+        term.sigma[0], term.sigma[3], *chain.kernel_bodies(), *chain.link_anchor(None),
+        term.pose, *chain.kernel_columns(chain.link_anchor(None)[0]))
+    frames, ref_cost, ref_improved, _ = numpy_path(refine.move, Problem(),
+                                                   numpy_path(chain.frames, q.copy()), cost, None)
+    assert ref_improved.sum() > 30
+    np.testing.assert_array_equal(improved, ref_improved)
+    np.testing.assert_allclose(fused_q, frames.q, atol=1e-12)
+    np.testing.assert_allclose(fused_cost, ref_cost, rtol=1e-9, atol=1e-15)
+    assert np.all(fused_cost <= cost)

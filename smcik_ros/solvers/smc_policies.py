@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import kernels as _kernels
+from ..goals import PoseTarget
 from ..rotations import quat_conjugate, quat_from_rotvec, quat_multiply, quat_to_rotvec
 from .base import stack_terms
 
@@ -278,6 +279,8 @@ class Refinement:
         motion_gain (K,): how much nearer the reference each got [rad^2]).
         """
         chain = self.chain
+        if motion is None and guard is None and self._fusable(problem):
+            return self._move_fused(problem, frames, cost)
         k_count, nv = len(frames), chain.nv
         cols = np.arange(k_count)
         cost = cost.copy()
@@ -395,6 +398,33 @@ class Refinement:
                 guard = np.where(ok & np.isfinite(guard),
                                  trial_errors[0].reshape(n_trials, k_count)[pick, cols], guard)
         return frames, cost, improved, gained
+
+    def _fusable(self, problem):
+        """Return whether ``move`` may run as the compiled kernel: one plain pose target, no
+        hard constraints, no ball joints, the kernels compiled."""
+        if not _kernels.ENABLED or problem.hard or self.chain.has_ball_joints:
+            return False
+        terms = problem.terms
+        return (len(terms) == 1 and type(terms[0]) is PoseTarget
+                and terms[0]._whitener is None
+                and self.chain.link_anchor(terms[0].link)[0] >= 0)
+
+    def _move_fused(self, problem, frames, cost):
+        """``move`` without motion prior or guard, in one compiled kernel (same steps)."""
+        chain = self.chain
+        term = problem.terms[0]
+        body, off = chain.link_anchor(term.link)
+        q = np.array(frames.q, dtype=float)
+        cost = np.array(cost, dtype=float)
+        scale = np.sqrt(term.weight) / term.sigma
+        improved = _kernels.refine_pose(
+            q, cost, self.steps, self.alphas, self.damping, self.max_step, chain.lower,
+            chain.upper, scale, float(term.weight), float(term.sigma[0]), float(term.sigma[3]),
+            *chain.kernel_bodies(), body, off, term.pose, *chain.kernel_columns(body))
+        if improved.any():
+            idx = np.flatnonzero(improved)
+            frames.assign(idx, chain.frames(q[idx]))
+        return frames, cost, improved, np.zeros(len(q))
 
     def _correct(self, problem, trial_frames, jac, winv2, slide, pulled):
         """Apply one Gauss-Newton task correction (Jacobian of the step's start) to the
