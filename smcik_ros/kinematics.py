@@ -453,7 +453,9 @@ class Chain:
             b, off = body_of_link[link]
             link_body.append(b)
             link_offset.append(off)
-        self._body_of_link = body_of_link
+        # Read-only offsets (one array type for the kernels; callers cannot alter the model).
+        self._body_of_link = {link: (b, off if off is self._identity else _readonly(off))
+                              for link, (b, off) in body_of_link.items()}
         self._link_body = np.array(link_body, dtype=int)
         self._link_offset = _readonly(np.array(link_offset).reshape(-1, 4, 4))
         self.num_bodies = B = len(body_parent)
