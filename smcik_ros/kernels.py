@@ -13,6 +13,7 @@ Array conventions are those of ``smcik_ros.kinematics``: body frames are body-ma
 rot (B, N, 3, 3) and pos (B, N, 3) in the base frame [m].
 """
 
+import logging
 import math
 import time
 
@@ -20,8 +21,8 @@ import numpy as np
 
 from ._jit import ENABLED, njit
 
-__all__ = ['ENABLED', 'fk', 'jacobian_at', 'lm_step', 'pose_errors', 'pose_residual_jacobian',
-           'refine_pose', 'warm_up']
+__all__ = ['ENABLED', 'ensure_ready', 'fk', 'jacobian_at', 'lm_step', 'pose_errors',
+           'pose_residual_jacobian', 'refine_pose', 'warm_up']
 
 
 @njit(cache=True)
@@ -450,18 +451,39 @@ def _cache_is_warm(func):
         return False
 
 
+_READY = False
+_LOG = logging.getLogger(__name__)
+
+
+def ensure_ready(chain):
+    """Run ``warm_up(chain)`` once per process (the SMC solver's constructor calls it).
+
+    The kernels' types do not depend on the chain, so one warm-up serves every chain. The
+    messages go to the ``smcik_ros.kernels`` logger (level INFO).
+    """
+    global _READY
+    if _READY or not ENABLED:
+        return
+    _READY = True           # first: warm_up builds an SMC solver itself
+    warm_up(chain, _LOG.info)
+
+
 def warm_up(chain, log=None):
     """Compile (or load from the on-disk cache) every kernel for ``chain``'s arrays.
 
     Call it once before a real-time loop starts (the node: after building the chain, before
-    its timer): it runs FK, Jacobians, the pose kernels and a short SMC solve and step, so
-    that every specialisation the solvers use exists before the first tick. log: optional
+    its solver and its timer; otherwise the SMC solver's constructor runs it once per
+    process, logging to ``smcik_ros.kernels``): it runs FK, Jacobians, the pose kernels and
+    a short SMC solve and steps, so that every specialisation the solvers use exists before
+    the first tick. log: optional
     callable taking a message; it gets 'compiling kernels (first run) ...' before a cold
     compilation and the time it took after. Returns the seconds spent; does nothing
     (returns 0.0) when the kernels are not compiled (SMCIK_NO_JIT=1 or no numba).
     """
+    global _READY
     if not ENABLED:
         return 0.0
+    _READY = True
     start = time.perf_counter()
     cold = not all(_cache_is_warm(f) for f in (fk, jacobian_at, pose_residual_jacobian,
                                                   pose_errors, lm_step, refine_pose))

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import kernels
 from ..errors import ParameterError
 from ..goals import Target, Term, task_errors
 from ..rotations import quat_slerp
@@ -598,6 +599,8 @@ class SmcSolver(Solver):
 
     def __init__(self, chain, settings=None):
         super().__init__(chain, settings)
+        # Compile (or load) the kernels now, not inside the first timed solve or tick.
+        kernels.ensure_ready(chain)
         self._configure()
         self._reset(self._q)
 
