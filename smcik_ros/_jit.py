@@ -26,7 +26,9 @@ def _disabled_by_env():
 
 def _cache_dir():
     """Return a writable numba cache directory for a read-only package, or None."""
-    if os.access(_HERE, os.W_OK) or os.environ.get('NUMBA_CACHE_DIR'):
+    pycache = os.path.join(_HERE, '__pycache__')
+    target = pycache if os.path.isdir(pycache) else _HERE
+    if os.access(target, os.W_OK) or os.environ.get('NUMBA_CACHE_DIR'):
         return None
     base = os.environ.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'), '.cache')
     return os.path.join(base, 'smcik_ros', 'numba')

@@ -495,7 +495,7 @@ class Chain:
                                   for b in range(B))
 
         # Jacobian columns: one per revolute/prismatic body, three per ball body.
-        col_body, col_axis, col_rot, col_scatter = [], [], [], []
+        col_body, col_axis, col_rot, col_scatter, col_v, col_mult = [], [], [], [], [], []
         for b in range(B):
             if body_kind[b] == _BALL:
                 v0 = v_index[body_joint[b]]
@@ -506,12 +506,17 @@ class Chain:
                     col_axis.append(np.eye(3)[k])
                     col_rot.append(True)
                     col_scatter.append(row)
+                    col_v.append(v0 + k)
+                    col_mult.append(1.0)
             else:
                 row = np.zeros(nv)
                 if body_mimic[b] is None:
-                    row[v_index[body_joint[b]]] = 1.0
+                    col_v.append(v_index[body_joint[b]])
+                    col_mult.append(1.0)
                 else:
-                    row[body_mimic[b][2]] = body_mimic[b][0]
+                    col_v.append(body_mimic[b][2])
+                    col_mult.append(body_mimic[b][0])
+                row[col_v[-1]] = col_mult[-1]
                 col_body.append(b)
                 col_axis.append(body_axis[b])
                 col_rot.append(body_kind[b] == _REVOLUTE)
@@ -574,11 +579,9 @@ class Chain:
                       np.array(self._rev_terms, dtype=float).reshape(-1, 2, 9),
                       np.ascontiguousarray(self._body_offsets),
                       np.ascontiguousarray(self._body_axes))
-        col_v = np.array([int(np.flatnonzero(row)[0]) for row in self._col_scatter],
-                         dtype=np.int64)
         self._k_cols = (self._col_body.astype(np.int64), np.ascontiguousarray(self._col_axis),
-                        self._col_is_rot.copy(), col_v,
-                        self._col_scatter[np.arange(len(col_v)), col_v].copy())
+                        self._col_is_rot.copy(), np.array(col_v, dtype=np.int64),
+                        np.array(col_mult, dtype=float))
         self._k_cols_of_body = tuple(c.astype(np.int64) for c in self._col_by_body)
         # Characteristic length [m]: sum of the static offsets, to scale position errors.
         self.length_scale = max(float(sum(np.linalg.norm(o[:3, 3]) for o in body_origin)

@@ -171,3 +171,29 @@ def test_fused_refinement_matches_the_numpy_refinement(numpy_path):
     np.testing.assert_allclose(fused_q, frames.q, atol=1e-12)
     np.testing.assert_allclose(fused_cost, ref_cost, rtol=1e-9, atol=1e-15)
     assert np.all(fused_cost <= cost)
+
+
+def test_read_only_package_caches_under_the_home_directory(tmp_path):
+    """An installed (read-only) package points numba's cache at ~/.cache/smcik_ros/numba.
+
+    The package directory reads as not writable (os.access patched in a fresh interpreter:
+    chmod does not stop root, which runs CI here).
+    """
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items()
+           if k not in ('SMCIK_NO_JIT', 'NUMBA_CACHE_DIR', 'XDG_CACHE_HOME')}
+    env['HOME'] = str(tmp_path)
+    package = os.path.join(ROOT, 'smcik_ros')
+    code = ('import os, sys; real = os.access; '
+            f'os.access = lambda p, m: False if str(p).startswith({package!r}) else real(p, m); '
+            'sys.modules.pop("numba", None); import smcik_ros._jit; '
+            'print(os.environ.get("NUMBA_CACHE_DIR"))')
+    out = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == str(tmp_path / '.cache' / 'smcik_ros' / 'numba')
+    # A writable package keeps numba's default (the cache beside the modules).
+    code = 'import os, smcik_ros._jit; print(os.environ.get("NUMBA_CACHE_DIR"))'
+    out = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == 'None'
