@@ -465,7 +465,11 @@ def ensure_ready(chain):
     if _READY or not ENABLED:
         return
     _READY = True           # first: warm_up builds an SMC solver itself
-    warm_up(chain, _LOG.info)
+    try:
+        warm_up(chain, _LOG.info)
+    except Exception as exc:    # the warm-up is an optimisation: the kernels compile lazily
+        _LOG.warning('kernel warm-up failed (%s: %s); kernels compile on first use',
+                     type(exc).__name__, exc)
 
 
 def warm_up(chain, log=None):
