@@ -21,8 +21,8 @@ import numpy as np
 
 from ._jit import ENABLED, njit
 
-__all__ = ['ENABLED', 'ensure_ready', 'fk', 'jacobian_at', 'lm_step', 'pose_errors',
-           'pose_residual_jacobian', 'refine_pose', 'warm_up']
+__all__ = ['ENABLED', 'ensure_ready', 'fk', 'jacobian_at', 'lm_null_step', 'lm_step',
+           'pose_errors', 'pose_residual_jacobian', 'refine_pose', 'warm_up']
 
 
 @njit(cache=True)
@@ -353,6 +353,80 @@ def _lm_row(jac, r, lam, a, y, dv):
 
 
 @njit(cache=True)
+def _chol_solve(a, b, y):
+    """Solve a y = b for a symmetric positive definite (m, m) a (overwritten by its
+    Cholesky factor in the lower triangle; only the lower triangle of a is read)."""
+    m = a.shape[0]
+    for j in range(m):
+        s = a[j, j]
+        for p in range(j):
+            s -= a[j, p] * a[j, p]
+        d = math.sqrt(s) if s > 0.0 else 1e-300
+        a[j, j] = d
+        for i in range(j + 1, m):
+            s = a[i, j]
+            for p in range(j):
+                s -= a[i, p] * a[j, p]
+            a[i, j] = s / d
+    for i in range(m):
+        s = b[i]
+        for p in range(i):
+            s -= a[i, p] * y[p]
+        y[i] = s / a[i, i]
+    for i in range(m - 1, -1, -1):
+        s = y[i]
+        for p in range(i + 1, m):
+            s -= a[p, i] * y[p]
+        y[i] = s / a[i, i]
+
+
+@njit(cache=True)
+def lm_null_step(jac, r, lam, d0, winv2, lam0):
+    """Return (task (K, nv), pull (K, nv)) of ``smc_policies._lm_null_step``.
+
+    task = -W^-2 J^T (J W^-2 J^T + lam I)^-1 r; pull = d0 - W^-2 J^T (J W^-2 J^T + lam0 I)^-1
+    J d0, for jac (K, m, nv), r (K, m), lam (K,), d0 (K, nv), winv2 (nv,).
+    """
+    k_count, m, nv = jac.shape
+    task = np.empty((k_count, nv))
+    pull = np.empty((k_count, nv))
+    base = np.empty((m, m))
+    a = np.empty((m, m))
+    b = np.empty(m)
+    y = np.empty(m)
+    for k in range(k_count):
+        for i in range(m):
+            for j in range(i + 1):
+                s = 0.0
+                for v in range(nv):
+                    s += jac[k, i, v] * winv2[v] * jac[k, j, v]
+                base[i, j] = s
+        a[:] = base
+        for i in range(m):
+            a[i, i] += lam[k]
+        _chol_solve(a, r[k], y)
+        for v in range(nv):
+            s = 0.0
+            for i in range(m):
+                s += jac[k, i, v] * y[i]
+            task[k, v] = -winv2[v] * s
+        a[:] = base
+        for i in range(m):
+            a[i, i] += lam0
+            s = 0.0
+            for v in range(nv):
+                s += jac[k, i, v] * d0[k, v]
+            b[i] = s
+        _chol_solve(a, b, y)
+        for v in range(nv):
+            s = 0.0
+            for i in range(m):
+                s += jac[k, i, v] * y[i]
+            pull[k, v] = d0[k, v] - winv2[v] * s
+    return task, pull
+
+
+@njit(cache=True)
 def refine_pose(q, cost, steps, alphas, damping, max_step, lower, upper, scale, weight,
                 sigma_p, sigma_o, parent, kind, qi, mult, add, rot0, terms, offset, axis,
                 body, off, target, cols, col_body, col_axis, col_rot, col_v, col_mult):
@@ -490,7 +564,8 @@ def warm_up(chain, log=None):
     _READY = True
     start = time.perf_counter()
     cold = not all(_cache_is_warm(f) for f in (fk, jacobian_at, pose_residual_jacobian,
-                                                  pose_errors, lm_step, refine_pose))
+                                                  pose_errors, lm_step, lm_null_step,
+                                                  refine_pose))
     if cold and log is not None:
         log('compiling kernels (first run; later starts load them from the on-disk cache)')
     from .goals import PoseTarget
@@ -502,7 +577,10 @@ def warm_up(chain, log=None):
     term = PoseTarget(pose)
     term.residual_jacobian(frames)
     term.errors(frames)
-    lm_step(frames.jacobian(), np.zeros((1, 6)), np.ones(1))
+    jac = frames.jacobian()
+    lm_step(jac, np.zeros((1, 6)), np.ones(1))
+    lm_null_step(jac, np.zeros((1, 6)), np.ones(1), np.zeros((1, chain.nv)),
+                 np.ones(chain.nv), 1e-6)
     # A goal a little away from the seed: the solve and the steps refine.
     goal = chain.fk(chain.clip(chain.integrate(q, np.full(chain.nv, 0.2))))
     solver = make_solver('smc', chain, seed=0, num_particles=8)

@@ -197,3 +197,18 @@ def test_read_only_package_caches_under_the_home_directory(tmp_path):
     out = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == 'None'
+
+
+def test_lm_null_step_kernel_matches_numpy(numpy_path):
+    rng = np.random.default_rng(8)
+    jac = rng.normal(size=(6, 6, 7))
+    r = rng.normal(size=(6, 6))
+    lam = rng.uniform(1e-6, 1.0, size=6)
+    d0 = rng.normal(size=(6, 7))
+    winv2 = rng.uniform(0.5, 2.0, size=7)
+    task, pull = kernels.lm_null_step(jac, r, lam, d0, winv2, 1e-6)
+    ref_task, ref_pull = numpy_path(smc_policies._lm_null_step, jac, r, lam, d0, winv2, 1e-6)
+    np.testing.assert_allclose(task, ref_task, atol=1e-9)
+    np.testing.assert_allclose(pull, ref_pull, atol=1e-9)
+    # The pull lies in the task's null space (up to the damping floor).
+    assert np.abs(np.einsum('kmv,kv->km', jac, pull)).max() < 1e-4

@@ -488,6 +488,11 @@ def _lm_null_step(jac, r, lam, d0, winv2, lam0):
     projector uses only the damping floor lam0 (the LM damping lam grows with the cost and
     would let the pull leak into the task directions).
     """
+    if _kernels.ENABLED:
+        return _kernels.lm_null_step(np.ascontiguousarray(jac), np.ascontiguousarray(r),
+                                     np.ascontiguousarray(lam, dtype=float),
+                                     np.ascontiguousarray(d0, dtype=float),
+                                     np.ascontiguousarray(winv2, dtype=float), float(lam0))
     k, m = r.shape
     jw = jac * winv2
     base = jw @ np.swapaxes(jac, 1, 2)
