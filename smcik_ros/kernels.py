@@ -21,8 +21,9 @@ import numpy as np
 
 from ._jit import ENABLED, njit
 
-__all__ = ['ENABLED', 'ensure_ready', 'fk', 'jacobian_at', 'lm_null_step', 'lm_step',
-           'pose_errors', 'pose_residual_jacobian', 'refine_pose', 'warm_up']
+__all__ = ['ENABLED', 'blocked_joints', 'ensure_ready', 'fk', 'jacobian_at', 'lm_null_step',
+           'lm_spring_step', 'lm_step', 'pose_errors', 'pose_residual_jacobian', 'refine_pose',
+           'warm_up']
 
 
 @njit(cache=True)
@@ -427,6 +428,74 @@ def lm_null_step(jac, r, lam, d0, winv2, lam0):
 
 
 @njit(cache=True)
+def lm_spring_step(jac, r, lam, mu, w, diff):
+    """Return the (K, nv) steps of ``smc_policies._lm_spring_step``: the minimiser of
+    |r + J dv|^2 + mu |W (dv - diff)|^2 + lam |W dv|^2 by the push-through identity (one
+    m x m solve per row). jac (K, m, nv), r (K, m), lam, mu (K,), w (nv,), diff (K, nv)."""
+    k_count, m, nv = jac.shape
+    out = np.empty((k_count, nv))
+    js = np.empty((m, nv))
+    base = np.empty((m, m))
+    a = np.empty((m, m))
+    g = np.empty(nv)
+    b = np.empty(m)
+    y1 = np.empty(m)
+    y2 = np.empty(m)
+    for k in range(k_count):
+        c = lam[k] + mu[k]
+        for i in range(m):
+            for v in range(nv):
+                js[i, v] = jac[k, i, v] / w[v]
+        for v in range(nv):
+            g[v] = diff[k, v] * w[v]
+        for i in range(m):
+            for j in range(i + 1):
+                s = 0.0
+                for v in range(nv):
+                    s += js[i, v] * js[j, v]
+                base[i, j] = s
+            base[i, i] += c
+            s = 0.0
+            for v in range(nv):
+                s += js[i, v] * g[v]
+            b[i] = s
+        a[:] = base
+        _chol_solve(a, r[k], y1)
+        a[:] = base
+        _chol_solve(a, b, y2)
+        f = mu[k] / c
+        for v in range(nv):
+            s1 = 0.0
+            s2 = 0.0
+            for i in range(m):
+                s1 += js[i, v] * y1[i]
+                s2 += js[i, v] * y2[i]
+            out[k, v] = (-s1 + f * (g[v] - s2)) / w[v]
+    return out
+
+
+@njit(cache=True)
+def blocked_joints(q, dv, sq, sv, lower, upper):
+    """Return (any, mask (K, nv) bool): 1-DOF joints at a limit that dv (K, nv) pushes
+    outwards, as ``smc_policies._blocked_joints``. sq, sv: the scalar joints' indices."""
+    k_count, nv = dv.shape
+    mask = np.zeros((k_count, nv), dtype=np.bool_)
+    found = False
+    for j in range(sq.shape[0]):
+        qi = sq[j]
+        vi = sv[j]
+        span = upper[qi] - lower[qi]
+        eps = 1e-9 * (span if span > 1.0 else 1.0)
+        lo = lower[qi] + eps
+        hi = upper[qi] - eps
+        for k in range(k_count):
+            if (q[k, qi] <= lo and dv[k, vi] < 0.0) or (q[k, qi] >= hi and dv[k, vi] > 0.0):
+                mask[k, vi] = True
+                found = True
+    return found, mask
+
+
+@njit(cache=True)
 def refine_pose(q, cost, steps, alphas, damping, max_step, lower, upper, scale, weight,
                 sigma_p, sigma_o, parent, kind, qi, mult, add, rot0, terms, offset, axis,
                 body, off, target, cols, col_body, col_axis, col_rot, col_v, col_mult):
@@ -565,6 +634,7 @@ def warm_up(chain, log=None):
     start = time.perf_counter()
     cold = not all(_cache_is_warm(f) for f in (fk, jacobian_at, pose_residual_jacobian,
                                                   pose_errors, lm_step, lm_null_step,
+                                                  lm_spring_step, blocked_joints,
                                                   refine_pose))
     if cold and log is not None:
         log('compiling kernels (first run; later starts load them from the on-disk cache)')
@@ -581,6 +651,10 @@ def warm_up(chain, log=None):
     lm_step(jac, np.zeros((1, 6)), np.ones(1))
     lm_null_step(jac, np.zeros((1, 6)), np.ones(1), np.zeros((1, chain.nv)),
                  np.ones(chain.nv), 1e-6)
+    lm_spring_step(jac, np.zeros((1, 6)), np.ones(1), np.ones(1), np.ones(chain.nv),
+                   np.zeros((1, chain.nv)))
+    blocked_joints(np.atleast_2d(q), np.zeros((1, chain.nv)), chain.scalar_q, chain.scalar_v,
+                   chain.lower, chain.upper)
     # A goal a little away from the seed: the solve and the steps refine.
     goal = chain.fk(chain.clip(chain.integrate(q, np.full(chain.nv, 0.2))))
     solver = make_solver('smc', chain, seed=0, num_particles=8)

@@ -212,3 +212,30 @@ def test_lm_null_step_kernel_matches_numpy(numpy_path):
     np.testing.assert_allclose(pull, ref_pull, atol=1e-9)
     # The pull lies in the task's null space (up to the damping floor).
     assert np.abs(np.einsum('kmv,kv->km', jac, pull)).max() < 1e-4
+
+
+def test_spring_step_and_blocked_joints_kernels_match_numpy(numpy_path):
+    rng = np.random.default_rng(9)
+    jac = rng.normal(size=(5, 6, 7))
+    r = rng.normal(size=(5, 6))
+    lam = rng.uniform(1e-6, 1.0, size=5)
+    mu = rng.uniform(0.0, 2.0, size=5)
+    w = rng.uniform(0.5, 2.0, size=7)
+    diff = rng.normal(size=(5, 7))
+    np.testing.assert_allclose(kernels.lm_spring_step(jac, r, lam, mu, w, diff),
+                               numpy_path(smc_policies._lm_spring_step, jac, r, lam, mu, w,
+                                          diff), atol=1e-9)
+    chain = Chain.from_urdf(CASES[2][0], 'base_link', 'tool0')
+    q = chain.random_configuration(rng, 8)
+    q[:3] = chain.lower
+    q[3:5] = chain.upper
+    dv = rng.normal(size=(8, chain.nv))
+    found, mask = kernels.blocked_joints(q, dv, chain.scalar_q, chain.scalar_v, chain.lower,
+                                         chain.upper)
+    ref = numpy_path(smc_policies._blocked_joints, chain, q, dv)
+    assert found and ref is not None
+    np.testing.assert_array_equal(mask, ref)
+    inside = chain.clip(0.5 * (chain.lower + chain.upper) + 0.0 * q)
+    assert not kernels.blocked_joints(inside, dv, chain.scalar_q, chain.scalar_v, chain.lower,
+                                      chain.upper)[0]
+    assert numpy_path(smc_policies._blocked_joints, chain, inside, dv) is None

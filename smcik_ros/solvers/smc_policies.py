@@ -79,6 +79,10 @@ class MinimalMotion:
         # Joints that can take a whole turn inside their limits: mapped towards the reference.
         self._turn_cols = sq[revolute & (span > TWO_PI + 1e-9)]
         self._continuous_any = bool(continuous.any())
+        # Only 1-DOF joints, q and tangent indices equal (URDF arms): differences are ref - q.
+        self._plain = (not chain.has_ball_joints and chain.nq == chain.nv
+                       and np.array_equal(sq, np.arange(chain.nq))
+                       and np.array_equal(chain.scalar_v, np.arange(chain.nv)))
         self.reference = None
         self.turn_reference = None
         self.weighted = True        # the prior is a factor of the weights
@@ -101,6 +105,12 @@ class MinimalMotion:
         chain = self.chain
         ref = self.reference if ref is None else ref
         q = np.atleast_2d(q)
+        if self._plain:
+            d = ref - q
+            if self._continuous_any:
+                c = self._continuous
+                d[:, c] = (d[:, c] + np.pi) % TWO_PI - np.pi
+            return d
         out = np.empty((len(q), chain.nv))
         sq, sv = chain.scalar_q, chain.scalar_v
         d = ref[sq] - q[:, sq]
@@ -466,6 +476,11 @@ def _lm_spring_step(jac, r, lam, mu, w, diff):
     an m x m solve (m task rows) even for long chains. Stacks: jac (K, m, nv), r (K, m),
     lam, mu (K,), w (nv,), diff (K, nv).
     """
+    if _kernels.ENABLED:
+        return _kernels.lm_spring_step(
+            np.ascontiguousarray(jac), np.ascontiguousarray(r),
+            np.ascontiguousarray(lam, dtype=float), np.ascontiguousarray(mu, dtype=float),
+            np.ascontiguousarray(w, dtype=float), np.ascontiguousarray(diff, dtype=float))
     k, m = r.shape
     js = jac / w
     c = lam + mu
@@ -510,6 +525,10 @@ def _blocked_joints(chain, q, dv):
     sq, sv = chain.scalar_q, chain.scalar_v
     if not len(sq):
         return None
+    if _kernels.ENABLED:
+        found, mask = _kernels.blocked_joints(np.ascontiguousarray(q), np.ascontiguousarray(dv),
+                                              sq, sv, chain.lower, chain.upper)
+        return mask if found else None
     span = chain.upper[sq] - chain.lower[sq]
     eps = 1e-9 * np.maximum(span, 1.0)
     at_lower = q[:, sq] <= chain.lower[sq] + eps
