@@ -239,3 +239,48 @@ def test_spring_step_and_blocked_joints_kernels_match_numpy(numpy_path):
     assert not kernels.blocked_joints(inside, dv, chain.scalar_q, chain.scalar_v, chain.lower,
                                       chain.upper)[0]
     assert numpy_path(smc_policies._blocked_joints, chain, inside, dv) is None
+
+
+@pytest.mark.parametrize('online', [True, False], ids=['step', 'solve'])
+def test_solver_runs_the_same_with_and_without_kernels(monkeypatch, online):
+    """step() (minimal-motion refinement) and solve() give the numpy path's configurations.
+
+    Without numba the kernels run here as plain Python (slow, hence few particles and
+    iterations): either way they must reproduce the numpy implementation step for step.
+    """
+    chain = Chain.from_urdf(CASES[0][0], 'base_link', 'tool0')
+    rng = np.random.default_rng(10)
+    pose = chain.fk(chain.random_configuration(rng))
+    goals = []
+    for k in range(12):
+        p = pose.copy()
+        p[:3, 3] += 0.02 * np.array([np.cos(0.3 * k) - 1.0, np.sin(0.3 * k), 0.0])
+        goals.append(p)
+
+    calls = {'refine_pose': 0, 'refine_pose_motion': 0}
+
+    def counted(name):
+        func = getattr(kernels, name)
+
+        def wrapper(*args):
+            calls[name] += 1
+            return func(*args)
+        return wrapper
+
+    def run(enabled):
+        with monkeypatch.context() as m:
+            m.setattr(kernels, 'ENABLED', enabled)
+            for name in calls:
+                m.setattr(kernels, name, counted(name))
+            solver = make_solver('smc', chain, num_particles=24, seed=3)
+            if not online:
+                seed = chain.neutral_configuration()
+                return np.array([solver.solve(g, seed, max_iters=6).q for g in goals[:3]])
+            solver.reset(chain.neutral_configuration())
+            return np.array([solver.step(goals[min(k // 4, 11)]) for k in range(20)])
+
+    fused = run(True)
+    assert calls['refine_pose_motion' if online else 'refine_pose'] > 0
+    calls.update(refine_pose=0, refine_pose_motion=0)
+    np.testing.assert_allclose(fused, run(False), atol=1e-9)
+    assert calls == {'refine_pose': 0, 'refine_pose_motion': 0}

@@ -289,8 +289,11 @@ class Refinement:
         motion_gain (K,): how much nearer the reference each got [rad^2]).
         """
         chain = self.chain
-        if motion is None and guard is None and self._fusable(problem):
-            return self._move_fused(problem, frames, cost)
+        if self._fusable(problem):
+            if motion is None and guard is None:
+                return self._move_fused(problem, frames, cost)
+            if motion is not None and motion._plain:
+                return self._move_fused_motion(problem, frames, cost, motion, guard)
         k_count, nv = len(frames), chain.nv
         cols = np.arange(k_count)
         cost = cost.copy()
@@ -435,6 +438,28 @@ class Refinement:
             idx = np.flatnonzero(improved)
             frames.assign(idx, chain.frames(q[idx]))
         return frames, cost, improved, np.zeros(len(q))
+
+    def _move_fused_motion(self, problem, frames, cost, motion, guard):
+        """``move`` with the minimal-motion prior, in one compiled kernel (same steps)."""
+        chain = self.chain
+        term = problem.terms[0]
+        body, off = chain.link_anchor(term.link)
+        q = np.array(frames.q, dtype=float)
+        cost = np.array(cost, dtype=float)
+        guard = np.full(len(q), np.inf) if guard is None else np.array(guard, dtype=float)
+        scale = np.sqrt(term.weight) / term.sigma
+        improved, gained = _kernels.refine_pose_motion(
+            q, cost, guard, self.steps, self.alphas, self.damping, self.max_step, chain.lower,
+            chain.upper, scale, float(term.weight), float(term.sigma[0]), float(term.sigma[3]),
+            float(problem.tolerance[0]), float(problem.tolerance[1]), self.PRECISE_FRACTION,
+            float(problem.tolerance_cost), self.SPRING * motion.spring, self.SPRING_FADE,
+            self.SLIDE_CORRECTION, float(motion.gain), np.asarray(motion.weights, dtype=float),
+            np.asarray(motion.reference, dtype=float), np.asarray(motion._continuous),
+            *chain.kernel_bodies(), body, off, term.pose, *chain.kernel_columns(body))
+        if improved.any():
+            idx = np.flatnonzero(improved)
+            frames.assign(idx, chain.frames(q[idx]))
+        return frames, cost, improved, gained
 
     def _correct(self, problem, trial_frames, jac, winv2, slide, pulled):
         """Apply one Gauss-Newton task correction (Jacobian of the step's start) to the
