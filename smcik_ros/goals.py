@@ -234,9 +234,10 @@ class PoseTarget(Target):
         if _kernels.ENABLED:
             body, off = chain.link_anchor(self.link)
             if body >= 0:
+                # C-contiguous frames (subsets may be views): one compiled specialisation.
                 return _kernels.pose_residual_jacobian(
-                    frames.rot, frames.pos, body, off, self.pose, *chain.kernel_columns(body),
-                    chain.nv)
+                    np.ascontiguousarray(frames.rot), np.ascontiguousarray(frames.pos), body,
+                    off, self.pose, *chain.kernel_columns(body), chain.nv)
         rot, pos = frames.link_transform(self.link)
         out = np.empty((len(frames), 6))
         out[:, :3] = pos - self.pose[:3, 3]
@@ -263,7 +264,9 @@ class PoseTarget(Target):
         if _kernels.ENABLED:
             body, off = frames.chain.link_anchor(self.link)
             if body >= 0:
-                return _kernels.pose_errors(frames.rot, frames.pos, body, off, self.pose)
+                return _kernels.pose_errors(np.ascontiguousarray(frames.rot),
+                                            np.ascontiguousarray(frames.pos), body, off,
+                                            self.pose)
         rot, pos = frames.link_transform(self.link)
         diff = pos - self.pose[:3, 3]
         return np.sqrt(np.einsum('ni,ni->n', diff, diff)), _rotation_angle(rot, self.pose[:3, :3])

@@ -170,7 +170,11 @@ class Frames:
         if len(cols) == 0:
             return jac
         if _kernels.ENABLED:
-            return _kernels.jacobian_at(self.rot, self.pos, np.ascontiguousarray(point, float),
+            # C-contiguous arguments (subsets may be views): one compiled specialisation,
+            # none compiled inside a real-time tick.
+            return _kernels.jacobian_at(np.ascontiguousarray(self.rot),
+                                        np.ascontiguousarray(self.pos),
+                                        np.ascontiguousarray(point, float),
                                         *chain.kernel_columns(body), chain.nv)
         cb = chain._col_body[cols]
         # World axes of the columns: R_body @ axis (C, N, 3).
@@ -843,7 +847,8 @@ class Chain:
             raise ModelError(f'configuration must have {self.nq} entries (joints '
                              f'{list(self.joint_names)}); got shape {q.shape}')
         if _kernels.ENABLED:
-            rot, pos = _kernels.fk(np.ascontiguousarray(q2), *self._k_fk)
+            # C-contiguous and writable (one compiled specialisation for every caller).
+            rot, pos = _kernels.fk(np.require(q2, requirements=('C', 'W')), *self._k_fk)
             return Frames(self, q2, rot, pos, single)
         n = q2.shape[0]
         rot = self._local_rotations(q2)     # (B, N, 3, 3), chained in place below

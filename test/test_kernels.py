@@ -284,3 +284,38 @@ def test_solver_runs_the_same_with_and_without_kernels(monkeypatch, online):
     calls.update(refine_pose=0, refine_pose_motion=0)
     np.testing.assert_allclose(fused, run(False), atol=1e-9)
     assert calls == {'refine_pose': 0, 'refine_pose_motion': 0}
+
+
+@pytest.mark.skipif(not kernels.ENABLED, reason='numba is off (SMCIK_NO_JIT=1 or not '
+                    'installed): nothing is compiled')
+def test_every_solver_path_uses_the_warmed_up_specialisations():
+    """After warm_up, no solver compiles a new kernel specialisation (which would stall a
+    real-time tick for seconds): views, read-only and strided inputs are normalised."""
+    from smcik_ros.goals import PositionTarget
+    from smcik_ros.solvers import available_solvers
+    chain = Chain.from_urdf(CASES[0][0], 'base_link', 'tool0')
+    kernels.warm_up(chain)
+    names = ['fk', 'jacobian_at', 'pose_residual_jacobian', 'pose_errors', 'lm_step',
+             'lm_null_step', 'lm_spring_step', 'blocked_joints', 'refine_pose',
+             'refine_pose_motion']
+    before = {n: len(getattr(kernels, n).signatures) for n in names}
+    q0 = chain.neutral_configuration()
+    goal = chain.fk(chain.clip(q0 + 0.3))
+    for name in available_solvers():
+        if name == 'fabrik':
+            continue            # ball chains only
+        solver = make_solver(name, chain)
+        solver.solve(goal, q0, max_iters=5)
+        solver.reset(q0)
+        for _ in range(4):
+            solver.step(goal)
+            solver.step(PositionTarget(goal[:3, 3]))
+    read_only = chain.neutral_configuration()
+    read_only.setflags(write=False)
+    frames = chain.frames(read_only)
+    view = frames.subset(slice(0, 1))
+    view.jacobian()
+    PoseTarget(goal).residual_jacobian(view)
+    PoseTarget(goal).errors(view)
+    chain.frames(np.tile(q0, (3, 2))[:, ::2]).jacobian()
+    assert {n: len(getattr(kernels, n).signatures) for n in names} == before

@@ -453,8 +453,8 @@ class Refinement:
             chain.upper, scale, float(term.weight), float(term.sigma[0]), float(term.sigma[3]),
             float(problem.tolerance[0]), float(problem.tolerance[1]), self.PRECISE_FRACTION,
             float(problem.tolerance_cost), self.SPRING * motion.spring, self.SPRING_FADE,
-            self.SLIDE_CORRECTION, float(motion.gain), np.asarray(motion.weights, dtype=float),
-            np.asarray(motion.reference, dtype=float), np.asarray(motion._continuous),
+            self.SLIDE_CORRECTION, float(motion.gain), np.array(motion.weights, dtype=float),
+            np.array(motion.reference, dtype=float), np.array(motion._continuous, dtype=bool),
             *chain.kernel_bodies(), body, off, term.pose, *chain.kernel_columns(body))
         if improved.any():
             idx = np.flatnonzero(improved)
