@@ -187,7 +187,7 @@ def _link_solid(model, link, chain):
     import trimesh
     from smcik_ros.collision.model import _element_mesh
     parts = []
-    body, off = chain._link_anchor(link) if chain.has_link(link) else (None, None)
+    body, off = chain.link_anchor(link) if chain.has_link(link) else (None, None)
     if off is None:
         return None
     for geom in model.geometry.get(link, []):

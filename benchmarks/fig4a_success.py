@@ -71,7 +71,7 @@ def make_target(chain, rng):
     """Return (q_target, tip (3,)) with |tip - start tip| = 2 units +- 1 %."""
     q0 = chain.neutral_configuration()
     start = chain.fk(q0)[:3, 3]
-    bq = chain._ball_q_idx
+    bq = chain.ball_q_index
     while True:
         v = quat_to_rotvec(chain.random_configuration(rng)[bq])       # (J, 3)
 

@@ -73,7 +73,7 @@ def target_point(chain):
     """Return the (3,) point 2 units from the straight chain's tip (same bend per joint)."""
     q0 = chain.neutral_configuration()
     start = chain.fk(q0)[:3, 3]
-    bq = chain._ball_q_idx
+    bq = chain.ball_q_index
 
     def tip(angle):
         q = q0.copy()

@@ -1,6 +1,9 @@
-"""Speed targets of the core: SMC step time, 90-DOF chain step rate, batched FK.
+"""Speed targets of the core, before and after the compiled kernels, in one table.
 
-Setup (all single-threaded numpy, times from time.perf_counter, medians over many calls):
+Every figure is measured twice in one run, each time in a fresh Python process: "before"
+with ``SMCIK_NO_JIT=1`` (the numpy implementation, as before the kernels) and "after" with
+the numba kernels (compiled or loaded from the cache before timing: ``kernels.warm_up``).
+Single-threaded (BLAS pinned to one thread), times from time.perf_counter, medians.
 
 (a) one online SMC filter step (``solver.step(goal)``) on the 7-DOF arm
     urdf/smcik_arm.urdf, 100 particles, solver seed 0, reset to the neutral configuration
@@ -8,26 +11,37 @@ Setup (all single-threaded numpy, times from time.perf_counter, medians over man
     Goals: PoseTargets on a 2 cm circle (100 goals, 1.3 mm apart, fixed orientation)
     around the FK of a random in-limit configuration (numpy Generator seed 0): a new goal
     every step ("moving goal", the filter always works), or the first goal all along ("held
-    goal": once it is reached to ~0.3 um the filter skips its refinement,
-    refine_min_cost). Settings: the shipped defaults (refine_count=4, refine_steps=3),
-    refine_steps=1, and refine_count=0 (the plain Algorithm 1 step with the multi-scale
-    proposal; no refinement). Target: median <= 0.3 ms.
+    goal": once it is reached the filter skips its refinement, refine_min_cost). Settings:
+    the shipped defaults, refine_steps=1, and refine_count=0 (no refinement). Target (issue
+    10): moving goal, defaults, median <= 0.1 ms.
 (b) the 90-DOF chain: Chain.ball_chain(30, segment_length=0.1, max_angle=1.0, mass=1.0)
     (30 ball joints, 3 m long, pointing up), 50 particles, constraints
     CenterOfMassLine(sigma=0.02) (vertical through the root) and ChainSmoothness(sigma=0.3),
-    PositionTarget (0.8, 0.5, 2.0) (held: the soft constraints keep the cost above
-    refine_min_cost, so the refinement always runs); steps per second = 1 / median step
-    time over ``--steps`` / 4 online steps. Defaults and refine_count=0. Target >= 300 steps/s
-    (seed 000 section 6.1: ~60 frames/s on a 2007 laptop).
+    PositionTarget (0.8, 0.5, 2.0); steps per second = 1 / median step time over
+    ``--steps`` / 4 online steps. Defaults and refine_count=0. Target >= 3000 steps/s.
 (c) forward kinematics of 1000 random configurations of the 7-DOF arm in one batched call
-    (``chain.fk(q)``, (1000, 4, 4)), median over ``--repeats`` calls; target <= 1 ms.
-    Also ``chain.frames(q)`` + ``frames.jacobian()`` for 100 configurations (FK+Jacobian).
+    (``chain.fk(q)``, (1000, 4, 4)), median over ``--repeats`` calls; target <= 0.1 ms.
+    Also ``chain.frames(q)`` + ``frames.jacobian()`` for 100 configurations and FK of one.
+(d) round trip, ``make_solver('smc', chain, seed=0)`` shipped defaults, on the arms of
+    dh_round_trip.py (Panda-, iiwa-, UR5-type from published DH tables) and the two demo
+    arms: ``--trials`` goals fk(q_true) (q_true uniform, Generator seeded per arm), half from
+    the neutral seed and half from a uniform random seed, ``solve(goal, seed, tol=1e-3,
+    timeout=0.05)`` (1 mm and 0.01 rad); success % and median time. Next to it TRAC-IK
+    (pytracik, Speed mode, 50 ms, eps 1e-5; success checked at the same 1 mm / 0.01 rad) on
+    the same goals and seeds when pytracik is installed (it is not a dependency: without it
+    those rows say so). Target: smc success >= 99.5 % and median <= TRAC-IK's.
 
-Run: ``./smcik bench speed`` (``--quick`` for a fast check).
-Writes benchmarks/results/speed.csv and speed.png.
+Run: ``./smcik bench speed`` (``--quick`` for a fast check; ``--only after`` to skip the
+numpy run). Writes benchmarks/results/speed.csv and speed.png.
 """
 
 import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
 
 import _common as C  # noqa: I100  (first: pins BLAS to one thread)
 import numpy as np
@@ -79,8 +93,8 @@ def bench_arm_step(steps):
         rows.append(dict(case='(a) smc step, 7-DOF arm, 100 particles, pose goal',
                          variant=label, median_ms=1e3 * np.median(t),
                          p90_ms=1e3 * np.percentile(t, 90), rate_per_s=1.0 / np.median(t),
-                         target='<= 0.3 ms median',
-                         meets=bool(np.median(t) <= 0.3e-3), samples=len(t)))
+                         target='<= 0.1 ms median' if label.startswith('defaults, moving')
+                         else '-', samples=len(t)))
     return rows, None
 
 
@@ -103,8 +117,8 @@ def bench_chain90(steps):
         rows.append(dict(case='(b) smc step, 90-DOF chain, 50 particles, CoM + smoothness',
                          variant=label, median_ms=1e3 * np.median(t),
                          p90_ms=1e3 * np.percentile(t, 90), rate_per_s=1.0 / np.median(t),
-                         target='>= 300 steps/s (paper ~60)',
-                         meets=bool(1.0 / np.median(t) >= 300.0), samples=len(t)))
+                         target='>= 3000 steps/s' if label == 'defaults' else '-',
+                         samples=len(t)))
     return rows
 
 
@@ -117,8 +131,8 @@ def bench_fk(repeats):
     t = C.time_calls(lambda: chain.fk(q1000), repeats)
     rows.append(dict(case='(c) fk, 7-DOF arm, 1000 configs', variant='chain.fk',
                      median_ms=1e3 * np.median(t), p90_ms=1e3 * np.percentile(t, 90),
-                     rate_per_s=1.0 / np.median(t), target='<= 1 ms median',
-                     meets=bool(np.median(t) <= 1e-3), samples=len(t)))
+                     rate_per_s=1.0 / np.median(t), target='<= 0.1 ms median',
+                     samples=len(t)))
 
     def fk_jac():
         frames = chain.frames(q100)
@@ -129,11 +143,68 @@ def bench_fk(repeats):
     rows.append(dict(case='(c) fk + jacobian, 7-DOF arm, 100 configs',
                      variant='frames + jacobian', median_ms=1e3 * np.median(t),
                      p90_ms=1e3 * np.percentile(t, 90), rate_per_s=1.0 / np.median(t),
-                     target='-', meets='', samples=len(t)))
+                     target='-', samples=len(t)))
     t = C.time_calls(lambda: chain.fk(q1000[0]), repeats)
     rows.append(dict(case='(c) fk, 7-DOF arm, 1 config', variant='chain.fk',
                      median_ms=1e3 * np.median(t), p90_ms=1e3 * np.percentile(t, 90),
-                     rate_per_s=1.0 / np.median(t), target='-', meets='', samples=len(t)))
+                     rate_per_s=1.0 / np.median(t), target='-', samples=len(t)))
+    return rows
+
+
+def bench_round_trip(trials):
+    """Return rows of (d): smc and (when installed) TRAC-IK round trips on the same goals."""
+    from dh_round_trip import arms
+    try:
+        import pytracik
+    except ImportError:
+        pytracik = None
+    from smcik_ros.rotations import matrix_to_quat
+    urdfs = dict(arms())
+    for path in (C.ARM7, C.ARM6):
+        with open(path) as f:
+            urdfs[os.path.splitext(os.path.basename(path))[0]] = f.read()
+    rows = []
+    for arm_index, (name, xml) in enumerate(urdfs.items()):
+        chain = Chain.from_urdf(xml, 'base_link', 'tool0')
+        rng = np.random.default_rng([arm_index, 10])
+        cases = []
+        for k in range(trials):
+            goal = chain.fk(chain.random_configuration(rng))
+            seed = chain.neutral_configuration() if k % 2 == 0 \
+                else chain.random_configuration(rng)
+            cases.append((goal, seed))
+        solver = make_solver('smc', chain, seed=0)
+        solver.solve(*cases[0], tol=1e-3, timeout=0.05)        # untimed first call
+        ok, times = 0, []
+        for goal, seed in cases:
+            result = solver.solve(goal, seed, tol=1e-3, timeout=0.05)
+            ok += result.success
+            times.append(result.elapsed)
+        case = f'(d) round trip, {name} ({chain.n} DOF), 1 mm / 0.01 rad'
+        rows.append(dict(case=case, variant='smc', median_ms=1e3 * np.median(times),
+                         p90_ms=1e3 * np.percentile(times, 90),
+                         rate_per_s=1.0 / np.median(times), success_pct=100.0 * ok / trials,
+                         target='>= 99.5 %, median <= TRAC-IK', samples=trials))
+        if pytracik is None:
+            rows.append(dict(case=case, variant='trac-ik', target='pytracik not installed',
+                             samples=0))
+            continue
+        tracik = pytracik.TRAC_IK('base_link', 'tool0', xml, 0.05, 1e-5, pytracik.Speed)
+        ok, times = 0, []
+        for goal, seed in cases:
+            w, x, y, z = matrix_to_quat(goal[:3, :3])
+            t0 = time.perf_counter()
+            sol = pytracik.ik(tracik, list(seed), *goal[:3, 3], x, y, z, w)
+            times.append(time.perf_counter() - t0)
+            if sol is not None and len(sol) > chain.n and sol[0] >= 0:
+                reached = chain.fk(np.asarray(sol[1:1 + chain.n], dtype=float))
+                perr = np.linalg.norm(reached[:3, 3] - goal[:3, 3])
+                cos = np.clip((np.trace(reached[:3, :3].T @ goal[:3, :3]) - 1.0) / 2.0, -1, 1)
+                ok += bool(perr <= 1e-3 and np.arccos(cos) <= 1e-2)
+        rows.append(dict(case=case, variant='trac-ik', median_ms=1e3 * np.median(times),
+                         p90_ms=1e3 * np.percentile(times, 90),
+                         rate_per_s=1.0 / np.median(times), success_pct=100.0 * ok / trials,
+                         target='-', samples=trials))
     return rows
 
 
@@ -147,27 +218,71 @@ def C_arm7():
     return _ARM7
 
 
+def meets(row):
+    """Return whether the 'after' figure of ``row`` meets its target (True/False), or ''."""
+    target, after = row.get('target', '-'), row.get('after_ms')
+    if after is None or after == '':
+        return ''
+    if target.startswith('<='):
+        return bool(after <= float(target.split()[1]))
+    if target.startswith('>= 3000'):
+        return bool(1e3 / after >= 3000.0)
+    if target.startswith('>= 99.5'):
+        tracik = row.get('tracik_ms')
+        ok = row.get('after_success_pct', 0.0) >= 99.5
+        return bool(ok and (tracik in (None, '') or after <= tracik))
+    return ''
+
+
 def plot(rows):
     plt = C.pyplot()
-    fig, ax = plt.subplots(figsize=(7.5, 3.6))
-    labels = [f'{r["case"].split(",")[0]} {r["case"].split(",", 1)[1].strip()[:26]}\n'
-              f'{r["variant"]}' for r in rows]
-    vals = [r['median_ms'] for r in rows]
-    colors = ['tab:green' if r['meets'] is True else 'tab:red' if r['meets'] is False
-              else 'tab:gray' for r in rows]
+    fig, ax = plt.subplots(figsize=(8.5, 0.32 * len(rows) + 1.5))
+    labels = [f'{r["case"][:58]}\n{r["variant"]}' for r in rows]
     y = np.arange(len(rows))
-    ax.barh(y, vals, color=colors)
-    ax.errorbar(vals, y, xerr=[np.zeros(len(rows)),
-                               [r['p90_ms'] - r['median_ms'] for r in rows]],
-                fmt='none', ecolor='k', capsize=3)
-    ax.set_yticks(y, labels, fontsize=7)
+    before = [r.get('before_ms') or np.nan for r in rows]
+    after = [r.get('after_ms') or np.nan for r in rows]
+    ax.barh(y - 0.2, before, height=0.4, color='tab:gray', label='before (numpy)')
+    ax.barh(y + 0.2, after, height=0.4, label='after (numba kernels)',
+            color=['tab:green' if r['meets'] is True else 'tab:red' if r['meets'] is False
+                   else 'tab:blue' for r in rows])
+    ax.set_yticks(y, labels, fontsize=6)
     ax.invert_yaxis()
     ax.set_xscale('log')
-    ax.set_xlabel('median time per call [ms] (bar: median, whisker: p90); '
-                  'green = meets target, red = misses', fontsize=8)
-    ax.set_title('smcik_ros core speed (single thread)', fontsize=9)
+    ax.set_xlabel('median time per call [ms]; after: green = meets target, red = misses',
+                  fontsize=8)
+    ax.legend(fontsize=7, loc='lower right')
+    ax.set_title('smcik_ros core speed before/after the compiled kernels (single thread)',
+                 fontsize=9)
     fig.tight_layout()
     return C.save_figure(fig, 'speed')
+
+
+def measure(args):
+    """Return this process's rows (the numpy or the kernel path, from SMCIK_NO_JIT)."""
+    from smcik_ros import kernels
+    kernels.warm_up(C_arm7(), print)
+    kernels.warm_up(chain90()[0], print)
+    rows, _ = bench_arm_step(args.steps)
+    rows += bench_chain90(max(100, args.steps // 4))
+    rows += bench_fk(args.repeats)
+    rows += bench_round_trip(args.trials)
+    return rows
+
+
+def run_child(mode, args):
+    """Run ``measure`` in a fresh process with the kernels off ('before') or on ('after')."""
+    env = dict(os.environ)
+    env.pop('SMCIK_NO_JIT', None)
+    if mode == 'before':
+        env['SMCIK_NO_JIT'] = '1'
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, 'rows.json')
+        cmd = [sys.executable, os.path.abspath(__file__), '--child', out, '--steps',
+               str(args.steps), '--repeats', str(args.repeats), '--trials', str(args.trials)]
+        print(f'{mode}: SMCIK_NO_JIT={env.get("SMCIK_NO_JIT", "")!r}', flush=True)
+        subprocess.run(cmd, env=env, check=True)
+        with open(out) as f:
+            return json.load(f)
 
 
 def main():
@@ -176,17 +291,46 @@ def main():
                         help='timed SMC steps per setting (default 2000)')
     parser.add_argument('--repeats', type=int, default=2000,
                         help='timed FK calls (default 2000)')
-    parser.add_argument('--quick', action='store_true', help='200 steps / 200 repeats')
+    parser.add_argument('--trials', type=int, default=400,
+                        help='round-trip goals per arm (default 400)')
+    parser.add_argument('--quick', action='store_true',
+                        help='200 steps / 200 repeats / 60 trials')
+    parser.add_argument('--only', choices=('before', 'after'),
+                        help='measure one side only (the other columns stay empty)')
+    parser.add_argument('--child', help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
-        args.steps, args.repeats = 200, 200
+        args.steps, args.repeats, args.trials = 200, 200, 60
+    if args.child:
+        rows = measure(args)
+        with open(args.child, 'w') as f:
+            json.dump(rows, f)
+        return
     print(C.machine())
-    rows, _ = bench_arm_step(args.steps)
-    rows += bench_chain90(max(100, args.steps // 4))
-    rows += bench_fk(args.repeats)
-    fields = ['case', 'variant', 'median_ms', 'p90_ms', 'rate_per_s', 'target', 'meets',
-              'samples']
-    C.print_table(rows, fields)
+    sides = {m: run_child(m, args) for m in ('before', 'after') if args.only in (None, m)}
+    merged = {}
+    for mode, rows in sides.items():
+        for r in rows:
+            m = merged.setdefault((r['case'], r['variant']), dict(
+                case=r['case'], variant=r['variant'], target=r.get('target', '-')))
+            m[f'{mode}_ms'] = r.get('median_ms', '')
+            m[f'{mode}_p90_ms'] = r.get('p90_ms', '')
+            m[f'{mode}_success_pct'] = r.get('success_pct', '')
+            if r.get('target', '-') != '-':
+                m['target'] = r['target']
+    rows = list(merged.values())
+    tracik = {r['case']: r.get('after_ms', r.get('before_ms')) for r in rows
+              if r['variant'] == 'trac-ik'}
+    for r in rows:
+        if r['case'] in tracik and r['variant'] == 'smc':
+            r['tracik_ms'] = tracik[r['case']]
+        b, a = r.get('before_ms'), r.get('after_ms')
+        r['speedup'] = b / a if isinstance(b, float) and isinstance(a, float) and a else ''
+        r['meets'] = meets(r)
+    fields = ['case', 'variant', 'before_ms', 'after_ms', 'speedup', 'after_p90_ms',
+              'before_success_pct', 'after_success_pct', 'tracik_ms', 'target', 'meets']
+    C.print_table(rows, fields, title='median times [ms] before (SMCIK_NO_JIT=1, numpy) and '
+                                      'after (numba kernels)')
     C.write_csv('speed', rows, fields)
     print('wrote', plot(rows))
 

@@ -24,6 +24,7 @@ Poses are (4, 4) homogeneous matrices in the chain's base frame [m]; angles in r
 
 import numpy as np
 
+from . import kernels as _kernels
 from .errors import GoalError
 from .rotations import (left_jacobian_inverse, matrix_to_rotvec, quat_conjugate,
                         quat_multiply, quat_to_rotvec)
@@ -229,11 +230,19 @@ class PoseTarget(Target):
 
         The orientation rows are J_l^-1(r) J_w: exact, not only near the target.
         """
+        chain = frames.chain
+        if _kernels.ENABLED:
+            body, off = chain.link_anchor(self.link)
+            if body >= 0:
+                # C-contiguous frames (subsets may be views): one compiled specialisation.
+                return _kernels.pose_residual_jacobian(
+                    np.ascontiguousarray(frames.rot), np.ascontiguousarray(frames.pos), body,
+                    off, self.pose, *chain.kernel_columns(body), chain.nv)
         rot, pos = frames.link_transform(self.link)
         out = np.empty((len(frames), 6))
         out[:, :3] = pos - self.pose[:3, 3]
         out[:, 3:] = matrix_to_rotvec(rot @ self.pose[:3, :3].T)
-        body, _ = frames.chain._link_anchor(self.link)
+        body, _ = frames.chain.link_anchor(self.link)
         jac = frames.jacobian_at(body, pos)
         jac[:, 3:] = left_jacobian_inverse(out[:, 3:]) @ jac[:, 3:]
         return out, jac
@@ -252,6 +261,12 @@ class PoseTarget(Target):
         return self.weight * ((pos / self.sigma[0]) ** 2 + (ori / self.sigma[3]) ** 2), pos, ori
 
     def errors(self, frames):
+        if _kernels.ENABLED:
+            body, off = frames.chain.link_anchor(self.link)
+            if body >= 0:
+                return _kernels.pose_errors(np.ascontiguousarray(frames.rot),
+                                            np.ascontiguousarray(frames.pos), body, off,
+                                            self.pose)
         rot, pos = frames.link_transform(self.link)
         diff = pos - self.pose[:3, 3]
         return np.sqrt(np.einsum('ni,ni->n', diff, diff)), _rotation_angle(rot, self.pose[:3, :3])
@@ -390,8 +405,8 @@ class ChainSmoothness(Constraint):
         self._pairs = None
 
     def bind(self, chain):
-        balls = [(qi, vi) for qi, vi, _ in chain._ball_slices]
-        scalars = list(zip(chain._scalar_q, chain._scalar_v))
+        balls = [(qi, vi) for qi, vi, _ in chain.ball_joints]
+        scalars = list(zip(chain.scalar_q, chain.scalar_v))
         self._ball_pairs = [(balls[i], balls[i + j]) for i in range(len(balls))
                             for j in range(1, self.neighbours + 1) if i + j < len(balls)]
         self._scalar_pairs = [(scalars[i], scalars[i + j]) for i in range(len(scalars))
@@ -491,11 +506,11 @@ class PosturePreference(Constraint):
             self.bind(chain)
         q = frames.q
         out = np.zeros((len(q), chain.nv))
-        out[:, chain._scalar_v] = q[:, chain._scalar_q] - self.q_ref[chain._scalar_q]
+        out[:, chain.scalar_v] = q[:, chain.scalar_q] - self.q_ref[chain.scalar_q]
         if chain.has_ball_joints:
-            bq = chain._ball_q_idx
+            bq = chain.ball_q_index
             rel = quat_multiply(quat_conjugate(self.q_ref[bq]), q[:, bq])
-            out[:, chain._ball_v_idx] = quat_to_rotvec(rel)
+            out[:, chain.ball_v_index] = quat_to_rotvec(rel)
         return out * self._w
 
     def jacobian(self, frames):
@@ -507,7 +522,7 @@ class PosturePreference(Constraint):
             return jac
         # Ball rows: d Log(q_ref^-1 q) = J_r^-1(r) d (body-frame step), J_r^-1 = (J_l^-1)^T.
         jac = jac.copy()
-        bq, bv = chain._ball_q_idx, chain._ball_v_idx
+        bq, bv = chain.ball_q_index, chain.ball_v_index
         r = quat_to_rotvec(quat_multiply(quat_conjugate(self.q_ref[bq]), frames.q[:, bq]))
         jr_inv = np.swapaxes(left_jacobian_inverse(r), -1, -2)             # (N, B, 3, 3)
         for b in range(len(bv)):
@@ -579,7 +594,7 @@ class JointCoupling(Constraint):
             if chain.joint_types[chain.joint_names.index(name)] == 'ball':
                 raise GoalError(f'JointCoupling: joint {name!r} is a ball joint; only 1-DOF '
                                 'joints can be coupled')
-            idx.append((chain._q_index[name], chain._v_index[name]))
+            idx.append((chain.joint_index(name), chain.joint_velocity_index(name)))
         self._index = idx
         return self
 

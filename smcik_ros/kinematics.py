@@ -17,12 +17,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import kernels as _kernels
 from .errors import ModelError
 from .rotations import quat_from_rotvec, quat_multiply, quat_to_matrix, skew
 
-__all__ = ['Chain', 'Frames', 'JointSpec']
+__all__ = ['BODY_BALL', 'BODY_PRISMATIC', 'BODY_REVOLUTE', 'Chain', 'Frames', 'JointSpec']
 
 _REVOLUTE, _PRISMATIC, _BALL = 0, 1, 2
+# Public names of the body kinds (Chain.body_kind).
+BODY_REVOLUTE, BODY_PRISMATIC, BODY_BALL = _REVOLUTE, _PRISMATIC, _BALL
 
 
 @dataclass(frozen=True)
@@ -166,6 +169,13 @@ class Frames:
         cols = chain._col_by_body[body]
         if len(cols) == 0:
             return jac
+        if _kernels.ENABLED:
+            # C-contiguous arguments (subsets may be views): one compiled specialisation,
+            # none compiled inside a real-time tick.
+            return _kernels.jacobian_at(np.ascontiguousarray(self.rot),
+                                        np.ascontiguousarray(self.pos),
+                                        np.ascontiguousarray(point, float),
+                                        *chain.kernel_columns(body), chain.nv)
         cb = chain._col_body[cols]
         # World axes of the columns: R_body @ axis (C, N, 3).
         axes = np.matmul(self.rot[cb], chain._col_axis[cols][:, None, :, None])[..., 0]
@@ -447,16 +457,21 @@ class Chain:
             b, off = body_of_link[link]
             link_body.append(b)
             link_offset.append(off)
-        self._body_of_link = body_of_link
+        # Read-only offsets (one array type for the kernels; callers cannot alter the model).
+        self._body_of_link = {link: (b, off if off is self._identity else _readonly(off))
+                              for link, (b, off) in body_of_link.items()}
         self._link_body = np.array(link_body, dtype=int)
         self._link_offset = _readonly(np.array(link_offset).reshape(-1, 4, 4))
         self.num_bodies = B = len(body_parent)
-        self._body_parent = body_parent
-        self._body_kind = body_kind
+        self._body_parent = tuple(body_parent)
+        self._body_kind = tuple(body_kind)
         self._body_joint = tuple(body_joint)
-        self._body_q = body_q
-        self._body_mimic = body_mimic
+        self._body_q = tuple(body_q)
+        self._body_mimic = tuple(body_mimic)
         self._body_origin = [_readonly(o) for o in body_origin]
+        self._body_origins = _readonly(np.array(body_origin, dtype=float).reshape(-1, 4, 4))
+        self._body_offsets = _readonly(self._body_origins[:, :3, 3].copy())
+        self._body_axes = _readonly(np.array(body_axis, dtype=float).reshape(-1, 3))
         # Revolute motion: R_origin @ Rot(axis, t) = A0 + sin(t) A1 + (1 - cos(t)) A2.
         self._rev_terms = []
         for o, axis in zip(body_origin, body_axis):
@@ -477,14 +492,14 @@ class Chain:
         self._rev_terms_all = np.array([self._rev_terms[b] for b in rev]).reshape(-1, 2, 9)
         self._rev_has_mimic = any(body_mimic[b] is not None for b in rev)
         self._all_revolute = len(rev) == B
-        self._ball_bodies = [(b, body_q[b]) for b in range(B) if body_kind[b] == _BALL]
-        self._prismatic_bodies = np.array([b for b in range(B) if body_kind[b] == _PRISMATIC],
-                                          dtype=int)
-        self._descendants = [[d for d in range(B) if _is_ancestor(body_parent, b, d)]
-                             for b in range(B)]
+        self._ball_bodies = tuple((b, body_q[b]) for b in range(B) if body_kind[b] == _BALL)
+        self._prismatic_bodies = _readonly(
+            np.array([b for b in range(B) if body_kind[b] == _PRISMATIC], dtype=int))
+        self._descendants = tuple(tuple(d for d in range(B) if _is_ancestor(body_parent, b, d))
+                                  for b in range(B))
 
         # Jacobian columns: one per revolute/prismatic body, three per ball body.
-        col_body, col_axis, col_rot, col_scatter = [], [], [], []
+        col_body, col_axis, col_rot, col_scatter, col_v, col_mult = [], [], [], [], [], []
         for b in range(B):
             if body_kind[b] == _BALL:
                 v0 = v_index[body_joint[b]]
@@ -495,20 +510,25 @@ class Chain:
                     col_axis.append(np.eye(3)[k])
                     col_rot.append(True)
                     col_scatter.append(row)
+                    col_v.append(v0 + k)
+                    col_mult.append(1.0)
             else:
                 row = np.zeros(nv)
                 if body_mimic[b] is None:
-                    row[v_index[body_joint[b]]] = 1.0
+                    col_v.append(v_index[body_joint[b]])
+                    col_mult.append(1.0)
                 else:
-                    row[body_mimic[b][2]] = body_mimic[b][0]
+                    col_v.append(body_mimic[b][2])
+                    col_mult.append(body_mimic[b][0])
+                row[col_v[-1]] = col_mult[-1]
                 col_body.append(b)
                 col_axis.append(body_axis[b])
                 col_rot.append(body_kind[b] == _REVOLUTE)
                 col_scatter.append(row)
-        self._col_body = np.array(col_body, dtype=int)
-        self._col_axis = np.array(col_axis, dtype=float).reshape(-1, 3)
-        self._col_is_rot = np.array(col_rot, dtype=bool)
-        self._col_scatter = np.array(col_scatter, dtype=float).reshape(-1, nv)
+        self._col_body = _readonly(np.array(col_body, dtype=int))
+        self._col_axis = _readonly(np.array(col_axis, dtype=float).reshape(-1, 3))
+        self._col_is_rot = _readonly(np.array(col_rot, dtype=bool))
+        self._col_scatter = _readonly(np.array(col_scatter, dtype=float).reshape(-1, nv))
         # Columns acting on each body: those of its ancestors (and itself).
         ancestors = []
         for b in range(B):
@@ -517,8 +537,9 @@ class Chain:
                 chain_b.add(a)
                 a = body_parent[a]
             ancestors.append(chain_b)
-        self._col_by_body = [np.array([c for c, cb in enumerate(col_body) if cb in ancestors[b]],
-                                      dtype=int) for b in range(B)]
+        self._col_by_body = tuple(
+            _readonly(np.array([c for c, cb in enumerate(col_body) if cb in ancestors[b]],
+                               dtype=int)) for b in range(B))
         # Mass per body: total mass and mass-weighted centre in the body frame.
         self._body_mass = np.zeros(B)
         self._body_mass_com = np.zeros((B, 3))
@@ -534,23 +555,38 @@ class Chain:
                                        for d in range(B)] for b in range(B)]).reshape(B, B)
         self._desc_mass = self._desc_matrix @ self._body_mass
         self.total_mass = float(base_mass + self._body_mass.sum())
-        self._ball_slices = [(q_index[n], v_index[n], j.upper) for n, j in
-                             zip(names, state) if j.type == 'ball']
-        self._scalar_q = np.array([q_index[n] for n, j in zip(names, state) if j.type != 'ball'],
-                                  dtype=int)
-        self._scalar_v = np.array([v_index[n] for n, j in zip(names, state) if j.type != 'ball'],
-                                  dtype=int)
+        self._ball_slices = tuple((q_index[n], v_index[n], j.upper) for n, j in
+                                  zip(names, state) if j.type == 'ball')
+        scalar = [n for n, j in zip(names, state) if j.type != 'ball']
+        self._scalar_q = _readonly(np.array([q_index[n] for n in scalar], dtype=int))
+        self._scalar_v = _readonly(np.array([v_index[n] for n in scalar], dtype=int))
         self.has_ball_joints = bool(self._ball_slices)
         self.ball_limits = _readonly(np.array([s[2] for s in self._ball_slices], dtype=float))
-        self._ball_q_idx = np.array([[s[0] + i for i in range(4)] for s in self._ball_slices],
-                                    dtype=int).reshape(-1, 4)
-        self._ball_v_idx = np.array([[s[1] + i for i in range(3)] for s in self._ball_slices],
-                                    dtype=int).reshape(-1, 3)
+        self._ball_q_idx = _readonly(np.array(
+            [[s[0] + i for i in range(4)] for s in self._ball_slices], dtype=int).reshape(-1, 4))
+        self._ball_v_idx = _readonly(np.array(
+            [[s[1] + i for i in range(3)] for s in self._ball_slices], dtype=int).reshape(-1, 3))
         self._ball_body_idx = np.array([b for b, _ in self._ball_bodies], dtype=int)
         self._ball_body_q = np.array([[qi + i for i in range(4)] for _, qi in self._ball_bodies],
                                      dtype=int).reshape(-1, 4)
         self._ball_origin_rot = np.array([self._body_origin[b][:3, :3]
                                           for b, _ in self._ball_bodies]).reshape(-1, 1, 3, 3)
+        # Flat arrays of the compiled kernels (smcik_ros.kernels).
+        mimic_mult = [1.0 if m is None else m[0] for m in body_mimic]
+        mimic_add = [0.0 if m is None else m[1] for m in body_mimic]
+        self._k_fk = (np.array(body_parent, dtype=np.int64).reshape(-1),
+                      np.array(body_kind, dtype=np.int64).reshape(-1),
+                      np.array(body_q, dtype=np.int64).reshape(-1),
+                      np.array(mimic_mult, dtype=float).reshape(-1),
+                      np.array(mimic_add, dtype=float).reshape(-1),
+                      np.ascontiguousarray(self._body_origins[:, :3, :3]),
+                      np.array(self._rev_terms, dtype=float).reshape(-1, 2, 9),
+                      np.ascontiguousarray(self._body_offsets),
+                      np.ascontiguousarray(self._body_axes))
+        self._k_cols = (self._col_body.astype(np.int64), np.ascontiguousarray(self._col_axis),
+                        self._col_is_rot.copy(), np.array(col_v, dtype=np.int64),
+                        np.array(col_mult, dtype=float))
+        self._k_cols_of_body = tuple(c.astype(np.int64) for c in self._col_by_body)
         # Characteristic length [m]: sum of the static offsets, to scale position errors.
         self.length_scale = max(float(sum(np.linalg.norm(o[:3, 3]) for o in body_origin)
                                       + sum(np.linalg.norm(off[:3, 3]) for off in link_offset)),
@@ -575,7 +611,18 @@ class Chain:
             raise ModelError(f'unknown joint {name!r}; joints of this chain: '
                              f'{", ".join(self.joint_names)}') from None
 
-    def _link_anchor(self, link):
+    def joint_velocity_index(self, name):
+        """Return the index of joint ``name``'s first entry in tangent (velocity) vectors."""
+        self.joint_index(name)
+        return self._v_index[name]
+
+    def link_anchor(self, link=None):
+        """Return (body, offset) of ``link`` (default: the first tip).
+
+        body: index of the movable-joint body the link is rigidly attached to (-1: the base);
+        offset: read-only (4, 4) pose of the link in that body's frame [m]. Raises ModelError
+        naming the chain's links when ``link`` is unknown.
+        """
         if link is None:
             link = self.tip_links[0]
         try:
@@ -584,9 +631,141 @@ class Chain:
             raise ModelError(f'unknown link {link!r}; links of this chain: '
                              f'{", ".join(self.link_names)}') from None
 
+    _link_anchor = link_anchor
+
+    def is_body_frame(self, link):
+        """Return True when ``link``'s frame is a body frame (the child of a movable joint)."""
+        body, offset = self.link_anchor(link)
+        return body >= 0 and offset is self._identity
+
     def has_link(self, link):
         """Return True when ``link`` is part of the model."""
         return link in self._body_of_link
+
+    # ------------------------------------------------------------------ structure
+    # Read-only views of the model's arrays and index maps, for solvers, goals and
+    # kernels. A "body" is one movable joint of the model (B = num_bodies, in tree order:
+    # a parent's index is below its children's); fixed joints are folded into offsets.
+    # A Jacobian "column" is one motion axis: one per revolute/prismatic body and three
+    # per ball body (C columns in all).
+    @property
+    def body_parent(self):
+        """(B,) tuple of int: each body's parent body (-1: the base)."""
+        return self._body_parent
+
+    @property
+    def body_kind(self):
+        """(B,) tuple of int: BODY_REVOLUTE, BODY_PRISMATIC or BODY_BALL."""
+        return self._body_kind
+
+    @property
+    def body_joint(self):
+        """(B,) tuple of str: the URDF/JointSpec joint name of each body."""
+        return self._body_joint
+
+    @property
+    def body_q(self):
+        """(B,) tuple of int: first configuration index driving each body (mimic: source's)."""
+        return self._body_q
+
+    @property
+    def body_mimic(self):
+        """(B,) tuple: None, or (multiplier, offset, source's tangent index) for mimic joints."""
+        return self._body_mimic
+
+    @property
+    def body_origin(self):
+        """(B, 4, 4) array: each body's joint frame in its parent body's frame at q = 0 [m]."""
+        return self._body_origins
+
+    @property
+    def body_offset(self):
+        """(B, 3) array: the translations of ``body_origin`` [m]."""
+        return self._body_offsets
+
+    @property
+    def body_axis(self):
+        """(B, 3) array: unit joint axes in the joint frames (x for ball bodies, unused)."""
+        return self._body_axes
+
+    @property
+    def descendants(self):
+        """(B,) tuple of tuples: each body and the bodies below it, in tree order."""
+        return self._descendants
+
+    @property
+    def prismatic_bodies(self):
+        """(P,) int array: the prismatic bodies."""
+        return self._prismatic_bodies
+
+    @property
+    def ball_bodies(self):
+        """Tuple of (body, first q index) of the ball-joint bodies."""
+        return self._ball_bodies
+
+    @property
+    def ball_joints(self):
+        """Tuple of (first q index, first tangent index, angle limit [rad]) per ball joint."""
+        return self._ball_slices
+
+    @property
+    def scalar_q(self):
+        """(S,) int array: configuration indices of the scalar (non-ball) joints."""
+        return self._scalar_q
+
+    @property
+    def scalar_v(self):
+        """(S,) int array: tangent indices of the scalar joints (same order as ``scalar_q``)."""
+        return self._scalar_v
+
+    @property
+    def ball_q_index(self):
+        """(K, 4) int array: configuration indices (w, x, y, z) of each ball joint."""
+        return self._ball_q_idx
+
+    @property
+    def ball_v_index(self):
+        """(K, 3) int array: tangent indices (rotation vector) of each ball joint."""
+        return self._ball_v_idx
+
+    @property
+    def column_body(self):
+        """(C,) int array: the body each Jacobian column moves."""
+        return self._col_body
+
+    @property
+    def column_axis(self):
+        """(C, 3) array: each column's unit axis in its body's frame."""
+        return self._col_axis
+
+    @property
+    def column_is_rotation(self):
+        """(C,) bool array: True for rotations (revolute, ball), False for translations."""
+        return self._col_is_rot
+
+    @property
+    def column_scatter(self):
+        """(C, nv) array: maps column rates to tangent entries (mimic multipliers included)."""
+        return self._col_scatter
+
+    def kernel_bodies(self):
+        """Return the body arguments of ``kernels.fk``: (parent, kind, q index, mimic
+        multiplier, mimic offset, rot0 (B, 3, 3), terms (B, 2, 9), offset (B, 3), axis (B, 3))."""
+        return self._k_fk
+
+    def kernel_columns(self, body):
+        """Return the column arguments of the kernels (``smcik_ros.kernels``) for ``body``.
+
+        (cols, column_body, column_axis, column_is_rotation, column tangent index, column
+        factor): int64/float/bool arrays; each column drives one tangent entry, scaled by
+        its factor (the mimic multiplier, else 1).
+        """
+        return (self._k_cols_of_body[body],) + self._k_cols
+
+    @property
+    def columns_of_body(self):
+        """(B,) tuple of int arrays: the columns acting on each body (its ancestors' and own)."""
+        return self._col_by_body
 
     # ------------------------------------------------------------------ configurations
     def neutral_configuration(self):
@@ -667,6 +846,10 @@ class Chain:
         if q2.shape[-1] != self.nq:
             raise ModelError(f'configuration must have {self.nq} entries (joints '
                              f'{list(self.joint_names)}); got shape {q.shape}')
+        if _kernels.ENABLED:
+            # C-contiguous and writable (one compiled specialisation for every caller).
+            rot, pos = _kernels.fk(np.require(q2, requirements=('C', 'W')), *self._k_fk)
+            return Frames(self, q2, rot, pos, single)
         n = q2.shape[0]
         rot = self._local_rotations(q2)     # (B, N, 3, 3), chained in place below
         pos = np.empty((self.num_bodies, n, 3))

@@ -1,4 +1,4 @@
-"""Shared fixtures: the demo arms, loaded once per session."""
+"""Shared fixtures: the demo arms, loaded once per session; the kernels compiled first."""
 
 import os
 
@@ -26,3 +26,12 @@ def arm7():
 def arm6():
     """The 6-DOF demo arm, base_link -> tool0."""
     return Chain.from_urdf(ARM6_URDF)
+
+
+@pytest.fixture(scope='session', autouse=True)
+def compiled_kernels():
+    """Compile the numba kernels (or load them from the cache) once, before any test: node
+    processes started by the DDS tests then load them from the on-disk cache instead of
+    compiling during their first ticks (a clean clone has a cold cache)."""
+    from smcik_ros import kernels
+    kernels.warm_up(Chain.from_urdf(ARM7_URDF))

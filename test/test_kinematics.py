@@ -7,7 +7,7 @@ import pytest
 import yourdfpy
 
 from smcik_ros.errors import ModelError
-from smcik_ros.kinematics import Chain, JointSpec
+from smcik_ros.kinematics import BODY_BALL, BODY_PRISMATIC, Chain, JointSpec
 
 HERE = os.path.dirname(__file__)
 ROOT = os.path.dirname(HERE)
@@ -218,3 +218,39 @@ def test_floating_joint_off_the_chain_is_ignored_on_the_chain_refused():
     assert chain.joint_names == Chain.from_urdf(ARM7).joint_names
     with pytest.raises(ModelError, match="'free' .* is floating"):
         Chain.from_urdf(xml, base_link='world', tip_link='drone')
+
+
+def test_public_structure_describes_the_model():
+    """The structure properties agree with joint names, Jacobians and limits."""
+    chain = Chain.from_urdf(MIMIC)
+    B = chain.num_bodies
+    assert len(chain.body_parent) == len(chain.body_kind) == len(chain.body_joint) == B
+    assert chain.body_origin.shape == (B, 4, 4) and chain.body_offset.shape == (B, 3)
+    assert all(p < b for b, p in enumerate(chain.body_parent))
+    for b in range(B):
+        assert chain.descendants[b][0] == b
+        assert set(chain.columns_of_body[b]) >= {c for c in range(len(chain.column_body))
+                                                 if chain.column_body[c] == b}
+    mimic = [b for b in range(B) if chain.body_mimic[b] is not None]
+    assert mimic, 'mimic_prismatic.urdf has a mimic joint'
+    for b in mimic:
+        assert chain.body_joint[b] not in chain.joint_names
+    assert chain.column_scatter.shape == (len(chain.column_body), chain.nv)
+    for name in chain.joint_names:
+        assert chain.joint_velocity_index(name) == chain.joint_index(name)
+    assert len(chain.prismatic_bodies) and all(chain.body_kind[b] == BODY_PRISMATIC
+                                               for b in chain.prismatic_bodies)
+    assert not chain.is_body_frame('base_link')
+    with pytest.raises(ModelError, match='joints of this chain'):
+        chain.joint_velocity_index('nope')
+    with pytest.raises(ValueError):
+        chain.scalar_q[0] = 3
+    # Ball chain: index maps of the quaternions and rotation vectors.
+    ball = Chain.ball_chain(3)
+    assert ball.ball_q_index.tolist() == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+    assert ball.ball_v_index.tolist() == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+    assert all(k == BODY_BALL for k in ball.body_kind)
+    assert [qi for _, qi in ball.ball_bodies] == [0, 4, 8]
+    assert ball.is_body_frame('seg2') and not ball.is_body_frame('tip')
+    body, off = ball.link_anchor('tip')
+    assert body == 2 and np.allclose(off[:3, 3], (0.0, 0.0, 1.0))

@@ -200,7 +200,7 @@ def test_ccd_prismatic_joint():
 def test_ccd_refuses_mimic_chains():
     path = os.path.join(ROOT, 'test', 'urdf', 'mimic_prismatic.urdf')
     chain = Chain.from_urdf(path)
-    assert any(chain._body_mimic[b] is not None for b in range(chain.num_bodies))
+    assert any(chain.body_mimic[b] is not None for b in range(chain.num_bodies))
     with pytest.raises(ParameterError, match='mimic'):
         make_solver('ccd', chain)
 

@@ -813,10 +813,10 @@ def _match_rows(rows, table):
 
 def _body_column_mask(chain):
     """Return (B + 1, C) bool: Jacobian column c moves body b (row b + 1; row 0: the base)."""
-    C = len(chain._col_body)
+    C = len(chain.column_body)
     mask = np.zeros((chain.num_bodies + 1, C), dtype=bool)
     for b in range(chain.num_bodies):
-        mask[b + 1, chain._col_by_body[b]] = True
+        mask[b + 1, chain.columns_of_body[b]] = True
     return mask
 
 
@@ -826,12 +826,12 @@ def point_jacobians(frames, n, body, points, body_mask):
     chain = frames.chain
     nv = chain.nv
     R = len(n)
-    if R == 0 or not len(chain._col_body):
+    if R == 0 or not len(chain.column_body):
         return np.zeros((R, 3, nv))
-    cb = chain._col_body
+    cb = chain.column_body
     uniq, inv = np.unique(n, return_inverse=True)
     rot = frames.rot[cb][:, uniq]                                        # (C, U, 3, 3)
-    axes = np.einsum('cuij,cj->cui', rot, chain._col_axis)
+    axes = np.einsum('cuij,cj->cui', rot, chain.column_axis)
     origins = frames.pos[cb][:, uniq]
     a = axes[:, inv].transpose(1, 0, 2)                                  # (R, C, 3)
     lever = points[:, None, :] - origins[:, inv].transpose(1, 0, 2)
@@ -839,17 +839,17 @@ def point_jacobians(frames, n, body, points, body_mask):
     cross[..., 0] = a[..., 1] * lever[..., 2] - a[..., 2] * lever[..., 1]
     cross[..., 1] = a[..., 2] * lever[..., 0] - a[..., 0] * lever[..., 2]
     cross[..., 2] = a[..., 0] * lever[..., 1] - a[..., 1] * lever[..., 0]
-    lin = np.where(chain._col_is_rot[None, :, None], cross, a)
+    lin = np.where(chain.column_is_rotation[None, :, None], cross, a)
     lin = lin * body_mask[body + 1][:, :, None]
-    return np.einsum('rck,cv->rkv', lin, chain._col_scatter)
+    return np.einsum('rck,cv->rkv', lin, chain.column_scatter)
 
 
 def _tangent_delta(chain, qa, qb):
     dv = np.zeros(chain.nv)
-    dv[chain._scalar_v] = qb[chain._scalar_q] - qa[chain._scalar_q]
+    dv[chain.scalar_v] = qb[chain.scalar_q] - qa[chain.scalar_q]
     if chain.has_ball_joints:
-        bq = chain._ball_q_idx
-        dv[chain._ball_v_idx] = quat_to_rotvec(quat_multiply(quat_conjugate(qa[bq]), qb[bq]))
+        bq = chain.ball_q_index
+        dv[chain.ball_v_index] = quat_to_rotvec(quat_multiply(quat_conjugate(qa[bq]), qb[bq]))
     return dv
 
 
@@ -857,7 +857,7 @@ def _interpolate(chain, qa, qb, s):
     """Return (K, nq): the straight joint-space path qa -> qb at fractions s (K,)."""
     out = qa[None] + s[:, None] * (qb - qa)[None]
     if chain.has_ball_joints:
-        bq = chain._ball_q_idx
+        bq = chain.ball_q_index
         for k, t in enumerate(s):
             out[k, bq] = quat_slerp(qa[bq], qb[bq], float(t))
     return out

@@ -288,16 +288,16 @@ def lever_matrix(chain, model):
     the travel of prismatic joints in between); a prismatic column moves it by 1 m/m.
     """
     B = chain.num_bodies
-    C = len(chain._col_body)
+    C = len(chain.column_body)
     out = np.zeros((B + 1, chain.nv))
     bodies = sorted({int(b) for b in model.sphere_body if b >= 0})
     if not bodies or not C:
         return out
     travel = np.zeros(B)
-    for b in chain._prismatic_bodies:
-        qi = chain._body_q[b]
+    for b in chain.prismatic_bodies:
+        qi = chain.body_q[b]
         lo, hi = chain.lower[qi], chain.upper[qi]
-        mimic = chain._body_mimic[b]
+        mimic = chain.body_mimic[b]
         if mimic is not None:
             lo, hi = mimic[0] * lo + mimic[1], mimic[0] * hi + mimic[1]
         travel[b] = max(abs(lo), abs(hi))
@@ -307,14 +307,14 @@ def lever_matrix(chain, model):
         reach, k, acc = {}, b, 0.0
         while k >= 0:
             reach[k] = acc
-            acc += float(np.linalg.norm(chain._body_offset[k])) + travel[k]
-            k = chain._body_parent[k]
+            acc += float(np.linalg.norm(chain.body_offset[k])) + travel[k]
+            k = chain.body_parent[k]
         rho = np.zeros(C)
         for c in range(C):
-            body_c = int(chain._col_body[c])
+            body_c = int(chain.column_body[c])
             if body_c in reach:
-                rho[c] = reach[body_c] + extent if chain._col_is_rot[c] else 1.0
-        out[b + 1] = rho @ np.abs(chain._col_scatter)
+                rho[c] = reach[body_c] + extent if chain.column_is_rotation[c] else 1.0
+        out[b + 1] = rho @ np.abs(chain.column_scatter)
     return out
 
 
@@ -350,9 +350,9 @@ class PairTables:
         h = hashlib.sha256(f'smcik_ros-tables-v1:{slack!r}:{cap!r}:{max_cells!r}'.encode())
         for arr in (robot.centers, robot.radii, robot.link_sphere_start, robot.link_sphere_count,
                     robot.link_body, np.asarray(pairs, dtype=np.int64), lever, chain.lower,
-                    chain.upper, chain._col_axis, chain._col_scatter,
-                    np.asarray(chain._body_parent, dtype=np.int64),
-                    np.asarray(chain._body_origin, dtype=float)):
+                    chain.upper, chain.column_axis, chain.column_scatter,
+                    np.asarray(chain.body_parent, dtype=np.int64),
+                    np.asarray(chain.body_origin, dtype=float)):
             h.update(np.ascontiguousarray(arr).tobytes())
         return h.hexdigest()
 
@@ -387,10 +387,10 @@ class PairTables:
             pass
 
     def _build(self, robot, chain, pairs, lever, slack, cap, max_cells):
-        scalar_q = {int(v): int(q) for q, v in zip(chain._scalar_q, chain._scalar_v)}
-        body_mask = np.zeros((chain.num_bodies + 1, len(chain._col_body)), dtype=bool)
+        scalar_q = {int(v): int(q) for q, v in zip(chain.scalar_q, chain.scalar_v)}
+        body_mask = np.zeros((chain.num_bodies + 1, len(chain.column_body)), dtype=bool)
         for b in range(chain.num_bodies):
-            body_mask[b + 1, chain._col_by_body[b]] = True
+            body_mask[b + 1, chain.columns_of_body[b]] = True
         index, qcols, lows, steps, sizes, offsets, values = [], [], [], [], [], [], []
         total = 0
         # Sphere subsets per pair and side: (start, count) into ``sphere_index``; full link
@@ -405,7 +405,7 @@ class PairTables:
                               robot.link_sphere_start[lb] + robot.link_sphere_count[lb]))
             ba, bb = int(robot.link_body[la]), int(robot.link_body[lb])
             cols = np.flatnonzero(body_mask[ba + 1] ^ body_mask[bb + 1])
-            vs = sorted({int(v) for c in cols for v in np.flatnonzero(chain._col_scatter[c])})
+            vs = sorted({int(v) for c in cols for v in np.flatnonzero(chain.column_scatter[c])})
             if not 1 <= len(vs) <= 2 or not all(v in scalar_q for v in vs):
                 subsets.append(full)
                 continue

@@ -215,10 +215,10 @@ class CollisionModel:
             raise ModelError(f'skeleton radius must be > 0 [m]; got {radius}')
         link_covers, attachments = [], {}
         for link in chain.link_names[1:]:
-            body, off = chain._link_anchor(link)
-            if body >= 0 and off is chain._identity:
-                parent = chain._body_parent[body]
-                start, end = np.zeros(3), np.asarray(chain._body_offset[body], dtype=float)
+            body, off = chain.link_anchor(link)
+            if chain.is_body_frame(link):
+                parent = chain.body_parent[body]
+                start, end = np.zeros(3), np.asarray(chain.body_offset[body], dtype=float)
                 host = parent
             else:
                 start, end, host = np.zeros(3), off[:3, 3].copy(), body
@@ -229,7 +229,7 @@ class CollisionModel:
             cover = SphereCover(centers, np.full(count, radius), np.full(count, radius))
             link_covers.append((link, cover))
             attachments[link] = _Attachment(host, np.eye(4)[None], host + 1)
-        group_parent = [-1] + [b + 1 for b in chain._body_parent]
+        group_parent = [-1] + [b + 1 for b in chain.body_parent]
         return cls(chain, link_covers, attachments, {}, [], 'skeleton', radius, group_parent)
 
     # ------------------------------------------------------------------ queries
@@ -578,10 +578,10 @@ def _attach(chain, robot, tolerance):
     has_geometry = {link.name: bool(link.collisions) for link in robot.links}
     warnings = []
     B = chain.num_bodies
-    group_parent = [-1] + [b + 1 for b in chain._body_parent]
+    group_parent = [-1] + [b + 1 for b in chain.body_parent]
     att = {}
     for link in chain.link_names:
-        body, off = chain._link_anchor(link)
+        body, off = chain.link_anchor(link)
         att[link] = _Attachment(body, np.asarray(off, dtype=float)[None], body + 1)
     # The base's ancestors through fixed joints are rigid with it.
     link = chain.base_link

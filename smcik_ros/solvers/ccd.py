@@ -34,13 +34,12 @@ import numpy as np
 
 from ..errors import GoalError, ParameterError
 from ..goals import OrientationTarget, PoseTarget, PositionTarget
+from ..kinematics import BODY_BALL, BODY_PRISMATIC
 from ..rotations import matrix_to_quat, quat_multiply, quat_to_matrix
 from .base import Solver, SolverSettings, _check, register
 from .jacobian import StallMonitor
 
 __all__ = ['CcdSettings', 'CcdSolver']
-
-_REVOLUTE, _PRISMATIC, _BALL = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -74,8 +73,8 @@ class CcdSolver(Solver):
     Settings = CcdSettings
 
     def __init__(self, chain, settings=None):
-        mimics = [chain._body_joint[b] for b in range(chain.num_bodies)
-                  if chain._body_mimic[b] is not None]
+        mimics = [chain.body_joint[b] for b in range(chain.num_bodies)
+                  if chain.body_mimic[b] is not None]
         if mimics:
             raise ParameterError(
                 f'ccd updates one joint at a time and cannot follow mimic joints '
@@ -83,12 +82,12 @@ class CcdSolver(Solver):
         super().__init__(chain, settings)
         self._rng = np.random.default_rng(None if self.settings.seed < 0 else self.settings.seed)
         self._order = list(reversed(range(chain.num_bodies)))
-        self._ball_q = {b: qi for b, qi in chain._ball_bodies}
-        self._ball_limit = {qi: lim for qi, _, lim in chain._ball_slices}
+        self._ball_q = {b: qi for b, qi in chain.ball_bodies}
+        self._ball_limit = {qi: lim for qi, _, lim in chain.ball_joints}
         # moves[b, body]: joint b moves rows riding on ``body`` (last column: the base, -1).
         self._moves = np.zeros((chain.num_bodies, chain.num_bodies + 1), dtype=bool)
         for b in range(chain.num_bodies):
-            self._moves[b, chain._descendants[b]] = True
+            self._moves[b, chain.descendants[b]] = True
         self._reset(self._q)
 
     def _on_settings_changed(self):
@@ -130,7 +129,7 @@ class CcdSolver(Solver):
             if not isinstance(t, (PoseTarget, PositionTarget, OrientationTarget)):
                 raise GoalError(f'ccd handles PoseTarget, PositionTarget and OrientationTarget; '
                                 f'got {type(t).__name__}')
-            body, _ = self.chain._link_anchor(t.link)
+            body, _ = self.chain.link_anchor(t.link)
             if isinstance(t, PositionTarget):
                 moving.append(frames.point(t.link, t.offset)[:1])
                 goals.append(t.position[None])
@@ -161,23 +160,23 @@ class CcdSolver(Solver):
         """Set joint ``b`` to its best value with the others held; move the rows with it."""
         chain = self.chain
         moving, goals, weights, is_point, _ = rows
-        kind = chain._body_kind[b]
+        kind = chain.body_kind[b]
         origin = frames.pos[b, 0]
         rot = frames.rot[b, 0]
         centre = is_point[mask, None] * origin            # points turn about the joint centre
         u = moving[mask] - centre
         v = goals[mask] - centre
         w = weights[mask]
-        if kind == _BALL:
+        if kind == BODY_BALL:
             applied = self._update_ball(q, b, rot, u, v, w, gain)
             moving[mask] = u @ applied.T + centre
             return
-        qi = chain._body_q[b]
-        axis = rot @ chain._body_axis[b]
+        qi = chain.body_q[b]
+        axis = rot @ chain.body_axis[b]
         step = self.settings.max_step
         lo = max(chain.lower[qi] - q[qi], -step)
         hi = min(chain.upper[qi] - q[qi], step)
-        if kind == _PRISMATIC:
+        if kind == BODY_PRISMATIC:
             wp = w * is_point[mask]
             den = float(wp.sum())
             if den <= 0.0:

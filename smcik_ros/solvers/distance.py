@@ -207,7 +207,7 @@ class DistanceSolver(Solver):
         bodies, offsets = [], []
         seen = set()
         for link in chain.link_names:
-            body, off = chain._link_anchor(link)
+            body, off = chain.link_anchor(link)
             key = (body, tuple(np.round(off[:3, 3], 12)))
             if body < 0 or key in seen:
                 continue
@@ -357,9 +357,9 @@ class DistanceSolver(Solver):
                 biggest = np.max(np.abs(z))
                 if biggest > s.soft_max_step:
                     z *= s.soft_max_step / biggest
-            if s.limit_gain > 0.0 and s.limit_margin > 0.0 and len(chain._scalar_q):
-                sq = chain._scalar_q
-                z[chain._scalar_v] += s.limit_gain * limit_push(
+            if s.limit_gain > 0.0 and s.limit_margin > 0.0 and len(chain.scalar_q):
+                sq = chain.scalar_q
+                z[chain.scalar_v] += s.limit_gain * limit_push(
                     q[sq], chain.lower[sq], chain.upper[sq], s.limit_margin)
             # The paper's "parameter ... to limit the involvement of the secondary task at
             # the end of the iteration": the secondary guides the first steps, then fades,
@@ -427,9 +427,9 @@ def _skew(v):
 
 def _column_masks(chain, bodies):
     """Return (P, C) bool: Jacobian column c moves body ``bodies[p]``."""
-    mask = np.zeros((len(bodies), len(chain._col_body)), dtype=bool)
+    mask = np.zeros((len(bodies), len(chain.column_body)), dtype=bool)
     for p, b in enumerate(bodies):
-        mask[p, chain._col_by_body[b]] = True
+        mask[p, chain.columns_of_body[b]] = True
     return mask
 
 
@@ -440,14 +440,14 @@ def _point_jacobians(frames, bodies, points, masks):
     (prismatic) where it moves the point's body; same maths as ``Frames.jacobian_at``.
     """
     chain = frames.chain
-    cb = chain._col_body
-    axes = np.einsum('cij,cj->ci', frames.rot[cb, 0], chain._col_axis)      # (C, 3)
+    cb = chain.column_body
+    axes = np.einsum('cij,cj->ci', frames.rot[cb, 0], chain.column_axis)      # (C, 3)
     origins = frames.pos[cb, 0]                                             # (C, 3)
     lever = points[:, None, :] - origins[None]                              # (P, C, 3)
-    lin = np.where(chain._col_is_rot[None, :, None], np.cross(axes[None], lever),
+    lin = np.where(chain.column_is_rotation[None, :, None], np.cross(axes[None], lever),
                    axes[None])
     lin = lin * masks[..., None]
-    return np.einsum('pck,cv->pkv', lin, chain._col_scatter)
+    return np.einsum('pck,cv->pkv', lin, chain.column_scatter)
 
 
 # ---------------------------------------------------------------------- free points (paper)
@@ -773,9 +773,9 @@ class FreePointDistanceSolver:
         index_of_body = {-1: 0}
         edges = []
         for link in chain.link_names[1:]:
-            body, _ = chain._link_anchor(link)
+            body, _ = chain.link_anchor(link)
             p = frames.point(link)[0]
-            parent = index_of_body.get(chain._body_parent[body] if body >= 0 else -1, 0)
+            parent = index_of_body.get(chain.body_parent[body] if body >= 0 else -1, 0)
             if np.linalg.norm(p - pts[parent]) < 1e-9:
                 index_of_body[body] = parent
                 continue

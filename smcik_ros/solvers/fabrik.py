@@ -30,13 +30,12 @@ import numpy as np
 
 from ..errors import GoalError, ParameterError
 from ..goals import PoseTarget, PositionTarget
+from ..kinematics import BODY_BALL
 from ..rotations import matrix_to_quat, quat_slerp, quat_to_matrix
 from .base import Solver, SolverSettings, _check, register
 from .jacobian import StallMonitor
 
 __all__ = ['FabrikSettings', 'FabrikSolver']
-
-_BALL = 2
 
 
 @dataclass(frozen=True)
@@ -69,8 +68,8 @@ class FabrikSolver(Solver):
         super().__init__(chain, settings)
         self._lengths = np.linalg.norm(self._segments, axis=1)
         self._rng = np.random.default_rng(None if self.settings.seed < 0 else self.settings.seed)
-        self._qi = [qi for _, qi in chain._ball_bodies]
-        self._origin_rot = [chain._body_origin[b][:3, :3] for b in range(chain.num_bodies)]
+        self._qi = [qi for _, qi in chain.ball_bodies]
+        self._origin_rot = [chain.body_origin[b][:3, :3] for b in range(chain.num_bodies)]
         self._reset(self._q)
 
     def _on_settings_changed(self):
@@ -87,7 +86,7 @@ class FabrikSolver(Solver):
             raise GoalError('fabrik takes one PositionTarget or PoseTarget on a serial chain; '
                             f'got {[type(t).__name__ for t in targets]}')
         t = targets[0]
-        body, anchor = self.chain._link_anchor(t.link)
+        body, anchor = self.chain.link_anchor(t.link)
         if body < 0:
             raise GoalError(f'fabrik: link {t.link!r} does not move (it is fixed to the base)')
         local = anchor[:3, 3].copy()
@@ -177,21 +176,21 @@ def _check_chain(chain):
         why = f'it has {len(chain.tip_links)} tips (FABRIK here handles one serial chain)'
     else:
         for b in range(chain.num_bodies):
-            if chain._body_kind[b] != _BALL:
-                kind = chain.joint_types[chain.joint_names.index(chain._body_joint[b])] \
-                    if chain._body_joint[b] in chain.joint_names else 'mimic'
-                why = (f'joint {chain._body_joint[b]!r} is {kind}: FABRIK places joint '
+            if chain.body_kind[b] != BODY_BALL:
+                kind = chain.joint_types[chain.joint_names.index(chain.body_joint[b])] \
+                    if chain.body_joint[b] in chain.joint_names else 'mimic'
+                why = (f'joint {chain.body_joint[b]!r} is {kind}: FABRIK places joint '
                        'positions freely, which only ball (3-DOF) joints can follow')
                 break
-            if chain._body_parent[b] != b - 1:
+            if chain.body_parent[b] != b - 1:
                 why = 'it branches (FABRIK here handles one serial chain)'
                 break
     if why is None:
-        tip_body, tip_anchor = chain._link_anchor(chain.tip_link)
+        tip_body, tip_anchor = chain.link_anchor(chain.tip_link)
         if tip_body != chain.num_bodies - 1:
             why = f'its tip {chain.tip_link!r} is not on the last ball joint'
         else:
-            segs = [chain._body_offset[b + 1] for b in range(chain.num_bodies - 1)]
+            segs = [chain.body_offset[b + 1] for b in range(chain.num_bodies - 1)]
             segs.append(tip_anchor[:3, 3])
             segs = np.array(segs, dtype=float).reshape(-1, 3)
             if np.any(np.linalg.norm(segs, axis=1) < 1e-9):

@@ -132,7 +132,7 @@ def constrained_step(chain, q, dv0, frames, constraints, jac_task, settings, max
     nv = chain.nv
     lower = np.full(nv, -max_step)
     upper = np.full(nv, max_step)
-    sv, sq = chain._scalar_v, chain._scalar_q
+    sv, sq = chain.scalar_v, chain.scalar_q
     lower[sv] = np.maximum(lower[sv], chain.lower[sq] - q[sq])
     upper[sv] = np.minimum(upper[sv], chain.upper[sq] - q[sq])
     lower = np.minimum(lower, 0.0)

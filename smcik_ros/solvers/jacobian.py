@@ -121,8 +121,8 @@ class JacobianSolver(Solver):
 
     def __init__(self, chain, settings=None):
         super().__init__(chain, settings)
-        self._scalar_v = np.asarray(chain._scalar_v, dtype=int)
-        self._scalar_q = np.asarray(chain._scalar_q, dtype=int)
+        self._scalar_v = np.asarray(chain.scalar_v, dtype=int)
+        self._scalar_q = np.asarray(chain.scalar_q, dtype=int)
         self._lower = chain.lower[self._scalar_q]
         self._upper = chain.upper[self._scalar_q]
         self._rng = np.random.default_rng(None if self.settings.seed < 0 else self.settings.seed)
@@ -328,7 +328,7 @@ def limited_step(chain, q, jac, e, z, settings, method_step):
     whole step is then scaled so that no entry exceeds ``settings.max_step``.
     """
     nv = chain.nv
-    sq, sv_idx = chain._scalar_q, chain._scalar_v
+    sq, sv_idx = chain.scalar_q, chain.scalar_v
     lower, upper = chain.lower[sq], chain.upper[sq]
     qs = q[sq]
     free = np.ones(nv, dtype=bool)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import kernels
 from ..errors import ParameterError
 from ..goals import Target, Term, task_errors
 from ..rotations import quat_slerp
@@ -210,7 +211,7 @@ class FilterModel:
         """Return random-walk steps of ``prev`` (N, nq), noise scaled per particle (N,)."""
         chain = self.chain
         out = prev.copy()
-        sq = chain._scalar_q
+        sq = chain.scalar_q
         if len(sq):
             base = prev[:, sq]
             sigma = self.scalar_noise * scale[:, None]
@@ -229,7 +230,7 @@ class FilterModel:
             cand[bad] = base[bad]
             out[:, sq] = cand
         if chain.has_ball_joints:
-            bq = chain._ball_q_idx
+            bq = chain.ball_q_index
             out[:, bq] = self._propagate_balls(prev[:, bq], scale, rng)
         return out
 
@@ -598,6 +599,8 @@ class SmcSolver(Solver):
 
     def __init__(self, chain, settings=None):
         super().__init__(chain, settings)
+        # Compile (or load) the kernels now, not inside the first timed solve or tick.
+        kernels.ensure_ready(chain)
         self._configure()
         self._reset(self._q)
 
@@ -618,7 +621,7 @@ class SmcSolver(Solver):
             noise = np.array([s.prismatic_noise if t == 'prismatic' else s.joint_noise
                               for t in scalar_types])
         self._scalar_noise = noise
-        balls = chain._ball_slices
+        balls = chain.ball_joints
         if s.ball_noise_per_axis:
             if len(s.ball_noise_per_axis) != 3 * len(balls):
                 raise ParameterError(f'ball_noise_per_axis needs {3 * len(balls)} values (3 per '
@@ -972,7 +975,7 @@ class SmcSolver(Solver):
         chain = self.chain
         out = a + t * (b - a)
         if chain.has_ball_joints:
-            bq = chain._ball_q_idx
+            bq = chain.ball_q_index
             out[bq] = quat_slerp(a[bq], b[bq], t)
         return chain.clip(out)
 

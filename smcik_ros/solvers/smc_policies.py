@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import kernels as _kernels
+from ..goals import PoseTarget
 from ..rotations import quat_conjugate, quat_from_rotvec, quat_multiply, quat_to_rotvec
 from .base import stack_terms
 
@@ -64,10 +66,10 @@ class MinimalMotion:
         self.reseed_fraction = float(settings.reseed_fraction)
         self.max_redraws = int(settings.max_redraws)
         w = np.ones(chain.nv)
-        sq, sv = chain._scalar_q, chain._scalar_v
+        sq, sv = chain.scalar_q, chain.scalar_v
         w[sv] = settings.joint_noise / np.asarray(scalar_noise, dtype=float)
         if chain.has_ball_joints:
-            w[chain._ball_v_idx] = settings.joint_noise / np.asarray(ball_noise, dtype=float)
+            w[chain.ball_v_index] = settings.joint_noise / np.asarray(ball_noise, dtype=float)
         self.weights = w
         scalar_types = [t for t in chain.joint_types if t != 'ball']
         continuous = np.array([t == 'continuous' for t in scalar_types], dtype=bool)
@@ -77,6 +79,10 @@ class MinimalMotion:
         # Joints that can take a whole turn inside their limits: mapped towards the reference.
         self._turn_cols = sq[revolute & (span > TWO_PI + 1e-9)]
         self._continuous_any = bool(continuous.any())
+        # Only 1-DOF joints, q and tangent indices equal (URDF arms): differences are ref - q.
+        self._plain = (not chain.has_ball_joints and chain.nq == chain.nv
+                       and np.array_equal(sq, np.arange(chain.nq))
+                       and np.array_equal(chain.scalar_v, np.arange(chain.nv)))
         self.reference = None
         self.turn_reference = None
         self.weighted = True        # the prior is a factor of the weights
@@ -99,17 +105,23 @@ class MinimalMotion:
         chain = self.chain
         ref = self.reference if ref is None else ref
         q = np.atleast_2d(q)
+        if self._plain:
+            d = ref - q
+            if self._continuous_any:
+                c = self._continuous
+                d[:, c] = (d[:, c] + np.pi) % TWO_PI - np.pi
+            return d
         out = np.empty((len(q), chain.nv))
-        sq, sv = chain._scalar_q, chain._scalar_v
+        sq, sv = chain.scalar_q, chain.scalar_v
         d = ref[sq] - q[:, sq]
         if self._continuous_any:
             c = self._continuous
             d[:, c] = (d[:, c] + np.pi) % TWO_PI - np.pi
         out[:, sv] = d
         if chain.has_ball_joints:
-            bq = chain._ball_q_idx
+            bq = chain.ball_q_index
             rel = quat_multiply(quat_conjugate(q[:, bq]), ref[bq])
-            out[:, chain._ball_v_idx] = quat_to_rotvec(rel)
+            out[:, chain.ball_v_index] = quat_to_rotvec(rel)
         return out
 
     def distance(self, q, ref=None):
@@ -151,7 +163,7 @@ class MinimalMotion:
         chain = self.chain
         ref = self.reference
         out = np.tile(ref, (count, 1))
-        sq, sv = chain._scalar_q, chain._scalar_v
+        sq, sv = chain.scalar_q, chain.scalar_v
         sigma = self.sigma * spread
         if len(sq):
             std = sigma / self.weights[sv]
@@ -165,8 +177,8 @@ class MinimalMotion:
                 cand[rows, cols] = ref[sq][cols] + rng.standard_normal(len(rows)) * std[cols]
             out[:, sq] = cand
         if chain.has_ball_joints:
-            bq = chain._ball_q_idx
-            std = sigma / self.weights[chain._ball_v_idx]
+            bq = chain.ball_q_index
+            std = sigma / self.weights[chain.ball_v_index]
             out[:, bq] = sample_qutem(np.broadcast_to(ref[bq], (count,) + bq.shape),
                                       np.broadcast_to(std, (count,) + std.shape), rng)
         return chain.clip(out)
@@ -277,6 +289,11 @@ class Refinement:
         motion_gain (K,): how much nearer the reference each got [rad^2]).
         """
         chain = self.chain
+        if self._fusable(problem):
+            if motion is None and guard is None:
+                return self._move_fused(problem, frames, cost)
+            if motion is not None and motion._plain:
+                return self._move_fused_motion(problem, frames, cost, motion, guard)
         k_count, nv = len(frames), chain.nv
         cols = np.arange(k_count)
         cost = cost.copy()
@@ -395,6 +412,55 @@ class Refinement:
                                  trial_errors[0].reshape(n_trials, k_count)[pick, cols], guard)
         return frames, cost, improved, gained
 
+    def _fusable(self, problem):
+        """Return whether ``move`` may run as the compiled kernel: one plain pose target, no
+        hard constraints, no ball joints, the kernels compiled."""
+        if not _kernels.ENABLED or problem.hard or self.chain.has_ball_joints:
+            return False
+        terms = problem.terms
+        return (len(terms) == 1 and type(terms[0]) is PoseTarget
+                and terms[0]._whitener is None
+                and self.chain.link_anchor(terms[0].link)[0] >= 0)
+
+    def _move_fused(self, problem, frames, cost):
+        """``move`` without motion prior or guard, in one compiled kernel (same steps)."""
+        chain = self.chain
+        term = problem.terms[0]
+        body, off = chain.link_anchor(term.link)
+        q = np.array(frames.q, dtype=float)
+        cost = np.array(cost, dtype=float)
+        scale = np.sqrt(term.weight) / term.sigma
+        improved = _kernels.refine_pose(
+            q, cost, self.steps, self.alphas, self.damping, self.max_step, chain.lower,
+            chain.upper, scale, float(term.weight), float(term.sigma[0]), float(term.sigma[3]),
+            *chain.kernel_bodies(), body, off, term.pose, *chain.kernel_columns(body))
+        if improved.any():
+            idx = np.flatnonzero(improved)
+            frames.assign(idx, chain.frames(q[idx]))
+        return frames, cost, improved, np.zeros(len(q))
+
+    def _move_fused_motion(self, problem, frames, cost, motion, guard):
+        """``move`` with the minimal-motion prior, in one compiled kernel (same steps)."""
+        chain = self.chain
+        term = problem.terms[0]
+        body, off = chain.link_anchor(term.link)
+        q = np.array(frames.q, dtype=float)
+        cost = np.array(cost, dtype=float)
+        guard = np.full(len(q), np.inf) if guard is None else np.array(guard, dtype=float)
+        scale = np.sqrt(term.weight) / term.sigma
+        improved, gained = _kernels.refine_pose_motion(
+            q, cost, guard, self.steps, self.alphas, self.damping, self.max_step, chain.lower,
+            chain.upper, scale, float(term.weight), float(term.sigma[0]), float(term.sigma[3]),
+            float(problem.tolerance[0]), float(problem.tolerance[1]), self.PRECISE_FRACTION,
+            float(problem.tolerance_cost), self.SPRING * motion.spring, self.SPRING_FADE,
+            self.SLIDE_CORRECTION, float(motion.gain), np.array(motion.weights, dtype=float),
+            np.array(motion.reference, dtype=float), np.array(motion._continuous, dtype=bool),
+            *chain.kernel_bodies(), body, off, term.pose, *chain.kernel_columns(body))
+        if improved.any():
+            idx = np.flatnonzero(improved)
+            frames.assign(idx, chain.frames(q[idx]))
+        return frames, cost, improved, gained
+
     def _correct(self, problem, trial_frames, jac, winv2, slide, pulled):
         """Apply one Gauss-Newton task correction (Jacobian of the step's start) to the
         ``pulled`` trials (T,) bool of the ``slide`` particles (K,) bool, in place."""
@@ -416,6 +482,9 @@ class Refinement:
 
 def _lm_step(jac, r, lam):
     """Return dv = -J^T (J J^T + lam I)^-1 r for stacks jac (K, m, nv), r (K, m), lam (K,)."""
+    if _kernels.ENABLED:
+        return _kernels.lm_step(np.ascontiguousarray(jac), np.ascontiguousarray(r),
+                                np.ascontiguousarray(lam, dtype=float))
     m = r.shape[1]
     jjt = jac @ np.swapaxes(jac, 1, 2)
     jjt[:, np.arange(m), np.arange(m)] += lam[:, None]
@@ -432,6 +501,11 @@ def _lm_spring_step(jac, r, lam, mu, w, diff):
     an m x m solve (m task rows) even for long chains. Stacks: jac (K, m, nv), r (K, m),
     lam, mu (K,), w (nv,), diff (K, nv).
     """
+    if _kernels.ENABLED:
+        return _kernels.lm_spring_step(
+            np.ascontiguousarray(jac), np.ascontiguousarray(r),
+            np.ascontiguousarray(lam, dtype=float), np.ascontiguousarray(mu, dtype=float),
+            np.ascontiguousarray(w, dtype=float), np.ascontiguousarray(diff, dtype=float))
     k, m = r.shape
     js = jac / w
     c = lam + mu
@@ -454,6 +528,11 @@ def _lm_null_step(jac, r, lam, d0, winv2, lam0):
     projector uses only the damping floor lam0 (the LM damping lam grows with the cost and
     would let the pull leak into the task directions).
     """
+    if _kernels.ENABLED:
+        return _kernels.lm_null_step(np.ascontiguousarray(jac), np.ascontiguousarray(r),
+                                     np.ascontiguousarray(lam, dtype=float),
+                                     np.ascontiguousarray(d0, dtype=float),
+                                     np.ascontiguousarray(winv2, dtype=float), float(lam0))
     k, m = r.shape
     jw = jac * winv2
     base = jw @ np.swapaxes(jac, 1, 2)
@@ -468,9 +547,13 @@ def _lm_null_step(jac, r, lam, d0, winv2, lam0):
 
 def _blocked_joints(chain, q, dv):
     """Return a (K, nv) mask of 1-DOF joints at a limit that ``dv`` pushes outwards, or None."""
-    sq, sv = chain._scalar_q, chain._scalar_v
+    sq, sv = chain.scalar_q, chain.scalar_v
     if not len(sq):
         return None
+    if _kernels.ENABLED:
+        found, mask = _kernels.blocked_joints(np.ascontiguousarray(q), np.ascontiguousarray(dv),
+                                              sq, sv, chain.lower, chain.upper)
+        return mask if found else None
     span = chain.upper[sq] - chain.lower[sq]
     eps = 1e-9 * np.maximum(span, 1.0)
     at_lower = q[:, sq] <= chain.lower[sq] + eps

@@ -1,0 +1,898 @@
+"""Compiled kernels of the hot path: batched forward kinematics, Jacobians, pose residuals
+and the Levenberg-Marquardt step.
+
+Each kernel is a loop over configurations written for numba (``@njit(cache=True)``,
+nopython); ``smcik_ros._jit`` turns the decorator into a no-op when numba is missing or
+``SMCIK_NO_JIT=1``. The callers (``Chain.frames``, ``Frames.jacobian_at``, ``PoseTarget``,
+the SMC refinement) use a kernel only when ``ENABLED`` is True and keep their numpy
+implementation otherwise; the tests check both against each other and against finite
+differences. Call ``warm_up(chain)`` once before a real-time loop starts: it compiles (or
+loads from the on-disk cache) every kernel, so that no tick pays for compilation.
+
+Array conventions are those of ``smcik_ros.kinematics``: body frames are body-major,
+rot (B, N, 3, 3) and pos (B, N, 3) in the base frame [m].
+"""
+
+import logging
+import math
+import time
+
+import numpy as np
+
+from ._jit import ENABLED, njit
+
+__all__ = ['ENABLED', 'blocked_joints', 'ensure_ready', 'fk', 'jacobian_at', 'lm_null_step',
+           'lm_spring_step', 'lm_step', 'pose_errors', 'pose_residual_jacobian', 'refine_pose',
+           'refine_pose_motion', 'warm_up']
+
+
+@njit(cache=True)
+def fk(q, parent, kind, qi, mult, add, rot0, terms, offset, axis):
+    """Return (rot (B, N, 3, 3), pos (B, N, 3)): the body frames of configurations q (N, nq).
+
+    Per body b (tree order): parent[b] (-1: base); kind[b] 0 revolute, 1 prismatic, 2 ball;
+    qi[b] its first configuration index; joint value mult[b] * q + add[b] (mimic joints);
+    rot0 (B, 3, 3) and offset (B, 3) the joint frame in the parent frame; terms (B, 2, 9)
+    R0 K and R0 K^2 (K = skew(axis), so that R0 Rot(axis, t) = R0 + sin t R0 K
+    + (1 - cos t) R0 K^2); axis (B, 3) the prismatic axes.
+    """
+    n = q.shape[0]
+    nb = parent.shape[0]
+    rot = np.empty((nb, n, 3, 3))
+    pos = np.empty((nb, n, 3))
+    loc = np.empty((3, 3))
+    t = np.empty(3)
+    for i in range(n):
+        _fk_row(q[i], parent, kind, qi, mult, add, rot0, terms, offset, axis, rot, pos, i,
+                loc, t)
+    return rot, pos
+
+
+@njit(cache=True)
+def _fk_row(qrow, parent, kind, qi, mult, add, rot0, terms, offset, axis, rot, pos, i, loc, t):
+    """Write the body frames of one configuration qrow (nq,) to rot[:, i], pos[:, i]."""
+    nb = parent.shape[0]
+    for b in range(nb):
+        k = kind[b]
+        if k == 0:
+            v = qrow[qi[b]] * mult[b] + add[b]
+            s = math.sin(v)
+            c1 = 1.0 - math.cos(v)
+            for r in range(3):
+                for c in range(3):
+                    loc[r, c] = (rot0[b, r, c] + s * terms[b, 0, 3 * r + c]
+                                 + c1 * terms[b, 1, 3 * r + c])
+            for r in range(3):
+                t[r] = offset[b, r]
+        elif k == 1:
+            v = qrow[qi[b]] * mult[b] + add[b]
+            for r in range(3):
+                for c in range(3):
+                    loc[r, c] = rot0[b, r, c]
+            for r in range(3):
+                t[r] = offset[b, r] + v * (rot0[b, r, 0] * axis[b, 0]
+                                           + rot0[b, r, 1] * axis[b, 1]
+                                           + rot0[b, r, 2] * axis[b, 2])
+        else:
+            j = qi[b]
+            w, x, y, z = qrow[j], qrow[j + 1], qrow[j + 2], qrow[j + 3]
+            m00 = 1.0 - 2.0 * (y * y + z * z)
+            m01 = 2.0 * (x * y - w * z)
+            m02 = 2.0 * (x * z + w * y)
+            m10 = 2.0 * (x * y + w * z)
+            m11 = 1.0 - 2.0 * (x * x + z * z)
+            m12 = 2.0 * (y * z - w * x)
+            m20 = 2.0 * (x * z - w * y)
+            m21 = 2.0 * (y * z + w * x)
+            m22 = 1.0 - 2.0 * (x * x + y * y)
+            for r in range(3):
+                a0, a1, a2 = rot0[b, r, 0], rot0[b, r, 1], rot0[b, r, 2]
+                loc[r, 0] = a0 * m00 + a1 * m10 + a2 * m20
+                loc[r, 1] = a0 * m01 + a1 * m11 + a2 * m21
+                loc[r, 2] = a0 * m02 + a1 * m12 + a2 * m22
+            for r in range(3):
+                t[r] = offset[b, r]
+        p = parent[b]
+        if p < 0:
+            for r in range(3):
+                for c in range(3):
+                    rot[b, i, r, c] = loc[r, c]
+                pos[b, i, r] = t[r]
+        else:
+            for r in range(3):
+                a0, a1, a2 = rot[p, i, r, 0], rot[p, i, r, 1], rot[p, i, r, 2]
+                for c in range(3):
+                    rot[b, i, r, c] = a0 * loc[0, c] + a1 * loc[1, c] + a2 * loc[2, c]
+                pos[b, i, r] = pos[p, i, r] + a0 * t[0] + a1 * t[1] + a2 * t[2]
+
+
+@njit(cache=True)
+def _add_columns(jac, rot, pos, i, point, cols, col_body, col_axis, col_rot, col_v, col_mult):
+    """Add the columns ``cols`` at configuration i for the point (3,) to jac (N, 6, nv)."""
+    for c in cols:
+        cb = col_body[c]
+        ax = col_axis[c]
+        a0 = rot[cb, i, 0, 0] * ax[0] + rot[cb, i, 0, 1] * ax[1] + rot[cb, i, 0, 2] * ax[2]
+        a1 = rot[cb, i, 1, 0] * ax[0] + rot[cb, i, 1, 1] * ax[1] + rot[cb, i, 1, 2] * ax[2]
+        a2 = rot[cb, i, 2, 0] * ax[0] + rot[cb, i, 2, 1] * ax[1] + rot[cb, i, 2, 2] * ax[2]
+        v = col_v[c]
+        f = col_mult[c]
+        if col_rot[c]:
+            l0 = point[0] - pos[cb, i, 0]
+            l1 = point[1] - pos[cb, i, 1]
+            l2 = point[2] - pos[cb, i, 2]
+            jac[i, 0, v] += f * (a1 * l2 - a2 * l1)
+            jac[i, 1, v] += f * (a2 * l0 - a0 * l2)
+            jac[i, 2, v] += f * (a0 * l1 - a1 * l0)
+            jac[i, 3, v] += f * a0
+            jac[i, 4, v] += f * a1
+            jac[i, 5, v] += f * a2
+        else:
+            jac[i, 0, v] += f * a0
+            jac[i, 1, v] += f * a1
+            jac[i, 2, v] += f * a2
+
+
+@njit(cache=True)
+def jacobian_at(rot, pos, point, cols, col_body, col_axis, col_rot, col_v, col_mult, nv):
+    """Return the (N, 6, nv) Jacobians of base-frame points (N, 3) moved by columns ``cols``.
+
+    Column c turns (col_rot[c]) or slides along col_axis[c] (in the frame of body
+    col_body[c]) and drives tangent entry col_v[c] with the factor col_mult[c].
+    """
+    n = point.shape[0]
+    jac = np.zeros((n, 6, nv))
+    for i in range(n):
+        _add_columns(jac, rot, pos, i, point[i], cols, col_body, col_axis, col_rot, col_v,
+                     col_mult)
+    return jac
+
+
+@njit(cache=True)
+def _link_pose(rot, pos, body, off, i, lr, lp):
+    """Write the base-frame rotation lr (3, 3) and origin lp (3,) of a link at row i."""
+    for r in range(3):
+        a0, a1, a2 = rot[body, i, r, 0], rot[body, i, r, 1], rot[body, i, r, 2]
+        for c in range(3):
+            lr[r, c] = a0 * off[0, c] + a1 * off[1, c] + a2 * off[2, c]
+        lp[r] = pos[body, i, r] + a0 * off[0, 3] + a1 * off[1, 3] + a2 * off[2, 3]
+
+
+@njit(cache=True)
+def _relative(lr, target, rel):
+    """Write rel = lr @ target[:3, :3]^T."""
+    for r in range(3):
+        for c in range(3):
+            rel[r, c] = lr[r, 0] * target[c, 0] + lr[r, 1] * target[c, 1] + lr[r, 2] * target[c, 2]
+
+
+@njit(cache=True)
+def _rotvec(rel, out):
+    """Write the rotation vector (log map) of rel (3, 3) to out (3,); as
+    ``rotations.matrix_to_rotvec``, exact near pi."""
+    x = 0.5 * (rel[2, 1] - rel[1, 2])
+    y = 0.5 * (rel[0, 2] - rel[2, 0])
+    z = 0.5 * (rel[1, 0] - rel[0, 1])
+    s = math.sqrt(x * x + y * y + z * z)
+    c = 0.5 * (rel[0, 0] + rel[1, 1] + rel[2, 2] - 1.0)
+    angle = math.atan2(s, c)
+    if c < -0.98:
+        # R + R^T = 2 cos(a) I + 2 (1 - cos(a)) u u^T: the best-conditioned column.
+        ca = math.cos(angle)
+        d0 = rel[0, 0] - ca
+        d1 = rel[1, 1] - ca
+        d2 = rel[2, 2] - ca
+        k = 0
+        if d1 > d0 and d1 >= d2:
+            k = 1
+        elif d2 > d0 and d2 > d1:
+            k = 2
+        u0 = 0.5 * (rel[0, k] + rel[k, 0]) - (ca if k == 0 else 0.0)
+        u1 = 0.5 * (rel[1, k] + rel[k, 1]) - (ca if k == 1 else 0.0)
+        u2 = 0.5 * (rel[2, k] + rel[k, 2]) - (ca if k == 2 else 0.0)
+        norm = math.sqrt(u0 * u0 + u1 * u1 + u2 * u2)
+        sign = -1.0 if u0 * x + u1 * y + u2 * z < 0.0 else 1.0
+        f = sign * angle / norm
+        out[0] = u0 * f
+        out[1] = u1 * f
+        out[2] = u2 * f
+        return
+    if s < 1e-9:
+        f = 1.0 + angle * angle / 6.0
+    else:
+        f = angle / s
+    out[0] = x * f
+    out[1] = y * f
+    out[2] = z * f
+
+
+@njit(cache=True)
+def pose_residual_jacobian(rot, pos, body, off, target, cols, col_body, col_axis, col_rot,
+                           col_v, col_mult, nv):
+    """Return (r (N, 6), jac (N, 6, nv)) of a pose target on a link of ``body`` (>= 0).
+
+    r: position error [m] then the rotation vector of R_link target_R^T; jac: its exact
+    Jacobian (orientation rows J_l^-1(r) J_w), as ``goals.PoseTarget.residual_jacobian``.
+    off (4, 4): the link in the body frame; target (4, 4): the goal pose.
+    """
+    n = rot.shape[1]
+    res = np.empty((n, 6))
+    jac = np.zeros((n, 6, nv))
+    lr = np.empty((3, 3))
+    lp = np.empty(3)
+    rel = np.empty((3, 3))
+    tmp = np.empty((3, nv))
+    for i in range(n):
+        _pose_rj_row(rot, pos, i, body, off, target, cols, col_body, col_axis, col_rot, col_v,
+                     col_mult, res[i], jac, lr, lp, rel, tmp)
+    return res, jac
+
+
+@njit(cache=True)
+def _pose_rj_row(rot, pos, i, body, off, target, cols, col_body, col_axis, col_rot, col_v,
+                 col_mult, res, jac, lr, lp, rel, tmp):
+    """Write row i of ``pose_residual_jacobian``: res (6,), jac[i] (jac zeroed by the caller)."""
+    nv = jac.shape[2]
+    _link_pose(rot, pos, body, off, i, lr, lp)
+    for r in range(3):
+        res[r] = lp[r] - target[r, 3]
+    _relative(lr, target, rel)
+    _rotvec(rel, res[3:])
+    _add_columns(jac, rot, pos, i, lp, cols, col_body, col_axis, col_rot, col_v, col_mult)
+    # J_l^-1(r) = I - K / 2 + coeff K^2, K = skew(r), K @ K = r r^T - th2 I.
+    x, y, z = res[3], res[4], res[5]
+    th2 = x * x + y * y + z * z
+    th = math.sqrt(th2)
+    if th < 1e-4:
+        coeff = 1.0 / 12.0 + th2 / 720.0
+    else:
+        coeff = 1.0 / (th * th) - (1.0 + math.cos(th)) / (2.0 * th * math.sin(th))
+    m00 = 1.0 + coeff * (x * x - th2)
+    m01 = 0.5 * z + coeff * x * y
+    m02 = -0.5 * y + coeff * x * z
+    m10 = -0.5 * z + coeff * y * x
+    m11 = 1.0 + coeff * (y * y - th2)
+    m12 = 0.5 * x + coeff * y * z
+    m20 = 0.5 * y + coeff * z * x
+    m21 = -0.5 * x + coeff * z * y
+    m22 = 1.0 + coeff * (z * z - th2)
+    for v in range(nv):
+        w0, w1, w2 = jac[i, 3, v], jac[i, 4, v], jac[i, 5, v]
+        tmp[0, v] = m00 * w0 + m01 * w1 + m02 * w2
+        tmp[1, v] = m10 * w0 + m11 * w1 + m12 * w2
+        tmp[2, v] = m20 * w0 + m21 * w1 + m22 * w2
+    for v in range(nv):
+        jac[i, 3, v] = tmp[0, v]
+        jac[i, 4, v] = tmp[1, v]
+        jac[i, 5, v] = tmp[2, v]
+
+
+@njit(cache=True)
+def pose_errors(rot, pos, body, off, target):
+    """Return (position error [m] (N,), rotation angle [rad] (N,)) of a link of ``body``
+    (>= 0) to the pose target (4, 4), as ``goals.PoseTarget.errors``."""
+    n = rot.shape[1]
+    perr = np.empty(n)
+    angle = np.empty(n)
+    lr = np.empty((3, 3))
+    lp = np.empty(3)
+    rel = np.empty((3, 3))
+    for i in range(n):
+        perr[i], angle[i] = _pose_errors_row(rot, pos, i, body, off, target, lr, lp, rel)
+    return perr, angle
+
+
+@njit(cache=True)
+def _pose_errors_row(rot, pos, i, body, off, target, lr, lp, rel):
+    """Return (position error, rotation angle) of row i (see ``pose_errors``)."""
+    _link_pose(rot, pos, body, off, i, lr, lp)
+    d0 = lp[0] - target[0, 3]
+    d1 = lp[1] - target[1, 3]
+    d2 = lp[2] - target[2, 3]
+    _relative(lr, target, rel)
+    x = rel[2, 1] - rel[1, 2]
+    y = rel[0, 2] - rel[2, 0]
+    z = rel[1, 0] - rel[0, 1]
+    trace = rel[0, 0] + rel[1, 1] + rel[2, 2]
+    return (math.sqrt(d0 * d0 + d1 * d1 + d2 * d2),
+            math.atan2(0.5 * math.sqrt(x * x + y * y + z * z), 0.5 * (trace - 1.0)))
+
+
+@njit(cache=True)
+def lm_step(jac, r, lam):
+    """Return dv = -J^T (J J^T + lam I)^-1 r (K, nv) for jac (K, m, nv), r (K, m), lam (K,).
+
+    The m x m system is solved by Cholesky (it is symmetric positive definite for lam > 0).
+    """
+    k_count, m, nv = jac.shape
+    dv = np.empty((k_count, nv))
+    a = np.empty((m, m))
+    y = np.empty(m)
+    for k in range(k_count):
+        _lm_row(jac[k], r[k], lam[k], a, y, dv[k])
+    return dv
+
+
+@njit(cache=True)
+def _lm_row(jac, r, lam, a, y, dv):
+    """Write dv (nv,) = -J^T (J J^T + lam I)^-1 r for one jac (m, nv), r (m,)."""
+    m, nv = jac.shape
+    for i in range(m):
+        for j in range(i + 1):
+            s = 0.0
+            for v in range(nv):
+                s += jac[i, v] * jac[j, v]
+            a[i, j] = s
+        a[i, i] += lam
+    # In-place Cholesky: the lower triangle of a holds L.
+    for j in range(m):
+        s = a[j, j]
+        for p in range(j):
+            s -= a[j, p] * a[j, p]
+        d = math.sqrt(s) if s > 0.0 else 1e-300
+        a[j, j] = d
+        for i in range(j + 1, m):
+            s = a[i, j]
+            for p in range(j):
+                s -= a[i, p] * a[j, p]
+            a[i, j] = s / d
+    for i in range(m):
+        s = r[i]
+        for p in range(i):
+            s -= a[i, p] * y[p]
+        y[i] = s / a[i, i]
+    for i in range(m - 1, -1, -1):
+        s = y[i]
+        for p in range(i + 1, m):
+            s -= a[p, i] * y[p]
+        y[i] = s / a[i, i]
+    for v in range(nv):
+        s = 0.0
+        for i in range(m):
+            s += jac[i, v] * y[i]
+        dv[v] = -s
+
+
+@njit(cache=True)
+def _chol_solve(a, b, y):
+    """Solve a y = b for a symmetric positive definite (m, m) a (overwritten by its
+    Cholesky factor in the lower triangle; only the lower triangle of a is read)."""
+    m = a.shape[0]
+    for j in range(m):
+        s = a[j, j]
+        for p in range(j):
+            s -= a[j, p] * a[j, p]
+        d = math.sqrt(s) if s > 0.0 else 1e-300
+        a[j, j] = d
+        for i in range(j + 1, m):
+            s = a[i, j]
+            for p in range(j):
+                s -= a[i, p] * a[j, p]
+            a[i, j] = s / d
+    for i in range(m):
+        s = b[i]
+        for p in range(i):
+            s -= a[i, p] * y[p]
+        y[i] = s / a[i, i]
+    for i in range(m - 1, -1, -1):
+        s = y[i]
+        for p in range(i + 1, m):
+            s -= a[p, i] * y[p]
+        y[i] = s / a[i, i]
+
+
+@njit(cache=True)
+def lm_null_step(jac, r, lam, d0, winv2, lam0):
+    """Return (task (K, nv), pull (K, nv)) of ``smc_policies._lm_null_step``.
+
+    task = -W^-2 J^T (J W^-2 J^T + lam I)^-1 r; pull = d0 - W^-2 J^T (J W^-2 J^T + lam0 I)^-1
+    J d0, for jac (K, m, nv), r (K, m), lam (K,), d0 (K, nv), winv2 (nv,).
+    """
+    k_count, m, nv = jac.shape
+    task = np.empty((k_count, nv))
+    pull = np.empty((k_count, nv))
+    base = np.empty((m, m))
+    a = np.empty((m, m))
+    b = np.empty(m)
+    y = np.empty(m)
+    for k in range(k_count):
+        for i in range(m):
+            for j in range(i + 1):
+                s = 0.0
+                for v in range(nv):
+                    s += jac[k, i, v] * winv2[v] * jac[k, j, v]
+                base[i, j] = s
+        a[:] = base
+        for i in range(m):
+            a[i, i] += lam[k]
+        _chol_solve(a, r[k], y)
+        for v in range(nv):
+            s = 0.0
+            for i in range(m):
+                s += jac[k, i, v] * y[i]
+            task[k, v] = -winv2[v] * s
+        a[:] = base
+        for i in range(m):
+            a[i, i] += lam0
+            s = 0.0
+            for v in range(nv):
+                s += jac[k, i, v] * d0[k, v]
+            b[i] = s
+        _chol_solve(a, b, y)
+        for v in range(nv):
+            s = 0.0
+            for i in range(m):
+                s += jac[k, i, v] * y[i]
+            pull[k, v] = d0[k, v] - winv2[v] * s
+    return task, pull
+
+
+@njit(cache=True)
+def lm_spring_step(jac, r, lam, mu, w, diff):
+    """Return the (K, nv) steps of ``smc_policies._lm_spring_step``: the minimiser of
+    |r + J dv|^2 + mu |W (dv - diff)|^2 + lam |W dv|^2 by the push-through identity (one
+    m x m solve per row). jac (K, m, nv), r (K, m), lam, mu (K,), w (nv,), diff (K, nv)."""
+    k_count, m, nv = jac.shape
+    out = np.empty((k_count, nv))
+    js = np.empty((m, nv))
+    base = np.empty((m, m))
+    a = np.empty((m, m))
+    g = np.empty(nv)
+    b = np.empty(m)
+    y1 = np.empty(m)
+    y2 = np.empty(m)
+    for k in range(k_count):
+        c = lam[k] + mu[k]
+        for i in range(m):
+            for v in range(nv):
+                js[i, v] = jac[k, i, v] / w[v]
+        for v in range(nv):
+            g[v] = diff[k, v] * w[v]
+        for i in range(m):
+            for j in range(i + 1):
+                s = 0.0
+                for v in range(nv):
+                    s += js[i, v] * js[j, v]
+                base[i, j] = s
+            base[i, i] += c
+            s = 0.0
+            for v in range(nv):
+                s += js[i, v] * g[v]
+            b[i] = s
+        a[:] = base
+        _chol_solve(a, r[k], y1)
+        a[:] = base
+        _chol_solve(a, b, y2)
+        f = mu[k] / c
+        for v in range(nv):
+            s1 = 0.0
+            s2 = 0.0
+            for i in range(m):
+                s1 += js[i, v] * y1[i]
+                s2 += js[i, v] * y2[i]
+            out[k, v] = (-s1 + f * (g[v] - s2)) / w[v]
+    return out
+
+
+@njit(cache=True)
+def blocked_joints(q, dv, sq, sv, lower, upper):
+    """Return (any, mask (K, nv) bool): 1-DOF joints at a limit that dv (K, nv) pushes
+    outwards, as ``smc_policies._blocked_joints``. sq, sv: the scalar joints' indices."""
+    k_count, nv = dv.shape
+    mask = np.zeros((k_count, nv), dtype=np.bool_)
+    found = False
+    for j in range(sq.shape[0]):
+        qi = sq[j]
+        vi = sv[j]
+        span = upper[qi] - lower[qi]
+        eps = 1e-9 * (span if span > 1.0 else 1.0)
+        lo = lower[qi] + eps
+        hi = upper[qi] - eps
+        for k in range(k_count):
+            if (q[k, qi] <= lo and dv[k, vi] < 0.0) or (q[k, qi] >= hi and dv[k, vi] > 0.0):
+                mask[k, vi] = True
+                found = True
+    return found, mask
+
+
+@njit(cache=True)
+def refine_pose(q, cost, steps, alphas, damping, max_step, lower, upper, scale, weight,
+                sigma_p, sigma_o, parent, kind, qi, mult, add, rot0, terms, offset, axis,
+                body, off, target, cols, col_body, col_axis, col_rot, col_v, col_mult):
+    """Run the SMC refinement's LM steps on one pose target, each row on its own.
+
+    The fused form of ``Refinement.move`` without motion prior, guard or hard constraints,
+    for chains without ball joints (nq == nv): per step, the whitened residual r and
+    Jacobian J (rows times scale (6,) = sqrt(weight) / sigma), lam = cost / 2 + damping, the
+    LM step (again with the columns of the joints it pushes out of their limits removed),
+    capped to max_step; the trials clip(q + alpha dv) for each alpha; the lowest-cost trial
+    is taken when it lowers the cost weight ((p / sigma_p)^2 + (o / sigma_o)^2), else the
+    row stops. q (K, nq) and cost (K,) are updated in place; returns improved (K,) bool.
+    """
+    k_count, nq = q.shape
+    nb = parent.shape[0]
+    nv = nq
+    n_alpha = alphas.shape[0]
+    rot = np.empty((nb, 1, 3, 3))
+    pos = np.empty((nb, 1, 3))
+    loc = np.empty((3, 3))
+    t = np.empty(3)
+    lr = np.empty((3, 3))
+    lp = np.empty(3)
+    rel = np.empty((3, 3))
+    tmp = np.empty((3, nv))
+    res = np.empty(6)
+    jac = np.zeros((1, 6, nv))
+    jm = np.empty((6, nv))
+    a = np.empty((6, 6))
+    y = np.empty(6)
+    dv = np.empty(nv)
+    best_q = np.empty(nq)
+    trial = np.empty(nq)
+    blocked = np.zeros(nv, dtype=np.bool_)
+    improved = np.zeros(k_count, dtype=np.bool_)
+    for k in range(k_count):
+        for _ in range(steps):
+            _fk_row(q[k], parent, kind, qi, mult, add, rot0, terms, offset, axis, rot, pos, 0,
+                    loc, t)
+            jac[:] = 0.0
+            _pose_rj_row(rot, pos, 0, body, off, target, cols, col_body, col_axis, col_rot,
+                         col_v, col_mult, res, jac, lr, lp, rel, tmp)
+            for r in range(6):
+                res[r] *= scale[r]
+                for v in range(nv):
+                    jm[r, v] = jac[0, r, v] * scale[r]
+            lam = 0.5 * cost[k] + damping
+            _lm_row(jm, res, lam, a, y, dv)
+            any_blocked = False
+            for v in range(nv):
+                span = upper[v] - lower[v]
+                eps = 1e-9 * (span if span > 1.0 else 1.0)
+                blocked[v] = ((q[k, v] <= lower[v] + eps and dv[v] < 0.0)
+                              or (q[k, v] >= upper[v] - eps and dv[v] > 0.0))
+                any_blocked = any_blocked or blocked[v]
+            if any_blocked:
+                for r in range(6):
+                    for v in range(nv):
+                        if blocked[v]:
+                            jm[r, v] = 0.0
+                _lm_row(jm, res, lam, a, y, dv)
+            biggest = 0.0
+            for v in range(nv):
+                biggest = max(biggest, abs(dv[v]))
+            f = min(1.0, max_step / max(biggest, 1e-12))
+            for v in range(nv):
+                dv[v] *= f
+            best = np.inf
+            for j in range(n_alpha):
+                for v in range(nv):
+                    x = q[k, v] + alphas[j] * dv[v]
+                    trial[v] = min(max(x, lower[v]), upper[v])
+                _fk_row(trial, parent, kind, qi, mult, add, rot0, terms, offset, axis, rot,
+                        pos, 0, loc, t)
+                pe, oe = _pose_errors_row(rot, pos, 0, body, off, target, lr, lp, rel)
+                c = weight * ((pe / sigma_p) ** 2 + (oe / sigma_o) ** 2)
+                if c != c:              # NaN: numpy's argmin picks the first one
+                    best = c
+                    break
+                if c < best:
+                    best = c
+                    best_q[:] = trial
+            if not best < cost[k]:
+                break
+            improved[k] = True
+            cost[k] = best
+            q[k] = best_q
+    return improved
+
+
+@njit(cache=True)
+def _motion_diff(qrow, ref, cont, out):
+    """Write ref - qrow (nv,) with continuous joints wrapped to [-pi, pi)."""
+    for v in range(qrow.shape[0]):
+        d = ref[v] - qrow[v]
+        if cont[v]:
+            d = (d + math.pi) % (2.0 * math.pi) - math.pi
+        out[v] = d
+
+
+@njit(cache=True)
+def _motion_d2(qrow, ref, cont, w, tmp):
+    """Return the squared weighted distance as ``MinimalMotion.distance(q) ** 2``."""
+    _motion_diff(qrow, ref, cont, tmp)
+    s = 0.0
+    for v in range(qrow.shape[0]):
+        x = tmp[v] * w[v]
+        s += x * x
+    return math.sqrt(s) ** 2
+
+
+@njit(cache=True)
+def refine_pose_motion(q, cost, guard, steps, alphas, damping, max_step, lower, upper, scale,
+                       weight, sigma_p, sigma_o, tol_p, tol_o, precise_fraction, tol_cost,
+                       spring_w, spring_fade, slide_min, gain, w, ref, cont,
+                       parent, kind, qi, mult, add, rot0, terms, offset, axis,
+                       body, off, target, cols, col_body, col_axis, col_rot, col_v, col_mult):
+    """``Refinement.move`` with the minimal-motion prior on one pose target, row by row.
+
+    The fused form for chains without ball joints (nq == nv), no hard constraints, one
+    plain ``PoseTarget``: coarse rows take the LM step with the prior's spring, precise rows
+    the task step plus shares (1, 1/4, 1/16, 0) of the null-space pull, with the
+    Gauss-Newton corrector on slides; the trial is picked as in ``move``. q (K, nq), cost
+    (K,) and guard (K,; inf: none) are updated in place. spring_w = SPRING * spring,
+    w (nv,) the prior's weights, ref (nv,) its reference, cont (nv,) continuous joints.
+    Returns (improved (K,) bool, gained (K,) [rad^2]).
+    """
+    k_count, nq = q.shape
+    nv = nq
+    nb = parent.shape[0]
+    n_alpha = alphas.shape[0]
+    n_trials = n_alpha + 1
+    rot = np.empty((nb, 1, 3, 3))
+    pos = np.empty((nb, 1, 3))
+    loc = np.empty((3, 3))
+    t = np.empty(3)
+    lr = np.empty((3, 3))
+    lp = np.empty(3)
+    rel = np.empty((3, 3))
+    tmp3 = np.empty((3, nv))
+    res = np.empty(6)
+    res1 = np.empty(6)
+    jac = np.zeros((1, 6, nv))
+    jac1 = np.zeros((1, 6, nv))
+    jm = np.empty((1, 6, nv))
+    jb = np.empty((1, 6, nv))
+    r2 = np.empty((1, 6))
+    one = np.empty(1)
+    one_mu = np.empty(1)
+    diff = np.empty((1, nv))
+    diffb = np.empty((1, nv))
+    d0 = np.empty((1, nv))
+    dsum = np.empty((1, nv))
+    winv2 = np.empty(nv)
+    for v in range(nv):
+        winv2[v] = 1.0 / (w[v] * w[v])
+    tmpv = np.empty(nv)
+    steps_k = np.empty((n_trials, nv))
+    trials = np.empty((n_trials, nq))
+    t_cost = np.empty(n_trials)
+    t_pos = np.empty(n_trials)
+    t_d2 = np.empty(n_trials)
+    t_prec = np.zeros(n_trials, dtype=np.bool_)
+    pull_share = np.array([1.0, 0.25, 0.0625, 0.0])
+    a = np.empty((6, 6))
+    y = np.empty(6)
+    improved = np.zeros(k_count, dtype=np.bool_)
+    gained = np.zeros(k_count)
+    zero_q = np.zeros((1, nq))
+    for k in range(k_count):
+        # Start: distance to the reference and precision of the row.
+        _fk_row(q[k], parent, kind, qi, mult, add, rot0, terms, offset, axis, rot, pos, 0,
+                loc, t)
+        pe, oe = _pose_errors_row(rot, pos, 0, body, off, target, lr, lp, rel)
+        precise = pe <= precise_fraction * tol_p and oe <= precise_fraction * tol_o
+        dist2 = _motion_d2(q[k], ref, cont, w, tmpv)
+        for _ in range(steps):
+            _fk_row(q[k], parent, kind, qi, mult, add, rot0, terms, offset, axis, rot, pos,
+                    0, loc, t)
+            jac[:] = 0.0
+            _pose_rj_row(rot, pos, 0, body, off, target, cols, col_body, col_axis, col_rot,
+                         col_v, col_mult, res, jac, lr, lp, rel, tmp3)
+            for r in range(6):
+                r2[0, r] = res[r] * scale[r]
+                for v in range(nv):
+                    jm[0, r, v] = jac[0, r, v] * scale[r]
+            lam = 0.5 * cost[k] + damping
+            one[0] = lam
+            mu = spring_w * min(1.0, cost[k] / (spring_fade * tol_cost))
+            one_mu[0] = mu
+            _motion_diff(q[k], ref, cont, diff[0])
+            if not precise:
+                dv_c = lm_spring_step(jm, r2, one, one_mu, w, diff)
+                found, mask = blocked_joints(q[k:k + 1], dv_c, np.arange(nv), np.arange(nv),
+                                             lower, upper)
+                if found:
+                    for r in range(6):
+                        for v in range(nv):
+                            jb[0, r, v] = 0.0 if mask[0, v] else jm[0, r, v]
+                    for v in range(nv):
+                        diffb[0, v] = 0.0 if mask[0, v] else diff[0, v]
+                    dv_c = lm_spring_step(jb, r2, one, one_mu, w, diffb)
+            else:
+                dv_c = np.zeros((1, nv))
+            for v in range(nv):
+                d0[0, v] = gain * diff[0, v]
+            dv_t, dv_p = lm_null_step(jm, r2, one, d0, winv2, damping)
+            for v in range(nv):
+                dsum[0, v] = dv_t[0, v] + dv_p[0, v]
+            found, mask = blocked_joints(q[k:k + 1], dsum, np.arange(nv), np.arange(nv),
+                                         lower, upper)
+            if found:
+                for r in range(6):
+                    for v in range(nv):
+                        if mask[0, v]:
+                            jm[0, r, v] = 0.0
+                for v in range(nv):
+                    if mask[0, v]:
+                        d0[0, v] = 0.0
+                dv_t, dv_p = lm_null_step(jm, r2, one, d0, winv2, damping)
+            biggest = 0.0
+            for v in range(nv):
+                biggest = max(biggest, abs(dv_p[0, v]))
+            f = min(1.0, max_step / max(biggest, 1e-12))
+            pull_size = 0.0
+            for v in range(nv):
+                dv_p[0, v] *= f
+                pull_size = max(pull_size, abs(dv_p[0, v]))
+            for j in range(n_trials):
+                for v in range(nv):
+                    if precise:
+                        steps_k[j, v] = dv_t[0, v] + pull_share[j] * dv_p[0, v]
+                    elif j < n_alpha:
+                        steps_k[j, v] = alphas[j] * dv_c[0, v]
+                    else:
+                        steps_k[j, v] = dv_t[0, v]
+                big = 0.0
+                for v in range(nv):
+                    big = max(big, abs(steps_k[j, v]))
+                fs = min(1.0, max_step / max(big, 1e-12))
+                for v in range(nv):
+                    x = q[k, v] + steps_k[j, v] * fs
+                    trials[j, v] = min(max(x, lower[v]), upper[v])
+            slide = precise and pull_size > slide_min
+            for j in range(n_trials):
+                if slide and j < 3:
+                    # Gauss-Newton task correction with the step's Jacobian (jm, masked).
+                    _fk_row(trials[j], parent, kind, qi, mult, add, rot0, terms, offset, axis,
+                            rot, pos, 0, loc, t)
+                    jac1[:] = 0.0
+                    _pose_rj_row(rot, pos, 0, body, off, target, cols, col_body, col_axis,
+                                 col_rot, col_v, col_mult, res1, jac1, lr, lp, rel, tmp3)
+                    for r in range(6):
+                        res1[r] *= scale[r]
+                    for i in range(6):
+                        for jj in range(i + 1):
+                            s = 0.0
+                            for v in range(nv):
+                                s += jm[0, i, v] * winv2[v] * jm[0, jj, v]
+                            a[i, jj] = s
+                        a[i, i] += damping
+                    _chol_solve(a, res1, y)
+                    for v in range(nv):
+                        s = 0.0
+                        for i in range(6):
+                            s += jm[0, i, v] * winv2[v] * y[i]
+                        x = trials[j, v] + (-s)
+                        trials[j, v] = min(max(x, lower[v]), upper[v])
+                _fk_row(trials[j], parent, kind, qi, mult, add, rot0, terms, offset, axis, rot,
+                        pos, 0, loc, t)
+                pe, oe = _pose_errors_row(rot, pos, 0, body, off, target, lr, lp, rel)
+                c = weight * ((pe / sigma_p) ** 2 + (oe / sigma_o) ** 2)
+                if not pe <= guard[k] + 1e-12:
+                    c = np.inf
+                t_cost[j] = c
+                t_pos[j] = pe
+                t_d2[j] = _motion_d2(trials[j], ref, cont, w, tmpv)
+                t_prec[j] = (pe <= precise_fraction * tol_p and oe <= precise_fraction * tol_o
+                             and math.isfinite(c))
+            lowest_merit = 0
+            lowest = 0
+            nearest = -1
+            best_merit = np.inf
+            best_cost = np.inf
+            best_d2 = np.inf
+            for j in range(n_trials):
+                m = t_cost[j] + mu * t_d2[j]
+                if j == 0 or m < best_merit:
+                    best_merit = m
+                    lowest_merit = j
+                if j == 0 or t_cost[j] < best_cost:
+                    best_cost = t_cost[j]
+                    lowest = j
+                dj = t_d2[j] if t_prec[j] else np.inf
+                if nearest < 0 or dj < best_d2:
+                    best_d2 = dj
+                    nearest = j
+            moves_nearer = t_prec[nearest] and t_d2[nearest] < dist2 - 1e-12
+            if precise:
+                pick = nearest if moves_nearer else lowest
+            else:
+                pick = lowest_merit
+            new_cost = t_cost[pick]
+            if precise:
+                ok = moves_nearer or (t_prec[pick] and new_cost < cost[k])
+            else:
+                ok = t_cost[pick] + mu * t_d2[pick] < cost[k] + mu * dist2
+            if not ok:
+                break
+            improved[k] = True
+            q[k] = trials[pick]
+            cost[k] = new_cost
+            gained[k] += dist2 - t_d2[pick]
+            dist2 = t_d2[pick]
+            precise = precise or t_prec[pick]
+            if math.isfinite(guard[k]):
+                guard[k] = t_pos[pick]
+    return improved, gained
+
+
+def _cache_is_warm(func):
+    """Return whether numba's on-disk cache holds an index for ``func`` (best effort)."""
+    try:
+        return bool(func._cache._cache_file._load_index())
+    except Exception:
+        return False
+
+
+_READY = False
+_LOG = logging.getLogger(__name__)
+
+
+def ensure_ready(chain):
+    """Run ``warm_up(chain)`` once per process (the SMC solver's constructor calls it).
+
+    The kernels' types do not depend on the chain, so one warm-up serves every chain. The
+    messages go to the ``smcik_ros.kernels`` logger (level INFO).
+    """
+    global _READY
+    if _READY or not ENABLED:
+        return
+    _READY = True           # first: warm_up builds an SMC solver itself
+    try:
+        warm_up(chain, _LOG.info)
+    except Exception as exc:    # the warm-up is an optimisation: the kernels compile lazily
+        _LOG.warning('kernel warm-up failed (%s: %s); kernels compile on first use',
+                     type(exc).__name__, exc)
+
+
+def warm_up(chain, log=None):
+    """Compile (or load from the on-disk cache) every kernel for ``chain``'s arrays.
+
+    Call it once before a real-time loop starts (the node: after building the chain, before
+    its solver and its timer; otherwise the SMC solver's constructor runs it once per
+    process, logging to ``smcik_ros.kernels``): it runs FK, Jacobians, the pose kernels and
+    a short SMC solve and steps, so that every specialisation the solvers use exists before
+    the first tick. log: optional
+    callable taking a message; it gets 'compiling kernels (first run) ...' before a cold
+    compilation and the time it took after. Returns the seconds spent; does nothing
+    (returns 0.0) when the kernels are not compiled (SMCIK_NO_JIT=1 or no numba).
+    """
+    global _READY
+    if not ENABLED:
+        return 0.0
+    _READY = True
+    start = time.perf_counter()
+    cold = not all(_cache_is_warm(f) for f in (fk, jacobian_at, pose_residual_jacobian,
+                                                  pose_errors, lm_step, lm_null_step,
+                                                  lm_spring_step, blocked_joints,
+                                                  refine_pose, refine_pose_motion))
+    if cold and log is not None:
+        log('compiling kernels (first run; later starts load them from the on-disk cache)')
+    from .goals import PoseTarget
+    from .solvers import make_solver
+    q = chain.neutral_configuration()
+    frames = chain.frames(np.atleast_2d(q))
+    frames.jacobian()
+    pose = frames.link_pose()[0]
+    term = PoseTarget(pose)
+    term.residual_jacobian(frames)
+    term.errors(frames)
+    jac = frames.jacobian()
+    lm_step(jac, np.zeros((1, 6)), np.ones(1))
+    lm_null_step(jac, np.zeros((1, 6)), np.ones(1), np.zeros((1, chain.nv)),
+                 np.ones(chain.nv), 1e-6)
+    lm_spring_step(jac, np.zeros((1, 6)), np.ones(1), np.ones(1), np.ones(chain.nv),
+                   np.zeros((1, chain.nv)))
+    blocked_joints(np.atleast_2d(q), np.zeros((1, chain.nv)), chain.scalar_q, chain.scalar_v,
+                   chain.lower, chain.upper)
+    # A goal a little away from the seed: the solve and the steps refine.
+    goal = chain.fk(chain.clip(chain.integrate(q, np.full(chain.nv, 0.2))))
+    solver = make_solver('smc', chain, seed=0, num_particles=8)
+    solver.solve(goal, q, max_iters=3)
+    solver.reset(q)
+    for _ in range(3):
+        solver.step(goal)
+    elapsed = time.perf_counter() - start
+    if cold and log is not None:
+        log(f'kernels ready ({elapsed:.1f} s)')
+    return elapsed

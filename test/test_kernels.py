@@ -1,0 +1,321 @@
+"""The compiled kernels (smcik_ros.kernels) against the numpy reference and finite differences.
+
+With numba the kernels are compiled; with SMCIK_NO_JIT=1 (or numba missing) the same
+functions run as plain Python: both ways they must give the numpy implementation's numbers.
+"""
+
+import os
+
+import numpy as np
+import pytest
+
+from smcik_ros import kernels
+from smcik_ros.goals import PoseTarget
+from smcik_ros.kinematics import Chain
+from smcik_ros.rotations import quat_from_rotvec
+from smcik_ros.solvers import make_solver, smc_policies
+
+HERE = os.path.dirname(__file__)
+ROOT = os.path.dirname(HERE)
+CASES = [
+    (os.path.join(ROOT, 'urdf', 'smcik_arm.urdf'), 'tool0'),
+    (os.path.join(ROOT, 'urdf', 'smcik_arm6.urdf'), 'tool0'),
+    (os.path.join(HERE, 'urdf', 'mimic_prismatic.urdf'), 'tool0'),
+]
+
+
+def _chains():
+    out = [Chain.from_urdf(path, 'base_link', tip) for path, tip in CASES]
+    out.append(Chain.ball_chain(4, max_angle=2.0))
+    return out
+
+
+@pytest.fixture
+def numpy_path(monkeypatch):
+    """Run the library's numpy implementation (the reference) inside the fixture's scope."""
+    def run(func, *args):
+        with monkeypatch.context() as m:
+            m.setattr(kernels, 'ENABLED', False)
+            return func(*args)
+    return run
+
+
+@pytest.mark.parametrize('chain', _chains(), ids=lambda c: c.robot_name)
+def test_fk_and_jacobian_kernels_match_numpy(chain, numpy_path):
+    rng = np.random.default_rng(3)
+    q = chain.random_configuration(rng, 9)
+    ref = numpy_path(chain.frames, q)
+    rot, pos = kernels.fk(q, *chain.kernel_bodies())
+    np.testing.assert_allclose(rot, ref.rot, atol=1e-13)
+    np.testing.assert_allclose(pos, ref.pos, atol=1e-13)
+    for body in range(chain.num_bodies):
+        point = rng.normal(size=(9, 3))
+        jac = kernels.jacobian_at(rot, pos, point, *chain.kernel_columns(body), chain.nv)
+        np.testing.assert_allclose(jac, numpy_path(ref.jacobian_at, body, point), atol=1e-13)
+    # The library path (compiled when numba is on) agrees too.
+    frames = chain.frames(q)
+    np.testing.assert_allclose(frames.rot, ref.rot, atol=1e-13)
+    np.testing.assert_allclose(frames.jacobian(), numpy_path(ref.jacobian), atol=1e-13)
+
+
+@pytest.mark.parametrize('chain', _chains(), ids=lambda c: c.robot_name)
+def test_pose_kernels_match_numpy_including_near_pi(chain, numpy_path):
+    rng = np.random.default_rng(4)
+    q = chain.random_configuration(rng, 12)
+    frames = numpy_path(chain.frames, q)
+    goal = frames.link_pose()[0].copy()
+    # A goal turned by nearly pi from row 0 exercises the near-pi branch of the log map.
+    flip = np.eye(4)
+    a = np.pi - 0.05         # near pi, not at it (where the sign of the axis is arbitrary)
+    flip[:3, :3] = np.array([[1.0, 0.0, 0.0], [0.0, np.cos(a), -np.sin(a)],
+                             [0.0, np.sin(a), np.cos(a)]])
+    for target_pose in (goal, goal @ flip):
+        target = PoseTarget(target_pose)
+        r_ref, j_ref = numpy_path(target.residual_jacobian, frames)
+        e_ref = numpy_path(target.errors, frames)
+        body, off = chain.link_anchor(None)
+        r, j = kernels.pose_residual_jacobian(frames.rot, frames.pos, body, off, target.pose,
+                                              *chain.kernel_columns(body), chain.nv)
+        np.testing.assert_allclose(r, r_ref, atol=1e-10)
+        np.testing.assert_allclose(j, j_ref, atol=1e-9)
+        pe, oe = kernels.pose_errors(frames.rot, frames.pos, body, off, target.pose)
+        np.testing.assert_allclose(pe, e_ref[0], atol=1e-13)
+        np.testing.assert_allclose(oe, e_ref[1], atol=1e-12)
+
+
+def test_pose_residual_jacobian_matches_finite_differences():
+    chain = Chain.from_urdf(CASES[0][0], 'base_link', 'tool0')
+    rng = np.random.default_rng(5)
+    q = chain.random_configuration(rng)
+    goal = chain.fk(chain.random_configuration(rng))
+    target = PoseTarget(goal)
+    body, off = chain.link_anchor(None)
+
+    def residual(x):
+        f = chain.frames(x[None])
+        return kernels.pose_residual_jacobian(f.rot, f.pos, body, off, goal,
+                                              *chain.kernel_columns(body), chain.nv)[0][0]
+
+    _, jac = target.residual_jacobian(chain.frames(q[None]))
+    h = 1e-6
+    fd = np.empty((6, chain.nv))
+    for v in range(chain.nv):
+        e = np.zeros(chain.nv)
+        e[v] = h
+        fd[:, v] = (residual(q + e) - residual(q - e)) / (2.0 * h)
+    np.testing.assert_allclose(jac[0], fd, atol=1e-6)
+
+
+def test_lm_step_kernel_matches_the_dense_solve():
+    rng = np.random.default_rng(6)
+    jac = rng.normal(size=(5, 6, 7))
+    r = rng.normal(size=(5, 6))
+    lam = rng.uniform(1e-6, 1.0, size=5)
+    dv = kernels.lm_step(jac, r, lam)
+    for k in range(5):
+        a = jac[k] @ jac[k].T + lam[k] * np.eye(6)
+        np.testing.assert_allclose(dv[k], -jac[k].T @ np.linalg.solve(a, r[k]), atol=1e-10)
+    # The refinement's entry point gives the same step whichever path runs.
+    np.testing.assert_allclose(smc_policies._lm_step(jac, r, lam), dv, atol=1e-10)
+
+
+def test_ball_chain_fk_kernel_with_unnormalised_tangent_moves():
+    chain = Chain.ball_chain(3)
+    q = np.tile(chain.neutral_configuration(), (2, 1))
+    q[1, 4:8] = quat_from_rotvec(np.array([0.0, 0.5 * np.pi, 0.0]))
+    rot, pos = kernels.fk(q, *chain.kernel_bodies())
+    # The second segment turns by 90 degrees about y: the tip leaves the z axis along x.
+    np.testing.assert_allclose(pos[2, 1], (1.0, 0.0, 1.0), atol=1e-12)
+    np.testing.assert_allclose(pos[2, 0], (0.0, 0.0, 2.0), atol=1e-12)
+
+
+def test_warm_up_reports_and_the_env_switch_is_honoured():
+    messages = []
+    elapsed = kernels.warm_up(Chain.ball_chain(2), messages.append)
+    if kernels.ENABLED:
+        assert elapsed > 0.0
+        assert os.environ.get('SMCIK_NO_JIT', '') in ('', '0')
+    else:
+        assert elapsed == 0.0 and messages == []
+
+
+def test_fused_refinement_matches_the_numpy_refinement(numpy_path):
+    """Refinement.move in one kernel takes the same steps as its numpy form."""
+    chain = Chain.from_urdf(CASES[0][0], 'base_link', 'tool0')
+    refine = smc_policies.Refinement(chain, make_solver('smc', chain).settings)
+    rng = np.random.default_rng(7)
+    term = PoseTarget(chain.fk(chain.random_configuration(rng)))
+
+    class Problem:
+        hard = []
+        terms = [term]
+
+        def cost(self, frames):
+            return term.cost(frames)
+
+    q = chain.random_configuration(rng, 40)
+    q[:6] = chain.lower          # rows at the limits: the blocked-joint step
+    q[6:9] = chain.upper
+    cost = numpy_path(term.cost, chain.frames(q))
+    fused_q = q.copy()
+    fused_cost = cost.copy()
+    improved = kernels.refine_pose(
+        fused_q, fused_cost, refine.steps, refine.alphas, refine.damping, refine.max_step,
+        chain.lower, chain.upper, np.sqrt(term.weight) / term.sigma, term.weight,
+        term.sigma[0], term.sigma[3], *chain.kernel_bodies(), *chain.link_anchor(None),
+        term.pose, *chain.kernel_columns(chain.link_anchor(None)[0]))
+    frames, ref_cost, ref_improved, _ = numpy_path(refine.move, Problem(),
+                                                   numpy_path(chain.frames, q.copy()), cost, None)
+    assert ref_improved.sum() > 30
+    np.testing.assert_array_equal(improved, ref_improved)
+    np.testing.assert_allclose(fused_q, frames.q, atol=1e-12)
+    np.testing.assert_allclose(fused_cost, ref_cost, rtol=1e-9, atol=1e-15)
+    assert np.all(fused_cost <= cost)
+
+
+def test_read_only_package_caches_under_the_home_directory(tmp_path):
+    """An installed (read-only) package points numba's cache at ~/.cache/smcik_ros/numba.
+
+    The package directory reads as not writable (os.access patched in a fresh interpreter:
+    chmod does not stop root, which runs CI here).
+    """
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items()
+           if k not in ('SMCIK_NO_JIT', 'NUMBA_CACHE_DIR', 'XDG_CACHE_HOME')}
+    env['HOME'] = str(tmp_path)
+    package = os.path.join(ROOT, 'smcik_ros')
+    code = ('import os, sys; real = os.access; '
+            f'os.access = lambda p, m: False if str(p).startswith({package!r}) else real(p, m); '
+            'sys.modules.pop("numba", None); import smcik_ros._jit; '
+            'print(os.environ.get("NUMBA_CACHE_DIR"))')
+    out = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == str(tmp_path / '.cache' / 'smcik_ros' / 'numba')
+    # A writable package keeps numba's default (the cache beside the modules).
+    code = 'import os, smcik_ros._jit; print(os.environ.get("NUMBA_CACHE_DIR"))'
+    out = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == 'None'
+
+
+def test_lm_null_step_kernel_matches_numpy(numpy_path):
+    rng = np.random.default_rng(8)
+    jac = rng.normal(size=(6, 6, 7))
+    r = rng.normal(size=(6, 6))
+    lam = rng.uniform(1e-6, 1.0, size=6)
+    d0 = rng.normal(size=(6, 7))
+    winv2 = rng.uniform(0.5, 2.0, size=7)
+    task, pull = kernels.lm_null_step(jac, r, lam, d0, winv2, 1e-6)
+    ref_task, ref_pull = numpy_path(smc_policies._lm_null_step, jac, r, lam, d0, winv2, 1e-6)
+    np.testing.assert_allclose(task, ref_task, atol=1e-9)
+    np.testing.assert_allclose(pull, ref_pull, atol=1e-9)
+    # The pull lies in the task's null space (up to the damping floor).
+    assert np.abs(np.einsum('kmv,kv->km', jac, pull)).max() < 1e-4
+
+
+def test_spring_step_and_blocked_joints_kernels_match_numpy(numpy_path):
+    rng = np.random.default_rng(9)
+    jac = rng.normal(size=(5, 6, 7))
+    r = rng.normal(size=(5, 6))
+    lam = rng.uniform(1e-6, 1.0, size=5)
+    mu = rng.uniform(0.0, 2.0, size=5)
+    w = rng.uniform(0.5, 2.0, size=7)
+    diff = rng.normal(size=(5, 7))
+    np.testing.assert_allclose(kernels.lm_spring_step(jac, r, lam, mu, w, diff),
+                               numpy_path(smc_policies._lm_spring_step, jac, r, lam, mu, w,
+                                          diff), atol=1e-9)
+    chain = Chain.from_urdf(CASES[2][0], 'base_link', 'tool0')
+    q = chain.random_configuration(rng, 8)
+    q[:3] = chain.lower
+    q[3:5] = chain.upper
+    dv = rng.normal(size=(8, chain.nv))
+    found, mask = kernels.blocked_joints(q, dv, chain.scalar_q, chain.scalar_v, chain.lower,
+                                         chain.upper)
+    ref = numpy_path(smc_policies._blocked_joints, chain, q, dv)
+    assert found and ref is not None
+    np.testing.assert_array_equal(mask, ref)
+    inside = chain.clip(0.5 * (chain.lower + chain.upper) + 0.0 * q)
+    assert not kernels.blocked_joints(inside, dv, chain.scalar_q, chain.scalar_v, chain.lower,
+                                      chain.upper)[0]
+    assert numpy_path(smc_policies._blocked_joints, chain, inside, dv) is None
+
+
+@pytest.mark.parametrize('online', [True, False], ids=['step', 'solve'])
+def test_solver_runs_the_same_with_and_without_kernels(monkeypatch, online):
+    """step() (minimal-motion refinement) and solve() give the numpy path's configurations.
+
+    Without numba the kernels run here as plain Python (slow, hence few particles and
+    iterations): either way they must reproduce the numpy implementation step for step.
+    """
+    chain = Chain.from_urdf(CASES[0][0], 'base_link', 'tool0')
+    rng = np.random.default_rng(10)
+    pose = chain.fk(chain.random_configuration(rng))
+    goals = []
+    for k in range(12):
+        p = pose.copy()
+        p[:3, 3] += 0.02 * np.array([np.cos(0.3 * k) - 1.0, np.sin(0.3 * k), 0.0])
+        goals.append(p)
+
+    calls = {'refine_pose': 0, 'refine_pose_motion': 0}
+
+    def counted(name):
+        func = getattr(kernels, name)
+
+        def wrapper(*args):
+            calls[name] += 1
+            return func(*args)
+        return wrapper
+
+    def run(enabled):
+        with monkeypatch.context() as m:
+            m.setattr(kernels, 'ENABLED', enabled)
+            for name in calls:
+                m.setattr(kernels, name, counted(name))
+            solver = make_solver('smc', chain, num_particles=24, seed=3)
+            if not online:
+                seed = chain.neutral_configuration()
+                return np.array([solver.solve(g, seed, max_iters=6).q for g in goals[:3]])
+            solver.reset(chain.neutral_configuration())
+            return np.array([solver.step(goals[min(k // 4, 11)]) for k in range(20)])
+
+    fused = run(True)
+    assert calls['refine_pose_motion' if online else 'refine_pose'] > 0
+    calls.update(refine_pose=0, refine_pose_motion=0)
+    np.testing.assert_allclose(fused, run(False), atol=1e-9)
+    assert calls == {'refine_pose': 0, 'refine_pose_motion': 0}
+
+
+@pytest.mark.skipif(not kernels.ENABLED, reason='numba is off (SMCIK_NO_JIT=1 or not '
+                    'installed): nothing is compiled')
+def test_every_solver_path_uses_the_warmed_up_specialisations():
+    """After warm_up, no solver compiles a new kernel specialisation (which would stall a
+    real-time tick for seconds): views, read-only and strided inputs are normalised."""
+    from smcik_ros.goals import PositionTarget
+    from smcik_ros.solvers import available_solvers
+    chain = Chain.from_urdf(CASES[0][0], 'base_link', 'tool0')
+    kernels.warm_up(chain)
+    names = ['fk', 'jacobian_at', 'pose_residual_jacobian', 'pose_errors', 'lm_step',
+             'lm_null_step', 'lm_spring_step', 'blocked_joints', 'refine_pose',
+             'refine_pose_motion']
+    before = {n: len(getattr(kernels, n).signatures) for n in names}
+    q0 = chain.neutral_configuration()
+    goal = chain.fk(chain.clip(q0 + 0.3))
+    for name in available_solvers():
+        if name == 'fabrik':
+            continue            # ball chains only
+        solver = make_solver(name, chain)
+        solver.solve(goal, q0, max_iters=5)
+        solver.reset(q0)
+        for _ in range(4):
+            solver.step(goal)
+            solver.step(PositionTarget(goal[:3, 3]))
+    read_only = chain.neutral_configuration()
+    read_only.setflags(write=False)
+    frames = chain.frames(read_only)
+    view = frames.subset(slice(0, 1))
+    view.jacobian()
+    PoseTarget(goal).residual_jacobian(view)
+    PoseTarget(goal).errors(view)
+    chain.frames(np.tile(q0, (3, 2))[:, ::2]).jacobian()
+    assert {n: len(getattr(kernels, n).signatures) for n in names} == before
