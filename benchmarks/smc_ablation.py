@@ -10,7 +10,10 @@ Variants (settings of ``make_solver('smc', ...)``, each row adds one policy to t
    Sigma_z back to its default anneal_initial=10);
 4. ``+ minimal motion`` (minimal_motion=True: motion prior, nearest search, null-space
    pull, nearest selection, whole-turn mapping);
-5. ``+ branch hold`` (keep_map=True, branch_hold=True): the shipped defaults.
+5. ``+ branch hold`` (keep_map=True, branch_hold=True);
+6. ``+ seed-first solve`` (seed_rows=8: solve() refines the seed, then proposal draws, one
+   by one in a compiled kernel before the filter runs; online steps are unchanged): the
+   shipped defaults.
 
 Per arm (``--arms``; urdf/smcik_arm.urdf and the UR5-type DH arm by default):
 
@@ -38,14 +41,15 @@ import numpy as np
 from smcik_ros.solvers import make_solver
 
 ALONE = dict(refine_count=0, restart_after=0, keep_map=False, anneal_initial=1.0,
-             minimal_motion=False, branch_hold=False)
+             minimal_motion=False, branch_hold=False, seed_rows=0)
 VARIANTS = [
     ('Algorithm 1 alone', ALONE),
     ('+ refinement', dict(ALONE, refine_count=4)),
     ('+ restarts', dict(ALONE, refine_count=4, restart_after=4, anneal_initial=10.0)),
     ('+ minimal motion', dict(ALONE, refine_count=4, restart_after=4, anneal_initial=10.0,
                               minimal_motion=True)),
-    ('+ branch hold (defaults)', {}),
+    ('+ branch hold', dict(seed_rows=0)),
+    ('+ seed-first solve (defaults)', {}),
 ]
 
 

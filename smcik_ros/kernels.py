@@ -21,9 +21,9 @@ import numpy as np
 
 from ._jit import ENABLED, njit
 
-__all__ = ['ENABLED', 'blocked_joints', 'ensure_ready', 'fk', 'jacobian_at', 'lm_null_step',
-           'lm_spring_step', 'lm_step', 'pose_errors', 'pose_residual_jacobian', 'refine_pose',
-           'refine_pose_motion', 'warm_up']
+__all__ = ['ENABLED', 'blocked_joints', 'ensure_ready', 'first_solution', 'fk', 'jacobian_at',
+           'lm_null_step', 'lm_spring_step', 'lm_step', 'pose_errors', 'pose_residual_jacobian',
+           'refine_pose', 'refine_pose_motion', 'warm_up']
 
 
 @njit(cache=True)
@@ -587,6 +587,48 @@ def refine_pose(q, cost, steps, alphas, damping, max_step, lower, upper, scale, 
 
 
 @njit(cache=True)
+def first_solution(q, steps, alphas, damping, max_step, lower, upper, scale, weight, sigma_p,
+                   sigma_o, pos_tol, ori_tol, parent, kind, qi, mult, add, rot0, terms, offset,
+                   axis, body, off, target, cols, col_body, col_axis, col_rot, col_v,
+                   col_mult):
+    """Refine the rows of ``q`` (K, nq) one after another, each alone by ``refine_pose``'s LM
+    steps, until one meets the tolerance; return its index (-1: none did).
+
+    The SMC ``solve``'s first stage (``SmcSolver._seed_stage``): row 0 is the seed, the others
+    draws of the filter's proposal. q is updated in place (refined rows); rows after the
+    returned one are untouched. pos_tol [m], ori_tol [rad]; the other arguments as
+    ``refine_pose`` (a plain pose target on a chain without ball joints). Returns (index,
+    position error [m], orientation error [rad]) of that row (errors NaN when none).
+    """
+    nb = parent.shape[0]
+    rot = np.empty((nb, 1, 3, 3))
+    pos = np.empty((nb, 1, 3))
+    loc = np.empty((3, 3))
+    t = np.empty(3)
+    lr = np.empty((3, 3))
+    lp = np.empty(3)
+    rel = np.empty((3, 3))
+    cost = np.empty(1)
+    for r in range(q.shape[0]):
+        row = q[r:r + 1]
+        _fk_row(row[0], parent, kind, qi, mult, add, rot0, terms, offset, axis, rot, pos, 0,
+                loc, t)
+        pe, oe = _pose_errors_row(rot, pos, 0, body, off, target, lr, lp, rel)
+        if pe <= pos_tol and oe <= ori_tol:
+            return r, pe, oe
+        cost[0] = weight * ((pe / sigma_p) ** 2 + (oe / sigma_o) ** 2)
+        refine_pose(row, cost, steps, alphas, damping, max_step, lower, upper, scale, weight,
+                    sigma_p, sigma_o, parent, kind, qi, mult, add, rot0, terms, offset, axis,
+                    body, off, target, cols, col_body, col_axis, col_rot, col_v, col_mult)
+        _fk_row(row[0], parent, kind, qi, mult, add, rot0, terms, offset, axis, rot, pos, 0,
+                loc, t)
+        pe, oe = _pose_errors_row(rot, pos, 0, body, off, target, lr, lp, rel)
+        if pe <= pos_tol and oe <= ori_tol:
+            return r, pe, oe
+    return -1, math.nan, math.nan
+
+
+@njit(cache=True)
 def _motion_diff(qrow, ref, cont, out):
     """Write ref - qrow (nv,) with continuous joints wrapped to [-pi, pi)."""
     for v in range(qrow.shape[0]):
@@ -865,7 +907,8 @@ def warm_up(chain, log=None):
     cold = not all(_cache_is_warm(f) for f in (fk, jacobian_at, pose_residual_jacobian,
                                                   pose_errors, lm_step, lm_null_step,
                                                   lm_spring_step, blocked_joints,
-                                                  refine_pose, refine_pose_motion))
+                                                  refine_pose, refine_pose_motion,
+                                                  first_solution))
     if cold and log is not None:
         log('compiling kernels (first run; later starts load them from the on-disk cache)')
     from .goals import PoseTarget

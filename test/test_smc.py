@@ -6,6 +6,7 @@ import pytest
 from scipy.optimize import least_squares, minimize
 from scipy.spatial.transform import Rotation
 
+from smcik_ros import kernels
 from smcik_ros.errors import GoalError, ParameterError
 from smcik_ros.goals import (Constraint, KeepOutSphere, PoseTarget, PositionTarget,
                              PosturePreference)
@@ -189,13 +190,17 @@ def test_solve_returns_the_success_nearest_the_seed(arm6):
     seed is returned (MoveIt-style queries want the seed's branch), and seeds near a
     solution get that branch back."""
     rng = np.random.default_rng(22)
-    solver = make_solver('smc', arm6, seed=0)
-    same_branch = 0
+    solver = make_solver('smc', arm6, seed=0, seed_rows=0)     # the filter itself
+    shipped = make_solver('smc', arm6, seed=0)                  # with the seed-first stage
+    same_branch = same_branch_shipped = 0
     trials = 40
     for _ in range(trials):
         q_true = arm6.random_configuration(rng)
         seed_q = arm6.clip(q_true + rng.normal(0.0, 0.3, arm6.nq))
         goal = arm6.fk(q_true)
+        first = shipped.solve(goal, seed_q, max_iters=200, tol=1e-3)
+        assert first.success
+        same_branch_shipped += np.max(np.abs(first.q - q_true)) < 0.3
         result = solver.solve(goal, seed_q, max_iters=200, tol=1e-3)
         assert result.success
         same_branch += np.max(np.abs(result.q - q_true)) < 0.3
@@ -208,6 +213,7 @@ def test_solve_returns_the_success_nearest_the_seed(arm6):
         dist = [np.linalg.norm(_nearest_turn(arm6, p, seed_q) - seed_q) for p in inside]
         assert np.linalg.norm(result.q - seed_q) <= min(dist) + 1e-9
     assert same_branch >= trials - 1
+    assert same_branch_shipped >= trials - 1
 
 
 def test_plain_filter_of_the_paper_reaches_position_targets():
@@ -820,3 +826,56 @@ def test_ninety_dof_chain_with_center_of_mass_and_smoothness_runs():
     assert np.linalg.norm(chain.fk(q)[:3, 3] - target) < 0.1 * start_err
     com = chain.center_of_mass(q)
     assert np.linalg.norm(com[:2]) < 0.1
+
+
+# ---------------------------------------------------------------------------- solve's first stage
+def _pose_errors(chain, q, pose):
+    T = chain.fk(q)
+    angle = Rotation.from_matrix(T[:3, :3].T @ pose[:3, :3]).magnitude()
+    return np.linalg.norm(T[:3, 3] - pose[:3, 3]), angle
+
+
+@pytest.mark.skipif(not kernels.ENABLED, reason='the first stage runs only with the compiled '
+                    'kernels (numba installed, SMCIK_NO_JIT unset)')
+def test_first_stage_answers_most_round_trips_and_its_answers_meet_the_tolerance(arm7, arm6):
+    """Seeded statistics over random round trips: the seed-first stage answers most of them
+    (iterations == 1), every answer meets the tolerance and the limits, and a seed that is
+    itself a solution comes back unchanged."""
+    for chain in (arm7, arm6):
+        solver = make_solver('smc', chain, seed=3)
+        rng = np.random.default_rng(11)
+        first, total = 0, 120
+        for _ in range(total):
+            pose = chain.fk(chain.random_configuration(rng))
+            seed = chain.random_configuration(rng)
+            result = solver.solve(pose, seed, tol=1e-3)
+            assert result.success
+            pos, ori = _pose_errors(chain, result.q, pose)
+            assert pos <= 1e-3 + 1e-12 and ori <= 1e-2 + 1e-12
+            assert np.isclose(pos, result.position_error, atol=1e-9)
+            assert np.all(result.q >= chain.lower) and np.all(result.q <= chain.upper)
+            first += solver.last_info.get('first_stage', False)
+        assert first >= 0.8 * total, f'first stage answered {first}/{total} on {chain.robot_name}'
+        q = chain.random_configuration(rng)
+        result = solver.solve(chain.fk(q), q, tol=1e-3)
+        assert result.iterations == 1 and np.array_equal(result.q, q)
+
+
+def test_first_stage_is_skipped_where_it_does_not_apply(arm7):
+    """Off with seed_rows 0, with hard constraints (the filter's accept/reject must decide),
+    for position goals and with max_iters 0 (no work at all)."""
+    rng = np.random.default_rng(5)
+    pose = arm7.fk(arm7.random_configuration(rng))
+    seed = arm7.random_configuration(rng)
+    off = make_solver('smc', arm7, seed=1, seed_rows=0)
+    off.solve(pose, seed, tol=1e-3)
+    assert 'first_stage' not in off.last_info
+    hard = make_solver('smc', arm7, seed=1)
+    hard.set_constraints([KeepOutSphere(center=[5.0, 5.0, 5.0], radius=0.1)])
+    hard.solve(pose, seed, tol=1e-3)
+    assert 'first_stage' not in hard.last_info
+    plain = make_solver('smc', arm7, seed=1)
+    plain.solve(pose[:3, 3], seed, tol=1e-3)
+    assert 'first_stage' not in plain.last_info
+    result = plain.solve(pose, seed, max_iters=0)
+    assert result.iterations == 0 and np.allclose(result.q, seed)

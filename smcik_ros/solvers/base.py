@@ -316,7 +316,18 @@ class Solver:
         q_seed = self.chain.check_configuration(q_seed, 'q_seed')
         if q_seed.ndim != 1:
             raise GoalError(f'q_seed must have shape ({self.chain.nq},); got {q_seed.shape}')
-        self._start_solve(self.chain.clip(q_seed), targets)
+        q_seed = self.chain.clip(q_seed)
+        first = self._first_stage(targets, q_seed, (pos_tol, ori_tol)) if max_iters > 0 \
+            else None
+        if first is not None:
+            q, pos, ori = first
+            self.reset(q)
+            self._targets = targets
+            self.last_info = {'first_stage': True}
+            return IKResult(q=q.copy(), success=True, position_error=pos,
+                            orientation_error=ori, iterations=1,
+                            elapsed=time.perf_counter() - start, constraints_ok=True)
+        self._start_solve(q_seed, targets)
         self._targets = targets
         q = self._q
         frames = self.chain.frames(q)
@@ -333,7 +344,13 @@ class Solver:
             q, frames = self._iterate(targets, online=False)
             iterations += 1
         _, success, pos, ori, ok, q = best
-        q = self._solve_result(q, success and iterations > 0)
+        chosen = self._solve_result(q, success and iterations > 0)
+        if not np.array_equal(chosen, q):
+            # Another success (nearer the seed) or the same one turned by whole turns: report
+            # the errors of the configuration returned.
+            _, success, pos, ori, ok = self._score(targets, self.chain.frames(chosen),
+                                                   pos_tol, ori_tol)
+            q = chosen
         return IKResult(q=q, success=bool(success), position_error=float(pos),
                         orientation_error=float(ori), iterations=iterations,
                         elapsed=time.perf_counter() - start, constraints_ok=bool(ok))
@@ -348,6 +365,12 @@ class Solver:
         rank = 0.0 if success else (1.0 + pos / self.chain.length_scale + ori / np.pi
                                     + (0.0 if ok else 10.0))
         return rank, success, pos, ori, ok
+
+    def _first_stage(self, targets, q_seed, tolerance):
+        """Return (q, position error, orientation error) of a solution found before the
+        iterations start (counted as the first), or None: solvers with a cheap first try
+        override it (the SMC's seed stage). tolerance: (position [m], orientation [rad])."""
+        return None
 
     def _start_solve(self, q_seed, targets):
         self.reset(q_seed)

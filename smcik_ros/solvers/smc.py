@@ -32,7 +32,7 @@ import numpy as np
 
 from .. import kernels
 from ..errors import ParameterError
-from ..goals import Target, Term, task_errors
+from ..goals import PoseTarget, Target, Term, task_errors
 from ..rotations import quat_slerp
 from .base import Alternative, Solver, SolverSettings, _check, register
 from .smc_policies import (BranchHold, MinimalMotion, NearestSearch, Policies, Refinement,
@@ -71,6 +71,8 @@ class SmcSettings(SolverSettings):
     online_restarts: bool = True        # also re-seed in online use (the estimate's stays)
     restart_min_cost: float = 0.01      # no restart once the best task cost is below this
     init_uniform_fraction: float = 0.5  # solve(): share of particles drawn uniformly at start
+    seed_rows: int = 8                  # solve(): seed + draws refined one by one first (0: off)
+    seed_steps: int = 30                # solve(): LM steps per row of that first stage
     keep_map: bool = True               # carry the estimate's particle over without noise
     goal_change_threshold: float = 3.0  # goal moves > this many sigmas re-arm the filter
     solution_tolerance_position: float = 0.001      # [m] 'satisfies the goal' (online)
@@ -121,6 +123,8 @@ class SmcSettings(SolverSettings):
                f'restart_fraction must be in [0, 1]; got {self.restart_fraction}')
         _check(0.0 <= self.init_uniform_fraction <= 1.0,
                f'init_uniform_fraction must be in [0, 1]; got {self.init_uniform_fraction}')
+        _check(self.seed_rows >= 0, f'seed_rows must be >= 0 (0: off); got {self.seed_rows}')
+        _check(self.seed_steps >= 1, f'seed_steps must be >= 1; got {self.seed_steps}')
         _check(self.restart_min_cost >= 0.0,
                f'restart_min_cost must be >= 0; got {self.restart_min_cost}')
         _check(self.goal_change_threshold >= 0.0,
@@ -710,6 +714,45 @@ class SmcSolver(Solver):
         self._tolerance = self._solve_tolerance
         self._on_goal_changed(targets, force=True)
 
+    def _first_stage(self, targets, q_seed, tolerance):
+        """solve()'s first stage: the seed, then ``seed_rows - 1`` draws of the filter's
+        uniform proposal, each refined alone by compiled LM steps (the refinement's own move
+        step) until one meets the tolerance. Returns (q, position error, orientation error)
+        of that row, or None (then the filter runs as before, from the seed).
+
+        Only where it is the same problem the refinement solves in one compiled kernel: one
+        plain pose target, no hard constraints, no ball joints, kernels compiled. The seed
+        row goes first, so a seed on (or near) a solution's branch keeps it; a draw is a
+        random branch, which the filter's nearest-success choice would not necessarily
+        pick: the price of answering most queries in tens of microseconds (measured in
+        docs/smc.md and docs/benchmarks.md, `bench speed`).
+        """
+        s = self.settings
+        refinement = self._policies.refinement
+        if s.seed_rows < 1 or refinement is None or not _fast_pose_goal(self.chain, targets,
+                                                                         self.constraints):
+            return None
+        chain = self.chain
+        term = targets[0]
+        rows = np.empty((s.seed_rows, chain.nq))
+        rows[0] = q_seed
+        if s.seed_rows > 1:
+            rows[1:] = chain.random_configuration(self.rng, s.seed_rows - 1)
+        body, off = chain.link_anchor(term.link)
+        index, pos, ori = kernels.first_solution(
+            rows, s.seed_steps, refinement.alphas, refinement.damping, refinement.max_step,
+            chain.lower, chain.upper, np.sqrt(term.weight) / term.sigma, float(term.weight),
+            float(term.sigma[0]), float(term.sigma[3]), float(tolerance[0]),
+            float(tolerance[1]), *chain.kernel_bodies(), body, off, term.pose,
+            *chain.kernel_columns(body))
+        if index < 0:
+            return None
+        q = rows[index]
+        motion = self._selection
+        if motion is not None and motion.has_turns:
+            q = motion.map_turns(q[None], q_seed)[0]
+        return q, float(pos), float(ori)
+
     def _make_goal(self, goal):
         return self._as_goal(goal, sigma_position=self.settings.sigma_position,
                              sigma_orientation=self.settings.sigma_orientation)
@@ -1113,6 +1156,16 @@ class SmcSolver(Solver):
 
 
 # ---------------------------------------------------------------------- helpers
+def _fast_pose_goal(chain, targets, constraints):
+    """Return whether a solve is one plain pose target the compiled kernels handle whole."""
+    if not kernels.ENABLED or chain.has_ball_joints or len(targets) != 1 or any(
+            c.hard for c in constraints):
+        return False
+    term = targets[0]
+    return (type(term) is PoseTarget and term._whitener is None
+            and chain.link_anchor(term.link)[0] >= 0)
+
+
 def _implements(term, method):
     """Return whether ``term`` overrides ``Term.<method>`` (the base raises)."""
     return getattr(type(term), method, None) is not getattr(Term, method)
