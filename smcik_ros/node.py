@@ -28,6 +28,7 @@ os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')
 os.environ.setdefault('OMP_NUM_THREADS', '1')
 
 import collections
+import gc
 import json
 import logging
 import math
@@ -50,6 +51,7 @@ from std_msgs.msg import String, UInt32
 from trajectory_msgs.msg import JointTrajectory
 from visualization_msgs.msg import MarkerArray
 
+from . import kernels
 from .collision import parse_srdf
 from .control import (ArmSettings, ControlLoop, FrameResolver, GoalInbox,
                       HardConstraintValidator, Reporter, limits_for_chain,
@@ -262,6 +264,9 @@ class SmcIkNode(Node):
         self.get_logger().info(
             f'model from {source}: {self.chain.robot_name} {self.chain.base_link} -> '
             f'{self.chain.tip_link}, joints {", ".join(self.chain.joint_names)}')
+        # Compile the kernels (first run) or load them from the on-disk cache now, before
+        # any solver or timer exists: no tick pays for it, and a cold cache says so.
+        kernels.warm_up(self.chain, self.get_logger().info)
         self._segments = link_segments(self.urdf_xml, self.chain.link_names)
         self._tf_buffer = self._make_tf_buffer() if self._param('use_tf') else None
         self._urdf_file = self._urdf_file_of(source)
@@ -335,6 +340,12 @@ class SmcIkNode(Node):
             JOINT_STATES_QOS)
         self._drain = True
 
+        # Everything built at start-up (the model, covers, pair tables, compiled kernels) lives
+        # for the whole run: move it out of the garbage collector's view, so that a full
+        # collection inside a tick does not walk it (69 ms measured with numba's objects,
+        # 0 ms frozen).
+        gc.collect()
+        gc.freeze()
         self._timer = None
         self._marker_timer = None
         self._status_timer = None

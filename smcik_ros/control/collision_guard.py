@@ -116,8 +116,8 @@ def reach_bound(model):
     if not len(model.radii):
         return 0.0
     travel = np.zeros(chain.num_bodies)
-    for b in getattr(chain, '_prismatic_bodies', ()):
-        qi = chain._body_q[b]
+    for b in chain.prismatic_bodies:
+        qi = chain.body_q[b]
         travel[b] = max(abs(chain.lower[qi]), abs(chain.upper[qi]))
     best = 0.0
     for b in np.unique(model.sphere_body):
@@ -125,8 +125,8 @@ def reach_bound(model):
         extent = float(np.max(np.linalg.norm(model.centers[sel], axis=1) + model.radii[sel]))
         path, k = 0.0, int(b)
         while k >= 0:
-            path += float(np.linalg.norm(chain._body_offset[k])) + travel[k]
-            k = chain._body_parent[k]
+            path += float(np.linalg.norm(chain.body_offset[k])) + travel[k]
+            k = chain.body_parent[k]
         best = max(best, path + extent)
     return best
 
