@@ -21,7 +21,7 @@ import numpy as np
 
 from ._jit import ENABLED, njit
 
-__all__ = ['ENABLED', 'blocked_joints', 'ensure_ready', 'first_solution', 'fk', 'jacobian_at',
+__all__ = ['ENABLED', 'blocked_joints', 'body_points_world', 'ensure_ready', 'first_solution', 'fk', 'jacobian_at',
            'lm_null_step', 'lm_spring_step', 'lm_step', 'pose_errors', 'pose_residual_jacobian',
            'refine_pose', 'refine_pose_motion', 'warm_up']
 
@@ -587,6 +587,32 @@ def refine_pose(q, cost, steps, alphas, damping, max_step, lower, upper, scale, 
 
 
 @njit(cache=True)
+def body_points_world(rot, pos, row_body, local, out):
+    """Write the base-frame positions of points fixed to bodies, for every configuration.
+
+    rot (B, N, 3, 3), pos (B, N, 3): body frames (``Frames.rot``/``pos``); row_body (T,)
+    int: each point's body (-1: the base); local (T, 3): the point in its body's frame [m];
+    out (3, N * T): x, y and z planes, point r of configuration n at column n * T + r (the
+    collision engine's ``World`` layout).
+    """
+    n_count = rot.shape[1]
+    t_count = row_body.shape[0]
+    for n in range(n_count):
+        base = n * t_count
+        for r in range(t_count):
+            b = row_body[r]
+            x, y, z = local[r, 0], local[r, 1], local[r, 2]
+            if b < 0:
+                out[0, base + r] = x
+                out[1, base + r] = y
+                out[2, base + r] = z
+            else:
+                for a in range(3):
+                    out[a, base + r] = (rot[b, n, a, 0] * x + rot[b, n, a, 1] * y
+                                        + rot[b, n, a, 2] * z + pos[b, n, a])
+
+
+@njit(cache=True)
 def first_solution(q, steps, alphas, damping, max_step, lower, upper, scale, weight, sigma_p,
                    sigma_o, pos_tol, ori_tol, parent, kind, qi, mult, add, rot0, terms, offset,
                    axis, body, off, target, cols, col_body, col_axis, col_rot, col_v,
@@ -908,13 +934,16 @@ def warm_up(chain, log=None):
                                                   pose_errors, lm_step, lm_null_step,
                                                   lm_spring_step, blocked_joints,
                                                   refine_pose, refine_pose_motion,
-                                                  first_solution))
+                                                  first_solution, body_points_world))
     if cold and log is not None:
         log('compiling kernels (first run; later starts load them from the on-disk cache)')
     from .goals import PoseTarget
     from .solvers import make_solver
     q = chain.neutral_configuration()
     frames = chain.frames(np.atleast_2d(q))
+    body_points_world(np.ascontiguousarray(frames.rot), np.ascontiguousarray(frames.pos),
+                      np.array([-1, chain.num_bodies - 1], dtype=np.int64), np.zeros((2, 3)),
+                      np.empty((3, 2)))
     frames.jacobian()
     pose = frames.link_pose()[0]
     term = PoseTarget(pose)

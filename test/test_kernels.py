@@ -321,3 +321,23 @@ def test_every_solver_path_uses_the_warmed_up_specialisations():
     PoseTarget(goal).errors(view)
     chain.frames(np.tile(q0, (3, 2))[:, ::2]).jacobian()
     assert {n: len(getattr(kernels, n).signatures) for n in names} == before
+
+
+def test_collision_world_positions_match_the_matrix_product(monkeypatch):
+    """The compiled sphere positions equal the engine's block-matrix product."""
+    from smcik_ros.collision import CollisionModel
+    from smcik_ros.collision.engine import RobotGeometry
+    urdf = CASES[0][0]
+    chain = Chain.from_urdf(urdf, 'base_link', 'tool0')
+    geometry = RobotGeometry(CollisionModel.from_urdf(chain, urdf, urdf_path=urdf))
+    frames = chain.frames(chain.random_configuration(np.random.default_rng(4), 7))
+    with monkeypatch.context() as m:
+        m.setattr(kernels, 'ENABLED', False)
+        reference = geometry.world(frames).xyz
+    m_enabled = geometry.world(frames).xyz if kernels.ENABLED else None
+    xyz = np.empty_like(reference)
+    kernels.body_points_world(np.ascontiguousarray(frames.rot), np.ascontiguousarray(frames.pos),
+                              geometry.row_body, geometry.row_local, xyz)
+    np.testing.assert_allclose(xyz, reference, atol=1e-12)
+    if m_enabled is not None:
+        np.testing.assert_allclose(m_enabled, reference, atol=1e-12)

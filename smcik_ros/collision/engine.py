@@ -29,6 +29,7 @@ the larger of that bound and the bounding spheres' one.
 
 import numpy as np
 
+from .. import kernels
 from . import shapes
 
 __all__ = ['RobotGeometry', 'ObstacleGeometry', 'World', 'Leaves', 'PairTables', 'query',
@@ -137,6 +138,9 @@ class RobotGeometry:
             block[4 * k + 3, row] = 1.0
         self.block = block
         self.num_rows = len(local)
+        # The same rows for the compiled path: each row's body and local point.
+        self.row_body = np.ascontiguousarray(body, dtype=np.int64)
+        self.row_local = np.ascontiguousarray(local, dtype=float).reshape(-1, 3)
         for arr in (self.centers, self.radii, self.part_center, self.part_radius,
                     self.link_center, self.link_radius, self.block):
             arr.setflags(write=False)
@@ -148,6 +152,12 @@ class RobotGeometry:
     def world(self, frames):
         """Return the ``World`` of ``frames``: every sphere and link centre in the base frame."""
         n = len(frames)
+        if kernels.ENABLED:
+            xyz = np.empty((3, n * self.num_rows))
+            kernels.body_points_world(np.ascontiguousarray(frames.rot),
+                                      np.ascontiguousarray(frames.pos), self.row_body,
+                                      self.row_local, xyz)
+            return World(xyz, self.num_rows, n)
         k = len(self.bodies)
         stack = np.empty((3, n, k, 4))
         moving = self.bodies >= 0
