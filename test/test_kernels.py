@@ -131,12 +131,15 @@ def test_ball_chain_fk_kernel_with_unnormalised_tangent_moves():
 
 def test_warm_up_reports_and_the_env_switch_is_honoured():
     messages = []
-    elapsed = kernels.warm_up(Chain.ball_chain(2), messages.append)
+    spent = kernels.warm_up(Chain.ball_chain(2), messages.append)
     if kernels.ENABLED:
-        assert elapsed > 0.0
         assert os.environ.get('SMCIK_NO_JIT', '') in ('', '0')
+        # A cold cache announces the compilation before it and reports after it; a warm one
+        # says nothing.
+        assert messages == [] or (messages[0].startswith('compiling kernels')
+                                  and messages[-1].startswith('kernels ready'))
     else:
-        assert elapsed == 0.0 and messages == []
+        assert spent == 0.0 and messages == []
 
 
 def test_fused_refinement_matches_the_numpy_refinement(numpy_path):
