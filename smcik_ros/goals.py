@@ -33,7 +33,7 @@ __all__ = [
     'Target', 'PoseTarget', 'PositionTarget', 'OrientationTarget', 'Constraint',
     'KeepOutSphere', 'CenterOfMassLine', 'ChainSmoothness', 'PosturePreference',
     'PlaneContact', 'JointCoupling', 'as_goal', 'check_terms', 'task_errors',
-    'covariance_to_base',
+    'covariance_to_base', 'symmetric_positive_definite',
 ]
 
 
@@ -69,21 +69,32 @@ def _covariance(value, k, what):
         raise GoalError(f'{expected}; got shape {arr.shape}')
     if not np.all(np.isfinite(arr)):
         raise GoalError(f'{expected}; got NaN or infinite entries: {arr.tolist()}')
-    asym = float(np.abs(arr - arr.T).max())
-    if asym > 1e-9 * max(1.0, float(np.abs(arr).max())):
-        raise GoalError(f'{expected}; got a non-symmetric matrix (max |S - S^T| = {asym:.3g})')
-    arr = 0.5 * (arr + arr.T)
-    eig = np.linalg.eigvalsh(arr)
+    arr = symmetric_positive_definite(arr, f'{expected};')
+    arr.setflags(write=False)
+    return arr
+
+
+def symmetric_positive_definite(matrix, expected):
+    """Return the square, finite ``matrix`` symmetrised, or raise GoalError.
+
+    expected: the start of the error message (what was expected, with its punctuation);
+    the message goes on with what arrived: a non-symmetric matrix (beyond 1e-9 relative) or
+    the eigenvalues of one that is not positive definite.
+    """
+    asym = float(np.abs(matrix - matrix.T).max())
+    if asym > 1e-9 * max(1.0, float(np.abs(matrix).max())):
+        raise GoalError(f'{expected} got a non-symmetric matrix (max |S - S^T| = {asym:.3g})')
+    matrix = 0.5 * (matrix + matrix.T)
+    eig = np.linalg.eigvalsh(matrix)
     try:
-        np.linalg.cholesky(arr)
+        np.linalg.cholesky(matrix)
         spd = eig[0] > 0.0
     except np.linalg.LinAlgError:
         spd = False
     if not spd:
-        raise GoalError(f'{expected}; got eigenvalues {np.array2string(eig, precision=3)} '
+        raise GoalError(f'{expected} got eigenvalues {np.array2string(eig, precision=3)} '
                         '(not positive definite)')
-    arr.setflags(write=False)
-    return arr
+    return matrix
 
 
 _COV_ORDER = {6: 'x y z rx ry rz', 3: 'x y z or rx ry rz'}

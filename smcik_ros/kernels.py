@@ -21,9 +21,9 @@ import numpy as np
 
 from ._jit import ENABLED, njit
 
-__all__ = ['ENABLED', 'blocked_joints', 'body_points_world', 'ensure_ready', 'first_solution', 'fk', 'jacobian_at',
-           'lm_null_step', 'lm_spring_step', 'lm_step', 'pose_errors', 'pose_residual_jacobian',
-           'refine_pose', 'refine_pose_motion', 'warm_up']
+__all__ = ['ENABLED', 'blocked_joints', 'body_points_world', 'ensure_ready', 'first_solution',
+           'fk', 'jacobian_at', 'lm_null_step', 'lm_spring_step', 'lm_step', 'pose_errors',
+           'pose_residual_jacobian', 'refine_pose', 'refine_pose_motion', 'warm_up']
 
 
 @njit(cache=True)
@@ -299,6 +299,15 @@ def _pose_errors_row(rot, pos, i, body, off, target, lr, lp, rel):
 
 
 @njit(cache=True)
+def _row_pose_errors(qrow, parent, kind, qi, mult, add, rot0, terms, offset, axis, body, off,
+                     target, rot, pos, loc, t, lr, lp, rel):
+    """Return (position error, rotation angle) of one configuration's link to the pose target:
+    its FK into row 0 of the work arrays rot, pos, then ``_pose_errors_row``."""
+    _fk_row(qrow, parent, kind, qi, mult, add, rot0, terms, offset, axis, rot, pos, 0, loc, t)
+    return _pose_errors_row(rot, pos, 0, body, off, target, lr, lp, rel)
+
+
+@njit(cache=True)
 def lm_step(jac, r, lam):
     """Return dv = -J^T (J J^T + lam I)^-1 r (K, nv) for jac (K, m, nv), r (K, m), lam (K,).
 
@@ -324,28 +333,7 @@ def _lm_row(jac, r, lam, a, y, dv):
                 s += jac[i, v] * jac[j, v]
             a[i, j] = s
         a[i, i] += lam
-    # In-place Cholesky: the lower triangle of a holds L.
-    for j in range(m):
-        s = a[j, j]
-        for p in range(j):
-            s -= a[j, p] * a[j, p]
-        d = math.sqrt(s) if s > 0.0 else 1e-300
-        a[j, j] = d
-        for i in range(j + 1, m):
-            s = a[i, j]
-            for p in range(j):
-                s -= a[i, p] * a[j, p]
-            a[i, j] = s / d
-    for i in range(m):
-        s = r[i]
-        for p in range(i):
-            s -= a[i, p] * y[p]
-        y[i] = s / a[i, i]
-    for i in range(m - 1, -1, -1):
-        s = y[i]
-        for p in range(i + 1, m):
-            s -= a[p, i] * y[p]
-        y[i] = s / a[i, i]
+    _chol_solve(a, r, y)
     for v in range(nv):
         s = 0.0
         for i in range(m):
@@ -568,9 +556,8 @@ def refine_pose(q, cost, steps, alphas, damping, max_step, lower, upper, scale, 
                 for v in range(nv):
                     x = q[k, v] + alphas[j] * dv[v]
                     trial[v] = min(max(x, lower[v]), upper[v])
-                _fk_row(trial, parent, kind, qi, mult, add, rot0, terms, offset, axis, rot,
-                        pos, 0, loc, t)
-                pe, oe = _pose_errors_row(rot, pos, 0, body, off, target, lr, lp, rel)
+                pe, oe = _row_pose_errors(trial, parent, kind, qi, mult, add, rot0, terms, offset,
+                                          axis, body, off, target, rot, pos, loc, t, lr, lp, rel)
                 c = weight * ((pe / sigma_p) ** 2 + (oe / sigma_o) ** 2)
                 if c != c:              # NaN: numpy's argmin picks the first one
                     best = c
@@ -637,18 +624,16 @@ def first_solution(q, steps, alphas, damping, max_step, lower, upper, scale, wei
     cost = np.empty(1)
     for r in range(q.shape[0]):
         row = q[r:r + 1]
-        _fk_row(row[0], parent, kind, qi, mult, add, rot0, terms, offset, axis, rot, pos, 0,
-                loc, t)
-        pe, oe = _pose_errors_row(rot, pos, 0, body, off, target, lr, lp, rel)
+        pe, oe = _row_pose_errors(row[0], parent, kind, qi, mult, add, rot0, terms, offset,
+                                  axis, body, off, target, rot, pos, loc, t, lr, lp, rel)
         if pe <= pos_tol and oe <= ori_tol:
             return r, pe, oe
         cost[0] = weight * ((pe / sigma_p) ** 2 + (oe / sigma_o) ** 2)
         refine_pose(row, cost, steps, alphas, damping, max_step, lower, upper, scale, weight,
                     sigma_p, sigma_o, parent, kind, qi, mult, add, rot0, terms, offset, axis,
                     body, off, target, cols, col_body, col_axis, col_rot, col_v, col_mult)
-        _fk_row(row[0], parent, kind, qi, mult, add, rot0, terms, offset, axis, rot, pos, 0,
-                loc, t)
-        pe, oe = _pose_errors_row(rot, pos, 0, body, off, target, lr, lp, rel)
+        pe, oe = _row_pose_errors(row[0], parent, kind, qi, mult, add, rot0, terms, offset,
+                                  axis, body, off, target, rot, pos, loc, t, lr, lp, rel)
         if pe <= pos_tol and oe <= ori_tol:
             return r, pe, oe
     return -1, math.nan, math.nan
@@ -735,9 +720,8 @@ def refine_pose_motion(q, cost, guard, steps, alphas, damping, max_step, lower, 
     zero_q = np.zeros((1, nq))
     for k in range(k_count):
         # Start: distance to the reference and precision of the row.
-        _fk_row(q[k], parent, kind, qi, mult, add, rot0, terms, offset, axis, rot, pos, 0,
-                loc, t)
-        pe, oe = _pose_errors_row(rot, pos, 0, body, off, target, lr, lp, rel)
+        pe, oe = _row_pose_errors(q[k], parent, kind, qi, mult, add, rot0, terms, offset,
+                                  axis, body, off, target, rot, pos, loc, t, lr, lp, rel)
         precise = pe <= precise_fraction * tol_p and oe <= precise_fraction * tol_o
         dist2 = _motion_d2(q[k], ref, cont, w, tmpv)
         for _ in range(steps):
@@ -832,9 +816,9 @@ def refine_pose_motion(q, cost, guard, steps, alphas, damping, max_step, lower, 
                             s += jm[0, i, v] * winv2[v] * y[i]
                         x = trials[j, v] + (-s)
                         trials[j, v] = min(max(x, lower[v]), upper[v])
-                _fk_row(trials[j], parent, kind, qi, mult, add, rot0, terms, offset, axis, rot,
-                        pos, 0, loc, t)
-                pe, oe = _pose_errors_row(rot, pos, 0, body, off, target, lr, lp, rel)
+                pe, oe = _row_pose_errors(trials[j], parent, kind, qi, mult, add, rot0, terms,
+                                          offset, axis, body, off, target, rot, pos, loc, t, lr,
+                                          lp, rel)
                 c = weight * ((pe / sigma_p) ** 2 + (oe / sigma_o) ** 2)
                 if not pe <= guard[k] + 1e-12:
                     c = np.inf

@@ -388,21 +388,8 @@ def covariance_from_msg(values, where='covariance'):
     if not np.any(arr):
         raise GoalError(f'{expected}, got all 36 entries zero (an unfilled covariance); send a '
                         'goal without uncertainty on target_pose instead')
-    cov = arr.reshape(6, 6)
-    asym = float(np.abs(cov - cov.T).max())
-    if asym > 1e-9 * max(1.0, float(np.abs(cov).max())):
-        raise GoalError(f'{expected}, got a non-symmetric matrix (max |S - S^T| = {asym:.3g})')
-    cov = 0.5 * (cov + cov.T)
-    eig = np.linalg.eigvalsh(cov)
-    try:
-        np.linalg.cholesky(cov)
-        spd = eig[0] > 0.0
-    except np.linalg.LinAlgError:
-        spd = False
-    if not spd:
-        raise GoalError(f'{expected}, got eigenvalues {np.array2string(eig, precision=3)} '
-                        '(not positive definite)')
-    return cov
+    from .goals import symmetric_positive_definite
+    return symmetric_positive_definite(arr.reshape(6, 6), f'{expected},')
 
 
 def pose_with_covariance_to_goal(msg, where='target_pose_with_covariance'):

@@ -5,10 +5,13 @@ environment, changed only by ROS_DOMAIN_ID / ROS_LOG_DIR (see smcik_ros.demo.chi
 the wheels' ``.pth`` bootstrap stays consistent.
 """
 
+import contextlib
 import threading
 import time
 
 import numpy as np
+import pytest
+import rclpy
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.parameter_client import AsyncParameterClient
 from rclpy.node import Node
@@ -123,6 +126,30 @@ class Probe(Node):
     def close(self):
         self._spin_executor.shutdown(timeout_sec=1.0)
         self.destroy_node()
+
+
+@contextlib.contextmanager
+def module_ros_env(tmp_path_factory, domain_id):
+    """Set ROS_DOMAIN_ID / ROS_LOG_DIR for a test module (before rclpy.init) and restore them
+    after; yields (environment for child processes, log directory)."""
+    log_dir = tmp_path_factory.mktemp('ros_logs')
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv('ROS_DOMAIN_ID', str(domain_id))
+        patch.setenv('ROS_LOG_DIR', str(log_dir))
+        yield child_env(domain_id, log_dir), log_dir
+
+
+@contextlib.contextmanager
+def probe_in_own_context(domain_id):
+    """Yield a Probe in its own rclpy context on ``domain_id``; shut both down after."""
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx, domain_id=domain_id)
+    node = Probe(ctx)
+    try:
+        yield node
+    finally:
+        node.close()
+        rclpy.try_shutdown(context=ctx)
 
 
 def stream_ratios(stamps, positions, velocity, acceleration):

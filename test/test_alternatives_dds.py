@@ -30,8 +30,8 @@ from std_msgs.msg import UInt32  # noqa: E402
 from trajectory_msgs.msg import JointTrajectory  # noqa: E402
 from visualization_msgs.msg import Marker  # noqa: E402
 
-from ros_helpers import (REPO_ROOT, Probe, child_env, read_log, start_node_process,  # noqa: E402
-                         stop_process, wait_for, wait_for_log)
+from ros_helpers import (REPO_ROOT, Probe, module_ros_env, read_log,  # noqa: E402
+                         start_node_process, stop_process, wait_for, wait_for_log)
 from smcik_ros.kinematics import Chain  # noqa: E402
 from smcik_ros.ros_conversions import matrix_to_pose  # noqa: E402
 
@@ -56,11 +56,8 @@ def chain():
 
 @pytest.fixture(scope='module')
 def ros_env(tmp_path_factory):
-    log_dir = tmp_path_factory.mktemp('ros_logs')
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv('ROS_DOMAIN_ID', str(DOMAIN_ID))
-        patch.setenv('ROS_LOG_DIR', str(log_dir))
-        yield child_env(DOMAIN_ID, log_dir), log_dir
+    with module_ros_env(tmp_path_factory, DOMAIN_ID) as env:
+        yield env
 
 
 @pytest.fixture(scope='module')

@@ -23,9 +23,9 @@ rclpy = pytest.importorskip('rclpy', reason='rclpy is needed for the graph-level
 from geometry_msgs.msg import PointStamped, PoseStamped  # noqa: E402
 
 from arm_urdfs import ur5_like_urdf  # noqa: E402
-from ros_helpers import (REPO_ROOT, ArmPlayer, Probe, child_env, get_parameters,  # noqa: E402
-                         read_log, start_node_process, stop_process, stream_ratios, wait_for,
-                         wait_for_log)
+from ros_helpers import (REPO_ROOT, ArmPlayer, get_parameters, module_ros_env,  # noqa: E402
+                         probe_in_own_context, read_log, start_node_process, stop_process,
+                         stream_ratios, wait_for, wait_for_log)
 from smcik_ros.kinematics import Chain  # noqa: E402
 from smcik_ros.ros_conversions import matrix_to_pose  # noqa: E402
 
@@ -41,21 +41,14 @@ SAFETY = ['max_acceleration', 'velocity_scale', 'joint_states_timeout', 'max_lea
 
 @pytest.fixture(scope='module')
 def ros_env(tmp_path_factory):
-    log_dir = tmp_path_factory.mktemp('ros_logs')
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv('ROS_DOMAIN_ID', str(DOMAIN_ID))
-        patch.setenv('ROS_LOG_DIR', str(log_dir))
-        yield child_env(DOMAIN_ID, log_dir), log_dir
+    with module_ros_env(tmp_path_factory, DOMAIN_ID) as env:
+        yield env
 
 
 @pytest.fixture(scope='module')
 def probe(ros_env):
-    ctx = rclpy.Context()
-    rclpy.init(context=ctx, domain_id=DOMAIN_ID)
-    node = Probe(ctx)
-    yield node
-    node.close()
-    rclpy.try_shutdown(context=ctx)
+    with probe_in_own_context(DOMAIN_ID) as node:
+        yield node
 
 
 class Session:

@@ -28,8 +28,8 @@ from std_msgs.msg import String  # noqa: E402
 from visualization_msgs.msg import Marker, MarkerArray  # noqa: E402
 
 from collision_helpers import demo_model  # noqa: E402
-from ros_helpers import (REPO_ROOT, Probe, child_env, read_log, start_node_process,  # noqa: E402
-                         stop_process, wait_for, wait_for_log)
+from ros_helpers import (REPO_ROOT, Probe, module_ros_env, read_log,  # noqa: E402
+                         start_node_process, stop_process, wait_for, wait_for_log)
 from smcik_ros.collision import (CollisionConstraint, conventional_srdf_path,  # noqa: E402
                                  self_collision_pairs)
 from smcik_ros.kinematics import Chain  # noqa: E402
@@ -62,11 +62,8 @@ def chain():
 @pytest.fixture(scope='module')
 def ros_env(tmp_path_factory):
     """Set ROS_DOMAIN_ID / ROS_LOG_DIR for this module (before rclpy.init) and restore them."""
-    log_dir = tmp_path_factory.mktemp('ros_logs')
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv('ROS_DOMAIN_ID', str(DOMAIN_ID))
-        patch.setenv('ROS_LOG_DIR', str(log_dir))
-        yield child_env(DOMAIN_ID, log_dir), log_dir
+    with module_ros_env(tmp_path_factory, DOMAIN_ID) as env:
+        yield env
 
 
 @pytest.fixture(scope='module')
