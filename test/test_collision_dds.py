@@ -30,8 +30,8 @@ from rclpy.parameter_client import AsyncParameterClient  # noqa: E402
 from visualization_msgs.msg import Marker, MarkerArray  # noqa: E402
 
 from collision_helpers import FclRobot, write_two_link_urdf  # noqa: E402
-from ros_helpers import (REPO_ROOT, ArmPlayer, Probe, child_env, read_log,  # noqa: E402
-                         start_node_process, stop_process, stream_ratios, wait_for,
+from ros_helpers import (REPO_ROOT, ArmPlayer, module_ros_env, probe_in_own_context,  # noqa: E402
+                         read_log, start_node_process, stop_process, stream_ratios, wait_for,
                          wait_for_log)
 from smcik_ros.kinematics import Chain  # noqa: E402
 
@@ -47,21 +47,14 @@ SLACK = 1e-6
 
 @pytest.fixture(scope='module')
 def ros_env(tmp_path_factory):
-    log_dir = tmp_path_factory.mktemp('ros_logs')
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv('ROS_DOMAIN_ID', str(DOMAIN_ID))
-        patch.setenv('ROS_LOG_DIR', str(log_dir))
-        yield child_env(DOMAIN_ID, log_dir), log_dir
+    with module_ros_env(tmp_path_factory, DOMAIN_ID) as env:
+        yield env
 
 
 @pytest.fixture(scope='module')
 def probe(ros_env):
-    ctx = rclpy.Context()
-    rclpy.init(context=ctx, domain_id=DOMAIN_ID)
-    node = Probe(ctx)
-    yield node
-    node.close()
-    rclpy.try_shutdown(context=ctx)
+    with probe_in_own_context(DOMAIN_ID) as node:
+        yield node
 
 
 @pytest.fixture(scope='module')
@@ -271,7 +264,16 @@ def test_obstacle_in_front_of_a_moving_arm(session, chain, fcl_arm):
                           f'first {touching[0]}')
     tip = chain.fk(q[-1])[:3, 3]
     reached = np.linalg.norm(tip - goal) <= 1e-3
-    assert reached or s.settled(1.0), 'neither at the goal nor stopped'
+    # Held at the margin, the filter may still find small free moves that bring the tool
+    # nearer the goal (going around slowly, seen on a quiet machine where the obstacle
+    # arrives with the arm already close): then the tool ends the last 2 s nearer the goal
+    # than it started them. Otherwise it is at the goal or stopped.
+    _, _, recent = s.probe.command_stream(time.monotonic() - 2.0)
+    distances = np.linalg.norm(chain.link_poses(recent)[:, -1, :3, 3] - goal, axis=1) \
+        if len(recent) else np.zeros(1)
+    creeping = len(recent) >= 10 and distances[-1] < distances[0] - 1e-4
+    assert reached or s.settled(1.0) or creeping, \
+        'neither at the goal, nor stopped, nor going round towards it'
     if not reached:   # stopped at the margin, and the status says why
         assert status['collision_reason'], status
         assert status['min_distance'] is not None and status['min_distance'] >= 0.0
