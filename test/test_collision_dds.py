@@ -43,6 +43,7 @@ SRDF = REPO_ROOT / 'urdf' / 'smcik_arm.srdf'
 NODE_PARAMETERS = ['smcik_node:smc.seed:=3', 'smcik_node:status_rate_hz:=10.0']
 SUBSTEP = 0.002       # [rad] largest joint change between two FCL-checked configurations
 SLACK = 1e-6
+HELD_SPAN = 0.02     # [rad] 'held at the margin': no joint moves more in the last 2 s
 
 
 @pytest.fixture(scope='module')
@@ -264,16 +265,22 @@ def test_obstacle_in_front_of_a_moving_arm(session, chain, fcl_arm):
                           f'first {touching[0]}')
     tip = chain.fk(q[-1])[:3, 3]
     reached = np.linalg.norm(tip - goal) <= 1e-3
-    # Held at the margin, the filter may still find small free moves that bring the tool
-    # nearer the goal (going around slowly, seen on a quiet machine where the obstacle
-    # arrives with the arm already close): then the tool ends the last 2 s nearer the goal
-    # than it started them. Otherwise it is at the goal or stopped.
+    # Held at the margin, the filter may still find small free moves (a few mrad a second,
+    # seen in CI: 5 mrad over 2 s with the tool 0.05 mm nearer) that never take the tool away
+    # from the still goal. Judged on the last 2 s of commands: stopped; or held, the tool not
+    # farther from the goal and no joint moving more than HELD_SPAN; or going round, the tool
+    # nearer the goal by more than 0.1 mm. Otherwise it must be at the goal.
     _, _, recent = s.probe.command_stream(time.monotonic() - 2.0)
     distances = np.linalg.norm(chain.link_poses(recent)[:, -1, :3, 3] - goal, axis=1) \
         if len(recent) else np.zeros(1)
-    creeping = len(recent) >= 10 and distances[-1] < distances[0] - 1e-4
-    assert reached or s.settled(1.0) or creeping, \
-        'neither at the goal, nor stopped, nor going round towards it'
+    span = np.max(np.ptp(recent, axis=0)) if len(recent) else 0.0
+    not_away = len(recent) >= 10 and distances[-1] <= distances[0] + 1e-6
+    held = not_away and span <= HELD_SPAN
+    creeping = not_away and distances[-1] < distances[0] - 1e-4
+    assert reached or s.settled(1.0) or held or creeping, (
+        f'neither at the goal, nor held, nor going round towards it: over the last 2 s '
+        f'{len(recent)} commands, tool {distances[0]:.4f} -> {distances[-1]:.4f} m from the '
+        f'goal, largest joint span {span:.4f} rad')
     if not reached:   # stopped at the margin, and the status says why
         assert status['collision_reason'], status
         assert status['min_distance'] is not None and status['min_distance'] >= 0.0

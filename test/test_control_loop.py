@@ -506,9 +506,9 @@ def test_every_move_lies_on_a_validated_motion_even_when_braking(arm7, share):
     assert v_ratio <= 1 + SLACK and a_ratio <= 1 + SLACK
 
 
-def test_a_refused_estimate_falls_back_to_a_free_candidate_before_braking(arm7):
-    """The collision guard refuses the straight motion through a box; the loop moves towards
-    another of the SMC's candidates instead of holding, and no move collides."""
+def _box_in_the_way(arm7, seed):
+    """Return (loop, limits, guard, stream, goal): the demo arm at q0, a point goal 1.4 rad of
+    joint 1 away, a 12 cm box on the straight motion between them, the guard validating."""
     from smcik_ros.collision import CollisionModel, Obstacle, self_collision_pairs
     from smcik_ros.control.collision_guard import CollisionGuard
 
@@ -522,14 +522,21 @@ def test_a_refused_estimate_falls_back_to_a_free_candidate_before_braking(arm7):
     guard.scene.apply([('add', ('test', 1), Obstacle('box', (0.12, 0.12, 0.12), pose))],
                       'obstacles')
     assert not guard.constraint.check_motion(q0, q_goal)[0], 'the set-up: the path collides'
-    loop, limits = make_loop(arm7, solver=make_solver('smc', arm7, seed=2))
+    loop, limits = make_loop(arm7, solver=make_solver('smc', arm7, seed=seed))
     loop.validators.append(guard)
     loop.set_constraints([guard.constraint])
-    stream = Stream(loop, seed=1)
+    stream = Stream(loop, seed=seed - 1)
     stream.measure(q0)
     stream.tick()
     goal = arm7.fk(q_goal)[:3, 3]
     loop.offer_goal('point', goal, '', None, stream.t)
+    return loop, limits, guard, stream, goal
+
+
+def test_a_refused_estimate_falls_back_to_a_free_candidate_before_braking(arm7):
+    """The collision guard refuses the straight motion through a box; the loop moves towards
+    another of the SMC's candidates instead of holding, and no move collides."""
+    loop, limits, guard, stream, goal = _box_in_the_way(arm7, seed=2)
     stream.run(400, follower(1))
     qs = np.array([c.q for c in stream.commands])
     for a, b in zip(qs[:-1], qs[1:]):
@@ -539,6 +546,23 @@ def test_a_refused_estimate_falls_back_to_a_free_candidate_before_braking(arm7):
     assert loop.fallbacks > 0, (loop.fallbacks, loop.holds)
     tips = arm7.fk(qs)[:, :3, 3]
     assert np.linalg.norm(tips[-1] - goal) < 0.8 * np.linalg.norm(tips[0] - goal)
+
+
+def test_a_fallback_never_takes_the_tool_farther_from_the_goal(arm7):
+    """Over seeded runs held at the box's margin: on every tick that took a fallback, the
+    commanded tool is not farther from the goal than the command before it."""
+    fallbacks = 0
+    for seed in range(2, 6):
+        loop, _, _, stream, goal = _box_in_the_way(arm7, seed)
+        for _ in range(500):
+            before, previous = loop.fallbacks, stream.commands[-1].q
+            stream.run(1, follower(1))
+            if loop.fallbacks > before:
+                fallbacks += 1
+                was = np.linalg.norm(arm7.fk(previous)[:3, 3] - goal)
+                now = np.linalg.norm(arm7.fk(stream.commands[-1].q)[:3, 3] - goal)
+                assert now <= was + loop.FALLBACK_SLACK, (seed, loop.ticks, was, now)
+    assert fallbacks >= 10, f'only {fallbacks} fallback ticks: the set-up did not test the rule'
 
 
 @pytest.mark.parametrize('interval', [1, 10])

@@ -175,10 +175,13 @@ class ControlLoop:
     ``reason`` text); report: callable(level, key, text, exc=None) (a Reporter; default:
     discard); tolerances: (position [m], orientation [rad]) of "goal reached";
     fallback_candidates: how many of the solver's heaviest particles (plus its MAP) are tried
-    when a validator refuses the estimate's motion (0: brake at once); hold_reset_interval
+    when a validator refuses the estimate's motion (0: brake at once; none that would take the
+    tool farther from the goal than the current command is); hold_reset_interval
     [ticks]: while a hold lasts, the solver restarts at the stop on its first tick and then
     every this many ticks (1: every tick).
     """
+
+    FALLBACK_SLACK = 1e-6   # [m] a fallback's tool may be this much farther from the goal
 
     def __init__(self, chain, solver, limits, arm_settings=None, inbox=None,
                  iterations_per_tick=1, validators=(), report=None, tolerances=(1e-3, 1e-2),
@@ -452,10 +455,20 @@ class ControlLoop:
         shaped = [self.shaper.step(self.q, self.v, dt, c, lead_box) for c in candidates]
         stops = np.array([self.shaper.stopping_point(s.q, s.v) for s in shaped])
         ok = np.ones(len(stops), dtype=bool)
+        if self.goal is not None:
+            # No fallback command takes the tool farther from the goal than the current
+            # command is (the branch hold's rule for the estimate): at the margin of an
+            # obstacle that blocks the goal, the arm holds instead of wandering along it.
+            pos, _ = self.goal.terms[0].errors(
+                self.chain.frames(np.vstack([self.q] + [s.q for s in shaped])))
+            ok &= pos[1:] <= pos[0] + self.FALLBACK_SLACK
+            if not ok.any():
+                return None
         for validator in self.validators:
             check_many = getattr(validator, 'check_many', None)
             if check_many is not None:
-                ok &= np.asarray(check_many(self.q, stops), dtype=bool)
+                idx = np.flatnonzero(ok)
+                ok[idx] = np.asarray(check_many(self.q, stops[idx]), dtype=bool)
             else:
                 for k in np.flatnonzero(ok):
                     ok[k] = bool(validator(self.q, stops[k]))
