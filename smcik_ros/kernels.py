@@ -22,7 +22,7 @@ import numpy as np
 from ._jit import ENABLED, njit
 
 __all__ = ['ENABLED', 'blocked_joints', 'body_points_world', 'ensure_ready', 'first_solution',
-           'fk', 'jacobian_at', 'lm_null_step', 'lm_spring_step', 'lm_step', 'pose_errors',
+           'fk', 'jacobian_at', 'link_pose_path', 'lm_null_step', 'lm_spring_step', 'lm_step', 'pose_errors',
            'pose_residual_jacobian', 'refine_pose', 'refine_pose_motion', 'warm_up']
 
 
@@ -104,6 +104,148 @@ def _fk_row(qrow, parent, kind, qi, mult, add, rot0, terms, offset, axis, rot, p
                 for c in range(3):
                     rot[b, i, r, c] = a0 * loc[0, c] + a1 * loc[1, c] + a2 * loc[2, c]
                 pos[b, i, r] = pos[p, i, r] + a0 * t[0] + a1 * t[1] + a2 * t[2]
+
+
+# |x| up to which _sincos is used (its two-part reduction by pi/2 stays within 1 ulp far beyond).
+FAST_TRIG_LIMIT = 1.0e5
+
+
+@njit(cache=True, inline='always')
+def _sincos(x):
+    """Return (sin x, cos x) within 1 ulp for |x| <= FAST_TRIG_LIMIT (callers check).
+
+    Reduction by pi/2 in two parts (Cody-Waite), then the Taylor polynomials to r^15 / r^16
+    on |r| <= pi/4 (truncation below 5e-17); branch-free quadrant selection, so that a loop
+    over configurations vectorises (libm's sin and cos are calls, ~20 ns each).
+    """
+    k = math.floor(x * 0.6366197723675814 + 0.5)
+    r = (x - k * 1.5707963267341256) - k * 6.077100506506192e-11
+    r2 = r * r
+    s = r + r * r2 * (-1.6666666666666666e-01 + r2 * (8.3333333333333332e-03 + r2 * (
+        -1.9841269841269841e-04 + r2 * (2.7557319223985893e-06 + r2 * (
+            -2.5052108385441720e-08 + r2 * (1.6059043836821613e-10
+            - r2 * 7.647163731819816e-13))))))
+    c = 1.0 + r2 * (-0.5 + r2 * (4.1666666666666664e-02 + r2 * (-1.3888888888888889e-03 + r2 * (
+        2.4801587301587302e-05 + r2 * (-2.7557319223985888e-07 + r2 * (
+            2.0876756987868099e-09 + r2 * (-1.1470745597729725e-11
+            + r2 * 4.779477332387385e-14)))))))
+    quad = np.int64(k) & 3
+    swap = (quad & 1) == 1
+    s1 = c if swap else s
+    c1 = s if swap else c
+    s2 = -s1 if (quad & 2) == 2 else s1
+    c2 = -c1 if ((quad + 1) & 2) == 2 else c1
+    return s2, c2
+
+@njit(cache=True)
+def _rev_chain(R, P, S, D, r0, ts, tc, o):
+    """Chain a revolute body onto the running frames R (9, N), P (3, N) in place.
+
+    Its local rotation is r0 + S ts + D tc (row-major 9-tuples; S = sin, D = 1 - cos of the
+    joint values), its origin o (3-tuple) in the parent frame.
+    """
+    for i in range(S.shape[0]):
+        s = S[i]
+        d = D[i]
+        l0 = r0[0] + s * ts[0] + d * tc[0]
+        l1 = r0[1] + s * ts[1] + d * tc[1]
+        l2 = r0[2] + s * ts[2] + d * tc[2]
+        l3 = r0[3] + s * ts[3] + d * tc[3]
+        l4 = r0[4] + s * ts[4] + d * tc[4]
+        l5 = r0[5] + s * ts[5] + d * tc[5]
+        l6 = r0[6] + s * ts[6] + d * tc[6]
+        l7 = r0[7] + s * ts[7] + d * tc[7]
+        l8 = r0[8] + s * ts[8] + d * tc[8]
+        for r in range(3):
+            a0, a1, a2 = R[3 * r, i], R[3 * r + 1, i], R[3 * r + 2, i]
+            R[3 * r, i] = a0 * l0 + a1 * l3 + a2 * l6
+            R[3 * r + 1, i] = a0 * l1 + a1 * l4 + a2 * l7
+            R[3 * r + 2, i] = a0 * l2 + a1 * l5 + a2 * l8
+            P[r, i] += a0 * o[0] + a1 * o[1] + a2 * o[2]
+
+
+@njit(cache=True)
+def _prismatic_chain(R, P, v, r0, o, d, first):
+    """Chain a prismatic body onto R (9, N), P (3, N) in place (``first``: set them): fixed
+    rotation r0 (9-tuple), origin o + v d (3-tuples; d = r0 axis, v (N,) joint values)."""
+    for i in range(v.shape[0]):
+        t0, t1, t2 = o[0] + v[i] * d[0], o[1] + v[i] * d[1], o[2] + v[i] * d[2]
+        if first:
+            for m in range(9):
+                R[m, i] = r0[m]
+            P[0, i], P[1, i], P[2, i] = t0, t1, t2
+            continue
+        for r in range(3):
+            a0, a1, a2 = R[3 * r, i], R[3 * r + 1, i], R[3 * r + 2, i]
+            R[3 * r, i] = a0 * r0[0] + a1 * r0[3] + a2 * r0[6]
+            R[3 * r + 1, i] = a0 * r0[1] + a1 * r0[4] + a2 * r0[7]
+            R[3 * r + 2, i] = a0 * r0[2] + a1 * r0[5] + a2 * r0[8]
+            P[r, i] += a0 * t0 + a1 * t1 + a2 * t2
+
+
+@njit(cache=True)
+def link_pose_path(q, path, kind, qi, mult, add, rot0, terms, offset, axis, off, out):
+    """Write the base-frame poses (N, 4, 4) of one link for configurations q (N, nq) to out.
+
+    Only the bodies of ``path`` (int64, root first: the link's body and its ancestors) are
+    chained, as a structure of arrays over the configurations (the loops vectorise);
+    revolute and prismatic bodies only (ball joints: ``fk``). off (3, 4): the link in its
+    body's frame; the other arguments as ``fk``'s. Joint values beyond FAST_TRIG_LIMIT (or
+    NaN) take libm's sin and cos.
+    """
+    n = q.shape[0]
+    R = np.empty((9, n))
+    P = np.empty((3, n))
+    v = np.empty(n)
+    S = np.empty(n)
+    D = np.empty(n)
+    for step in range(path.shape[0]):
+        b = path[step]
+        fast = True
+        for i in range(n):
+            v[i] = q[i, qi[b]] * mult[b] + add[b]
+            if not abs(v[i]) <= FAST_TRIG_LIMIT:
+                fast = False
+        m = rot0[b]
+        r0 = (m[0, 0], m[0, 1], m[0, 2], m[1, 0], m[1, 1], m[1, 2], m[2, 0], m[2, 1], m[2, 2])
+        o = (offset[b, 0], offset[b, 1], offset[b, 2])
+        if kind[b] == 1:
+            x = axis[b]
+            d = (m[0, 0] * x[0] + m[0, 1] * x[1] + m[0, 2] * x[2],
+                 m[1, 0] * x[0] + m[1, 1] * x[1] + m[1, 2] * x[2],
+                 m[2, 0] * x[0] + m[2, 1] * x[1] + m[2, 2] * x[2])
+            _prismatic_chain(R, P, v, r0, o, d, step == 0)
+            continue
+        t = terms[b]
+        ts = (t[0, 0], t[0, 1], t[0, 2], t[0, 3], t[0, 4], t[0, 5], t[0, 6], t[0, 7], t[0, 8])
+        tc = (t[1, 0], t[1, 1], t[1, 2], t[1, 3], t[1, 4], t[1, 5], t[1, 6], t[1, 7], t[1, 8])
+        for i in range(n):
+            if fast:
+                S[i], c = _sincos(v[i])
+            else:
+                S[i], c = math.sin(v[i]), math.cos(v[i])
+            D[i] = 1.0 - c
+        if step == 0:       # the running frame starts as the identity at the base
+            for i in range(n):
+                for r in range(9):
+                    R[r, i] = 1.0 if r % 4 == 0 else 0.0
+                P[0, i], P[1, i], P[2, i] = 0.0, 0.0, 0.0
+        _rev_chain(R, P, S, D, r0, ts, tc, o)
+    if path.shape[0] == 0:
+        for i in range(n):
+            for r in range(9):
+                R[r, i] = 1.0 if r % 4 == 0 else 0.0
+            P[0, i], P[1, i], P[2, i] = 0.0, 0.0, 0.0
+    for i in range(n):
+        for r in range(3):
+            a0, a1, a2 = R[3 * r, i], R[3 * r + 1, i], R[3 * r + 2, i]
+            for c in range(3):
+                out[i, r, c] = a0 * off[0, c] + a1 * off[1, c] + a2 * off[2, c]
+            out[i, r, 3] = P[r, i] + a0 * off[0, 3] + a1 * off[1, 3] + a2 * off[2, 3]
+        out[i, 3, 0] = 0.0
+        out[i, 3, 1] = 0.0
+        out[i, 3, 2] = 0.0
+        out[i, 3, 3] = 1.0
 
 
 @njit(cache=True)
@@ -914,7 +1056,8 @@ def warm_up(chain, log=None):
         return 0.0
     _READY = True
     start = time.perf_counter()
-    cold = not all(_cache_is_warm(f) for f in (fk, jacobian_at, pose_residual_jacobian,
+    cold = not all(_cache_is_warm(f) for f in (fk, link_pose_path, jacobian_at,
+                                                  pose_residual_jacobian,
                                                   pose_errors, lm_step, lm_null_step,
                                                   lm_spring_step, blocked_joints,
                                                   refine_pose, refine_pose_motion,
@@ -929,6 +1072,8 @@ def warm_up(chain, log=None):
                       np.array([-1, chain.num_bodies - 1], dtype=np.int64), np.zeros((2, 3)),
                       np.empty((3, 2)))
     frames.jacobian()
+    chain.fk(q)
+    chain.fk(np.atleast_2d(q))
     pose = frames.link_pose()[0]
     term = PoseTarget(pose)
     term.residual_jacobian(frames)

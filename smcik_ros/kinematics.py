@@ -583,6 +583,7 @@ class Chain:
                       np.array(self._rev_terms, dtype=float).reshape(-1, 2, 9),
                       np.ascontiguousarray(self._body_offsets),
                       np.ascontiguousarray(self._body_axes))
+        self._pose_paths = {}     # link -> (bodies root first, link in its body) of fk's kernel
         self._k_cols = (self._col_body.astype(np.int64), np.ascontiguousarray(self._col_axis),
                         self._col_is_rot.copy(), np.array(col_v, dtype=np.int64),
                         np.array(col_mult, dtype=float))
@@ -908,9 +909,40 @@ class Chain:
 
         q: (nq,) -> (4, 4); (N, nq) -> (N, 4, 4). Units: metres.
         """
+        if _kernels.ENABLED:
+            path, off = self._pose_path(link)
+            if path is not None:
+                q = np.asarray(q, dtype=float)
+                q2 = np.atleast_2d(q)
+                if q2.ndim != 2 or q2.shape[-1] != self.nq:
+                    raise ModelError(f'configuration must have {self.nq} entries (joints '
+                                     f'{list(self.joint_names)}); got shape {q.shape}')
+                out = np.empty((q2.shape[0], 4, 4))
+                _kernels.link_pose_path(np.require(q2, requirements=('C', 'W')), path,
+                                        *self._k_fk[1:], off, out)
+                return out[0] if q.ndim == 1 else out
         frames = self.frames(q)
         pose = frames.link_pose(link)
         return pose[0] if frames.single else pose
+
+    def _pose_path(self, link):
+        """Return (path, off) for ``kernels.link_pose_path``: the bodies from the root to the
+        link's body (int64) and the link in that body's frame (3, 4); (None, None) when a
+        ball joint is on the path (the general ``frames`` then)."""
+        try:
+            return self._pose_paths[link]
+        except KeyError:
+            pass
+        body, anchor = self.link_anchor(link)
+        path = []
+        while body >= 0:
+            path.append(body)
+            body = int(self._k_fk[0][body])
+        path = np.array(path[::-1], dtype=np.int64)
+        entry = (None, None) if np.any(self._k_fk[1][path] == 2) else \
+            (path, np.ascontiguousarray(anchor[:3]))
+        self._pose_paths[link] = entry
+        return entry
 
     def link_poses(self, q):
         """Return every modelled link's pose: (L, 4, 4) for (nq,) q, (N, L, 4, 4) for (N, nq)."""

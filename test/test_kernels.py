@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from smcik_ros import kernels
+from smcik_ros.errors import ModelError
 from smcik_ros.goals import PoseTarget
 from smcik_ros.kinematics import Chain
 from smcik_ros.rotations import quat_from_rotvec
@@ -56,6 +57,37 @@ def test_fk_and_jacobian_kernels_match_numpy(chain, numpy_path):
     frames = chain.frames(q)
     np.testing.assert_allclose(frames.rot, ref.rot, atol=1e-13)
     np.testing.assert_allclose(frames.jacobian(), numpy_path(ref.jacobian), atol=1e-13)
+
+
+def test_sincos_is_within_an_ulp_of_libm_and_covers_every_quadrant():
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.uniform(-7.0, 7.0, 4000), rng.uniform(-1e5, 1e5, 4000),
+                        np.arange(-8, 9) * np.pi / 4, [0.0, -0.0, 1e-300]])
+    out = np.array([kernels._sincos(v) for v in x])
+    assert np.max(np.abs(out[:, 0] - np.sin(x))) <= 2.3e-16
+    assert np.max(np.abs(out[:, 1] - np.cos(x))) <= 2.3e-16
+
+
+@pytest.mark.parametrize('chain', _chains(), ids=lambda c: c.robot_name)
+def test_fk_of_every_link_matches_the_frames(chain, numpy_path):
+    """Chain.fk (the link-path kernel, or frames for a ball joint on the path) equals the
+    numpy frames' link pose for every link, one configuration or many, also for joint values
+    beyond the fast sine's range and NaN (NaN in, NaN out)."""
+    rng = np.random.default_rng(4)
+    q = chain.random_configuration(rng, 50)
+    far = q.copy()
+    far[:, chain.scalar_q] += 3e5
+    for link in chain.link_names:
+        for batch in (q, far):
+            ref = numpy_path(chain.frames, batch).link_pose(link)
+            np.testing.assert_allclose(chain.fk(batch, link), ref, atol=1e-12)
+            np.testing.assert_allclose(chain.fk(batch[7], link), ref[7], atol=1e-12)
+    bad = q[:2].copy()
+    bad[0, 0] = np.nan
+    poses = chain.fk(bad)
+    assert np.isnan(poses[0, :3]).any() and np.all(np.isfinite(poses[1]))
+    with pytest.raises(ModelError, match=f'{chain.nq} entries'):
+        chain.fk(np.zeros(chain.nq + 1))
 
 
 @pytest.mark.parametrize('chain', _chains(), ids=lambda c: c.robot_name)
