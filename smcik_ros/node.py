@@ -264,14 +264,15 @@ class SmcIkNode(Node):
         self.get_logger().info(
             f'model from {source}: {self.chain.robot_name} {self.chain.base_link} -> '
             f'{self.chain.tip_link}, joints {", ".join(self.chain.joint_names)}')
+        self._semantic_text = None       # SRDF XML from /robot_description_semantic
+        self._semantic_sub = None
+        self._subscribe_semantic()       # discovery runs while the kernels load
         # Compile the kernels (first run) or load them from the on-disk cache now, before
         # any solver or timer exists: no tick pays for it, and a cold cache says so.
         kernels.warm_up(self.chain, self.get_logger().info)
         self._segments = link_segments(self.urdf_xml, self.chain.link_names)
         self._tf_buffer = self._make_tf_buffer() if self._param('use_tf') else None
         self._urdf_file = self._urdf_file_of(source)
-        self._semantic_text = None       # SRDF XML from /robot_description_semantic
-        self._semantic_sub = None
         self._guard = self._make_collision_guard()
 
         # The command stream: limits, arm state machine, goal inbox, control loop (fail fast).
@@ -622,12 +623,9 @@ class SmcIkNode(Node):
             voxel_size=self._param('pointcloud_voxel_size'))
         semantic, srdf_path = self._param('robot_description_semantic'), self._param('srdf_path')
         description = None
-        if not semantic.strip() and not srdf_path.strip():
+        if self._semantic_sub is not None:
             # MoveIt publishes the SRDF transient local: take it if it is already there (a
-            # short wait), else apply it whenever it arrives.
-            self._semantic_sub = self.create_subscription(
-                String, '/robot_description_semantic', self._guarded(
-                    '/robot_description_semantic', self._on_semantic), DESCRIPTION_QOS)
+            # short wait, counted from the subscription), else apply it whenever it arrives.
             self._wait_for_semantic(0.5, 2.0)
             if self._semantic_text is not None:
                 semantic = self._semantic_text
@@ -644,14 +642,24 @@ class SmcIkNode(Node):
         self._applied_srdf = source
         return guard
 
+    def _subscribe_semantic(self):
+        """Subscribe to /robot_description_semantic unless an SRDF parameter is set."""
+        if self._param('robot_description_semantic').strip() or \
+                self._param('srdf_path').strip():
+            return
+        self._semantic_sub = self.create_subscription(
+            String, '/robot_description_semantic', self._guarded(
+                '/robot_description_semantic', self._on_semantic), DESCRIPTION_QOS)
+        self._semantic_since = time.monotonic()
+
     def _wait_for_semantic(self, discovery, timeout):
-        """Spin up to ``timeout`` [s] for /robot_description_semantic, giving up after
-        ``discovery`` [s] when no publisher of it is known."""
+        """Spin until ``timeout`` [s] after the subscription for /robot_description_semantic,
+        giving up ``discovery`` [s] after it when no publisher of it is known."""
         from rclpy.executors import SingleThreadedExecutor
 
         executor = SingleThreadedExecutor(context=self.context)   # the node's own context
         executor.add_node(self)
-        start = time.monotonic()
+        start = self._semantic_since
         try:
             while self._semantic_text is None and not stop_requested():
                 elapsed = time.monotonic() - start
