@@ -30,6 +30,7 @@ from std_msgs.msg import UInt32  # noqa: E402
 from trajectory_msgs.msg import JointTrajectory  # noqa: E402
 from visualization_msgs.msg import Marker  # noqa: E402
 
+from goal_helpers import free_configuration_near  # noqa: E402
 from ros_helpers import (REPO_ROOT, Probe, module_ros_env, read_log,  # noqa: E402
                          start_node_process, stop_process, wait_for, wait_for_log)
 from smcik_ros.kinematics import Chain  # noqa: E402
@@ -225,10 +226,7 @@ def test_alternatives_are_listed_and_selecting_one_moves_the_arm_there(system, p
     rng = np.random.default_rng(21)
     found = None
     for _ in range(4):
-        q = command_q(probe)
-        span = chain.upper - chain.lower
-        q_goal = np.clip(q + rng.uniform(-0.5, 0.5, chain.n), chain.lower + 0.1 * span,
-                         chain.upper - 0.1 * span)
+        q_goal = free_configuration_near(chain, command_q(probe), rng, margin=0.1)
         goal = chain.fk(q_goal)
         publish_pose(probe, pubs['pose'], goal)
         assert wait_reached(probe, chain, goal), 'the pose goal was not reached'
@@ -349,7 +347,7 @@ def test_covariance_goals_are_followed_in_link_frames_and_position_only(system, 
     q = command_q(probe)
     since = time.monotonic()
     resyncs = resyncs_now(probe)
-    goal = chain.fk(chain.clip(q + rng.uniform(-0.3, 0.3, chain.n)))
+    goal = chain.fk(free_configuration_near(chain, q, rng, spread=0.3, margin=0.0))
     link2 = chain.fk(q, link='link2')     # the node uses the same (measured, still) q
     rot = rng.normal(size=(6, 6))
     covariance = 1e-4 * (rot @ rot.T + np.eye(6))
@@ -361,7 +359,7 @@ def test_covariance_goals_are_followed_in_link_frames_and_position_only(system, 
                     and latest_status(probe)['goal_covariance'] is True, 3.0)
     # Position only: the rotational variances say "unknown" (>= 1e3 rad^2).
     q = command_q(probe)
-    point = chain.fk(chain.clip(q + rng.uniform(-0.3, 0.3, chain.n)))
+    point = chain.fk(free_configuration_near(chain, q, rng, spread=0.3, margin=0.0))
     loose = np.diag([1e-4, 2e-4, 1e-4, 1e6, 1e6, 1e6])
     publish_covariance_goal(probe, pubs['covariance'], point, loose)
     assert wait_reached(probe, chain, point[:3, 3], orientation=False), \

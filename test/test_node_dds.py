@@ -6,11 +6,9 @@ a probe node in this process publishes goals, constraints and bad input and reco
 back. Waiting is always on a condition with a timeout, never a fixed sleep.
 """
 
-import functools
 import json
 import math
 import os
-from pathlib import Path
 import signal
 import time
 import zlib
@@ -28,11 +26,9 @@ from sensor_msgs.msg import JointState  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 from visualization_msgs.msg import Marker, MarkerArray  # noqa: E402
 
-from collision_helpers import demo_model  # noqa: E402
+from goal_helpers import free_configuration_near  # noqa: E402
 from ros_helpers import (REPO_ROOT, Probe, module_ros_env, read_log,  # noqa: E402
                          start_node_process, stop_process, wait_for, wait_for_log)
-from smcik_ros.collision import (CollisionConstraint, conventional_srdf_path,  # noqa: E402
-                                 self_collision_pairs)
 from smcik_ros.kinematics import Chain  # noqa: E402
 from smcik_ros.ros_conversions import matrix_to_pose  # noqa: E402
 from smcik_ros.errors import SmcIkError  # noqa: E402
@@ -109,34 +105,10 @@ def measured_q(probe, chain):
     raise AssertionError('no complete joint_states received')
 
 
-@functools.lru_cache(maxsize=None)
-def _collision_constraint(wrist=False):
-    """The demo arm's collision constraint as the node builds it by default (its covers, the
-    SRDF beside the URDF, self-collision on, no obstacles); without ``wrist``, less
-    link5/link7, a pair that is nearly always within the soft clearance (about 8.5 mm padded,
-    by design) and now and then within the padding."""
-    _, model = demo_model(str(URDF))
-    srdf = Path(conventional_srdf_path(str(URDF))).read_text()
-    if not wrist:
-        srdf = srdf.replace('</robot>', '<disable_collisions link1="link5" link2="link7" '
-                            'reason="Test"/></robot>')
-    return CollisionConstraint(model, pairs=self_collision_pairs(model, srdf))
-
-
-def nearby_goal(chain, q, rng, spread=0.5, clear=0.02, wrist_clear=0.004):
-    """Return the pose of a configuration near ``q`` (locally reachable, inside the limits,
-    ``clear`` [m] of self-collision: beyond the node's soft clearance, which would otherwise
-    keep the arm a few mm from the goal; link5/link7 only ``wrist_clear`` [m] beyond the
-    padding: 0.4 % of the draws put them within it, where the node, rightly, cannot go)."""
-    span = chain.upper - chain.lower
-    constraint, full = _collision_constraint(), _collision_constraint(wrist=True)
-    for _ in range(500):
-        q_goal = np.clip(q + rng.uniform(-spread, spread, chain.n), chain.lower + 0.05 * span,
-                         chain.upper - 0.05 * span)
-        if (constraint.status(q_goal)['min_distance'] >= clear
-                and full.status(q_goal)['min_distance'] >= wrist_clear):
-            return chain.fk(q_goal)
-    raise AssertionError(f'no configuration {clear} m clear of self-collision near {q}')
+def nearby_goal(chain, q, rng, spread=0.5):
+    """Return the pose of a configuration near ``q`` the node reaches exactly (locally
+    reachable, inside the limits, clear of self-collision: goal_helpers)."""
+    return chain.fk(free_configuration_near(chain, q, rng, spread=spread))
 
 
 def tip_errors(chain, q, pose):
