@@ -22,8 +22,9 @@ import numpy as np
 from ._jit import ENABLED, njit
 
 __all__ = ['ENABLED', 'blocked_joints', 'body_points_world', 'ensure_ready', 'first_solution',
-           'fk', 'jacobian_at', 'link_pose_path', 'lm_null_step', 'lm_spring_step', 'lm_step', 'pose_errors',
-           'pose_residual_jacobian', 'refine_pose', 'refine_pose_motion', 'warm_up']
+           'fk', 'jacobian_at', 'link_pose_path', 'lm_null_step', 'lm_spring_step', 'lm_step',
+           'pose_errors', 'pose_residual_jacobian', 'refine_pose', 'refine_pose_motion',
+           'warm_up']
 
 
 @njit(cache=True)

@@ -11,6 +11,7 @@ IK node brakes to a stop while still publishing) and exits 0, however many signa
 import cProfile
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -23,6 +24,7 @@ __all__ = ['run_node', 'stop_requested', 'request_stop']
 
 _stop = threading.Event()
 _signals = []      # signal numbers received, in order
+_starting = []     # [node name] while run_node constructs the node
 
 
 def stop_requested():
@@ -31,9 +33,22 @@ def stop_requested():
 
 
 def request_stop(signum=None, frame=None):
-    """Ask the running node to stop (the signal handler; idempotent, never raises)."""
+    """Ask the running node to stop (the signal handler; idempotent, never raises).
+
+    A signal while ``run_node`` is still constructing the node ends the process at once with
+    exit code 0: nothing has been commanded yet, and the first start compiles the kernels for
+    ~20 s, longer than ros2 launch waits before escalating to SIGTERM and SIGKILL (-9).
+    numba writes its cache files atomically, so the next start compiles again or loads them.
+    """
     if signum is not None:
         _signals.append(signum)
+        if _starting:
+            try:
+                sys.stderr.write(f'[{_starting[0]}] stopped during start-up (signal {signum}): '
+                                 'nothing was commanded; exiting\n')
+                sys.stderr.flush()
+            finally:
+                os._exit(0)
     _stop.set()
 
 
@@ -135,7 +150,11 @@ def run_node(factory, name, args=None, profile_path=None, stop_timeout=5.0,
     executor = None
     code = 0
     try:
-        node = factory()
+        _starting[:] = [name]
+        try:
+            node = factory()
+        finally:
+            del _starting[:]
         executor = _make_executor(node, logger)
         executor.add_node(node)
         if profiler:

@@ -26,7 +26,7 @@ from sensor_msgs.msg import JointState  # noqa: E402
 
 LAUNCH_FILE = Path(__file__).resolve().parents[1] / 'launch' / 'arm.launch.py'
 JOINTS = [f'joint{i}' for i in range(1, 8)]
-TIMEOUT = 30.0  # [s] start-up of three nodes on a slow CI machine
+TIMEOUT = 90.0  # [s] start-up of three nodes on a slow CI machine, the kernels compiled first
 
 
 @pytest.mark.launch_test

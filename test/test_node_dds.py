@@ -29,6 +29,7 @@ from visualization_msgs.msg import Marker, MarkerArray  # noqa: E402
 from goal_helpers import free_configuration_near  # noqa: E402
 from ros_helpers import (REPO_ROOT, Probe, module_ros_env, read_log,  # noqa: E402
                          start_node_process, stop_process, wait_for, wait_for_log)
+from smcik_ros import kernels  # noqa: E402
 from smcik_ros.kinematics import Chain  # noqa: E402
 from smcik_ros.ros_conversions import matrix_to_pose  # noqa: E402
 from smcik_ros.errors import SmcIkError  # noqa: E402
@@ -558,6 +559,28 @@ def test_clean_shutdown_exit_code_zero(ros_env, sig):
     try:
         assert wait_for_log(log, 'ready:', timeout=30.0), read_log(log)
         assert stop_process(proc, sig) == 0, read_log(log)
+    finally:
+        stop_process(proc, signal.SIGKILL)
+
+
+@pytest.mark.parametrize('sig', [signal.SIGINT, signal.SIGTERM], ids=['SIGINT', 'SIGTERM'])
+def test_a_signal_during_start_up_ends_the_process_at_once(ros_env, tmp_path, sig):
+    """Still starting (the first run compiles the kernels, ~20 s: an empty numba cache here):
+    the process exits 0 within a second of the signal, not after the compilation nor after
+    ros2 launch's escalation to SIGKILL."""
+    if not kernels.ENABLED:
+        pytest.skip('numba is off (SMCIK_NO_JIT=1 or not installed): nothing compiles')
+    env, log_dir = ros_env
+    log = log_dir / f'start_up_{sig.name}.log'
+    proc = start_node_process('smcik_ros.node', dict(env, NUMBA_CACHE_DIR=str(tmp_path)), log,
+                              parameters=['smcik_node:command_topic:=start_up_test_commands'])
+    try:
+        assert wait_for_log(log, 'compiling kernels', timeout=30.0), read_log(log)
+        sent = time.monotonic()
+        proc.send_signal(sig)
+        assert proc.wait(timeout=10.0) == 0, read_log(log)
+        assert time.monotonic() - sent < 1.0, read_log(log)
+        assert 'stopped during start-up' in read_log(log) and 'ready:' not in read_log(log)
     finally:
         stop_process(proc, signal.SIGKILL)
 
