@@ -277,6 +277,15 @@ class ControlLoop:
         self._cancel_detour('the solver was switched', self.stamp)
         self._reset_solver(self.q if self.q is not None else self.current_configuration())
 
+    def set_detour_enabled(self, enabled):
+        """Switch the detour on or off; off cancels one in progress (the arm brakes at the next
+        tick's solver step from the stop, as after any cancel)."""
+        if self.detour is None:
+            return
+        if not enabled:
+            self._cancel_detour('collision_detour was switched off', self.stamp)
+        self.detour.set_enabled(enabled)
+
     def set_constraints(self, constraints):
         """Hand the constraint set to the solver (now and on every switch) and to the
         validators that take one."""
