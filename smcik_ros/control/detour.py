@@ -48,8 +48,12 @@ DETOUR_STATES = ('idle', 'planning', 'following', 'done', 'failed', 'cancelled',
 ORIENTATION_WEIGHT = 0.1
 # Clearances beyond this [m] are not needed to certify a leg (the search stops there).
 CLEARANCE_CAP = 0.2
-# Most clearance evaluations for one leg before it is declared not free.
+# Most clearance evaluations for one leg before it is declared not free, and per unit of work.
 MAX_LEG_SAMPLES = 2048
+SAMPLES_PER_UNIT = 48
+# A leg's ends need at least this padded clearance [m]; the leg keeps min(margin, half the
+# smaller end clearance) at every point (a goal configuration may lie closer than the margin).
+END_CLEARANCE = 0.001
 # Recent commands remembered for the retreat (ticks), and how many are tried.
 HISTORY = 400
 RETREAT_TRIES = 4
@@ -67,7 +71,7 @@ class DetourSettings:
     progress: float = 0.002         # [m] goal-error decrease that counts as progress
     near: float = 0.03              # [m] a hard constraint this close to the command blocks
     margin: float = 0.003           # [m] padded clearance kept along the planned path
-    goal_seeds: int = 16            # IK solves (the start, then random seeds) per plan
+    goal_seeds: int = 32            # IK solves (the start, then random seeds) per plan
     goal_configurations: int = 4    # most collision-free goal configurations planned to
     max_iterations: int = 300       # RRT-connect iterations before the plan fails
     step: float = 0.8               # [rad or m] largest joint change of one tree edge
@@ -135,6 +139,8 @@ class Detour:
         self.counts = {'planned': 0, 'completed': 0, 'failed': 0, 'cancelled': 0}
         self.last_plan_time = None   # [s] CPU spent on the last plan
         self.last_plan_ticks = 0
+        self.longest_tick = 0.0      # [s] longest planning work in one tick (last plan)
+        self._terms = self._tolerances = None
         self._constraints = ()
         self._scene_version = None
         self._work = None
@@ -210,7 +216,8 @@ class Detour:
 
     # ------------------------------------------------------------------ planning
     def start(self, loop, q_start, now, exact=None):
-        """Start planning from ``q_start`` (n,) (where the arm comes to rest) to the goal.
+        """Start planning from ``q_start`` (n,) to the goal (None: from where the arm comes
+        to rest, see ``plan``).
 
         exact: callable (q_from, q_to) -> bool, the command stream's own validation of a
         straight motion (the loop's validators), used for the retreat from a start closer
@@ -223,14 +230,24 @@ class Detour:
         self.path, self.index = None, 0
         self._constraints = tuple(c for c in loop.constraints if c.hard)
         self._scene_version = self._version()
-        self.last_plan_time, self.last_plan_ticks = 0.0, 0
-        self._work = self._plan(np.array(q_start, dtype=float), loop.goal.terms,
-                                loop.tolerances)
+        self.last_plan_time, self.last_plan_ticks, self.longest_tick = 0.0, 0, 0.0
+        self._terms, self._tolerances = loop.goal.terms, loop.tolerances
+        self._work = None if q_start is None else self._plan(
+            np.array(q_start, dtype=float), self._terms, self._tolerances)
 
-    def plan(self, now):
-        """Run planning work for up to ``budget`` seconds; return the state afterwards."""
+    def plan(self, now, q_rest=None):
+        """Run planning work for up to ``budget`` seconds; return the state afterwards.
+
+        q_rest: (n,) the command once the arm is at rest, when ``start`` was given no start
+        (the plan then starts there; None: not at rest yet, nothing is done).
+        """
         if self.state != 'planning':
             return self.state
+        if self._work is None:
+            if q_rest is None:
+                return self.state
+            self._work = self._plan(np.array(q_rest, dtype=float), self._terms,
+                                    self._tolerances)
         started = time.perf_counter()
         self.last_plan_ticks += 1
         try:
@@ -248,7 +265,9 @@ class Detour:
                                'planning')
                 self.counts['planned'] += 1
         finally:
-            self.last_plan_time += time.perf_counter() - started
+            spent = time.perf_counter() - started
+            self.last_plan_time += spent
+            self.longest_tick = max(self.longest_tick, spent)
         return self.state
 
     def _plan(self, start, terms, tolerances):
@@ -277,7 +296,7 @@ class Detour:
             q = self.limits.clip(q)
             if any(np.max(np.abs(q - g)) < 0.05 for g in goals):
                 continue
-            if self._clearance(q[None])[0] >= s.margin:
+            if self._clearance(q[None])[0] >= END_CLEARANCE:
                 goals.append(q)
         if not goals:
             return None, (f'no collision-free configuration of the goal found from '
@@ -382,28 +401,31 @@ class Detour:
             return True
         ends = self._clearance(np.array([a, b]), collision)
         yield
-        if ends.min() < s.margin:
+        if ends.min() < END_CLEARANCE:
             return False
+        margin = min(s.margin, 0.5 * float(ends.min()))
         pending = [(0.0, 1.0, ends[0], ends[1])]
         used = 2
         while pending:
             split = [p for p in pending
-                     if p[2] + p[3] < 2.0 * bound * (p[1] - p[0]) + 2.0 * s.margin
+                     if p[2] + p[3] < 2.0 * bound * (p[1] - p[0]) + 2.0 * margin
                      and bound * (p[1] - p[0]) > 1e-5]
             if not split:
                 return True
             used += len(split)
             if used > MAX_LEG_SAMPLES:
                 return False
-            mids = np.array([0.5 * (p[0] + p[1]) for p in split])
-            d = self._clearance(a + mids[:, None] * (b - a), collision)
-            yield
-            if d.min() < s.margin:
-                return False
             pending = []
-            for (s0, s1, d0, d1), m, dm in zip(split, mids, d):
-                pending.append((s0, m, d0, dm))
-                pending.append((m, s1, dm, d1))
+            for first in range(0, len(split), SAMPLES_PER_UNIT):
+                chunk = split[first:first + SAMPLES_PER_UNIT]
+                mids = np.array([0.5 * (p[0] + p[1]) for p in chunk])
+                d = self._clearance(a + mids[:, None] * (b - a), collision)
+                yield
+                if d.min() < margin:
+                    return False
+                for (s0, s1, d0, d1), m, dm in zip(chunk, mids, d):
+                    pending.append((s0, m, d0, dm))
+                    pending.append((m, s1, dm, d1))
         return True
 
     def _clearance(self, qs, constraints=None):
@@ -503,6 +525,9 @@ class Detour:
             'detour': self.state,
             'detour_text': self.text(),
             'detour_waypoints': None if self.path is None else int(len(self.path)),
+            'detour_plan_ms': (None if self.last_plan_time is None
+                               else round(1e3 * self.last_plan_time, 1)),
+            'detour_plan_tick_ms': round(1e3 * self.longest_tick, 2),
             'detours': dict(self.counts),
         }
 

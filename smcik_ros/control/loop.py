@@ -387,8 +387,7 @@ class ControlLoop:
             self.validated = (self.q.copy(), stop)
         command = self._commit(shaped, now, state)
         if self.detour is not None and self.detour.observe(self, now):
-            self.detour.start(self, self.shaper.stopping_point(self.q, self.v), now,
-                              exact=lambda a, b: self._refusal(a, b) is None)
+            self.detour.start(self, None, now, exact=lambda a, b: self._refusal(a, b) is None)
             waited = self.detour.settings.trigger_time
             self.report('info', 'detour:start', (
                 f'goal {self.goal.sequence}: blocked at the collision margin without progress '
@@ -399,7 +398,7 @@ class ControlLoop:
     def _detour_tick(self, now, dt, lead_box, state):
         """Return the Command of a tick while a detour is planned or followed.
 
-        Planning: the arm brakes (on the validated line) and holds at the plan's start.
+        Planning: the arm brakes (on the validated line); the plan starts where it rests.
         Following: the command is shaped towards the next waypoint and validated like any
         other; a refusal, or a scene change whose remaining path is no longer free, cancels
         the detour (brake, the solver restarts at the stop). At the goal configuration the
@@ -407,7 +406,7 @@ class ControlLoop:
         """
         detour = self.detour
         if detour.state == 'planning':
-            detour.plan(now)
+            detour.plan(now, None if np.any(self.v) else self.q)
             if detour.state == 'failed':
                 self.report('warn', 'detour:failed', (
                     f'goal {self.goal.sequence}: detour failed ({detour.reason}); holding, '
@@ -791,7 +790,7 @@ class ControlLoop:
             'goals_stale': self.inbox.stale,
             **(self.detour.status() if self.detour is not None else {
                 'detour': 'off', 'detour_text': '', 'detour_waypoints': None,
-                'detours': None}),
+                'detour_plan_ms': None, 'detour_plan_tick_ms': None, 'detours': None}),
         }
 
 
