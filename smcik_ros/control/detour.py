@@ -69,7 +69,7 @@ class DetourSettings:
     enabled: bool = True
     trigger_time: float = 0.5       # [s] blocked without progress this long before a detour
     progress: float = 0.002         # [m] goal-error decrease that counts as progress
-    near: float = 0.03              # [m] a hard constraint this close to the command blocks
+    near: float = 0.03              # [m] unused (kept for settings compatibility)
     margin: float = 0.003           # [m] padded clearance kept along the planned path
     goal_seeds: int = 32            # IK solves (the start, then random seeds) per plan
     goal_configurations: int = 4    # most collision-free goal configurations planned to
@@ -197,15 +197,7 @@ class Detour:
             return False
         within = max(1, int(round(self.settings.trigger_time / max(self._tick_period(loop),
                                                                     1e-3))))
-        if loop.refusal(within=within) is not None:
-            return True
-        collision = [c for c in loop.constraints if c.hard and hasattr(c, 'distances')]
-        if not collision:
-            return False
-        frames = self.chain.frames(loop.q[None])
-        clearance = min(float(c.distances(frames, search=(self.settings.near,)).distance[0])
-                        for c in collision)
-        return clearance <= self.settings.near
+        return loop.refusal(within=within) is not None
 
     @staticmethod
     def _tick_period(loop):
