@@ -58,6 +58,7 @@ from .control import (ArmSettings, ControlLoop, FrameResolver, GoalInbox,
                       read_joint_limits_yaml)
 from .control.alternatives import AlternativesBook
 from .control.collision_guard import CollisionGuard, CollisionSettings, choose_srdf
+from .control.detour import Detour, DetourSettings
 from .control.constraints import ConstraintSet
 from .errors import GoalError, ModelError, ParameterError, SmcIkError
 from .kinematics import Chain
@@ -180,6 +181,10 @@ NODE_PARAMETERS = {
                                       'particles) tried when the motion towards the estimate '
                                       'would collide, before braking; 0 = brake at once',
                                       {'integer_range': _int_range(0, 100)}),
+    'collision_detour': (True, 'when a still goal is blocked at the collision margin without '
+                         'progress, plan a collision-free joint-space path round the obstacle '
+                         'and follow it within the limits (control/detour.py); false = stop '
+                         'at the margin', {}),
     'collision_cover_markers': (False, "draw the robot's cover spheres on ~/collision (the "
                                 'obstacles and the closest pair are always drawn)', {}),
     'pointcloud_topic': ('', 'sensor_msgs/PointCloud2 topic whose points become obstacles '
@@ -297,7 +302,9 @@ class SmcIkNode(Node):
             validators=[self._validator, self._guard], report=self._reporter,
             tolerances=(self._param('position_tolerance'),
                         self._param('orientation_tolerance')),
-            fallback_candidates=self._param('collision_fallback_candidates'))
+            fallback_candidates=self._param('collision_fallback_candidates'),
+            detour=Detour(self.chain, limits,
+                          DetourSettings(enabled=self._param('collision_detour'))))
         self._constraints = ConstraintSet(
             self.chain, self._frame_to_base,
             frame_names=None if self._tf_buffer is not None else self._resolver.links,
@@ -556,6 +563,8 @@ class SmcIkNode(Node):
             self._make_pointcloud_subscription(changes['pointcloud_topic'])
         if 'collision_fallback_candidates' in changes:
             self.loop.fallback_candidates = int(changes['collision_fallback_candidates'])
+        if 'collision_detour' in changes:
+            self.loop.set_detour_enabled(bool(changes['collision_detour']))
         if 'command_type' in changes or 'command_topic' in changes:
             self._make_command_publisher(values)
         rates = [k for k in ('rate_hz', 'marker_rate_hz', 'status_rate_hz') if k in changes]

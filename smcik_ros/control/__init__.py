@@ -9,6 +9,8 @@
 - ``constraints``: the constraint set from the schema and keep-out markers (``ConstraintSet``).
 - ``loop``: one control tick (arm state + goal + solver + validators + shaping + the
   exception policy) (``ControlLoop``).
+- ``detour``: a collision-free joint-space path round an obstacle that blocks a still goal,
+  planned over ticks and followed by the loop (``Detour``).
 - ``alternatives``: the filter's alternatives for ~/alternatives, ~/status, the ghost arms and
   the deliberate move to one (``AlternativesBook``).
 """
@@ -19,6 +21,7 @@ from .command_shaping import (CommandShaper, JointLimits, ShapedCommand, allowed
                               brake_speed, limits_for_chain, nearest_equivalent,
                               read_joint_limits_yaml, wrap_to_pi)
 from .constraints import ConstraintSet
+from .detour import Detour, DetourSettings
 from .frames import FrameResolver
 from .goal_inbox import Goal, GoalInbox
 from .loop import Command, ControlLoop, HardConstraintValidator, Reporter
@@ -27,5 +30,6 @@ __all__ = ['AlternativesBook', 'BranchList', 'has_alternatives',
            'ArmMonitor', 'ArmSettings', 'ArmState', 'CommandShaper', 'JointLimits',
            'ShapedCommand', 'allowed_speed', 'brake_speed', 'limits_for_chain',
            'nearest_equivalent', 'read_joint_limits_yaml', 'wrap_to_pi', 'ConstraintSet',
+           'Detour', 'DetourSettings',
            'FrameResolver', 'Goal', 'GoalInbox', 'Command', 'ControlLoop',
            'HardConstraintValidator', 'Reporter']

@@ -178,14 +178,15 @@ class ControlLoop:
     when a validator refuses the estimate's motion (0: brake at once; none that would take the
     tool farther from the goal than the current command is); hold_reset_interval
     [ticks]: while a hold lasts, the solver restarts at the stop on its first tick and then
-    every this many ticks (1: every tick).
+    every this many ticks (1: every tick); detour: a ``detour.Detour`` that plans and follows
+    a path round an obstacle when the arm is blocked (None: off).
     """
 
     FALLBACK_SLACK = 1e-6   # [m] a fallback's tool may be this much farther from the goal
 
     def __init__(self, chain, solver, limits, arm_settings=None, inbox=None,
                  iterations_per_tick=1, validators=(), report=None, tolerances=(1e-3, 1e-2),
-                 fallback_candidates=8, hold_reset_interval=1):
+                 fallback_candidates=8, hold_reset_interval=1, detour=None):
         if chain.nq != chain.nv:
             raise ValueError('ControlLoop needs a chain of 1-DOF joints (no ball joints)')
         self.chain = chain
@@ -200,6 +201,7 @@ class ControlLoop:
         if int(hold_reset_interval) < 1:
             raise ValueError(f'hold_reset_interval must be >= 1 tick; got {hold_reset_interval}')
         self.hold_reset_interval = int(hold_reset_interval)
+        self.detour = detour
         self._hold_streak = 0
         self._last_hold = -2
         self._report = report or (lambda *args, **kwargs: None)
@@ -275,7 +277,17 @@ class ControlLoop:
         (the stream does not jump). GoalError (nothing changed) if a constraint does not fit."""
         solver.set_constraints(self.constraints)
         self.solver = solver
+        self._cancel_detour('the solver was switched', self.stamp)
         self._reset_solver(self.q if self.q is not None else self.current_configuration())
+
+    def set_detour_enabled(self, enabled):
+        """Switch the detour on or off; off cancels one in progress (the arm brakes at the next
+        tick's solver step from the stop, as after any cancel)."""
+        if self.detour is None:
+            return
+        if not enabled:
+            self._cancel_detour('collision_detour was switched off', self.stamp)
+        self.detour.set_enabled(enabled)
 
     def set_constraints(self, constraints):
         """Hand the constraint set to the solver (now and on every switch) and to the
@@ -331,14 +343,21 @@ class ControlLoop:
                 return self._restart(start, now, ArmState.ACTIVE)
             return None
         if state is ArmState.RESYNC:
+            self._cancel_detour('the stream restarted from the measurement (resync)', now)
             return self._restart(decision.resync_to, now, state)
         self._follow_measured_turns()
         lead_box = self._lead_box()
         if self._stopping or state is ArmState.STALE:
+            self._cancel_detour('stopping' if self._stopping else 'joint_states are stale',
+                                now)
             return self._commit(self._brake(dt, lead_box), now, state)
         goal = self.inbox.take(now)
         if goal is not None:
+            if self.goal is None or not _same_target(goal, self.goal):
+                self._cancel_detour(f'a new goal ({goal.sequence}) arrived', now)
             self._set_goal(goal, now)
+        if self.detour is not None and self.detour.active:
+            return self._detour_tick(now, dt, lead_box, state)
         desired = desired_velocity = None
         previous, self._desired = self._desired, None
         if self.goal is not None:
@@ -369,7 +388,83 @@ class ControlLoop:
                 shaped, stop = self._after_refusal(refused, desired, dt, lead_box)
         if stop is not None:
             self.validated = (self.q.copy(), stop)
+        command = self._commit(shaped, now, state)
+        if self.detour is not None and self.detour.observe(self, now):
+            self.detour.start(self, None, now, exact=lambda a, b: self._refusal(a, b) is None)
+            waited = self.detour.settings.trigger_time
+            self.report('info', 'detour:start', (
+                f'goal {self.goal.sequence}: blocked at the collision margin without progress '
+                f'for {waited:g} s: planning a detour'), interval=1.0)
+        return command
+
+    # ------------------------------------------------------------------ detour
+    def _detour_tick(self, now, dt, lead_box, state):
+        """Return the Command of a tick while a detour is planned or followed.
+
+        Planning: the arm brakes (on the validated line); the plan starts where it rests.
+        Following: the command is shaped towards the next waypoint and validated like any
+        other; a refusal, or a scene change whose remaining path is no longer free, cancels
+        the detour (brake, the solver restarts at the stop). At the goal configuration the
+        solver restarts there and takes over.
+        """
+        detour = self.detour
+        if detour.state == 'planning':
+            detour.plan(now, None if np.any(self.v) else self.q)
+            if detour.state == 'failed':
+                self.report('warn', 'detour:failed', (
+                    f'goal {self.goal.sequence}: detour failed ({detour.reason}); holding, '
+                    'the solver carries on from the stop'), interval=1.0)
+                shaped = self._brake(dt, lead_box)
+                self._reset_solver(self.shaper.stopping_point(shaped.q, shaped.v))
+                return self._commit(shaped, now, state)
+            if detour.state != 'following':
+                return self._commit(self._brake(dt, lead_box), now, state)
+            self.report('info', 'detour:planned', (
+                f'goal {self.goal.sequence}: following a detour ({detour.reason})'),
+                interval=1.0)
+        if detour.scene_changed() and not detour.remaining_free(self.q):
+            return self._detour_abort('the obstacles changed and the detour is no longer free',
+                                      now, dt, lead_box, state)
+        target = detour.target(self.q, self.v)
+        if target is None:
+            detour.complete(now)
+            self._reset_solver(self.q)
+            self.report('info', 'detour:done', (
+                f'goal {self.goal.sequence}: detour complete, the solver takes over at the '
+                'goal configuration'), interval=1.0)
+            return self._commit(ShapedCommand(self.q.copy(), np.zeros_like(self.q), 'target'),
+                                now, state)
+        shaped = self.shaper.step(self.q, self.v, dt, target, lead_box)
+        stop = self.shaper.stopping_point(shaped.q, shaped.v)
+        refused = self._refusal(self.q, stop) if self.validators else None
+        if refused is not None:
+            reason = getattr(refused, 'reason', '') or type(refused).__name__
+            self.holds += 1
+            self.last_refusal = {'tick': self.ticks, 'validator': type(refused).__name__,
+                                 'reason': reason, 'outcome': 'hold'}
+            return self._detour_abort(f'a validator refused the path ({reason})', now, dt,
+                                      lead_box, state)
+        self.validated = (self.q.copy(), stop)
         return self._commit(shaped, now, state)
+
+    def _detour_abort(self, reason, now, dt, lead_box, state):
+        """Cancel the detour, brake on the validated line, restart the solver at the stop."""
+        self.detour.cancel(reason, now)
+        self.report('warn', 'detour:cancelled', f'detour cancelled: {reason}; braking',
+                    interval=1.0)
+        shaped = self._brake(dt, lead_box)
+        self._reset_solver(self.shaper.stopping_point(shaped.q, shaped.v))
+        return self._commit(shaped, now, state)
+
+    def _cancel_detour(self, reason, now, reset=True):
+        """Cancel a detour in progress (a new goal, stop, stale, resync, solver switch); the
+        solver restarts at the command's braking stop (``reset``)."""
+        if self.detour is None or not self.detour.active:
+            return
+        self.detour.cancel(reason, now if now is not None else 0.0)
+        self.report('info', 'detour:cancelled', f'detour cancelled: {reason}', interval=1.0)
+        if reset and self.q is not None:
+            self._reset_solver(self.shaper.stopping_point(self.q, self.v))
 
     # ------------------------------------------------------------------ validation
     def _set_references(self, q):
@@ -537,6 +632,7 @@ class ControlLoop:
         self.report('warn', 'clock_reset', (
             f'the node clock jumped back by {-dt:.3f} s (simulation time reset?): commands stop '
             'and restart from the next joint_states, as at start-up'))
+        self._cancel_detour('the node clock jumped back', now, reset=False)
         self.q = self.v = self.stamp = None
         self.validated = None
         self.arm.forget()
@@ -705,4 +801,14 @@ class ControlLoop:
             'goals_received': self.inbox.received,
             'goals_superseded': self.inbox.superseded,
             'goals_stale': self.inbox.stale,
+            **(self.detour.status() if self.detour is not None else {
+                'detour': 'off', 'detour_text': '', 'detour_waypoints': None,
+                'detour_plan_ms': None, 'detour_plan_tick_ms': None, 'detours': None}),
         }
+
+
+def _same_target(a, b):
+    """Return whether goals a and b ask for the same target (a goal re-sent unchanged)."""
+    da, db = np.asarray(a.display, dtype=float), np.asarray(b.display, dtype=float)
+    return da.shape == db.shape and bool(np.allclose(da, db, rtol=0.0, atol=1e-9)) \
+        and len(a.terms) == len(b.terms)

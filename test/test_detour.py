@@ -1,0 +1,257 @@
+"""The detour round an obstacle (control/detour.py, ControlLoop hooks) on the demo arm.
+
+The arm (urdf/smcik_arm.urdf + its SRDF, the real covers) starts on one side of a box and gets a
+pose goal on the other: without the detour it stops at the margin. Every command and the motion
+between commands are checked by python-fcl on the URDF's own shapes (collision_helpers), the
+limits on every tick from the commands' positions and stamps.
+"""
+
+import math
+
+import fcl
+import numpy as np
+import pytest
+
+from collision_helpers import FclRobot, demo_model, fcl_obstacle
+from test_control_loop import SLACK, Log, Stream, follower, make_loop
+
+from smcik_ros.collision import Obstacle, self_collision_pairs
+from smcik_ros.control.collision_guard import CollisionGuard
+from smcik_ros.control.detour import Detour, DetourSettings
+from smcik_ros.errors import ParameterError
+from smcik_ros.solvers import make_solver
+
+URDF = 'urdf/smcik_arm.urdf'
+SRDF = 'urdf/smcik_arm.srdf'
+BOX = (0.12, 0.12, 0.12)
+
+
+@pytest.fixture(scope='module')
+def demo():
+    chain, model = demo_model(URDF)
+    return chain, model, FclRobot(URDF, 'base_link')
+
+
+def blocked_case(chain, model, trial):
+    """Return (guard, q0, q_goal, box Obstacle): a box half way on the joint-1 swing."""
+    rng = np.random.default_rng(trial)
+    guard = CollisionGuard(model, self_collision_pairs(model, SRDF))
+    q0 = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0]) + rng.uniform(-0.2, 0.2, 7)
+    q_goal = q0.copy()
+    q_goal[0] += rng.uniform(1.2, 1.8) * rng.choice([-1.0, 1.0])
+    pose = np.eye(4)
+    pose[:3, 3] = chain.fk(0.5 * (q0 + q_goal))[:3, 3]
+    box = Obstacle('box', BOX, pose)
+    guard.scene.apply([('add', ('test', 1), box)], 'obstacles')
+    return guard, q0, q_goal, box
+
+
+def run_loop(chain, guard, q0, goal_pose, trial, ticks, detour=True, settings=None,
+             during=None):
+    """Tick a loop with the guard (and a detour) until ``ticks``; ``during(stream, k)`` is
+    called before each tick. Returns (loop, limits, stream, tick the goal was reached)."""
+    loop, limits = make_loop(chain, solver=make_solver('smc', chain, seed=trial), log=Log())
+    loop.validators.append(guard)
+    loop.set_constraints([guard.constraint])
+    if detour:
+        loop.detour = Detour(chain, limits, settings or DetourSettings(seed=trial))
+    stream = Stream(loop, seed=trial)
+    stream.measure(q0)
+    stream.tick()
+    loop.offer_goal('pose', goal_pose, '', None, stream.t)
+    reached = None
+    arm = follower(1)
+    for k in range(ticks):
+        if during is not None:
+            during(stream, k)
+        arm(stream)
+        stream.tick()
+        if reached is None and loop.goal_reached:
+            reached = k
+        if reached is not None and k > reached + 50:
+            break
+    return loop, limits, stream, reached
+
+
+def fcl_contacts(chain, robot, box, qs, resolution=0.004):
+    """Return how many of the commands, and sub-steps at most ``resolution`` apart on any
+    joint between consecutive ones, touch the box (python-fcl, the URDF's own shapes)."""
+    obstacle = fcl_obstacle(box)
+    points = [qs[:1]]
+    for a, b in zip(qs[:-1], qs[1:]):
+        count = max(1, int(math.ceil(np.max(np.abs(b - a)) / resolution)))
+        points.append(a + (np.arange(1, count + 1)[:, None] / count) * (b - a))
+    bad = 0
+    request = fcl.CollisionRequest()
+    for q in np.vstack(points):
+        objects = robot.objects(dict(zip(chain.joint_names, q)))
+        if any(fcl.collide(o, obstacle, request, fcl.CollisionResult())
+               for items in objects.values() for o in items):
+            bad += 1
+    return bad
+
+
+def check_stream(chain, limits, stream):
+    qs = np.array([c.q for c in stream.commands])
+    assert np.all(np.isfinite(qs))
+    assert np.all(qs >= limits.lower - SLACK) and np.all(qs <= limits.upper + SLACK)
+    v_ratio, a_ratio = stream.worst_ratios(limits)
+    assert v_ratio <= 1 + SLACK and a_ratio <= 1 + SLACK
+    return qs
+
+
+# ---------------------------------------------------------------------- settings
+def test_settings_are_validated():
+    with pytest.raises(ParameterError, match='margin'):
+        DetourSettings(margin=-1.0)
+    with pytest.raises(ParameterError, match='goal_seeds'):
+        DetourSettings(goal_seeds=0)
+    with pytest.raises(ParameterError, match='max_attempts'):
+        DetourSettings(max_attempts=1.5)
+    with pytest.raises(ParameterError, match='unknown detour setting'):
+        DetourSettings().replace(budgett=1.0)
+    assert DetourSettings(budget='0.01').budget == 0.01
+
+
+# ---------------------------------------------------------------------- the legs
+def test_a_certified_leg_passes_the_guards_own_motion_check(demo):
+    """Every leg the planner certifies free is free for the guard's sub-stepped check (the
+    validator of every command), and the certification is not trivial: some legs fail."""
+    chain, model, _ = demo
+    guard, q0, q_goal, _ = blocked_case(chain, model, 0)
+    detour = Detour(chain, make_loop(chain)[1], DetourSettings(seed=0))
+    detour._constraints = (guard.constraint,)
+    rng = np.random.default_rng(1)
+    certified = refused = 0
+    for _ in range(60):
+        a = q0 + rng.normal(0.0, 0.3, 7)
+        b = q_goal + rng.normal(0.0, 0.3, 7)
+        a, b = chain.clip(a), chain.clip(b)
+        work = detour._leg(a, b)
+        try:
+            while True:
+                next(work)
+        except StopIteration as result:
+            free = result.value
+        if free:
+            certified += 1
+            assert guard.check_many(a, b[None])[0], 'a certified leg collides'
+            assert guard.check_many(b, a[None])[0], 'a certified leg collides backwards'
+        else:
+            refused += 1
+    assert certified >= 5 and refused >= 5, (certified, refused)
+
+
+# ---------------------------------------------------------------------- going round
+def test_without_the_detour_the_arm_stops_at_the_margin(demo):
+    chain, model, _ = demo
+    guard, q0, q_goal, _ = blocked_case(chain, model, 0)
+    loop, _, _, reached = run_loop(chain, guard, q0, chain.fk(q_goal), 0, 500, detour=False)
+    assert reached is None and loop.holds > 0
+    assert loop.status(0.0)['detour'] == 'off'
+
+
+def test_the_detour_reaches_goals_behind_a_box_without_collision(demo):
+    """Seeded statistics over box placements and start/goal draws: >= 80 % reached within
+    15 s of simulated time, no command or motion between commands touching the box (FCL),
+    the limits hold on every tick."""
+    chain, model, robot = demo
+    trials = 10
+    reached_count = 0
+    for trial in range(trials):
+        guard, q0, q_goal, box = blocked_case(chain, model, trial)
+        loop, limits, stream, reached = run_loop(chain, guard, q0, chain.fk(q_goal), trial,
+                                                 1500)
+        qs = check_stream(chain, limits, stream)
+        assert fcl_contacts(chain, robot, box, qs) == 0, f'trial {trial}: a contact'
+        status = loop.status(stream.t)
+        if reached is not None:
+            reached_count += 1
+            assert status['detours']['completed'] >= 1, status
+            assert status['detour'] == 'done' and 'reached' in status['detour_text']
+    assert reached_count >= 0.8 * trials, f'{reached_count}/{trials} reached'
+
+
+# ---------------------------------------------------------------------- cancelling
+def _first_following(stream):
+    return stream.loop.detour is not None and stream.loop.detour.state == 'following'
+
+
+def test_a_new_goal_cancels_the_detour_and_the_solver_follows_it(demo):
+    chain, model, robot = demo
+    guard, q0, q_goal, box = blocked_case(chain, model, 1)
+    sent = {}
+
+    def during(stream, k):
+        if not sent and _first_following(stream):
+            sent['at'] = k
+            sent['q'] = stream.loop.q.copy()
+            stream.loop.offer_goal('pose', chain.fk(q0), '', None, stream.t)
+
+    loop, limits, stream, _ = run_loop(chain, guard, q0, chain.fk(q_goal), 1, 1200,
+                                       during=during)
+    assert sent, 'the detour never started'
+    status = loop.status(stream.t)
+    assert status['detours']['cancelled'] == 1
+    assert any(key == 'detour:cancelled' and 'new goal' in text
+               for _, key, text, _ in loop._report.events)
+    assert loop.goal_reached, 'the new goal (the start, on this side) is reached'
+    qs = check_stream(chain, limits, stream)
+    assert fcl_contacts(chain, robot, box, qs) == 0
+
+
+def test_an_obstacle_on_the_path_cancels_the_detour_and_nothing_collides(demo):
+    """A second box dropped on the planned path while it is followed: the detour is cancelled
+    (the remaining path is re-checked on the scene change) or a validator refuses; the arm
+    brakes and no command touches either box."""
+    chain, model, robot = demo
+    guard, q0, q_goal, box = blocked_case(chain, model, 2)
+    dropped = {}
+
+    def during(stream, k):
+        detour = stream.loop.detour
+        if not dropped and detour.state == 'following' and detour.index >= 1:
+            middle = 0.5 * (detour.path[detour.index] + detour.path[-1])
+            pose = np.eye(4)
+            pose[:3, 3] = chain.fk(middle)[:3, 3]
+            dropped['box'] = Obstacle('sphere', (0.08,), pose)
+            guard.scene.apply([('add', ('test', 2), dropped['box'])], 'obstacles')
+
+    loop, limits, stream, _ = run_loop(chain, guard, q0, chain.fk(q_goal), 2, 400,
+                                       during=during)
+    assert dropped, 'the detour never started'
+    assert loop.detour.counts['cancelled'] >= 1, loop.detour.status()
+    qs = check_stream(chain, limits, stream)
+    assert fcl_contacts(chain, robot, box, qs) == 0
+    assert fcl_contacts(chain, robot, dropped['box'], qs) == 0
+
+
+def test_a_stop_cancels_the_detour_and_the_arm_comes_to_rest(demo):
+    chain, model, robot = demo
+    guard, q0, q_goal, box = blocked_case(chain, model, 3)
+
+    def during(stream, k):
+        if not stream.loop.stopping and _first_following(stream):
+            stream.loop.request_stop()
+
+    loop, limits, stream, reached = run_loop(chain, guard, q0, chain.fk(q_goal), 3, 600,
+                                             during=during)
+    assert loop.stopping and loop.stopped and reached is None
+    assert loop.detour.counts['cancelled'] == 1 and loop.detour.reason == 'stopping'
+    qs = check_stream(chain, limits, stream)
+    assert fcl_contacts(chain, robot, box, qs) == 0
+
+
+def test_switching_the_detour_off_cancels_it(demo):
+    chain, model, _ = demo
+    guard, q0, q_goal, _ = blocked_case(chain, model, 4)
+
+    def during(stream, k):
+        if stream.loop.detour.state == 'planning':
+            stream.loop.set_detour_enabled(False)
+
+    loop, limits, stream, reached = run_loop(chain, guard, q0, chain.fk(q_goal), 4, 300,
+                                             during=during)
+    assert loop.detour.state == 'off' and loop.detour.counts['cancelled'] == 1
+    assert reached is None
+    check_stream(chain, limits, stream)
