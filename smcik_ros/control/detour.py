@@ -8,9 +8,8 @@ between the arm and a still goal stops the arm at the margin. ``Detour`` is what
 
 1. Trigger (``observe``, after every normal tick): a goal is followed and not reached, its
    error has not decreased by ``progress`` for ``trigger_time``, and the arm is blocked (a
-   validator refused a motion within that time, or a hard collision constraint is within
-   ``near`` of the command). At most ``max_attempts`` detours per goal, ``retry_interval``
-   apart.
+   validator refused a motion within that time). At most ``max_attempts`` detours per goal,
+   ``retry_interval`` apart.
 2. Plan (``plan``, a budget of ``budget`` seconds per tick; the arm brakes and holds at the
    plan's start meanwhile): collision-free goal configurations (a private Jacobian solver
    from the start and from random seeds, kept when every point has ``margin`` clearance),
@@ -69,7 +68,6 @@ class DetourSettings:
     enabled: bool = True
     trigger_time: float = 0.5       # [s] blocked without progress this long before a detour
     progress: float = 0.002         # [m] goal-error decrease that counts as progress
-    near: float = 0.03              # [m] unused (kept for settings compatibility)
     margin: float = 0.003           # [m] padded clearance kept along the planned path
     goal_seeds: int = 32            # IK solves (the start, then random seeds) per plan
     goal_configurations: int = 4    # most collision-free goal configurations planned to
@@ -83,8 +81,7 @@ class DetourSettings:
     def __post_init__(self):
         object.__setattr__(self, 'enabled', bool(self.enabled))
         for name, low, high in (('trigger_time', 0.0, 60.0), ('progress', 0.0, 1.0),
-                                ('near', 0.0, 1.0), ('margin', 0.0, 0.1),
-                                ('step', 1e-3, 10.0), ('budget', 1e-4, 1.0),
+                                ('margin', 0.0, 0.1), ('step', 1e-3, 10.0), ('budget', 1e-4, 1.0),
                                 ('retry_interval', 0.0, 600.0)):
             value = getattr(self, name)
             try:
