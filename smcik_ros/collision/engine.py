@@ -12,9 +12,11 @@ against a primitive) whose padded signed distance is below a threshold, for all
 configurations at once: level-1 bounds for every (configuration, link pair) and (link,
 obstacle) pair, then only the children of pairs whose bound is below the threshold. A bound
 is never larger than any distance below it (bounding spheres contain their children), so
-nothing below the threshold is missed. No Python loop runs over configurations, pairs or
-spheres; each level is a few gathers and one distance kernel (``shapes``), plain arrays that
-a later issue can compile.
+nothing below the threshold is missed. The numpy form runs no Python loop over
+configurations, pairs or spheres (each level is a few gathers and one distance kernel,
+``shapes``); with numba the same levels run as one compiled kernel per query
+(``kernels.collision_query``) that moves only the spheres its bounds reach to the base frame
+(``World`` then computes positions lazily).
 
 Distances are padded: ``d = gap - padding`` (robot against robot: the gap between the two
 spheres; robot against obstacles: the signed distance of the sphere to the primitive).
