@@ -643,21 +643,23 @@ def _row_point(rot, pos, row_body, row_local, n, r, out):
 
 @njit(cache=True)
 def collision_query(rot, pos, row_body, row_local, q, threshold, padding, radii, sph_row,
-                    link_row, link_radius, link_sphere_start, link_sphere_count, pairs, table_of_pair,
-                    t_qcols, t_low, t_step, t_size, t_offset, t_values, subset_limit,
-                    sphere_index, sphere_ranges, full_ranges, pair_link, pair_obj, obj_center,
-                    obj_radius, obj_part_start, obj_part_count, part_center, part_radius,
-                    part_start, part_count, prim_kind, prim_rot, prim_trans, prim_size):
+                    link_row, link_radius, link_sphere_start, link_sphere_count, pairs,
+                    table_of_pair, t_qcols, t_low, t_step, t_size, t_offset, t_values,
+                    subset_limit, sphere_index, sphere_ranges, full_ranges, pair_link,
+                    pair_obj, obj_center, obj_radius, obj_part_start, obj_part_count,
+                    part_center, part_radius, part_start, part_count, prim_kind, prim_rot,
+                    prim_trans, prim_size):
     """Return the leaf pairs of ``engine.query`` below ``threshold``: (n, pair, a, b, d,
     is_self), the same three-level broad phase in one pass per configuration.
 
     rot (B, N, 3, 3), pos (B, N, 3): the body frames of N configurations; row_body (T,),
     row_local (T, 3): the ``RobotGeometry`` rows (each sphere centre and link centre: its
     body, -1 for the base, and its position there [m]), moved to the base frame only when
-    the broad phase reaches them; q (N, nq): the configurations (for the pair tables); radii, sph_row, link_row, link_radius, link_sphere_start/count: the
-    ``RobotGeometry``; pairs (P, 2): self pairs; table_of_pair (P,): each pair's table (-1:
-    none; all -1 without tables) and the ``PairTables`` arrays (t_*: qcols, low, step, size,
-    offset, values of the tables; subset_limit, sphere_index, sphere_ranges, full_ranges);
+    the broad phase reaches them; q (N, nq): the configurations (for the pair tables);
+    radii, sph_row, link_row, link_radius, link_sphere_start/count: the ``RobotGeometry``;
+    pairs (P, 2): self pairs; table_of_pair (P,): each pair's table (-1: none; all -1
+    without tables) and the ``PairTables`` arrays (t_*: qcols, low, step, size, offset,
+    values of the tables; subset_limit, sphere_index, sphere_ranges, full_ranges);
     pair_link, pair_obj and the rest: the ``ObstacleGeometry`` (empty without obstacles).
     The leaves come configuration by configuration, self pairs before obstacle pairs.
     """
