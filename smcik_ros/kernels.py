@@ -21,10 +21,10 @@ import numpy as np
 
 from ._jit import ENABLED, njit
 
-__all__ = ['ENABLED', 'blocked_joints', 'body_points_world', 'ensure_ready', 'first_solution',
-           'fk', 'jacobian_at', 'link_pose_path', 'lm_null_step', 'lm_spring_step', 'lm_step',
-           'pose_errors', 'pose_residual_jacobian', 'refine_pose', 'refine_pose_motion',
-           'warm_up']
+__all__ = ['ENABLED', 'blocked_joints', 'body_points_world', 'collision_query', 'ensure_ready',
+           'first_solution', 'fk', 'jacobian_at', 'link_pose_path', 'lm_null_step',
+           'lm_spring_step', 'lm_step', 'pose_errors', 'pose_residual_jacobian', 'refine_pose',
+           'refine_pose_motion', 'warm_up']
 
 
 @njit(cache=True)
@@ -743,6 +743,200 @@ def body_points_world(rot, pos, row_body, local, out):
 
 
 @njit(cache=True)
+def _grow(arr, size):
+    """Return ``arr`` copied into an array of twice its length (the first ``size`` kept)."""
+    out = np.empty(2 * arr.shape[0], dtype=arr.dtype)
+    out[:size] = arr[:size]
+    return out
+
+
+@njit(cache=True)
+def _point_primitive(px, py, pz, kind, rot, trans, size):
+    """Return the signed distance [m] of the base-frame point (px, py, pz) to one primitive
+    (``shapes.point_primitive_distance`` for one point: kind code, rot (3, 3), trans (3,),
+    size (3,))."""
+    vx, vy, vz = px - trans[0], py - trans[1], pz - trans[2]
+    lx = rot[0, 0] * vx + rot[1, 0] * vy + rot[2, 0] * vz
+    ly = rot[0, 1] * vx + rot[1, 1] * vy + rot[2, 1] * vz
+    lz = rot[0, 2] * vx + rot[1, 2] * vy + rot[2, 2] * vz
+    if kind == 0:                                   # sphere
+        return math.sqrt(lx * lx + ly * ly + lz * lz) - size[0]
+    if kind == 1:                                   # box
+        qx, qy, qz = abs(lx) - size[0], abs(ly) - size[1], abs(lz) - size[2]
+        ox, oy, oz = max(qx, 0.0), max(qy, 0.0), max(qz, 0.0)
+        return math.sqrt(ox * ox + oy * oy + oz * oz) + min(max(qx, max(qy, qz)), 0.0)
+    a = math.sqrt(lx * lx + ly * ly) - size[0]     # cylinder
+    b = abs(lz) - size[1]
+    oa, ob = max(a, 0.0), max(b, 0.0)
+    return math.sqrt(oa * oa + ob * ob) + min(max(a, b), 0.0)
+
+
+@njit(cache=True)
+def _row_point(rot, pos, row_body, row_local, n, r, out):
+    """Write the base-frame position of row r (its body's frame at configuration n) to out."""
+    b = row_body[r]
+    x, y, z = row_local[r, 0], row_local[r, 1], row_local[r, 2]
+    if b < 0:
+        out[0], out[1], out[2] = x, y, z
+    else:
+        for a in range(3):
+            out[a] = rot[b, n, a, 0] * x + rot[b, n, a, 1] * y + rot[b, n, a, 2] * z + pos[b, n, a]
+
+
+@njit(cache=True)
+def collision_query(rot, pos, row_body, row_local, q, threshold, padding, radii, sph_row,
+                    link_row, link_radius, link_sphere_start, link_sphere_count, pairs,
+                    table_of_pair, t_qcols, t_low, t_step, t_size, t_offset, t_values,
+                    subset_limit, sphere_index, sphere_ranges, full_ranges, pair_link,
+                    pair_obj, obj_center, obj_radius, obj_part_start, obj_part_count,
+                    part_center, part_radius, part_start, part_count, prim_kind, prim_rot,
+                    prim_trans, prim_size):
+    """Return the leaf pairs of ``engine.query`` below ``threshold``: (n, pair, a, b, d,
+    is_self), the same three-level broad phase in one pass per configuration.
+
+    rot (B, N, 3, 3), pos (B, N, 3): the body frames of N configurations; row_body (T,),
+    row_local (T, 3): the ``RobotGeometry`` rows (each sphere centre and link centre: its
+    body, -1 for the base, and its position there [m]), moved to the base frame only when
+    the broad phase reaches them; q (N, nq): the configurations (for the pair tables);
+    radii, sph_row, link_row, link_radius, link_sphere_start/count: the ``RobotGeometry``;
+    pairs (P, 2): self pairs; table_of_pair (P,): each pair's table (-1: none; all -1
+    without tables) and the ``PairTables`` arrays (t_*: qcols, low, step, size, offset,
+    values of the tables; subset_limit, sphere_index, sphere_ranges, full_ranges);
+    pair_link, pair_obj and the rest: the ``ObstacleGeometry`` (empty without obstacles).
+    The leaves come configuration by configuration, self pairs before obstacle pairs.
+    """
+    cap = 64
+    out_n = np.empty(cap, dtype=np.int64)
+    out_p = np.empty(cap, dtype=np.int64)
+    out_a = np.empty(cap, dtype=np.int64)
+    out_b = np.empty(cap, dtype=np.int64)
+    out_d = np.empty(cap)
+    out_s = np.empty(cap, dtype=np.bool_)
+    m = 0
+    n_spheres = radii.shape[0]
+    n_links = link_row.shape[0]
+    keep_a = np.empty(n_spheres, dtype=np.int64)
+    point_a = np.empty((n_spheres, 3))
+    keep_b = np.empty(n_spheres, dtype=np.int64)
+    point_b = np.empty((n_spheres, 3))
+    wl = np.empty((n_links, 3))
+    n_pairs = pairs.shape[0]
+    use_tables = sphere_ranges.shape[0] == n_pairs and n_pairs > 0
+    for n in range(rot.shape[1]):
+        for link in range(n_links):
+            _row_point(rot, pos, row_body, row_local, n, link_row[link], wl[link])
+        for p in range(n_pairs):
+            la, lb = pairs[p, 0], pairs[p, 1]
+            dx, dy, dz = wl[la, 0] - wl[lb, 0], wl[la, 1] - wl[lb, 1], wl[la, 2] - wl[lb, 2]
+            d1 = math.sqrt(dx * dx + dy * dy + dz * dz) - (link_radius[la] + link_radius[lb]
+                                                           + padding)
+            t = table_of_pair[p]
+            if t >= 0:
+                c0 = np.floor((q[n, t_qcols[t, 0]] - t_low[t, 0]) / t_step[t, 0])
+                c1 = np.floor((q[n, t_qcols[t, 1]] - t_low[t, 1]) / t_step[t, 1])
+                c0 = min(max(c0, 0.0), t_size[t, 0] - 1.0)
+                c1 = min(max(c1, 0.0), t_size[t, 1] - 1.0)
+                bound = t_values[t_offset[t] + int(c0) * t_size[t, 1] + int(c1)] - padding
+                if bound > d1:
+                    d1 = bound
+            if not d1 < threshold:
+                continue
+            indexed = use_tables
+            if use_tables:
+                if threshold + padding <= subset_limit[p]:
+                    a_start, a_count = sphere_ranges[p, 0], sphere_ranges[p, 1]
+                    b_start, b_count = sphere_ranges[p, 2], sphere_ranges[p, 3]
+                else:
+                    a_start, a_count = full_ranges[p, 0], full_ranges[p, 1]
+                    b_start, b_count = full_ranges[p, 2], full_ranges[p, 3]
+            else:
+                a_start, a_count = link_sphere_start[la], link_sphere_count[la]
+                b_start, b_count = link_sphere_start[lb], link_sphere_count[lb]
+            # Each side's spheres against the other link's bounding sphere.
+            na = 0
+            for j in range(a_count):
+                s = sphere_index[a_start + j] if indexed else a_start + j
+                pa = point_a[na]
+                _row_point(rot, pos, row_body, row_local, n, sph_row[s], pa)
+                dx, dy, dz = pa[0] - wl[lb, 0], pa[1] - wl[lb, 1], pa[2] - wl[lb, 2]
+                d = math.sqrt(dx * dx + dy * dy + dz * dz) - radii[s] - link_radius[lb]
+                if d < threshold + padding:
+                    keep_a[na] = s
+                    na += 1
+            if na == 0:
+                continue
+            nb = 0
+            for j in range(b_count):
+                s = sphere_index[b_start + j] if indexed else b_start + j
+                pb = point_b[nb]
+                _row_point(rot, pos, row_body, row_local, n, sph_row[s], pb)
+                dx, dy, dz = pb[0] - wl[la, 0], pb[1] - wl[la, 1], pb[2] - wl[la, 2]
+                d = math.sqrt(dx * dx + dy * dy + dz * dz) - radii[s] - link_radius[la]
+                if d < threshold + padding:
+                    keep_b[nb] = s
+                    nb += 1
+            for i in range(na):
+                sa = keep_a[i]
+                for j in range(nb):
+                    sb = keep_b[j]
+                    dx = point_a[i, 0] - point_b[j, 0]
+                    dy = point_a[i, 1] - point_b[j, 1]
+                    dz = point_a[i, 2] - point_b[j, 2]
+                    d3 = math.sqrt(dx * dx + dy * dy + dz * dz) - (radii[sa] + radii[sb]
+                                                                   + padding)
+                    if d3 < threshold:
+                        if m == out_d.shape[0]:
+                            out_n, out_p, out_a = _grow(out_n, m), _grow(out_p, m), \
+                                _grow(out_a, m)
+                            out_b, out_d, out_s = _grow(out_b, m), _grow(out_d, m), \
+                                _grow(out_s, m)
+                        out_n[m], out_p[m], out_a[m], out_b[m] = n, p, sa, sb
+                        out_d[m], out_s[m] = d3, True
+                        m += 1
+        for k in range(pair_link.shape[0]):
+            link, o = pair_link[k], pair_obj[k]
+            cx, cy, cz = obj_center[o, 0], obj_center[o, 1], obj_center[o, 2]
+            dx, dy, dz = wl[link, 0] - cx, wl[link, 1] - cy, wl[link, 2] - cz
+            d1 = math.sqrt(dx * dx + dy * dy + dz * dz) - (link_radius[link] + obj_radius[o]
+                                                           + padding)
+            if not d1 < threshold:
+                continue
+            first = link_sphere_start[link]
+            for s in range(first, first + link_sphere_count[link]):
+                pa = point_a[0]
+                _row_point(rot, pos, row_body, row_local, n, sph_row[s], pa)
+                px, py, pz = pa[0], pa[1], pa[2]
+                dx, dy, dz = px - cx, py - cy, pz - cz
+                d = math.sqrt(dx * dx + dy * dy + dz * dz) - radii[s] - obj_radius[o]
+                if not d < threshold + padding:
+                    continue
+                multi = obj_part_count[o] != 1
+                for part in range(obj_part_start[o], obj_part_start[o] + obj_part_count[o]):
+                    if multi:
+                        dx = px - part_center[part, 0]
+                        dy = py - part_center[part, 1]
+                        dz = pz - part_center[part, 2]
+                        d2 = math.sqrt(dx * dx + dy * dy + dz * dz) - (
+                            radii[s] + part_radius[part] + padding)
+                        if not d2 < threshold:
+                            continue
+                    for g in range(part_start[part], part_start[part] + part_count[part]):
+                        d3 = _point_primitive(px, py, pz, prim_kind[g], prim_rot[g],
+                                              prim_trans[g], prim_size[g]) - (radii[s] + padding)
+                        if d3 < threshold:
+                            if m == out_d.shape[0]:
+                                out_n, out_p, out_a = _grow(out_n, m), _grow(out_p, m), \
+                                    _grow(out_a, m)
+                                out_b, out_d, out_s = _grow(out_b, m), _grow(out_d, m), \
+                                    _grow(out_s, m)
+                            out_n[m], out_p[m], out_a[m], out_b[m] = n, k + n_pairs, s, g
+                            out_d[m], out_s[m] = d3, False
+                            m += 1
+    return (out_n[:m].copy(), out_p[:m].copy(), out_a[:m].copy(), out_b[:m].copy(),
+            out_d[:m].copy(), out_s[:m].copy())
+
+
+@njit(cache=True)
 def first_solution(q, steps, alphas, damping, max_step, lower, upper, scale, weight, sigma_p,
                    sigma_o, pos_tol, ori_tol, parent, kind, qi, mult, add, rot0, terms, offset,
                    axis, body, off, target, cols, col_body, col_axis, col_rot, col_v,
@@ -1019,6 +1213,25 @@ def _cache_is_warm(func):
         return False
 
 
+def _warm_collision_query(frames):
+    """Compile ``collision_query`` for the argument types the collision engine passes (one
+    robot sphere and link, one self pair with a table, one sphere obstacle)."""
+    i1 = np.zeros(1, dtype=np.int64)
+    i2 = np.zeros((1, 2), dtype=np.int64)
+    i4 = np.zeros((1, 4), dtype=np.int64)
+    f1, f2, f3 = np.zeros(1), np.zeros((1, 2)), np.zeros((1, 3))
+    collision_query(np.array(frames.rot, order='C'), np.array(frames.pos, order='C'),
+                    np.array([-1, -1], dtype=np.int64), np.zeros((2, 3)),
+                    np.zeros((len(frames), 1)), 0.01, 0.0, np.ones(1), i1.copy(),
+                    np.ones(1, dtype=np.int64), np.ones(1), i1.copy(), np.ones(1, np.int64),
+                    i2.copy(), np.full(1, -1, dtype=np.int64), i2.copy(), f2.copy(), f2 + 1.0,
+                    i2 + 1, i1.copy(), f1.copy(), f1.copy(), i1.copy(), i4.copy(), i4.copy(),
+                    i1.copy(), i1.copy(), f3.copy(), np.ones(1), i1.copy(),
+                    np.ones(1, np.int64), f3.copy(), np.ones(1), i1.copy(),
+                    np.ones(1, np.int64), i1.copy(), np.eye(3)[None].copy(), f3.copy(),
+                    f3 + 0.1)
+
+
 _READY = False
 _LOG = logging.getLogger(__name__)
 
@@ -1062,7 +1275,8 @@ def warm_up(chain, log=None):
                                                   pose_errors, lm_step, lm_null_step,
                                                   lm_spring_step, blocked_joints,
                                                   refine_pose, refine_pose_motion,
-                                                  first_solution, body_points_world))
+                                                  first_solution, body_points_world,
+                                                  collision_query))
     if cold and log is not None:
         log('compiling kernels (first run; later starts load them from the on-disk cache)')
     from .goals import PoseTarget
@@ -1072,6 +1286,7 @@ def warm_up(chain, log=None):
     body_points_world(np.ascontiguousarray(frames.rot), np.ascontiguousarray(frames.pos),
                       np.array([-1, chain.num_bodies - 1], dtype=np.int64), np.zeros((2, 3)),
                       np.empty((3, 2)))
+    _warm_collision_query(frames)
     frames.jacobian()
     chain.fk(q)
     chain.fk(np.atleast_2d(q))

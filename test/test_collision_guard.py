@@ -103,6 +103,55 @@ def test_the_validator_agrees_with_the_fine_motion_check(guard_and_chain):
         guard.replace({}, 'obstacles')
 
 
+def test_the_anchor_shortcut_agrees_with_the_fine_motion_check(guard_and_chain):
+    """A command stream's motions (each from where the last free one ended, steps from
+    0 to 0.06 rad, held stretches, into and out of a box): the validator with its anchor
+    gives the fine check's verdict every time, and many verdicts come from the anchor."""
+    guard, chain = guard_and_chain
+    q0 = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
+    guard.replace({('t', 0): _box(chain.fk(q0 + [0.5, 0, 0, 0, 0, 0, 0])[:3, 3])},
+                  'obstacles')
+    try:
+        rng = np.random.default_rng(3)
+        q = q0.copy()
+        direction = np.zeros(chain.n)
+        verdicts, cached = [], 0
+        for k in range(900):
+            if k % 60 == 0:
+                direction = rng.normal(0.0, 1.0, chain.n) * [3, 1, 1, 1, 1, 1, 1]
+                direction /= np.linalg.norm(direction)
+            size = rng.choice([0.0, 1e-6, 1e-3, 0.01, 0.06], p=[0.2, 0.2, 0.3, 0.2, 0.1])
+            target = np.clip(q + size * direction + rng.normal(0.0, 0.1 * size, chain.n),
+                             chain.lower, chain.upper)
+            ok = guard(q, target)
+            fine, info = guard.constraint.check_motion(q, target)
+            assert ok == fine, (k, q, target, info)
+            cached += guard.last_check == {'cached': True}
+            verdicts.append(ok)
+            if ok:
+                q = target
+        assert 30 <= len(verdicts) - sum(verdicts), 'the walk should run into the box'
+        assert cached >= 200, cached
+    finally:
+        guard.replace({}, 'obstacles')
+
+
+def test_a_scene_change_drops_the_anchor(guard_and_chain):
+    """A held arm's anchor is not used once an obstacle arrives: the obstacle on the held
+    motion's path is found."""
+    guard, chain = guard_and_chain
+    q = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
+    q_to = q + 1e-4
+    assert guard(q, q_to) and guard(q, q_to) and guard.last_check == {'cached': True}
+    tip = chain.fk(q_to)[:3, 3]
+    guard.replace({('t', 1): _box(tip, (0.05, 0.05, 0.05))}, 'obstacles')
+    try:
+        assert not guard(q + 0.02, q_to), 'moving into the new box must be refused'
+        assert guard.last_check != {'cached': True}
+    finally:
+        guard.replace({}, 'obstacles')
+
+
 def test_sources_replace_their_own_obstacles(guard_and_chain):
     guard, _ = guard_and_chain
     guard.replace({('a', 1): _box([2, 0, 0])}, 'obstacles')

@@ -376,3 +376,97 @@ def test_collision_world_positions_match_the_matrix_product(monkeypatch):
     np.testing.assert_allclose(xyz, reference, atol=1e-12)
     if m_enabled is not None:
         np.testing.assert_allclose(m_enabled, reference, atol=1e-12)
+
+
+def _collision_scene(seed=3, cloud_points=60):
+    """The demo arm's CollisionConstraint (SRDF pairs, pair tables) in a scene of every
+    primitive kind, rotated, and a point-cloud sphere set of several parts."""
+    from scipy.spatial.transform import Rotation
+
+    from smcik_ros.collision import (CollisionConstraint, CollisionModel, Obstacle, Scene,
+                                     conventional_srdf_path, self_collision_pairs)
+    urdf = CASES[0][0]
+    chain = Chain.from_urdf(urdf, 'base_link', 'tool0')
+    model = CollisionModel.from_urdf(chain, urdf, urdf_path=urdf)
+    rng = np.random.default_rng(seed)
+    scene = Scene()
+    items = []
+    for i in range(9):
+        pose = np.eye(4)
+        pose[:3, :3] = Rotation.random(random_state=seed + i).as_matrix()
+        pose[:3, 3] = rng.uniform([-0.5, -0.5, 0.1], [0.5, 0.5, 0.8])
+        items.append(('add', ('o', i), (Obstacle.sphere(pose[:3, 3], 0.07),
+                                       Obstacle('box', (0.15, 0.08, 0.1), pose),
+                                       Obstacle('cylinder', (0.05, 0.15), pose))[i % 3]))
+    cloud = rng.uniform([-0.6, -0.6, 0.0], [0.6, 0.6, 0.9], (cloud_points, 3))
+    items.append(('add', ('cloud', 0), Obstacle('spheres', (0.02,), np.eye(4), centers=cloud)))
+    scene.apply(items, 'test')
+    pairs = self_collision_pairs(model, conventional_srdf_path(urdf))
+    return chain, CollisionConstraint(model, scene, pairs=pairs)
+
+
+def test_compiled_collision_query_finds_the_numpy_leaves(numpy_path):
+    """``kernels.collision_query`` (through ``engine._query_compiled``) returns the same leaf
+    pairs and distances as the numpy broad phase, with and without the pair tables, over
+    seeded configurations of which many collide (self and scene)."""
+    from smcik_ros.collision import engine
+    chain, constraint = _collision_scene()
+    rng = np.random.default_rng(7)
+    q = np.concatenate([chain.random_configuration(rng, 24),
+                        chain.neutral_configuration() + rng.normal(0.0, 0.3, (24, chain.n))])
+    q = chain.clip(q)
+    frames = chain.frames(q)
+    robot, geometry = constraint._robot, constraint._obstacles()
+    eager = numpy_path(robot.world, frames)
+    lazy = engine.World(None, robot.num_rows, len(q), np.array(frames.rot), np.array(frames.pos),
+                        robot)
+    np.testing.assert_allclose(lazy.xyz, eager.xyz, atol=1e-12)
+    seen = set()
+    for threshold in (0.0, 0.01, 0.05):
+        for tables in (constraint._tables, None):
+            ref = numpy_path(engine.query, robot, eager, constraint.pairs, geometry, threshold,
+                             constraint.padding, tables, q)
+            got = engine._query_compiled(robot, lazy, constraint.pairs, geometry, threshold,
+                                         constraint.padding, tables, q)
+            assert len(ref) > 0 and got.count == ref.count == len(q)
+
+            def table(leaves):
+                return {(int(n), int(p), int(a), int(b), bool(s)): d for n, p, a, b, s, d in
+                        zip(leaves.n, leaves.pair, leaves.a, leaves.b, leaves.is_self,
+                            leaves.d)}
+            want, have = table(ref), table(got)
+            assert set(have) == set(want), (threshold, tables is not None)
+            keys = list(want)
+            np.testing.assert_allclose([have[k] for k in keys], [want[k] for k in keys],
+                                       rtol=0.0, atol=1e-12)
+            assert np.all(got.d < threshold)
+            seen.update((bool(s), bool(d < 0.0)) for s, d in zip(ref.is_self, ref.d))
+    assert seen == {(True, True), (True, False), (False, True), (False, False)}, \
+        'the draw should hold colliding and free leaves, self and scene'
+
+
+def test_collision_constraint_answers_alike_compiled_and_numpy(numpy_path):
+    """violated, residual, jacobian and the motion check of the collision constraint agree
+    between the compiled query (lazy sphere positions) and the numpy engine."""
+    chain, constraint = _collision_scene(seed=5, cloud_points=6)
+    rng = np.random.default_rng(11)
+    q = chain.clip(chain.neutral_configuration() + rng.normal(0.0, 0.4, (40, chain.n)))
+    step = rng.normal(0.0, 0.03, q.shape)
+
+    def answers():
+        constraint._cache = None
+        frames = chain.frames(q)
+        constraint.set_reference(q[0])
+        out = [constraint.violated(frames), constraint.residual(frames),
+               constraint.jacobian(frames)]
+        out.append([constraint.check_motion(a, b)[0] for a, b in zip(q, q + step)])
+        out.append(constraint.distances(frames).distance)
+        return out
+
+    ref = numpy_path(answers)
+    got = answers()
+    assert np.array_equal(got[0], ref[0]) and 0 < ref[0].sum() < len(q)
+    np.testing.assert_allclose(got[1], ref[1], atol=1e-12)
+    np.testing.assert_allclose(got[2], ref[2], atol=1e-9)
+    assert got[3] == ref[3] and 0 < sum(ref[3]) < len(ref[3])
+    np.testing.assert_allclose(got[4], ref[4], atol=1e-12)

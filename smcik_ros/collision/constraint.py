@@ -235,7 +235,10 @@ class CollisionConstraint(Constraint):
         _, threshold, _, old, world = entry
         rows = np.flatnonzero(changed)
         q = frames.q
-        xyz = world.xyz.reshape(3, world.n, world.rows).copy()
+        # Compiled: the World of ``frames`` itself (positions computed only when asked for);
+        # numpy: the cached positions with the changed rows replaced.
+        lazy = world.rot is not None
+        xyz = None if lazy else world.xyz.reshape(3, world.n, world.rows).copy()
         parts = [old.select(~changed[old.n])]
         todo = rows
         for other in others:
@@ -251,16 +254,20 @@ class CollisionConstraint(Constraint):
             leaves = other[3].select(remap[other[3].n] >= 0)
             leaves.n = remap[leaves.n]
             parts.append(leaves)
-            oxyz = other[4].xyz.reshape(3, other[4].n, other[4].rows)
-            xyz[:, dst_rows] = oxyz[:, src_rows]
+            if not lazy:
+                oxyz = other[4].xyz.reshape(3, other[4].n, other[4].rows)
+                xyz[:, dst_rows] = oxyz[:, src_rows]
             todo = todo[~found]
         if len(todo):
             sub_world, new = self._run(frames.subset(todo), threshold)
             new.n = todo[new.n]
             parts.append(new)
-            xyz[:, todo] = sub_world.xyz.reshape(3, len(todo), world.rows)
+            if not lazy:
+                xyz[:, todo] = sub_world.xyz.reshape(3, len(todo), world.rows)
         leaves = engine.Leaves(*(np.concatenate([getattr(p, f) for p in parts])
                                  for f in ('n', 'pair', 'a', 'b', 'd', 'is_self')), old.count)
+        if lazy:
+            return leaves, self._robot.world(frames)
         return leaves, engine.World(xyz.reshape(3, -1), world.rows, world.n)
 
     def _run(self, frames, threshold):

@@ -12,9 +12,11 @@ against a primitive) whose padded signed distance is below a threshold, for all
 configurations at once: level-1 bounds for every (configuration, link pair) and (link,
 obstacle) pair, then only the children of pairs whose bound is below the threshold. A bound
 is never larger than any distance below it (bounding spheres contain their children), so
-nothing below the threshold is missed. No Python loop runs over configurations, pairs or
-spheres; each level is a few gathers and one distance kernel (``shapes``), plain arrays that
-a later issue can compile.
+nothing below the threshold is missed. The numpy form runs no Python loop over
+configurations, pairs or spheres (each level is a few gathers and one distance kernel,
+``shapes``); with numba the same levels run as one compiled kernel per query
+(``kernels.collision_query``) that moves only the spheres its bounds reach to the base frame
+(``World`` then computes positions lazily).
 
 Distances are padded: ``d = gap - padding`` (robot against robot: the gap between the two
 spheres; robot against obstacles: the signed distance of the sphere to the primitive).
@@ -150,14 +152,16 @@ class RobotGeometry:
         return len(self.radii)
 
     def world(self, frames):
-        """Return the ``World`` of ``frames``: every sphere and link centre in the base frame."""
+        """Return the ``World`` of ``frames``: every sphere and link centre in the base frame.
+
+        With the compiled kernels the positions are computed when first asked for (the
+        compiled query moves only the rows its broad phase reaches); the World keeps a copy
+        of the frames, so later changes to ``frames`` do not reach it.
+        """
         n = len(frames)
         if kernels.ENABLED:
-            xyz = np.empty((3, n * self.num_rows))
-            kernels.body_points_world(np.ascontiguousarray(frames.rot),
-                                      np.ascontiguousarray(frames.pos), self.row_body,
-                                      self.row_local, xyz)
-            return World(xyz, self.num_rows, n)
+            return World(None, self.num_rows, n, np.array(frames.rot, order='C'),
+                         np.array(frames.pos, order='C'), self)
         k = len(self.bodies)
         stack = np.empty((3, n, k, 4))
         moving = self.bodies >= 0
@@ -175,19 +179,41 @@ class RobotGeometry:
 class World:
     """Base-frame positions of a RobotGeometry's rows at N configurations.
 
-    xyz: (3, N * T): x, y and z planes, row r of configuration n at column n * T + r.
+    xyz: (3, N * T): x, y and z planes, row r of configuration n at column n * T + r. Built
+    from the body frames (rot (B, N, 3, 3), pos (B, N, 3) and the ``geometry``) instead,
+    ``xyz`` is computed on first use and ``points`` computes only the rows asked for.
     """
 
-    __slots__ = ('xyz', 'rows', 'n')
+    __slots__ = ('_xyz', 'rows', 'n', 'rot', 'pos', 'geometry')
 
-    def __init__(self, xyz, rows, n):
-        self.xyz, self.rows, self.n = xyz, rows, n
+    def __init__(self, xyz, rows, n, rot=None, pos=None, geometry=None):
+        self._xyz, self.rows, self.n = xyz, rows, n
+        self.rot, self.pos, self.geometry = rot, pos, geometry
+
+    @property
+    def xyz(self):
+        if self._xyz is None:
+            g = self.geometry
+            xyz = np.empty((3, self.n * self.rows))
+            kernels.body_points_world(self.rot, self.pos, g.row_body, g.row_local, xyz)
+            self._xyz = xyz
+        return self._xyz
 
     def points(self, n, rows):
         """Return (K, 3) positions of rows (K,) at configurations n (K,)."""
+        if self._xyz is None and self.rot is not None:
+            g = self.geometry
+            body, local = g.row_body[rows], g.row_local[rows]
+            out = local.astype(float, copy=True).reshape(-1, 3)
+            moving = body >= 0
+            if moving.any():
+                b, m = body[moving], np.asarray(n)[moving]
+                out[moving] = np.einsum('kij,kj->ki', self.rot[b, m], local[moving]) + \
+                    self.pos[b, m]
+            return out
         idx = n * self.rows + rows
-        return np.stack([self.xyz[0].take(idx), self.xyz[1].take(idx), self.xyz[2].take(idx)],
-                        axis=-1)
+        xyz = self.xyz
+        return np.stack([xyz[0].take(idx), xyz[1].take(idx), xyz[2].take(idx)], axis=-1)
 
     def grid(self, rows):
         """Return (N, R, 3) positions of ``rows`` (R,) at every configuration."""
@@ -605,6 +631,9 @@ def query(robot, world, self_pairs, obstacles, threshold, padding, tables=None, 
     spheres pairwise (for point-cloud sets: against the obstacle's parts, then primitives).
     """
     n_cfg = world.n
+    if kernels.ENABLED and world.rot is not None:
+        return _query_compiled(robot, world, self_pairs, obstacles, threshold, padding, tables,
+                               q)
     parts = []
     wl = world.grid(robot.link_row)                                   # (N, L, 3)
     P = len(self_pairs)
@@ -698,6 +727,95 @@ def query(robot, world, self_pairs, obstacles, threshold, padding, tables=None, 
                   np.concatenate([p[2] for p in parts]), np.concatenate([p[3] for p in parts]),
                   np.concatenate([p[4] for p in parts]),
                   np.concatenate([np.full(len(p[0]), p[5]) for p in parts]), n_cfg)
+
+
+_EMPTY_I = np.zeros(0, dtype=np.int64)
+
+
+def _contiguous(arr, dtype):
+    """Return a writable C-contiguous copy of ``arr`` (one array type per kernel argument:
+    read-only arrays would compile another specialisation)."""
+    return np.array(arr, dtype=dtype, order='C', copy=True)
+
+
+def _robot_arrays(robot):
+    packed = getattr(robot, '_kernel_arrays', None)
+    if packed is None:
+        packed = tuple(_contiguous(a, t) for a, t in (
+            (robot.radii, float), (robot.sph_row, np.int64), (robot.link_row, np.int64),
+            (robot.link_radius, float), (robot.link_sphere_start, np.int64),
+            (robot.link_sphere_count, np.int64)))
+        robot._kernel_arrays = packed
+    return packed
+
+
+def _pair_arrays(self_pairs, tables, robot):
+    """Return (pairs, table_of_pair, the PairTables arrays) for the kernel (cached on the
+    tables, or on the robot without tables; empty tables when there are none)."""
+    holder = tables if tables is not None else robot
+    packed = getattr(holder, '_kernel_pairs', None)
+    if packed is not None and packed[0] is self_pairs:
+        return packed[1]
+    P = len(self_pairs)
+    pairs = _contiguous(np.asarray(self_pairs).reshape(-1, 2), np.int64)
+    if tables is None or not len(tables):
+        arrays = (pairs, np.full(P, -1, dtype=np.int64), np.zeros((0, 2), dtype=np.int64),
+                  np.zeros((0, 2)), np.zeros((0, 2)), np.zeros((0, 2), dtype=np.int64),
+                  _EMPTY_I.copy(), np.zeros(0), np.zeros(0), _EMPTY_I.copy(),
+                  np.zeros((0, 4), dtype=np.int64), np.zeros((0, 4), dtype=np.int64))
+    else:
+        table_of_pair = np.full(P, -1, dtype=np.int64)
+        table_of_pair[tables.pair_index] = np.arange(len(tables.pair_index))
+        arrays = (pairs, table_of_pair, _contiguous(tables.qcols, np.int64),
+                  _contiguous(tables.low, float), _contiguous(tables.step, float),
+                  _contiguous(tables.size, np.int64), _contiguous(tables.offset, np.int64),
+                  _contiguous(tables.values, float), _contiguous(tables.subset_limit, float),
+                  _contiguous(tables.sphere_index, np.int64),
+                  _contiguous(tables.sphere_ranges, np.int64),
+                  _contiguous(tables.full_ranges, np.int64))
+    holder._kernel_pairs = (self_pairs, arrays)
+    return arrays
+
+
+_NO_OBSTACLES = None
+
+
+def _obstacle_arrays(obstacles):
+    global _NO_OBSTACLES
+    if obstacles is None:
+        if _NO_OBSTACLES is None:
+            _NO_OBSTACLES = (_EMPTY_I.copy(), _EMPTY_I.copy(), np.zeros((0, 3)), np.zeros(0),
+                             _EMPTY_I.copy(), _EMPTY_I.copy(), np.zeros((0, 3)), np.zeros(0),
+                             _EMPTY_I.copy(), _EMPTY_I.copy(), _EMPTY_I.copy(),
+                             np.zeros((0, 3, 3)), np.zeros((0, 3)), np.zeros((0, 3)))
+        return _NO_OBSTACLES
+    packed = getattr(obstacles, '_kernel_arrays', None)
+    if packed is None:
+        packed = tuple(_contiguous(a, t) for a, t in (
+            (obstacles.pair_link, np.int64), (obstacles.pair_obj, np.int64),
+            (obstacles.obj_center.reshape(-1, 3), float), (obstacles.obj_radius, float),
+            (obstacles.obj_part_start, np.int64), (obstacles.obj_part_count, np.int64),
+            (obstacles.part_center.reshape(-1, 3), float), (obstacles.part_radius, float),
+            (obstacles.part_start, np.int64), (obstacles.part_count, np.int64),
+            (obstacles.kind, np.int64), (obstacles.rot.reshape(-1, 3, 3), float),
+            (obstacles.trans.reshape(-1, 3), float), (obstacles.size.reshape(-1, 3), float)))
+        obstacles._kernel_arrays = packed
+    return packed
+
+
+def _query_compiled(robot, world, self_pairs, obstacles, threshold, padding, tables, q):
+    """``query`` by the compiled kernel (``kernels.collision_query``): the same leaves."""
+    if q is None:          # the tables need the configurations
+        tables = None
+    pairs = _pair_arrays(self_pairs, tables, robot)
+    if tables is None:
+        q_arr = np.zeros((world.n, 1))
+    else:
+        q_arr = np.array(q, dtype=float, order='C').reshape(world.n, -1)   # writable
+    n, pair, a, b, d, is_self = kernels.collision_query(
+        world.rot, world.pos, robot.row_body, robot.row_local, q_arr, float(threshold),
+        float(padding), *_robot_arrays(robot), *pairs, *_obstacle_arrays(obstacles))
+    return Leaves(n, pair, a, b, d, is_self, world.n)
 
 
 def min_per_pair(leaves):

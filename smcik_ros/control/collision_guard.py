@@ -189,7 +189,15 @@ class CollisionGuard:
     model: the CollisionModel; pairs: its ``SelfCollisionPairs`` (None: none, e.g. a
     skeleton); settings: CollisionSettings; scene: a Scene (default: a new one);
     srdf: a description of where the pairs came from (for the log and the status).
+
+    The validator remembers the end of the last motion it found free (the anchor) with a
+    lower bound of its distances; a motion that stays so near the anchor that no distance
+    can reach 0 (``_known_free``: the lever arms bound how far a cover point moves per
+    radian) is free without a query: a held or slowly settling arm costs a few
+    microseconds per tick. A new scene, padding or constraint drops the anchor.
     """
+
+    ANCHOR_SEARCH = 0.05    # [m] distances searched at the anchor (larger ones: this bound)
 
     def __init__(self, model, pairs=None, settings=None, scene=None, srdf='no SRDF'):
         self.model = model
@@ -204,6 +212,7 @@ class CollisionGuard:
         self.last_check = None
         self.refusals = 0
         self._report = (None, None)
+        self._anchor_state = None    # (key, q (nq,), distance lower bound [m]) of a free q
         self._lock = threading.Lock()
         self._pending = None         # (pairs, constraint, srdf description) from a thread
         self._worker = None
@@ -350,11 +359,19 @@ class CollisionGuard:
     # ------------------------------------------------------------------ the validator
     def __call__(self, q_from, q_to):
         """Return True when the straight motion q_from -> q_to (nq,) is free (see module)."""
-        if self._clearly_free(q_from, q_to):
+        q_from = np.asarray(q_from, dtype=float)
+        q_to = np.asarray(q_to, dtype=float)
+        if self._known_free(q_from, q_to):
+            self.last_check = {'cached': True}
+            return True
+        clear = self._clearly_free(q_from, q_to)
+        if clear:
             self.last_check = {'coarse': True}
             return True
         ok, info = self.constraint.check_motion(q_from, q_to)
         self.last_check = info
+        if ok and clear is None:      # a short motion (no coarse pass): settling or held
+            self._anchor(q_to)
         if not ok:
             self.refusals += 1
             pair = info.get('pair')
@@ -363,24 +380,62 @@ class CollisionGuard:
                            f'padded distance, {100 * info["first_bad"]:.0f} % of the way)')
         return ok
 
+    def _anchor_key(self):
+        c = self.constraint
+        return (c, c._pairs_version, c.padding, self.scene.version)   # c: by identity
+
+    def _anchor(self, q):
+        """Remember a lower bound of every padded distance at q (nq,): the smallest one,
+        capped at ``ANCHOR_SEARCH`` (nothing nearer than that: the cap is the bound)."""
+        chain = self.model.chain
+        if chain.has_ball_joints or not len(self.model.radii):
+            return
+        report = self.constraint.distances(chain.frames(q), search=(self.ANCHOR_SEARCH,))
+        self._anchor_state = (self._anchor_key(), q.copy(),
+                              min(float(report.distance[0]), self.ANCHOR_SEARCH))
+
+    def _known_free(self, q_from, q_to):
+        """True when the anchor proves the motion free: every point of the straight motion
+        is within |dq| <= max(|q_from - q_a|, |q_to - q_a|) per joint of the anchor q_a, so
+        no cover point moves more than ``lever @ |dq|`` [m] from where it was at q_a, and no
+        padded distance shrinks by more than twice that (both spheres of a self pair move):
+        free when that is below the anchor's smallest distance (then every distance stays
+        >= 0 and no sub-step of ``check_motion`` could be refused). Conservative: a False
+        only means the full check decides."""
+        state = self._anchor_state
+        if state is None or state[0] != self._anchor_key() or not state[2] > 0.0:
+            return False
+        q_a = state[1]
+        dq = np.maximum(np.abs(q_from - q_a), np.abs(q_to - q_a))
+        if not np.all(np.isfinite(dq)):
+            return False
+        lever = self.constraint._lever
+        moved = float(np.max(lever @ dq)) if len(lever) else 0.0
+        return 2.0 * moved < state[2]
+
     def _clearly_free(self, q_from, q_to):
         """The coarse pass: True when every coarse sub-step (ends included) is at least
-        ``coarse_resolution - padding`` clear (then no point between comes closer than 0)."""
+        ``coarse_resolution - padding`` clear (then no point between comes closer than 0);
+        False when one is not; None when there is no coarse pass (off, or the motion is so
+        short that the fine pass is as cheap). A free pass anchors at q_to."""
         constraint = self.constraint
         coarse = self.settings.coarse_resolution
         if not coarse > constraint.padding:
             return False
-        q_from = np.asarray(q_from, dtype=float)
-        q_to = np.asarray(q_to, dtype=float)
         count, _ = constraint.motion_substeps(q_from, q_to, coarse)
         fine, _ = constraint.motion_substeps(q_from, q_to)
         if fine <= count + 1:          # the fine pass is as cheap
-            return False
+            return None
         s = np.arange(0, count + 1)[:, None] / count
         path = q_from[None] + s * (q_to - q_from)[None]
         margin = coarse - constraint.padding
         report = constraint.distances(self.model.chain.frames(path), search=(margin,))
-        return bool(np.all(report.distance >= margin))
+        if not np.all(report.distance >= margin):
+            return False
+        if not self.model.chain.has_ball_joints:
+            self._anchor_state = (self._anchor_key(), q_to.copy(),
+                                  min(float(report.distance[-1]), margin))
+        return True
 
     def check_many(self, q_from, q_tos):
         """Return (K,) bool: whether each motion q_from -> q_tos[k] is free (one batch)."""
