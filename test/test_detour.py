@@ -47,11 +47,13 @@ def blocked_case(chain, model, trial):
 
 
 def run_loop(chain, guard, q0, goal_pose, trial, ticks, detour=True, settings=None,
-             during=None):
+             during=None, validate=True):
     """Tick a loop with the guard (and a detour) until ``ticks``; ``during(stream, k)`` is
-    called before each tick. Returns (loop, limits, stream, tick the goal was reached)."""
+    called before each tick; without ``validate`` the guard is only the solver's constraint.
+    Returns (loop, limits, stream, tick the goal was reached)."""
     loop, limits = make_loop(chain, solver=make_solver('smc', chain, seed=trial), log=Log())
-    loop.validators.append(guard)
+    if validate:
+        loop.validators.append(guard)
     loop.set_constraints([guard.constraint])
     if detour:
         loop.detour = Detour(chain, limits, settings or DetourSettings(seed=trial))
@@ -170,6 +172,34 @@ def test_the_detour_reaches_goals_behind_a_box_without_collision(demo):
             assert status['detours']['completed'] >= 1, status
             assert status['detour'] == 'done' and 'reached' in status['detour_text']
     assert reached_count >= 0.8 * trials, f'{reached_count}/{trials} reached'
+
+
+def test_held_at_the_margin_is_a_block_and_an_answer_within_tolerance_is_not(demo):
+    """The trigger's second test (no refusal needed: the solvers keep out of collision, so
+    on some arms the answer itself stops at the margin): blocked when the solver's answer is
+    outside the goal's tolerance and the command within ``near`` of the box; not when the
+    answer reaches the goal (a selected alternative, a goal being reached), nor during a
+    hold (no answer: the refusal is the trigger then)."""
+    chain, model, _ = demo
+    guard, q0, q_goal, _ = blocked_case(chain, model, 0)
+    loop, _, stream, reached = run_loop(chain, guard, q0, chain.fk(q_goal), 0, 300,
+                                        detour=False)
+    assert reached is None and loop.holds > 0, 'the set-up: held at the margin'
+    detour = Detour(chain, make_loop(chain)[1], DetourSettings(seed=0))
+    assert loop.estimate is None and not detour._held_at_margin(loop)   # a hold: no answer
+    # One tick with the solver's answer and no validator: outside tolerance, at the margin.
+    loop.validators.remove(guard)
+    stream.run(1, follower(1))
+    assert loop.estimate is not None and detour._held_at_margin(loop)
+    # A goal back at the (free) start: once the answer is within tolerance, no block.
+    loop.offer_goal('pose', chain.fk(q0), '', None, stream.t)
+    for _ in range(300):
+        stream.run(1, follower(1))
+        pos, ori = (float(v[0]) for v in loop.goal.terms[0].errors(chain.frames(loop.estimate)))
+        if pos <= loop.tolerances[0] and ori <= loop.tolerances[1]:
+            break
+    assert pos <= loop.tolerances[0] and ori <= loop.tolerances[1]
+    assert not detour._held_at_margin(loop)
 
 
 # ---------------------------------------------------------------------- cancelling

@@ -7,9 +7,11 @@ between the arm and a still goal stops the arm at the margin. ``Detour`` is what
 ``ControlLoop`` does then:
 
 1. Trigger (``observe``, after every normal tick): a goal is followed and not reached, its
-   error has not decreased by ``progress`` for ``trigger_time``, and the arm is blocked (a
-   validator refused a motion within that time). At most ``max_attempts`` detours per goal,
-   ``retry_interval`` apart.
+   error has not decreased by ``progress`` for ``trigger_time``, and the arm is blocked: a
+   validator refused a motion within that time, or the solver's answer is outside the
+   goal's tolerance with the command within ``near`` of a hard collision constraint (the
+   solvers keep out of collision, so they often hold the arm at the margin themselves). At
+   most ``max_attempts`` detours per goal, ``retry_interval`` apart.
 2. Plan (``plan``, a budget of ``budget`` seconds per tick; the arm brakes and holds at the
    plan's start meanwhile): collision-free goal configurations (a private Jacobian solver
    from the start and from random seeds, kept when every point has ``margin`` clearance),
@@ -68,6 +70,7 @@ class DetourSettings:
     enabled: bool = True
     trigger_time: float = 0.5       # [s] blocked without progress this long before a detour
     progress: float = 0.002         # [m] goal-error decrease that counts as progress
+    near: float = 0.01              # [m] padded clearance below which a held arm is blocked
     margin: float = 0.003           # [m] padded clearance kept along the planned path
     goal_seeds: int = 32            # IK solves (the start, then random seeds) per plan
     goal_configurations: int = 4    # most collision-free goal configurations planned to
@@ -81,7 +84,8 @@ class DetourSettings:
     def __post_init__(self):
         object.__setattr__(self, 'enabled', bool(self.enabled))
         for name, low, high in (('trigger_time', 0.0, 60.0), ('progress', 0.0, 1.0),
-                                ('margin', 0.0, 0.1), ('step', 1e-3, 10.0), ('budget', 1e-4, 1.0),
+                                ('near', 0.0, 0.1), ('margin', 0.0, 0.1),
+                                ('step', 1e-3, 10.0), ('budget', 1e-4, 1.0),
                                 ('retry_interval', 0.0, 600.0)):
             value = getattr(self, name)
             try:
@@ -194,7 +198,23 @@ class Detour:
             return False
         within = max(1, int(round(self.settings.trigger_time / max(self._tick_period(loop),
                                                                     1e-3))))
-        return loop.refusal(within=within) is not None
+        return loop.refusal(within=within) is not None or self._held_at_margin(loop)
+
+    def _held_at_margin(self, loop):
+        """Return whether the solver itself holds the arm at the collision margin: its answer
+        is outside the goal's tolerance and the command is within ``near`` [m] (padded) of a
+        hard collision constraint. The solvers keep out of collision, so an obstacle between
+        the arm and the goal often stops the answer at the margin with no validator refusal;
+        an answer within tolerance (a selected alternative, a goal being reached) is motion,
+        not a block."""
+        estimate = loop.estimate
+        hard = tuple(c for c in loop.constraints if c.hard and hasattr(c, 'distances'))
+        if estimate is None or not hard:
+            return False
+        pos, ori = (float(v[0]) for v in loop.goal.terms[0].errors(self.chain.frames(estimate)))
+        if pos <= loop.tolerances[0] and ori <= loop.tolerances[1]:
+            return False
+        return bool(self._clearance(loop.q, hard)[0] < self.settings.near)
 
     @staticmethod
     def _tick_period(loop):

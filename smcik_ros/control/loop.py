@@ -280,6 +280,12 @@ class ControlLoop:
         self._cancel_detour('the solver was switched', self.stamp)
         self._reset_solver(self.q if self.q is not None else self.current_configuration())
 
+    @property
+    def estimate(self):
+        """The solver's answer of the last normal tick in the command's coordinates (n,), or
+        None (no goal, or a tick that did not step the solver)."""
+        return None if self._desired is None else self._desired[0]
+
     def set_detour_enabled(self, enabled):
         """Switch the detour on or off; off cancels one in progress (the arm brakes at the next
         tick's solver step from the stop, as after any cancel)."""
