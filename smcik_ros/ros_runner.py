@@ -37,7 +37,7 @@ def request_stop(signum=None, frame=None):
 
     A signal while ``run_node`` is still constructing the node ends the process at once with
     exit code 0: nothing has been commanded yet, and the first start compiles the kernels for
-    ~20 s, longer than ros2 launch waits before escalating to SIGTERM and SIGKILL (-9).
+    20-50 s, longer than ros2 launch waits before escalating to SIGTERM and SIGKILL (-9).
     numba writes its cache files atomically, so the next start compiles again or loads them.
     """
     if signum is not None:

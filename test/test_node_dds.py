@@ -565,7 +565,7 @@ def test_clean_shutdown_exit_code_zero(ros_env, sig):
 
 @pytest.mark.parametrize('sig', [signal.SIGINT, signal.SIGTERM], ids=['SIGINT', 'SIGTERM'])
 def test_a_signal_during_start_up_ends_the_process_at_once(ros_env, tmp_path, sig):
-    """Still starting (the first run compiles the kernels, ~20 s: an empty numba cache here):
+    """Still starting (the first run compiles the kernels, 20-50 s: an empty numba cache here):
     the process exits 0 within a second of the signal, not after the compilation nor after
     ros2 launch's escalation to SIGKILL."""
     if not kernels.ENABLED:
