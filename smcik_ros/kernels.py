@@ -784,6 +784,36 @@ def _row_point(rot, pos, row_body, row_local, n, r, out):
 
 
 @njit(cache=True)
+def _near_spheres(rot, pos, row_body, row_local, n, sph_row, radii, sphere_index, indexed,
+                  start, count, center, radius, limit, keep, points):
+    """Keep the spheres start..start+count (through ``sphere_index`` when ``indexed``) whose
+    distance to the sphere (center, radius) is below ``limit``: their indices to keep[:k],
+    their base-frame centres to points[:k]; return k."""
+    k = 0
+    for j in range(count):
+        s = sphere_index[start + j] if indexed else start + j
+        p = points[k]
+        _row_point(rot, pos, row_body, row_local, n, sph_row[s], p)
+        dx, dy, dz = p[0] - center[0], p[1] - center[1], p[2] - center[2]
+        if math.sqrt(dx * dx + dy * dy + dz * dz) - radii[s] - radius < limit:
+            keep[k] = s
+            k += 1
+    return k
+
+
+@njit(cache=True)
+def _push(out, m, n, pair, a, b, d, is_self):
+    """Write leaf m (n, pair, a, b, d, is_self) into the output arrays ``out``, doubling them
+    when full; return them."""
+    out_n, out_p, out_a, out_b, out_d, out_s = out
+    if m == out_d.shape[0]:
+        out_n, out_p, out_a = _grow(out_n, m), _grow(out_p, m), _grow(out_a, m)
+        out_b, out_d, out_s = _grow(out_b, m), _grow(out_d, m), _grow(out_s, m)
+    out_n[m], out_p[m], out_a[m], out_b[m], out_d[m], out_s[m] = n, pair, a, b, d, is_self
+    return out_n, out_p, out_a, out_b, out_d, out_s
+
+
+@njit(cache=True)
 def collision_query(rot, pos, row_body, row_local, q, threshold, padding, radii, sph_row,
                     link_row, link_radius, link_sphere_start, link_sphere_count, pairs,
                     table_of_pair, t_qcols, t_low, t_step, t_size, t_offset, t_values,
@@ -806,12 +836,9 @@ def collision_query(rot, pos, row_body, row_local, q, threshold, padding, radii,
     The leaves come configuration by configuration, self pairs before obstacle pairs.
     """
     cap = 64
-    out_n = np.empty(cap, dtype=np.int64)
-    out_p = np.empty(cap, dtype=np.int64)
-    out_a = np.empty(cap, dtype=np.int64)
-    out_b = np.empty(cap, dtype=np.int64)
-    out_d = np.empty(cap)
-    out_s = np.empty(cap, dtype=np.bool_)
+    out = (np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64),
+           np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64), np.empty(cap),
+           np.empty(cap, dtype=np.bool_))
     m = 0
     n_spheres = radii.shape[0]
     n_links = link_row.shape[0]
@@ -853,28 +880,14 @@ def collision_query(rot, pos, row_body, row_local, q, threshold, padding, radii,
                 a_start, a_count = link_sphere_start[la], link_sphere_count[la]
                 b_start, b_count = link_sphere_start[lb], link_sphere_count[lb]
             # Each side's spheres against the other link's bounding sphere.
-            na = 0
-            for j in range(a_count):
-                s = sphere_index[a_start + j] if indexed else a_start + j
-                pa = point_a[na]
-                _row_point(rot, pos, row_body, row_local, n, sph_row[s], pa)
-                dx, dy, dz = pa[0] - wl[lb, 0], pa[1] - wl[lb, 1], pa[2] - wl[lb, 2]
-                d = math.sqrt(dx * dx + dy * dy + dz * dz) - radii[s] - link_radius[lb]
-                if d < threshold + padding:
-                    keep_a[na] = s
-                    na += 1
+            na = _near_spheres(rot, pos, row_body, row_local, n, sph_row, radii, sphere_index,
+                               indexed, a_start, a_count, wl[lb], link_radius[lb],
+                               threshold + padding, keep_a, point_a)
             if na == 0:
                 continue
-            nb = 0
-            for j in range(b_count):
-                s = sphere_index[b_start + j] if indexed else b_start + j
-                pb = point_b[nb]
-                _row_point(rot, pos, row_body, row_local, n, sph_row[s], pb)
-                dx, dy, dz = pb[0] - wl[la, 0], pb[1] - wl[la, 1], pb[2] - wl[la, 2]
-                d = math.sqrt(dx * dx + dy * dy + dz * dz) - radii[s] - link_radius[la]
-                if d < threshold + padding:
-                    keep_b[nb] = s
-                    nb += 1
+            nb = _near_spheres(rot, pos, row_body, row_local, n, sph_row, radii, sphere_index,
+                               indexed, b_start, b_count, wl[la], link_radius[la],
+                               threshold + padding, keep_b, point_b)
             for i in range(na):
                 sa = keep_a[i]
                 for j in range(nb):
@@ -885,13 +898,7 @@ def collision_query(rot, pos, row_body, row_local, q, threshold, padding, radii,
                     d3 = math.sqrt(dx * dx + dy * dy + dz * dz) - (radii[sa] + radii[sb]
                                                                    + padding)
                     if d3 < threshold:
-                        if m == out_d.shape[0]:
-                            out_n, out_p, out_a = _grow(out_n, m), _grow(out_p, m), \
-                                _grow(out_a, m)
-                            out_b, out_d, out_s = _grow(out_b, m), _grow(out_d, m), \
-                                _grow(out_s, m)
-                        out_n[m], out_p[m], out_a[m], out_b[m] = n, p, sa, sb
-                        out_d[m], out_s[m] = d3, True
+                        out = _push(out, m, n, p, sa, sb, d3, True)
                         m += 1
         for k in range(pair_link.shape[0]):
             link, o = pair_link[k], pair_obj[k]
@@ -924,14 +931,9 @@ def collision_query(rot, pos, row_body, row_local, q, threshold, padding, radii,
                         d3 = _point_primitive(px, py, pz, prim_kind[g], prim_rot[g],
                                               prim_trans[g], prim_size[g]) - (radii[s] + padding)
                         if d3 < threshold:
-                            if m == out_d.shape[0]:
-                                out_n, out_p, out_a = _grow(out_n, m), _grow(out_p, m), \
-                                    _grow(out_a, m)
-                                out_b, out_d, out_s = _grow(out_b, m), _grow(out_d, m), \
-                                    _grow(out_s, m)
-                            out_n[m], out_p[m], out_a[m], out_b[m] = n, k + n_pairs, s, g
-                            out_d[m], out_s[m] = d3, False
+                            out = _push(out, m, n, k + n_pairs, s, g, d3, False)
                             m += 1
+    out_n, out_p, out_a, out_b, out_d, out_s = out
     return (out_n[:m].copy(), out_p[:m].copy(), out_a[:m].copy(), out_b[:m].copy(),
             out_d[:m].copy(), out_s[:m].copy())
 

@@ -152,6 +152,32 @@ def probe_in_own_context(domain_id):
         rclpy.try_shutdown(context=ctx)
 
 
+def dds_fixtures(domain_id):
+    """Return the module-scoped fixtures (ros_env, context, probe) of a DDS test module on
+    ``domain_id``: bind them in the module, ``ros_env, context, probe = dds_fixtures(ID)``.
+
+    ros_env: ``module_ros_env``'s (child environment, log directory); context: an rclpy
+    context on the domain; probe: a ``Probe`` in its own context."""
+    @pytest.fixture(scope='module')
+    def ros_env(tmp_path_factory):
+        with module_ros_env(tmp_path_factory, domain_id) as env:
+            yield env
+
+    @pytest.fixture(scope='module')
+    def context(ros_env):
+        ctx = rclpy.Context()
+        rclpy.init(context=ctx, domain_id=domain_id)
+        yield ctx
+        rclpy.try_shutdown(context=ctx)
+
+    @pytest.fixture(scope='module')
+    def probe(ros_env):
+        with probe_in_own_context(domain_id) as node:
+            yield node
+
+    return ros_env, context, probe
+
+
 def stream_ratios(stamps, positions, velocity, acceleration):
     """Return (max |v|/vmax, max |a|/amax) of a command stream, the way a judge computes them:
     v_k = (q_k - q_{k-1}) / (t_k - t_{k-1}), a_k = (v_k - v_{k-1}) / (t_k - t_{k-1}), from

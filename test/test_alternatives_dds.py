@@ -31,7 +31,7 @@ from trajectory_msgs.msg import JointTrajectory  # noqa: E402
 from visualization_msgs.msg import Marker  # noqa: E402
 
 from goal_helpers import free_configuration_near  # noqa: E402
-from ros_helpers import (REPO_ROOT, Probe, module_ros_env, read_log,  # noqa: E402
+from ros_helpers import (REPO_ROOT, Probe, dds_fixtures, read_log,  # noqa: E402
                          start_node_process, stop_process, wait_for, wait_for_log)
 from smcik_ros.kinematics import Chain  # noqa: E402
 from smcik_ros.ros_conversions import matrix_to_pose  # noqa: E402
@@ -55,18 +55,7 @@ def chain():
     return Chain.from_urdf(str(URDF), 'base_link', 'tool0')
 
 
-@pytest.fixture(scope='module')
-def ros_env(tmp_path_factory):
-    with module_ros_env(tmp_path_factory, DOMAIN_ID) as env:
-        yield env
-
-
-@pytest.fixture(scope='module')
-def context(ros_env):
-    ctx = rclpy.Context()
-    rclpy.init(context=ctx, domain_id=DOMAIN_ID)
-    yield ctx
-    rclpy.try_shutdown(context=ctx)
+ros_env, context, probe = dds_fixtures(DOMAIN_ID)
 
 
 @pytest.fixture(scope='module')

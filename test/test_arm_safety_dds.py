@@ -23,9 +23,9 @@ rclpy = pytest.importorskip('rclpy', reason='rclpy is needed for the graph-level
 from geometry_msgs.msg import PointStamped, PoseStamped  # noqa: E402
 
 from arm_urdfs import ur5_like_urdf  # noqa: E402
-from ros_helpers import (REPO_ROOT, ArmPlayer, get_parameters, module_ros_env,  # noqa: E402
-                         probe_in_own_context, read_log, start_node_process, stop_process,
-                         stream_ratios, wait_for, wait_for_log)
+from ros_helpers import (REPO_ROOT, ArmPlayer, dds_fixtures, get_parameters,  # noqa: E402
+                         read_log, start_node_process, stop_process, stream_ratios, wait_for,
+                         wait_for_log)
 from smcik_ros.kinematics import Chain  # noqa: E402
 from smcik_ros.ros_conversions import matrix_to_pose  # noqa: E402
 
@@ -39,16 +39,7 @@ SAFETY = ['max_acceleration', 'velocity_scale', 'joint_states_timeout', 'max_lea
           'resync_threshold']
 
 
-@pytest.fixture(scope='module')
-def ros_env(tmp_path_factory):
-    with module_ros_env(tmp_path_factory, DOMAIN_ID) as env:
-        yield env
-
-
-@pytest.fixture(scope='module')
-def probe(ros_env):
-    with probe_in_own_context(DOMAIN_ID) as node:
-        yield node
+ros_env, context, probe = dds_fixtures(DOMAIN_ID)
 
 
 class Session:

@@ -30,9 +30,8 @@ from rclpy.parameter_client import AsyncParameterClient  # noqa: E402
 from visualization_msgs.msg import Marker, MarkerArray  # noqa: E402
 
 from collision_helpers import FclRobot, write_two_link_urdf  # noqa: E402
-from ros_helpers import (REPO_ROOT, ArmPlayer, module_ros_env, probe_in_own_context,  # noqa: E402
-                         read_log, start_node_process, stop_process, stream_ratios, wait_for,
-                         wait_for_log)
+from ros_helpers import (REPO_ROOT, ArmPlayer, dds_fixtures, read_log,  # noqa: E402
+                         start_node_process, stop_process, stream_ratios, wait_for, wait_for_log)
 from smcik_ros.kinematics import Chain  # noqa: E402
 
 pytestmark = pytest.mark.ros
@@ -46,16 +45,7 @@ SLACK = 1e-6
 HELD_SPAN = 0.02     # [rad] 'held at the margin': no joint moves more in the last 2 s
 
 
-@pytest.fixture(scope='module')
-def ros_env(tmp_path_factory):
-    with module_ros_env(tmp_path_factory, DOMAIN_ID) as env:
-        yield env
-
-
-@pytest.fixture(scope='module')
-def probe(ros_env):
-    with probe_in_own_context(DOMAIN_ID) as node:
-        yield node
+ros_env, context, probe = dds_fixtures(DOMAIN_ID)
 
 
 @pytest.fixture(scope='module')

@@ -27,7 +27,7 @@ from std_msgs.msg import String  # noqa: E402
 from visualization_msgs.msg import Marker, MarkerArray  # noqa: E402
 
 from goal_helpers import free_configuration_near  # noqa: E402
-from ros_helpers import (REPO_ROOT, Probe, module_ros_env, read_log,  # noqa: E402
+from ros_helpers import (REPO_ROOT, Probe, dds_fixtures, read_log,  # noqa: E402
                          start_node_process, stop_process, wait_for, wait_for_log)
 from smcik_ros import kernels  # noqa: E402
 from smcik_ros.kinematics import Chain  # noqa: E402
@@ -57,19 +57,7 @@ def chain():
     return Chain.from_urdf(str(URDF), 'base_link', 'tool0')
 
 
-@pytest.fixture(scope='module')
-def ros_env(tmp_path_factory):
-    """Set ROS_DOMAIN_ID / ROS_LOG_DIR for this module (before rclpy.init) and restore them."""
-    with module_ros_env(tmp_path_factory, DOMAIN_ID) as env:
-        yield env
-
-
-@pytest.fixture(scope='module')
-def context(ros_env):
-    ctx = rclpy.Context()
-    rclpy.init(context=ctx, domain_id=DOMAIN_ID)
-    yield ctx
-    rclpy.try_shutdown(context=ctx)
+ros_env, context, probe = dds_fixtures(DOMAIN_ID)
 
 
 @pytest.fixture(scope='module')

@@ -40,6 +40,7 @@ import time
 import numpy as np
 
 from ..errors import ParameterError
+from ..solvers.base import goal_signature
 from .command_shaping import nearest_equivalent
 
 __all__ = ['Detour', 'DetourSettings', 'DETOUR_STATES']
@@ -178,7 +179,7 @@ class Detour:
             self._history.append(loop.q.copy())
         if goal is None:
             return False
-        key = _goal_key(goal)
+        key = goal_signature(goal.terms)
         if key != self._goal_key:
             self._goal_key = key
             self._best, self._best_time = math.inf, now
@@ -539,11 +540,6 @@ class Detour:
             'detour_plan_tick_ms': round(1e3 * self.longest_tick, 2),
             'detours': dict(self.counts),
         }
-
-
-def _goal_key(goal):
-    display = np.asarray(goal.display, dtype=float)
-    return (display.shape, tuple(np.round(display.ravel(), 9)))
 
 
 def _nearest(nodes, q):

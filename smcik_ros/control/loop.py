@@ -30,6 +30,7 @@ import traceback
 
 import numpy as np
 
+from ..solvers.base import goal_signature
 from .arm_state import ArmMonitor, ArmSettings, ArmState
 from .command_shaping import (CommandShaper, ShapedCommand, nearest_equivalent,
                               to_solver_range)
@@ -359,7 +360,8 @@ class ControlLoop:
             return self._commit(self._brake(dt, lead_box), now, state)
         goal = self.inbox.take(now)
         if goal is not None:
-            if self.goal is None or not _same_target(goal, self.goal):
+            if self.goal is None or \
+                    goal_signature(goal.terms) != goal_signature(self.goal.terms):
                 self._cancel_detour(f'a new goal ({goal.sequence}) arrived', now)
             self._set_goal(goal, now)
         if self.detour is not None and self.detour.active:
@@ -812,9 +814,3 @@ class ControlLoop:
                 'detour_plan_ms': None, 'detour_plan_tick_ms': None, 'detours': None}),
         }
 
-
-def _same_target(a, b):
-    """Return whether goals a and b ask for the same target (a goal re-sent unchanged)."""
-    da, db = np.asarray(a.display, dtype=float), np.asarray(b.display, dtype=float)
-    return da.shape == db.shape and bool(np.allclose(da, db, rtol=0.0, atol=1e-9)) \
-        and len(a.terms) == len(b.terms)

@@ -17,8 +17,8 @@ import numpy as np
 from ..errors import GoalError, ParameterError
 from ..goals import Target, Term, as_goal, check_terms, task_errors
 
-__all__ = ['IKResult', 'Alternative', 'Solver', 'SolverSettings', 'register', 'make_solver',
-           'available_solvers', 'settings_type', 'parse_tolerance', 'stack_terms']
+__all__ = ['IKResult', 'Alternative', 'Solver', 'SolverSettings', 'goal_signature', 'register',
+           'make_solver', 'available_solvers', 'settings_type', 'parse_tolerance', 'stack_terms']
 
 _REGISTRY = {}
 
@@ -258,11 +258,11 @@ class Solver:
     def _targets_for(self, goal):
         """Return (targets, changed). Goals are compared by value (a goal array or Target
         changed in place is a new goal), through a cheap signature of their numbers."""
-        key = _goal_signature(goal)
+        key = goal_signature(goal)
         if self._targets is not None and key is not None and key == self._goal_key:
             return self._targets, False
         targets = self._make_goal(goal)
-        targets_key = _goal_signature(targets)
+        targets_key = goal_signature(targets)
         changed = self._targets is None or targets_key != self._targets_key
         self._goal_key, self._targets_key = key, targets_key
         self._targets = targets
@@ -311,7 +311,7 @@ class Solver:
             raise ParameterError(f'max_iters must be >= 0; got {max_iters}')
         targets = self._make_goal(goal)
         self._targets, self._goal_key = targets, None
-        self._targets_key = _goal_signature(targets)
+        self._targets_key = goal_signature(targets)
         self._solve_tolerance = (pos_tol, ori_tol)
         q_seed = self.chain.check_configuration(q_seed, 'q_seed')
         if q_seed.ndim != 1:
@@ -440,7 +440,7 @@ class Solver:
         raise NotImplementedError
 
 
-def _goal_signature(goal):
+def goal_signature(goal):
     """Return a value signature of a goal (array, Target or list of Targets), or None when
     it holds something unknown. A few microseconds: the arrays as bytes, so a goal array or
     Target changed in place gets a new signature."""
