@@ -218,3 +218,30 @@ def test_damper_rows_follow_the_velocity_damper_formula(setup):
     np.testing.assert_allclose(b, -0.5 * (d - 0.01) / (0.1 - 0.01))
     d_check, jac = c.inequality_rows(frames, 0.1)
     np.testing.assert_allclose(A, jac)
+
+
+@pytest.mark.parametrize('motion', [True, False])
+def test_an_online_step_is_checked_along_its_motion_and_a_solve_step_at_its_end(setup, motion):
+    """A base-yaw step whose tool sweeps through a small sphere half-way while both ends are
+    free: checked along the motion (``step``, every iterate may be commanded) it is cut short
+    of the sphere; checked at its end (``solve``, one answer) it is taken whole."""
+    from smcik_ros.solvers.inequality import constrained_step
+    from smcik_ros.solvers.jacobian import JacobianSettings
+    chain, model, pairs, _ = setup
+    q0 = _home(chain)
+    dv = np.zeros(chain.nv)
+    dv[0] = 0.6
+    middle = q0 + 0.5 * dv
+    scene = Scene({('s', 0): Obstacle.sphere(chain.fk(middle)[:3, 3], 0.01)})
+    c = CollisionConstraint(model, scene, self_collision=False)
+    ends = chain.frames(np.array([q0, q0 + dv]))
+    assert not c.in_collision(ends).any() and c.in_collision(chain.frames(middle))[0]
+    settings = JacobianSettings(collision_influence_distance=0.01,
+                                collision_security_distance=0.002)
+    step, info = constrained_step(chain, q0, dv, chain.frames(q0), [c], None, settings, 1.0,
+                                  motion=motion)
+    if motion:
+        assert info['step_scale'] < 0.5 and c.check_motion(q0, q0 + step)[0]
+    else:
+        assert info['step_scale'] == 1.0
+        np.testing.assert_allclose(step, dv)

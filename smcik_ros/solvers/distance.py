@@ -368,7 +368,7 @@ class DistanceSolver(Solver):
             dv = limited_step(chain, q, j0, -gain * f, z, s, _pinv_step(s.singular_value_cutoff))
             if self._inequalities:
                 dv, info = constrained_step(chain, q, dv, frames, self._inequalities, j0, s,
-                                            s.max_step)
+                                            s.max_step, motion=online)
                 self.last_info.update(info)
             q_new = chain.clip(chain.integrate(q, dv))
         self._q = q_new

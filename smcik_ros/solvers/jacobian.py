@@ -172,7 +172,7 @@ class JacobianSolver(Solver):
             dv = limited_step(chain, q, jac, -gain * r, z, s, self._method_step)
             if self._inequalities:
                 dv, info = constrained_step(chain, q, dv, frames, self._inequalities, jac, s,
-                                            s.max_step)
+                                            s.max_step, motion=online)
                 self.last_info.update(info)
             q_new = chain.clip(chain.integrate(q, dv))
         self._q = q_new
