@@ -820,9 +820,13 @@ def collision_query(rot, pos, row_body, row_local, q, threshold, padding, radii,
                     subset_limit, sphere_index, sphere_ranges, full_ranges, pair_link,
                     pair_obj, obj_center, obj_radius, obj_part_start, obj_part_count,
                     part_center, part_radius, part_start, part_count, prim_kind, prim_rot,
-                    prim_trans, prim_size):
+                    prim_trans, prim_size, nearest):
     """Return the leaf pairs of ``engine.query`` below ``threshold``: (n, pair, a, b, d,
     is_self), the same three-level broad phase in one pass per configuration.
+
+    nearest: return only each configuration's closest leaf below ``threshold`` (branch and
+    bound: the threshold of a configuration drops to the best distance found so far, so the
+    broad phase prunes what cannot be closer; the distance, not the set, is what is asked).
 
     rot (B, N, 3, 3), pos (B, N, 3): the body frames of N configurations; row_body (T,),
     row_local (T, 3): the ``RobotGeometry`` rows (each sphere centre and link centre: its
@@ -850,6 +854,8 @@ def collision_query(rot, pos, row_body, row_local, q, threshold, padding, radii,
     n_pairs = pairs.shape[0]
     use_tables = sphere_ranges.shape[0] == n_pairs and n_pairs > 0
     for n in range(rot.shape[1]):
+        thr = threshold
+        best_p, best_a, best_b, best_d, best_s = -1, -1, -1, math.inf, False
         for link in range(n_links):
             _row_point(rot, pos, row_body, row_local, n, link_row[link], wl[link])
         for p in range(n_pairs):
@@ -866,11 +872,11 @@ def collision_query(rot, pos, row_body, row_local, q, threshold, padding, radii,
                 bound = t_values[t_offset[t] + int(c0) * t_size[t, 1] + int(c1)] - padding
                 if bound > d1:
                     d1 = bound
-            if not d1 < threshold:
+            if not d1 < thr:
                 continue
             indexed = use_tables
             if use_tables:
-                if threshold + padding <= subset_limit[p]:
+                if thr + padding <= subset_limit[p]:
                     a_start, a_count = sphere_ranges[p, 0], sphere_ranges[p, 1]
                     b_start, b_count = sphere_ranges[p, 2], sphere_ranges[p, 3]
                 else:
@@ -882,12 +888,12 @@ def collision_query(rot, pos, row_body, row_local, q, threshold, padding, radii,
             # Each side's spheres against the other link's bounding sphere.
             na = _near_spheres(rot, pos, row_body, row_local, n, sph_row, radii, sphere_index,
                                indexed, a_start, a_count, wl[lb], link_radius[lb],
-                               threshold + padding, keep_a, point_a)
+                               thr + padding, keep_a, point_a)
             if na == 0:
                 continue
             nb = _near_spheres(rot, pos, row_body, row_local, n, sph_row, radii, sphere_index,
                                indexed, b_start, b_count, wl[la], link_radius[la],
-                               threshold + padding, keep_b, point_b)
+                               thr + padding, keep_b, point_b)
             for i in range(na):
                 sa = keep_a[i]
                 for j in range(nb):
@@ -897,16 +903,20 @@ def collision_query(rot, pos, row_body, row_local, q, threshold, padding, radii,
                     dz = point_a[i, 2] - point_b[j, 2]
                     d3 = math.sqrt(dx * dx + dy * dy + dz * dz) - (radii[sa] + radii[sb]
                                                                    + padding)
-                    if d3 < threshold:
-                        out = _push(out, m, n, p, sa, sb, d3, True)
-                        m += 1
+                    if d3 < thr:
+                        if nearest:
+                            best_p, best_a, best_b, best_d, best_s = p, sa, sb, d3, True
+                            thr = d3
+                        else:
+                            out = _push(out, m, n, p, sa, sb, d3, True)
+                            m += 1
         for k in range(pair_link.shape[0]):
             link, o = pair_link[k], pair_obj[k]
             cx, cy, cz = obj_center[o, 0], obj_center[o, 1], obj_center[o, 2]
             dx, dy, dz = wl[link, 0] - cx, wl[link, 1] - cy, wl[link, 2] - cz
             d1 = math.sqrt(dx * dx + dy * dy + dz * dz) - (link_radius[link] + obj_radius[o]
                                                            + padding)
-            if not d1 < threshold:
+            if not d1 < thr:
                 continue
             first = link_sphere_start[link]
             for s in range(first, first + link_sphere_count[link]):
@@ -915,7 +925,7 @@ def collision_query(rot, pos, row_body, row_local, q, threshold, padding, radii,
                 px, py, pz = pa[0], pa[1], pa[2]
                 dx, dy, dz = px - cx, py - cy, pz - cz
                 d = math.sqrt(dx * dx + dy * dy + dz * dz) - radii[s] - obj_radius[o]
-                if not d < threshold + padding:
+                if not d < thr + padding:
                     continue
                 multi = obj_part_count[o] != 1
                 for part in range(obj_part_start[o], obj_part_start[o] + obj_part_count[o]):
@@ -925,14 +935,22 @@ def collision_query(rot, pos, row_body, row_local, q, threshold, padding, radii,
                         dz = pz - part_center[part, 2]
                         d2 = math.sqrt(dx * dx + dy * dy + dz * dz) - (
                             radii[s] + part_radius[part] + padding)
-                        if not d2 < threshold:
+                        if not d2 < thr:
                             continue
                     for g in range(part_start[part], part_start[part] + part_count[part]):
                         d3 = _point_primitive(px, py, pz, prim_kind[g], prim_rot[g],
                                               prim_trans[g], prim_size[g]) - (radii[s] + padding)
-                        if d3 < threshold:
-                            out = _push(out, m, n, k + n_pairs, s, g, d3, False)
-                            m += 1
+                        if d3 < thr:
+                            if nearest:
+                                best_p, best_a, best_b, best_d = k + n_pairs, s, g, d3
+                                best_s = False
+                                thr = d3
+                            else:
+                                out = _push(out, m, n, k + n_pairs, s, g, d3, False)
+                                m += 1
+        if nearest and best_p >= 0:
+            out = _push(out, m, n, best_p, best_a, best_b, best_d, best_s)
+            m += 1
     out_n, out_p, out_a, out_b, out_d, out_s = out
     return (out_n[:m].copy(), out_p[:m].copy(), out_a[:m].copy(), out_b[:m].copy(),
             out_d[:m].copy(), out_s[:m].copy())
@@ -1231,7 +1249,7 @@ def _warm_collision_query(frames):
                     i1.copy(), i1.copy(), f3.copy(), np.ones(1), i1.copy(),
                     np.ones(1, np.int64), f3.copy(), np.ones(1), i1.copy(),
                     np.ones(1, np.int64), i1.copy(), np.eye(3)[None].copy(), f3.copy(),
-                    f3 + 0.1)
+                    f3 + 0.1, False)
 
 
 _READY = False

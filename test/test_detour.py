@@ -144,6 +144,91 @@ def test_a_certified_leg_passes_the_guards_own_motion_check(demo):
     assert certified >= 5 and refused >= 5, (certified, refused)
 
 
+def _run_generator(work):
+    try:
+        while True:
+            next(work)
+    except StopIteration as result:
+        return result.value
+
+
+def _at_the_margin(chain, guard, q0, q_goal, margin):
+    """Return the configuration on the straight line q0 -> q_goal where the padded clearance
+    first drops below ``margin`` / 3 (bisection on the line)."""
+    clear = lambda q: guard.constraint.distances(chain.frames(q[None])).distance[0]
+    low, high = 0.0, 0.5        # the box is half way
+    assert clear(q0) > margin and clear(q0 + high * (q_goal - q0)) < 0.0
+    for _ in range(40):
+        mid = 0.5 * (low + high)
+        if clear(q0 + mid * (q_goal - q0)) > margin / 3.0:
+            low = mid
+        else:
+            high = mid
+    return q0 + low * (q_goal - q0)
+
+
+def test_the_push_out_leaves_the_margin_by_a_short_free_motion(demo):
+    """An arm stopped at the margin with no recent commands to go back along (it came there
+    on a detour's leg, or the goal sits at the box): the retreat pushes it out along the
+    closest pairs' gradients to at least twice the margin, by a short motion the guard's own
+    sub-stepped check accepts."""
+    chain, model, _ = demo
+    for trial in range(6):
+        guard, q0, q_goal, _ = blocked_case(chain, model, trial)
+        detour = Detour(chain, make_loop(chain)[1], DetourSettings(seed=trial))
+        margin = detour.settings.margin
+        start = _at_the_margin(chain, guard, q0, q_goal, margin)
+        detour._constraints = (guard.constraint,)
+        detour._exact = lambda a, b: bool(guard.check_many(a, b[None])[0])
+        assert detour._clearance(start[None])[0] < margin
+        out = _run_generator(detour._retreat(start))
+        assert out is not None, f'trial {trial}: no way out of the margin'
+        assert detour._clearance(out[None])[0] >= 2.0 * margin
+        assert guard.check_many(start, out[None])[0]
+        assert np.max(np.abs(out - start)) < 0.6, np.abs(out - start)
+
+
+def test_a_goal_whose_nearest_solution_collides_is_found_with_the_collision_constraints(
+        demo):
+    """The goal search's second pass: a sphere put on the unconstrained IK solution from a
+    seed (so that solution collides) while the goal's own configuration stays free. The
+    collision-constrained solve from the same seed finds a free solution of the goal in
+    most cases; no answer it gives closer than the end clearance is taken."""
+    from smcik_ros.control.detour import END_CLEARANCE
+    from smcik_ros.goals import PoseTarget
+    chain, model, _ = demo
+    rng = np.random.default_rng(5)
+    free_ik = make_solver('jacobian', chain)
+    cases = found = 0
+    while cases < 10:
+        guard = CollisionGuard(model, self_collision_pairs(model, SRDF))
+        q_goal = chain.random_configuration(rng)
+        seed = chain.random_configuration(rng)
+        terms = [PoseTarget(chain.fk(q_goal))]
+        plain = free_ik.solve(terms, seed, max_iters=100, tol=(5e-4, 5e-3))
+        if not plain.success or np.max(np.abs(plain.q - q_goal)) < 0.3:
+            continue
+        pose = np.eye(4)
+        pose[:3, 3] = chain.fk(plain.q, 'link4')[:3, 3]
+        guard.scene.apply([('add', ('test', 3), Obstacle('sphere', (0.04,), pose))],
+                          'obstacles')
+        clear = guard.constraint.distances(chain.frames(np.array([plain.q, q_goal])))
+        if clear.distance[0] >= 0.0 or clear.distance[1] < 0.01 or \
+                guard.constraint.in_collision(chain.frames(seed[None]))[0]:
+            continue
+        cases += 1
+        detour = Detour(chain, make_loop(chain)[1], DetourSettings(seed=cases))
+        detour._constraints = (guard.constraint,)
+        detour._free_solver.set_constraints(detour._constraints)
+        result = _run_generator(detour._free_solve(terms, seed, (5e-4, 5e-3)))
+        q = detour._goal_configuration(result, seed, [])
+        if q is not None:
+            found += 1
+            assert detour._clearance(q[None])[0] >= END_CLEARANCE
+            assert guard.constraint.distances(chain.frames(q[None])).distance[0] >= 0.0
+    assert found >= 6, f'{found}/{cases} goals found with the collision constraints'
+
+
 # ---------------------------------------------------------------------- going round
 def test_without_the_detour_the_arm_stops_at_the_margin(demo):
     chain, model, _ = demo

@@ -445,6 +445,35 @@ def test_compiled_collision_query_finds_the_numpy_leaves(numpy_path):
         'the draw should hold colliding and free leaves, self and scene'
 
 
+def test_the_nearest_query_returns_each_configurations_closest_leaf(numpy_path):
+    """``nearest`` (the branch-and-bound query behind ``CollisionConstraint.distances``):
+    exactly one leaf per configuration that has any below the threshold, the closest of the
+    numpy query's leaves (distance equal; the pair may differ only on a tie), and distances()
+    equal to the numpy engine's, at thresholds from contact to 20 cm."""
+    from smcik_ros.collision import engine
+    chain, constraint = _collision_scene()
+    rng = np.random.default_rng(8)
+    q = chain.clip(np.concatenate([chain.random_configuration(rng, 24),
+                                   chain.neutral_configuration()
+                                   + rng.normal(0.0, 0.3, (24, chain.n))]))
+    frames = chain.frames(q)
+    robot, geometry = constraint._robot, constraint._obstacles()
+    eager = numpy_path(robot.world, frames)
+    lazy = engine.World(None, robot.num_rows, len(q), np.array(frames.rot), np.array(frames.pos),
+                        robot)
+    for threshold in (0.0, 0.01, 0.05, 0.2):
+        ref = numpy_path(engine.query, robot, eager, constraint.pairs, geometry, threshold,
+                         constraint.padding, constraint._tables, q)
+        got = engine._query_compiled(robot, lazy, constraint.pairs, geometry, threshold,
+                                     constraint.padding, constraint._tables, q, nearest=True)
+        assert len(got) == len(np.unique(ref.n)) and len(np.unique(got.n)) == len(got)
+        for n, d in zip(got.n, got.d):
+            np.testing.assert_allclose(d, ref.d[ref.n == n].min(), rtol=0.0, atol=1e-12)
+    want = numpy_path(constraint.distances, frames).distance
+    np.testing.assert_allclose(constraint.distances(frames).distance, want, rtol=0.0,
+                               atol=1e-12)
+
+
 def test_collision_constraint_answers_alike_compiled_and_numpy(numpy_path):
     """violated, residual, jacobian and the motion check of the collision constraint agree
     between the compiled query (lazy sphere positions) and the numpy engine."""

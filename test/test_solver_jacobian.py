@@ -291,3 +291,23 @@ def test_bad_settings_raise_parameter_error(arm, changes, words):
     with pytest.raises(ParameterError, match=None) as info:
         make_solver('jacobian', arm, **changes)
     assert words in str(info.value)
+
+
+@pytest.mark.parametrize('name', ['jacobian', 'smc'])
+def test_solve_steps_is_solve_spread_over_calls(arm, name):
+    """The generator form gives the very answer of ``solve`` (same seeds), one yield between
+    two iterations: a caller with a budget per tick can spread a solve over ticks."""
+    for q0, q1 in nearby_problems(arm, 5, seed=3, spread=0.6):
+        goal = arm.fk(q1)
+        whole = make_solver(name, arm, seed=7).solve(goal, q0, max_iters=60, tol=1e-4)
+        work = make_solver(name, arm, seed=7).solve_steps(goal, q0, max_iters=60, tol=1e-4)
+        yields = 0
+        try:
+            while True:
+                next(work)
+                yields += 1
+        except StopIteration as done:
+            spread = done.value
+        np.testing.assert_array_equal(spread.q, whole.q)
+        assert spread.success == whole.success and spread.iterations == whole.iterations
+        assert yields == max(whole.iterations - 1, 0)

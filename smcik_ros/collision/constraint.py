@@ -270,11 +270,12 @@ class CollisionConstraint(Constraint):
             return leaves, self._robot.world(frames)
         return leaves, engine.World(xyz.reshape(3, -1), world.rows, world.n)
 
-    def _run(self, frames, threshold):
-        """Return (World, leaves below ``threshold``) of ``frames`` (no cache)."""
+    def _run(self, frames, threshold, nearest=False):
+        """Return (World, leaves below ``threshold``) of ``frames`` (no cache; ``nearest``:
+        at least each configuration's closest leaf, see ``engine.query``)."""
         world = self._robot.world(frames)
         leaves = engine.query(self._robot, world, self.pairs, self._obstacles(), threshold,
-                              self.padding, self._tables, frames.q)
+                              self.padding, self._tables, frames.q, nearest)
         return world, leaves
 
     def _eval_threshold(self):
@@ -467,7 +468,7 @@ class CollisionConstraint(Constraint):
             if not len(todo):
                 break
             sub = frames if len(todo) == n else frames.subset(todo)
-            world, leaves = self._run(sub, float(threshold))
+            world, leaves = self._run(sub, float(threshold), nearest=True)
             if not len(leaves):
                 continue
             order = np.lexsort((leaves.d, leaves.n))

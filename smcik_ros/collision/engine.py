@@ -619,12 +619,15 @@ def _group_ranges(row, count):
     return np.cumsum(sizes) - sizes, sizes
 
 
-def query(robot, world, self_pairs, obstacles, threshold, padding, tables=None, q=None):
+def query(robot, world, self_pairs, obstacles, threshold, padding, tables=None, q=None,
+          nearest=False):
     """Return the ``Leaves`` with padded distance < ``threshold`` [m] (see the module doc).
 
     robot: RobotGeometry; world: the ``World`` from ``robot.world``; self_pairs: (P, 2) link
     index pairs; obstacles: ObstacleGeometry or None; tables: ``PairTables`` of these
-    self_pairs (with q (N, nq), the configurations of ``world``) or None.
+    self_pairs (with q (N, nq), the configurations of ``world``) or None; nearest: only each
+    configuration's closest leaf is needed (the compiled query then prunes by branch and
+    bound and returns just that one; the numpy path returns them all).
 
     Levels: (1) link/link and link/obstacle bounding spheres; (2) each sphere of one side
     against the other side's bounding sphere (both ways for link pairs); (3) the surviving
@@ -633,7 +636,7 @@ def query(robot, world, self_pairs, obstacles, threshold, padding, tables=None, 
     n_cfg = world.n
     if kernels.ENABLED and world.rot is not None:
         return _query_compiled(robot, world, self_pairs, obstacles, threshold, padding, tables,
-                               q)
+                               q, nearest)
     parts = []
     wl = world.grid(robot.link_row)                                   # (N, L, 3)
     P = len(self_pairs)
@@ -803,8 +806,10 @@ def _obstacle_arrays(obstacles):
     return packed
 
 
-def _query_compiled(robot, world, self_pairs, obstacles, threshold, padding, tables, q):
-    """``query`` by the compiled kernel (``kernels.collision_query``): the same leaves."""
+def _query_compiled(robot, world, self_pairs, obstacles, threshold, padding, tables, q,
+                    nearest=False):
+    """``query`` by the compiled kernel (``kernels.collision_query``): the same leaves (with
+    ``nearest``, each configuration's closest one)."""
     if q is None:          # the tables need the configurations
         tables = None
     pairs = _pair_arrays(self_pairs, tables, robot)
@@ -814,7 +819,8 @@ def _query_compiled(robot, world, self_pairs, obstacles, threshold, padding, tab
         q_arr = np.array(q, dtype=float, order='C').reshape(world.n, -1)   # writable
     n, pair, a, b, d, is_self = kernels.collision_query(
         world.rot, world.pos, robot.row_body, robot.row_local, q_arr, float(threshold),
-        float(padding), *_robot_arrays(robot), *pairs, *_obstacle_arrays(obstacles))
+        float(padding), *_robot_arrays(robot), *pairs, *_obstacle_arrays(obstacles),
+        bool(nearest))
     return Leaves(n, pair, a, b, d, is_self, world.n)
 
 

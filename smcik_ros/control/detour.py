@@ -13,10 +13,15 @@ between the arm and a still goal stops the arm at the margin. ``Detour`` is what
    solvers keep out of collision, so they often hold the arm at the margin themselves). At
    most ``max_attempts`` detours per goal, ``retry_interval`` apart.
 2. Plan (``plan``, a budget of ``budget`` seconds per tick; the arm brakes and holds at the
-   plan's start meanwhile): collision-free goal configurations (a private Jacobian solver
-   from the start and from random seeds, kept when every point has ``margin`` clearance),
-   the straight leg to each, then a small RRT-connect between the start and those
-   configurations, and a greedy shortcut of the path found.
+   plan's start meanwhile): a start closer than ``margin`` first retreats (a recent command
+   with clearance, else a push out along the closest pairs' distance gradients);
+   collision-free goal configurations (a private Jacobian solver from the start and from
+   random seeds; while none is found, a seed whose solution collides is solved again, at most
+   ``free_searches`` times per plan, by a second private Jacobian solver with the collision constraints as inequalities,
+   which finds goals in narrow free pockets of their self-motion; kept when END_CLEARANCE
+   clear), the straight leg to each, then a small RRT-connect between the start and those
+   configurations, and a greedy shortcut of the path found. Solves run one iteration per
+   unit of work (``Solver.solve_steps``), so no tick overruns its budget by more than one.
 3. A leg (straight joint-space segment) is accepted when it is certified free: the padded
    clearance ``d`` of the hard collision constraints is evaluated at its ends and at
    bisection points until every piece satisfies ``d0 + d1 >= 2 delta + 2 margin`` (``delta``:
@@ -56,9 +61,14 @@ SAMPLES_PER_UNIT = 48
 # A leg's ends need at least this padded clearance [m]; the leg keeps min(margin, half the
 # smaller end clearance) at every point (a goal configuration may lie closer than the margin).
 END_CLEARANCE = 0.001
+# Most iterations of one collision-constrained goal search.
+FREE_ITERATIONS = 150
 # Recent commands remembered for the retreat (ticks), and how many are tried.
 HISTORY = 400
 RETREAT_TRIES = 4
+# The push out of the margin: most Gauss-Newton steps, and the largest joint change of one.
+PUSH_ITERATIONS = 12
+PUSH_STEP = 0.05
 
 
 @dataclass(frozen=True)
@@ -75,6 +85,7 @@ class DetourSettings:
     margin: float = 0.003           # [m] padded clearance kept along the planned path
     goal_seeds: int = 32            # IK solves (the start, then random seeds) per plan
     goal_configurations: int = 4    # most collision-free goal configurations planned to
+    free_searches: int = 8          # seeds searched again with the collision constraints
     max_iterations: int = 300       # RRT-connect iterations before the plan fails
     step: float = 0.8               # [rad or m] largest joint change of one tree edge
     budget: float = 0.004           # [s] planning work per tick (at least one unit runs)
@@ -97,7 +108,7 @@ class DetourSettings:
                 raise ParameterError(f'detour {name} must be in [{low:g}, {high:g}]; got '
                                      f'{value}')
             object.__setattr__(self, name, value)
-        for name, low in (('goal_seeds', 1), ('goal_configurations', 1),
+        for name, low in (('goal_seeds', 1), ('goal_configurations', 1), ('free_searches', 0),
                           ('max_iterations', 0), ('max_attempts', 0), ('seed', -1)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
@@ -133,6 +144,11 @@ class Detour:
         self.ik_solver = ik_solver if ik_solver is not None else make_solver('jacobian', chain)
         seed = None if self.settings.seed < 0 else self.settings.seed
         self.rng = rng if rng is not None else np.random.default_rng(seed)
+        # The collision-constrained goal search: a private 'jacobian' whose dampers keep the
+        # margin (its constraints are set when a plan starts; its restarts seeded apart).
+        self._free_solver = make_solver(
+            'jacobian', chain, collision_security_distance=self.settings.margin,
+            seed=-1 if seed is None else (seed + 1) % 2 ** 31)
         self.state = 'idle' if self.settings.enabled else 'off'
         self.reason = ''
         self.path = None             # (K, n) waypoints, command coordinate (start first)
@@ -239,6 +255,7 @@ class Detour:
         self.state, self.reason = 'planning', ''
         self.path, self.index = None, 0
         self._constraints = tuple(c for c in loop.constraints if c.hard)
+        self._free_solver.set_constraints(self._constraints)
         self._scene_version = self._version()
         self.last_plan_time, self.last_plan_ticks, self.longest_tick = 0.0, 0, 0.0
         self._terms, self._tolerances = loop.goal.terms, loop.tolerances
@@ -294,23 +311,28 @@ class Detour:
         goals = []
         span = self.chain.upper - self.chain.lower
         continuous = self.limits.continuous
+        tol = (0.5 * tolerances[0], 0.5 * tolerances[1])
+        searched = 0
         for k in range(s.goal_seeds):
             seed = start if k == 0 else (self.chain.lower + span * (
                 0.05 + 0.9 * self.rng.uniform(size=self.chain.n)))
-            result = self.ik_solver.solve(list(terms), seed, max_iters=100,
-                                          tol=(0.5 * tolerances[0], 0.5 * tolerances[1]))
+            result = yield from self.ik_solver.solve_steps(list(terms), seed, max_iters=100,
+                                                           tol=tol)
             yield
-            if not result.success:
-                continue
-            q = nearest_equivalent(np.asarray(result.q, dtype=float), start, continuous)
-            q = self.limits.clip(q)
-            if any(np.max(np.abs(q - g)) < 0.05 for g in goals):
-                continue
-            if self._clearance(q[None])[0] >= END_CLEARANCE:
-                goals.append(q)
+            found = self._goal_configuration(result, start, goals)
+            if found is None and not goals and searched < s.free_searches:
+                # The nearest solution collides (a goal in a narrow free pocket of its
+                # self-motion): search again from the same seed with the collision
+                # constraints as inequalities (one iteration per unit of work).
+                searched += 1
+                result = yield from self._free_solve(terms, seed, tol)
+                found = self._goal_configuration(result, start, goals)
+            if found is not None:
+                goals.append(found)
         if not goals:
             return None, (f'no collision-free configuration of the goal found from '
-                          f'{s.goal_seeds} IK seeds')
+                          f'{s.goal_seeds} IK seeds ({searched} of them searched with the '
+                          'collision constraints)')
         goals.sort(key=lambda g: float(np.max(np.abs(g - start))))
         goals = goals[:s.goal_configurations]
         for g in goals:                              # the straight line first
@@ -324,25 +346,78 @@ class Detour:
         path = yield from self._shortcut(path)
         return np.array(prefix + path), ''
 
+    def _goal_configuration(self, result, start, goals):
+        """Return the IK result as a new collision-free goal configuration (n,), or None
+        (not solved, a duplicate of one in ``goals``, or closer than END_CLEARANCE)."""
+        if result is None or not result.success:
+            return None
+        q = nearest_equivalent(np.asarray(result.q, dtype=float), start, self.limits.continuous)
+        q = self.limits.clip(q)
+        if any(np.max(np.abs(q - g)) < 0.05 for g in goals):
+            return None
+        return q if self._clearance(q[None])[0] >= END_CLEARANCE else None
+
+    def _free_solve(self, terms, seed, tol):
+        """Generator: the collision-constrained solve of ``terms`` from ``seed``, one
+        iteration per unit of work; return its IKResult."""
+        result = yield from self._free_solver.solve_steps(list(terms), seed,
+                                                          max_iters=FREE_ITERATIONS, tol=tol)
+        return result
+
     def _retreat(self, start):
-        """Generator: a recent command with twice the margin (+ 4 mm) of clearance that the
-        exact check lets the arm go back to in a straight line, or None.
+        """Generator: a configuration with twice the margin (+ 4 mm) of clearance that the
+        exact check lets the arm go to from ``start`` in a straight line, or None.
 
         The arm stopped at the margin comes from where it was free: the most recent such
-        commands are tried, nearest first.
+        commands are tried, nearest first; then the push out (``_push_out``).
         """
-        if self._exact is None or not self._history:
+        if self._exact is None:
             return None
-        history = np.array(self._history)[::-1]
+        history = np.array(self._history)[::-1] if self._history else np.zeros((0, len(start)))
         history = history[np.max(np.abs(history - start), axis=1) > 1e-6][::5]
-        if not len(history):
-            return None
-        clear = self._clearance(history) >= 2.0 * self.settings.margin + 0.004
-        yield
-        for q in history[clear][:RETREAT_TRIES]:
-            if self._exact(start, q):
-                return q.copy()
+        if len(history):
+            clear = self._clearance(history) >= 2.0 * self.settings.margin + 0.004
             yield
+            for q in history[clear][:RETREAT_TRIES]:
+                if self._exact(start, q):
+                    return q.copy()
+                yield
+        return (yield from self._push_out(start))
+
+    def _push_out(self, start):
+        """Generator: a configuration a short straight motion from ``start`` with at least
+        twice the margin of clearance, found by Gauss-Newton steps that raise the distance of
+        each object pair closer than the margin + 6 mm towards that (its closest leaf:
+        least-norm steps on their gradients, at most PUSH_STEP per joint each), and allowed
+        by the exact check; or None.
+
+        The recent commands offer no way back when the arm came to the margin along a
+        detour's leg or a goal that sits near an obstacle: the way out is then away from
+        the closest pairs, whatever the goal.
+        """
+        collision = [c for c in self._constraints if hasattr(c, 'inequality_rows')]
+        if self._exact is None or not collision:
+            return None
+        chain = self.chain
+        want = 2.0 * self.settings.margin        # accepted: clear of the plan's start check
+        aim = want + 0.006                       # Gauss-Newton nears its aim from below
+        q = start.copy()
+        for _ in range(PUSH_ITERATIONS):
+            frames = chain.frames(q[None])
+            rows = [c.inequality_rows(frames, aim, per_pair=1) for c in collision]
+            d = np.concatenate([r[0] for r in rows])
+            if not len(d) or d.min() >= aim - 0.001:
+                break
+            jac = np.vstack([r[1] for r in rows])
+            dv = np.linalg.lstsq(jac, aim - d, rcond=1e-6)[0]
+            largest = float(np.max(np.abs(dv)))
+            if not math.isfinite(largest) or largest <= 0.0:
+                return None
+            dv *= min(1.0, PUSH_STEP / largest)
+            q = self.limits.clip(chain.clip(chain.integrate(q, dv)))
+            yield
+        if self._clearance(q[None])[0] >= want and self._exact(start, q):
+            return q
         return None
 
     def _rrt_connect(self, start, goals):

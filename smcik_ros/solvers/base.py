@@ -304,6 +304,18 @@ class Solver:
         (1e-3: 1 mm and 0.01 rad); or a pair (position_tol [m], orientation_tol [rad]).
         timeout: wall-clock budget [s]; the best estimate so far is returned when it runs out.
         """
+        work = self.solve_steps(goal, q_seed, max_iters, tol, timeout)
+        while True:
+            try:
+                next(work)
+            except StopIteration as done:
+                return done.value
+
+    def solve_steps(self, goal, q_seed, max_iters=300, tol=1e-3, timeout=None):
+        """Generator form of ``solve`` (same arguments): yield after each iteration, return
+        the ``IKResult`` (``yield from`` gives it). A caller with a time budget per tick
+        (the node's detour planning) spreads one solve over ticks; the solver must not be
+        used otherwise until the generator is exhausted or dropped."""
         start = time.perf_counter()
         pos_tol, ori_tol = parse_tolerance(tol)
         max_iters = int(max_iters)
@@ -341,6 +353,8 @@ class Solver:
                 break
             if timeout is not None and time.perf_counter() - start >= timeout:
                 break
+            if iterations:
+                yield
             q, frames = self._iterate(targets, online=False)
             iterations += 1
         _, success, pos, ori, ok, q = best
