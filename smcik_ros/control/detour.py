@@ -19,10 +19,10 @@ between the arm and a still goal stops the arm at the margin. ``Detour`` is what
    random seeds; while none is found, a seed whose solution collides is solved again, at most
    ``free_searches`` times per plan, by a second private Jacobian solver with the collision
    constraints as inequalities, which finds goals in narrow free pockets of their
-   self-motion; kept when END_CLEARANCE clear), the straight leg to each, then a small RRT-connect between the start and those
-   configurations, and a greedy shortcut of the path found. Solves run one iteration per
-   unit of work (``Solver.solve_steps``), so no tick overruns its budget by more than one.
-3. A leg (straight joint-space segment) is accepted when it is certified free: the padded
+   self-motion; kept when END_CLEARANCE clear), the straight leg to each, then a small
+   RRT-connect between the start and those configurations, and a greedy shortcut of the path
+   found. Solves run one iteration per unit of work (``Solver.solve_steps``), so no tick
+   overruns its budget by more than one.
    clearance ``d`` of the hard collision constraints is evaluated at its ends and at
    bisection points until every piece satisfies ``d0 + d1 >= 2 delta + 2 margin`` (``delta``:
    the largest displacement of any cover point over the piece, the constraints' own lever
