@@ -23,6 +23,7 @@ between the arm and a still goal stops the arm at the margin. ``Detour`` is what
    RRT-connect between the start and those configurations, and a greedy shortcut of the path
    found. Solves run one iteration per unit of work (``Solver.solve_steps``), so no tick
    overruns its budget by more than one.
+3. A leg (straight joint-space segment) is accepted when it is certified free: the padded
    clearance ``d`` of the hard collision constraints is evaluated at its ends and at
    bisection points until every piece satisfies ``d0 + d1 >= 2 delta + 2 margin`` (``delta``:
    the largest displacement of any cover point over the piece, the constraints' own lever
