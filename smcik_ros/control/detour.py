@@ -89,7 +89,7 @@ class DetourSettings:
     free_searches: int = 8          # seeds searched again with the collision constraints
     max_iterations: int = 300       # RRT-connect iterations before the plan fails
     step: float = 0.8               # [rad or m] largest joint change of one tree edge
-    budget: float = 0.004           # [s] planning work per tick (at least one unit runs)
+    budget: float = 0.006           # [s] planning work per tick (at least one unit runs)
     max_attempts: int = 3           # detours per goal
     retry_interval: float = 1.0     # [s] after a failed or cancelled detour
     seed: int = -1                  # random seed of the sampling; -1: fresh entropy
