@@ -110,6 +110,9 @@ NODE_PARAMETERS = {
                 {'floating_point_range': _float_range(1.0, 1000.0)}),
     'iterations_per_tick': (1, 'solver steps per control tick',
                             {'integer_range': _int_range(1, 100)}),
+    'rest_step_interval': (10, 'while the solver is settled on an unchanged goal and scene and '
+                           'the command rests at its answer, it steps only every this many '
+                           'ticks (1: every tick)', {'integer_range': _int_range(1, 1000)}),
     'solver': ('smc', 'solver name; one of ' + ', '.join(available_solvers()), {}),
     'command_type': ('joint_state', 'command message: joint_state (sensor_msgs/JointState), '
                      'joint_trajectory (trajectory_msgs/JointTrajectory, one point) or '
@@ -303,6 +306,7 @@ class SmcIkNode(Node):
             tolerances=(self._param('position_tolerance'),
                         self._param('orientation_tolerance')),
             fallback_candidates=self._param('collision_fallback_candidates'),
+            rest_step_interval=self._param('rest_step_interval'),
             detour=Detour(self.chain, limits,
                           DetourSettings(enabled=self._param('collision_detour'))))
         self._constraints = ConstraintSet(
@@ -572,6 +576,8 @@ class SmcIkNode(Node):
             self._make_timers(rates, values)
         if 'iterations_per_tick' in changes:
             self.loop.iterations_per_tick = int(values['iterations_per_tick'])
+        if 'rest_step_interval' in changes:
+            self.loop.rest_step_interval = int(values['rest_step_interval'])
         if 'goal_timeout' in changes:
             self.loop.inbox.goal_timeout = values['goal_timeout']
         if 'position_tolerance' in changes or 'orientation_tolerance' in changes:
