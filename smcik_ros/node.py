@@ -58,6 +58,7 @@ from .control import (ArmSettings, ControlLoop, FrameResolver, GoalInbox,
                       read_joint_limits_yaml)
 from .control.alternatives import AlternativesBook
 from .control.collision_guard import CollisionGuard, CollisionSettings, choose_srdf
+from .control.side_work import SideWork
 from .control.detour import Detour, DetourSettings
 from .control.constraints import ConstraintSet
 from .errors import GoalError, ModelError, ParameterError, SmcIkError
@@ -315,6 +316,9 @@ class SmcIkNode(Node):
             model=self._guard.model)
         self._set_constraint_specs(self._constraints.parse(self._param('constraints')))
         self._markers_shown = False                # the target was in the last marker message
+        self._marker_key = None                    # what the last marker messages showed
+        self._marker_sent = -math.inf              # when they were published [s, monotonic]
+        self.markers_skipped = 0                   # marker ticks with nothing new to show
         self._check_choice('command_type', self._param('command_type'), COMMAND_TYPES)
 
         self._tick_times = collections.deque(maxlen=200)     # [s] control tick durations
@@ -361,6 +365,11 @@ class SmcIkNode(Node):
         self._timer = None
         self._marker_timer = None
         self._status_timer = None
+        # Markers and alternatives run between control ticks (their timers request them).
+        self._side = SideWork()
+        self._side.add('markers', self._guarded('marker_rate_hz', self._on_marker_tick))
+        self._side.add('alternatives', self._guarded('alternatives_rate_hz',
+                                                     self._on_alternatives_tick))
         self._make_timers(('rate_hz', 'marker_rate_hz', 'status_rate_hz'))
         self._setup_alternatives()
         self._values = self._all_values()   # read on every tick: cached, kept up to date
@@ -745,14 +754,17 @@ class SmcIkNode(Node):
             self._rate = values['rate_hz']
             self._timer = self.create_timer(1.0 / self._rate,
                                             self._guarded('tick', self._on_tick))
-        for key, attr, callback in (('marker_rate_hz', '_marker_timer', self._on_marker_tick),
-                                    ('status_rate_hz', '_status_timer', self._on_status_tick)):
+        for key, attr, callback in (
+                ('marker_rate_hz', '_marker_timer', lambda: self._side.request('markers')),
+                ('status_rate_hz', '_status_timer', self._on_status_tick)):
             if key in which:
                 if getattr(self, attr) is not None:
                     self.destroy_timer(getattr(self, attr))
                 rate = values[key]
                 setattr(self, attr, self.create_timer(1.0 / rate, self._guarded(key, callback))
                         if rate > 0 else None)
+                if key == 'marker_rate_hz' and rate <= 0:
+                    self._side.cancel('markers')
 
     # ------------------------------------------------------------------ frames
     def _frame_to_base(self, frame):
@@ -912,6 +924,13 @@ class SmcIkNode(Node):
             self._publish_command(command, ns)
         self._tick_times.append(time.perf_counter() - started)
         self._tick_cpu.append(time.thread_time() - cpu_started)
+        if self._side.pending:      # markers, alternatives: when they fit before the next tick
+            self._side.run(self._time_to_next_tick)
+
+    def _time_to_next_tick(self):
+        """Return the seconds until the control timer fires next (None: unknown)."""
+        ns = self._timer.time_until_next_call() if self._timer is not None else None
+        return None if ns is None else ns * 1e-9
 
     def _publish_command(self, command, stamp_ns):
         names = self.chain.joint_names
@@ -954,12 +973,34 @@ class SmcIkNode(Node):
             return False
 
     # ------------------------------------------------------------------ markers and status
+    MARKER_KEEPALIVE = 1.0   # [s] unchanged markers are published again this often
+
+    def _marker_inputs_key(self, q_cmd, info):
+        """Return what the marker messages are built from: objects (compared by identity:
+        each is replaced, never changed in place, when what it holds changes) and values."""
+        guard = self._guard
+        return ((info, self.loop.goal, self._alternatives.published, guard.constraint,
+                 self._constraints.drawn, self.loop.solver),
+                (q_cmd.tobytes(), guard.scene.version, self._param('max_marker_particles'),
+                 self._param('collision_cover_markers')))
+
     def _on_marker_tick(self):
         q_cmd = self.loop.q
         if q_cmd is None:
             return
         started, cpu_started = time.perf_counter(), time.thread_time()
         info = self.loop.solver.last_info
+        # Nothing changed since the last markers (the arm rests on a settled goal): publish
+        # them again only every MARKER_KEEPALIVE s (a late RViz; markers never expire).
+        key = self._marker_inputs_key(q_cmd, info)
+        last = self._marker_key
+        if last is not None and all(a is b for a, b in zip(key[0], last[0])) and \
+                key[1] == last[1] and started - self._marker_sent < self.MARKER_KEEPALIVE:
+            self.markers_skipped += 1
+            self._marker_times.append(time.perf_counter() - started)
+            self._marker_cpu.append(time.thread_time() - cpu_started)
+            return
+        self._marker_key, self._marker_sent = key, started
         particles, positions, weights = info.get('particles'), None, None
         if particles is not None and self._param('max_marker_particles') > 0:
             chosen, weights = select_particles(particles, info.get('weights'),
@@ -1003,6 +1044,8 @@ class SmcIkNode(Node):
             'marker_time_ms': mean_ms(self._marker_times),
             'step_cpu_ms': mean_ms(self._tick_cpu),
             'marker_cpu_ms': mean_ms(self._marker_cpu),
+            'steps_skipped': loop.skipped_steps,
+            'markers_skipped': self.markers_skipped,
             'solver': self._solver_name,
             'goal_id': loop.goal.sequence if loop.goal is not None else 0,
             'reached': bool(loop.goal_reached),
@@ -1054,7 +1097,10 @@ class SmcIkNode(Node):
         if self._alternatives_timer is not None:
             self.destroy_timer(self._alternatives_timer)
         self._alternatives_timer = (self.create_timer(1.0 / rate, self._guarded(
-            'alternatives_rate_hz', self._on_alternatives_tick)) if rate > 0 else None)
+            'alternatives_rate_hz', lambda: self._side.request('alternatives')))
+            if rate > 0 else None)
+        if rate <= 0:
+            self._side.cancel('alternatives')
 
     def _apply_alternatives_changes(self, changes, values):
         if 'max_alternatives' in changes:
