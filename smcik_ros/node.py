@@ -265,6 +265,12 @@ class SmcIkNode(Node):
         self._setting_fields = {}  # solver name -> [declared setting fields]
         self._log_bridge = _LogBridge(self._emit)   # smcik_ros.collision warnings -> ROS log
         self._declare_parameters()
+        self._semantic_text = None       # SRDF XML from /robot_description_semantic
+        self._semantic_sub = None
+        # Subscribe first: discovery of a /robot_description_semantic publisher (waited for
+        # below, up to 0.5 s when none is known) runs while the URDF is read and parsed and
+        # the kernels load.
+        self._subscribe_semantic()
         self.urdf_xml, source = load_robot_description(
             self, self.get_parameter('robot_description_timeout').value,
             keep_waiting=lambda: not stop_requested())
@@ -273,9 +279,6 @@ class SmcIkNode(Node):
         self.get_logger().info(
             f'model from {source}: {self.chain.robot_name} {self.chain.base_link} -> '
             f'{self.chain.tip_link}, joints {", ".join(self.chain.joint_names)}')
-        self._semantic_text = None       # SRDF XML from /robot_description_semantic
-        self._semantic_sub = None
-        self._subscribe_semantic()       # discovery runs while the kernels load
         # Compile the kernels (first run) or load them from the on-disk cache now, before
         # any solver or timer exists: no tick pays for it, and a cold cache says so.
         kernels.warm_up(self.chain, self.get_logger().info)
