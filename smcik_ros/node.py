@@ -758,7 +758,7 @@ class SmcIkNode(Node):
             self._timer = self.create_timer(1.0 / self._rate,
                                             self._guarded('tick', self._on_tick))
         for key, attr, callback in (
-                ('marker_rate_hz', '_marker_timer', lambda: self._side.request('markers')),
+                ('marker_rate_hz', '_marker_timer', self._request_markers),
                 ('status_rate_hz', '_status_timer', self._on_status_tick)):
             if key in which:
                 if getattr(self, attr) is not None:
@@ -987,23 +987,30 @@ class SmcIkNode(Node):
                 (q_cmd.tobytes(), guard.scene.version, self._param('max_marker_particles'),
                  self._param('collision_cover_markers')))
 
+    def _request_markers(self):
+        """The marker timer: ask for a marker tick between control ticks, unless nothing
+        changed since the last markers (the arm rests on a settled goal) and they are less
+        than MARKER_KEEPALIVE s old (published again then for a late RViz; markers never
+        expire)."""
+        q_cmd = self.loop.q
+        if q_cmd is None:
+            return
+        last = self._marker_key
+        if last is not None and time.perf_counter() - self._marker_sent < self.MARKER_KEEPALIVE:
+            key = self._marker_inputs_key(q_cmd, self.loop.solver.last_info)
+            if all(a is b for a, b in zip(key[0], last[0])) and key[1] == last[1]:
+                self.markers_skipped += 1
+                return
+        self._side.request('markers')
+
     def _on_marker_tick(self):
         q_cmd = self.loop.q
         if q_cmd is None:
             return
         started, cpu_started = time.perf_counter(), time.thread_time()
         info = self.loop.solver.last_info
-        # Nothing changed since the last markers (the arm rests on a settled goal): publish
-        # them again only every MARKER_KEEPALIVE s (a late RViz; markers never expire).
-        key = self._marker_inputs_key(q_cmd, info)
-        last = self._marker_key
-        if last is not None and all(a is b for a, b in zip(key[0], last[0])) and \
-                key[1] == last[1] and started - self._marker_sent < self.MARKER_KEEPALIVE:
-            self.markers_skipped += 1
-            self._marker_times.append(time.perf_counter() - started)
-            self._marker_cpu.append(time.thread_time() - cpu_started)
-            return
-        self._marker_key, self._marker_sent = key, started
+        self._marker_key = self._marker_inputs_key(q_cmd, info)
+        self._marker_sent = started
         particles, positions, weights = info.get('particles'), None, None
         if particles is not None and self._param('max_marker_particles') > 0:
             chosen, weights = select_particles(particles, info.get('weights'),
