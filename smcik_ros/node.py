@@ -995,11 +995,14 @@ class SmcIkNode(Node):
         q_cmd = self.loop.q
         if q_cmd is None:
             return
+        started, cpu_started = time.perf_counter(), time.thread_time()
         last = self._marker_key
-        if last is not None and time.perf_counter() - self._marker_sent < self.MARKER_KEEPALIVE:
+        if last is not None and started - self._marker_sent < self.MARKER_KEEPALIVE:
             key = self._marker_inputs_key(q_cmd, self.loop.solver.last_info)
             if all(a is b for a, b in zip(key[0], last[0])) and key[1] == last[1]:
-                self.markers_skipped += 1
+                self.markers_skipped += 1     # counted as a (cheap) marker tick
+                self._marker_times.append(time.perf_counter() - started)
+                self._marker_cpu.append(time.thread_time() - cpu_started)
                 return
         self._side.request('markers')
 
