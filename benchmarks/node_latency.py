@@ -9,7 +9,8 @@ and, unless --no-sim, sim_arm, as separate processes on a private ROS_DOMAIN_ID.
 1. latency: for --goals nearby pose goals (FK of the measured configuration plus a random
    joint offset), the time from publishing the goal until the first joint command whose FK is
    within 1 mm / 0.01 rad of it (receive times in this process);
-2. rate and CPU: over --window seconds while goals keep coming every 2 s, the command rate
+2. rate and CPU: over --window seconds while goals keep coming every 2 s (--goal-period; 0:
+   none, the last goal held: a settled arm at rest), the command rate
    (from the commands' header stamps, i.e. the node's timer, and from receive times) and the
    node process's CPU share of one core (utime + stime from /proc/<pid>/stat).
 
@@ -73,6 +74,9 @@ def main(argv=None):
                              'RMW_FASTRTPS_PUBLICATION_MODE=ASYNCHRONOUS')
     parser.add_argument('--csv', default='node_latency.csv', help='result file name')
     parser.add_argument('--obstacles', type=int, default=0, help='sphere obstacles published')
+    parser.add_argument('--goal-period', type=float, default=2.0,
+                        help='a new goal every this many seconds in the rate/CPU window [s]; '
+                             '0: none (the last latency goal is held: a settled arm at rest)')
     parser.add_argument('--urdf', default=str(ROOT / 'urdf' / 'smcik_arm.urdf'),
                         help='robot URDF (default: the demo arm)')
     parser.add_argument('--base', default='base_link', help='base link')
@@ -195,9 +199,9 @@ def main(argv=None):
         cpu0, t0 = cpu_seconds(node_proc.pid), time.monotonic()
         next_goal = t0
         while time.monotonic() - t0 < args.window:
-            if time.monotonic() >= next_goal:
+            if args.goal_period > 0 and time.monotonic() >= next_goal:
                 send_goal()
-                next_goal += 2.0
+                next_goal += args.goal_period
             executor.spin_once(timeout_sec=0.005)
         cpu1, t1 = cpu_seconds(node_proc.pid), time.monotonic()
         window = commands[first:]
@@ -248,6 +252,10 @@ def main(argv=None):
         ('collision: holds / fallbacks in the window',
          f'{last.get("holds", 0) - first_status.get("holds", 0)} / '
          f'{last.get("fallbacks", 0) - first_status.get("fallbacks", 0)}', ''),
+        ('solver steps / marker ticks skipped at rest',
+         f'{last.get("steps_skipped", 0) - first_status.get("steps_skipped", 0)} / '
+         f'{last.get("markers_skipped", 0) - first_status.get("markers_skipped", 0)}',
+         'rest_step_interval, unchanged markers'),
         ('machine load average (1 min)', f'{load:.2f}', f'{os.cpu_count()} cores'),
         ('window [s]', f'{t1 - t0:.1f}', ''),
         ('node exit code after SIGINT', str(codes[0]), '0'),
@@ -259,6 +267,8 @@ def main(argv=None):
     RESULTS.mkdir(parents=True, exist_ok=True)
     config = ' '.join(args.param + args.env + (['--no-sim'] if args.no_sim else [])
                       + ([f'--obstacles {args.obstacles}'] if args.obstacles else [])
+                      + ([f'--goal-period {args.goal_period:g}'] if args.goal_period != 2.0
+                         else [])
                       + ([f'--urdf {args.urdf}'] if 'smcik_arm.urdf' not in args.urdf else []))
     rows.append(('configuration', config or 'config/arm.yaml defaults', ''))
     with open(RESULTS / args.csv, 'w', newline='') as handle:

@@ -58,6 +58,7 @@ from .control import (ArmSettings, ControlLoop, FrameResolver, GoalInbox,
                       read_joint_limits_yaml)
 from .control.alternatives import AlternativesBook
 from .control.collision_guard import CollisionGuard, CollisionSettings, choose_srdf
+from .control.side_work import SideWork
 from .control.detour import Detour, DetourSettings
 from .control.constraints import ConstraintSet
 from .errors import GoalError, ModelError, ParameterError, SmcIkError
@@ -110,6 +111,9 @@ NODE_PARAMETERS = {
                 {'floating_point_range': _float_range(1.0, 1000.0)}),
     'iterations_per_tick': (1, 'solver steps per control tick',
                             {'integer_range': _int_range(1, 100)}),
+    'rest_step_interval': (50, 'while the solver is settled on an unchanged goal and scene and '
+                           'the command rests at its answer, it steps only every this many '
+                           'ticks (1: every tick)', {'integer_range': _int_range(1, 1000)}),
     'solver': ('smc', 'solver name; one of ' + ', '.join(available_solvers()), {}),
     'command_type': ('joint_state', 'command message: joint_state (sensor_msgs/JointState), '
                      'joint_trajectory (trajectory_msgs/JointTrajectory, one point) or '
@@ -261,6 +265,12 @@ class SmcIkNode(Node):
         self._setting_fields = {}  # solver name -> [declared setting fields]
         self._log_bridge = _LogBridge(self._emit)   # smcik_ros.collision warnings -> ROS log
         self._declare_parameters()
+        self._semantic_text = None       # SRDF XML from /robot_description_semantic
+        self._semantic_sub = None
+        # Subscribe first: discovery of a /robot_description_semantic publisher (waited for
+        # below, up to 0.5 s when none is known) runs while the URDF is read and parsed and
+        # the kernels load.
+        self._subscribe_semantic()
         self.urdf_xml, source = load_robot_description(
             self, self.get_parameter('robot_description_timeout').value,
             keep_waiting=lambda: not stop_requested())
@@ -269,9 +279,6 @@ class SmcIkNode(Node):
         self.get_logger().info(
             f'model from {source}: {self.chain.robot_name} {self.chain.base_link} -> '
             f'{self.chain.tip_link}, joints {", ".join(self.chain.joint_names)}')
-        self._semantic_text = None       # SRDF XML from /robot_description_semantic
-        self._semantic_sub = None
-        self._subscribe_semantic()       # discovery runs while the kernels load
         # Compile the kernels (first run) or load them from the on-disk cache now, before
         # any solver or timer exists: no tick pays for it, and a cold cache says so.
         kernels.warm_up(self.chain, self.get_logger().info)
@@ -303,6 +310,7 @@ class SmcIkNode(Node):
             tolerances=(self._param('position_tolerance'),
                         self._param('orientation_tolerance')),
             fallback_candidates=self._param('collision_fallback_candidates'),
+            rest_step_interval=self._param('rest_step_interval'),
             detour=Detour(self.chain, limits,
                           DetourSettings(enabled=self._param('collision_detour'))))
         self._constraints = ConstraintSet(
@@ -311,6 +319,9 @@ class SmcIkNode(Node):
             model=self._guard.model)
         self._set_constraint_specs(self._constraints.parse(self._param('constraints')))
         self._markers_shown = False                # the target was in the last marker message
+        self._marker_key = None                    # what the last marker messages showed
+        self._marker_sent = -math.inf              # when they were published [s, monotonic]
+        self.markers_skipped = 0                   # marker ticks with nothing new to show
         self._check_choice('command_type', self._param('command_type'), COMMAND_TYPES)
 
         self._tick_times = collections.deque(maxlen=200)     # [s] control tick durations
@@ -357,6 +368,11 @@ class SmcIkNode(Node):
         self._timer = None
         self._marker_timer = None
         self._status_timer = None
+        # Markers and alternatives run between control ticks (their timers request them).
+        self._side = SideWork()
+        self._side.add('markers', self._guarded('marker_rate_hz', self._on_marker_tick))
+        self._side.add('alternatives', self._guarded('alternatives_rate_hz',
+                                                     self._on_alternatives_tick))
         self._make_timers(('rate_hz', 'marker_rate_hz', 'status_rate_hz'))
         self._setup_alternatives()
         self._values = self._all_values()   # read on every tick: cached, kept up to date
@@ -572,6 +588,8 @@ class SmcIkNode(Node):
             self._make_timers(rates, values)
         if 'iterations_per_tick' in changes:
             self.loop.iterations_per_tick = int(values['iterations_per_tick'])
+        if 'rest_step_interval' in changes:
+            self.loop.rest_step_interval = int(values['rest_step_interval'])
         if 'goal_timeout' in changes:
             self.loop.inbox.goal_timeout = values['goal_timeout']
         if 'position_tolerance' in changes or 'orientation_tolerance' in changes:
@@ -739,14 +757,17 @@ class SmcIkNode(Node):
             self._rate = values['rate_hz']
             self._timer = self.create_timer(1.0 / self._rate,
                                             self._guarded('tick', self._on_tick))
-        for key, attr, callback in (('marker_rate_hz', '_marker_timer', self._on_marker_tick),
-                                    ('status_rate_hz', '_status_timer', self._on_status_tick)):
+        for key, attr, callback in (
+                ('marker_rate_hz', '_marker_timer', self._request_markers),
+                ('status_rate_hz', '_status_timer', self._on_status_tick)):
             if key in which:
                 if getattr(self, attr) is not None:
                     self.destroy_timer(getattr(self, attr))
                 rate = values[key]
                 setattr(self, attr, self.create_timer(1.0 / rate, self._guarded(key, callback))
                         if rate > 0 else None)
+                if key == 'marker_rate_hz' and rate <= 0:
+                    self._side.cancel('markers')
 
     # ------------------------------------------------------------------ frames
     def _frame_to_base(self, frame):
@@ -906,6 +927,13 @@ class SmcIkNode(Node):
             self._publish_command(command, ns)
         self._tick_times.append(time.perf_counter() - started)
         self._tick_cpu.append(time.thread_time() - cpu_started)
+        if self._side.pending:      # markers, alternatives: when they fit before the next tick
+            self._side.run(self._time_to_next_tick)
+
+    def _time_to_next_tick(self):
+        """Return the seconds until the control timer fires next (None: unknown)."""
+        ns = self._timer.time_until_next_call() if self._timer is not None else None
+        return None if ns is None else ns * 1e-9
 
     def _publish_command(self, command, stamp_ns):
         names = self.chain.joint_names
@@ -948,12 +976,44 @@ class SmcIkNode(Node):
             return False
 
     # ------------------------------------------------------------------ markers and status
+    MARKER_KEEPALIVE = 1.0   # [s] unchanged markers are published again this often
+
+    def _marker_inputs_key(self, q_cmd, info):
+        """Return what the marker messages are built from: objects (compared by identity:
+        each is replaced, never changed in place, when what it holds changes) and values."""
+        guard = self._guard
+        return ((info, self.loop.goal, self._alternatives.published, guard.constraint,
+                 self._constraints.drawn, self.loop.solver),
+                (q_cmd.tobytes(), guard.scene.version, self._param('max_marker_particles'),
+                 self._param('collision_cover_markers')))
+
+    def _request_markers(self):
+        """The marker timer: ask for a marker tick between control ticks, unless nothing
+        changed since the last markers (the arm rests on a settled goal) and they are less
+        than MARKER_KEEPALIVE s old (published again then for a late RViz; markers never
+        expire)."""
+        q_cmd = self.loop.q
+        if q_cmd is None:
+            return
+        started, cpu_started = time.perf_counter(), time.thread_time()
+        last = self._marker_key
+        if last is not None and started - self._marker_sent < self.MARKER_KEEPALIVE:
+            key = self._marker_inputs_key(q_cmd, self.loop.solver.last_info)
+            if all(a is b for a, b in zip(key[0], last[0])) and key[1] == last[1]:
+                self.markers_skipped += 1     # counted as a (cheap) marker tick
+                self._marker_times.append(time.perf_counter() - started)
+                self._marker_cpu.append(time.thread_time() - cpu_started)
+                return
+        self._side.request('markers')
+
     def _on_marker_tick(self):
         q_cmd = self.loop.q
         if q_cmd is None:
             return
         started, cpu_started = time.perf_counter(), time.thread_time()
         info = self.loop.solver.last_info
+        self._marker_key = self._marker_inputs_key(q_cmd, info)
+        self._marker_sent = started
         particles, positions, weights = info.get('particles'), None, None
         if particles is not None and self._param('max_marker_particles') > 0:
             chosen, weights = select_particles(particles, info.get('weights'),
@@ -997,6 +1057,8 @@ class SmcIkNode(Node):
             'marker_time_ms': mean_ms(self._marker_times),
             'step_cpu_ms': mean_ms(self._tick_cpu),
             'marker_cpu_ms': mean_ms(self._marker_cpu),
+            'steps_skipped': loop.skipped_steps,
+            'markers_skipped': self.markers_skipped,
             'solver': self._solver_name,
             'goal_id': loop.goal.sequence if loop.goal is not None else 0,
             'reached': bool(loop.goal_reached),
@@ -1048,7 +1110,10 @@ class SmcIkNode(Node):
         if self._alternatives_timer is not None:
             self.destroy_timer(self._alternatives_timer)
         self._alternatives_timer = (self.create_timer(1.0 / rate, self._guarded(
-            'alternatives_rate_hz', self._on_alternatives_tick)) if rate > 0 else None)
+            'alternatives_rate_hz', lambda: self._side.request('alternatives')))
+            if rate > 0 else None)
+        if rate <= 0:
+            self._side.cancel('alternatives')
 
     def _apply_alternatives_changes(self, changes, values):
         if 'max_alternatives' in changes:

@@ -5,12 +5,13 @@ import os
 
 import yaml
 
+from smcik_ros.solver_parameters import node_default
 from smcik_ros.solvers import available_solvers, settings_type
 
 ROOT = os.path.dirname(os.path.dirname(__file__))
 
 
-def test_arm_yaml_solver_settings_equal_the_dataclass_defaults():
+def test_arm_yaml_solver_settings_equal_the_node_defaults():
     with open(os.path.join(ROOT, 'config', 'arm.yaml')) as f:
         params = yaml.safe_load(f)['smcik_node']['ros__parameters']
     for name in available_solvers():
@@ -20,7 +21,8 @@ def test_arm_yaml_solver_settings_equal_the_dataclass_defaults():
             if field.default == ():
                 continue   # empty lists cannot be typed in ROS YAML: commented out there
             assert field.name in block, f'{name}.{field.name} missing from config/arm.yaml'
-            assert block[field.name] == field.default, (
+            default = node_default(name, field)   # the dataclass's, or the node's own
+            assert block[field.name] == default, (
                 f'{name}.{field.name}: config/arm.yaml has {block[field.name]!r}, the default is '
-                f'{field.default!r}; regenerate with python -m smcik_ros.node '
+                f'{default!r}; regenerate with python -m smcik_ros.node '
                 '--solver-settings-yaml')

@@ -583,3 +583,51 @@ def test_a_long_hold_restarts_the_solver_every_interval_ticks(arm7, interval):
     assert loop.holds == 50
     assert len(resets) - before == math.ceil(50 / interval)
     assert all(np.array_equal(c.q, stream.commands[0].q) for c in stream.commands)
+
+
+# ---------------------------------------------------------------------- settled at rest
+def _settle_run(arm7, interval, ticks=400):
+    loop, _ = make_loop(arm7)
+    loop.rest_step_interval = interval
+    steps = []
+    original = loop.solver.step
+    loop.solver.step = lambda goal: (steps.append(loop.ticks), original(goal))[1]
+    stream = Stream(loop, seed=4)
+    stream.measure(arm7.neutral_configuration())
+    stream.tick()
+    loop.offer_goal('pose', reachable_pose(arm7, 7), '', None, stream.t)
+    stream.run(ticks, follower(1))
+    return loop, stream, steps
+
+
+def test_a_settled_solver_at_rest_steps_every_rest_step_interval_ticks_same_commands(arm7):
+    every, stream_every, steps_every = _settle_run(arm7, 1)
+    loop, stream, steps = _settle_run(arm7, 10)
+    assert loop.goal_reached and loop.solver.settled and loop.skipped_steps > 100
+    assert every.skipped_steps == 0 and len(steps_every) == every.ticks - 1
+    # The skipped steps could not have changed the answer: the same commands, tick by tick.
+    assert len(stream.commands) == len(stream_every.commands)
+    for a, b in zip(stream.commands, stream_every.commands):
+        assert np.array_equal(a.q, b.q) and np.array_equal(a.v, b.v)
+    rest = stream.commands[-100:]
+    assert all(np.array_equal(c.q, rest[0].q) and not np.any(c.v) for c in rest)
+    recent = [t for t in steps if t > loop.ticks - 100]
+    assert 9 <= len(recent) <= 11, recent
+    # A new constraint set (or a scene change: its version), then a new goal: the next
+    # ticks step the solver again.
+    n = len(steps)
+    far = arm7.fk(arm7.neutral_configuration())[:3, 3] + np.array([0.0, 0.0, 5.0])
+    loop.set_constraints([KeepOutSphere(far, 0.01)])
+    stream.run(1, follower(1))
+    assert len(steps) == n + 1
+    n = len(steps)
+    loop.offer_goal('pose', reachable_pose(arm7, 8, near=stream.commands[-1].q), '', None,
+                    stream.t)
+    stream.run(5, follower(1))
+    assert len(steps) == n + 5 and not loop.solver.settled
+
+
+def test_rest_step_interval_is_validated(arm7):
+    limits, _ = limits_for_chain(arm7, velocity_scale=0.5, max_acceleration=3.0)
+    with pytest.raises(ValueError, match='rest_step_interval must be >= 1'):
+        ControlLoop(arm7, make_solver('smc', arm7, seed=1), limits, rest_step_interval=0)

@@ -279,6 +279,45 @@ def test_markers_arrive(system, chain):
     assert any(m.ns == 'target' for m in array.markers)
 
 
+def test_a_held_goal_at_rest_skips_solver_steps_and_unchanged_markers(system, publishers,
+                                                                     chain):
+    """A settled goal with the arm at rest: the solver steps only every rest_step_interval
+    ticks, markers with nothing new are left out, and markers still arrive (at least once
+    a second) while the commands keep coming at the rate. (Not every goal settles: the
+    filter's refinement must have converged, ``SmcSolver.settled``; a few are tried.)"""
+    _, _, probe = system
+    rng = np.random.default_rng(17)
+    tried = []
+    for _ in range(8):
+        ok, _ = send_and_reach(probe, chain, publishers, rng, 'pose')
+        assert ok
+        time.sleep(1.0)                                     # the arm comes to rest
+        first = latest_status(probe)
+        tried.append({k: first[k] for k in ('position_error', 'orientation_error',
+                                            'limited_by', 'steps_skipped')})
+        if wait_for(lambda: latest_status(probe)['steps_skipped'] > first['steps_skipped'],
+                    1.5):
+            break
+    else:
+        pytest.fail(f'no solver step was skipped at rest after 8 goals: {tried}')
+    first = latest_status(probe)
+    markers, commands, since = len(probe.markers), len(probe.commands), time.monotonic()
+    time.sleep(3.0)
+    last = latest_status(probe)
+    elapsed = time.monotonic() - since
+    ticks = RATE_HZ * elapsed
+    interval = _NODE_YAML['rest_step_interval']
+    seen = (first, last, elapsed, len(probe.markers) - markers, len(probe.commands) - commands)
+    assert last['reached'] and last['goal_id'] == first['goal_id'], seen
+    assert last['steps_skipped'] - first['steps_skipped'] >= 0.5 * ticks * (1 - 1 / interval), \
+        seen
+    # (Marker ticks that do not fit before the next control tick wait, up to 0.5 s, and are
+    # then built anew: how many are left out depends on the machine's load.)
+    assert last['markers_skipped'] > first['markers_skipped'], seen
+    assert len(probe.markers) - markers >= elapsed - 1.5, seen
+    assert len(probe.commands) - commands >= 0.7 * ticks, seen
+
+
 def test_constraints_topic_and_keep_out_markers(system, publishers, chain):
     node, _, probe = system
     start = len(read_log(node.log_path))

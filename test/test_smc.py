@@ -517,6 +517,56 @@ def test_point_goals_end_at_the_nearest_solution(arm6):
     assert nearest >= goals - 1
 
 
+def test_search_batch_refines_every_searcher_in_turn_and_still_finds_the_nearest(arm6):
+    """``search_batch`` bounds one iteration's refinement: the searchers are split into
+    equal shares refined in turn, the window lengthened to match (each searcher gets
+    ``search_iterations`` refinements), and the estimate still ends at the nearest solution
+    (the same statistic as without the bound)."""
+    search = make_solver('smc', arm6, seed=0, search_batch=8).policies.search
+    searchers = np.arange(3, 35)
+    assert search.shares(32) == 4 and search.window(32) == 32 and search.window(5) == 8
+    turns = [search.batch(searchers, left) for left in range(32, 28, -1)]
+    assert all(len(t) == 8 for t in turns)
+    assert np.array_equal(np.sort(np.concatenate(turns)), searchers)
+    unbounded = make_solver('smc', arm6, seed=0).policies.search
+    assert unbounded.window(32) == 8 and unbounded.batch(searchers, 5) is searchers
+    rng = np.random.default_rng(31)
+    solver = make_solver('smc', arm6, seed=0, search_batch=8)
+    solver.reset(np.array([0.0, -1.3, 1.2, -1.4, 0.9, 0.0]))
+    nearest = 0
+    goals = 8
+    for k in range(goals):
+        goal = arm6.fk(arm6.random_configuration(rng))
+        start = solver.estimate
+        sols = _solutions(arm6, goal, start, 40, k)
+        best = sols[np.argmin(np.linalg.norm(sols - start, axis=1))]
+        q = _run(solver, goal, 150)
+        assert solver.last_info['within_tolerance']
+        nearest += np.max(np.abs(q - best)) < 0.05
+    assert nearest >= goals - 1
+    with pytest.raises(ParameterError, match='search_batch must be >= 0'):
+        make_solver('smc', arm6, search_batch=-1)
+
+
+def test_settled_means_further_steps_keep_the_estimate(arm7):
+    """``settled`` (the control loop's licence to skip steps at rest) holds once the filter
+    converged on a still goal, the estimate then stays exactly where it is step after step,
+    and a new goal clears it."""
+    for seed, goal in enumerate(_targets(arm7, 4, 41)):
+        solver = make_solver('smc', arm7, seed=seed)
+        solver.reset(arm7.neutral_configuration())
+        assert not solver.settled
+        for _ in range(300):
+            q = solver.step(goal)
+            if solver.settled:
+                break
+        assert solver.settled and solver.last_info['within_tolerance']
+        for _ in range(50):
+            assert np.array_equal(solver.step(goal), q) and solver.settled
+        solver.step(_targets(arm7, 1, 100 + seed)[0])
+        assert not solver.settled
+
+
 def test_position_goal_on_a_redundant_arm_slides_to_the_nearest_solution(arm7):
     """A position-only goal leaves 4 DOF free: the estimate ends at a stationary point of
     the joint distance on the solution set (start - q has no component in the task's null

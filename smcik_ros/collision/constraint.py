@@ -191,6 +191,12 @@ class CollisionConstraint(Constraint):
     def _state_key(self):
         return (self.scene.version, self._pairs_version, self.padding)
 
+    @property
+    def version(self):
+        """What a check depends on besides the configuration: (scene version, pairs version,
+        padding); equal versions of the same object give the same verdicts."""
+        return self._state_key()
+
     def _query(self, frames, threshold):
         """Return (leaves with d < threshold, World) of ``frames``, cached.
 

@@ -13,6 +13,8 @@
   planned over ticks and followed by the loop (``Detour``).
 - ``alternatives``: the filter's alternatives for ~/alternatives, ~/status, the ghost arms and
   the deliberate move to one (``AlternativesBook``).
+- ``side_work``: markers and alternatives run between control ticks, when they fit
+  (``SideWork``).
 """
 
 from .alternatives import AlternativesBook, BranchList, has_alternatives
@@ -25,6 +27,7 @@ from .detour import Detour, DetourSettings
 from .frames import FrameResolver
 from .goal_inbox import Goal, GoalInbox
 from .loop import Command, ControlLoop, HardConstraintValidator, Reporter
+from .side_work import SideWork
 
 __all__ = ['AlternativesBook', 'BranchList', 'has_alternatives',
            'ArmMonitor', 'ArmSettings', 'ArmState', 'CommandShaper', 'JointLimits',
@@ -32,4 +35,4 @@ __all__ = ['AlternativesBook', 'BranchList', 'has_alternatives',
            'nearest_equivalent', 'read_joint_limits_yaml', 'wrap_to_pi', 'ConstraintSet',
            'Detour', 'DetourSettings',
            'FrameResolver', 'Goal', 'GoalInbox', 'Command', 'ControlLoop',
-           'HardConstraintValidator', 'Reporter']
+           'HardConstraintValidator', 'Reporter', 'SideWork']

@@ -180,14 +180,18 @@ class ControlLoop:
     tool farther from the goal than the current command is); hold_reset_interval
     [ticks]: while a hold lasts, the solver restarts at the stop on its first tick and then
     every this many ticks (1: every tick); detour: a ``detour.Detour`` that plans and follows
-    a path round an obstacle when the arm is blocked (None: off).
+    a path round an obstacle when the arm is blocked (None: off); rest_step_interval [ticks]:
+    while the solver is ``settled`` on the same goal and constraints and the command rests at
+    its answer, the solver steps only every this many ticks (its answer cannot change in
+    between; the shaper and the validators still run every tick; 1: every tick).
     """
 
     FALLBACK_SLACK = 1e-6   # [m] a fallback's tool may be this much farther from the goal
 
     def __init__(self, chain, solver, limits, arm_settings=None, inbox=None,
                  iterations_per_tick=1, validators=(), report=None, tolerances=(1e-3, 1e-2),
-                 fallback_candidates=8, hold_reset_interval=1, detour=None):
+                 fallback_candidates=8, hold_reset_interval=1, detour=None,
+                 rest_step_interval=1):
         if chain.nq != chain.nv:
             raise ValueError('ControlLoop needs a chain of 1-DOF joints (no ball joints)')
         self.chain = chain
@@ -202,6 +206,11 @@ class ControlLoop:
         if int(hold_reset_interval) < 1:
             raise ValueError(f'hold_reset_interval must be >= 1 tick; got {hold_reset_interval}')
         self.hold_reset_interval = int(hold_reset_interval)
+        if int(rest_step_interval) < 1:
+            raise ValueError(f'rest_step_interval must be >= 1 tick; got {rest_step_interval}')
+        self.rest_step_interval = int(rest_step_interval)
+        self._stepped = (-1, None)  # (tick, constraint key) of the last solver step
+        self.skipped_steps = 0      # solver steps skipped at rest (rest_step_interval)
         self.detour = detour
         self._hold_streak = 0
         self._last_hold = -2
@@ -368,7 +377,11 @@ class ControlLoop:
             return self._detour_tick(now, dt, lead_box, state)
         desired = desired_velocity = None
         previous, self._desired = self._desired, None
-        if self.goal is not None:
+        if self.goal is not None and goal is None and self._resting(previous):
+            self.skipped_steps += 1
+            self._desired, desired = previous, previous[0]
+        elif self.goal is not None:
+            self._stepped = (self.ticks, self._constraint_key())
             self._set_references(self.q)
             estimate = None
             for _ in range(self.iterations_per_tick):
@@ -404,6 +417,24 @@ class ControlLoop:
                 f'goal {self.goal.sequence}: blocked at the collision margin without progress '
                 f'for {waited:g} s: planning a detour'), interval=1.0)
         return command
+
+    def _constraint_key(self):
+        """Return what identifies the constraints' state: each object and its ``version``
+        (the collision constraint's scene, pairs and padding), if it has one."""
+        return tuple((id(c), getattr(c, 'version', None)) for c in self.constraints)
+
+    def _resting(self, previous):
+        """Return True when this tick's solver step may be skipped (``rest_step_interval``):
+        the solver is settled (its step cannot change the answer), on the goal, solver and
+        constraints of its last step, at most ``rest_step_interval - 1`` ticks ago, and the
+        command rests exactly at that answer."""
+        if self.rest_step_interval <= 1 or previous is None:
+            return False
+        tick, key = self._stepped
+        if self.ticks - tick >= self.rest_step_interval or np.any(self.v) or \
+                not np.array_equal(self.q, previous[0]):
+            return False
+        return bool(getattr(self.solver, 'settled', False)) and key == self._constraint_key()
 
     # ------------------------------------------------------------------ detour
     def _detour_tick(self, now, dt, lead_box, state):

@@ -251,6 +251,13 @@ class Solver:
         self._reset(q)
 
     @property
+    def settled(self):
+        """True when another ``step`` on the same goal and constraints cannot change the
+        estimate (the control loop may then skip steps while the arm rests); False unless a
+        solver knows better."""
+        return False
+
+    @property
     def estimate(self):
         """The current smoothed (online) estimate, (nq,)."""
         return self._estimate.copy()

@@ -83,6 +83,7 @@ class SmcSettings(SolverSettings):
     reseed_fraction: float = 0.5        # share of particles drawn around x_ref on a new goal
     search_count: int = 32              # searchers of the nearest branch on a new goal (0: off)
     search_iterations: int = 8          # iterations per search window (repeated while useful)
+    search_batch: int = 0               # searchers refined per iteration (0: all; node: 8)
     branch_hold: bool = True            # online: stay on the estimate's branch (needs keep_map)
     branch_jump: float = 0.5            # [rad] 'another branch' = a joint differs by more
     recovery_iterations: int = 300      # iterations the branch left out of reach is kept
@@ -138,6 +139,9 @@ class SmcSettings(SolverSettings):
                f'got {self.search_count}')
         _check(self.search_iterations >= 0,
                f'search_iterations must be >= 0; got {self.search_iterations}')
+        _check(self.search_batch >= 0,
+               f'search_batch must be >= 0 (0: every searcher each iteration); '
+               f'got {self.search_batch}')
         _check(self.branch_jump > 0.0, f'branch_jump must be > 0; got {self.branch_jump}')
         _check(self.recovery_iterations >= 0,
                f'recovery_iterations must be >= 0; got {self.recovery_iterations}')
@@ -353,6 +357,10 @@ def filter_step(state, model, policies, rng, online):
     searchers = state.searchers if state.search_left > 0 else _NONE
     shadow = state.shadow
     kept = searchers if shadow < 0 else np.union1d(searchers, [shadow]).astype(int)
+    # The searchers refined this iteration (``search_batch``: a rotating share of them).
+    batch = policies.search.batch(searchers, state.search_left) \
+        if policies.search is not None and len(searchers) else searchers
+    refined = batch if shadow < 0 else np.union1d(batch, [shadow]).astype(int)
 
     # 1. Exploration: x_k^(i) ~ p(x_k | x_{k-1}^(i)), a random walk inside the limits
     # (the estimate's particle and the searchers of a new goal are carried over as they are).
@@ -386,7 +394,7 @@ def filter_step(state, model, policies, rng, online):
             rank = -model.log_likelihood(task, soft)
             if weighted:
                 rank = rank - model.temper(motion.log_prior(distance=dist_ref))
-            idx = refine.choose(rank, held if online else -1, kept)
+            idx = refine.choose(rank, held if online else -1, refined)
             sub = frames.subset(idx)
             pull = motion if (motion is not None and motion.pulling) else None
             guard = None
@@ -558,7 +566,8 @@ def _restart(state, model, policies, rng, online):
             if search is not None:
                 c = min(search.count, k)
                 fresh[:c] = search.draw(c, motion, model.chain, rng, motion.turn_reference)
-                searchers, search_left = np.sort(victims[:c]).astype(int), search.iterations
+                searchers = np.sort(victims[:c]).astype(int)
+                search_left = search.window(len(searchers))
             if motion.has_turns:
                 fresh = motion.map_turns(fresh, motion.turn_reference)
         else:
@@ -700,6 +709,20 @@ class SmcSolver(Solver):
         self._switch_count = 0
         self._reference = q.copy()
 
+    @property
+    def settled(self):
+        """True when the online filter has settled: the estimate's particle satisfies the goal
+        and its refinement converged (idle), no search window, recovery or shadow runs, and
+        the annealing has ended. Its next steps then keep that particle as it is (no random
+        step, no refinement); another particle could replace it only by landing, unrefined,
+        within a tenth of the tolerance of the goal farther than ``branch_jump`` from it."""
+        state = self._state
+        return bool(state.settled and state.held >= 0 and self._candidate_ok
+                    and state.search_left == 0 and state.shadow < 0
+                    and self._recovery_left == 0 and self._anneal_level <= 1.0
+                    and self._policies.keep_held
+                    and np.array_equal(self._estimate, state.particles[state.held]))
+
     def _start_solve(self, q_seed, targets):
         self.reset(q_seed)
         s = self.settings
@@ -819,7 +842,7 @@ class SmcSolver(Solver):
                                              lambda c: motion.sample(c, self.rng))
         state.logw[victims] = mean_log_weight(state.logw)
         state.searchers = np.sort(victims[:searchers]).astype(int)
-        state.search_left = search.iterations if searchers else 0
+        state.search_left = search.window(searchers) if searchers else 0
         self._windows += 1
         self._window_start = self._found_distance()
 
@@ -972,7 +995,8 @@ class SmcSolver(Solver):
         s = self.settings
         motion = self._policies.minimal_motion
         self._reference = self._memory.copy()
-        self._recovery_search = self._policies.search.iterations
+        search = self._policies.search
+        self._recovery_search = search.window(search.count)
         self._reseed(s.reseed_fraction, starts=[self._memory, self._anchor])
         state = self._state
         self._recovery_left = self._recovery_search     # no shadow: the search window only

@@ -204,6 +204,12 @@ class NearestSearch:
     solution another follows (at most ``MAX_WINDOWS`` per goal), its motion-prior draws
     widened to the distance of the best solution found (a nearer one lies within it).
     Part of minimal motion.
+
+    ``search_batch`` (0: off) bounds the work of one iteration: with more searchers than
+    that, each iteration refines one of ``ceil(count / batch)`` equal shares of them in
+    turn (the others wait, carried over as they are) and the window lasts that many times
+    ``search_iterations`` iterations, so every searcher gets as many refinements as without
+    the bound (the node sets it: a new goal's search then fits its tick period).
     """
 
     MAX_WINDOWS = 6         # windows per goal while they find nearer solutions or it is far
@@ -212,7 +218,26 @@ class NearestSearch:
     def __init__(self, settings):
         self.count = int(settings.search_count)
         self.iterations = int(settings.search_iterations)
+        self.batch_size = int(settings.search_batch)
         self.spread = 1.0   # set per window by the solver: the prior widened to the best found
+
+    def shares(self, count):
+        """Return how many iterations it takes to refine ``count`` searchers once."""
+        if self.batch_size <= 0 or count <= self.batch_size:
+            return 1
+        return -(-int(count) // self.batch_size)
+
+    def window(self, count):
+        """Return the length [iterations] of a search window of ``count`` searchers."""
+        return self.iterations * self.shares(count)
+
+    def batch(self, searchers, search_left):
+        """Return the searchers (sorted indices) refined at the iteration with
+        ``search_left`` iterations left in the window: all, or one share in turn."""
+        shares = self.shares(len(searchers))
+        if shares == 1:
+            return searchers
+        return np.array_split(searchers, shares)[int(search_left) % shares]
 
     def draw(self, count, motion, chain, rng, turn_reference, starts=(), spread=1.0):
         """Return (count, nq) fresh searcher configurations: ``starts`` (configurations to
