@@ -311,7 +311,6 @@ class Detour:
             prefix, start = [start], retreat
         goals = []
         span = self.chain.upper - self.chain.lower
-        continuous = self.limits.continuous
         tol = (0.5 * tolerances[0], 0.5 * tolerances[1])
         searched = 0
         for k in range(s.goal_seeds):
@@ -366,7 +365,7 @@ class Detour:
         return result
 
     def _retreat(self, start):
-        """Generator: a configuration with twice the margin (+ 4 mm) of clearance that the
+        """Generator: a configuration with at least twice the margin of clearance that the
         exact check lets the arm go to from ``start`` in a straight line, or None.
 
         The arm stopped at the margin comes from where it was free: the most recent such
