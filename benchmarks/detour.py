@@ -11,7 +11,8 @@ Cases (demo arm 'arm7' + its SRDF): a 12 cm box half way on a large joint-1 swin
 random pose (the test_detour set-up), pose goals, ``--trials`` placements. 'off' is the loop
 without the detour (the arm stops at the margin: the baseline), 'on' with it.
 
-Writes benchmarks/results/detour.{csv,png}. Run: ``./smcik bench detour`` (about 3 min).
+Writes benchmarks/results/detour.{csv,png}. Run: ``./smcik bench detour`` (about 3 min;
+``--quick``: 3 placements).
 ``--thirdparty DIR`` also prints (never writes) the same for MoveIt's Panda under DIR: a
 10 x 40 x 40 cm box at (0.55, 0, 0.25) m and goals from random collision-free
 configurations of the model, half of them with the hand behind the box (third-party models
@@ -174,7 +175,10 @@ def main():
     parser.add_argument('--panda-goals', type=int, default=20)
     parser.add_argument('--panda-baseline', action='store_true',
                         help='also run the Panda goals with the detour off (slow)')
+    parser.add_argument('--quick', action='store_true', help='3 placements (under a minute)')
     args = parser.parse_args()
+    if args.quick:
+        args.trials = min(args.trials, 3)
     print(_common.machine())
     started = time.perf_counter()
     rows = demo_rows(args.trials)
