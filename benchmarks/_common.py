@@ -10,6 +10,7 @@ import csv
 import datetime
 import os
 import platform
+import tempfile
 import time
 
 for _var in ('OPENBLAS_NUM_THREADS', 'OMP_NUM_THREADS', 'MKL_NUM_THREADS'):
@@ -150,3 +151,16 @@ def accepts_setting(name, setting):
     import dataclasses
     from smcik_ros.solvers import settings_type
     return setting in {f.name for f in dataclasses.fields(settings_type(name))}
+
+
+def thirdparty_panda(directory):
+    """Return (urdf, srdf, package_dir, chain) of MoveIt's Panda under ``directory`` (by hand
+    only: panda_description and panda_moveit_config there, never in the repository);
+    package_dir holds ``moveit_resources_panda_description`` for its package:// meshes."""
+    from smcik_ros.kinematics import Chain
+    urdf = os.path.join(directory, 'panda_description', 'urdf', 'panda.urdf')
+    srdf = os.path.join(directory, 'panda_moveit_config', 'config', 'panda.srdf')
+    package_dir = tempfile.mkdtemp(prefix='smcik-bench-pkgs-')
+    os.symlink(os.path.join(directory, 'panda_description'),
+               os.path.join(package_dir, 'moveit_resources_panda_description'))
+    return urdf, srdf, package_dir, Chain.from_urdf(urdf, 'panda_link0', 'panda_hand')

@@ -274,12 +274,7 @@ def _plot(cost, behind, covers):
 
 def _thirdparty(directory, rng, cache, cost_fields, cover_fields):
     """Print the Panda rows (never written to the repository)."""
-    urdf = os.path.join(directory, 'panda_description', 'urdf', 'panda.urdf')
-    srdf = os.path.join(directory, 'panda_moveit_config', 'config', 'panda.srdf')
-    link = tempfile.mkdtemp(prefix='smcik-bench-pkgs-')
-    os.symlink(os.path.join(directory, 'panda_description'),
-               os.path.join(link, 'moveit_resources_panda_description'))
-    chain = Chain.from_urdf(urdf, 'panda_link0', 'panda_hand')
+    urdf, srdf, link, chain = _common.thirdparty_panda(directory)
     rows, model = cover_rows('panda', urdf, chain, cache, package_paths=[link])
     _common.print_table(rows, cover_fields, title='Panda covers (printed only)')
     pairs = self_collision_pairs(model, srdf)

@@ -21,15 +21,14 @@ and anything derived from them stay out of the repository).
 import argparse
 import os
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common  # noqa: E402  (pins BLAS to one thread)
 import numpy as np  # noqa: E402
 
-from smcik_ros.collision import Obstacle, pose_matrix, self_collision_pairs  # noqa: E402
-from smcik_ros.collision import CollisionModel  # noqa: E402
+from smcik_ros.collision import (CollisionModel, Obstacle, pose_matrix,  # noqa: E402
+                                 self_collision_pairs)
 from smcik_ros.control.arm_state import ArmSettings  # noqa: E402
 from smcik_ros.control.collision_guard import CollisionGuard  # noqa: E402
 from smcik_ros.control.command_shaping import limits_for_chain  # noqa: E402
@@ -127,12 +126,7 @@ def demo_rows(trials):
 def panda_rows(directory, count, seed=2, with_baseline=False):
     """The Panda rows (printed only): one goal sequence, half behind the box (detour on;
     ``with_baseline``: also off, which takes up to 15 s of simulated time per missed goal)."""
-    urdf = os.path.join(directory, 'panda_description', 'urdf', 'panda.urdf')
-    srdf = os.path.join(directory, 'panda_moveit_config', 'config', 'panda.srdf')
-    link = tempfile.mkdtemp(prefix='smcik-bench-pkgs-')
-    os.symlink(os.path.join(directory, 'panda_description'),
-               os.path.join(link, 'moveit_resources_panda_description'))
-    chain = Chain.from_urdf(urdf, 'panda_link0', 'panda_hand')
+    urdf, srdf, link, chain = _common.thirdparty_panda(directory)
     model = CollisionModel.from_urdf(chain, urdf, urdf_path=urdf, package_paths=[link])
     box = Obstacle('box', (0.1, 0.4, 0.4), pose_matrix((0.55, 0.0, 0.25)))
     check = CollisionGuard(model, self_collision_pairs(model, srdf))

@@ -500,21 +500,26 @@ def test_point_goals_end_at_the_nearest_solution(arm6):
     """Random reachable goals one after another: the estimate ends at the IK solution
     nearest the configuration it started from (found independently by scipy from 40 seeds,
     whole turns mapped), not at some other branch."""
-    rng = np.random.default_rng(31)
-    solver = make_solver('smc', arm6, seed=0)
-    q = np.array([0.0, -1.3, 1.2, -1.4, 0.9, 0.0])
-    solver.reset(q)
-    nearest = 0
     goals = 8
+    assert _nearest_count(make_solver('smc', arm6, seed=0), arm6, goals, 60) >= goals - 1
+
+
+def _nearest_count(solver, arm6, goals, steps):
+    """Run ``goals`` random reachable goals one after another (seed 31), each for ``steps``
+    steps from the last estimate; return how many ended at the IK solution nearest their
+    start (found independently by scipy from 40 seeds)."""
+    rng = np.random.default_rng(31)
+    solver.reset(np.array([0.0, -1.3, 1.2, -1.4, 0.9, 0.0]))
+    nearest = 0
     for k in range(goals):
         goal = arm6.fk(arm6.random_configuration(rng))
         start = solver.estimate
         sols = _solutions(arm6, goal, start, 40, k)
         best = sols[np.argmin(np.linalg.norm(sols - start, axis=1))]
-        q = _run(solver, goal, 60)
+        q = _run(solver, goal, steps)
         assert solver.last_info['within_tolerance']
         nearest += np.max(np.abs(q - best)) < 0.05
-    assert nearest >= goals - 1
+    return nearest
 
 
 def test_search_batch_refines_every_searcher_in_turn_and_still_finds_the_nearest(arm6):
@@ -530,20 +535,9 @@ def test_search_batch_refines_every_searcher_in_turn_and_still_finds_the_nearest
     assert np.array_equal(np.sort(np.concatenate(turns)), searchers)
     unbounded = make_solver('smc', arm6, seed=0).policies.search
     assert unbounded.window(32) == 8 and unbounded.batch(searchers, 5) is searchers
-    rng = np.random.default_rng(31)
-    solver = make_solver('smc', arm6, seed=0, search_batch=8)
-    solver.reset(np.array([0.0, -1.3, 1.2, -1.4, 0.9, 0.0]))
-    nearest = 0
     goals = 8
-    for k in range(goals):
-        goal = arm6.fk(arm6.random_configuration(rng))
-        start = solver.estimate
-        sols = _solutions(arm6, goal, start, 40, k)
-        best = sols[np.argmin(np.linalg.norm(sols - start, axis=1))]
-        q = _run(solver, goal, 150)
-        assert solver.last_info['within_tolerance']
-        nearest += np.max(np.abs(q - best)) < 0.05
-    assert nearest >= goals - 1
+    solver = make_solver('smc', arm6, seed=0, search_batch=8)
+    assert _nearest_count(solver, arm6, goals, 150) >= goals - 1
     with pytest.raises(ParameterError, match='search_batch must be >= 0'):
         make_solver('smc', arm6, search_batch=-1)
 
