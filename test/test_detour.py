@@ -287,6 +287,34 @@ def test_held_at_the_margin_is_a_block_and_an_answer_within_tolerance_is_not(dem
     assert not detour._held_at_margin(loop)
 
 
+def test_patience_starts_a_detour_while_the_error_still_decreases(demo):
+    """A filter that keeps switching branches round an obstacle lowers its error in small
+    steps for many seconds, so 'no progress for trigger_time' may never hold: a blocked goal
+    not reached after ``patience`` starts a detour anyway, and not before."""
+    chain, model, _ = demo
+    guard, q0, q_goal, _ = blocked_case(chain, model, 0)
+    loop, limits, stream, reached = run_loop(chain, guard, q0, chain.fk(q_goal), 0, 300,
+                                             detour=False)
+    assert reached is None and loop.holds > 0, 'the set-up: held at the margin'
+    stream.run(1, follower(1))
+    assert loop.refusal(within=50) is not None, 'the set-up: a recent refusal'
+    now = stream.t
+    # Progress never stalls for trigger_time here (60 s): only patience can fire.
+    detour = Detour(chain, limits, DetourSettings(seed=0, trigger_time=60.0, patience=1.0))
+    assert not detour.observe(loop, now)              # the goal is seen: patience starts
+    assert not detour.observe(loop, now + 0.9)
+    assert detour.observe(loop, now + 1.1)
+    assert detour.trigger_text().startswith('not reached after 1.1 s')
+    patient = Detour(chain, limits, DetourSettings(seed=0, trigger_time=60.0, patience=600.0))
+    assert not any(patient.observe(loop, now + t) for t in (0.0, 1.1, 30.0))
+    # The stalled trigger still says so.
+    stalled = Detour(chain, limits, DetourSettings(seed=0, trigger_time=0.5, patience=600.0))
+    assert not stalled.observe(loop, now) and stalled.observe(loop, now + 0.6)
+    assert stalled.trigger_text() == 'without progress for 0.5 s'
+    with pytest.raises(ParameterError, match='patience'):
+        DetourSettings(patience=-1.0)
+
+
 # ---------------------------------------------------------------------- cancelling
 def _first_following(stream):
     return stream.loop.detour is not None and stream.loop.detour.state == 'following'

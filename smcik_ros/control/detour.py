@@ -7,11 +7,13 @@ between the arm and a still goal stops the arm at the margin. ``Detour`` is what
 ``ControlLoop`` does then:
 
 1. Trigger (``observe``, after every normal tick): a goal is followed and not reached, its
-   error has not decreased by ``progress`` for ``trigger_time``, and the arm is blocked: a
-   validator refused a motion within that time, or the solver's answer is outside the
-   goal's tolerance with the command within ``near`` of a hard collision constraint (the
-   solvers keep out of collision, so they often hold the arm at the margin themselves). At
-   most ``max_attempts`` detours per goal, ``retry_interval`` apart.
+   error has not decreased by ``progress`` for ``trigger_time`` (or the goal has been
+   followed for ``patience`` without being reached: a filter that keeps switching branches
+   round an obstacle lowers its error in small steps for many seconds), and the arm is
+   blocked: a validator refused a motion within ``trigger_time``, or the solver's answer is
+   outside the goal's tolerance with the command within ``near`` of a hard collision
+   constraint (the solvers keep out of collision, so they often hold the arm at the margin
+   themselves). At most ``max_attempts`` detours per goal, ``retry_interval`` apart.
 2. Plan (``plan``, a budget of ``budget`` seconds per tick; the arm brakes and holds at the
    plan's start meanwhile): a start closer than ``margin`` first retreats (a recent command
    with clearance, else a push out along the closest pairs' distance gradients);
@@ -81,6 +83,8 @@ class DetourSettings:
 
     enabled: bool = True
     trigger_time: float = 0.5       # [s] blocked without progress this long before a detour
+    patience: float = 3.0           # [s] blocked and not reached this long: a detour even
+    #                                 while the error still decreases
     progress: float = 0.002         # [m] goal-error decrease that counts as progress
     near: float = 0.01              # [m] padded clearance below which a held arm is blocked
     margin: float = 0.003           # [m] padded clearance kept along the planned path
@@ -96,7 +100,8 @@ class DetourSettings:
 
     def __post_init__(self):
         object.__setattr__(self, 'enabled', bool(self.enabled))
-        for name, low, high in (('trigger_time', 0.0, 60.0), ('progress', 0.0, 1.0),
+        for name, low, high in (('trigger_time', 0.0, 60.0), ('patience', 0.0, 600.0),
+                                ('progress', 0.0, 1.0),
                                 ('near', 0.0, 0.1), ('margin', 0.0, 0.1),
                                 ('step', 1e-3, 10.0), ('budget', 1e-4, 1.0),
                                 ('retry_interval', 0.0, 600.0)):
@@ -166,6 +171,8 @@ class Detour:
         self._goal_key = None
         self._best = math.inf        # smallest goal error of this goal [m]
         self._best_time = None       # when it was last improved by ``progress`` [s]
+        self._since = None           # when this goal (or the last detour's end) began [s]
+        self._trigger = ''
         self._attempts = 0
         self._next_allowed = -math.inf
         self._history = collections.deque(maxlen=HISTORY)
@@ -200,6 +207,7 @@ class Detour:
         if key != self._goal_key:
             self._goal_key = key
             self._best, self._best_time = math.inf, now
+            self._since = now
             self._attempts = 0
             self._next_allowed = -math.inf
             if self.state in ('done', 'failed', 'cancelled'):
@@ -212,11 +220,21 @@ class Detour:
         if (not self.settings.enabled or loop.goal_reached or loop.stopping
                 or self._attempts >= self.settings.max_attempts
                 or now < self._next_allowed
-                or now - self._best_time < self.settings.trigger_time):
+                or (now - self._best_time < self.settings.trigger_time
+                    and now - self._since < self.settings.patience)):
             return False
         within = max(1, int(round(self.settings.trigger_time / max(self._tick_period(loop),
                                                                     1e-3))))
-        return loop.refusal(within=within) is not None or self._held_at_margin(loop)
+        blocked = loop.refusal(within=within) is not None or self._held_at_margin(loop)
+        if blocked:
+            stalled = now - self._best_time >= self.settings.trigger_time
+            self._trigger = (f'without progress for {self.settings.trigger_time:g} s' if stalled
+                             else f'not reached after {now - self._since:.1f} s')
+        return blocked
+
+    def trigger_text(self):
+        """Return why the last detour started (for the loop's log line)."""
+        return self._trigger
 
     def _held_at_margin(self, loop):
         """Return whether the solver itself holds the arm at the collision margin: its answer
@@ -591,6 +609,7 @@ class Detour:
         if retry:
             self._next_allowed = now + self.settings.retry_interval
         self._best, self._best_time = math.inf, now      # progress is measured afresh
+        self._since = now
 
     # ------------------------------------------------------------------ status
     def text(self):

@@ -412,10 +412,9 @@ class ControlLoop:
         command = self._commit(shaped, now, state)
         if self.detour is not None and self.detour.observe(self, now):
             self.detour.start(self, None, now, exact=lambda a, b: self._refusal(a, b) is None)
-            waited = self.detour.settings.trigger_time
             self.report('info', 'detour:start', (
-                f'goal {self.goal.sequence}: blocked at the collision margin without progress '
-                f'for {waited:g} s: planning a detour'), interval=1.0)
+                f'goal {self.goal.sequence}: blocked at the collision margin '
+                f'({self.detour.trigger_text()}): planning a detour'), interval=1.0)
         return command
 
     def _constraint_key(self):
