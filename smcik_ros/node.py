@@ -52,7 +52,7 @@ from trajectory_msgs.msg import JointTrajectory
 from visualization_msgs.msg import MarkerArray
 
 from . import kernels
-from .collision import parse_srdf
+from .collision import DEFAULT_TOLERANCE, MIN_TOLERANCE, parse_srdf
 from .control import (ArmSettings, ControlLoop, FrameResolver, GoalInbox,
                       HardConstraintValidator, Reporter, limits_for_chain,
                       read_joint_limits_yaml)
@@ -179,6 +179,12 @@ NODE_PARAMETERS = {
                           'beyond the conservative covers; also the sub-step bound of the '
                           'motion check [m]; fixed at start-up',
                           {'floating_point_range': _float_range(0.0, 0.1)}),
+    'collision_cover_tolerance': (DEFAULT_TOLERANCE, 'largest excess of the sphere covers of '
+                                  'the collision meshes beyond the real geometry [m]; smaller: '
+                                  'goals nearer obstacles are reachable, but more spheres (a '
+                                  'slower tick) and a slower first start (covers are cached '
+                                  'on disk); fixed at start-up',
+                                  {'floating_point_range': _float_range(MIN_TOLERANCE, 0.1)}),
     'collision_clearance': (0.01, 'soft margin the solvers keep beyond the padding [m]; '
                             '0 = off', {'floating_point_range': _float_range(0.0, 1.0)}),
     'collision_fallback_candidates': (8, 'solver candidates (the MAP and the heaviest '
@@ -222,6 +228,8 @@ ARRAY_PARAMETERS = {
 _START_UP_ONLY = {
     'package_paths': 'package_paths is fixed at start-up (the covers of the meshes are built '
                      'then); restart the node to change it',
+    'collision_cover_tolerance': 'collision_cover_tolerance is fixed at start-up (the covers '
+                                 'are built then); restart the node to change it',
     'collision_padding': 'collision_padding is fixed at start-up (the self-collision pairs, '
                          "their tables and the motion check's sub-step bound depend on it); "
                          'restart the node to change it',
@@ -647,6 +655,7 @@ class SmcIkNode(Node):
             self_collision=self._param('self_collision'),
             padding=self._param('collision_padding'),
             clearance=self._param('collision_clearance'),
+            cover_tolerance=self._param('collision_cover_tolerance'),
             voxel_size=self._param('pointcloud_voxel_size'))
         semantic, srdf_path = self._param('robot_description_semantic'), self._param('srdf_path')
         description = None

@@ -48,6 +48,23 @@ def test_settings_are_validated():
         CollisionSettings(padding=-0.001)
     with pytest.raises(ParameterError, match='voxel_size'):
         CollisionSettings(voxel_size='a lot')
+    with pytest.raises(ParameterError, match=r'cover_tolerance must be in \[0.002'):
+        CollisionSettings(cover_tolerance=0.001)
+
+
+def test_the_cover_tolerance_reaches_the_model(guard_and_chain):
+    """A tighter cover_tolerance gives covers whose excess bound stays within it (plus the
+    tenth a cylinder's circumscribed prism adds; the default one's reaches beyond), with more
+    spheres."""
+    coarse, chain = guard_and_chain
+    tight, _ = CollisionGuard.from_urdf(chain, ARM7_URDF, urdf_path=ARM7_URDF, srdf=SRDF,
+                                        settings=CollisionSettings(cover_tolerance=0.004),
+                                        cache_dir=cover_cache_dir())
+    assert tight.model.tolerance == 0.004 and coarse.model.tolerance == 0.01
+    def worst(model):     # links on chain joints (a swept finger adds its sweep's sagitta)
+        return max(e for _, _, e, swept in model.excess_table() if not swept)
+    assert worst(tight.model) <= 1.1 * 0.004 + 1e-9 < worst(coarse.model)
+    assert len(tight.model.radii) > len(coarse.model.radii)
 
 
 def test_a_broken_explicit_srdf_is_an_error_a_conventional_one_a_warning(guard_and_chain):

@@ -18,8 +18,8 @@ See docs/collision.md for the calls the node makes.
 from .constraint import (DEFAULT_CLEARANCE, DEFAULT_PADDING, CollisionConstraint,
                          CollisionReport, KeepOutObstacle, KeepOutSphere)
 from .covers import SphereCover, cover_mesh, default_cache_dir
-from .model import (CollisionModel, LinkGeometry, conventional_srdf_path, load_mesh,
-                    resolve_mesh_uri)
+from .model import (DEFAULT_TOLERANCE, MIN_TOLERANCE, CollisionModel, LinkGeometry,
+                    conventional_srdf_path, load_mesh, resolve_mesh_uri)
 from .pairs import SelfCollisionPairs, Srdf, parse_srdf, self_collision_pairs
 from .scene import (MARKER_ADD, MARKER_CUBE, MARKER_CYLINDER, MARKER_DELETE, MARKER_DELETEALL,
                     MARKER_SPHERE, Obstacle, Scene, obstacle_from_marker, pointcloud_obstacle,
@@ -28,7 +28,7 @@ from .scene import (MARKER_ADD, MARKER_CUBE, MARKER_CYLINDER, MARKER_DELETE, MAR
 __all__ = [
     'CollisionModel', 'LinkGeometry', 'SphereCover', 'CollisionConstraint', 'CollisionReport',
     'KeepOutObstacle', 'KeepOutSphere', 'Obstacle', 'Scene', 'SelfCollisionPairs', 'Srdf',
-    'DEFAULT_PADDING', 'DEFAULT_CLEARANCE', 'MARKER_ADD', 'MARKER_CUBE', 'MARKER_CYLINDER',
+    'DEFAULT_PADDING', 'DEFAULT_CLEARANCE', 'DEFAULT_TOLERANCE', 'MIN_TOLERANCE', 'MARKER_ADD', 'MARKER_CUBE', 'MARKER_CYLINDER',
     'MARKER_DELETE', 'MARKER_DELETEALL', 'MARKER_SPHERE', 'conventional_srdf_path',
     'cover_mesh', 'default_cache_dir', 'load_mesh', 'obstacle_from_marker', 'parse_srdf',
     'pointcloud_obstacle', 'pose_matrix', 'resolve_mesh_uri', 'self_collision_pairs',

@@ -38,10 +38,11 @@ from .covers import (SphereCover, cover_box, cover_cylinder, cover_mesh, cover_s
                      cylinder_sections)
 
 __all__ = ['CollisionModel', 'LinkGeometry', 'resolve_mesh_uri', 'conventional_srdf_path',
-           'load_mesh']
+           'load_mesh', 'DEFAULT_TOLERANCE', 'MIN_TOLERANCE']
 
 _LOG = logging.getLogger('smcik_ros.collision')
 DEFAULT_TOLERANCE = 0.01      # [m] largest cover excess (sphere beyond the real geometry)
+MIN_TOLERANCE = 0.002         # [m] tighter covers take minutes and thousands of spheres
 DEFAULT_SKELETON_RADIUS = 0.01  # [m]
 MAX_SWEEP = 0.3    # [m] off-chain links whose points travel farther over their range are left out
 
@@ -159,8 +160,9 @@ class CollisionModel:
         """
         text, path = _read_urdf(urdf, urdf_path)
         tolerance = float(tolerance)
-        if not (tolerance > 0.0 and math.isfinite(tolerance)):
-            raise ModelError(f'cover tolerance must be a positive number [m]; got {tolerance}')
+        if not (tolerance >= MIN_TOLERANCE and math.isfinite(tolerance)):
+            raise ModelError(f'cover tolerance must be a number >= {MIN_TOLERANCE} m; got '
+                             f'{tolerance}')
         robot, raw_links = _parse(text, path)
         missing = [n for n in chain.link_names if n not in raw_links]
         if missing:

@@ -32,9 +32,9 @@ import threading
 
 import numpy as np
 
-from ..collision import (DEFAULT_CLEARANCE, DEFAULT_PADDING, CollisionConstraint,
-                         CollisionModel, Obstacle, Scene, conventional_srdf_path, parse_srdf,
-                         self_collision_pairs)
+from ..collision import (DEFAULT_CLEARANCE, DEFAULT_PADDING, DEFAULT_TOLERANCE, MIN_TOLERANCE,
+                         CollisionConstraint, CollisionModel, Obstacle, Scene,
+                         conventional_srdf_path, parse_srdf, self_collision_pairs)
 from ..errors import GoalError, ModelError, ParameterError
 
 __all__ = ['CollisionSettings', 'CollisionGuard', 'choose_srdf', 'reach_bound',
@@ -56,7 +56,9 @@ class CollisionSettings:
     coarse_resolution: sub-step spacing of the motion check's first, coarse pass (0: off):
     a motion whose coarse sub-steps (both ends included) are all at least
     ``coarse_resolution - padding`` clear is free without the fine pass (no cover point is
-    farther than that from one of them); otherwise the fine check decides.
+    farther than that from one of them); otherwise the fine check decides;
+    cover_tolerance: the largest excess of the meshes' sphere covers beyond the real geometry
+    (smaller: tighter covers, more spheres, a slower first start; covers are cached on disk).
     """
 
     self_collision: bool = True
@@ -65,12 +67,14 @@ class CollisionSettings:
     voxel_size: float = 0.03
     robot_margin: float = 0.02
     coarse_resolution: float = 0.01
+    cover_tolerance: float = DEFAULT_TOLERANCE
 
     def __post_init__(self):
         object.__setattr__(self, 'self_collision', bool(self.self_collision))
         for name, low, high in (('padding', 0.0, 0.1), ('clearance', 0.0, 1.0),
                                 ('voxel_size', 1e-3, 1.0), ('robot_margin', 0.0, 1.0),
-                                ('coarse_resolution', 0.0, 0.1)):
+                                ('coarse_resolution', 0.0, 0.1),
+                                ('cover_tolerance', MIN_TOLERANCE, 0.1)):
             value = getattr(self, name)
             try:
                 value = float(value)
@@ -232,7 +236,8 @@ class CollisionGuard:
         settings = settings if settings is not None else CollisionSettings()
         notes = []
         model = CollisionModel.from_urdf(chain, urdf, package_paths=tuple(package_paths),
-                                         urdf_path=urdf_path, cache_dir=cache_dir)
+                                         urdf_path=urdf_path, cache_dir=cache_dir,
+                                         tolerance=settings.cover_tolerance)
         if not model.has_geometry:
             notes.append(('info', 'the URDF has no <collision> geometry: self_collision is '
                           'ignored; obstacles are checked against a thin skeleton of the '
