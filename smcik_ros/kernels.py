@@ -22,7 +22,7 @@ import numpy as np
 from ._jit import ENABLED, njit
 
 __all__ = ['ENABLED', 'blocked_joints', 'body_points_world', 'collision_query', 'ensure_ready',
-           'first_solution', 'fk', 'jacobian_at', 'link_pose_path', 'lm_null_step',
+           'first_solution', 'fk', 'leaf_buffers', 'jacobian_at', 'link_pose_path', 'lm_null_step',
            'lm_spring_step', 'lm_step', 'pose_errors', 'pose_residual_jacobian', 'refine_pose',
            'refine_pose_motion', 'warm_up']
 
@@ -743,14 +743,6 @@ def body_points_world(rot, pos, row_body, local, out):
 
 
 @njit(cache=True)
-def _grow(arr, size):
-    """Return ``arr`` copied into an array of twice its length (the first ``size`` kept)."""
-    out = np.empty(2 * arr.shape[0], dtype=arr.dtype)
-    out[:size] = arr[:size]
-    return out
-
-
-@njit(cache=True)
 def _point_primitive(px, py, pz, kind, rot, trans, size):
     """Return the signed distance [m] of the base-frame point (px, py, pz) to one primitive
     (``shapes.point_primitive_distance`` for one point: kind code, rot (3, 3), trans (3,),
@@ -802,15 +794,11 @@ def _near_spheres(rot, pos, row_body, row_local, n, sph_row, radii, sphere_index
 
 
 @njit(cache=True)
-def _push(out, m, n, pair, a, b, d, is_self):
-    """Write leaf m (n, pair, a, b, d, is_self) into the output arrays ``out``, doubling them
-    when full; return them."""
-    out_n, out_p, out_a, out_b, out_d, out_s = out
-    if m == out_d.shape[0]:
-        out_n, out_p, out_a = _grow(out_n, m), _grow(out_p, m), _grow(out_a, m)
-        out_b, out_d, out_s = _grow(out_b, m), _grow(out_d, m), _grow(out_s, m)
-    out_n[m], out_p[m], out_a[m], out_b[m], out_d[m], out_s[m] = n, pair, a, b, d, is_self
-    return out_n, out_p, out_a, out_b, out_d, out_s
+def _put(out_n, out_p, out_a, out_b, out_d, out_s, m, n, pair, a, b, d, is_self):
+    """Write leaf m (n, pair, a, b, d, is_self) into the output arrays when it fits (the
+    caller counts every leaf and calls again with room for all when some did not fit)."""
+    if m < out_d.shape[0]:
+        out_n[m], out_p[m], out_a[m], out_b[m], out_d[m], out_s[m] = n, pair, a, b, d, is_self
 
 
 @njit(cache=True)
@@ -820,9 +808,12 @@ def collision_query(rot, pos, row_body, row_local, q, threshold, padding, radii,
                     subset_limit, sphere_index, sphere_ranges, full_ranges, pair_link,
                     pair_obj, obj_center, obj_radius, obj_part_start, obj_part_count,
                     part_center, part_radius, part_start, part_count, prim_kind, prim_rot,
-                    prim_trans, prim_size, nearest):
-    """Return the leaf pairs of ``engine.query`` below ``threshold``: (n, pair, a, b, d,
-    is_self), the same three-level broad phase in one pass per configuration.
+                    prim_trans, prim_size, nearest, out_n, out_p, out_a, out_b, out_d, out_s):
+    """Write the leaf pairs of ``engine.query`` below ``threshold`` to out_n, out_p, out_a,
+    out_b, out_d, out_s (n, pair, a, b, d, is_self; as many as fit) and return their count
+    (the caller calls again with room for all when it exceeds the arrays' length: growing
+    arrays inside the loops would cost reference counting on every sphere pair), the same
+    three-level broad phase in one pass per configuration.
 
     nearest: return only each configuration's closest leaf below ``threshold`` (branch and
     bound: the threshold of a configuration drops to the best distance found so far, so the
@@ -839,10 +830,6 @@ def collision_query(rot, pos, row_body, row_local, q, threshold, padding, radii,
     pair_link, pair_obj and the rest: the ``ObstacleGeometry`` (empty without obstacles).
     The leaves come configuration by configuration, self pairs before obstacle pairs.
     """
-    cap = 64
-    out = (np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64),
-           np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64), np.empty(cap),
-           np.empty(cap, dtype=np.bool_))
     m = 0
     n_spheres = radii.shape[0]
     n_links = link_row.shape[0]
@@ -908,7 +895,8 @@ def collision_query(rot, pos, row_body, row_local, q, threshold, padding, radii,
                             best_p, best_a, best_b, best_d, best_s = p, sa, sb, d3, True
                             thr = d3
                         else:
-                            out = _push(out, m, n, p, sa, sb, d3, True)
+                            _put(out_n, out_p, out_a, out_b, out_d, out_s, m, n, p, sa, sb,
+                                 d3, True)
                             m += 1
         for k in range(pair_link.shape[0]):
             link, o = pair_link[k], pair_obj[k]
@@ -946,14 +934,14 @@ def collision_query(rot, pos, row_body, row_local, q, threshold, padding, radii,
                                 best_s = False
                                 thr = d3
                             else:
-                                out = _push(out, m, n, k + n_pairs, s, g, d3, False)
+                                _put(out_n, out_p, out_a, out_b, out_d, out_s, m, n,
+                                     k + n_pairs, s, g, d3, False)
                                 m += 1
         if nearest and best_p >= 0:
-            out = _push(out, m, n, best_p, best_a, best_b, best_d, best_s)
+            _put(out_n, out_p, out_a, out_b, out_d, out_s, m, n, best_p, best_a, best_b,
+                 best_d, best_s)
             m += 1
-    out_n, out_p, out_a, out_b, out_d, out_s = out
-    return (out_n[:m].copy(), out_p[:m].copy(), out_a[:m].copy(), out_b[:m].copy(),
-            out_d[:m].copy(), out_s[:m].copy())
+    return m
 
 
 @njit(cache=True)
@@ -1249,7 +1237,15 @@ def _warm_collision_query(frames):
                     i1.copy(), i1.copy(), f3.copy(), np.ones(1), i1.copy(),
                     np.ones(1, np.int64), f3.copy(), np.ones(1), i1.copy(),
                     np.ones(1, np.int64), i1.copy(), np.eye(3)[None].copy(), f3.copy(),
-                    f3 + 0.1, False)
+                    f3 + 0.1, False, *leaf_buffers(1))
+
+
+def leaf_buffers(size):
+    """Return the six output arrays of ``collision_query`` with room for ``size`` leaves
+    (n, pair, a, b: int64; d: float; is_self: bool)."""
+    return (np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64),
+            np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64), np.empty(size),
+            np.empty(size, dtype=np.bool_))
 
 
 _READY = False

@@ -408,7 +408,8 @@ def _collision_scene(seed=3, cloud_points=60):
 def test_compiled_collision_query_finds_the_numpy_leaves(numpy_path):
     """``kernels.collision_query`` (through ``engine._query_compiled``) returns the same leaf
     pairs and distances as the numpy broad phase, with and without the pair tables, over
-    seeded configurations of which many collide (self and scene)."""
+    seeded configurations of which many collide (self and scene), also when its output
+    arrays are too small at first."""
     from smcik_ros.collision import engine
     chain, constraint = _collision_scene()
     rng = np.random.default_rng(7)
@@ -440,6 +441,10 @@ def test_compiled_collision_query_finds_the_numpy_leaves(numpy_path):
             np.testing.assert_allclose([have[k] for k in keys], [want[k] for k in keys],
                                        rtol=0.0, atol=1e-12)
             assert np.all(got.d < threshold)
+            # Output arrays too small for the leaves: the kernel is called again with room.
+            small = engine._query_compiled(robot, lazy, constraint.pairs, geometry, threshold,
+                                           constraint.padding, tables, q, capacity=1)
+            assert table(small) == have
             seen.update((bool(s), bool(d < 0.0)) for s, d in zip(ref.is_self, ref.d))
     assert seen == {(True, True), (True, False), (False, True), (False, False)}, \
         'the draw should hold colliding and free leaves, self and scene'

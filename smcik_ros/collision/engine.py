@@ -807,9 +807,11 @@ def _obstacle_arrays(obstacles):
 
 
 def _query_compiled(robot, world, self_pairs, obstacles, threshold, padding, tables, q,
-                    nearest=False):
+                    nearest=False, capacity=None):
     """``query`` by the compiled kernel (``kernels.collision_query``): the same leaves (with
-    ``nearest``, each configuration's closest one)."""
+    ``nearest``, each configuration's closest one). capacity: room for this many leaves in
+    the first call (default 32 per configuration + 256); the kernel is called again with room
+    for all when more are found."""
     if q is None:          # the tables need the configurations
         tables = None
     pairs = _pair_arrays(self_pairs, tables, robot)
@@ -817,11 +819,15 @@ def _query_compiled(robot, world, self_pairs, obstacles, threshold, padding, tab
         q_arr = np.zeros((world.n, 1))
     else:
         q_arr = np.array(q, dtype=float, order='C').reshape(world.n, -1)   # writable
-    n, pair, a, b, d, is_self = kernels.collision_query(
-        world.rot, world.pos, robot.row_body, robot.row_local, q_arr, float(threshold),
-        float(padding), *_robot_arrays(robot), *pairs, *_obstacle_arrays(obstacles),
-        bool(nearest))
-    return Leaves(n, pair, a, b, d, is_self, world.n)
+    args = (world.rot, world.pos, robot.row_body, robot.row_local, q_arr, float(threshold),
+            float(padding), *_robot_arrays(robot), *pairs, *_obstacle_arrays(obstacles),
+            bool(nearest))
+    out = kernels.leaf_buffers(32 * world.n + 256 if capacity is None else int(capacity))
+    count = kernels.collision_query(*args, *out)
+    if count > len(out[0]):           # more leaves than room: again with room for all
+        out = kernels.leaf_buffers(count)
+        count = kernels.collision_query(*args, *out)
+    return Leaves(*(x[:count] for x in out), world.n)
 
 
 def min_per_pair(leaves):
