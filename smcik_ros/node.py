@@ -192,9 +192,9 @@ NODE_PARAMETERS = {
                                       'would collide, before braking; 0 = brake at once',
                                       {'integer_range': _int_range(0, 100)}),
     'collision_detour': (True, 'when a still goal is blocked at the collision margin without '
-                         'progress (or not reached after 3 s), plan a collision-free joint-space path round the obstacle '
-                         'and follow it within the limits (control/detour.py); false = stop '
-                         'at the margin', {}),
+                         'progress (or not reached after 3 s), plan a collision-free '
+                         'joint-space path round the obstacle and follow it within the limits '
+                         '(control/detour.py); false = stop at the margin', {}),
     'collision_cover_markers': (False, "draw the robot's cover spheres on ~/collision (the "
                                 'obstacles and the closest pair are always drawn)', {}),
     'pointcloud_topic': ('', 'sensor_msgs/PointCloud2 topic whose points become obstacles '

@@ -1,5 +1,6 @@
 """Collision model from URDF: mesh URIs, formats, off-chain links, base ancestors, skeleton."""
 
+import logging
 import os
 import re
 import textwrap
@@ -302,6 +303,21 @@ def test_keep_out_sphere_works_on_a_urdf_without_collision_geometry(tmp_path):
     assert keep_out.violated(chain.frames(q))[0]
     assert not KeepOutSphere(tool + (1.0, 0, 0), 0.05).bind(chain).violated(chain.frames(q))[0]
 
+
+
+def test_computing_covers_is_announced_once_and_not_when_cached(tmp_path, caplog):
+    """The first start with a robot computes its covers (seconds): one log line says so
+    before the work, naming the cache; a start from the cache says nothing of it."""
+    from conftest import ARM7_URDF
+    chain = Chain.from_urdf(ARM7_URDF)
+    caplog.set_level(logging.INFO, logger='smcik_ros.collision')
+    CollisionModel.from_urdf(chain, ARM7_URDF, cache_dir=str(tmp_path))
+    said = [r.getMessage() for r in caplog.records if 'computing the sphere covers' in
+            r.getMessage()]
+    assert len(said) == 1 and str(tmp_path) in said[0], said
+    caplog.clear()
+    CollisionModel.from_urdf(chain, ARM7_URDF, cache_dir=str(tmp_path))
+    assert not [r for r in caplog.records if 'computing the sphere covers' in r.getMessage()]
 
 def test_conventional_srdf_paths(tmp_path):
     assert conventional_srdf_path(None) is None

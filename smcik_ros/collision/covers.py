@@ -33,19 +33,23 @@ Computing a cover takes 0.1-1 s per mesh, so covers are cached on disk, keyed by
 the geometry and the settings (``default_cache_dir``; never inside the repository).
 """
 
+import contextlib
 import dataclasses
 import hashlib
 import heapq
+import itertools
 import logging
 import os
 
 import numpy as np
 
 __all__ = ['SphereCover', 'COVER_VERSION', 'default_cache_dir', 'cover_mesh', 'cover_box',
-           'cover_cylinder', 'cover_sphere', 'bisect_triangles', 'cylinder_sections']
+           'cover_cylinder', 'cover_sphere', 'bisect_triangles', 'cylinder_sections',
+           'before_first_compute']
 
 COVER_VERSION = 3
 _LOG = logging.getLogger('smcik_ros.collision')
+_before_compute = []     # callbacks of ``before_first_compute`` blocks, called once each
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +87,18 @@ def default_cache_dir():
     """Return the cover cache directory: $XDG_CACHE_HOME/smcik_ros or ~/.cache/smcik_ros."""
     base = os.environ.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'), '.cache')
     return os.path.join(base, 'smcik_ros')
+
+
+@contextlib.contextmanager
+def before_first_compute(callback):
+    """Within the block, call ``callback()`` once, before the first cover that is not in the
+    disk cache is computed (a start-up can say it will take seconds, and only then)."""
+    _before_compute.append(callback)
+    try:
+        yield
+    finally:
+        if callback in _before_compute:
+            _before_compute.remove(callback)
 
 
 # ---------------------------------------------------------------------- public builders
@@ -150,6 +166,8 @@ def cover_mesh(vertices, faces, tolerance, item_edge=None, poses=None, rotation_
     cached = _cache_load(cache_dir, key)
     if cached is not None:
         return cached
+    while _before_compute:
+        _before_compute.pop()()
     cover = _compute_cover(vertices, faces, tolerance, item_edge, poses, float(rotation_sag))
     _cache_store(cache_dir, key, cover)
     return cover
@@ -196,8 +214,6 @@ def _shrinking_ball(points, normals, samples, cap, chunk=256):
 
 def _compute_cover(vertices, faces, tolerance, item_edge, poses, rotation_sag):
     import trimesh
-    from scipy.spatial import cKDTree
-    import scipy.sparse as sp
 
     mesh = trimesh.Trimesh(vertices, faces, process=True)
     hull = False
@@ -249,26 +265,8 @@ def _compute_cover(vertices, faces, tolerance, item_edge, poses, rotation_sag):
     cand, depth = cand[keep], depth[keep]
 
     # Which candidate contains which piece (all its points within tolerance + depth).
-    flat = items.reshape(-1, 3)
-    tree = cKDTree(flat)
-    allowance = tolerance + depth
-    n_items = len(items)
-    blocks = []
-    for start in range(0, len(cand), 128):      # in blocks: bounded memory on big meshes
-        lists = tree.query_ball_point(cand[start:start + 128],
-                                      allowance[start:start + 128] * (1.0 - 1e-9))
-        lengths = np.fromiter((len(x) for x in lists), dtype=np.int64, count=len(lists))
-        rows = np.repeat(np.arange(len(lists)), lengths)
-        cols = (np.concatenate([np.asarray(x, dtype=np.int64) for x in lists]) if rows.size
-                else np.zeros(0, dtype=np.int64))
-        block = sp.csr_matrix((np.ones(len(rows), dtype=np.int32), (rows, cols // width)),
-                              shape=(len(lists), n_items))
-        block.sum_duplicates()
-        block.data = (block.data == width).astype(np.int8)
-        block.eliminate_zeros()
-        blocks.append(block)
-    hits = sp.vstack(blocks).tocsr() if blocks else sp.csr_matrix((0, n_items), dtype=np.int8)
-    chosen, uncovered = _greedy_cover(hits, n_items)
+    hits = _containment(cand, tolerance + depth, items)
+    chosen, uncovered = _greedy_cover(hits, len(items))
 
     centers = cand[chosen]
     depths = depth[chosen]
@@ -284,6 +282,39 @@ def _compute_cover(vertices, faces, tolerance, item_edge, poses, rotation_sag):
     excess = excess + rotation_sag
     used = radii > 0.0
     return SphereCover(centers[used], radii[used], excess[used], hull)
+
+
+def _containment(centers, allowance, items, block=256):
+    """Return the (C, I) sparse int8 matrix: 1 where ball c (radius ``allowance[c]``, less a
+    relative 1e-9) contains every point of item i ((I, m, 3) points).
+
+    A ball contains all of an item's points only if it contains their mean (a ball is
+    convex), so a k-d tree of the means gives the candidates, checked exactly point by
+    point (vectorised, in blocks of balls: bounded memory on big meshes).
+    """
+    from scipy.spatial import cKDTree
+    import scipy.sparse as sp
+
+    n_items = len(items)
+    if not len(centers) or not n_items:
+        return sp.csr_matrix((len(centers), n_items), dtype=np.int8)
+    tree = cKDTree(items.mean(axis=1))
+    radius = allowance * (1.0 - 1e-9)
+    rows_out, cols_out = [], []
+    for start in range(0, len(centers), block):
+        c, r = centers[start:start + block], radius[start:start + block]
+        lists = tree.query_ball_point(c, r * (1.0 + 1e-9))     # a superset of the means
+        lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+        cols = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64,
+                           count=int(lengths.sum()))
+        rows = np.repeat(np.arange(len(lists)), lengths)
+        far = np.max(np.sum((items[cols] - c[rows][:, None, :]) ** 2, axis=2), axis=1)
+        inside = far <= r[rows] ** 2
+        rows_out.append(rows[inside] + start)
+        cols_out.append(cols[inside])
+    rows, cols = np.concatenate(rows_out), np.concatenate(cols_out)
+    return sp.csr_matrix((np.ones(len(rows), dtype=np.int8), (rows, cols)),
+                         shape=(len(centers), n_items))
 
 
 def _grid(bounds, spacing):

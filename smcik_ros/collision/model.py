@@ -34,8 +34,8 @@ import xml.etree.ElementTree as ElementTree
 import numpy as np
 
 from ..errors import ModelError
-from .covers import (SphereCover, cover_box, cover_cylinder, cover_mesh, cover_sphere,
-                     cylinder_sections)
+from .covers import (SphereCover, before_first_compute, cover_box, cover_cylinder, cover_mesh,
+                     cover_sphere, cylinder_sections, default_cache_dir)
 
 __all__ = ['CollisionModel', 'LinkGeometry', 'resolve_mesh_uri', 'conventional_srdf_path',
            'load_mesh', 'DEFAULT_TOLERANCE', 'MIN_TOLERANCE']
@@ -171,26 +171,33 @@ class CollisionModel:
         attachments, group_parent, warnings = _attach(chain, robot, tolerance)
         base_dir = os.path.dirname(os.path.abspath(path)) if path else os.getcwd()
         geometry, link_covers = {}, []
-        for link in robot.links:
-            items = _link_geometry(link, raw_links.get(link.name), base_dir,
-                                   tuple(package_paths or ()))
-            if not items:
-                continue
-            att = attachments.get(link.name)
-            if att is None:
-                continue
-            if att.swept:
-                travel = max(_sweep_travel(g, att, tolerance) for g in items)
-                if travel > MAX_SWEEP:
-                    warnings.append(
-                        f'link {link.name!r} is on a joint off the chain and its geometry moves '
-                        f'up to {travel:.2f} m over that joint\'s range (more than {MAX_SWEEP} m):'
-                        ' left out; put it on the chain (base/tip links) or publish it as an '
-                        'obstacle')
+        where = ('not cached' if cache_dir == '' else
+                 f'cached afterwards in {cache_dir or default_cache_dir()}')
+        announce = (lambda: _LOG.info(
+            f'computing the sphere covers of the collision geometry (tolerance {tolerance:g} '
+            f'm): seconds to a minute on the first start with this robot and tolerance, '
+            f'{where}'))
+        with before_first_compute(announce):
+            for link in robot.links:
+                items = _link_geometry(link, raw_links.get(link.name), base_dir,
+                                       tuple(package_paths or ()))
+                if not items:
                     continue
-            geometry[link.name] = items
-            covers = [_cover_element(g, att, tolerance, item_edge, cache_dir) for g in items]
-            link_covers.append((link.name, _merge(covers)))
+                att = attachments.get(link.name)
+                if att is None:
+                    continue
+                if att.swept:
+                    travel = max(_sweep_travel(g, att, tolerance) for g in items)
+                    if travel > MAX_SWEEP:
+                        warnings.append(
+                            f'link {link.name!r} is on a joint off the chain and its geometry '
+                            f'moves up to {travel:.2f} m over that joint\'s range (more than '
+                            f'{MAX_SWEEP} m): left out; put it on the chain (base/tip links) '
+                            'or publish it as an obstacle')
+                        continue
+                geometry[link.name] = items
+                covers = [_cover_element(g, att, tolerance, item_edge, cache_dir) for g in items]
+                link_covers.append((link.name, _merge(covers)))
         for name in attachments:
             if name not in geometry and name in raw_links and raw_links[name]['unsupported']:
                 warnings.append(f'link {name!r}: <collision> without supported geometry '
