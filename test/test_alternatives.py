@@ -13,6 +13,7 @@ from visualization_msgs.msg import Marker
 from arm_urdfs import ur5_like_urdf
 from smcik_ros import markers
 from smcik_ros import ros_conversions as rc
+from smcik_ros.collision import KeepOutSphere
 from smcik_ros.control.alternatives import AlternativesBook, has_alternatives
 from smcik_ros.control.arm_state import ArmSettings
 from smcik_ros.control.command_shaping import limits_for_chain
@@ -55,6 +56,28 @@ def _settled_filter(chain, seed, steps=150):
         solver.step(goal)
     return solver, goal, q0
 
+
+
+def test_the_list_is_reused_until_something_it_depends_on_changes(arm):
+    """At rest the node asks for the alternatives while the filter's steps are skipped: the
+    same records come back (not recomputed: the same objects); a step, a branch selection,
+    a constraint change or another count computes them afresh."""
+    solver, goal, _ = _settled_filter(arm, seed=4)
+    first = solver.alternatives(5)
+    again = solver.alternatives(5)
+    assert len(first) >= 2 and all(a is b for a, b in zip(first, again))
+    assert not any(a is b for a, b in zip(first, solver.alternatives(3)))
+    kept = solver.alternatives(5)
+    solver.step(goal)
+    stepped = solver.alternatives(5)
+    assert not any(a is b for a, b in zip(kept, stepped))
+    other = next(i for i, r in enumerate(stepped) if not r.held)
+    solver.select_alternative(other)
+    assert not any(a is b for a, b in zip(stepped, solver.alternatives(5)))
+    before = solver.alternatives(5)
+    far = arm.fk(arm.neutral_configuration())[:3, 3] + np.array([0.0, 0.0, 5.0])
+    solver.set_constraints([KeepOutSphere(far, 0.01)])
+    assert not any(a is b for a, b in zip(before, solver.alternatives(5)))
 
 # ---------------------------------------------------------------------------- the book
 def test_lists_several_branches_and_publishes_only_on_change(arm):
