@@ -25,14 +25,12 @@ Run: ``./smcik bench collision_dds [--goals 20] [--seed 2] [--clearance 0.0]`` (
 per goal at most, plus the check: 3-6 min for 20 goals).
 """
 import argparse
-import itertools
 import json
 import math
 import os
 import sys
 import tempfile
 import time
-import xml.etree.ElementTree as ElementTree
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common as C  # noqa: E402  (pins BLAS to one thread)
@@ -43,43 +41,20 @@ from smcik_ros.demo import REPO_ROOT, private_domain_id  # noqa: E402
 # The probe node, the joint_states player and the python-fcl robot of the DDS tests: the
 # same independent checker the tests use.
 sys.path.insert(0, os.path.join(REPO_ROOT, 'test'))
+from collision_helpers import FclArm, substeps  # noqa: E402
 
 SUB_STEP = 0.002        # [rad] largest joint change between two checked configurations
 
 
-def fcl_checker(urdf, base, package_map, srdf, box_center, box_size):
-    """Return (contacts(names, q) -> list of touching pairs, clearance(names, q) -> m)."""
+def fcl_checker(urdf, base, package_map, srdf, joint_names, box_center, box_size):
+    """Return (contacts(q) -> what touches, clearance(q) -> m) against the box and the self
+    pairs the SRDF leaves enabled (``collision_helpers.FclArm``)."""
     import fcl
-    from collision_helpers import FclRobot
 
-    robot = FclRobot(urdf, base, package_map)
-    root = ElementTree.parse(srdf).getroot()
-    disabled = {frozenset((e.get('link1'), e.get('link2')))
-                for e in root.iter('disable_collisions')}
-    pairs = [(a, b) for a, b in itertools.combinations(sorted(robot.geometry), 2)
-             if frozenset((a, b)) not in disabled]
+    arm = FclArm(urdf, base, srdf, package_map, joint_names)
     box = fcl.CollisionObject(fcl.Box(*box_size), fcl.Transform(np.eye(3), box_center))
-
-    def contacts(names, q):
-        objects = robot.objects(dict(zip(names, q)))
-        request = fcl.CollisionRequest()
-        out = [f'{link}/box' for link, items in objects.items()
-               if any(fcl.collide(a, box, request, fcl.CollisionResult()) for a in items)]
-        out += [f'{a}/{b}' for a, b in pairs
-                if any(fcl.collide(x, y, request, fcl.CollisionResult())
-                       for x in objects[a] for y in objects[b])]
-        return out
-
-    def clearance(names, q):
-        objects = robot.objects(dict(zip(names, q)))
-        request = fcl.DistanceRequest()
-        d = [fcl.distance(a, box, request, fcl.DistanceResult())
-             for items in objects.values() for a in items]
-        d += [fcl.distance(x, y, request, fcl.DistanceResult())
-              for a, b in pairs for x in objects[a] for y in objects[b]]
-        return min(d)
-
-    return contacts, clearance
+    return (lambda q: arm.contacts(q, [box]),
+            lambda q: min(arm.distance(q, box), arm.self_distance(q)))
 
 
 def draw_goals(chain, count, rng, box_center, box_size, contacts, clearance, min_clearance):
@@ -103,24 +78,12 @@ def draw_goals(chain, count, rng, box_center, box_size, contacts, clearance, min
             continue
         if np.any(chain.link_poses(q)[:, 2, 3] < 0.0):
             continue
-        if contacts(chain.joint_names, q):
+        if contacts(q):
             continue
-        if min_clearance > 0.0 and clearance(chain.joint_names, q) < min_clearance:
+        if min_clearance > 0.0 and clearance(q) < min_clearance:
             continue
         goals.append((behind, q))
     return goals
-
-
-def sub_steps(qs):
-    """Return the commands with sub-steps at most SUB_STEP apart between consecutive ones."""
-    keep = np.ones(len(qs), dtype=bool)
-    keep[1:] = np.any(qs[1:] != qs[:-1], axis=1)
-    distinct = qs[keep]
-    points = [distinct[:1]]
-    for a, b in zip(distinct[:-1], distinct[1:]):
-        n = max(1, int(math.ceil(np.max(np.abs(b - a)) / SUB_STEP)))
-        points.append(a + (np.arange(1, n + 1)[:, None] / n) * (b - a))
-    return np.vstack(points)
 
 
 def run(args):
@@ -142,9 +105,10 @@ def run(args):
         ready = chain.neutral_configuration()
         box_center, box_size = np.array([0.35, 0.0, 0.125]), (0.1, 0.4, 0.25)
     rng = np.random.default_rng(args.seed)
-    contacts, clearance = fcl_checker(urdf, base, package_map, srdf, box_center, box_size)
-    if contacts(chain.joint_names, ready):
-        raise RuntimeError(f'the start configuration touches: {contacts(chain.joint_names, ready)}')
+    contacts, clearance = fcl_checker(urdf, base, package_map, srdf, chain.joint_names,
+                                      box_center, box_size)
+    if contacts(ready):
+        raise RuntimeError(f'the start configuration touches: {contacts(ready)}')
     goals = draw_goals(chain, args.goals, rng, box_center, box_size, contacts, clearance,
                        args.clearance)
 
@@ -208,7 +172,7 @@ def run(args):
             status = json.loads(probe.status[-1][1].data)
             results.append(dict(goal=k, behind=behind, reached=ok,
                                 time_s=time.monotonic() - start,
-                                clearance_mm=1e3 * clearance(chain.joint_names, q),
+                                clearance_mm=1e3 * clearance(q),
                                 reason='' if ok else str(status.get('collision_reason', ''))))
             print(f'  goal {k:2d} {"behind" if behind else "other "} '
                   f'{"reached" if ok else "MISSED "} {results[-1]["time_s"]:5.1f} s, drawn '
@@ -220,8 +184,8 @@ def run(args):
         stop_process(proc)
         probe.close()
         rclpy.try_shutdown(context=context)
-    checked = sub_steps(qs)
-    bad = sum(1 for p in checked if contacts(chain.joint_names, p))
+    checked = substeps(qs, SUB_STEP)
+    bad = sum(1 for p in checked if contacts(p))
     dt = np.diff(stamps) * 1e-9
     limits = np.array(chain.velocity_limits) * 0.5       # the node's default velocity_scale
     v_ratio = float(np.max(np.abs(np.diff(qs, axis=0)) / dt[:, None] / limits))
@@ -267,17 +231,16 @@ def main(argv=None):
     fields = ['arm', 'goals', 'count', 'reached', 'reached_pct', 'median_time_s',
               'fcl_contacts', 'checked', 'rate_hz', 'max_gap_ms', 'max_velocity_ratio',
               'drawn_clearance_mm']
-    C.print_table(rows, fields[:-1], title='Goals behind a box over DDS (python-fcl on every command '
-                  f'and {1e3 * SUB_STEP:g} mrad sub-steps)')
+    C.print_table(rows, fields[:-1], title='Goals behind a box over DDS (python-fcl on every '
+                  f'command and {1e3 * SUB_STEP:g} mrad sub-steps)')
     print(f'logs {log_dir}')
     if args.thirdparty:
         print('(third-party arm: printed only, nothing written)')
         return 0 if len(reached) else 1
-    csv_path = C.write_csv('collision_dds', rows + [dict(arm=arm, goals=f'goal {r["goal"]}', count=1,
-                                              reached=int(r['reached']),
-                                              median_time_s=r['time_s'],
-                                              drawn_clearance_mm=r['clearance_mm'])
-                                         for r in results], fields)
+    per_goal = [dict(arm=arm, goals=f'goal {r["goal"]}', count=1, reached=int(r['reached']),
+                     median_time_s=r['time_s'], drawn_clearance_mm=r['clearance_mm'])
+                for r in results]
+    csv_path = C.write_csv('collision_dds', rows + per_goal, fields)
     plt = C.pyplot()
     fig, ax = plt.subplots(figsize=(8, 3.5))
     for r in results:

@@ -8,10 +8,13 @@ must say so too".
 """
 
 import atexit
+import itertools
+import math
 import os
 import shutil
 import tempfile
 import textwrap
+import xml.etree.ElementTree as ElementTree
 
 import fcl
 import numpy as np
@@ -99,6 +102,71 @@ class FclRobot:
                          for shape, origin in items]
         return out
 
+
+
+class FclArm:
+    """An arm's collision shapes in FCL (``FclRobot``), the self pairs its SRDF leaves
+    enabled, and the checks the DDS tests and benchmarks make at joint values q.
+
+    joint_names: the order of q (default: the URDF's movable joints; others stay at 0).
+    """
+
+    def __init__(self, urdf_path, base, srdf_path, mesh_map=None, joint_names=None):
+        self.robot = FclRobot(str(urdf_path), base, mesh_map)
+        root = ElementTree.parse(srdf_path).getroot()
+        disabled = {frozenset((e.get('link1'), e.get('link2')))
+                    for e in root.iter('disable_collisions')}
+        self.pairs = [(a, b) for a, b in itertools.combinations(sorted(self.robot.geometry), 2)
+                      if frozenset((a, b)) not in disabled]
+        self.joint_names = list(joint_names) if joint_names is not None else [
+            j.name for j in self.robot.urdf.robot.joints if j.type != 'fixed']
+
+    def contacts(self, q, obstacles=()):
+        """Return the names of what touches at q: 'link / obstacle k', 'link / link'."""
+        objects = self.robot.objects(dict(zip(self.joint_names, q)))
+        request, out = fcl.CollisionRequest(), []
+        for link, items in objects.items():
+            for k, obstacle in enumerate(obstacles):
+                if any(fcl.collide(a, obstacle, request, fcl.CollisionResult())
+                       for a in items):
+                    out.append(f'{link} / obstacle {k}')
+        for a, b in self.pairs:
+            if any(fcl.collide(x, y, request, fcl.CollisionResult())
+                   for x in objects[a] for y in objects[b]):
+                out.append(f'{a} / {b}')
+        return out
+
+    def distance(self, q, obstacle):
+        """Return the smallest FCL distance [m] from the arm's shapes to ``obstacle``."""
+        objects = self.robot.objects(dict(zip(self.joint_names, q)))
+        best = math.inf
+        for items in objects.values():
+            for a in items:
+                best = min(best, fcl.distance(a, obstacle, fcl.DistanceRequest(),
+                                              fcl.DistanceResult()))
+        return best
+
+    def self_distance(self, q):
+        """Return the smallest FCL distance [m] between the enabled self pairs at q."""
+        objects = self.robot.objects(dict(zip(self.joint_names, q)))
+        return min((fcl.distance(x, y, fcl.DistanceRequest(), fcl.DistanceResult())
+                    for a, b in self.pairs for x in objects[a] for y in objects[b]),
+                   default=math.inf)
+
+
+def substeps(positions, step):
+    """Return every distinct command and points between consecutive ones, at most ``step``
+    [rad] apart on any joint (K', n)."""
+    positions = np.asarray(positions, dtype=float)
+    keep = np.ones(len(positions), dtype=bool)
+    keep[1:] = np.any(positions[1:] != positions[:-1], axis=1)
+    positions = positions[keep]
+    out = [positions[:1]]
+    for a, b in zip(positions[:-1], positions[1:]):
+        count = max(1, int(math.ceil(np.max(np.abs(b - a)) / step)))
+        t = np.arange(1, count + 1)[:, None] / count
+        out.append(a + t * (b - a))
+    return np.vstack(out)
 
 def _transform(pose):
     return fcl.Transform(pose[:3, :3], pose[:3, 3])

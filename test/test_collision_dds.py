@@ -4,19 +4,16 @@ The node runs with config/arm.yaml on the demo arm (urdf/smcik_arm.urdf: primiti
 geometry, its SRDF found beside it, self-collision on by default). This process publishes
 joint_states (ArmPlayer in 'follow' mode: an arm that tracks the commands), obstacles on the
 ``obstacles`` topic and goals, and checks every command, and sub-steps between consecutive
-commands, with python-fcl on the URDF's own collision shapes (collision_helpers.FclRobot:
+commands, with python-fcl on the URDF's own collision shapes (collision_helpers.FclArm:
 yourdfpy's FK, FCL's exact primitives; nothing of smcik_ros' covers or kinematics), the
 self-collision pairs read from the SRDF here. Waiting is on conditions with timeouts.
 """
 
-import itertools
 import json
-import math
 import os
 import subprocess
 import sys
 import time
-import xml.etree.ElementTree as ElementTree
 
 import numpy as np
 import pytest
@@ -29,7 +26,7 @@ from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.parameter_client import AsyncParameterClient  # noqa: E402
 from visualization_msgs.msg import Marker, MarkerArray  # noqa: E402
 
-from collision_helpers import FclRobot, write_two_link_urdf  # noqa: E402
+from collision_helpers import FclArm, substeps, write_two_link_urdf  # noqa: E402
 from ros_helpers import (REPO_ROOT, ArmPlayer, dds_fixtures, read_log,  # noqa: E402
                          start_node_process, stop_process, stream_ratios, wait_for, wait_for_log)
 from smcik_ros.kinematics import Chain  # noqa: E402
@@ -55,60 +52,7 @@ def chain():
 
 @pytest.fixture(scope='module')
 def fcl_arm():
-    return FclArm()
-
-
-class FclArm:
-    """The demo arm's collision shapes in FCL, the SRDF's enabled pairs, obstacle checks."""
-
-    def __init__(self):
-        self.robot = FclRobot(str(URDF), 'base_link')
-        root = ElementTree.parse(SRDF).getroot()
-        disabled = {frozenset((e.get('link1'), e.get('link2')))
-                    for e in root.iter('disable_collisions')}
-        self.pairs = [(a, b) for a, b in itertools.combinations(sorted(self.robot.geometry), 2)
-                      if frozenset((a, b)) not in disabled]
-        self.joint_names = [j.name for j in self.robot.urdf.robot.joints if j.type != 'fixed']
-
-    def contacts(self, q, obstacles=()):
-        """Return the names of what touches at q: 'link / obstacle k', 'link / link'."""
-        objects = self.robot.objects(dict(zip(self.joint_names, q)))
-        request, out = fcl.CollisionRequest(), []
-        for link, items in objects.items():
-            for k, obstacle in enumerate(obstacles):
-                if any(fcl.collide(a, obstacle, request, fcl.CollisionResult())
-                       for a in items):
-                    out.append(f'{link} / obstacle {k}')
-        for a, b in self.pairs:
-            if any(fcl.collide(x, y, request, fcl.CollisionResult())
-                   for x in objects[a] for y in objects[b]):
-                out.append(f'{a} / {b}')
-        return out
-
-    def distance(self, q, obstacle):
-        """Return the smallest FCL distance [m] from the arm's shapes to ``obstacle``."""
-        objects = self.robot.objects(dict(zip(self.joint_names, q)))
-        best = math.inf
-        for items in objects.values():
-            for a in items:
-                best = min(best, fcl.distance(a, obstacle, fcl.DistanceRequest(),
-                                              fcl.DistanceResult()))
-        return best
-
-
-def substeps(positions, step=SUBSTEP):
-    """Return every distinct command and points between consecutive ones, at most ``step``
-    [rad] apart on any joint (K', n)."""
-    positions = np.asarray(positions, dtype=float)
-    keep = np.ones(len(positions), dtype=bool)
-    keep[1:] = np.any(positions[1:] != positions[:-1], axis=1)
-    positions = positions[keep]
-    out = [positions[:1]]
-    for a, b in zip(positions[:-1], positions[1:]):
-        count = max(1, int(math.ceil(np.max(np.abs(b - a)) / step)))
-        t = np.arange(1, count + 1)[:, None] / count
-        out.append(a + t * (b - a))
-    return np.vstack(out)
+    return FclArm(URDF, 'base_link', SRDF)
 
 
 def fcl_box(center, size):
@@ -249,7 +193,7 @@ def test_obstacle_in_front_of_a_moving_arm(session, chain, fcl_arm):
     status = latest_status(s.probe)
     _, stamps, q = s.probe.command_stream(since)
     assert_limits(chain, stamps, q, s, since)
-    checked = substeps(q)
+    checked = substeps(q, SUBSTEP)
     touching = [(k, c) for k, c in enumerate(fcl_arm.contacts(p, [box]) for p in checked) if c]
     assert not touching, (f'{len(touching)} of {len(checked)} checked configurations touch: '
                           f'first {touching[0]}')

@@ -6,13 +6,12 @@ between commands are checked by python-fcl on the URDF's own shapes (collision_h
 limits on every tick from the commands' positions and stamps.
 """
 
-import math
 
 import fcl
 import numpy as np
 import pytest
 
-from collision_helpers import FclRobot, demo_model, fcl_obstacle
+from collision_helpers import FclRobot, demo_model, fcl_obstacle, substeps
 from test_control_loop import SLACK, Log, Stream, follower, make_loop
 
 from smcik_ros.collision import Obstacle, self_collision_pairs
@@ -76,16 +75,13 @@ def run_loop(chain, guard, q0, goal_pose, trial, ticks, detour=True, settings=No
 
 
 def fcl_contacts(chain, robot, box, qs, resolution=0.004):
-    """Return how many of the commands, and sub-steps at most ``resolution`` apart on any
-    joint between consecutive ones, touch the box (python-fcl, the URDF's own shapes)."""
+    """Return how many of the distinct commands, and sub-steps at most ``resolution`` apart
+    on any joint between consecutive ones, touch the box (python-fcl, the URDF's own
+    shapes)."""
     obstacle = fcl_obstacle(box)
-    points = [qs[:1]]
-    for a, b in zip(qs[:-1], qs[1:]):
-        count = max(1, int(math.ceil(np.max(np.abs(b - a)) / resolution)))
-        points.append(a + (np.arange(1, count + 1)[:, None] / count) * (b - a))
     bad = 0
     request = fcl.CollisionRequest()
-    for q in np.vstack(points):
+    for q in substeps(qs, resolution):
         objects = robot.objects(dict(zip(chain.joint_names, q)))
         if any(fcl.collide(o, obstacle, request, fcl.CollisionResult())
                for items in objects.values() for o in items):

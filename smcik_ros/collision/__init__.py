@@ -28,7 +28,8 @@ from .scene import (MARKER_ADD, MARKER_CUBE, MARKER_CYLINDER, MARKER_DELETE, MAR
 __all__ = [
     'CollisionModel', 'LinkGeometry', 'SphereCover', 'CollisionConstraint', 'CollisionReport',
     'KeepOutObstacle', 'KeepOutSphere', 'Obstacle', 'Scene', 'SelfCollisionPairs', 'Srdf',
-    'DEFAULT_PADDING', 'DEFAULT_CLEARANCE', 'DEFAULT_TOLERANCE', 'MIN_TOLERANCE', 'MARKER_ADD', 'MARKER_CUBE', 'MARKER_CYLINDER',
+    'DEFAULT_PADDING', 'DEFAULT_CLEARANCE', 'DEFAULT_TOLERANCE', 'MIN_TOLERANCE', 'MARKER_ADD',
+    'MARKER_CUBE', 'MARKER_CYLINDER',
     'MARKER_DELETE', 'MARKER_DELETEALL', 'MARKER_SPHERE', 'conventional_srdf_path',
     'cover_mesh', 'default_cache_dir', 'load_mesh', 'obstacle_from_marker', 'parse_srdf',
     'pointcloud_obstacle', 'pose_matrix', 'resolve_mesh_uri', 'self_collision_pairs',
