@@ -78,6 +78,7 @@ from .rotations import quat_to_matrix
 from .solver_parameters import (make_solver_from, settings_changes, solver_parameters,
                                 solver_settings_yaml)
 from .solvers import available_solvers
+from .solvers.base import StateKey
 
 __all__ = ['SmcIkNode', 'main', 'NODE_PARAMETERS', 'ARRAY_PARAMETERS', 'COMMAND_TYPES',
            'load_robot_description', 'resolve_path', 'solver_settings_yaml']
@@ -988,13 +989,13 @@ class SmcIkNode(Node):
     MARKER_KEEPALIVE = 1.0   # [s] unchanged markers are published again this often
 
     def _marker_inputs_key(self, q_cmd, info):
-        """Return what the marker messages are built from: objects (compared by identity:
-        each is replaced, never changed in place, when what it holds changes) and values."""
+        """Return the StateKey of what the marker messages are built from."""
         guard = self._guard
-        return ((info, self.loop.goal, self._alternatives.published, guard.constraint,
-                 self._constraints.drawn, self.loop.solver),
-                (q_cmd.tobytes(), guard.scene.version, self._param('max_marker_particles'),
-                 self._param('collision_cover_markers')))
+        return StateKey((info, self.loop.goal, self._alternatives.published, guard.constraint,
+                         self._constraints.drawn, self.loop.solver),
+                        (q_cmd.tobytes(), guard.scene.version,
+                         self._param('max_marker_particles'),
+                         self._param('collision_cover_markers')))
 
     def _request_markers(self):
         """The marker timer: ask for a marker tick between control ticks, unless nothing
@@ -1007,8 +1008,7 @@ class SmcIkNode(Node):
         started, cpu_started = time.perf_counter(), time.thread_time()
         last = self._marker_key
         if last is not None and started - self._marker_sent < self.MARKER_KEEPALIVE:
-            key = self._marker_inputs_key(q_cmd, self.loop.solver.last_info)
-            if all(a is b for a, b in zip(key[0], last[0])) and key[1] == last[1]:
+            if self._marker_inputs_key(q_cmd, self.loop.solver.last_info) == last:
                 self.markers_skipped += 1     # counted as a (cheap) marker tick
                 self._marker_times.append(time.perf_counter() - started)
                 self._marker_cpu.append(time.thread_time() - cpu_started)

@@ -3,6 +3,7 @@ the arm state machine end to end, continuous joints, validators, shutdown brakin
 exception policy (a solver that raises at random: fault injection, not a mock)."""
 
 import math
+import types
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from smcik_ros.control.loop import ControlLoop, HardConstraintValidator, Reporte
 from smcik_ros.goals import KeepOutSphere
 from smcik_ros.kinematics import Chain
 from smcik_ros.solvers import make_solver
+from smcik_ros.solvers.base import StateKey
 from smcik_ros.solvers.smc import SmcSolver
 
 DT = 0.01
@@ -626,6 +628,21 @@ def test_a_settled_solver_at_rest_steps_every_rest_step_interval_ticks_same_comm
     stream.run(5, follower(1))
     assert len(steps) == n + 5 and not loop.solver.settled
 
+
+
+def test_state_key_compares_objects_by_identity_and_values_by_equality():
+    """The key the rest skipping (and the markers and alternatives) rely on: an equal but
+    different object, another value, or a constraint's new version is a change."""
+    a, b = [1.0], [1.0]
+    assert StateKey((a,), (1,)) == StateKey((a,), (1,))
+    assert StateKey((a,), (1,)) != StateKey((b,), (1,))
+    assert StateKey((a,), (1,)) != StateKey((a,), (2,))
+    assert StateKey((a,), (1,)) != StateKey((a, a), (1,))
+    constraint = types.SimpleNamespace(version=1)     # a constraint's version, changed
+    key = StateKey(constraints=[constraint])
+    assert key == StateKey(constraints=[constraint])
+    constraint.version = 2
+    assert key != StateKey(constraints=[constraint])
 
 def test_rest_step_interval_is_validated(arm7):
     limits, _ = limits_for_chain(arm7, velocity_scale=0.5, max_acceleration=3.0)

@@ -30,7 +30,7 @@ import traceback
 
 import numpy as np
 
-from ..solvers.base import goal_signature
+from ..solvers.base import StateKey, goal_signature
 from .arm_state import ArmMonitor, ArmSettings, ArmState
 from .command_shaping import (CommandShaper, ShapedCommand, nearest_equivalent,
                               to_solver_range)
@@ -381,7 +381,7 @@ class ControlLoop:
             self.skipped_steps += 1
             self._desired, desired = previous, previous[0]
         elif self.goal is not None:
-            self._stepped = (self.ticks, self._constraint_key())
+            self._stepped = (self.ticks, StateKey(constraints=self.constraints))
             self._set_references(self.q)
             estimate = None
             for _ in range(self.iterations_per_tick):
@@ -417,11 +417,6 @@ class ControlLoop:
                 f'({self.detour.trigger_text()}): planning a detour'), interval=1.0)
         return command
 
-    def _constraint_key(self):
-        """Return what identifies the constraints' state: each object and its ``version``
-        (the collision constraint's scene, pairs and padding), if it has one."""
-        return tuple((id(c), getattr(c, 'version', None)) for c in self.constraints)
-
     def _resting(self, previous):
         """Return True when this tick's solver step may be skipped (``rest_step_interval``):
         the solver is settled (its step cannot change the answer), on the goal, solver and
@@ -433,7 +428,8 @@ class ControlLoop:
         if self.ticks - tick >= self.rest_step_interval or np.any(self.v) or \
                 not np.array_equal(self.q, previous[0]):
             return False
-        return bool(getattr(self.solver, 'settled', False)) and key == self._constraint_key()
+        return (bool(getattr(self.solver, 'settled', False))
+                and key == StateKey(constraints=self.constraints))
 
     # ------------------------------------------------------------------ detour
     def _detour_tick(self, now, dt, lead_box, state):

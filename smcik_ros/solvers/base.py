@@ -17,7 +17,8 @@ import numpy as np
 from ..errors import GoalError, ParameterError
 from ..goals import Target, Term, as_goal, check_terms, task_errors
 
-__all__ = ['IKResult', 'Alternative', 'Solver', 'SolverSettings', 'goal_signature', 'register',
+__all__ = ['IKResult', 'Alternative', 'Solver', 'SolverSettings', 'StateKey', 'goal_signature',
+           'register',
            'make_solver', 'available_solvers', 'settings_type', 'parse_tolerance', 'stack_terms']
 
 _REGISTRY = {}
@@ -460,6 +461,27 @@ class Solver:
     def _iterate(self, targets, online):  # pragma: no cover - interface
         raise NotImplementedError
 
+
+
+class StateKey:
+    """What a cached result was computed from, to tell whether it still holds: ``objects``
+    compared by identity (each is replaced, never changed in place, when what it holds
+    changes; the key keeps them alive, so an identity is never reused) and ``values``
+    compared by equality. ``constraints`` adds each constraint (identity) and its
+    ``version`` (value), when it has one."""
+
+    __slots__ = ('objects', 'values')
+    __hash__ = None
+
+    def __init__(self, objects=(), values=(), constraints=()):
+        constraints = tuple(constraints)
+        self.objects = tuple(objects) + constraints
+        self.values = tuple(values) + tuple(getattr(c, 'version', None) for c in constraints)
+
+    def __eq__(self, other):
+        return (isinstance(other, StateKey) and len(self.objects) == len(other.objects)
+                and all(a is b for a, b in zip(self.objects, other.objects))
+                and self.values == other.values)
 
 def goal_signature(goal):
     """Return a value signature of a goal (array, Target or list of Targets), or None when

@@ -34,7 +34,7 @@ from .. import kernels
 from ..errors import ParameterError
 from ..goals import PoseTarget, Target, Term, task_errors
 from ..rotations import quat_slerp
-from .base import Alternative, Solver, SolverSettings, _check, register
+from .base import Alternative, Solver, SolverSettings, StateKey, _check, register
 from .smc_policies import (BranchHold, MinimalMotion, NearestSearch, Policies, Refinement,
                            Restarts, mean_log_weight, sample_qutem)
 
@@ -1074,12 +1074,10 @@ class SmcSolver(Solver):
             return []
         # Nothing they depend on changed since the last call (the arm rests on a settled
         # goal, its steps skipped): the same list, without the refinement (~10 ms).
-        key = ((info, self._targets, self._policies, self.settings, *self.constraints),
-               (tuple(getattr(c, 'version', None) for c in self.constraints), max_count,
-                len(self._archive), self._estimate.tobytes()))
-        cached = self._alternatives_key
-        if cached is not None and len(cached[0]) == len(key[0]) and cached[1] == key[1] \
-                and all(a is b for a, b in zip(cached[0], key[0])):
+        key = StateKey((info, self._targets, self._policies, self.settings),
+                       (max_count, len(self._archive), self._estimate.tobytes()),
+                       self.constraints)
+        if key == self._alternatives_key:
             return list(self._alternatives)
         records = self._compute_alternatives(info, max_count)
         self._alternatives, self._alternatives_key = records, key
