@@ -66,9 +66,9 @@ from .kinematics import Chain
 from .markers import (alternative_markers, build_marker_array, collision_markers,
                       link_segments, select_particles)
 from .robot_description import load_robot_description, read_urdf_file, resolve_path
-from .ros_conversions import (goal_pose_to_matrix, joint_state_positions,
+from .ros_conversions import (JointStateReader, JointStateWriter, goal_pose_to_matrix,
                               make_alternatives_trajectory, make_float64_multi_array,
-                              make_joint_state, make_joint_trajectory, obstacle_updates,
+                              make_joint_trajectory, obstacle_updates,
                               point_to_array, pointcloud2_to_xyz, pose_to_matrix,
                               pose_with_covariance_to_goal, stamp_to_nanoseconds)
 from .ros_interface import (COMMAND_QOS, COMMAND_TYPES, DESCRIPTION_QOS, INPUT_QOS,
@@ -269,7 +269,8 @@ class SmcIkNode(Node):
 
     def __init__(self, **kwargs):
         super().__init__('smcik_node', **kwargs)
-        self._epoch_ns = self.get_clock().now().nanoseconds
+        self._ros_clock = self.get_clock()
+        self._epoch_ns = self._ros_clock.now().nanoseconds
         self._reporter = Reporter(self._emit)
         self._setting_fields = {}  # solver name -> [declared setting fields]
         self._log_bridge = _LogBridge(self._emit)   # smcik_ros.collision warnings -> ROS log
@@ -329,6 +330,7 @@ class SmcIkNode(Node):
         self._set_constraint_specs(self._constraints.parse(self._param('constraints')))
         self._markers_shown = False                # the target was in the last marker message
         self._marker_key = None                    # what the last marker messages showed
+        self._marker_messages = None               # them: (particles, collision) MarkerArrays
         self._marker_sent = -math.inf              # when they were published [s, monotonic]
         self.markers_skipped = 0                   # marker ticks with nothing new to show
         self._check_choice('command_type', self._param('command_type'), COMMAND_TYPES)
@@ -363,6 +365,7 @@ class SmcIkNode(Node):
         self._cloud_sub = None
         self._cloud_next = 0.0
         self._make_pointcloud_subscription(self._param('pointcloud_topic'))
+        self._joint_state_reader = JointStateReader(self.chain.joint_names)
         self._joint_states_sub = self.create_subscription(
             JointState, 'joint_states', guard('joint_states', self._on_joint_states),
             JOINT_STATES_QOS)
@@ -430,8 +433,13 @@ class SmcIkNode(Node):
         return run
 
     def _now(self):
-        """Return (nanoseconds, seconds since start) of the node clock (ROS time)."""
-        ns = self.get_clock().now().nanoseconds
+        """Return (nanoseconds, seconds since start) of the node clock (ROS time).
+
+        Without a /clock override (use_sim_time false) ROS time is the system clock: read
+        directly, without building an rclpy Time (called twice per tick).
+        """
+        clock = self._ros_clock
+        ns = clock.now().nanoseconds if clock.ros_time_is_active else time.time_ns()
         return ns, (ns - self._epoch_ns) * 1e-9
 
     def _seconds(self, stamp):
@@ -758,6 +766,7 @@ class SmcIkNode(Node):
             self.destroy_publisher(self._command_pub)
         self._command_pub = self.create_publisher(msg_type, values['command_topic'], COMMAND_QOS)
         self._command_type = values['command_type']
+        self._joint_state_writer = JointStateWriter(self.chain.joint_names)
 
     def _make_timers(self, which, values=None):
         values = values or self._all_values()
@@ -878,7 +887,7 @@ class SmcIkNode(Node):
     def _on_joint_states(self, msg):
         _, now = self._now()
         try:
-            q, missing, bad, extra = joint_state_positions(msg, self.chain.joint_names)
+            q, missing, bad, extra = self._joint_state_reader(msg)
         except GoalError as exc:
             self._reporter('warn', 'joint_states:malformed', f'{exc}; message ignored',
                            interval=2.0)
@@ -948,8 +957,7 @@ class SmcIkNode(Node):
     def _publish_command(self, command, stamp_ns):
         names = self.chain.joint_names
         if self._command_type == 'joint_state':
-            msg = make_joint_state(names, command.q, command.v,
-                                   Time(nanoseconds=stamp_ns).to_msg())
+            msg = self._joint_state_writer.fill(command.q, command.v, stamp_ns)
         elif self._command_type == 'joint_trajectory':
             # Zero stamp: joint_trajectory_controller starts it on arrival.
             msg = make_joint_trajectory(names, command.q, command.v, 1.0 / self._rate)
@@ -989,31 +997,54 @@ class SmcIkNode(Node):
     MARKER_KEEPALIVE = 1.0   # [s] unchanged markers are published again this often
 
     def _marker_inputs_key(self, q_cmd, info):
-        """Return the StateKey of what the marker messages are built from."""
+        """Return the StateKey of what the marker messages are built from.
+
+        While the solver is settled (its rest steps keep the estimate's particle as it is),
+        its step record stands for the settled filter: the markers keep showing the particles
+        of the step that settled it instead of being rebuilt after every rest step. The ghost
+        arms are compared by what they show (the alternatives list is republished every
+        second as a new object with the same content)."""
         guard = self._guard
-        return StateKey((info, self.loop.goal, self._alternatives.published, guard.constraint,
-                         self._constraints.drawn, self.loop.solver),
-                        (q_cmd.tobytes(), guard.scene.version,
+        solver = self.loop.solver
+        settled = bool(getattr(solver, 'settled', False))
+        listed = self._alternatives.published
+        ghosts = (None if listed is None else
+                  (listed.q.tobytes(), tuple(r.within_tolerance for r in listed.records)))
+        return StateKey((None if settled else info, self.loop.goal, guard.constraint,
+                         self._constraints.drawn, solver),
+                        (q_cmd.tobytes(), settled, ghosts, guard.scene.version,
                          self._param('max_marker_particles'),
                          self._param('collision_cover_markers')))
 
     def _request_markers(self):
         """The marker timer: ask for a marker tick between control ticks, unless nothing
-        changed since the last markers (the arm rests on a settled goal) and they are less
-        than MARKER_KEEPALIVE s old (published again then for a late RViz; markers never
-        expire)."""
+        changed since the last markers (the arm rests on a settled goal): then the last
+        messages are published again, with a new stamp, once they are MARKER_KEEPALIVE s
+        old (for a late RViz; markers never expire), and nothing is sent before."""
         q_cmd = self.loop.q
         if q_cmd is None:
             return
         started, cpu_started = time.perf_counter(), time.thread_time()
         last = self._marker_key
-        if last is not None and started - self._marker_sent < self.MARKER_KEEPALIVE:
-            if self._marker_inputs_key(q_cmd, self.loop.solver.last_info) == last:
-                self.markers_skipped += 1     # counted as a (cheap) marker tick
-                self._marker_times.append(time.perf_counter() - started)
-                self._marker_cpu.append(time.thread_time() - cpu_started)
-                return
+        info = self.loop.solver.last_info
+        if last is not None and self._marker_inputs_key(q_cmd, info) == last:
+            if started - self._marker_sent >= self.MARKER_KEEPALIVE:
+                self._republish_markers(started)
+            self.markers_skipped += 1     # counted as a (cheap) marker tick
+            self._marker_times.append(time.perf_counter() - started)
+            self._marker_cpu.append(time.thread_time() - cpu_started)
+            return
         self._side.request('markers')
+
+    def _republish_markers(self, started):
+        """Publish the last marker messages again with the current stamp."""
+        stamp = self._ros_clock.now().to_msg()
+        for array in self._marker_messages:
+            for marker in array.markers:
+                marker.header.stamp = stamp
+        self._marker_pub.publish(self._marker_messages[0])
+        self._collision_pub.publish(self._marker_messages[1])
+        self._marker_sent = started
 
     def _on_marker_tick(self):
         q_cmd = self.loop.q
@@ -1021,8 +1052,7 @@ class SmcIkNode(Node):
             return
         started, cpu_started = time.perf_counter(), time.thread_time()
         info = self.loop.solver.last_info
-        self._marker_key = self._marker_inputs_key(q_cmd, info)
-        self._marker_sent = started
+        key = self._marker_inputs_key(q_cmd, info)
         particles, positions, weights = info.get('particles'), None, None
         if particles is not None and self._param('max_marker_particles') > 0:
             chosen, weights = select_particles(particles, info.get('weights'),
@@ -1044,7 +1074,10 @@ class SmcIkNode(Node):
         self._marker_pub.publish(array)
         inputs = self._guard.marker_inputs(q_cmd, cover=self._param('collision_cover_markers'))
         inputs['obstacles'] = inputs['obstacles'] + self._constraints.drawn
-        self._collision_pub.publish(collision_markers(self.chain.base_link, stamp, **inputs))
+        collision = collision_markers(self.chain.base_link, stamp, **inputs)
+        self._collision_pub.publish(collision)
+        self._marker_messages = (array, collision)
+        self._marker_key, self._marker_sent = key, started
         self._marker_times.append(time.perf_counter() - started)
         self._marker_cpu.append(time.thread_time() - cpu_started)
 

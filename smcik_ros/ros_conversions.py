@@ -6,6 +6,7 @@ validates it and raises :class:`~smcik_ros.errors.GoalError` with a message sayi
 expected and what arrived; the node turns that into one log line.
 """
 
+import array
 import math
 
 from builtin_interfaces.msg import Duration
@@ -173,6 +174,41 @@ def joint_state_positions(msg, joint_names):
     return q, missing, bad, extra
 
 
+class JointStateReader:
+    """``joint_state_positions`` for a stream whose messages keep one name list.
+
+    A driver publishes the same names in the same order on every message: the name-to-index
+    map of the last message is kept and reused while the names are equal (one list
+    comparison instead of a dict per message), the positions gathered with one index array.
+    Any other message (new names, a missing joint, a non-finite value) takes the general
+    path, with its report. Returns exactly what ``joint_state_positions`` returns.
+    """
+
+    def __init__(self, joint_names):
+        self.joint_names = list(joint_names)
+        self._names = None       # the name list the cache was built from
+        self._index = None       # (n,) where each chain joint sits in that list
+        self._extra = None       # names of that list that are not chain joints
+
+    def __call__(self, msg):
+        names = msg.name
+        if self._names is not None and names == self._names:
+            positions = np.asarray(msg.position, dtype=float)
+            if len(positions) == len(names):
+                q = positions[self._index]
+                if np.isfinite(q).all():
+                    return q, [], [], list(self._extra)
+        q, missing, bad, extra = joint_state_positions(msg, self.joint_names)
+        if missing:
+            self._names = None
+        else:
+            self._names = list(names)
+            order = {name: i for i, name in enumerate(self._names)}
+            self._index = np.array([order[name] for name in self.joint_names], dtype=np.intp)
+            self._extra = tuple(extra)
+        return q, missing, bad, extra
+
+
 def stamp_to_nanoseconds(stamp):
     """Return a builtin_interfaces/Time as integer nanoseconds (0 for an unset stamp)."""
     return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
@@ -188,6 +224,38 @@ def make_joint_state(joint_names, q, dq=None, stamp=None):
     if dq is not None:
         msg.velocity = np.asarray(dq, dtype=float).tolist()
     return msg
+
+
+class JointStateWriter:
+    """One sensor_msgs/JointState message, refilled for every command of a stream.
+
+    The names are set once; ``fill`` sets the stamp and the positions and velocities as
+    ``array.array('d')`` (accepted by the message without checking every element, as a list
+    would be). Publishing converts the message at once, so the same object serves the next
+    command. Gives the same message as ``make_joint_state``.
+    """
+
+    def __init__(self, joint_names):
+        self.msg = JointState()
+        self.msg.name = list(joint_names)
+        self._n = len(self.msg.name)
+
+    def fill(self, q, dq, stamp_ns):
+        """Return the message with positions ``q`` (n,), velocities ``dq`` (n,) and the header
+        stamp ``stamp_ns`` [ns, >= 0]."""
+        q = np.ascontiguousarray(q, dtype=float)
+        dq = np.ascontiguousarray(dq, dtype=float)
+        if q.shape != (self._n,) or dq.shape != (self._n,):
+            raise ValueError(f'expected {self._n} positions and velocities; got shapes '
+                             f'{q.shape} and {dq.shape}')
+        msg = self.msg
+        stamp = msg.header.stamp
+        stamp.sec, stamp.nanosec = divmod(int(stamp_ns), 1_000_000_000)
+        position, velocity = array.array('d'), array.array('d')
+        position.frombytes(q.tobytes())
+        velocity.frombytes(dq.tobytes())
+        msg.position, msg.velocity = position, velocity
+        return msg
 
 
 def duration_from_seconds(seconds):

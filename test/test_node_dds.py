@@ -31,7 +31,7 @@ from ros_helpers import (REPO_ROOT, Probe, dds_fixtures, read_log,  # noqa: E402
                          start_node_process, stop_process, wait_for, wait_for_log)
 from smcik_ros import kernels  # noqa: E402
 from smcik_ros.kinematics import Chain  # noqa: E402
-from smcik_ros.ros_conversions import matrix_to_pose  # noqa: E402
+from smcik_ros.ros_conversions import matrix_to_pose, stamp_to_nanoseconds  # noqa: E402
 from smcik_ros.errors import SmcIkError  # noqa: E402
 from smcik_ros.solvers import available_solvers, make_solver  # noqa: E402
 
@@ -315,6 +315,10 @@ def test_a_held_goal_at_rest_skips_solver_steps_and_unchanged_markers(system, pu
     # then built anew: how many are left out depends on the machine's load.)
     assert last['markers_skipped'] > first['markers_skipped'], seen
     assert len(probe.markers) - markers >= 1, seen             # unchanged markers still come
+    # ... each time with the time it was sent (a republished array gets a new stamp).
+    stamps = [stamp_to_nanoseconds(array.markers[-1].header.stamp)
+              for array in probe.snapshot(probe.markers)[markers:] if array.markers]
+    assert len(set(stamps)) == len(stamps), stamps
 
 
 def test_constraints_topic_and_keep_out_markers(system, publishers, chain):

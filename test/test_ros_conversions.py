@@ -110,6 +110,59 @@ def test_joint_state_positions_keep_what_is_usable():
         rc.joint_state_positions(JointState(name=['a', 'b'], position=[1.0]), ['a'])
 
 
+def _random_joint_state(rng, chain_names, names):
+    """A JointState over ``names`` (shuffled at times), sometimes with a NaN or a joint
+    missing, sometimes with an extra joint."""
+    names = list(names)
+    if rng.random() < 0.2:
+        names = list(rng.permutation(names))
+    if rng.random() < 0.1:
+        names.remove(chain_names[rng.integers(len(chain_names))])
+    if rng.random() < 0.1:
+        names.append('gripper')
+    position = rng.uniform(-3.0, 3.0, len(names))
+    if rng.random() < 0.1:
+        position[rng.integers(len(names))] = rng.choice([np.nan, np.inf])
+    return JointState(name=names, position=position.tolist())
+
+
+def test_joint_state_reader_equals_joint_state_positions():
+    """The cached reader answers what the general function answers, message by message, on
+    a stream that mostly repeats its names but also reorders, drops, adds and spoils them."""
+    rng = np.random.default_rng(7)
+    chain_names = ['a', 'b', 'c', 'd']
+    reader = rc.JointStateReader(chain_names)
+    stream_names = ['x', 'c', 'a', 'd', 'b']
+    fast = 0
+    for _ in range(2000):
+        msg = _random_joint_state(rng, chain_names, stream_names)
+        want = rc.joint_state_positions(msg, chain_names)
+        cached = reader._names is not None and msg.name == reader._names
+        got = reader(msg)
+        fast += cached
+        np.testing.assert_array_equal(got[0], want[0])
+        assert got[1:] == want[1:]
+    assert fast > 600      # the cached path was taken (852 of 2000 with this seed)
+    with pytest.raises(GoalError, match='expected one position per name, got 5 names and 4'):
+        reader(JointState(name=stream_names, position=[1.0, 2.0, 3.0, 4.0]))
+
+
+def test_joint_state_writer_equals_make_joint_state():
+    rng = np.random.default_rng(3)
+    writer = rc.JointStateWriter(NAMES)
+    for _ in range(50):
+        q, dq = rng.normal(size=3), rng.normal(size=3)
+        ns = int(rng.integers(0, 2**62))
+        stamp = JointState().header.stamp
+        stamp.sec, stamp.nanosec = ns // 10**9, ns % 10**9
+        want = rc.make_joint_state(NAMES, q, dq, stamp)
+        got = writer.fill(q, dq, ns)
+        assert got == want and rc.stamp_to_nanoseconds(got.header.stamp) == ns
+    with pytest.raises(ValueError, match=r'expected 3 positions and velocities; got shapes '
+                                         r'\(2,\) and \(3,\)'):
+        writer.fill(np.zeros(2), np.zeros(3), 0)
+
+
 def test_stamp_to_nanoseconds_is_exact():
     msg = JointState()
     assert rc.stamp_to_nanoseconds(msg.header.stamp) == 0

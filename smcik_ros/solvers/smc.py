@@ -1073,9 +1073,14 @@ class SmcSolver(Solver):
         if info is None or self._targets is None:
             return []
         # Nothing they depend on changed since the last call (the arm rests on a settled
-        # goal, its steps skipped): the same list, without the refinement (~10 ms).
-        key = StateKey((info, self._targets, self._policies, self.settings),
-                       (max_count, len(self._archive), self._estimate.tobytes()),
+        # goal, its steps skipped): the same list, without the refinement (~10 ms). While the
+        # filter stays settled on one estimate its rest steps do not count as a change: the
+        # branches were refined from that estimate to that goal already (the masses stay
+        # those of the step that settled it).
+        settled = self.settled
+        key = StateKey((None if settled else info, self._targets, self._policies,
+                        self.settings),
+                       (max_count, len(self._archive), self._estimate.tobytes(), settled),
                        self.constraints)
         if key == self._alternatives_key:
             return list(self._alternatives)
