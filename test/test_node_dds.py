@@ -616,6 +616,39 @@ def test_a_signal_during_start_up_ends_the_process_at_once(ros_env, tmp_path, si
         stop_process(proc, signal.SIGKILL)
 
 
+def test_the_node_clock_follows_clock_under_use_sim_time(ros_env, context):
+    """The node reads the system clock directly unless /clock overrides ROS time: with
+    use_sim_time its times are /clock's, without it the system time."""
+    from rosgraph_msgs.msg import Clock
+    from rclpy.executors import SingleThreadedExecutor
+    from smcik_ros.node import SmcIkNode
+    sim = SmcIkNode(context=context, cli_args=[
+        '--ros-args', '--params-file', str(PARAMS), '-p', 'use_sim_time:=true',
+        '-p', 'command_topic:=sim_time_test_commands', '-p', 'marker_rate_hz:=0.0'])
+    wall = SmcIkNode(context=context, cli_args=[
+        '--ros-args', '--params-file', str(PARAMS),
+        '-p', 'command_topic:=wall_time_test_commands', '-p', 'marker_rate_hz:=0.0'])
+    clock_pub = sim.create_publisher(Clock, '/clock', 10)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(sim)
+    sent = 1_000 * 10**9 + 123_456_789
+    try:
+        deadline = time.monotonic() + 10.0
+        while sim._now()[0] != sent and time.monotonic() < deadline:
+            msg = Clock()
+            msg.clock.sec, msg.clock.nanosec = divmod(sent, 10**9)
+            clock_pub.publish(msg)
+            executor.spin_once(timeout_sec=0.05)
+        assert sim._now()[0] == sent
+        before = time.time_ns()
+        ns = wall._now()[0]
+        assert before <= ns <= time.time_ns()
+    finally:
+        executor.shutdown()
+        sim.destroy_node()
+        wall.destroy_node()
+
+
 def test_arm_yaml_sets_every_node_parameter(ros_env, context):
     """config/arm.yaml lists every parameter the node declares (arrays may be commented)."""
     from smcik_ros.node import SmcIkNode
