@@ -115,6 +115,11 @@ NODE_PARAMETERS = {
     'rest_step_interval': (50, 'while the solver is settled on an unchanged goal and scene and '
                            'the command rests at its answer, it steps only every this many '
                            'ticks (1: every tick)', {'integer_range': _int_range(1, 1000)}),
+    'solver_rate_hz': (100.0, 'while one goal is followed the solver steps at most this often; '
+                       'the control ticks in between move towards its last answer at its '
+                       'velocity (rate_hz above it: every ceil(rate_hz / solver_rate_hz)-th '
+                       'tick steps) [Hz]; 0: on every tick',
+                       {'floating_point_range': _float_range(0.0, 1000.0)}),
     'solver': ('smc', 'solver name; one of ' + ', '.join(available_solvers()), {}),
     'command_type': ('joint_state', 'command message: joint_state (sensor_msgs/JointState), '
                      'joint_trajectory (trajectory_msgs/JointTrajectory, one point) or '
@@ -321,6 +326,7 @@ class SmcIkNode(Node):
                         self._param('orientation_tolerance')),
             fallback_candidates=self._param('collision_fallback_candidates'),
             rest_step_interval=self._param('rest_step_interval'),
+            step_interval=step_interval(self._param('rate_hz'), self._param('solver_rate_hz')),
             detour=Detour(self.chain, limits,
                           DetourSettings(enabled=self._param('collision_detour'))))
         self._constraints = ConstraintSet(
@@ -607,6 +613,8 @@ class SmcIkNode(Node):
             self.loop.iterations_per_tick = int(values['iterations_per_tick'])
         if 'rest_step_interval' in changes:
             self.loop.rest_step_interval = int(values['rest_step_interval'])
+        if 'rate_hz' in changes or 'solver_rate_hz' in changes:
+            self.loop.step_interval = step_interval(values['rate_hz'], values['solver_rate_hz'])
         if 'goal_timeout' in changes:
             self.loop.inbox.goal_timeout = values['goal_timeout']
         if 'position_tolerance' in changes or 'orientation_tolerance' in changes:
@@ -1100,6 +1108,7 @@ class SmcIkNode(Node):
             'step_cpu_ms': mean_ms(self._tick_cpu),
             'marker_cpu_ms': mean_ms(self._marker_cpu),
             'steps_skipped': loop.skipped_steps,
+            'ticks_between_steps': loop.interpolated_ticks,
             'markers_skipped': self.markers_skipped,
             'solver': self._solver_name,
             'goal_id': loop.goal.sequence if loop.goal is not None else 0,
@@ -1233,6 +1242,14 @@ class SmcIkNode(Node):
         out['alternatives_time_ms'] = (round(1e3 * float(np.mean(times)), 3) if times
                                        else None)
         return out
+
+
+def step_interval(rate_hz, solver_rate_hz):
+    """Return every how many control ticks the solver steps: the fewest that keep it at or
+    below ``solver_rate_hz`` [Hz] (0: every tick) at ``rate_hz`` [Hz]."""
+    if solver_rate_hz <= 0.0 or solver_rate_hz >= rate_hz:
+        return 1
+    return max(1, math.ceil(rate_hz / solver_rate_hz - 1e-9))
 
 
 def _robot_name(urdf_xml):

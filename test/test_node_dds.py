@@ -616,6 +616,14 @@ def test_a_signal_during_start_up_ends_the_process_at_once(ros_env, tmp_path, si
         stop_process(proc, signal.SIGKILL)
 
 
+def test_step_interval_keeps_the_solver_at_or_below_its_rate():
+    from smcik_ros.node import step_interval
+    assert [step_interval(100.0, r) for r in (0.0, 100.0, 150.0, 60.0, 50.0, 33.0)] == \
+        [1, 1, 1, 2, 2, 4]
+    assert [step_interval(500.0, 100.0), step_interval(1000.0, 100.0),
+            step_interval(250.0, 100.0)] == [5, 10, 3]
+
+
 def test_the_node_clock_follows_clock_under_use_sim_time(ros_env, context):
     """The node reads the system clock directly unless /clock overrides ROS time: with
     use_sim_time its times are /clock's, without it the system time."""

@@ -183,7 +183,12 @@ class ControlLoop:
     a path round an obstacle when the arm is blocked (None: off); rest_step_interval [ticks]:
     while the solver is ``settled`` on the same goal and constraints and the command rests at
     its answer, the solver steps only every this many ticks (its answer cannot change in
-    between; the shaper and the validators still run every tick; 1: every tick).
+    between; the shaper and the validators still run every tick; 1: every tick);
+    step_interval [ticks]: while the same goal is followed, the solver steps on every this
+    many ticks (a new goal or a constraint change steps at once); the ticks in between move
+    the command towards the solver's last answer carried on at that answer's own velocity (a
+    tracked target is followed without a stop), shaped, limited and validated like any tick:
+    a control rate above the solver's rate without its cost on every tick (1: every tick).
     """
 
     FALLBACK_SLACK = 1e-6   # [m] a fallback's tool may be this much farther from the goal
@@ -191,7 +196,7 @@ class ControlLoop:
     def __init__(self, chain, solver, limits, arm_settings=None, inbox=None,
                  iterations_per_tick=1, validators=(), report=None, tolerances=(1e-3, 1e-2),
                  fallback_candidates=8, hold_reset_interval=1, detour=None,
-                 rest_step_interval=1):
+                 rest_step_interval=1, step_interval=1):
         if chain.nq != chain.nv:
             raise ValueError('ControlLoop needs a chain of 1-DOF joints (no ball joints)')
         self.chain = chain
@@ -209,6 +214,10 @@ class ControlLoop:
         if int(rest_step_interval) < 1:
             raise ValueError(f'rest_step_interval must be >= 1 tick; got {rest_step_interval}')
         self.rest_step_interval = int(rest_step_interval)
+        if int(step_interval) < 1:
+            raise ValueError(f'step_interval must be >= 1 tick; got {step_interval}')
+        self.step_interval = int(step_interval)
+        self.interpolated_ticks = 0  # ticks between solver steps (step_interval)
         self._stepped = (-1, None)  # (tick, constraint key) of the last solver step
         self.skipped_steps = 0      # solver steps skipped at rest (rest_step_interval)
         self.detour = detour
@@ -380,6 +389,12 @@ class ControlLoop:
         if self.goal is not None and goal is None and self._resting(previous):
             self.skipped_steps += 1
             self._desired, desired = previous, previous[0]
+        elif self.goal is not None and goal is None and self._between_steps(previous):
+            self.interpolated_ticks += 1
+            self._desired = previous
+            desired, stamp, desired_velocity = previous
+            if desired_velocity is not None:
+                desired = desired + desired_velocity * (now - stamp)
         elif self.goal is not None:
             self._stepped = (self.ticks, StateKey(constraints=self.constraints))
             self._set_references(self.q)
@@ -429,6 +444,16 @@ class ControlLoop:
                 not np.array_equal(self.q, previous[0]):
             return False
         return (bool(getattr(self.solver, 'settled', False))
+                and key == StateKey(constraints=self.constraints))
+
+    def _between_steps(self, previous):
+        """Return True when this tick falls between two solver steps (``step_interval``):
+        the last tick followed the solver's answer, whose step was less than
+        ``step_interval`` ticks ago on the same constraints."""
+        if self.step_interval <= 1 or previous is None:
+            return False
+        tick, key = self._stepped
+        return (self.ticks - tick < self.step_interval
                 and key == StateKey(constraints=self.constraints))
 
     # ------------------------------------------------------------------ detour
