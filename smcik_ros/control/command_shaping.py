@@ -411,7 +411,7 @@ class CommandShaper:
 
     def stopping_time(self, v):
         """Return the shortest time [s] in which all joints stop together from ``v`` (n,)."""
-        return float(np.max(np.abs(np.asarray(v, dtype=float)) / self.limits.acceleration))
+        return float((np.abs(np.asarray(v, dtype=float)) / self.limits.acceleration).max())
 
     def stopping_point(self, q, v):
         """Return where a synchronized stop from (q, v) ends at the latest, (n,).
