@@ -140,3 +140,29 @@ def test_blind_start_needs_the_opt_in():
 def test_measure_checks_the_shape():
     with pytest.raises(ValueError, match='expected 3 positions'):
         monitor().measure([0.0, 0.0], None, 0.0)
+
+
+def test_kept_completeness_and_lead_match_their_definitions():
+    """``complete`` is kept as messages arrive (not recomputed) and ``lead``/``lead_box`` take
+    the measurement as it is without continuous joints: over random streams of complete,
+    partial and empty messages and clock resets, they equal their definitions (every joint
+    finite; the nearest equivalent of the measurement), bit for bit."""
+    from smcik_ros.control.command_shaping import nearest_equivalent
+    rng = np.random.default_rng(5)
+    for trial in range(200):
+        continuous = tuple(bool(c) for c in rng.random(3) < (0.0 if trial % 2 else 0.4))
+        arm = monitor(continuous)
+        for k in range(30):
+            if rng.random() < 0.05:
+                arm.forget()
+            positions = rng.uniform(-7.0, 7.0, 3)
+            positions[rng.random(3) < rng.choice([0.0, 0.5, 1.0])] = NaN
+            report = arm.measure(positions, None, 0.01 * k)
+            assert report.updated == tuple(n for n, p in zip(NAMES, positions) if p == p)
+            assert arm.complete == bool(np.all(np.isfinite(arm.measured))), (trial, k)
+            q_cmd = rng.uniform(-7.0, 7.0, 3)
+            near = nearest_equivalent(arm.measured, q_cmd, np.array(continuous))
+            assert arm.lead(q_cmd).tobytes() == np.abs(near - q_cmd).tobytes()
+            lo, hi = arm.lead_box(q_cmd)
+            assert lo.tobytes() == (near - 0.15).tobytes()
+            assert hi.tobytes() == (near + 0.15).tobytes()

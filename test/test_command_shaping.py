@@ -355,6 +355,52 @@ def test_brake_stops_on_the_current_line_within_the_acceleration():
     assert cos == pytest.approx(1.0, abs=1e-9), 'the stop left the line'
 
 
+def _rest_state(rng, limits):
+    """A command at or near rest on (or near) a still target: q on a limit, a lead box edge
+    or exactly 0 at times, inside or outside them, v and the target velocity zero (either
+    sign) or not, desired at q or a hair away, with and without a lead box."""
+    n = limits.n
+    lower = np.where(limits.continuous, -4.0, limits.lower)
+    upper = np.where(limits.continuous, 4.0, limits.upper)
+    q = rng.uniform(lower - 0.05, upper + 0.05)
+    pick = rng.integers(0, 6, n)
+    q = np.where(pick == 0, lower, np.where(pick == 1, upper, np.where(pick == 2, 0.0, q)))
+    q = np.where(rng.random(n) < 0.1, -0.0, q)
+    measured = q + rng.choice([0.0, 0.15, -0.15, 0.2, rng.uniform(-0.3, 0.3)], n)
+    lead_box = None if rng.random() < 0.3 else (measured - 0.15, measured + 0.15)
+    v = rng.choice([np.zeros(n), -np.zeros(n), rng.uniform(-1e-9, 1e-9, n)], p=[0.6, 0.2, 0.2])
+    desired = q.copy() if rng.random() < 0.8 else q + rng.uniform(-1e-12, 1e-12, n)
+    desired_velocity = [None, np.zeros(n), rng.uniform(-0.1, 0.1, n)][rng.integers(0, 3)]
+    return q, v, desired, lead_box, desired_velocity
+
+
+def test_the_rest_path_gives_exactly_the_stages_result():
+    """``step`` takes a short path at rest on a still target inside the position limits and
+    the lead box (the held goal of most ticks): the same command, bit for bit (zeros' signs
+    included), limiter included, as the three stages, over random rest and near-rest states
+    of random chains."""
+    rng = np.random.default_rng(11)
+    rest = 0
+    for trial in range(3000):
+        n = int(rng.integers(1, 8))
+        limits = make_limits(n, rng, continuous=rng.random(n) < 0.2)
+        shaper = CommandShaper(limits)
+        q, v, desired, lead_box, desired_velocity = _rest_state(rng, limits)
+        dt = float(rng.uniform(0.002, 0.03))
+        fast = shaper.step(q, v, dt, desired, lead_box, desired_velocity)
+        slow = shaper._shape(q, v, dt, desired, shaper.feedforward(desired_velocity),
+                             *shaper._boxes(lead_box))
+        assert fast.q.tobytes() == slow.q.tobytes(), trial
+        assert fast.v.tobytes() == slow.v.tobytes(), trial
+        assert fast.limited_by == slow.limited_by, trial
+        lo, hi = (limits.lower, limits.upper) if lead_box is None else (
+            np.maximum(limits.lower, lead_box[0]), np.minimum(limits.upper, lead_box[1]))
+        rest += (not np.any(v) and np.array_equal(desired, q) and
+                 shaper.feedforward(desired_velocity) is None and
+                 bool(np.all((q >= lo) & (q <= hi))))
+    assert rest > 500, rest     # the short path was taken often enough to mean something
+
+
 # ---------------------------------------------------------------------- continuous joints
 def test_wrap_helpers():
     assert wrap_to_pi(7.0) == pytest.approx(7.0 - 2 * math.pi)

@@ -630,6 +630,33 @@ def test_a_settled_solver_at_rest_steps_every_rest_step_interval_ticks_same_comm
     assert len(steps) == n + 5 and not loop.solver.settled
 
 
+def test_goal_errors_kept_at_rest_are_those_of_the_published_command(arm7):
+    """The goal errors are recomputed only when the goal or the command changed (a held goal
+    at rest skips the forward kinematics): after every tick they are the errors of the
+    command, bit for bit, through an approach, the rest, the same pose sent again, a point
+    goal at the tool (same command, other errors) and a new pose."""
+    loop, _ = make_loop(arm7)
+    loop.rest_step_interval = 10
+    stream = Stream(loop, seed=6)
+    stream.measure(arm7.neutral_configuration())
+    stream.tick()
+    goals = {0: ('pose', reachable_pose(arm7, 7)), 300: ('pose', reachable_pose(arm7, 7)),
+             350: ('point', None),    # at the tool: the command stays, the errors change
+             400: ('pose', reachable_pose(arm7, 9, near=stream.commands[-1].q))}
+    held = 0
+    for k in range(600):
+        if k in goals:
+            kind, value = goals[k]
+            value = arm7.fk(loop.q)[:3, 3] if value is None else value
+            loop.offer_goal(kind, value, '', None, stream.t)
+        before = loop.q.copy()
+        stream.run(1, follower(1))
+        frames = arm7.frames(loop.q)
+        expected = tuple(float(v[0]) for v in loop.goal.terms[0].errors(frames))
+        assert loop.goal_errors == expected, k
+        held += bool(np.array_equal(before, loop.q))
+    assert loop.goal_reached and held > 100, held
+
 
 def test_state_key_compares_objects_by_identity_and_values_by_equality():
     """The key the rest skipping (and the markers and alternatives) rely on: an equal but

@@ -7,6 +7,8 @@ limits on every tick from the commands' positions and stamps.
 """
 
 
+import dataclasses
+
 import fcl
 import numpy as np
 import pytest
@@ -18,6 +20,7 @@ from smcik_ros.collision import Obstacle, self_collision_pairs
 from smcik_ros.control.collision_guard import CollisionGuard
 from smcik_ros.control.detour import Detour, DetourSettings
 from smcik_ros.errors import ParameterError
+from smcik_ros.goals import PoseTarget
 from smcik_ros.solvers import make_solver
 
 URDF = 'urdf/smcik_arm.urdf'
@@ -307,6 +310,15 @@ def test_patience_starts_a_detour_while_the_error_still_decreases(demo):
     stalled = Detour(chain, limits, DetourSettings(seed=0, trigger_time=0.5, patience=600.0))
     assert not stalled.observe(loop, now) and stalled.observe(loop, now + 0.6)
     assert stalled.trigger_text() == 'without progress for 0.5 s'
+    # The same goal again (a new Goal object, the same signature) keeps the patience
+    # running; another goal starts it again.
+    again = Detour(chain, limits, DetourSettings(seed=0, trigger_time=60.0, patience=1.0))
+    assert not again.observe(loop, now)
+    loop.goal = dataclasses.replace(loop.goal, sequence=loop.goal.sequence + 1)
+    assert not again.observe(loop, now + 0.5) and again.observe(loop, now + 1.1)
+    loop.goal = dataclasses.replace(loop.goal, terms=(PoseTarget(chain.fk(q0)),))
+    assert not again.observe(loop, now + 1.2) and not again.observe(loop, now + 2.1)
+    assert again.observe(loop, now + 2.3)
     with pytest.raises(ParameterError, match='patience'):
         DetourSettings(patience=-1.0)
 

@@ -83,6 +83,10 @@ class Decision:
     events: tuple = ()
 
 
+# The decision of most ticks (immutable: one object serves them all).
+_ACTIVE = Decision(ArmState.ACTIVE)
+
+
 @dataclass(frozen=True)
 class MeasureReport:
     """What ``ArmMonitor.measure`` made of one joint_states message.
@@ -99,16 +103,19 @@ class ArmMonitor:
     """The arm state machine: last good measurement per joint, freshness, resync decisions.
 
     joint_names: (n,) chain order; continuous: (n,) bool (differences of continuous joints
-    are taken modulo 2 pi, so a driver that wraps them does not cause resyncs).
+    are taken modulo 2 pi, so a driver that wraps them does not cause resyncs; read-only).
     """
 
     def __init__(self, joint_names, continuous, settings=None):
         self.joint_names = tuple(joint_names)
         self.continuous = np.array(continuous, dtype=bool)
+        self.continuous.setflags(write=False)
+        self._wraps = bool(self.continuous.any())   # else the lead is a plain difference
         self.settings = settings or ArmSettings()
         n = len(self.joint_names)
         self._q = np.full(n, np.nan)          # last good value per joint [rad or m]
         self._time = np.full(n, -np.inf)      # its time on the node's clock [s]
+        self._complete = False                # every joint measured (values only get taken)
         self.state = ArmState.WAITING
         self._stale_since = None
         self._clock_warned = False
@@ -124,7 +131,7 @@ class ArmMonitor:
     @property
     def complete(self):
         """True once every joint has been measured."""
-        return bool(np.all(np.isfinite(self._q)))
+        return self._complete
 
     def measure(self, positions, stamp, now):
         """Take one joint_states message.
@@ -151,15 +158,22 @@ class ArmMonitor:
             else:
                 when = min(stamp, now)
         good = np.isfinite(positions)
+        if good.all():      # the usual message: every joint, no masks
+            self._q[:] = positions
+            np.maximum(self._time, when, out=self._time)
+            self._complete = True
+            return MeasureReport(updated=self.joint_names, events=tuple(events))
         self._q[good] = positions[good]
         self._time[good] = np.maximum(self._time[good], when)
+        if not self._complete:
+            self._complete = bool(np.isfinite(self._q).all())
         names = self.joint_names
         return MeasureReport(updated=tuple(n for n, g in zip(names, good) if g),
                              events=tuple(events))
 
     def age(self, now):
         """Return the age [s] of the oldest joint's newest good value (inf if never)."""
-        return float(now - np.min(self._time))
+        return float(now - self._time.min())
 
     def fresh(self, now):
         """True when every joint has a value younger than joint_states_timeout."""
@@ -167,14 +181,21 @@ class ArmMonitor:
 
     def lead(self, q_cmd):
         """Return |measured - command| per joint (n,), continuous joints modulo 2 pi."""
-        near = nearest_equivalent(self._q, q_cmd, self.continuous)
-        return np.abs(near - np.asarray(q_cmd, dtype=float))
+        q_cmd = np.asarray(q_cmd, dtype=float)
+        return np.abs(self._near(q_cmd) - q_cmd)
 
     def lead_box(self, q_cmd):
         """Return (lo, hi) (n,): the box of half-width max_lead around the measurement,
         continuous joints taken at their equivalent nearest the command."""
-        center = nearest_equivalent(self._q, q_cmd, self.continuous)
+        center = self._near(np.asarray(q_cmd, dtype=float))
         return center - self.settings.max_lead, center + self.settings.max_lead
+
+    def _near(self, q_cmd):
+        """The measurement (n,), continuous joints at their equivalent nearest q_cmd (the
+        measurement itself, not a copy, without continuous joints: callers only read it)."""
+        if not self._wraps:
+            return self._q
+        return nearest_equivalent(self._q, q_cmd, self.continuous)
 
     # ------------------------------------------------------------------ decisions
     def decide(self, now, q_cmd):
@@ -205,7 +226,7 @@ class ArmMonitor:
         if not self.complete:
             # Commanding blind (start_without_joint_states) until a complete measurement.
             self.state = ArmState.ACTIVE
-            return Decision(ArmState.ACTIVE)
+            return _ACTIVE
         if not fresh:
             self.state = ArmState.STALE
             self._stale_since = now
@@ -217,8 +238,8 @@ class ArmMonitor:
                 'stop and holding until they resume')))
             return Decision(ArmState.STALE, events=tuple(events))
         lead = self.lead(q_cmd)
-        worst = int(np.argmax(lead))
-        if lead[worst] > cfg.resync_threshold:
+        if lead.max() > cfg.resync_threshold:
+            worst = int(lead.argmax())
             events.append(('warn', 'resync', (
                 f'measured and commanded positions differ by {lead[worst]:.3f} on '
                 f'{self.joint_names[worst]} (> resync_threshold = {cfg.resync_threshold:g}; '
@@ -226,12 +247,13 @@ class ArmMonitor:
                 'configuration at rest')))
             return self._resync(events)
         self.state = ArmState.ACTIVE
-        return Decision(ArmState.ACTIVE)
+        return _ACTIVE
 
     def forget(self):
         """Drop every measurement and return to WAITING (the node clock was reset)."""
         self._q[:] = np.nan
         self._time[:] = -np.inf
+        self._complete = False
         self.state = ArmState.WAITING
         self._stale_since = None
 

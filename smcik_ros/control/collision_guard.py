@@ -412,10 +412,10 @@ class CollisionGuard:
             return False
         q_a = state[1]
         dq = np.maximum(np.abs(q_from - q_a), np.abs(q_to - q_a))
-        if not np.all(np.isfinite(dq)):
+        if not np.isfinite(dq).all():
             return False
         lever = self.constraint._lever
-        moved = float(np.max(lever @ dq)) if len(lever) else 0.0
+        moved = float((lever @ dq).max()) if len(lever) else 0.0
         return 2.0 * moved < state[2]
 
     def _clearly_free(self, q_from, q_to):

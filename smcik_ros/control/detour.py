@@ -168,7 +168,8 @@ class Detour:
         self._constraints = ()
         self._scene_version = None
         self._work = None
-        self._goal_key = None
+        self._goal_key = None        # goal_signature of the goal observed last
+        self._goal_seen = None       # that Goal object
         self._best = math.inf        # smallest goal error of this goal [m]
         self._best_time = None       # when it was last improved by ``progress`` [s]
         self._since = None           # when this goal (or the last detour's end) began [s]
@@ -199,11 +200,14 @@ class Detour:
         goal = loop.goal
         if loop.q is None:
             return False
-        if not self._history or np.any(self._history[-1] != loop.q):
+        if not self._history or (self._history[-1] != loop.q).any():
             self._history.append(loop.q.copy())
         if goal is None:
             return False
-        key = goal_signature(goal.terms)
+        # The same Goal object has the same signature (frozen, read-only targets): computed
+        # once per goal object, not on every tick.
+        key = self._goal_key if goal is self._goal_seen else goal_signature(goal.terms)
+        self._goal_seen = goal
         if key != self._goal_key:
             self._goal_key = key
             self._best, self._best_time = math.inf, now

@@ -203,6 +203,7 @@ class ControlLoop:
         self.solver = solver
         self.shaper = CommandShaper(limits)
         self.limits = limits
+        self._wraps = bool(limits.continuous.any())   # any continuous joint (limits: frozen)
         self.arm = ArmMonitor(chain.joint_names, limits.continuous, arm_settings or ArmSettings())
         self.inbox = inbox or GoalInbox(FrameResolver(chain), chain.tip_link)
         self.iterations_per_tick = int(iterations_per_tick)
@@ -232,6 +233,7 @@ class ControlLoop:
         self.last = None            # last Command
         self.goal = None            # Goal being followed
         self.goal_errors = (math.nan, math.nan)
+        self._errors_of = None      # StateKey (goal, command bytes) goal_errors belong to
         self.goal_reached = False
         self._first_tick = None
         self._stopping = False
@@ -440,7 +442,7 @@ class ControlLoop:
         if self.rest_step_interval <= 1 or previous is None:
             return False
         tick, key = self._stepped
-        if self.ticks - tick >= self.rest_step_interval or np.any(self.v) or \
+        if self.ticks - tick >= self.rest_step_interval or self.v.any() or \
                 not np.array_equal(self.q, previous[0]):
             return False
         return (bool(getattr(self.solver, 'settled', False))
@@ -724,7 +726,7 @@ class ControlLoop:
         leaves at least a half turn each way (it would stop at 2 pi, or come back the long
         way round, after many turns in one direction)."""
         continuous = self.limits.continuous
-        if continuous.any() and np.any(continuous & (np.abs(estimate) > RECENTER)):
+        if self._wraps and np.any(continuous & (np.abs(estimate) > RECENTER)):
             self._reset_solver(estimate)
 
     def _follow_measured_turns(self):
@@ -734,9 +736,9 @@ class ControlLoop:
         re-homed the coordinate; the arm cannot turn 2 pi in a tick) moves the command by the
         same turns: the same physical angle, no motion, the velocity carries on.
         """
-        continuous = self.limits.continuous
-        if self.q is None or not continuous.any() or not self.arm.complete:
+        if self.q is None or not self._wraps or not self.arm.complete:
             return
+        continuous = self.limits.continuous
         turns = np.where(continuous, np.round((self.arm.measured - self.q) / TWO_PI), 0.0)
         if turns.any():
             self.q = self.q + TWO_PI * turns
@@ -776,11 +778,11 @@ class ControlLoop:
         self.solver.reset(self.chain.clip(to_solver_range(q, self.limits.continuous)))
 
     def _commit(self, shaped, now, state):
-        if not (np.all(np.isfinite(shaped.q)) and np.all(np.isfinite(shaped.v))):
+        if not (np.isfinite(shaped.q).all() and np.isfinite(shaped.v).all()):
             raise FloatingPointError('the shaped command is not finite')
         dt = now - self.stamp
         accel = np.abs(shaped.v - self.v) / (self.limits.acceleration * dt)
-        self._last_acceleration = float(np.max(accel)) if accel.size else 0.0
+        self._last_acceleration = float(accel.max()) if accel.size else 0.0
         self.q, self.v, self.stamp = shaped.q, shaped.v, now
         self.last = Command(shaped.q.copy(), shaped.v.copy(), now, state, shaped.limited_by)
         self._update_goal_errors(now)
@@ -799,9 +801,15 @@ class ControlLoop:
     def _update_goal_errors(self, now):
         if self.goal is None:
             return
-        frames = self.chain.frames(self.q)
-        pos, ori = (float(v[0]) for v in self.goal.terms[0].errors(frames))
-        self.goal_errors = (pos, ori)
+        # The errors of the same goal at the same command (bit for bit) are the same: a held
+        # goal at rest skips the forward kinematics. (A Goal is frozen, its targets' arrays
+        # read-only; a new goal is a new object.)
+        key = StateKey((self.goal,), (self.q.tobytes(),))
+        if key != self._errors_of:
+            frames = self.chain.frames(self.q)
+            self.goal_errors = tuple(float(v[0]) for v in self.goal.terms[0].errors(frames))
+            self._errors_of = key
+        pos, ori = self.goal_errors
         reached = pos <= self.tolerances[0] and ori <= self.tolerances[1]
         if reached and not self.goal_reached:
             self.report('info', 'reached', (
