@@ -197,7 +197,7 @@ def test_a_goal_whose_nearest_solution_collides_is_found_with_the_collision_cons
     from smcik_ros.goals import PoseTarget
     chain, model, _ = demo
     rng = np.random.default_rng(5)
-    free_ik = make_solver('jacobian', chain)
+    free_ik = make_solver('jacobian', chain, seed=0)
     cases = found = 0
     while cases < 10:
         guard = CollisionGuard(model, self_collision_pairs(model, SRDF))
