@@ -112,7 +112,7 @@ NODE_PARAMETERS = {
                 {'floating_point_range': _float_range(1.0, 1000.0)}),
     'iterations_per_tick': (1, 'solver steps per control tick',
                             {'integer_range': _int_range(1, 100)}),
-    'rest_step_interval': (50, 'while the solver is settled on an unchanged goal and scene and '
+    'rest_step_interval': (100, 'while the solver is settled on an unchanged goal and scene and '
                            'the command rests at its answer, it steps only every this many '
                            'ticks (1: every tick)', {'integer_range': _int_range(1, 1000)}),
     'solver_rate_hz': (100.0, 'while one goal is followed the solver steps at most this often; '

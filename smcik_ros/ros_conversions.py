@@ -8,6 +8,7 @@ expected and what arrived; the node turns that into one log line.
 
 import array
 import math
+import struct
 
 from builtin_interfaces.msg import Duration
 from geometry_msgs.msg import Point, Pose, Quaternion
@@ -227,27 +228,86 @@ def make_joint_state(joint_names, q, dq=None, stamp=None):
 
 
 class JointStateWriter:
-    """One sensor_msgs/JointState message, refilled for every command of a stream.
+    """The commands of a stream as serialized sensor_msgs/JointState messages.
 
-    The names are set once; ``fill`` sets the stamp and the positions and velocities as
-    ``array.array('d')`` (accepted by the message without checking every element, as a list
-    would be). Publishing converts the message at once, so the same object serves the next
-    command. Gives the same message as ``make_joint_state``.
+    Names (and the empty effort) are the same in every command: the message is serialized
+    once by the middleware's own serializer (``rclpy.serialization``) with marker values, and
+    each command then writes its stamp, positions and velocities into a copy of those bytes
+    at the places the markers were found; publishing bytes skips the conversion of a Python
+    message on every tick. The layout is checked at construction against the serializer for
+    random commands; where anything differs (another encoding, a marker found twice) the
+    writer fills a JointState message instead (``serialized`` False). Either way ``fill``
+    returns what ``Publisher.publish`` takes, equal to ``make_joint_state``'s message.
     """
 
     def __init__(self, joint_names):
         self.msg = JointState()
         self.msg.name = list(joint_names)
         self._n = len(self.msg.name)
+        self._layout = None
+        try:
+            self._layout = self._find_layout()
+        except (ImportError, ValueError, TypeError):
+            self._layout = None
+
+    @property
+    def serialized(self):
+        """True when ``fill`` returns serialized bytes (False: a JointState message)."""
+        return self._layout is not None
+
+    def _find_layout(self):
+        """Return (template bytearray, byte order, stamp offset, position offset, velocity
+        offset), or None when the serializer's layout cannot be reproduced."""
+        from rclpy.serialization import serialize_message
+        n = self._n
+        probe = JointState(name=self.msg.name)
+        probe.header.stamp.sec, probe.header.stamp.nanosec = 0x1234_5678, 0x0ABC_DEF1
+        probe.position = (np.pi * 1e3 + np.arange(n)).tolist()
+        probe.velocity = (-np.e * 1e3 - np.arange(n)).tolist()
+        data = bytes(serialize_message(probe))
+        if len(data) < 4:
+            return None
+        order = '<' if data[1] & 1 else '>'      # the encapsulation's endianness bit
+        found = []
+        for block in (struct.pack(order + 'iI', probe.header.stamp.sec,
+                                  probe.header.stamp.nanosec),
+                      struct.pack(f'{order}{n}d', *probe.position),
+                      struct.pack(f'{order}{n}d', *probe.velocity)):
+            at = data.find(block)
+            if at < 0 or (n and data.find(block, at + 1) >= 0):
+                return None
+            found.append(at)
+        layout = (bytearray(data), order, *found)
+        rng = np.random.default_rng(0)
+        for _ in range(3):                        # the layout gives the serializer's bytes
+            q, dq = rng.normal(size=n), rng.normal(size=n)
+            ns = int(rng.integers(0, 2 ** 31 * 10**9))
+            stamp = probe.header.stamp.__class__(sec=ns // 10**9, nanosec=ns % 10**9)
+            if self._write(layout, q, dq, ns) != bytes(serialize_message(
+                    make_joint_state(self.msg.name, q, dq, stamp))):
+                return None
+        return layout
+
+    def _write(self, layout, q, dq, stamp_ns):
+        template, order, at_stamp, at_position, at_velocity = layout
+        out = bytearray(template)
+        struct.pack_into(order + 'iI', out, at_stamp, *divmod(int(stamp_ns), 1_000_000_000))
+        dtype = np.dtype(float).newbyteorder(order)
+        size = 8 * self._n
+        out[at_position:at_position + size] = q.astype(dtype).tobytes()
+        out[at_velocity:at_velocity + size] = dq.astype(dtype).tobytes()
+        return bytes(out)
 
     def fill(self, q, dq, stamp_ns):
-        """Return the message with positions ``q`` (n,), velocities ``dq`` (n,) and the header
-        stamp ``stamp_ns`` [ns, >= 0]."""
+        """Return the command with positions ``q`` (n,), velocities ``dq`` (n,) and the header
+        stamp ``stamp_ns`` [ns, >= 0]: serialized bytes, or the JointState message."""
         q = np.ascontiguousarray(q, dtype=float)
         dq = np.ascontiguousarray(dq, dtype=float)
         if q.shape != (self._n,) or dq.shape != (self._n,):
             raise ValueError(f'expected {self._n} positions and velocities; got shapes '
                              f'{q.shape} and {dq.shape}')
+        if self._layout is not None:
+            return self._write(self._layout, q, dq, stamp_ns)
         msg = self.msg
         stamp = msg.header.stamp
         stamp.sec, stamp.nanosec = divmod(int(stamp_ns), 1_000_000_000)

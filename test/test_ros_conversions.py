@@ -148,19 +148,30 @@ def test_joint_state_reader_equals_joint_state_positions():
 
 
 def test_joint_state_writer_equals_make_joint_state():
+    """The writer's bytes are the middleware serializer's bytes of make_joint_state's message
+    (and its fallback, the filled message, equals that message)."""
+    from rclpy.serialization import deserialize_message, serialize_message
     rng = np.random.default_rng(3)
-    writer = rc.JointStateWriter(NAMES)
-    for _ in range(50):
-        q, dq = rng.normal(size=3), rng.normal(size=3)
-        ns = int(rng.integers(0, 2**62))
-        stamp = JointState().header.stamp
-        stamp.sec, stamp.nanosec = ns // 10**9, ns % 10**9
-        want = rc.make_joint_state(NAMES, q, dq, stamp)
-        got = writer.fill(q, dq, ns)
-        assert got == want and rc.stamp_to_nanoseconds(got.header.stamp) == ns
+    names = ['shoulder', 'elbow', 'wrist_1', 'wrist_2', 'wrist_3', 'a', 'b']
+    for n in (1, 3, 7):
+        writer = rc.JointStateWriter(names[:n])
+        fallback = rc.JointStateWriter(names[:n])
+        fallback._layout = None
+        assert writer.serialized and not fallback.serialized
+        for _ in range(50):
+            q, dq = rng.normal(size=n), rng.normal(size=n)
+            ns = int(rng.integers(0, 2**31 * 10**9))
+            stamp = JointState().header.stamp
+            stamp.sec, stamp.nanosec = ns // 10**9, ns % 10**9
+            want = rc.make_joint_state(names[:n], q, dq, stamp)
+            got = writer.fill(q, dq, ns)
+            assert isinstance(got, bytes) and got == bytes(serialize_message(want))
+            assert deserialize_message(got, JointState) == want
+            message = fallback.fill(q, dq, ns)
+            assert message == want and rc.stamp_to_nanoseconds(message.header.stamp) == ns
     with pytest.raises(ValueError, match=r'expected 3 positions and velocities; got shapes '
                                          r'\(2,\) and \(3,\)'):
-        writer.fill(np.zeros(2), np.zeros(3), 0)
+        rc.JointStateWriter(NAMES).fill(np.zeros(2), np.zeros(3), 0)
 
 
 def test_stamp_to_nanoseconds_is_exact():
