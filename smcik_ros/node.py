@@ -275,6 +275,7 @@ class SmcIkNode(Node):
     def __init__(self, **kwargs):
         super().__init__('smcik_node', **kwargs)
         self._ros_clock = self.get_clock()
+        self._override, self._override_checked = False, 0    # /clock overrides ROS time?
         self._epoch_ns = self._ros_clock.now().nanoseconds
         self._reporter = Reporter(self._emit)
         self._setting_fields = {}  # solver name -> [declared setting fields]
@@ -372,9 +373,11 @@ class SmcIkNode(Node):
         self._cloud_next = 0.0
         self._make_pointcloud_subscription(self._param('pointcloud_topic'))
         self._joint_state_reader = JointStateReader(self.chain.joint_names)
+        # Taken serialized (raw): the reader finds the positions in the bytes instead of
+        # having rclpy build a Python message for each (docs/node.md, "The tick").
         self._joint_states_sub = self.create_subscription(
             JointState, 'joint_states', guard('joint_states', self._on_joint_states),
-            JOINT_STATES_QOS)
+            JOINT_STATES_QOS, raw=True)
         self._drain = True
 
         # Everything built at start-up (the model, covers, pair tables, compiled kernels) lives
@@ -442,10 +445,15 @@ class SmcIkNode(Node):
         """Return (nanoseconds, seconds since start) of the node clock (ROS time).
 
         Without a /clock override (use_sim_time false) ROS time is the system clock: read
-        directly, without building an rclpy Time (called twice per tick).
+        directly, without building an rclpy Time (called twice per tick and per joint_states
+        message). Whether /clock overrides it is looked up at most every 0.1 s.
         """
         clock = self._ros_clock
-        ns = clock.now().nanoseconds if clock.ros_time_is_active else time.time_ns()
+        checked = time.monotonic_ns()
+        if checked >= self._override_checked:
+            self._override = clock.ros_time_is_active
+            self._override_checked = checked + 100_000_000
+        ns = clock.now().nanoseconds if self._override else time.time_ns()
         return ns, (ns - self._epoch_ns) * 1e-9
 
     def _seconds(self, stamp):
@@ -893,9 +901,15 @@ class SmcIkNode(Node):
 
     # ------------------------------------------------------------------ joint states
     def _on_joint_states(self, msg):
+        """A joint_states message: serialized bytes (the subscription is raw) or a
+        JointState."""
         _, now = self._now()
         try:
-            q, missing, bad, extra = self._joint_state_reader(msg)
+            if isinstance(msg, (bytes, bytearray)):
+                q, missing, bad, extra, stamp_ns = self._joint_state_reader.read_serialized(msg)
+            else:
+                q, missing, bad, extra = self._joint_state_reader(msg)
+                stamp_ns = stamp_to_nanoseconds(msg.header.stamp)
         except GoalError as exc:
             self._reporter('warn', 'joint_states:malformed', f'{exc}; message ignored',
                            interval=2.0)
@@ -913,7 +927,8 @@ class SmcIkNode(Node):
             self._reporter('warn', 'joint_states:extra', (
                 f'joint_states carries joint(s) {", ".join(extra)} not in the chain: ignored'),
                 interval=10.0)
-        self.loop.on_joint_states(q, self._seconds(msg.header.stamp), now)
+        self.loop.on_joint_states(
+            q, None if stamp_ns == 0 else (stamp_ns - self._epoch_ns) * 1e-9, now)
 
     # ------------------------------------------------------------------ control tick
     def _drain_joint_states(self):

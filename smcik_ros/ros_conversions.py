@@ -182,7 +182,17 @@ class JointStateReader:
     map of the last message is kept and reused while the names are equal (one list
     comparison instead of a dict per message), the positions gathered with one index array.
     Any other message (new names, a missing joint, a non-finite value) takes the general
-    path, with its report. Returns exactly what ``joint_state_positions`` returns.
+    path, with its report. Calling it with a message returns exactly what
+    ``joint_state_positions`` returns.
+
+    ``read_serialized(data)`` takes the message as the middleware delivered it (a
+    subscription with ``raw=True``): while the bytes before the positions (frame id, names,
+    position count) are those of the last complete message, the positions are read from
+    their place in the bytes, without building a Python message (that conversion was the
+    largest cost of a joint_states message in the node); otherwise the message is
+    deserialized and read as above. The place is found by walking the encoding (plain CDR,
+    either byte order) and kept only when the values read there equal the deserialized
+    message's.
     """
 
     def __init__(self, joint_names):
@@ -190,6 +200,7 @@ class JointStateReader:
         self._names = None       # the name list the cache was built from
         self._index = None       # (n,) where each chain joint sits in that list
         self._extra = None       # names of that list that are not chain joints
+        self._raw = None         # (byte order, bytes 12..end, end, position offset, count)
 
     def __call__(self, msg):
         names = msg.name
@@ -208,6 +219,64 @@ class JointStateReader:
             self._index = np.array([order[name] for name in self.joint_names], dtype=np.intp)
             self._extra = tuple(extra)
         return q, missing, bad, extra
+
+    def read_serialized(self, data):
+        """Return (q, missing, bad, extra, stamp [ns, 0: unset]) of a serialized JointState
+        (bytes); GoalError as the message path, also for bytes that are no JointState."""
+        raw = self._raw
+        if raw is not None:
+            order, prefix, end, offset, count = raw
+            if data[12:end] == prefix and len(data) >= offset + 8 * count:
+                q = np.frombuffer(data, order + 'f8', count, offset)[self._index]
+                if np.isfinite(q).all():
+                    sec, nanosec = struct.unpack_from(order + 'iI', data, 4)
+                    return (q.astype(float), [], [], list(self._extra),
+                            sec * 1_000_000_000 + nanosec)
+        from rclpy.serialization import deserialize_message
+        try:
+            msg = deserialize_message(data, JointState)
+        except Exception as exc:   # noqa: BLE001 - the middleware's error types vary
+            raise GoalError(f'joint_states: expected a serialized sensor_msgs/JointState; '
+                            f'{len(data)} bytes could not be read ({exc})') from exc
+        q, missing, bad, extra = self(msg)
+        self._raw = None if self._names is None else _position_layout(data, msg)
+        return q, missing, bad, extra, stamp_to_nanoseconds(msg.header.stamp)
+
+
+def _position_layout(data, msg):
+    """Return (byte order, bytes 12..end, end, position offset, count) of a serialized
+    JointState ``data`` (end: where the position count ends; plain CDR, encapsulation
+    0x0000 big or 0x0001 little endian), or None when the walk fails or does not find
+    ``msg``'s positions there."""
+    if len(data) < 16 or data[0] != 0 or data[1] not in (0, 1):
+        return None
+    order = '<' if data[1] == 1 else '>'
+
+    def u32(at):
+        return struct.unpack_from(order + 'I', data, at)[0]
+
+    def align(at, size):                 # CDR aligns relative to the end of the header
+        return at + (-(at - 4)) % size
+    try:
+        at = 16 + u32(12)                # after the stamp (8 bytes) and the frame id
+        at = align(at, 4)
+        names = u32(at)
+        at += 4
+        for _ in range(names):
+            at = align(at, 4)
+            at += 4 + u32(at)
+        at = align(at, 4)
+        count = u32(at)
+        end = at + 4
+        offset = align(end, 8) if count else end
+        if count != len(msg.position) or len(data) < offset + 8 * count:
+            return None
+        values = np.frombuffer(data, order + 'f8', count, offset)
+    except struct.error:
+        return None
+    if not np.array_equal(values, np.asarray(msg.position, dtype=float), equal_nan=True):
+        return None
+    return order, bytes(data[12:end]), end, offset, count
 
 
 def stamp_to_nanoseconds(stamp):
