@@ -230,7 +230,7 @@ class JointStateReader:
                 q = np.frombuffer(data, order + 'f8', count, offset)[self._index]
                 if np.isfinite(q).all():
                     sec, nanosec = struct.unpack_from(order + 'iI', data, 4)
-                    return (q.astype(float), [], [], list(self._extra),
+                    return (q.astype(float, copy=False), [], [], list(self._extra),
                             sec * 1_000_000_000 + nanosec)
         from rclpy.serialization import deserialize_message
         try:
