@@ -72,7 +72,9 @@ def main(argv=None):
     parser.add_argument('--env', action='append', default=[], metavar='KEY=VALUE',
                         help='extra environment variable of the node processes, e.g. '
                              'RMW_FASTRTPS_PUBLICATION_MODE=ASYNCHRONOUS')
-    parser.add_argument('--csv', default='node_latency.csv', help='result file name')
+    parser.add_argument('--csv', default='node_latency.csv',
+                        help='result CSV: a name (in benchmarks/results) or a path; the plot '
+                             'is written beside it')
     parser.add_argument('--obstacles', type=int, default=0, help='sphere obstacles published')
     parser.add_argument('--goal-period', type=float, default=2.0,
                         help='a new goal every this many seconds in the rate/CPU window [s]; '
@@ -271,16 +273,17 @@ def main(argv=None):
                          else [])
                       + ([f'--urdf {args.urdf}'] if 'smcik_arm.urdf' not in args.urdf else []))
     rows.append(('configuration', config or 'config/arm.yaml defaults', ''))
-    with open(RESULTS / args.csv, 'w', newline='') as handle:
+    out = RESULTS / args.csv          # a bare name: in results/; a path: there
+    with open(out, 'w', newline='') as handle:
         writer = csv.writer(handle)
         writer.writerow(['metric', 'value', 'goal'])
         writer.writerows(rows)
         writer.writerow([])
         writer.writerow(['goal', 'latency_s'])
         writer.writerows([(i + 1, f'{v:.4f}') for i, v in enumerate(lat)])
-    png = RESULTS / (Path(args.csv).stem + '.png')
+    png = out.with_suffix('.png')
     _plot(lat, gaps, png, rate_stamp, cpu_share)
-    print(f'  wrote {RESULTS / args.csv} and {png.name}')
+    print(f'  wrote {out} and {png}')
     if args.profile and profile_path.exists():
         print('\nwhere the node spends its time (cProfile, cumulative, top 25):')
         pstats.Stats(str(profile_path)).sort_stats('cumulative').print_stats(25)
