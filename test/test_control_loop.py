@@ -314,6 +314,41 @@ def test_a_driver_that_wraps_a_continuous_joint_is_followed_without_motion():
     assert loop.arm.resyncs == 1
 
 
+def test_a_driver_that_wraps_between_solver_steps_changes_no_motion():
+    """rate 500 Hz, solver every 5th tick, a goal across pi on a continuous joint whose driver
+    reports angles in [-pi, pi): the command follows the wrapped coordinate also on the ticks
+    between solver steps, so the motion is that of a driver that does not wrap, tick by tick
+    (the last answer is carried over into the new coordinate, not chased a turn away)."""
+    chain = Chain.from_urdf(ur5_like_urdf(continuous=(1,)), 'base_link', 'tool0')
+    q0 = np.array([2.9, -1.2, 1.0, 0.5, 1.2, 0.3])
+    q_goal = q0 + np.array([0.5, 0.1, -0.3, 0.0, 0.0, 0.0])
+    runs = {}
+    for wraps in (False, True):
+        loop, limits = make_loop(chain, make_solver('smc', chain, seed=3))
+        loop.step_interval = 5
+        stream = Stream(loop, seed=3, dt=0.002)
+        stream.measure(q0)
+        stream.tick()
+        loop.offer_goal('pose', chain.fk(q_goal), '', None, stream.t)
+        for _ in range(600):
+            q = stream.commands[-1].q.copy()
+            if wraps:
+                q[0] = (q[0] + math.pi) % (2 * math.pi) - math.pi
+            stream.measure(q, stamp=stream.t)
+            stream.tick()
+        assert loop.goal_reached and loop.interpolated_ticks > 400
+        runs[wraps] = np.array([c.q for c in stream.commands])
+        if not wraps:       # (the wrapped run's positions jump by a turn: compared below)
+            v_worst, a_worst = stream.worst_ratios(limits)
+            assert v_worst <= 1.0 + 1e-6 and a_worst <= 1.0 + 1e-6, (v_worst, a_worst)
+    plain, wrapped = runs[False], runs[True]
+    assert np.max(plain[:, 0]) > math.pi + 0.2          # the goal is across the wrap
+    turns = np.round((plain[:, 0] - wrapped[:, 0]) / (2 * math.pi))
+    assert set(turns) == {0.0, 1.0}
+    np.testing.assert_allclose(wrapped[:, 0] + 2 * math.pi * turns, plain[:, 0], atol=1e-9)
+    np.testing.assert_allclose(wrapped[:, 1:], plain[:, 1:], atol=1e-9)
+
+
 # ---------------------------------------------------------------------- never die
 class RaisingSmc(SmcSolver):
     """The real SMC solver with faults injected at random (seeded) into step()."""

@@ -397,6 +397,8 @@ class ControlLoop:
             desired, stamp, desired_velocity = previous
             if desired_velocity is not None:
                 desired = desired + desired_velocity * (now - stamp)
+            if self._wraps:      # the command may have followed a re-homed coordinate
+                desired = nearest_equivalent(desired, self.q, self.limits.continuous)
         elif self.goal is not None:
             self._stepped = (self.ticks, StateKey(constraints=self.constraints))
             self._set_references(self.q)
