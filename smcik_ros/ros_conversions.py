@@ -186,21 +186,25 @@ class JointStateReader:
     ``joint_state_positions`` returns.
 
     ``read_serialized(data)`` takes the message as the middleware delivered it (a
-    subscription with ``raw=True``): while the bytes before the positions (frame id, names,
-    position count) are those of the last complete message, the positions are read from
-    their place in the bytes, without building a Python message (that conversion was the
-    largest cost of a joint_states message in the node); otherwise the message is
-    deserialized and read as above. The place is found by walking the encoding (plain CDR,
-    either byte order) and kept only when the values read there equal the deserialized
-    message's.
+    subscription with ``raw=True``): when the bytes before the positions (frame id, names,
+    position count; not the alignment padding) are those of a message seen before, the positions are read from their
+    place in the bytes, without building a Python message (that conversion was the largest
+    cost of a joint_states message in the node); otherwise the message is deserialized and
+    read by name. Up to MAX_LAYOUTS layouts are kept, so that several publishers on one
+    topic (an arm and a gripper driver) each keep theirs. The place is found by walking the
+    encoding (plain CDR, either byte order) and kept only when the values read there equal
+    the deserialized message's; non-finite values take the general path, which names them.
     """
+
+    MAX_LAYOUTS = 8              # distinct serialized layouts kept (one per publisher)
 
     def __init__(self, joint_names):
         self.joint_names = list(joint_names)
         self._names = None       # the name list the cache was built from
         self._index = None       # (n,) where each chain joint sits in that list
         self._extra = None       # names of that list that are not chain joints
-        self._raw = None         # (byte order, bytes 12..end, end, position offset, count)
+        self._layouts = []       # serialized layouts seen (read_serialized), latest first
+        self.hits = 0            # serialized messages read without deserializing them
 
     def __call__(self, msg):
         names = msg.name
@@ -223,31 +227,55 @@ class JointStateReader:
     def read_serialized(self, data):
         """Return (q, missing, bad, extra, stamp [ns, 0: unset]) of a serialized JointState
         (bytes); GoalError as the message path, also for bytes that are no JointState."""
-        raw = self._raw
-        if raw is not None:
-            order, prefix, end, offset, count = raw
-            if data[12:end] == prefix and len(data) >= offset + 8 * count:
-                q = np.frombuffer(data, order + 'f8', count, offset)[self._index]
-                if np.isfinite(q).all():
-                    sec, nanosec = struct.unpack_from(order + 'iI', data, 4)
-                    return (q.astype(float, copy=False), [], [], list(self._extra),
-                            sec * 1_000_000_000 + nanosec)
+        for k, layout in enumerate(self._layouts):
+            order, fields, end, offset, count, index, have, missing, extra = layout
+            if len(data) < offset + 8 * count or not _same_fields(data, fields):
+                continue
+            values = np.frombuffer(data, order + 'f8', count, offset)[index]
+            if not np.isfinite(values).all():
+                break                   # the general path names the non-finite joints
+            if have is None:
+                q = values.astype(float, copy=False)
+            else:                       # a message that carries only some of the joints
+                q = np.full(len(self.joint_names), np.nan)
+                q[have] = values
+            if k:                       # several publishers: the latest first
+                self._layouts.insert(0, self._layouts.pop(k))
+            self.hits += 1
+            sec, nanosec = struct.unpack_from(order + 'iI', data, 4)
+            return q, list(missing), [], list(extra), sec * 1_000_000_000 + nanosec
         from rclpy.serialization import deserialize_message
         try:
             msg = deserialize_message(data, JointState)
         except Exception as exc:   # noqa: BLE001 - the middleware's error types vary
             raise GoalError(f'joint_states: expected a serialized sensor_msgs/JointState; '
                             f'{len(data)} bytes could not be read ({exc})') from exc
-        q, missing, bad, extra = self(msg)
-        self._raw = None if self._names is None else _position_layout(data, msg)
+        q, missing, bad, extra = joint_state_positions(msg, self.joint_names)
+        self._remember(data, msg, missing, extra)
         return q, missing, bad, extra, stamp_to_nanoseconds(msg.header.stamp)
+
+    def _remember(self, data, msg, missing, extra):
+        """Keep the layout of ``data`` (the latest first, at most MAX_LAYOUTS)."""
+        place = _position_layout(data, msg)
+        if place is None:
+            return
+        position = {name: i for i, name in enumerate(msg.name)}   # the last of a repeated name
+        present = [j for j, name in enumerate(self.joint_names) if name in position]
+        index = np.array([position[self.joint_names[j]] for j in present], dtype=np.intp)
+        have = np.array(present, dtype=np.intp) if missing else None
+        self._layouts.insert(0, (*place, index, have, tuple(missing), tuple(extra)))
+        del self._layouts[self.MAX_LAYOUTS:]
 
 
 def _position_layout(data, msg):
-    """Return (byte order, bytes 12..end, end, position offset, count) of a serialized
-    JointState ``data`` (end: where the position count ends; plain CDR, encapsulation
-    0x0000 big or 0x0001 little endian), or None when the walk fails or does not find
-    ``msg``'s positions there."""
+    """Return (byte order, fields, end, position offset, count) of a serialized JointState
+    ``data`` (plain CDR, encapsulation 0x0000 big or 0x0001 little endian), or None when the
+    walk fails or does not find ``msg``'s positions there.
+
+    fields: ((start, stop, bytes), ...), the bytes from the frame id to the position count
+    without the alignment padding between them (serializers leave padding unset: two
+    messages with the same names can differ there); end: where the position count ends.
+    """
     if len(data) < 16 or data[0] != 0 or data[1] not in (0, 1):
         return None
     order = '<' if data[1] == 1 else '>'
@@ -257,17 +285,25 @@ def _position_layout(data, msg):
 
     def align(at, size):                 # CDR aligns relative to the end of the header
         return at + (-(at - 4)) % size
+    spans = []
+
+    def field(start, stop):              # merged with the previous one when adjacent
+        if spans and spans[-1][1] == start:
+            spans[-1][1] = stop
+        else:
+            spans.append([start, stop])
+        return stop
     try:
-        at = 16 + u32(12)                # after the stamp (8 bytes) and the frame id
+        at = field(12, 16 + u32(12))     # after the stamp (8 bytes): the frame id
         at = align(at, 4)
         names = u32(at)
-        at += 4
+        at = field(at, at + 4)
         for _ in range(names):
             at = align(at, 4)
-            at += 4 + u32(at)
+            at = field(at, at + 4 + u32(at))
         at = align(at, 4)
         count = u32(at)
-        end = at + 4
+        end = field(at, at + 4)
         offset = align(end, 8) if count else end
         if count != len(msg.position) or len(data) < offset + 8 * count:
             return None
@@ -276,7 +312,16 @@ def _position_layout(data, msg):
         return None
     if not np.array_equal(values, np.asarray(msg.position, dtype=float), equal_nan=True):
         return None
-    return order, bytes(data[12:end]), end, offset, count
+    fields = tuple((a, b, bytes(data[a:b])) for a, b in spans)
+    return order, fields, end, offset, count
+
+
+def _same_fields(data, fields):
+    """True when ``data`` holds ``fields`` ((start, stop, bytes), ...) at their places."""
+    for start, stop, value in fields:
+        if data[start:stop] != value:
+            return False
+    return True
 
 
 def stamp_to_nanoseconds(stamp):
