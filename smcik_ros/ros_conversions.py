@@ -348,10 +348,12 @@ class JointStateWriter:
     once by the middleware's own serializer (``rclpy.serialization``) with marker values, and
     each command then writes its stamp, positions and velocities into a copy of those bytes
     at the places the markers were found; publishing bytes skips the conversion of a Python
-    message on every tick. The layout is checked at construction against the serializer for
-    random commands; where anything differs (another encoding, a marker found twice) the
-    writer fills a JointState message instead (``serialized`` False). Either way ``fill``
-    returns what ``Publisher.publish`` takes, equal to ``make_joint_state``'s message.
+    message on every tick. The layout is checked at construction: the bytes written for
+    random commands must deserialize to ``make_joint_state``'s message (compared as
+    messages: the serializer leaves alignment padding unset, so bytes may differ there);
+    where anything differs (another encoding, a marker found twice) the writer fills a
+    JointState message instead (``serialized`` False). Either way ``fill`` returns what
+    ``Publisher.publish`` takes, equal to ``make_joint_state``'s message.
     """
 
     def __init__(self, joint_names):
@@ -372,7 +374,7 @@ class JointStateWriter:
     def _find_layout(self):
         """Return (template bytearray, byte order, stamp offset, position offset, velocity
         offset), or None when the serializer's layout cannot be reproduced."""
-        from rclpy.serialization import serialize_message
+        from rclpy.serialization import deserialize_message, serialize_message
         n = self._n
         probe = JointState(name=self.msg.name)
         probe.header.stamp.sec, probe.header.stamp.nanosec = 0x1234_5678, 0x0ABC_DEF1
@@ -393,12 +395,12 @@ class JointStateWriter:
             found.append(at)
         layout = (bytearray(data), order, *found)
         rng = np.random.default_rng(0)
-        for _ in range(3):                        # the layout gives the serializer's bytes
+        for _ in range(3):          # the written bytes read back as the intended message
             q, dq = rng.normal(size=n), rng.normal(size=n)
             ns = int(rng.integers(0, 2 ** 31 * 10**9))
             stamp = probe.header.stamp.__class__(sec=ns // 10**9, nanosec=ns % 10**9)
-            if self._write(layout, q, dq, ns) != bytes(serialize_message(
-                    make_joint_state(self.msg.name, q, dq, stamp))):
+            if deserialize_message(self._write(layout, q, dq, ns), JointState) != \
+                    make_joint_state(self.msg.name, q, dq, stamp):
                 return None
         return layout
 
