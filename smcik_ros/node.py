@@ -458,7 +458,10 @@ class SmcIkNode(Node):
 
     def _seconds(self, stamp):
         """Return a header stamp in the loop's seconds, or None for an unset (zero) stamp."""
-        ns = stamp_to_nanoseconds(stamp)
+        return self._seconds_of(stamp_to_nanoseconds(stamp))
+
+    def _seconds_of(self, ns):
+        """Return a stamp of ``ns`` nanoseconds in the loop's seconds (None for 0: unset)."""
         return None if ns == 0 else (ns - self._epoch_ns) * 1e-9
 
     # ------------------------------------------------------------------ parameters
@@ -900,16 +903,11 @@ class SmcIkNode(Node):
             f'{1e3 * self._cloud_times[-1]:.1f} ms'), interval=10.0, count=False)
 
     # ------------------------------------------------------------------ joint states
-    def _on_joint_states(self, msg):
-        """A joint_states message: serialized bytes (the subscription is raw) or a
-        JointState."""
+    def _on_joint_states(self, data):
+        """A joint_states message, serialized (the subscription is raw)."""
         _, now = self._now()
         try:
-            if isinstance(msg, (bytes, bytearray)):
-                q, missing, bad, extra, stamp_ns = self._joint_state_reader.read_serialized(msg)
-            else:
-                q, missing, bad, extra = self._joint_state_reader(msg)
-                stamp_ns = stamp_to_nanoseconds(msg.header.stamp)
+            q, missing, bad, extra, stamp_ns = self._joint_state_reader.read_serialized(data)
         except GoalError as exc:
             self._reporter('warn', 'joint_states:malformed', f'{exc}; message ignored',
                            interval=2.0)
@@ -927,8 +925,7 @@ class SmcIkNode(Node):
             self._reporter('warn', 'joint_states:extra', (
                 f'joint_states carries joint(s) {", ".join(extra)} not in the chain: ignored'),
                 interval=10.0)
-        self.loop.on_joint_states(
-            q, None if stamp_ns == 0 else (stamp_ns - self._epoch_ns) * 1e-9, now)
+        self.loop.on_joint_states(q, self._seconds_of(stamp_ns), now)
 
     # ------------------------------------------------------------------ control tick
     def _drain_joint_states(self):

@@ -6,11 +6,10 @@ validates it and raises :class:`~smcik_ros.errors.GoalError` with a message sayi
 expected and what arrived; the node turns that into one log line.
 """
 
-import array
 import math
 import struct
 
-from builtin_interfaces.msg import Duration
+from builtin_interfaces.msg import Duration, Time
 from geometry_msgs.msg import Point, Pose, Quaternion
 import numpy as np
 from sensor_msgs.msg import JointState
@@ -176,59 +175,32 @@ def joint_state_positions(msg, joint_names):
 
 
 class JointStateReader:
-    """``joint_state_positions`` for a stream whose messages keep one name list.
+    """``joint_state_positions`` of joint_states as the middleware delivers them, serialized
+    (a subscription with ``raw=True``).
 
-    A driver publishes the same names in the same order on every message: the name-to-index
-    map of the last message is kept and reused while the names are equal (one list
-    comparison instead of a dict per message), the positions gathered with one index array.
-    Any other message (new names, a missing joint, a non-finite value) takes the general
-    path, with its report. Calling it with a message returns exactly what
-    ``joint_state_positions`` returns.
-
-    ``read_serialized(data)`` takes the message as the middleware delivered it (a
-    subscription with ``raw=True``): when the bytes before the positions (frame id, names,
-    position count; not the alignment padding) are those of a message seen before, the positions are read from their
-    place in the bytes, without building a Python message (that conversion was the largest
-    cost of a joint_states message in the node); otherwise the message is deserialized and
-    read by name. Up to MAX_LAYOUTS layouts are kept, so that several publishers on one
-    topic (an arm and a gripper driver) each keep theirs. The place is found by walking the
-    encoding (plain CDR, either byte order) and kept only when the values read there equal
-    the deserialized message's; non-finite values take the general path, which names them.
+    When the bytes before the positions (frame id, names, position count; not the
+    alignment padding) are those of a message seen before, the positions are read from
+    their place in the bytes, without building a Python message (that conversion was the
+    largest cost of a joint_states message in the node); otherwise the message is
+    deserialized and read by name. Up to MAX_LAYOUTS layouts are kept, so that several
+    publishers on one topic (an arm and a gripper driver) each keep theirs. The place is
+    found by walking the encoding (plain CDR, either byte order) and kept only when the
+    values read there equal the deserialized message's; non-finite values take the general
+    path, which names them.
     """
 
     MAX_LAYOUTS = 8              # distinct serialized layouts kept (one per publisher)
 
     def __init__(self, joint_names):
         self.joint_names = list(joint_names)
-        self._names = None       # the name list the cache was built from
-        self._index = None       # (n,) where each chain joint sits in that list
-        self._extra = None       # names of that list that are not chain joints
-        self._layouts = []       # serialized layouts seen (read_serialized), latest first
-        self.hits = 0            # serialized messages read without deserializing them
-
-    def __call__(self, msg):
-        names = msg.name
-        if self._names is not None and names == self._names:
-            positions = np.asarray(msg.position, dtype=float)
-            if len(positions) == len(names):
-                q = positions[self._index]
-                if np.isfinite(q).all():
-                    return q, [], [], list(self._extra)
-        q, missing, bad, extra = joint_state_positions(msg, self.joint_names)
-        if missing:
-            self._names = None
-        else:
-            self._names = list(names)
-            order = {name: i for i, name in enumerate(self._names)}
-            self._index = np.array([order[name] for name in self.joint_names], dtype=np.intp)
-            self._extra = tuple(extra)
-        return q, missing, bad, extra
+        self._layouts = []       # serialized layouts seen, latest first
+        self.hits = 0            # messages read without deserializing them
 
     def read_serialized(self, data):
         """Return (q, missing, bad, extra, stamp [ns, 0: unset]) of a serialized JointState
         (bytes); GoalError as the message path, also for bytes that are no JointState."""
         for k, layout in enumerate(self._layouts):
-            order, fields, end, offset, count, index, have, missing, extra = layout
+            order, fields, offset, count, index, have, missing, extra = layout
             if len(data) < offset + 8 * count or not _same_fields(data, fields):
                 continue
             values = np.frombuffer(data, order + 'f8', count, offset)[index]
@@ -268,13 +240,13 @@ class JointStateReader:
 
 
 def _position_layout(data, msg):
-    """Return (byte order, fields, end, position offset, count) of a serialized JointState
+    """Return (byte order, fields, position offset, count) of a serialized JointState
     ``data`` (plain CDR, encapsulation 0x0000 big or 0x0001 little endian), or None when the
     walk fails or does not find ``msg``'s positions there.
 
     fields: ((start, stop, bytes), ...), the bytes from the frame id to the position count
     without the alignment padding between them (serializers leave padding unset: two
-    messages with the same names can differ there); end: where the position count ends.
+    messages with the same names can differ there).
     """
     if len(data) < 16 or data[0] != 0 or data[1] not in (0, 1):
         return None
@@ -313,7 +285,7 @@ def _position_layout(data, msg):
     if not np.array_equal(values, np.asarray(msg.position, dtype=float), equal_nan=True):
         return None
     fields = tuple((a, b, bytes(data[a:b])) for a, b in spans)
-    return order, fields, end, offset, count
+    return order, fields, offset, count
 
 
 def _same_fields(data, fields):
@@ -327,6 +299,12 @@ def _same_fields(data, fields):
 def stamp_to_nanoseconds(stamp):
     """Return a builtin_interfaces/Time as integer nanoseconds (0 for an unset stamp)."""
     return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
+
+
+def nanoseconds_to_stamp(ns):
+    """Return the builtin_interfaces/Time of integer nanoseconds ``ns`` >= 0."""
+    sec, nanosec = divmod(int(ns), 1_000_000_000)
+    return Time(sec=sec, nanosec=nanosec)
 
 
 def make_joint_state(joint_names, q, dq=None, stamp=None):
@@ -351,15 +329,14 @@ class JointStateWriter:
     message on every tick. The layout is checked at construction: the bytes written for
     random commands must deserialize to ``make_joint_state``'s message (compared as
     messages: the serializer leaves alignment padding unset, so bytes may differ there);
-    where anything differs (another encoding, a marker found twice) the writer fills a
-    JointState message instead (``serialized`` False). Either way ``fill`` returns what
-    ``Publisher.publish`` takes, equal to ``make_joint_state``'s message.
+    where anything differs (another encoding, a marker found twice) ``fill`` returns
+    ``make_joint_state``'s message instead (``serialized`` False). Either way it returns what
+    ``Publisher.publish`` takes.
     """
 
     def __init__(self, joint_names):
-        self.msg = JointState()
-        self.msg.name = list(joint_names)
-        self._n = len(self.msg.name)
+        self.names = list(joint_names)
+        self._n = len(self.names)
         self._layout = None
         try:
             self._layout = self._find_layout()
@@ -376,7 +353,7 @@ class JointStateWriter:
         offset), or None when the serializer's layout cannot be reproduced."""
         from rclpy.serialization import deserialize_message, serialize_message
         n = self._n
-        probe = JointState(name=self.msg.name)
+        probe = JointState(name=self.names)
         probe.header.stamp.sec, probe.header.stamp.nanosec = 0x1234_5678, 0x0ABC_DEF1
         probe.position = (np.pi * 1e3 + np.arange(n)).tolist()
         probe.velocity = (-np.e * 1e3 - np.arange(n)).tolist()
@@ -398,9 +375,8 @@ class JointStateWriter:
         for _ in range(3):          # the written bytes read back as the intended message
             q, dq = rng.normal(size=n), rng.normal(size=n)
             ns = int(rng.integers(0, 2 ** 31 * 10**9))
-            stamp = probe.header.stamp.__class__(sec=ns // 10**9, nanosec=ns % 10**9)
             if deserialize_message(self._write(layout, q, dq, ns), JointState) != \
-                    make_joint_state(self.msg.name, q, dq, stamp):
+                    make_joint_state(self.names, q, dq, nanoseconds_to_stamp(ns)):
                 return None
         return layout
 
@@ -424,14 +400,7 @@ class JointStateWriter:
                              f'{q.shape} and {dq.shape}')
         if self._layout is not None:
             return self._write(self._layout, q, dq, stamp_ns)
-        msg = self.msg
-        stamp = msg.header.stamp
-        stamp.sec, stamp.nanosec = divmod(int(stamp_ns), 1_000_000_000)
-        position, velocity = array.array('d'), array.array('d')
-        position.frombytes(q.tobytes())
-        velocity.frombytes(dq.tobytes())
-        msg.position, msg.velocity = position, velocity
-        return msg
+        return make_joint_state(self.names, q, dq, nanoseconds_to_stamp(stamp_ns))
 
 
 def duration_from_seconds(seconds):
