@@ -66,9 +66,9 @@ from .kinematics import Chain
 from .markers import (alternative_markers, build_marker_array, collision_markers,
                       link_segments, select_particles)
 from .robot_description import load_robot_description, read_urdf_file, resolve_path
-from .ros_conversions import (JointStateReader, JointStateWriter, goal_pose_to_matrix,
-                              make_alternatives_trajectory, make_float64_multi_array,
-                              make_joint_trajectory, obstacle_updates,
+from .ros_conversions import (JointStateReader, JointStateWriter, Restamper,
+                              goal_pose_to_matrix, make_alternatives_trajectory,
+                              make_float64_multi_array, make_joint_trajectory, obstacle_updates,
                               point_to_array, pointcloud2_to_xyz, pose_to_matrix,
                               pose_with_covariance_to_goal, stamp_to_nanoseconds)
 from .ros_interface import (COMMAND_QOS, COMMAND_TYPES, DESCRIPTION_QOS, INPUT_QOS,
@@ -114,7 +114,8 @@ NODE_PARAMETERS = {
                             {'integer_range': _int_range(1, 100)}),
     'rest_step_interval': (100, 'while the solver is settled on an unchanged goal and scene and '
                            'the command rests at its answer, it steps only every this many '
-                           'ticks (1: every tick)', {'integer_range': _int_range(1, 1000)}),
+                           'of its steps (solver_rate_hz periods: 1 s at 100 Hz whatever '
+                           'rate_hz; 1: at solver_rate_hz)', {'integer_range': _int_range(1, 1000)}),
     'solver_rate_hz': (100.0, 'while one goal is followed the solver steps at most this often; '
                        'the control ticks in between move towards its last answer at its '
                        'velocity (rate_hz above it: every ceil(rate_hz / solver_rate_hz)-th '
@@ -319,6 +320,7 @@ class SmcIkNode(Node):
         # collision model has no geometry for) keep their validator.
         self._validator = HardConstraintValidator(
             self.chain, skip=lambda c: c is self._guard.constraint)
+        every = step_interval(self._param('rate_hz'), self._param('solver_rate_hz'))
         self.loop = ControlLoop(
             self.chain, solver, limits, arm_settings, inbox,
             iterations_per_tick=self._param('iterations_per_tick'),
@@ -326,8 +328,8 @@ class SmcIkNode(Node):
             tolerances=(self._param('position_tolerance'),
                         self._param('orientation_tolerance')),
             fallback_candidates=self._param('collision_fallback_candidates'),
-            rest_step_interval=self._param('rest_step_interval'),
-            step_interval=step_interval(self._param('rate_hz'), self._param('solver_rate_hz')),
+            rest_step_interval=self._param('rest_step_interval') * every,
+            step_interval=every,
             detour=Detour(self.chain, limits,
                           DetourSettings(enabled=self._param('collision_detour'))))
         self._constraints = ConstraintSet(
@@ -389,11 +391,14 @@ class SmcIkNode(Node):
         self._timer = None
         self._marker_timer = None
         self._status_timer = None
-        # Markers and alternatives run between control ticks (their timers request them).
+        # Markers, alternatives and ~/status run between control ticks (their timers request
+        # them): a status tick (~1 ms, ~3 ms with its log line) landing just before a control
+        # tick made it miss its period at rate_hz 500.
         self._side = SideWork()
         self._side.add('markers', self._guarded('marker_rate_hz', self._on_marker_tick))
         self._side.add('alternatives', self._guarded('alternatives_rate_hz',
                                                      self._on_alternatives_tick))
+        self._side.add('status', self._guarded('status_rate_hz', self._on_status_tick))
         self._make_timers(('rate_hz', 'marker_rate_hz', 'status_rate_hz'))
         self._setup_alternatives()
         self._values = self._all_values()   # read on every tick: cached, kept up to date
@@ -622,10 +627,10 @@ class SmcIkNode(Node):
             self._make_timers(rates, values)
         if 'iterations_per_tick' in changes:
             self.loop.iterations_per_tick = int(values['iterations_per_tick'])
-        if 'rest_step_interval' in changes:
-            self.loop.rest_step_interval = int(values['rest_step_interval'])
-        if 'rate_hz' in changes or 'solver_rate_hz' in changes:
-            self.loop.step_interval = step_interval(values['rate_hz'], values['solver_rate_hz'])
+        if {'rest_step_interval', 'rate_hz', 'solver_rate_hz'} & set(changes):
+            every = step_interval(values['rate_hz'], values['solver_rate_hz'])
+            self.loop.step_interval = every
+            self.loop.rest_step_interval = int(values['rest_step_interval']) * every
         if 'goal_timeout' in changes:
             self.loop.inbox.goal_timeout = values['goal_timeout']
         if 'position_tolerance' in changes or 'orientation_tolerance' in changes:
@@ -795,17 +800,18 @@ class SmcIkNode(Node):
             self._rate = values['rate_hz']
             self._timer = self.create_timer(1.0 / self._rate,
                                             self._guarded('tick', self._on_tick))
-        for key, attr, callback in (
-                ('marker_rate_hz', '_marker_timer', self._request_markers),
-                ('status_rate_hz', '_status_timer', self._on_status_tick)):
+        for key, attr, callback, job in (
+                ('marker_rate_hz', '_marker_timer', self._request_markers, 'markers'),
+                ('status_rate_hz', '_status_timer', lambda: self._side.request('status'),
+                 'status')):
             if key in which:
                 if getattr(self, attr) is not None:
                     self.destroy_timer(getattr(self, attr))
                 rate = values[key]
                 setattr(self, attr, self.create_timer(1.0 / rate, self._guarded(key, callback))
                         if rate > 0 else None)
-                if key == 'marker_rate_hz' and rate <= 0:
-                    self._side.cancel('markers')
+                if rate <= 0:
+                    self._side.cancel(job)
 
     # ------------------------------------------------------------------ frames
     def _frame_to_base(self, frame):
@@ -966,7 +972,7 @@ class SmcIkNode(Node):
             self._publish_command(command, ns)
         self._tick_times.append(time.perf_counter() - started)
         self._tick_cpu.append(time.thread_time() - cpu_started)
-        if self._side.pending:      # markers, alternatives: when they fit before the next tick
+        if self._side.pending:      # markers, alternatives, status: when they fit
             self._side.run(self._time_to_next_tick)
 
     def _time_to_next_tick(self):
@@ -1057,13 +1063,14 @@ class SmcIkNode(Node):
         self._side.request('markers')
 
     def _republish_markers(self, started):
-        """Publish the last marker messages again with the current stamp."""
-        stamp = self._ros_clock.now().to_msg()
-        for array in self._marker_messages:
-            for marker in array.markers:
-                marker.header.stamp = stamp
-        self._marker_pub.publish(self._marker_messages[0])
-        self._collision_pub.publish(self._marker_messages[1])
+        """Publish the last marker messages again with the current stamp: the first time
+        they are serialized (Restamper), afterwards only their stamps are written."""
+        if not isinstance(self._marker_messages[0], Restamper):
+            self._marker_messages = tuple(Restamper(array, [m.header for m in array.markers])
+                                          for array in self._marker_messages)
+        ns = self._now()[0]
+        self._marker_pub.publish(self._marker_messages[0].at(ns))
+        self._collision_pub.publish(self._marker_messages[1].at(ns))
         self._marker_sent = started
 
     def _on_marker_tick(self):

@@ -624,6 +624,58 @@ def test_step_interval_keeps_the_solver_at_or_below_its_rate():
             step_interval(250.0, 100.0)] == [5, 10, 3]
 
 
+def test_rest_step_interval_counts_solver_periods_at_any_control_rate(ros_env, context):
+    """rest_step_interval counts the solver's steps (solver_rate_hz periods), not control
+    ticks: a settled arm at rest steps once a second at rate_hz 100 and at 500 alike (every
+    500th tick at 500 Hz, where a rest step costs a control period); the same after a change
+    of rate_hz at run time."""
+    from smcik_ros.node import SmcIkNode
+    node = SmcIkNode(context=context, cli_args=[
+        '--ros-args', '--params-file', str(PARAMS), '-p', 'rate_hz:=500.0',
+        '-p', 'rest_step_interval:=40', '-p', 'command_topic:=rest_interval_test_commands',
+        '-p', 'marker_rate_hz:=0.0'])
+    try:
+        assert (node.loop.step_interval, node.loop.rest_step_interval) == (5, 200)
+        assert node.set_parameters([Parameter('rate_hz', value=100.0)])[0].successful
+        assert (node.loop.step_interval, node.loop.rest_step_interval) == (1, 40)
+        assert node.set_parameters([Parameter('solver_rate_hz', value=25.0),
+                                    Parameter('rest_step_interval', value=3)])[1].successful
+        assert (node.loop.step_interval, node.loop.rest_step_interval) == (4, 12)
+    finally:
+        node.destroy_node()
+
+
+def test_status_is_published_between_control_ticks(ros_env, context):
+    """~/status is side work: its timer requests it and a control tick runs it after its
+    command (where it fits before the next one), at the status rate; status_rate_hz 0 stops
+    it (a pending request is dropped)."""
+    from rclpy.executors import SingleThreadedExecutor
+    from smcik_ros.node import SmcIkNode
+    node = SmcIkNode(context=context, cli_args=[
+        '--ros-args', '--params-file', str(PARAMS), '-p', 'status_rate_hz:=20.0',
+        '-p', 'command_topic:=status_side_test_commands', '-p', 'marker_rate_hz:=0.0',
+        '-p', 'start_without_joint_states:=true', '-p', 'joint_states_timeout:=0.1'])
+    received = []
+    sub = node.create_subscription(String, '~/status', received.append, 10)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    try:
+        deadline = time.monotonic() + 10.0
+        while len(received) < 5 and time.monotonic() < deadline:
+            executor.spin_once(timeout_sec=0.02)
+        assert len(received) >= 5, received
+        assert node._side.runs['status'] >= 5 and 'step_cpu_ms' in json.loads(received[-1].data)
+        assert node.set_parameters([Parameter('status_rate_hz', value=0.0)])[0].successful
+        runs = node._side.runs['status']
+        for _ in range(30):
+            executor.spin_once(timeout_sec=0.02)
+        assert node._side.runs['status'] == runs and 'status' not in node._side.pending
+    finally:
+        node.destroy_subscription(sub)
+        executor.shutdown()
+        node.destroy_node()
+
+
 def test_the_node_clock_follows_clock_under_use_sim_time(ros_env, context):
     """The node reads the system clock directly unless /clock overrides ROS time: with
     use_sim_time its times are /clock's, without it the system time."""

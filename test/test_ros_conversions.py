@@ -200,6 +200,47 @@ def test_joint_state_writer_equals_make_joint_state():
         rc.JointStateWriter(NAMES).fill(np.zeros(2), np.zeros(3), 0)
 
 
+def test_restamper_bytes_are_the_restamped_message():
+    """Restamper's bytes are the message with every header stamped anew, as the middleware
+    reads them, for the node's marker arrays of several sizes (DELETEALL first, particles,
+    text of every alignment, an empty array, the collision markers); the fallback sets the
+    stamps in the message; the message's own stamps are left as they were."""
+    from rclpy.serialization import deserialize_message, serialize_message
+    rng = np.random.default_rng(5)
+    chain = Chain.from_urdf(URDF)
+    segments = markers.link_segments(URDF.read_text(), chain.link_names)
+    arrays = [MarkerArray()]
+    for count in (1, 4, 20):
+        q = chain.random_configuration(rng, count)
+        positions = chain.link_poses(q)[..., :3, 3]
+        arrays.append(markers.build_marker_array(
+            'base_link', None, particle_positions=positions, weights=rng.random(count),
+            segments=segments, map_positions=positions[0], target=rng.normal(size=3),
+            spheres=[(rng.normal(size=3), 0.1)], clear=True))
+    arrays.append(markers.collision_markers(
+        'base_link', None, cover=(rng.normal(size=(30, 3)), rng.uniform(0.01, 0.1, 30)),
+        closest=(rng.normal(size=3), rng.normal(size=3), 0.01)))
+    for k, array in enumerate(arrays[1:]):
+        array.markers[-1].text = 'x' * k          # strings of every length modulo 4
+    for array in arrays:
+        before = [rc.stamp_to_nanoseconds(m.header.stamp) for m in array.markers]
+        restamper = rc.Restamper(array, [m.header for m in array.markers])
+        fallback = rc.Restamper(array, [m.header for m in array.markers])
+        fallback._layout = None
+        assert restamper.serialized
+        assert [rc.stamp_to_nanoseconds(m.header.stamp) for m in array.markers] == before
+        for _ in range(5):
+            ns = int(rng.integers(0, 2**31 * 10**9))
+            data = restamper.at(ns)
+            got = deserialize_message(data, MarkerArray)
+            assert isinstance(data, bytes)
+            assert [rc.stamp_to_nanoseconds(m.header.stamp) for m in got.markers] == \
+                [ns] * len(array.markers)
+            message = fallback.at(ns)
+            assert message is array
+            assert got == deserialize_message(serialize_message(message), MarkerArray)
+
+
 def test_stamp_to_nanoseconds_is_exact():
     msg = JointState()
     assert rc.stamp_to_nanoseconds(msg.header.stamp) == 0
