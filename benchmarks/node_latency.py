@@ -14,7 +14,9 @@ and, unless --no-sim, sim_arm, as separate processes on a private ROS_DOMAIN_ID.
    (from the commands' header stamps, i.e. the node's timer, and from receive times) and the
    node process's CPU share of one core (utime + stime from /proc/<pid>/stat).
 
-Prints a table, writes benchmarks/results/node_latency.csv and node_latency.png.
+Prints a table, writes benchmarks/results/node_latency.csv and node_latency.png; exits 1 when
+a target is missed: the rate >= 99 % of rate_hz; at rate_hz 100 the CPU share <= 10 % at rest
+(--goal-period 0) and <= 30 % with goals coming.
 --profile runs the node under cProfile (SMCIK_PROFILE) and prints where its time goes.
 
 Collision scenario (issue 9): ``--obstacles N`` publishes N spheres (5 cm radius, seeded,
@@ -49,8 +51,12 @@ sys.path.insert(0, str(ROOT))
 from smcik_ros.demo import child_env, private_domain_id, start_node_process, stop_process  # noqa
 
 RESULTS = ROOT / 'benchmarks' / 'results'
-TARGET_RATE_HZ = 99.0
-TARGET_CPU = 0.30
+# Issue 10's targets: the command rate held at 99 % of rate_hz (>= 99 Hz at 100, >= 495 Hz
+# at 500); the node's CPU share at rest (a held goal, --goal-period 0) <= 10 % of a core at
+# 100 Hz with markers. With goals coming (every 2 s) the older bound of 30 % applies.
+TARGET_RATE_SHARE = 0.99
+TARGET_CPU_REST = 0.10
+TARGET_CPU_GOALS = 0.30
 
 
 def cpu_seconds(pid):
@@ -223,7 +229,13 @@ def main(argv=None):
     tick_ms = np.mean([d['step_cpu_ms'] for d in in_window if d.get('step_cpu_ms')])
     marker_ms = np.mean([d['marker_cpu_ms'] for d in in_window if d.get('marker_cpu_ms')]
                         or [0.0])
-    marker_hz = dict(item.split(':=') for item in args.param).get('marker_rate_hz', 10.0)
+    given = dict(item.split(':=') for item in args.param)
+    marker_hz = given.get('marker_rate_hz', 10.0)
+    rate_hz = float(given.get('rate_hz', 100.0))
+    target_rate = TARGET_RATE_SHARE * rate_hz
+    # (the CPU bounds are set at 100 Hz; other rates are judged on their rate alone)
+    target_cpu = math.inf if rate_hz != 100.0 else \
+        TARGET_CPU_REST if args.goal_period <= 0 else TARGET_CPU_GOALS
     tick_share = tick_ms * 1e-3 * rate_stamp
     marker_share = marker_ms * 1e-3 * float(marker_hz)
     load = os.getloadavg()[0]
@@ -237,11 +249,13 @@ def main(argv=None):
         ('goals reached (1 mm, 0.01 rad)', f'{len(done)}/{len(lat)}', ''),
         ('latency median [s]', f'{np.median(done):.3f}' if len(done) else 'n/a', ''),
         ('latency max [s]', f'{np.max(done):.3f}' if len(done) else 'n/a', ''),
-        ('command rate, node stamps [Hz]', f'{rate_stamp:.2f}', f'>= {TARGET_RATE_HZ:g}'),
+        ('command rate, node stamps [Hz]', f'{rate_stamp:.2f}', f'>= {target_rate:g}'),
         ('command rate, receive times [Hz]', f'{rate_recv:.2f}', ''),
         ('command period p99 / max [ms]',
          f'{np.percentile(gaps, 99):.2f} / {gaps.max():.2f}', ''),
-        ('node CPU share of one core', f'{100 * cpu_share:.1f} %', f'<= {100 * TARGET_CPU:g} %'),
+        ('node CPU share of one core', f'{100 * cpu_share:.1f} %',
+         '-' if math.isinf(target_cpu) else f'<= {100 * target_cpu:g} %'
+         + (' at rest' if args.goal_period <= 0 else ' with goals coming')),
         ('  control ticks (solver, limits, publish)',
          f'{100 * tick_share:.1f} %', f'{tick_ms:.2f} ms CPU/tick'),
         ('  marker ticks (build + publish)', f'{100 * marker_share:.1f} %',
@@ -287,7 +301,7 @@ def main(argv=None):
     if args.profile and profile_path.exists():
         print('\nwhere the node spends its time (cProfile, cumulative, top 25):')
         pstats.Stats(str(profile_path)).sort_stats('cumulative').print_stats(25)
-    ok = rate_stamp >= TARGET_RATE_HZ and cpu_share <= TARGET_CPU and len(done) == len(lat)
+    ok = rate_stamp >= target_rate and cpu_share <= target_cpu and len(done) == len(lat)
     return 0 if ok else 1
 
 

@@ -26,10 +26,12 @@ Single-threaded (BLAS pinned to one thread), times from time.perf_counter, media
     dh_round_trip.py (Panda-, iiwa-, UR5-type from published DH tables) and the two demo
     arms: ``--trials`` goals fk(q_true) (q_true uniform, Generator seeded per arm), half from
     the neutral seed and half from a uniform random seed, ``solve(goal, seed, tol=1e-3,
-    timeout=0.05)`` (1 mm and 0.01 rad); success % and median time. Next to it TRAC-IK
-    (pytracik, Speed mode, 50 ms, eps 1e-5; success checked at the same 1 mm / 0.01 rad) on
-    the same goals and seeds when pytracik is installed (it is not a dependency: without it
-    those rows say so). Target: smc success >= 99.5 % and median <= TRAC-IK's.
+    timeout=0.05)`` (1 mm and 0.01 rad); success % (reported and checked by FK) and median
+    time. Next to it TRAC-IK (pytracik, Speed mode, 50 ms, eps 1e-5; success checked by FK
+    at the same 1 mm / 0.01 rad) on the same goals and seeds when pytracik is installed (it
+    is not a dependency: without it those rows say so). Target: smc success >= 99.5 % and median <= TRAC-IK's.
+    ``--arm PATH:BASE:TIP`` (repeatable) adds an arm, e.g. a third-party URDF (its meshes
+    are not loaded: package:// URIs need not resolve).
 
 Run: ``./smcik bench speed`` (``--quick`` for a fast check; ``--only after`` to skip the
 numpy run). Writes benchmarks/results/speed.csv and speed.png.
@@ -151,21 +153,47 @@ def bench_fk(repeats):
     return rows
 
 
-def bench_round_trip(trials):
-    """Return rows of (d): smc and (when installed) TRAC-IK round trips on the same goals."""
+def parse_arm(spec):
+    """Return (name, URDF text, base, tip) of an ``--arm PATH:BASE:TIP`` argument."""
+    try:
+        path, base, tip = spec.rsplit(':', 2)
+        with open(path) as f:
+            xml = f.read()
+    except (ValueError, OSError) as exc:
+        raise SystemExit(f'--arm expects PATH:BASE_LINK:TIP_LINK of a readable URDF; got '
+                         f'{spec!r} ({exc})') from None
+    return os.path.splitext(os.path.basename(path))[0], xml, base, tip
+
+
+def bench_round_trip(trials, extra=()):
+    """Return rows of (d): smc and (when installed) TRAC-IK round trips on the same goals.
+
+    extra: ``--arm`` specs (PATH:BASE:TIP) of more arms, e.g. third-party URDFs."""
     from dh_round_trip import arms
     try:
         import pytracik
     except ImportError:
         pytracik = None
     from smcik_ros.rotations import matrix_to_quat
-    urdfs = dict(arms())
+    urdfs = {name: (xml, 'base_link', 'tool0') for name, xml in arms().items()}
     for path in (C.ARM7, C.ARM6):
         with open(path) as f:
-            urdfs[os.path.splitext(os.path.basename(path))[0]] = f.read()
+            urdfs[os.path.splitext(os.path.basename(path))[0]] = (f.read(), 'base_link',
+                                                                   'tool0')
+    for spec in extra:
+        name, xml, base, tip = parse_arm(spec)
+        while name in urdfs:
+            name += "'"
+        urdfs[name] = (xml, base, tip)
+    def reaches(chain, q, goal):      # the same 1 mm / 0.01 rad check for both solvers
+        reached = chain.fk(np.asarray(q, dtype=float))
+        cos = np.clip((np.trace(reached[:3, :3].T @ goal[:3, :3]) - 1.0) / 2.0, -1.0, 1.0)
+        return bool(np.linalg.norm(reached[:3, 3] - goal[:3, 3]) <= 1e-3
+                    and np.arccos(cos) <= 1e-2)
+
     rows = []
-    for arm_index, (name, xml) in enumerate(urdfs.items()):
-        chain = Chain.from_urdf(xml, 'base_link', 'tool0')
+    for arm_index, (name, (xml, base, tip)) in enumerate(urdfs.items()):
+        chain = Chain.from_urdf(xml, base, tip)
         rng = np.random.default_rng([arm_index, 10])
         cases = []
         for k in range(trials):
@@ -178,7 +206,7 @@ def bench_round_trip(trials):
         ok, times = 0, []
         for goal, seed in cases:
             result = solver.solve(goal, seed, tol=1e-3, timeout=0.05)
-            ok += result.success
+            ok += result.success and reaches(chain, result.q, goal)
             times.append(result.elapsed)
         case = f'(d) round trip, {name} ({chain.n} DOF), 1 mm / 0.01 rad'
         rows.append(dict(case=case, variant='smc', median_ms=1e3 * np.median(times),
@@ -189,7 +217,7 @@ def bench_round_trip(trials):
             rows.append(dict(case=case, variant='trac-ik', target='pytracik not installed',
                              samples=0))
             continue
-        tracik = pytracik.TRAC_IK('base_link', 'tool0', xml, 0.05, 1e-5, pytracik.Speed)
+        tracik = pytracik.TRAC_IK(base, tip, xml, 0.05, 1e-5, pytracik.Speed)
         ok, times = 0, []
         for goal, seed in cases:
             w, x, y, z = matrix_to_quat(goal[:3, :3])
@@ -197,10 +225,7 @@ def bench_round_trip(trials):
             sol = pytracik.ik(tracik, list(seed), *goal[:3, 3], x, y, z, w)
             times.append(time.perf_counter() - t0)
             if sol is not None and len(sol) > chain.n and sol[0] >= 0:
-                reached = chain.fk(np.asarray(sol[1:1 + chain.n], dtype=float))
-                perr = np.linalg.norm(reached[:3, 3] - goal[:3, 3])
-                cos = np.clip((np.trace(reached[:3, :3].T @ goal[:3, :3]) - 1.0) / 2.0, -1, 1)
-                ok += bool(perr <= 1e-3 and np.arccos(cos) <= 1e-2)
+                ok += reaches(chain, sol[1:1 + chain.n], goal)
         rows.append(dict(case=case, variant='trac-ik', median_ms=1e3 * np.median(times),
                          p90_ms=1e3 * np.percentile(times, 90),
                          rate_per_s=1.0 / np.median(times), success_pct=100.0 * ok / trials,
@@ -265,7 +290,7 @@ def measure(args):
     rows, _ = bench_arm_step(args.steps)
     rows += bench_chain90(max(100, args.steps // 4))
     rows += bench_fk(args.repeats)
-    rows += bench_round_trip(args.trials)
+    rows += bench_round_trip(args.trials, args.arm)
     return rows
 
 
@@ -279,6 +304,7 @@ def run_child(mode, args):
         out = os.path.join(tmp, 'rows.json')
         cmd = [sys.executable, os.path.abspath(__file__), '--child', out, '--steps',
                str(args.steps), '--repeats', str(args.repeats), '--trials', str(args.trials)]
+        cmd += [f'--arm={spec}' for spec in args.arm]
         print(f'{mode}: SMCIK_NO_JIT={env.get("SMCIK_NO_JIT", "")!r}', flush=True)
         subprocess.run(cmd, env=env, check=True)
         with open(out) as f:
@@ -295,6 +321,9 @@ def main():
                         help='round-trip goals per arm (default 400)')
     parser.add_argument('--quick', action='store_true',
                         help='200 steps / 200 repeats / 60 trials')
+    parser.add_argument('--arm', action='append', default=[], metavar='PATH:BASE:TIP',
+                        help='one more arm for the round trip (d), e.g. a third-party URDF '
+                             '(repeatable)')
     parser.add_argument('--only', choices=('before', 'after'),
                         help='measure one side only (the other columns stay empty)')
     parser.add_argument('--child', help=argparse.SUPPRESS)
