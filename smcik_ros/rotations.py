@@ -7,6 +7,8 @@ converts from geometry_msgs' (x, y, z, w).
 
 import numpy as np
 
+from . import kernels as _kernels
+
 __all__ = [
     'skew', 'quat_to_matrix', 'quat_multiply', 'quat_conjugate', 'quat_from_rotvec',
     'quat_to_rotvec', 'quat_angle', 'quat_slerp', 'matrix_to_rotvec', 'matrix_to_quat',
@@ -48,10 +50,18 @@ def quat_to_matrix(q):
     return out
 
 
+def _quat_rows(q):
+    """Return (..., 4) quaternions as writable C-ordered (N, 4) rows (what the kernels take)."""
+    rows = np.ascontiguousarray(q).reshape(-1, 4)
+    return rows if rows.flags.writeable else rows.copy()
+
+
 def quat_multiply(a, b):
     """Return the Hamilton products a * b of (..., 4) quaternions."""
     a = np.asarray(a, dtype=float)
     b = np.asarray(b, dtype=float)
+    if _kernels.ENABLED and a.shape == b.shape and a.ndim >= 1:
+        return _kernels.quat_products(_quat_rows(a), _quat_rows(b)).reshape(a.shape)
     aw, ax, ay, az = np.moveaxis(a, -1, 0)
     bw, bx, by, bz = np.moveaxis(b, -1, 0)
     return np.stack([
@@ -84,6 +94,8 @@ def quat_from_rotvec(v):
 def quat_to_rotvec(q):
     """Return the (..., 3) rotation vectors 2 log(q) of unit quaternions, angle in [0, pi]."""
     q = np.asarray(q, dtype=float)
+    if _kernels.ENABLED and q.ndim >= 1:
+        return _kernels.quat_rotvecs(_quat_rows(q), _EPS).reshape(q.shape[:-1] + (3,))
     # Take the hemisphere with w >= 0 so the angle is the shortest one.
     q = np.where(q[..., :1] < 0.0, -q, q)
     vec = q[..., 1:]

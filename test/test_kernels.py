@@ -276,6 +276,62 @@ def test_spring_step_and_blocked_joints_kernels_match_numpy(numpy_path):
     assert numpy_path(smc_policies._blocked_joints, chain, inside, dv) is None
 
 
+def test_quaternion_kernels_match_numpy(numpy_path):
+    """rotations.quat_multiply / quat_to_rotvec through the kernels equal their numpy
+    implementation: batch shapes of every rank, both hemispheres, angles near 0 and pi, a
+    read-only input; broadcast shapes keep the numpy path."""
+    from smcik_ros import rotations
+    rng = np.random.default_rng(12)
+    for shape in ((4,), (7, 4), (3, 5, 4)):
+        a = rng.normal(size=shape)
+        a /= np.linalg.norm(a, axis=-1, keepdims=True)
+        b = rng.normal(size=shape)
+        b /= np.linalg.norm(b, axis=-1, keepdims=True)
+        np.testing.assert_allclose(rotations.quat_multiply(a, b),
+                                   numpy_path(rotations.quat_multiply, a, b), atol=1e-15)
+        np.testing.assert_allclose(rotations.quat_to_rotvec(a),
+                                   numpy_path(rotations.quat_to_rotvec, a), atol=1e-13)
+    edge = np.array([[1.0, 0.0, 0.0, 0.0], [-1.0, 1e-12, 0.0, 0.0], [1e-10, 1.0, 0.0, 0.0],
+                     [-1e-10, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 1.0]])
+    edge /= np.linalg.norm(edge, axis=-1, keepdims=True)
+    edge.setflags(write=False)
+    np.testing.assert_allclose(rotations.quat_to_rotvec(edge),
+                               numpy_path(rotations.quat_to_rotvec, edge), atol=1e-12)
+    assert np.allclose(np.linalg.norm(rotations.quat_to_rotvec(edge[2:]), axis=-1), np.pi)
+    wide = rng.normal(size=(2, 3, 4))
+    np.testing.assert_array_equal(rotations.quat_multiply(wide, wide[0]),
+                                  numpy_path(rotations.quat_multiply, wide, wide[0]))
+
+
+def test_lm_kernels_of_large_systems_match_numpy(numpy_path):
+    """At and above kernels.LARGE_SYSTEM (m * nv) the LM kernels take BLAS products and
+    LAPACK's Cholesky: the same steps as numpy's dense solves (a 90-DOF chain's 92 x 90
+    systems, and sizes either side of the switch); a matrix LAPACK refuses (not positive
+    definite: no damping, a zero Jacobian) falls back to the clamped factorisation."""
+    rng = np.random.default_rng(10)
+    for k, m, nv in ((4, 92, 90), (2, 32, 32), (2, 31, 33), (3, 33, 30)):
+        assert (m * nv >= kernels.LARGE_SYSTEM) == (m * nv >= 1024)
+        jac = rng.normal(size=(k, m, nv))
+        r = rng.normal(size=(k, m))
+        lam = rng.uniform(1e-4, 1.0, size=k)
+        mu = rng.uniform(0.0, 2.0, size=k)
+        d0 = rng.normal(size=(k, nv))
+        w = rng.uniform(0.5, 2.0, size=nv)
+        diff = rng.normal(size=(k, nv))
+        task, pull = kernels.lm_null_step(jac, r, lam, d0, 1.0 / w**2, 1e-3)
+        ref_task, ref_pull = numpy_path(smc_policies._lm_null_step, jac, r, lam, d0,
+                                        1.0 / w**2, 1e-3)
+        np.testing.assert_allclose(task, ref_task, atol=1e-8)
+        np.testing.assert_allclose(pull, ref_pull, atol=1e-8)
+        np.testing.assert_allclose(kernels.lm_spring_step(jac, r, lam, mu, w, diff),
+                                   numpy_path(smc_policies._lm_spring_step, jac, r, lam, mu,
+                                              w, diff), atol=1e-8)
+    zero = np.zeros((1, 92, 90))
+    task, pull = kernels.lm_null_step(zero, np.zeros((1, 92)), np.zeros(1), np.ones((1, 90)),
+                                      np.ones(90), 0.0)
+    assert np.all(task == 0.0) and np.all(pull == 1.0)     # no task directions: d0 as it is
+
+
 @pytest.mark.parametrize('online', [True, False], ids=['step', 'solve'])
 def test_solver_runs_the_same_with_and_without_kernels(monkeypatch, online):
     """step() (minimal-motion refinement) and solve() give the numpy path's configurations.
@@ -333,8 +389,8 @@ def test_every_solver_path_uses_the_warmed_up_specialisations():
     chain = Chain.from_urdf(CASES[0][0], 'base_link', 'tool0')
     kernels.warm_up(chain)
     names = ['fk', 'jacobian_at', 'pose_residual_jacobian', 'pose_errors', 'lm_step',
-             'lm_null_step', 'lm_spring_step', 'blocked_joints', 'refine_pose',
-             'refine_pose_motion', 'first_solution']
+             'lm_null_step', 'lm_spring_step', 'blocked_joints', 'refine_pose', 'quat_products',
+             'quat_rotvecs', 'refine_pose_motion', 'first_solution']
     before = {n: len(getattr(kernels, n).signatures) for n in names}
     q0 = chain.neutral_configuration()
     goal = chain.fk(chain.clip(q0 + 0.3))
