@@ -29,7 +29,8 @@ Single-threaded (BLAS pinned to one thread), times from time.perf_counter, media
     timeout=0.05)`` (1 mm and 0.01 rad); success % (reported and checked by FK) and median
     time. Next to it TRAC-IK (pytracik, Speed mode, 50 ms, eps 1e-5; success checked by FK
     at the same 1 mm / 0.01 rad) on the same goals and seeds when pytracik is installed (it
-    is not a dependency: without it those rows say so). Target: smc success >= 99.5 % and median <= TRAC-IK's.
+    is not a dependency: without it those rows say so). Target: smc success >= 99.5 % and
+    median <= TRAC-IK's.
     ``--arm PATH:BASE:TIP`` (repeatable) adds an arm, e.g. a third-party URDF (its meshes
     are not loaded: package:// URIs need not resolve).
 

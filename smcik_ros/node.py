@@ -115,7 +115,8 @@ NODE_PARAMETERS = {
     'rest_step_interval': (100, 'while the solver is settled on an unchanged goal and scene and '
                            'the command rests at its answer, it steps only every this many '
                            'of its steps (solver_rate_hz periods: 1 s at 100 Hz whatever '
-                           'rate_hz; 1: at solver_rate_hz)', {'integer_range': _int_range(1, 1000)}),
+                           'rate_hz; 1: at solver_rate_hz)',
+                           {'integer_range': _int_range(1, 1000)}),
     'solver_rate_hz': (100.0, 'while one goal is followed the solver steps at most this often; '
                        'the control ticks in between move towards its last answer at its '
                        'velocity (rate_hz above it: every ceil(rate_hz / solver_rate_hz)-th '

@@ -413,9 +413,9 @@ class Restamper:
     message again (3-6 ms for the node's markers). Checked at construction: the bytes for a
     stamp must deserialize to what the middleware makes of the message with that stamp
     (compared as messages: the serializer leaves alignment padding unset, and float32
-    fields hold doubles in Python); where anything differs (the probe found
-    other than once per header, another encoding) ``at`` sets the stamps in the message and
-    returns the message itself. The message must not change otherwise afterwards.
+    fields hold doubles in Python); where anything differs (the probe found other than once
+    per header, another encoding) ``at`` sets the stamps in the message and returns the
+    message itself. The message must not change otherwise afterwards.
     """
 
     PROBE = (0x1234_5678, 0x0ABC_DEF1)          # (sec, nanosec): found once per header
