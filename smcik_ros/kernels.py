@@ -500,16 +500,23 @@ def _chol_solve(a, b, y):
             for p in range(j):
                 s -= a[i, p] * a[j, p]
             a[i, j] = s / d
+    _cholesky_substitute(a, b, y)
+
+
+@njit(cache=True)
+def _cholesky_substitute(low, b, y):
+    """Write y (m,) with L L^T y = b, L the lower triangle of ``low`` (m, m)."""
+    m = low.shape[0]
     for i in range(m):
         s = b[i]
         for p in range(i):
-            s -= a[i, p] * y[p]
-        y[i] = s / a[i, i]
+            s -= low[i, p] * y[p]
+        y[i] = s / low[i, i]
     for i in range(m - 1, -1, -1):
         s = y[i]
         for p in range(i + 1, m):
-            s -= a[p, i] * y[p]
-        y[i] = s / a[i, i]
+            s -= low[p, i] * y[p]
+        y[i] = s / low[i, i]
 
 
 @njit(cache=True)
@@ -561,16 +568,7 @@ def _spd_solve(a, b):
     except Exception:       # noqa: BLE001 - numba raises numpy's LinAlgError here
         _chol_solve(a, b, y)
         return y
-    for i in range(m):
-        s = b[i]
-        for p in range(i):
-            s -= low[i, p] * y[p]
-        y[i] = s / low[i, i]
-    for i in range(m - 1, -1, -1):
-        s = y[i]
-        for p in range(i + 1, m):
-            s -= low[p, i] * y[p]
-        y[i] = s / low[i, i]
+    _cholesky_substitute(low, b, y)
     return y
 
 

@@ -319,7 +319,34 @@ def make_joint_state(joint_names, q, dq=None, stamp=None):
     return msg
 
 
-class JointStateWriter:
+class _SerializedTemplate:
+    """A message kind published as serialized bytes written into a template (the subclasses:
+    what changes is written at places found with probe values). ``_find_layout`` returns
+    the layout, or None where the middleware's serialization cannot be reproduced; then the
+    subclass publishes the message itself."""
+
+    PROBE_STAMP = (0x1234_5678, 0x0ABC_DEF1)     # (sec, nanosec) no real stamp carries
+
+    def _init_layout(self):
+        try:
+            self._layout = self._find_layout()
+        except (ImportError, ValueError, TypeError):
+            self._layout = None
+
+    @property
+    def serialized(self):
+        """True when the bytes are published (False: the message itself)."""
+        return self._layout is not None
+
+    @staticmethod
+    def _byte_order(data):
+        """Return the struct byte order of CDR ``data`` (None: too short to be a message)."""
+        if len(data) < 4:
+            return None
+        return '<' if data[1] & 1 else '>'      # the encapsulation's endianness bit
+
+
+class JointStateWriter(_SerializedTemplate):
     """The commands of a stream as serialized sensor_msgs/JointState messages.
 
     Names (and the empty effort) are the same in every command: the message is serialized
@@ -337,16 +364,7 @@ class JointStateWriter:
     def __init__(self, joint_names):
         self.names = list(joint_names)
         self._n = len(self.names)
-        self._layout = None
-        try:
-            self._layout = self._find_layout()
-        except (ImportError, ValueError, TypeError):
-            self._layout = None
-
-    @property
-    def serialized(self):
-        """True when ``fill`` returns serialized bytes (False: a JointState message)."""
-        return self._layout is not None
+        self._init_layout()
 
     def _find_layout(self):
         """Return (template bytearray, byte order, stamp offset, position offset, velocity
@@ -354,13 +372,13 @@ class JointStateWriter:
         from rclpy.serialization import deserialize_message, serialize_message
         n = self._n
         probe = JointState(name=self.names)
-        probe.header.stamp.sec, probe.header.stamp.nanosec = 0x1234_5678, 0x0ABC_DEF1
+        probe.header.stamp.sec, probe.header.stamp.nanosec = self.PROBE_STAMP
         probe.position = (np.pi * 1e3 + np.arange(n)).tolist()
         probe.velocity = (-np.e * 1e3 - np.arange(n)).tolist()
         data = bytes(serialize_message(probe))
-        if len(data) < 4:
+        order = self._byte_order(data)
+        if order is None:
             return None
-        order = '<' if data[1] & 1 else '>'      # the encapsulation's endianness bit
         found = []
         for block in (struct.pack(order + 'iI', probe.header.stamp.sec,
                                   probe.header.stamp.nanosec),
@@ -403,7 +421,7 @@ class JointStateWriter:
         return make_joint_state(self.names, q, dq, nanoseconds_to_stamp(stamp_ns))
 
 
-class Restamper:
+class Restamper(_SerializedTemplate):
     """A message published again and again with only its stamps new, as serialized bytes.
 
     ``headers``: the std_msgs/Header objects inside ``message`` that carry the stamp (every
@@ -418,21 +436,10 @@ class Restamper:
     message itself. The message must not change otherwise afterwards.
     """
 
-    PROBE = (0x1234_5678, 0x0ABC_DEF1)          # (sec, nanosec): found once per header
-
     def __init__(self, message, headers):
         self.message = message
         self._headers = list(headers)
-        self._layout = None
-        try:
-            self._layout = self._find_layout()
-        except (ImportError, ValueError, TypeError):
-            self._layout = None
-
-    @property
-    def serialized(self):
-        """True when ``at`` returns serialized bytes (False: the message)."""
-        return self._layout is not None
+        self._init_layout()
 
     def _stamp(self, stamp):
         for header in self._headers:
@@ -443,12 +450,12 @@ class Restamper:
         from rclpy.serialization import deserialize_message, serialize_message
         saved = [header.stamp for header in self._headers]
         try:
-            self._stamp(Time(sec=self.PROBE[0], nanosec=self.PROBE[1]))
+            self._stamp(Time(sec=self.PROBE_STAMP[0], nanosec=self.PROBE_STAMP[1]))
             data = bytes(serialize_message(self.message))
-            if len(data) < 4:
+            order = self._byte_order(data)
+            if order is None:
                 return None
-            order = '<' if data[1] & 1 else '>'      # the encapsulation's endianness bit
-            block = struct.pack(order + 'iI', *self.PROBE)
+            block = struct.pack(order + 'iI', *self.PROBE_STAMP)
             places, at = [], data.find(block)
             while at >= 0:
                 places.append(at)
