@@ -1,10 +1,10 @@
 """The ``njit`` decorator of the compiled kernels, or a no-op when numba is unavailable.
 
-numba compiles the kernels of ``smcik_ros.kernels`` (nopython, cached on disk). Without
-numba, or with the environment variable ``SMCIK_NO_JIT=1``, ``njit`` returns the function
-unchanged and ``ENABLED`` is False: the kernels then run as plain Python (tests use that to
-check them against the numpy reference), and the library's hot paths keep their numpy
-implementation, which is much faster than uncompiled Python loops.
+numba compiles the kernels of ``smcik_ros.kernels`` (nopython, releasing the GIL, cached on
+disk). Without numba, or with the environment variable ``SMCIK_NO_JIT=1``, ``njit`` returns
+the function unchanged and ``ENABLED`` is False: the kernels then run as plain Python (tests
+use that to check them against the numpy reference), and the library's hot paths keep their
+numpy implementation, which is much faster than uncompiled Python loops.
 
 The on-disk cache lives beside the modules (``__pycache__``) when that directory is
 writable; numba itself falls back to a user-wide directory when it is not. When the package
@@ -53,4 +53,10 @@ if not _disabled_by_env():
         pass
     else:
         ENABLED = True
-        njit = _numba.njit
+
+        def njit(*args, **kwargs):
+            """numba's ``njit`` with ``nogil=True``: a kernel releases the GIL while it runs,
+            so the control tick's thread is not held up by a solver step in the worker
+            thread (kernels share no state: every buffer is allocated per call)."""
+            kwargs.setdefault('nogil', True)
+            return _numba.njit(*args, **kwargs)
