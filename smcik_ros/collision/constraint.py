@@ -28,6 +28,7 @@ geometry (``covers``), so a non-negative distance means the real geometry is at 
 padding apart.
 """
 
+import copy
 import math
 import weakref
 
@@ -173,6 +174,32 @@ class CollisionConstraint(Constraint):
                                 f'numbers; got shape {q.shape}')
             self._reference_q = q.copy()
         self._reference = None
+
+    def fork(self):
+        """Return a twin of this constraint for a solver that steps in another thread.
+
+        The twin shares what never changes after construction (the model, its geometry, the
+        pair tables, the settings) and has its own caches and reference; it reads a snapshot
+        of the scene (``Scene.snapshot``) taken now and again at each ``refresh()``, so the
+        callbacks that change the live scene and the validators that use this constraint
+        never race with the solver's step. The twin keeps this constraint's pairs and
+        padding (a change of either is a new constraint object in the node).
+        """
+        twin = copy.copy(self)
+        twin._live_scene = self.scene
+        twin.scene = self.scene.snapshot()
+        twin._reference_q = None if self._reference_q is None else self._reference_q.copy()
+        twin._reference = None
+        twin._obstacle_cache = (None, None)
+        twin._cache = twin._rows_cache = None
+        return twin
+
+    def refresh(self):
+        """A twin (``fork``): take a new snapshot of the live scene when it changed. Call it
+        while no step runs, before each step."""
+        live = getattr(self, '_live_scene', None)
+        if live is not None and live.version != self.scene.version:
+            self.scene = live.snapshot()
 
     @property
     def reference(self):

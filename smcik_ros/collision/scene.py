@@ -284,6 +284,18 @@ class Scene:
             self._compiled = None
         return added, removed
 
+    def snapshot(self):
+        """Return a copy of the scene as it is now (the same obstacles and ``version``), which
+        later changes of this scene do not reach: what a solver stepping in another thread
+        reads while callbacks change the live scene. Cheap: ``apply`` replaces the item table
+        and never edits it in place, so the copy shares it. Safe from another thread: the
+        version is read before the table and ``apply`` writes the table before the version,
+        so a copy taken during a change has the older version and is taken again."""
+        copy = Scene.__new__(Scene)
+        copy.version = self.version
+        copy._items, copy._compiled = self._items, None
+        return copy
+
     def obstacles(self):
         """Return the list of obstacles (insertion order)."""
         return [v[0] for v in self._items.values()]

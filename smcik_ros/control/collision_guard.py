@@ -216,6 +216,7 @@ class CollisionGuard:
         self.last_check = None
         self.refusals = 0
         self._report = (None, None)
+        self._monitored = None       # (constraint, its twin for status and markers)
         self._anchor_state = None    # (key, q (nq,), distance lower bound [m]) of a free q
         self._lock = threading.Lock()
         self._pending = None         # (pairs, constraint, srdf description) from a thread
@@ -475,13 +476,26 @@ class CollisionGuard:
         return 0 if obstacle is None else len(obstacle.centers)
 
     # ------------------------------------------------------------------ status and markers
+    def _monitor(self):
+        """Return the twin of the constraint (``fork``, with a fresh snapshot of the scene)
+        that the status and the markers read: they may run in the solver's worker thread
+        while the validator, in the tick's thread, uses the constraint itself."""
+        constraint = self.constraint
+        monitored = self._monitored
+        if monitored is None or monitored[0] is not constraint:
+            monitored = self._monitored = (constraint, constraint.fork())
+        monitored[1].refresh()
+        return monitored[1]
+
     def closest(self, q):
         """Return the constraint's status at q (cached per configuration and scene)."""
         q = np.asarray(q, dtype=float)
-        key = (q.tobytes(), self.scene.version, id(self.constraint))
-        if self._report[0] != key:
-            self._report = (key, self.constraint.status(q))
-        return self._report[1]
+        monitor = self._monitor()
+        key = (q.tobytes(), monitor.scene.version, id(self.constraint))
+        report = self._report
+        if report[0] != key:
+            report = self._report = (key, monitor.status(q))
+        return report[1]
 
     def status(self, q, refusal=None, blocked=False):
         """Return the collision fields of ~/status at the command q (JSON-ready).
@@ -531,10 +545,11 @@ class CollisionGuard:
         """Return the keyword arguments of ``markers.collision_markers`` at q: the obstacles,
         the closest pair and (``cover``) the robot's cover spheres."""
         report = self.closest(q)
+        monitor = self._monitor()
         points = report['points']
         closest = None if points is None else (points[0], points[1], report['min_distance'])
-        out = {'obstacles': self.scene.items(), 'closest': closest, 'cover': None}
+        out = {'obstacles': monitor.scene.items(), 'closest': closest, 'cover': None}
         if cover:
-            centers, radii, _ = self.constraint.cover_spheres(q)
+            centers, radii, _ = monitor.cover_spheres(q)
             out['cover'] = (centers, radii)
         return out

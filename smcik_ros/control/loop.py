@@ -36,6 +36,7 @@ from .command_shaping import (CommandShaper, ShapedCommand, nearest_equivalent,
                               to_solver_range)
 from .frames import FrameResolver
 from .goal_inbox import GoalInbox
+from .step_worker import StepWorker
 
 __all__ = ['Command', 'ControlLoop', 'HardConstraintValidator', 'Reporter',
            'initial_configuration', 'CLOCK_RESET']
@@ -166,6 +167,14 @@ class HardConstraintValidator:
         return True
 
 
+def _set_references(constraints, q):
+    """Give constraints that compare with a reference (never deeper) the command q."""
+    for constraint in constraints:
+        set_reference = getattr(constraint, 'set_reference', None)
+        if set_reference is not None:
+            set_reference(q)
+
+
 class ControlLoop:
     """The command stream of one arm: what to publish at each tick (see module doc).
 
@@ -188,7 +197,14 @@ class ControlLoop:
     many ticks (a new goal or a constraint change steps at once); the ticks in between move
     the command towards the solver's last answer carried on at that answer's own velocity (a
     tracked target is followed without a stop), shaped, limited and validated like any tick:
-    a control rate above the solver's rate without its cost on every tick (1: every tick).
+    a control rate above the solver's rate without its cost on every tick (1: every tick);
+    solver_thread: run each solver step in a worker thread (``step_worker``): the tick that
+    starts a step waits for it at most ``step_budget`` [s] (None: as long as it takes), and
+    while it runs on, the ticks carry the last answer on as between steps; the answer is
+    taken at the first tick after it finished (a step on a goal that was replaced meanwhile
+    is dropped and the new goal stepped at once). The solver then works on twins of the
+    constraints (``fork``), and every other use of ``solver`` waits for the running step.
+    With ``iterations_per_tick`` > 1 the steps run in the tick (the step observers see each).
     """
 
     FALLBACK_SLACK = 1e-6   # [m] a fallback's tool may be this much farther from the goal
@@ -196,11 +212,17 @@ class ControlLoop:
     def __init__(self, chain, solver, limits, arm_settings=None, inbox=None,
                  iterations_per_tick=1, validators=(), report=None, tolerances=(1e-3, 1e-2),
                  fallback_candidates=8, hold_reset_interval=1, detour=None,
-                 rest_step_interval=1, step_interval=1):
+                 rest_step_interval=1, step_interval=1, solver_thread=False,
+                 step_budget=None):
         if chain.nq != chain.nv:
             raise ValueError('ControlLoop needs a chain of 1-DOF joints (no ball joints)')
         self.chain = chain
-        self.solver = solver
+        self._solver = solver
+        self._worker = StepWorker() if solver_thread else None
+        self.step_budget = None if step_budget is None else max(0.0, float(step_budget))
+        self.steps_in_thread = 0      # steps that ran on beyond the tick that started them
+        self._goal_changes = 0        # goals with another signature than the one before
+        self._twins = []              # the solver's constraint objects (thread: the forks)
         self.shaper = CommandShaper(limits)
         self.limits = limits
         self._wraps = bool(limits.continuous.any())   # any continuous joint (limits: frozen)
@@ -293,11 +315,41 @@ class ControlLoop:
         """True once a requested stop is complete (at rest, or nothing was ever published)."""
         return self._stopping and (self.q is None or not np.any(self.v))
 
+    @property
+    def solver(self):
+        """The solver; with ``solver_thread``, once the worker thread is idle (a finished
+        step's answer is still taken by the next tick). From the worker itself: at once."""
+        if self._worker is not None:
+            self._worker.settle()
+        return self._solver
+
+    @property
+    def solver_idle(self):
+        """True unless a solver step or side work runs in the worker thread."""
+        return self._worker is None or self._worker.idle
+
+    def beside(self, fn):
+        """Run ``fn()`` in the solver's worker thread, after a running step (side work that
+        reads the solver: markers, alternatives). Returns False without ``solver_thread``
+        or while the last batch has not finished (run it later)."""
+        return self._worker is not None and self._worker.beside(fn)
+
+    def settle(self):
+        """Wait until the worker thread is idle (before changing what side work reads)."""
+        if self._worker is not None:
+            self._worker.settle()
+
+    def close(self):
+        """Wait for the worker thread's work and end the thread (shutdown)."""
+        if self._worker is not None:
+            self._worker.close()
+
     def set_solver(self, solver):
         """Switch to ``solver`` with the loop's constraints, started at the current command
         (the stream does not jump). GoalError (nothing changed) if a constraint does not fit."""
-        solver.set_constraints(self.constraints)
-        self.solver = solver
+        self._drop_step()
+        solver.set_constraints(self._twins)
+        self._solver = solver
         self._cancel_detour('the solver was switched', self.stamp)
         self._reset_solver(self.q if self.q is not None else self.current_configuration())
 
@@ -320,8 +372,13 @@ class ControlLoop:
         """Hand the constraint set to the solver (now and on every switch) and to the
         validators that take one."""
         constraints = list(constraints)
-        self.solver.set_constraints(constraints)
-        self.constraints = constraints
+        self._drop_step()
+        twins = constraints
+        if self._worker is not None:   # bound here: the validators use these, not the twins
+            twins = [c.bind(self.chain).fork() if hasattr(c, 'fork') else c
+                     for c in constraints]
+        self._solver.set_constraints(twins)
+        self.constraints, self._twins = constraints, twins
         for validator in self.validators:
             if hasattr(validator, 'constraints'):
                 validator.constraints = list(constraints)
@@ -333,6 +390,11 @@ class ControlLoop:
         Never raises: a failing tick is reported and turned into a braking command.
         """
         self.ticks += 1
+        if self._worker is not None:
+            for exc in self._worker.side_errors():
+                self.report('error', f'side:{type(exc).__name__}', (
+                    f'side work in the solver thread failed ({type(exc).__name__}: {exc}); '
+                    'the node keeps running'), exc)
         try:
             return self._tick(now)
         except Exception as exc:   # never die: report, brake, reset, carry on
@@ -382,44 +444,15 @@ class ControlLoop:
         if goal is not None:
             if self.goal is None or \
                     goal_signature(goal.terms) != goal_signature(self.goal.terms):
+                self._goal_changes += 1
                 self._cancel_detour(f'a new goal ({goal.sequence}) arrived', now)
             self._set_goal(goal, now)
         if self.detour is not None and self.detour.active:
             return self._detour_tick(now, dt, lead_box, state)
         desired = desired_velocity = None
         previous, self._desired = self._desired, None
-        if self.goal is not None and goal is None and self._resting(previous):
-            self.skipped_steps += 1
-            self._desired, desired = previous, previous[0]
-        elif self.goal is not None and goal is None and self._between_steps(previous):
-            self.interpolated_ticks += 1
-            self._desired = previous
-            desired, stamp, desired_velocity = previous
-            if desired_velocity is not None:
-                desired = desired + desired_velocity * (now - stamp)
-            if self._wraps:      # the command may have followed a re-homed coordinate
-                desired = nearest_equivalent(desired, self.q, self.limits.continuous)
-        elif self.goal is not None:
-            self._stepped = (self.ticks, StateKey(constraints=self.constraints))
-            self._set_references(self.q)
-            estimate = None
-            for _ in range(self.iterations_per_tick):
-                estimate = self.solver.step(self.goal.terms)
-                for observe in self.step_observers:
-                    observe(self.solver, self.goal, now)
-            estimate = np.asarray(estimate, dtype=float)
-            if estimate.shape != self.q.shape or not np.all(np.isfinite(estimate)):
-                raise FloatingPointError(f'the solver returned a non-finite or misshapen '
-                                         f'configuration {np.array2string(estimate, precision=3)}')
-            desired = nearest_equivalent(estimate, self.q, self.limits.continuous)
-            self._recenter_solver(estimate)
-            if previous is not None:
-                # How fast the solver's answer moves (a tracked target): the shaper follows
-                # it without braking onto it every tick (jumps are ignored by the shaper).
-                desired_velocity = self.shaper.target_velocity(
-                    desired, nearest_equivalent(previous[0], desired, self.limits.continuous),
-                    now - previous[1], previous[2])
-            self._desired = (desired, now, desired_velocity)
+        if self.goal is not None:
+            desired, desired_velocity = self._follow(previous, goal is not None, now)
         shaped = self.shaper.step(self.q, self.v, dt, desired, lead_box, desired_velocity)
         stop = self.shaper.stopping_point(shaped.q, shaped.v)
         if self.validators:
@@ -436,6 +469,107 @@ class ControlLoop:
                 f'({self.detour.trigger_text()}): planning a detour'), interval=1.0)
         return command
 
+    def _follow(self, previous, new_goal, now):
+        """Return (desired, its velocity or None) of a tick that follows the goal: the
+        solver's new answer, or its last one (at rest, between steps, while a step runs on
+        in the worker thread), or (None, None) when there is none yet (the shaper brakes)."""
+        worker = self._worker
+        if worker is not None and worker.pending:
+            if not worker.done:
+                return self._carry(previous, now)
+            (stamp, changes), estimate = worker.take()
+            if changes == self._goal_changes:
+                return self._answer(estimate, previous, stamp)
+            new_goal = True      # the step was for a goal replaced meanwhile: step the new one
+        if not new_goal and self._resting(previous):
+            self.skipped_steps += 1
+            self._desired = previous
+            return previous[0], None
+        if not new_goal and self._between_steps(previous):
+            self.interpolated_ticks += 1
+            return self._carry(previous, now)
+        self._stepped = (self.ticks, StateKey(constraints=self.constraints))
+        _set_references(self.constraints, self.q)
+        if worker is None or self.iterations_per_tick > 1:
+            self.settle()
+            if self._twins is not self.constraints:
+                _set_references(self._twins, self.q)
+            estimate = None
+            for _ in range(self.iterations_per_tick):
+                estimate = self._step_job(self._solver, self.goal, now)
+            return self._answer(estimate, previous, now)
+        worker.start((now, self._goal_changes), self._step_job, self._solver, self.goal, now,
+                     self.q)
+        if worker.wait(self.step_budget):
+            _, estimate = worker.take()
+            return self._answer(estimate, previous, now)
+        self.steps_in_thread += 1
+        return self._carry(previous, now)
+
+    def _step_job(self, solver, goal, now, reference=None):
+        """One solver step and its observers (in the worker thread with ``solver_thread``).
+        ``reference``: the command the solver's constraint twins compare with (set here, in
+        the worker, with a new snapshot of the scene, where side work cannot be reading
+        them)."""
+        if reference is not None:
+            for twin in self._twins:
+                refresh = getattr(twin, 'refresh', None)
+                if refresh is not None:
+                    refresh()
+            _set_references(self._twins, reference)
+        estimate = solver.step(goal.terms)
+        for observe in self.step_observers:
+            observe(solver, goal, now)
+        return estimate
+
+    def _answer(self, estimate, previous, stamp):
+        """Return (desired, velocity) from the solver's ``estimate`` of a step started at
+        ``stamp`` [s], and keep it as the last answer."""
+        estimate = np.asarray(estimate, dtype=float)
+        if estimate.shape != self.q.shape or not np.all(np.isfinite(estimate)):
+            raise FloatingPointError(f'the solver returned a non-finite or misshapen '
+                                     f'configuration {np.array2string(estimate, precision=3)}')
+        desired = nearest_equivalent(estimate, self.q, self.limits.continuous)
+        self._recenter_solver(estimate)
+        desired_velocity = None
+        if previous is not None:
+            # How fast the solver's answer moves (a tracked target): the shaper follows
+            # it without braking onto it every tick (jumps are ignored by the shaper).
+            desired_velocity = self.shaper.target_velocity(
+                desired, nearest_equivalent(previous[0], desired, self.limits.continuous),
+                stamp - previous[1], previous[2])
+        self._desired = (desired, stamp, desired_velocity)
+        return desired, desired_velocity
+
+    def _carry(self, previous, now):
+        """Return (desired, velocity): the last answer carried on at its own velocity to
+        ``now`` (between solver steps), or (None, None) without one."""
+        if previous is None:
+            return None, None
+        self._desired = previous
+        desired, stamp, desired_velocity = previous
+        if desired_velocity is not None:
+            desired = desired + desired_velocity * (now - stamp)
+        if self._wraps:      # the command may have followed a re-homed coordinate
+            desired = nearest_equivalent(desired, self.q, self.limits.continuous)
+        return desired, desired_velocity
+
+    def _drop_step(self):
+        """Wait for a step running in the worker thread and drop its answer (the solver is
+        reset or changed); an exception it raised is reported."""
+        worker = self._worker
+        if worker is None:
+            return
+        worker.settle()
+        if not worker.pending:
+            return
+        try:
+            worker.take()
+        except Exception as exc:
+            self.report('error', f'step:{type(exc).__name__}', (
+                f'a solver step that was dropped (reset or change) had failed '
+                f'({type(exc).__name__}: {exc}); the node keeps running'), exc)
+
     def _resting(self, previous):
         """Return True when this tick's solver step may be skipped (``rest_step_interval``):
         the solver is settled (its step cannot change the answer), on the goal, solver and
@@ -447,7 +581,8 @@ class ControlLoop:
         if self.ticks - tick >= self.rest_step_interval or self.v.any() or \
                 not np.array_equal(self.q, previous[0]):
             return False
-        return (bool(getattr(self.solver, 'settled', False))
+        # The solver itself: side work in the worker thread only reads it.
+        return (bool(getattr(self._solver, 'settled', False))
                 and key == StateKey(constraints=self.constraints))
 
     def _between_steps(self, previous):
@@ -530,13 +665,6 @@ class ControlLoop:
             self._reset_solver(self.shaper.stopping_point(self.q, self.v))
 
     # ------------------------------------------------------------------ validation
-    def _set_references(self, q):
-        """Give constraints that compare with a reference (never deeper) the command q."""
-        for constraint in self.constraints:
-            set_reference = getattr(constraint, 'set_reference', None)
-            if set_reference is not None:
-                set_reference(q)
-
     def _refusal(self, q_from, q_to):
         """Return the first validator that refuses the motion q_from -> q_to, or None."""
         for validator in self.validators:
@@ -777,7 +905,8 @@ class ControlLoop:
 
     def _reset_solver(self, q):
         self._desired = None
-        self.solver.reset(self.chain.clip(to_solver_range(q, self.limits.continuous)))
+        self._drop_step()
+        self._solver.reset(self.chain.clip(to_solver_range(q, self.limits.continuous)))
 
     def _commit(self, shaped, now, state):
         if not (np.isfinite(shaped.q).all() and np.isfinite(shaped.v).all()):

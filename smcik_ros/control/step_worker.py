@@ -1,0 +1,154 @@
+"""The solver's worker thread: its steps and the side work that reads it, beside the tick.
+
+At ``rate_hz`` 500 a tick has 2 ms; a solver step during a new goal's search takes 3-8 ms,
+a marker message or an alternatives refresh 5-12 ms. Run in the tick's thread, each made
+the timer miss one or more periods. ``StepWorker`` runs them in one worker thread instead,
+in the order they were handed over:
+
+- ``start``: a solver step (one at a time; ``take`` returns its answer). The tick that
+  starts it waits at most its budget; while it runs on, the ticks carry the solver's last
+  answer on, shaped, limited and validated as between two solver steps (``ControlLoop``,
+  ``solver_thread``).
+- ``beside``: side work (markers, alternatives), one batch at a time.
+
+Whoever else uses the solver (a reset, a constraint change, the fallback candidates, the
+status, parameter changes) waits until the worker is idle first (``ControlLoop.solver``
+does), so the solver never has two callers. The solver's constraint objects are the
+thread's own twins (``CollisionConstraint.fork``): the validators and the scene callbacks,
+in the tick's thread, use the originals. numba kernels release the GIL while they run, and
+the node shortens the interpreter's switch interval, so the tick's thread is not held up
+long by Python code in the worker.
+"""
+
+from concurrent.futures import ThreadPoolExecutor
+import threading
+
+__all__ = ['StepWorker', 'SWITCH_INTERVAL']
+
+# With a worker thread, the interpreter should hand the GIL over after this long [s]
+# (Python's default: 5 ms): the tick's thread, woken by its timer, waits at most about this
+# for it, and the worker, which takes the GIL back after each compiled kernel, is not held
+# up for 5 ms each time by a busy thread. Node at rate_hz 500 with new goals (2 cores):
+# 0.1 ms 472-483 Hz at 62-70 % CPU, 0.5 ms 487 Hz at 55 %, 1 ms 483-488 Hz at 57-59 %.
+SWITCH_INTERVAL = 0.0005
+
+
+class StepWorker:
+    """A worker thread for solver steps and side work (see module doc).
+
+    ``start(tag, fn, *args)`` begins a step; ``done`` tells whether it finished;
+    ``wait(timeout)`` waits for it (None: as long as it takes) and returns ``done``;
+    ``take()`` returns ``(tag, result)`` and forgets the step, raising its exception if it
+    raised. ``beside(fn)`` queues side work behind a running step (False while an earlier
+    batch has not finished); ``side_errors()`` returns and clears what side work raised.
+    ``settle()`` waits until nothing runs; ``close()`` also ends the thread.
+    """
+
+    def __init__(self, name='smcik_solver'):
+        self._name = name
+        self._pool = None
+        self._ident = None
+        self._future = None
+        self._tag = None
+        self._side = None
+        self._side_errors = []
+        self.calls = 0
+        self.side_calls = 0
+
+    # ------------------------------------------------------------------ state
+    @property
+    def pending(self):
+        """True from ``start`` until ``take`` (running or finished)."""
+        return self._future is not None
+
+    @property
+    def done(self):
+        return self._future is not None and self._future.done()
+
+    @property
+    def running(self):
+        """True while a step runs (or waits behind side work)."""
+        return self._future is not None and not self._future.done()
+
+    @property
+    def idle(self):
+        """True when neither a step nor side work runs or waits."""
+        return not self.running and (self._side is None or self._side.done())
+
+    @property
+    def tag(self):
+        return self._tag
+
+    def in_worker(self):
+        """True when called from the worker thread itself."""
+        return self._ident is not None and threading.get_ident() == self._ident
+
+    # ------------------------------------------------------------------ work
+    def _submit(self, fn, *args):
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self._name,
+                                            initializer=self._note_thread)
+        return self._pool.submit(fn, *args)
+
+    def _note_thread(self):
+        self._ident = threading.get_ident()
+
+    def start(self, tag, fn, *args):
+        if self._future is not None:
+            raise RuntimeError('StepWorker.start: the previous step was not taken')
+        self._tag = tag
+        self._future = self._submit(fn, *args)
+        self.calls += 1
+
+    def beside(self, fn):
+        """Queue ``fn()`` (side work) in the worker; False if the last batch is not done."""
+        if self._side is not None and not self._side.done():
+            return False
+        self._side = self._submit(self._run_side, fn)
+        self.side_calls += 1
+        return True
+
+    def _run_side(self, fn):
+        try:
+            fn()
+        except Exception as exc:     # the jobs report their own; this is the last resort
+            self._side_errors.append(exc)
+
+    def side_errors(self):
+        errors, self._side_errors = self._side_errors, []
+        return errors
+
+    def wait(self, timeout=None):
+        """Wait until the step finished or ``timeout`` [s] passed; return ``done``."""
+        if self._future is None:
+            return False
+        if timeout is None or timeout > 0.0:
+            try:
+                self._future.exception(timeout=timeout)
+            except TimeoutError:
+                pass
+        return self._future.done()
+
+    def settle(self):
+        """Wait until neither a step nor side work runs (not from the worker itself)."""
+        if self.in_worker():
+            return
+        for future in (self._future, self._side):
+            if future is not None:
+                future.exception()
+
+    def take(self):
+        """Return (tag, result) of the finished step and forget it (its exception raised)."""
+        future, tag = self._future, self._tag
+        if future is None or not future.done():
+            raise RuntimeError('StepWorker.take: no finished step')
+        self._future = self._tag = None
+        return tag, future.result()
+
+    def close(self):
+        """Wait for what runs, forget the step, and end the thread."""
+        self.settle()
+        self._future = self._tag = self._side = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
