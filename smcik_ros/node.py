@@ -32,8 +32,10 @@ import gc
 import json
 import logging
 import math
+import queue
 import re
 import sys
+import threading
 import time
 import xml.etree.ElementTree as ElementTree
 
@@ -59,6 +61,7 @@ from .control import (ArmSettings, ControlLoop, FrameResolver, GoalInbox,
 from .control.alternatives import AlternativesBook
 from .control.collision_guard import CollisionGuard, CollisionSettings, choose_srdf
 from .control.side_work import SideWork
+from .control.step_worker import SWITCH_INTERVAL
 from .control.detour import Detour, DetourSettings
 from .control.constraints import ConstraintSet
 from .errors import GoalError, ModelError, ParameterError, SmcIkError
@@ -122,6 +125,11 @@ NODE_PARAMETERS = {
                        'velocity (rate_hz above it: every ceil(rate_hz / solver_rate_hz)-th '
                        'tick steps) [Hz]; 0: on every tick',
                        {'floating_point_range': _float_range(0.0, 1000.0)}),
+    'solver_thread': (True, 'run the solver step in a worker thread beside the control tick: '
+                      'a tick waits for the step it started at most 0.3 of a period (none '
+                      'when rate_hz > solver_rate_hz), then '
+                      'carries the last answer on (as between solver steps) until the step '
+                      'is done; false: every step runs inside its tick', {'read_only': True}),
     'solver': ('smc', 'solver name; one of ' + ', '.join(available_solvers()), {}),
     'command_type': ('joint_state', 'command message: joint_state (sensor_msgs/JointState), '
                      'joint_trajectory (trajectory_msgs/JointTrajectory, one point) or '
@@ -271,6 +279,39 @@ class _LogBridge(logging.Handler):
         super().close()
 
 
+class _LogThread:
+    """The node's log calls in a thread of their own, in order.
+
+    An rclpy log call costs 1-10 ms in this node (rclpy finds its caller's source line
+    through ``inspect``, which walks ``sys.modules`` and stats files): at ``rate_hz`` 500 a
+    tick that logs (a new goal, the status line every 5 s) lost control periods to it.
+    ``close()`` writes what is queued, then ends the thread.
+    """
+
+    def __init__(self, write):
+        self._write = write
+        self._queue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name='smcik_log', daemon=True)
+        self._thread.start()
+
+    def put(self, level, text):
+        self._queue.put((level, text))
+
+    def _run(self):
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            try:
+                self._write(*item)
+            except Exception:   # a destroyed node: nothing to log to
+                pass
+
+    def close(self, timeout=5.0):
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+
 class SmcIkNode(Node):
     """Online IK node: goals + constraints + joint_states in, joint commands out."""
 
@@ -279,6 +320,7 @@ class SmcIkNode(Node):
         self._ros_clock = self.get_clock()
         self._override, self._override_checked = False, 0    # /clock overrides ROS time?
         self._epoch_ns = self._ros_clock.now().nanoseconds
+        self._log_thread = None          # started once the node runs (start-up logs directly)
         self._reporter = Reporter(self._emit)
         self._setting_fields = {}  # solver name -> [declared setting fields]
         self._log_bridge = _LogBridge(self._emit)   # smcik_ros.collision warnings -> ROS log
@@ -331,8 +373,14 @@ class SmcIkNode(Node):
             fallback_candidates=self._param('collision_fallback_candidates'),
             rest_step_interval=self._param('rest_step_interval') * every,
             step_interval=every,
+            solver_thread=self._param('solver_thread'),
+            step_budget=step_budget(self._param('rate_hz'), every),
             detour=Detour(self.chain, limits,
                           DetourSettings(enabled=self._param('collision_detour'))))
+        self._beside = None       # side work in the solver's thread (else between ticks)
+        if self._param('solver_thread'):
+            sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
+            self._beside = self.loop.beside
         self._constraints = ConstraintSet(
             self.chain, self._frame_to_base,
             frame_names=None if self._tf_buffer is not None else self._resolver.links,
@@ -396,10 +444,14 @@ class SmcIkNode(Node):
         # them): a status tick (~1 ms, ~3 ms with its log line) landing just before a control
         # tick made it miss its period at rate_hz 500.
         self._side = SideWork()
-        self._side.add('markers', self._guarded('marker_rate_hz', self._on_marker_tick))
+        # With solver_thread they run in the solver's worker thread, between its steps (they
+        # read the solver; what they read of the tick's state is replaced, never edited).
+        self._side.add('markers', self._guarded('marker_rate_hz', self._on_marker_tick),
+                       beside=True)
         self._side.add('alternatives', self._guarded('alternatives_rate_hz',
-                                                     self._on_alternatives_tick))
-        self._side.add('status', self._guarded('status_rate_hz', self._on_status_tick))
+                                                     self._on_alternatives_tick), beside=True)
+        self._side.add('status', self._guarded('status_rate_hz', self._on_status_tick),
+                       beside=True)
         self._make_timers(('rate_hz', 'marker_rate_hz', 'status_rate_hz'))
         self._setup_alternatives()
         self._values = self._all_values()   # read on every tick: cached, kept up to date
@@ -414,14 +466,28 @@ class SmcIkNode(Node):
             f'{arm_settings.max_lead:g}; waiting for joint_states before commanding'
             + (' (start_without_joint_states: simulation only)'
                if arm_settings.start_without_joint_states else ''))
+        self._log_thread = _LogThread(self._write_log)
 
     def destroy_node(self):
-        """Detach the collision log bridge, then destroy the node."""
+        """Wait for the solver's thread, write the queued log lines, detach the collision
+        log bridge, then destroy the node."""
+        loop = getattr(self, 'loop', None)
+        if loop is not None:
+            loop.close()
+        if self._log_thread is not None:
+            self._log_thread.close()
+            self._log_thread = None
         self._log_bridge.close()
         return super().destroy_node()
 
     # ------------------------------------------------------------------ logging and time
     def _emit(self, level, text):
+        if self._log_thread is not None:
+            self._log_thread.put(level, text)
+        else:
+            self._write_log(level, text)
+
+    def _write_log(self, level, text):
         # One call site per severity: rclpy refuses a severity change at the same call site.
         logger = self.get_logger()
         if level == 'error':
@@ -538,6 +604,7 @@ class SmcIkNode(Node):
 
     def _on_set_parameters(self, params):
         changes = {p.name: p.value for p in params}
+        self.loop.settle()      # nothing runs in the solver's thread while they change
         try:
             self._apply_parameter_changes(changes)
         except SmcIkError as exc:
@@ -632,6 +699,7 @@ class SmcIkNode(Node):
             every = step_interval(values['rate_hz'], values['solver_rate_hz'])
             self.loop.step_interval = every
             self.loop.rest_step_interval = int(values['rest_step_interval']) * every
+            self.loop.step_budget = step_budget(values['rate_hz'], every)
         if 'goal_timeout' in changes:
             self.loop.inbox.goal_timeout = values['goal_timeout']
         if 'position_tolerance' in changes or 'orientation_tolerance' in changes:
@@ -974,7 +1042,7 @@ class SmcIkNode(Node):
         self._tick_times.append(time.perf_counter() - started)
         self._tick_cpu.append(time.thread_time() - cpu_started)
         if self._side.pending:      # markers, alternatives, status: when they fit
-            self._side.run(self._time_to_next_tick)
+            self._side.run(self._time_to_next_tick, self._beside)
 
     def _time_to_next_tick(self):
         """Return the seconds until the control timer fires next (None: unknown)."""
@@ -1048,20 +1116,27 @@ class SmcIkNode(Node):
         changed since the last markers (the arm rests on a settled goal): then the last
         messages are published again, with a new stamp, once they are MARKER_KEEPALIVE s
         old (for a late RViz; markers never expire), and nothing is sent before."""
-        q_cmd = self.loop.q
-        if q_cmd is None:
+        if self.loop.q is None:
             return
-        started, cpu_started = time.perf_counter(), time.thread_time()
-        last = self._marker_key
-        info = self.loop.solver.last_info
-        if last is not None and self._marker_inputs_key(q_cmd, info) == last:
-            if started - self._marker_sent >= self.MARKER_KEEPALIVE:
-                self._republish_markers(started)
-            self.markers_skipped += 1     # counted as a (cheap) marker tick
-            self._marker_times.append(time.perf_counter() - started)
-            self._marker_cpu.append(time.thread_time() - cpu_started)
+        if self.loop.solver_idle and self._markers_unchanged():
             return
         self._side.request('markers')
+
+    def _markers_unchanged(self):
+        """If nothing the markers show changed since the last ones, publish those again when
+        they are MARKER_KEEPALIVE s old, count a (cheap) marker tick and return True."""
+        last = self._marker_key
+        if last is None:
+            return False
+        started, cpu_started = time.perf_counter(), time.thread_time()
+        if self._marker_inputs_key(self.loop.q, self.loop.solver.last_info) != last:
+            return False
+        if started - self._marker_sent >= self.MARKER_KEEPALIVE:
+            self._republish_markers(started)
+        self.markers_skipped += 1
+        self._marker_times.append(time.perf_counter() - started)
+        self._marker_cpu.append(time.thread_time() - cpu_started)
+        return True
 
     def _republish_markers(self, started):
         """Publish the last marker messages again with the current stamp: the first time
@@ -1076,7 +1151,7 @@ class SmcIkNode(Node):
 
     def _on_marker_tick(self):
         q_cmd = self.loop.q
-        if q_cmd is None:
+        if q_cmd is None or self._markers_unchanged():
             return
         started, cpu_started = time.perf_counter(), time.thread_time()
         info = self.loop.solver.last_info
@@ -1262,6 +1337,20 @@ class SmcIkNode(Node):
         out['alternatives_time_ms'] = (round(1e3 * math.fsum(times) / len(times), 3) if times
                                        else None)
         return out
+
+
+# A tick waits for the solver step it started at most this share of the control period
+# (solver_thread) when the solver steps on every tick: a held goal's step (~0.3 ms) is taken
+# in its own tick, a search step (3-8 ms) runs on beside the next ticks.
+STEP_BUDGET = 0.3
+
+
+def step_budget(rate_hz, every):
+    """Return how long [s] a tick waits for the solver step it started (solver_thread):
+    STEP_BUDGET of the period when the solver steps on every tick; none when the ticks
+    between steps carry its answer on anyway (``every`` > 1: a step's answer one tick later
+    is the design there, and waiting cost the tick its period at rate_hz 500)."""
+    return STEP_BUDGET / rate_hz if every == 1 else 0.0
 
 
 def step_interval(rate_hz, solver_rate_hz):

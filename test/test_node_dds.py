@@ -10,6 +10,8 @@ import json
 import math
 import os
 import signal
+import sys
+import threading
 import time
 import zlib
 
@@ -645,33 +647,44 @@ def test_rest_step_interval_counts_solver_periods_at_any_control_rate(ros_env, c
         node.destroy_node()
 
 
-def test_status_is_published_between_control_ticks(ros_env, context):
-    """~/status is side work: its timer requests it and a control tick runs it after its
-    command (where it fits before the next one); status_rate_hz 0 stops it (a pending
-    request is dropped). (Its messages are not counted here: the module's own smcik_node
-    publishes on the same ~/status topic; the other tests read them.)"""
+@pytest.mark.parametrize('solver_thread', [True, False])
+def test_status_is_published_between_control_ticks(ros_env, context, solver_thread):
+    """~/status is side work: its timer requests it and the control tick hands it to the
+    solver's worker thread after its command (solver_thread), or runs it itself where it fits
+    before the next tick; status_rate_hz 0 stops it (a pending request is dropped). (Its
+    messages are not counted here: the module's own smcik_node publishes on the same
+    ~/status topic; the other tests read them.)"""
     from rclpy.executors import SingleThreadedExecutor
     from smcik_ros.node import SmcIkNode
     node = SmcIkNode(context=context, cli_args=[
         '--ros-args', '--params-file', str(PARAMS), '-p', 'status_rate_hz:=20.0',
         '-p', 'command_topic:=status_side_test_commands', '-p', 'marker_rate_hz:=0.0',
-        '-p', 'start_without_joint_states:=true', '-p', 'joint_states_timeout:=0.1'])
+        '-p', 'start_without_joint_states:=true', '-p', 'joint_states_timeout:=0.1',
+        '-p', f'solver_thread:={str(solver_thread).lower()}'])
     published = []
     publish = node._status_pub.publish
-    node._status_pub.publish = lambda msg: (published.append(msg), publish(msg))
+    node._status_pub.publish = lambda msg: (published.append((msg, threading.get_ident())),
+                                            publish(msg))
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)
     try:
+        assert (node.loop._worker is not None) == solver_thread
+        if solver_thread:
+            assert sys.getswitchinterval() <= 0.0005 + 1e-9
         deadline = time.monotonic() + 10.0
         while node._side.runs['status'] < 5 and time.monotonic() < deadline:
             executor.spin_once(timeout_sec=0.02)
+        node.loop.settle()
         assert node._side.runs['status'] >= 5
         assert len(published) == node._side.runs['status']
-        assert 'step_cpu_ms' in json.loads(published[-1].data)
+        assert 'step_cpu_ms' in json.loads(published[-1][0].data)
+        here = threading.get_ident()
+        assert all((ident != here) == solver_thread for _, ident in published)
         assert node.set_parameters([Parameter('status_rate_hz', value=0.0)])[0].successful
         runs = node._side.runs['status']
         for _ in range(30):
             executor.spin_once(timeout_sec=0.02)
+        node.loop.settle()
         assert node._side.runs['status'] == runs and 'status' not in node._side.pending
     finally:
         executor.shutdown()
@@ -734,3 +747,23 @@ def test_arm_yaml_sets_every_node_parameter(ros_env, context):
     missing = sorted(declared - listed - commented)
     assert not missing, (f'config/arm.yaml lacks: {missing}; the solver block is printed by '
                          '`python -m smcik_ros.node --solver-settings-yaml`')
+
+
+def test_log_lines_are_written_in_order_by_their_own_thread_and_flushed_on_close():
+    """The node's log calls go through a thread of their own (an rclpy log call costs
+    1-10 ms: not in the control tick); every line is written, in order, by the time close()
+    returns, and a failing write loses only that line."""
+    from smcik_ros.node import _LogThread
+    written, threads = [], set()
+
+    def write(level, text):
+        threads.add(threading.get_ident())
+        if text == 'line 7':
+            raise RuntimeError('a destroyed node')
+        written.append((level, text))
+    log = _LogThread(write)
+    for k in range(200):
+        log.put('info' if k % 2 else 'warn', f'line {k}')
+    log.close()
+    assert written == [('info' if k % 2 else 'warn', f'line {k}') for k in range(200) if k != 7]
+    assert threading.get_ident() not in threads and len(threads) == 1
