@@ -14,18 +14,7 @@ from .errors import ParameterError
 from .solvers import available_solvers, make_solver, settings_type
 
 __all__ = ['SolverParameter', 'solver_parameters', 'settings_from', 'make_solver_from',
-           'settings_changes', 'solver_settings_yaml', 'settings_comments', 'NODE_DEFAULTS',
-           'node_default']
-
-# Settings whose node default differs from the library's: the node bounds the work of one
-# control tick (a new goal's search refines 8 searchers per tick, not all 32 at once:
-# docs/node.md, "The tick"); the library keeps its own default.
-NODE_DEFAULTS = {'smc.search_batch': 8}
-
-
-def node_default(solver, field):
-    """Return the node's default of ``solver``'s setting ``field`` (a dataclasses.Field)."""
-    return NODE_DEFAULTS.get(f'{solver}.{field.name}', field.default)
+           'settings_changes', 'solver_settings_yaml', 'settings_comments']
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,12 +65,11 @@ def solver_parameters():
             if kind is None:
                 skipped.append((f'{solver}.{field.name}', field.default))
                 continue
-            default = node_default(solver, field)
-            library = '' if default == field.default else f'; library default {field.default!r}'
+            default = field.default
             out.append(SolverParameter(
                 solver, field.name, default, kind,
                 f'{solver} solver: {comments.get(field.name, field.name)} '
-                f'(default {default!r}{library})'))
+                f'(default {default!r})'))
     return out, skipped
 
 
@@ -125,7 +113,7 @@ def solver_settings_yaml(indent=4):
         comments = settings_comments(cls)
         lines.append(f'{pad}{solver}:')
         for field in dataclasses.fields(cls):
-            default = node_default(solver, field)
+            default = field.default
             if isinstance(default, bool):
                 text = 'true' if default else 'false'
             elif isinstance(default, tuple):

@@ -5,7 +5,6 @@ import os
 
 import yaml
 
-from smcik_ros.solver_parameters import node_default
 from smcik_ros.solvers import available_solvers, settings_type
 
 ROOT = os.path.dirname(os.path.dirname(__file__))
@@ -21,7 +20,7 @@ def test_arm_yaml_solver_settings_equal_the_node_defaults():
             if field.default == ():
                 continue   # empty lists cannot be typed in ROS YAML: commented out there
             assert field.name in block, f'{name}.{field.name} missing from config/arm.yaml'
-            default = node_default(name, field)   # the dataclass's, or the node's own
+            default = field.default
             assert block[field.name] == default, (
                 f'{name}.{field.name}: config/arm.yaml has {block[field.name]!r}, the default is '
                 f'{default!r}; regenerate with python -m smcik_ros.node '

@@ -6,8 +6,8 @@ import pytest
 
 from smcik_ros.errors import ParameterError
 from smcik_ros.kinematics import Chain
-from smcik_ros.solver_parameters import (NODE_DEFAULTS, make_solver_from, settings_changes,
-                                         solver_parameters, solver_settings_yaml)
+from smcik_ros.solver_parameters import (make_solver_from, settings_changes, solver_parameters,
+                                         solver_settings_yaml)
 from smcik_ros.solvers import available_solvers, settings_type
 
 
@@ -25,14 +25,8 @@ def test_every_setting_of_every_solver_is_a_parameter_with_its_default_and_unit(
     for solver in available_solvers():
         for field in dataclasses.fields(settings_type(solver)):
             item = by_name[f'{solver}.{field.name}']
-            default = NODE_DEFAULTS.get(item.name, field.default)
-            assert item.default == default and item.kind is type(field.default)
+            assert item.default == field.default and item.kind is type(field.default)
     assert '[m] task noise std, position' in by_name['smc.sigma_position'].description
-    # The node's own defaults differ from the library's and say so.
-    assert set(NODE_DEFAULTS) <= set(by_name)
-    item = by_name['smc.search_batch']
-    assert item.default == 8 != settings_type('smc')().search_batch == 0
-    assert 'library default 0' in item.description
 
 
 def test_values_become_settings_and_changes_are_found():

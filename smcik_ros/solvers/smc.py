@@ -83,7 +83,7 @@ class SmcSettings(SolverSettings):
     reseed_fraction: float = 0.5        # share of particles drawn around x_ref on a new goal
     search_count: int = 32              # searchers of the nearest branch on a new goal (0: off)
     search_iterations: int = 8          # iterations per search window (repeated while useful)
-    search_batch: int = 0               # searchers refined per iteration (0: all; node: 8)
+    search_batch: int = 0               # searchers refined per iteration (0: all)
     branch_hold: bool = True            # online: stay on the estimate's branch (needs keep_map)
     branch_jump: float = 0.5            # [rad] 'another branch' = a joint differs by more
     recovery_iterations: int = 300      # iterations the branch left out of reach is kept
