@@ -1204,6 +1204,7 @@ class SmcIkNode(Node):
             'marker_cpu_ms': mean_ms(self._marker_cpu),
             'steps_skipped': loop.skipped_steps,
             'ticks_between_steps': loop.interpolated_ticks,
+            'steps_beside_tick': loop.steps_in_thread,
             'markers_skipped': self.markers_skipped,
             'solver': self._solver_name,
             'goal_id': loop.goal.sequence if loop.goal is not None else 0,

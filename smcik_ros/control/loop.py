@@ -20,6 +20,10 @@ A tick:
 5. The exception policy: any exception in a tick is reported once with its traceback (then
    throttled with a count), the arm brakes, the solver is reset at the braking stop, and the
    next tick starts afresh.
+
+With ``solver_thread`` the solver steps in a worker thread (``step_worker``): a step that
+outlasts its budget runs on beside the next ticks, which carry the last answer on as
+between two solver steps; its answer is taken by the first tick after it ended.
 """
 
 from dataclasses import dataclass

@@ -75,10 +75,6 @@ class StepWorker:
         """True when neither a step nor side work runs or waits."""
         return not self.running and (self._side is None or self._side.done())
 
-    @property
-    def tag(self):
-        return self._tag
-
     def in_worker(self):
         """True when called from the worker thread itself."""
         return self._ident is not None and threading.get_ident() == self._ident
