@@ -238,6 +238,13 @@ def main(argv=None):
         TARGET_CPU_REST if args.goal_period <= 0 else TARGET_CPU_GOALS
     tick_share = tick_ms * 1e-3 * rate_stamp
     marker_share = marker_ms * 1e-3 * float(marker_hz)
+    # solver_thread: the worker's CPU (steps, markers, alternatives, status) over the window
+    timed = [(t, d['solver_thread_cpu_s']) for t, d in status
+             if t0 <= t <= t1 and d.get('solver_thread_cpu_s') is not None]
+    thread_share = ((timed[-1][1] - timed[0][1]) / (timed[-1][0] - timed[0][0])
+                    if len(timed) >= 2 and timed[-1][0] > timed[0][0] else None)
+    rest_share = cpu_share - tick_share - (marker_share if thread_share is None
+                                           else thread_share)
     load = os.getloadavg()[0]
     last = in_window[-1] if in_window else {}
     first_status = in_window[0] if in_window else {}
@@ -256,12 +263,16 @@ def main(argv=None):
         ('node CPU share of one core', f'{100 * cpu_share:.1f} %',
          '-' if math.isinf(target_cpu) else f'<= {100 * target_cpu:g} %'
          + (' at rest' if args.goal_period <= 0 else ' with goals coming')),
-        ('  control ticks (solver, limits, publish)',
+        ('  control ticks (limits, publish' + (')' if thread_share is not None
+                                                 else ', solver)'),
          f'{100 * tick_share:.1f} %', f'{tick_ms:.2f} ms CPU/tick'),
-        ('  marker ticks (build + publish)', f'{100 * marker_share:.1f} %',
-         f'{marker_ms:.2f} ms CPU/tick'),
-        ('  rest: executor, joint_states, DDS threads',
-         f'{100 * (cpu_share - tick_share - marker_share):.1f} %', ''),
+        *([('  solver thread (steps, markers, alternatives, status)',
+            f'{100 * thread_share:.1f} %', 'solver_thread')] if thread_share is not None
+          else []),
+        ('  marker ticks (build + publish)' + (', in the solver thread'
+                                                if thread_share is not None else ''),
+         f'{100 * marker_share:.1f} %', f'{marker_ms:.2f} ms CPU/tick'),
+        ('  rest: executor, joint_states, DDS threads', f'{100 * rest_share:.1f} %', ''),
         ('collision: obstacles / self-collision pairs',
          f'{last.get("obstacles")} / {last.get("self_collision_pairs")}',
          f'self_collision {last.get("self_collision")}'),

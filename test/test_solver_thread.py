@@ -56,6 +56,12 @@ def test_worker_runs_a_step_and_side_work_in_order_in_one_thread():
         worker.settle()
         assert order == ['step', ('side', True)] and worker.idle
         assert not worker.in_worker()
+        spent = worker.cpu_time
+        worker.start('busy', lambda: sum(k * k for k in range(200000)))
+        worker.wait(None)
+        worker.take()
+        assert worker.cpu_time > spent, 'the CPU time of the thread\'s work is counted'
+
     finally:
         gate.set()
         worker.close()

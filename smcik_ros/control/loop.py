@@ -999,6 +999,8 @@ class ControlLoop:
             'holds': self.holds,
             'fallbacks': self.fallbacks,
             'line_brakes': self.line_brakes,
+            'solver_thread_cpu_s': (None if self._worker is None
+                                    else round(self._worker.cpu_time, 4)),
             'refusal': self.refusal_text(),
             'goals_received': self.inbox.received,
             'goals_superseded': self.inbox.superseded,

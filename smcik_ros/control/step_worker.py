@@ -22,6 +22,7 @@ long by Python code in the worker.
 
 from concurrent.futures import ThreadPoolExecutor
 import threading
+import time
 
 __all__ = ['StepWorker', 'SWITCH_INTERVAL']
 
@@ -41,7 +42,8 @@ class StepWorker:
     ``take()`` returns ``(tag, result)`` and forgets the step, raising its exception if it
     raised. ``beside(fn)`` queues side work behind a running step (False while an earlier
     batch has not finished); ``side_errors()`` returns and clears what side work raised.
-    ``settle()`` waits until nothing runs; ``close()`` also ends the thread.
+    ``settle()`` waits until nothing runs; ``close()`` also ends the thread. ``cpu_time``:
+    the CPU seconds the thread spent on steps and side work so far.
     """
 
     def __init__(self, name='smcik_solver'):
@@ -54,6 +56,7 @@ class StepWorker:
         self._side_errors = []
         self.calls = 0
         self.side_calls = 0
+        self.cpu_time = 0.0
 
     # ------------------------------------------------------------------ state
     @property
@@ -93,7 +96,7 @@ class StepWorker:
         if self._future is not None:
             raise RuntimeError('StepWorker.start: the previous step was not taken')
         self._tag = tag
-        self._future = self._submit(fn, *args)
+        self._future = self._submit(self._timed, fn, *args)
         self.calls += 1
 
     def beside(self, fn):
@@ -104,9 +107,16 @@ class StepWorker:
         self.side_calls += 1
         return True
 
+    def _timed(self, fn, *args):
+        started = time.thread_time()
+        try:
+            return fn(*args)
+        finally:
+            self.cpu_time += time.thread_time() - started
+
     def _run_side(self, fn):
         try:
-            fn()
+            self._timed(fn)
         except Exception as exc:     # the jobs report their own; this is the last resort
             self._side_errors.append(exc)
 
