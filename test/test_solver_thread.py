@@ -221,14 +221,21 @@ class GatedSmc(SmcSolver):
         return super().step(goal)
 
 
+def _gated_start(chain, seed, stream_seed, goal_seed):
+    """A thread loop on a GatedSmc (budget 0), started at the neutral configuration with a
+    goal offered: (solver, loop, limits, stream)."""
+    solver = GatedSmc(chain, seed=seed)
+    loop, limits = _thread_loop(chain, solver, budget=0.0)
+    stream = TimedStream(loop, seed=stream_seed)
+    stream.measure(chain.neutral_configuration())
+    stream.tick()
+    loop.offer_goal('pose', reachable_pose(chain, goal_seed), '', None, stream.t)
+    return solver, loop, limits, stream
+
+
 def test_a_step_running_on_is_carried_then_taken_and_a_replaced_goal_steps_at_once(arm7):
-    solver = GatedSmc(arm7, seed=3)
-    loop, limits = _thread_loop(arm7, solver, budget=0.0)
-    stream = TimedStream(loop, seed=1)
+    solver, loop, limits, stream = _gated_start(arm7, 3, 1, 21)
     try:
-        stream.measure(arm7.neutral_configuration())
-        stream.tick()
-        loop.offer_goal('pose', reachable_pose(arm7, 21), '', None, stream.t)
         for _ in range(5):        # the first step waits at the gate: the arm holds
             follower(1)(stream)
             stream.tick()
@@ -327,13 +334,8 @@ def test_a_step_raising_in_the_thread_is_a_fault_of_the_tick_that_takes_it(arm7,
 
 
 def test_a_reset_waits_for_the_running_step_and_drops_its_answer(arm7):
-    solver = GatedSmc(arm7, seed=4)
-    loop, _ = _thread_loop(arm7, solver, budget=0.0)
-    stream = TimedStream(loop, seed=2)
+    solver, loop, _, stream = _gated_start(arm7, 4, 2, 23)
     try:
-        stream.measure(arm7.neutral_configuration())
-        stream.tick()
-        loop.offer_goal('pose', reachable_pose(arm7, 23), '', None, stream.t)
         stream.tick()
         assert loop._worker.running
         releaser = threading.Timer(0.05, solver.gate.set)
