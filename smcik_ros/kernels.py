@@ -24,7 +24,7 @@ from ._jit import ENABLED, njit
 __all__ = ['ENABLED', 'blocked_joints', 'body_points_world', 'collision_query', 'ensure_ready',
            'first_solution', 'fk', 'leaf_buffers', 'jacobian_at', 'link_pose_path', 'lm_null_step',
            'lm_spring_step', 'lm_step', 'pose_errors', 'pose_residual_jacobian', 'quat_products',
-           'quat_rotvecs', 'refine_pose', 'refine_pose_motion', 'warm_up']
+           'quat_rotvecs', 'random_walk', 'refine_pose', 'refine_pose_motion', 'warm_up']
 
 
 @njit(cache=True)
@@ -729,6 +729,40 @@ def blocked_joints(q, dv, sq, sv, lower, upper):
 
 
 @njit(cache=True)
+def random_walk(prev, z, scale, noise, sq, lower, upper, out, bad, keep):
+    """Draw (or redraw) the 1-DOF joints of the SMC random walk, as ``FilterModel.propagate``.
+
+    For each entry (i, j) flagged in ``bad`` (N, S), in row-major order: out[i, sq[j]] =
+    prev[i, sq[j]] + z[next] * noise[j] * scale[i] (z: one standard normal per flagged
+    entry, consumed in that order, so the draws are NumPy's for the same stream), then
+    bad[i, j] = the value is outside [lower[sq[j]], upper[sq[j]]]. keep: instead of drawing,
+    put the flagged entries back to ``prev`` (the fallback after the last redraw). Returns
+    how many entries are still flagged.
+    """
+    n = prev.shape[0]
+    s = sq.shape[0]
+    used = 0
+    left = 0
+    for i in range(n):
+        for j in range(s):
+            if not bad[i, j]:
+                continue
+            c = sq[j]
+            if keep:
+                out[i, c] = prev[i, c]
+                bad[i, j] = False
+                continue
+            v = prev[i, c] + z[used] * (noise[j] * scale[i])
+            used += 1
+            out[i, c] = v
+            if v < lower[c] or v > upper[c]:
+                left += 1
+            else:
+                bad[i, j] = False
+    return left
+
+
+@njit(cache=True)
 def refine_pose(q, cost, steps, alphas, damping, max_step, lower, upper, scale, weight,
                 sigma_p, sigma_o, parent, kind, qi, mult, add, rot0, terms, offset, axis,
                 body, off, target, cols, col_body, col_axis, col_rot, col_v, col_mult):
@@ -1393,7 +1427,7 @@ def warm_up(chain, log=None):
                                                   pose_errors, lm_step, lm_null_step,
                                                   lm_spring_step, blocked_joints,
                                                   refine_pose, refine_pose_motion,
-                                                  first_solution, body_points_world,
+                                                  first_solution, body_points_world, random_walk,
                                                   collision_query, quat_products,
                                                   quat_rotvecs))
     if cold and log is not None:

@@ -1087,7 +1087,8 @@ def _parse_urdf(path_or_xml):
         from lxml import etree
         import yourdfpy
     except ImportError as exc:  # pragma: no cover - dependency missing
-        raise ModelError(f'the URDF parser is not installed ({exc}); pip install yourdfpy') from exc
+        raise ModelError(f'the URDF parser is not installed ({exc}); '
+                         'pip install yourdfpy') from exc
     text = path_or_xml
     source = 'robot_description string'
     if isinstance(path_or_xml, os.PathLike) or (

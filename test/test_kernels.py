@@ -276,6 +276,38 @@ def test_spring_step_and_blocked_joints_kernels_match_numpy(numpy_path):
     assert numpy_path(smc_policies._blocked_joints, chain, inside, dv) is None
 
 
+@pytest.mark.parametrize('max_redraws', [0, 1, 3])
+def test_random_walk_draws_what_the_numpy_walk_draws(numpy_path, max_redraws):
+    """The compiled random walk (redraws and fallback included) takes the same normals from
+    the generator in the same order as the numpy walk: the same particles, bit for bit, and
+    the stream left at the same place (seeded runs stay reproducible across both paths)."""
+    chain = Chain.from_urdf(CASES[2][0], 'base_link', 'tool0')     # prismatic and mimic
+    solver = make_solver('smc', chain, seed=0, max_redraws=max_redraws)
+    model = solver._model(solver._make_goal(chain.fk(chain.neutral_configuration())))
+    prev = chain.random_configuration(np.random.default_rng(4), 60)
+    prev[:20] = chain.lower                 # at a limit: half the draws land outside
+    prev[20:30] = chain.upper
+    scale = np.random.default_rng(5).uniform(0.0, 3.0, size=60)
+    scale[::7] = 0.0                        # carried over unchanged
+    out = {}
+    for path in ('kernel', 'numpy'):
+        rng = np.random.default_rng(11)
+        if path == 'numpy':
+            q = numpy_path(model.propagate, prev, scale, rng)
+        else:
+            q = model.propagate(prev, scale, rng)
+        out[path] = (q, rng.random())
+    np.testing.assert_array_equal(out['kernel'][0], out['numpy'][0])
+    assert out['kernel'][1] == out['numpy'][1]
+    q = out['kernel'][0]
+    assert np.all((q >= chain.lower) & (q <= chain.upper))
+    np.testing.assert_array_equal(q[::7], prev[::7])
+    # Without redraws, the draws outside the limits fall back to where they were.
+    if max_redraws == 0:
+        assert (q == prev)[:30][scale[:30] > 0.0].any()
+    assert not np.array_equal(q, prev)
+
+
 def test_quaternion_kernels_match_numpy(numpy_path):
     """rotations.quat_multiply / quat_to_rotvec through the kernels equal their numpy
     implementation: batch shapes of every rank, both hemispheres, angles near 0 and pi, a

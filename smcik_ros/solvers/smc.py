@@ -220,7 +220,18 @@ class FilterModel:
         chain = self.chain
         out = prev.copy()
         sq = chain.scalar_q
-        if len(sq):
+        if len(sq) and kernels.ENABLED:
+            # The same draws in the same order, without numpy's per-round index arrays.
+            bad = np.ones((len(prev), len(sq)), dtype=bool)
+            walk = (scale, self.scalar_noise, sq, chain.lower, chain.upper, out, bad)
+            left = kernels.random_walk(prev, rng.standard_normal(bad.size), *walk, False)
+            for _ in range(self.max_redraws):
+                if not left:
+                    break
+                left = kernels.random_walk(prev, rng.standard_normal(left), *walk, False)
+            if left:        # fallback after max_redraws: those joints stay where they were
+                kernels.random_walk(prev, _EMPTY, *walk, True)
+        elif len(sq):
             base = prev[:, sq]
             sigma = self.scalar_noise * scale[:, None]
             lower, upper = chain.lower[sq], chain.upper[sq]
@@ -537,6 +548,7 @@ def filter_step(state, model, policies, rng, online):
 
 
 _NONE = np.zeros(0, dtype=int)
+_EMPTY = np.zeros(0)
 
 
 def _held_position_error(model, frames, held):
@@ -1236,7 +1248,7 @@ def _assign_frames(frames, idx, sub, particles):
 
 def _goal_vector(target):
     if getattr(target, 'pose', None) is not None:
-        return np.r_[target.pose[:3, :3].ravel(), target.pose[:3, 3]]
+        return np.concatenate((target.pose[:3, :3].ravel(), target.pose[:3, 3]))
     if getattr(target, 'position', None) is not None:
         return np.asarray(target.position, dtype=float)
     if getattr(target, 'rotation', None) is not None:
@@ -1249,7 +1261,7 @@ def _goal_scale(targets, s):
     out = []
     for t in targets:
         if getattr(t, 'pose', None) is not None:
-            out.append(np.r_[np.full(9, s.sigma_orientation), np.full(3, s.sigma_position)])
+            out.append(np.repeat((s.sigma_orientation, s.sigma_position), (9, 3)))
         elif getattr(t, 'position', None) is not None:
             out.append(np.full(3, s.sigma_position))
         elif getattr(t, 'rotation', None) is not None:

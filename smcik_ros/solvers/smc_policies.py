@@ -294,14 +294,15 @@ class Refinement:
         if held < 0 and not len(searchers):        # solve(): the best ``count``
             k = min(self.count, n)
             return np.argpartition(rank, k - 1)[:k] if k < n else np.arange(n)
-        must = np.union1d(np.asarray(searchers, dtype=int), [held] if held >= 0 else [])
-        k = min(self.count - (1 if held >= 0 else 0), n - len(must))
-        if k <= 0:
-            return must.astype(int)
-        free_rank = rank.copy()
-        free_rank[must.astype(int)] = np.inf
-        best = np.argpartition(free_rank, k - 1)[:k] if k < n else np.arange(n)
-        return np.union1d(must, best).astype(int)
+        pick = np.zeros(n, dtype=bool)         # a mask: sorted, unique indices out
+        pick[np.asarray(searchers, dtype=int)] = True
+        if held >= 0:
+            pick[held] = True
+        k = min(self.count - (1 if held >= 0 else 0), n - int(np.count_nonzero(pick)))
+        if k > 0:
+            free_rank = np.where(pick, np.inf, rank)
+            pick[np.argpartition(free_rank, k - 1)[:k] if k < n else slice(None)] = True
+        return np.flatnonzero(pick)
 
     def move(self, problem, frames, cost, motion, guard=None):
         """Refine the configurations of ``frames`` (K rows) with costs ``cost`` (K,).
