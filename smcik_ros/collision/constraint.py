@@ -219,6 +219,13 @@ class CollisionConstraint(Constraint):
         return (self.scene.version, self._pairs_version, self.padding)
 
     @property
+    def lever(self):
+        """(B, nv): per body, the largest speed of any of its cover points per unit of each
+        tangent coordinate [m/rad or m/m] (``engine.lever_matrix``): a joint step dv moves
+        no cover point of body b more than ``(lever @ |dv|)[b]``."""
+        return self._lever
+
+    @property
     def version(self):
         """What a check depends on besides the configuration: (scene version, pairs version,
         padding); equal versions of the same object give the same verdicts."""

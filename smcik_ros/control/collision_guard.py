@@ -415,7 +415,7 @@ class CollisionGuard:
         dq = np.maximum(np.abs(q_from - q_a), np.abs(q_to - q_a))
         if not np.isfinite(dq).all():
             return False
-        lever = self.constraint._lever
+        lever = self.constraint.lever
         moved = float((lever @ dq).max()) if len(lever) else 0.0
         return 2.0 * moved < state[2]
 

@@ -259,9 +259,9 @@ class Detour:
     @staticmethod
     def _tick_period(loop):
         last = loop.last
-        if last is None or loop._first_tick is None or loop.ticks < 2:
+        if last is None or loop.first_tick is None or loop.ticks < 2:
             return 0.01
-        return max(1e-3, (last.stamp - loop._first_tick) / max(1, loop.ticks - 1))
+        return max(1e-3, (last.stamp - loop.first_tick) / max(1, loop.ticks - 1))
 
     # ------------------------------------------------------------------ planning
     def start(self, loop, q_start, now, exact=None):

@@ -311,6 +311,12 @@ class ControlLoop:
         self._stopping = True
 
     @property
+    def first_tick(self):
+        """Time [s] of the first tick, or None before it (the mean tick period is
+        (last.stamp - first_tick) / (ticks - 1))."""
+        return self._first_tick
+
+    @property
     def stopping(self):
         return self._stopping
 

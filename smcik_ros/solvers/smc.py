@@ -1215,7 +1215,7 @@ def _fast_pose_goal(chain, targets, constraints):
             c.hard for c in constraints):
         return False
     term = targets[0]
-    return (type(term) is PoseTarget and term._whitener is None
+    return (type(term) is PoseTarget and term.covariance is None
             and chain.link_anchor(term.link)[0] >= 0)
 
 

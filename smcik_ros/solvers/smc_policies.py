@@ -445,7 +445,7 @@ class Refinement:
             return False
         terms = problem.terms
         return (len(terms) == 1 and type(terms[0]) is PoseTarget
-                and terms[0]._whitener is None
+                and terms[0].covariance is None
                 and self.chain.link_anchor(terms[0].link)[0] >= 0)
 
     def _move_fused(self, problem, frames, cost):
