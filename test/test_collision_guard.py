@@ -169,6 +169,44 @@ def test_a_scene_change_drops_the_anchor(guard_and_chain):
         guard.replace({}, 'obstacles')
 
 
+def test_a_held_arm_in_penetration_repeats_the_full_checks_verdict(guard_and_chain):
+    """Covers that already overlap at rest (here a box through the tool) leave the anchor
+    nothing to prove: the same held motion asked again gets the full check's verdict without
+    a query, and only while nothing it depends on changed (scene, motion); a motion deeper in
+    is still refused."""
+    guard, chain = guard_and_chain
+    q = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
+    tip = chain.fk(q)[:3, 3]
+    guard.replace({('t', 2): _box(tip, (0.04, 0.04, 0.04))}, 'obstacles')
+    try:
+        assert guard.constraint.in_collision(chain.frames(q))[0]
+        assert guard(q, q) == guard.constraint.check_motion(q, q)[0] is True
+        assert guard.last_check not in ({'cached': True}, {'repeated': True})
+        for _ in range(3):
+            assert guard(q, q) and guard.last_check == {'repeated': True}
+        nudged = q + 1e-9
+        assert guard(q, nudged) == guard.constraint.check_motion(q, nudged)[0]
+        assert guard.last_check not in ({'cached': True}, {'repeated': True})
+        # Towards the box's centre: deeper, refused every time it is asked.
+        deeper = q.copy()
+        for step in np.linspace(0.0, 0.3, 31)[1:]:
+            deeper = q + step * np.array([0, 1, 0, 1, 0, 0, 0])
+            if not guard.constraint.check_motion(q, deeper)[0]:
+                break
+        assert not guard.constraint.check_motion(q, deeper)[0]
+        refusals = guard.refusals
+        assert not guard(q, deeper) and not guard(q, deeper)
+        assert guard.refusals == refusals + 2
+        # A scene change: the held motion is checked again.
+        assert guard(q, q)
+        guard.replace({('t', 2): _box(tip, (0.04, 0.04, 0.04)),
+                       ('t', 3): _box(tip + [0.0, 0.0, 0.3], (0.02, 0.02, 0.02))},
+                      'obstacles')
+        assert guard(q, q) and guard.last_check not in ({'cached': True}, {'repeated': True})
+    finally:
+        guard.replace({}, 'obstacles')
+
+
 def test_sources_replace_their_own_obstacles(guard_and_chain):
     guard, _ = guard_and_chain
     guard.replace({('a', 1): _box([2, 0, 0])}, 'obstacles')

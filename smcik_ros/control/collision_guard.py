@@ -199,6 +199,13 @@ class CollisionGuard:
     can reach 0 (``_known_free``: the lever arms bound how far a cover point moves per
     radian) is free without a query: a held or slowly settling arm costs a few
     microseconds per tick. A new scene, padding or constraint drops the anchor.
+
+    The anchor proves nothing where a padded distance is already below 0 (covers that
+    overlap at rest: sphere covers are conservative, e.g. a Panda's hand and link 5 at its
+    zero configuration). There the validator also remembers the last motion the full check
+    found free, with what the verdict depends on (constraint, pairs, padding, scene): the
+    same motion asked again (a held arm: the same command every tick) is free without a
+    query.
     """
 
     ANCHOR_SEARCH = 0.05    # [m] distances searched at the anchor (larger ones: this bound)
@@ -218,6 +225,7 @@ class CollisionGuard:
         self._report = (None, None)
         self._monitored = None       # (constraint, its twin for status and markers)
         self._anchor_state = None    # (key, q (nq,), distance lower bound [m]) of a free q
+        self._free_motion = None     # (key, q_from bytes, q_to bytes) of the last free check
         self._lock = threading.Lock()
         self._pending = None         # (pairs, constraint, srdf description) from a thread
         self._worker = None
@@ -370,12 +378,18 @@ class CollisionGuard:
         if self._known_free(q_from, q_to):
             self.last_check = {'cached': True}
             return True
+        motion = (self._anchor_key(), q_from.tobytes(), q_to.tobytes())
+        if motion == self._free_motion:     # a pure function of these: the same verdict
+            self.last_check = {'repeated': True}
+            return True
         clear = self._clearly_free(q_from, q_to)
         if clear:
             self.last_check = {'coarse': True}
             return True
         ok, info = self.constraint.check_motion(q_from, q_to)
         self.last_check = info
+        if ok:
+            self._free_motion = motion
         if ok and clear is None:      # a short motion (no coarse pass): settling or held
             self._anchor(q_to)
         if not ok:
