@@ -24,8 +24,8 @@ around the arm's workspace and clear of its start configuration) on ``obstacles`
 measurements; self-collision is on by default (config/arm.yaml, the demo arm's SRDF). The
 table adds the scene size, the self-collision pairs and how often the validator refused.
 ``--urdf PATH --base LINK --tip LINK`` (with ``-p package_paths:=[...]``,
-``-p srdf_path:=...``) runs another robot, e.g. MoveIt's Panda by hand (use --no-sim: sim_arm
-plays only the demo arm).
+``-p srdf_path:=...`` where they are not found beside the URDF) runs another robot, e.g.
+MoveIt's Panda; sim_arm plays the same URDF and chain.
 
     ./smcik bench node_latency [--window 20] [--goals 8] [--no-sim] [--profile]
         [--obstacles 10] [--csv node_latency_collision.csv]
@@ -146,8 +146,14 @@ def main(argv=None):
     # its first command's header stamp (the node's clock: system time) is compared with the
     # spawn time: imports, URDF, collision model, kernels from the cache, discovery, first tick.
     procs = []
+    free = _goal_check(args, chain)
     if not args.no_sim:
-        procs.append(start_node_process('smcik_ros.sim_arm', env, log_dir / 'sim_arm.log'))
+        start = _free_start(chain, free)
+        procs.append(start_node_process(
+            'smcik_ros.sim_arm', env, log_dir / 'sim_arm.log',
+            parameters=[f'sim_arm:urdf_path:={args.urdf}', f'sim_arm:base_link:={args.base}',
+                        f'sim_arm:tip_link:={args.tip}',
+                        'sim_arm:initial_positions:=[' + ','.join(map(repr, start)) + ']']))
         deadline = time.monotonic() + 30.0
         while not measured and time.monotonic() < deadline:
             executor.spin_once(timeout_sec=0.01)
@@ -167,11 +173,14 @@ def main(argv=None):
     def send_goal():
         q = commands[-1][2]
         span = chain.upper - chain.lower
-        q_goal = np.clip(q + rng.uniform(-0.4, 0.4, chain.n), chain.lower + 0.05 * span,
-                         chain.upper - 0.05 * span)
+        for _ in range(100):     # a goal the arm can take: redrawn while its covers collide
+            q_goal = np.clip(q + rng.uniform(-0.4, 0.4, chain.n), chain.lower + 0.05 * span,
+                             chain.upper - 0.05 * span)
+            if free is None or free(q_goal):
+                break
         pose = chain.fk(q_goal)
         msg = PoseStamped()
-        msg.header.frame_id = 'base_link'
+        msg.header.frame_id = args.base
         msg.header.stamp = node.get_clock().now().to_msg()
         msg.pose = matrix_to_pose(pose)
         pose_pub.publish(msg)
@@ -314,6 +323,49 @@ def main(argv=None):
         pstats.Stats(str(profile_path)).sort_stats('cumulative').print_stats(25)
     ok = rate_stamp >= target_rate and cpu_share <= target_cpu and len(done) == len(lat)
     return 0 if ok else 1
+
+
+def _goal_check(args, chain):
+    """Return q -> True when the configuration keeps the node's clearance from
+    self-collision (the node's sphere covers of the URDF's collision geometry and the SRDF
+    found beside it, as the node finds them by default), or None when the URDF has no
+    collision geometry or its meshes cannot be found here (then goals are not checked).
+    Sphere covers are conservative: on a Panda a quarter of random configurations bring two
+    covers within the padding, and a goal there is one the node must refuse to reach."""
+    from smcik_ros.collision import conventional_srdf_path
+    from smcik_ros.control.collision_guard import CollisionGuard
+    try:
+        guard, _ = CollisionGuard.from_urdf(chain, args.urdf, urdf_path=args.urdf,
+                                            srdf=conventional_srdf_path(args.urdf),
+                                            explicit_srdf=False)
+    except Exception as exc:       # a mesh not found here: the node's log says more
+        print(f'goals are not checked for self-collision: {exc}')
+        return None
+    constraint = guard.constraint
+    if not constraint.self_collision:
+        return None
+    margin = constraint.clearance
+
+    def free(q):
+        report = constraint.distances(chain.frames(q), search=(2.0 * margin,))
+        return bool(report.distance[0] >= margin)
+    return free
+
+
+def _free_start(chain, free):
+    """Return sim_arm's start: its default (0 where the range holds 0, else mid-range), or
+    where that brings covers within the clearance (a Panda's zero pose folds the hand onto
+    link 5), the mid-range configuration or a seeded draw around it that does not."""
+    from smcik_ros.control.loop import initial_configuration
+    start = initial_configuration(chain)
+    if free is None or free(start):
+        return [float(v) for v in start]
+    mid = 0.5 * (chain.lower + chain.upper)
+    rng = np.random.default_rng(1)
+    span = chain.upper - chain.lower
+    candidates = [mid] + [np.clip(mid + rng.uniform(-0.2, 0.2, chain.n) * span, chain.lower,
+                                  chain.upper) for _ in range(200)]
+    return [float(v) for v in next((q for q in candidates if free(q)), start)]
 
 
 def _obstacles(chain, q, count, Marker, frame, radius=0.05, seed=0):
