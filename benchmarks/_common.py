@@ -25,7 +25,8 @@ ARM6 = os.path.join(ROOT, 'urdf', 'smcik_arm6.urdf')
 
 # Plain Algorithm 1 of seed 000: no refinement, no restarts, no elitism, no annealing.
 # (The multi-scale proposal, min_noise_scale, stays at its default: see docs/benchmarks.md.)
-PLAIN_SMC = dict(refine_count=0, restart_after=0, keep_map=False, anneal_initial=1.0)
+PLAIN_SMC = dict(refine_count=0, restart_after=0, keep_map=False, anneal_initial=1.0,
+                 branch_hold=False)   # branch hold needs keep_map; the paper has neither
 
 # Jacobian methods of make_solver('jacobian', ..., method=...).
 JACOBIAN_METHODS = ('transpose', 'pinv', 'dls', 'sr')

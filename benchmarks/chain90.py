@@ -13,7 +13,7 @@ Setup:
 - online use as in the paper's animation: ``solver.reset(straight)``, then ``--steps``
   calls of ``solver.step(goal)`` (eq. 15 smoothing, alpha = 0.1); the returned smoothed
   estimate is what is measured. 50 particles; variants ``defaults`` (shipped settings) and
-  ``plain`` (refine_count=0, restart_after=0, keep_map=False, anneal_initial=1).
+  ``plain`` (refine_count=0, restart_after=0, keep_map=False, anneal_initial=1, branch_hold=False).
 - ``--trials`` runs with solver seeds 0, 1, ...; reported: steps per second (1 / median
   step time over all steps of all trials), and the medians over trials of the final tip
   distance to the target and CoM distance from the line, and the first step at which the

@@ -19,9 +19,10 @@ Setup (decided here; the paper gives only "a chain whose number of DOF is parame
   0.001 unit of the target.
 - particles: 5, 10, 20, 30, 50. Solver seed = a hash of (variant, DOF, particles, trial).
 - variants: ``plain``: the paper's filter, Algorithm 1 (refine_count=0, restart_after=0,
-  keep_map=False, anneal_initial=1.0, and init_uniform_fraction=0: every particle starts at
-  the start configuration x0); the multi-scale proposal (each particle's noise scaled by a
-  log-uniform factor in [min_noise_scale=0.01, 1]) stays on, as in the shipped filter.
+  keep_map=False, anneal_initial=1.0, branch_hold=False, and init_uniform_fraction=0:
+  every particle starts at the start configuration x0); the multi-scale proposal (each
+  particle's noise scaled by a log-uniform factor in [min_noise_scale=0.01, 1]) stays on,
+  as in the shipped filter.
   ``defaults``: the shipped SmcSettings (refinement, restarts, elitism, annealing, half
   the particles drawn uniformly at the start of solve()). Both: joint noise 0.1 rad per axis,
   sigma_position 0.01 unit. ``fixed-noise`` (only with --variants): plain with

@@ -13,8 +13,8 @@ Setup:
   (method, DOF): median over up to ``--repeats`` steps (at least 5, at most ``--budget``
   seconds per cell), after 3 warm-up steps.
 - methods: SMC with 20 and 50 particles, ``plain`` (refine_count=0, restart_after=0,
-  keep_map=False, anneal_initial=1) and the shipped ``defaults``; the Jacobian transpose
-  and damped least squares ('dls', damping 1.0 in task sigmas) solvers,
+  keep_map=False, anneal_initial=1, branch_hold=False) and the shipped ``defaults``; the
+  Jacobian transpose and damped least squares ('dls', damping 1.0 in task sigmas) solvers,
   ``make_solver('jacobian', chain, method=..., finite_difference=True|False)``: with
   central finite-difference Jacobians (the paper's set-up) and with the analytic ones.
   The Jacobian rows are skipped if that solver is not registered yet.

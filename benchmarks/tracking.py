@@ -40,8 +40,8 @@ Joint-path setup:
   (the (4, 4) pose as goal). Solvers: every registered name; 'jacobian' once per method
   (analytic Jacobians; FABRIK is skipped: it needs ball joints); 'smc' with the shipped
   defaults and ``smc plain``
-  (refine_count=0, restart_after=0, keep_map=False, anneal_initial=1). Seed 0 where a
-  solver has a seed.
+  (refine_count=0, restart_after=0, keep_map=False, anneal_initial=1, branch_hold=False).
+  Seed 0 where a solver has a seed.
 - reported: largest joint jump per step max_k max_j |q_k - q_{k-1}| [rad] (all steps, and
   reachable steps only); RMS and max
   position [m] and orientation [rad] error of the returned estimate (reachable samples);

@@ -12,7 +12,7 @@ from arm_urdfs import ur5_like_urdf
 from smcik_ros.control.arm_state import ArmSettings, ArmState
 from smcik_ros.control.command_shaping import limits_for_chain
 from smcik_ros.control.loop import ControlLoop, HardConstraintValidator, Reporter
-from smcik_ros.goals import KeepOutSphere
+from smcik_ros.goals import Constraint, KeepOutSphere
 from smcik_ros.kinematics import Chain
 from smcik_ros.solvers import make_solver
 from smcik_ros.solvers.base import StateKey
@@ -624,9 +624,11 @@ def test_a_long_hold_restarts_the_solver_every_interval_ticks(arm7, interval):
 
 
 # ---------------------------------------------------------------------- settled at rest
-def _settle_run(arm7, interval, ticks=400):
+def _settle_run(arm7, interval, ticks=400, constraints=()):
     loop, _ = make_loop(arm7)
     loop.rest_step_interval = interval
+    if constraints:
+        loop.set_constraints(list(constraints))
     steps = []
     original = loop.solver.step
     loop.solver.step = lambda goal: (steps.append(loop.ticks), original(goal))[1]
@@ -663,6 +665,61 @@ def test_a_settled_solver_at_rest_steps_every_rest_step_interval_ticks_same_comm
                     stream.t)
     stream.run(5, follower(1))
     assert len(steps) == n + 5 and not loop.solver.settled
+
+
+class _UnmetSoftTerm(Constraint):
+    """A soft term no configuration can lower: it stands for a clearance the goal pose
+    cannot keep (sphere covers within the clearance band at every solution of the goal)."""
+
+    def __init__(self, value=0.3):
+        self.value = value
+
+    def bind(self, chain):
+        self.sigma = np.ones(1)
+        self._nv = chain.nv
+        return self
+
+    def residual(self, frames):
+        return np.full((len(frames), 1), self.value)
+
+    def jacobian(self, frames):
+        return np.zeros((len(frames), 1, self._nv))
+
+    @property
+    def version(self):
+        return self.value
+
+
+def test_a_soft_cost_above_the_floor_still_lets_the_arm_rest(arm7):
+    """The held particle's cost stays above the refinement's floor (an unmet soft term; the
+    node's collision clearance near an obstacle or on conservative covers, say). Once its
+    refinement moves it by rounding only, the filter has settled: the estimate stays put
+    (before: it wandered by ~1e-7 rad a step, a solver step every tick, forever), the arm at
+    rest skips solver steps, and the skipped steps could not have changed the answer: the
+    same commands, tick by tick. A change of that cost wakes the refinement."""
+    every, stream_every, _ = _settle_run(arm7, 1, constraints=[_UnmetSoftTerm()])
+    term = _UnmetSoftTerm()
+    loop, stream, steps = _settle_run(arm7, 10, constraints=[term])
+    solver = loop.solver
+    held = solver._state.particles[solver._state.held]
+    cost = solver._model(solver._targets).cost(arm7.frames(held[None]))[0]
+    assert cost > solver.settings.refine_min_cost
+    assert loop.goal_reached and solver.settled and loop.skipped_steps > 100
+    recent = [t for t in steps if t > loop.ticks - 100]
+    assert 9 <= len(recent) <= 11, recent
+    assert every.skipped_steps == 0 and every.solver.settled
+    assert len(stream.commands) == len(stream_every.commands)
+    for a, b in zip(stream.commands, stream_every.commands):
+        assert np.array_equal(a.q, b.q) and np.array_equal(a.v, b.v)
+    rest = stream.commands[-100:]
+    assert all(np.array_equal(c.q, rest[0].q) and not np.any(c.v) for c in rest)
+    # The soft cost changes (its version too, as a scene change would): the next tick steps
+    # the solver, whose refinement runs on the new cost (not idle on the old one).
+    term.value = 0.2
+    n = len(steps)
+    stream.run(1, follower(1))
+    assert len(steps) == n + 1
+    assert solver._state.settled_cost == pytest.approx(0.04, abs=1e-6)
 
 
 def test_goal_errors_kept_at_rest_are_those_of_the_published_command(arm7):

@@ -161,6 +161,7 @@ class FilterState:
     particles: (N, nq); logw: (N,) log weights (max 0); held: index of the estimate's
     particle (-1: none yet); best_cost / stall: restarts; held_cost / held_stall: branch
     hold; settled: the held particle's refinement has converged (the idle step skips it);
+    settled_cost: its cost then, when above the refinement's floor (see ``_no_progress``);
     restarted: particles re-seeded at the end of the last step; searchers / search_left:
     the nearest search's particles and the iterations left in its window; shadow: the
     particle that keeps the branch the estimate left on during a recovery (-1: none).
@@ -174,6 +175,7 @@ class FilterState:
     held_cost: float = np.inf
     held_stall: int = 0
     settled: bool = False
+    settled_cost: float = np.inf
     restarted: int = 0
     searchers: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=int))
     search_left: int = 0
@@ -393,13 +395,19 @@ def filter_step(state, model, policies, rng, online):
     else:
         task, soft = model.costs(frames)
     cost = task + soft
-    settled = state.settled
+    settled, settled_cost = state.settled, state.settled_cost
     stuck = _NONE
     weighted = motion is not None and motion.weighted
     dist_ref = motion.distance(particles) if weighted else None
     if refine is not None:
         anchor = held if (online and held >= 0) else int(np.argmin(cost))
-        idle = (cost[anchor] <= refine.min_cost and not len(searchers)
+        # Idle: converged at the cost floor, or (online) on a held particle that converged
+        # above it and whose cost has not changed since (a scene change that alters it, or
+        # a new goal, wakes the refinement).
+        floor = cost[anchor] <= refine.min_cost or (
+            online and settled and held >= 0 and np.isfinite(settled_cost)
+            and abs(cost[held] - settled_cost) <= SETTLE_GAIN * settled_cost)
+        idle = (floor and not len(searchers)
                 and (motion is None or settled or not online))
         if not idle:
             rank = -model.log_likelihood(task, soft)
@@ -413,6 +421,8 @@ def filter_step(state, model, policies, rng, online):
                 # A still goal out of reach: the estimate's tool never moves away from it.
                 guard = np.where(idx == held, _held_position_error(model, frames, held),
                                  np.inf)
+            held_before = (particles[held].copy(), float(cost[held])) \
+                if online and held >= 0 else None
             sub, _, improved, gained = refine.move(model, sub, cost[idx], pull, guard)
             stuck = idx[~improved]
             if improved.any():
@@ -431,7 +441,22 @@ def filter_step(state, model, policies, rng, online):
                     dist_ref[idx] = motion.distance(sub.q)
             if online and held >= 0:
                 pos = int(np.flatnonzero(idx == held)[0])
-                settled = bool(cost[held] <= refine.min_cost and gained[pos] < 1e-12)
+                if cost[held] <= refine.min_cost:
+                    settled, settled_cost = bool(gained[pos] < 1e-12), np.inf
+                elif _no_progress(held_before, particles[held], cost[held]):
+                    # Converged above the floor: keep it where the refinement found it
+                    # (its trials would keep wandering by rounding-level steps).
+                    particles[held] = held_before[0]
+                    frames.assign([held], chain.frames(held_before[0][None]))
+                    frames.q = particles
+                    task[held], soft[held], pos_err[held], ori_err[held] = (
+                        v[0] for v in model.costs_and_errors(frames.subset([held])))
+                    cost = task + soft
+                    if weighted:
+                        dist_ref[held] = motion.distance(held_before[0][None])[0]
+                    settled, settled_cost = True, float(cost[held])
+                else:
+                    settled, settled_cost = False, np.inf
     loglik = model.log_likelihood(task, soft)
     if weighted:
         loglik = loglik + model.temper(motion.log_prior(distance=dist_ref))
@@ -537,7 +562,7 @@ def filter_step(state, model, policies, rng, online):
         next_searchers = np.sort(np.concatenate([keep_on, fresh_slots])).astype(int)
     new_state = FilterState(particles=particles, logw=logw, held=index,
                             best_cost=best_cost, stall=stall, held_cost=held_cost,
-                            held_stall=held_stall, settled=settled,
+                            held_stall=held_stall, settled=settled, settled_cost=settled_cost,
                             searchers=next_searchers, search_left=search_left,
                             shadow=shadow)
     if (restarts is not None and not len(searchers)
@@ -549,6 +574,22 @@ def filter_step(state, model, policies, rng, online):
 
 _NONE = np.zeros(0, dtype=int)
 _EMPTY = np.zeros(0)
+
+
+def _no_progress(before, q, cost):
+    """True when the held particle's refinement ended where it began, up to rounding: it
+    moved at most ``SETTLE_MOVE`` [rad or m] per joint and its cost changed by at most a
+    relative ``SETTLE_GAIN``. Above the refinement's cost floor (a soft term the goal cannot
+    meet: collision clearance it cannot keep there, say) its trials are still taken on
+    rounding-level cost changes and on the motion prior's pull, and it would wander by
+    ~1e-7 rad per step; it has converged all the same."""
+    q_before, cost_before = before
+    return bool(np.max(np.abs(q - q_before)) <= SETTLE_MOVE
+                and abs(cost_before - cost) <= SETTLE_GAIN * cost_before)
+
+
+SETTLE_MOVE = 1e-6
+SETTLE_GAIN = 1e-9
 
 
 def _held_position_error(model, frames, held):
@@ -595,7 +636,8 @@ def _restart(state, model, policies, rng, online):
         held = -1
     return FilterState(particles=particles, logw=logw - logw.max(), held=held,
                        best_cost=np.inf, stall=0, held_cost=state.held_cost,
-                       held_stall=state.held_stall, settled=state.settled, restarted=k,
+                       held_stall=state.held_stall, settled=state.settled,
+                       settled_cost=state.settled_cost, restarted=k,
                        searchers=searchers, search_left=search_left, shadow=state.shadow)
 
 
@@ -694,7 +736,7 @@ class SmcSolver(Solver):
                                 held=0 if state.held >= 0 else -1,
                                 best_cost=state.best_cost, stall=state.stall,
                                 held_cost=state.held_cost, held_stall=state.held_stall,
-                                settled=state.settled)
+                                settled=state.settled, settled_cost=state.settled_cost)
             self._recovery_left = self._recovery_search = 0
             self._shadow_on = False
         self._state = state
