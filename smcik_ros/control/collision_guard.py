@@ -375,10 +375,11 @@ class CollisionGuard:
         """Return True when the straight motion q_from -> q_to (nq,) is free (see module)."""
         q_from = np.asarray(q_from, dtype=float)
         q_to = np.asarray(q_to, dtype=float)
-        if self._known_free(q_from, q_to):
+        key = self._anchor_key()
+        if self._known_free(q_from, q_to, key):
             self.last_check = {'cached': True}
             return True
-        motion = (self._anchor_key(), q_from.tobytes(), q_to.tobytes())
+        motion = (key, q_from.tobytes(), q_to.tobytes())
         if motion == self._free_motion:     # a pure function of these: the same verdict
             self.last_check = {'repeated': True}
             return True
@@ -414,16 +415,16 @@ class CollisionGuard:
         self._anchor_state = (self._anchor_key(), q.copy(),
                               min(float(report.distance[0]), self.ANCHOR_SEARCH))
 
-    def _known_free(self, q_from, q_to):
+    def _known_free(self, q_from, q_to, key):
         """True when the anchor proves the motion free: every point of the straight motion
         is within |dq| <= max(|q_from - q_a|, |q_to - q_a|) per joint of the anchor q_a, so
         no cover point moves more than ``lever @ |dq|`` [m] from where it was at q_a, and no
         padded distance shrinks by more than twice that (both spheres of a self pair move):
         free when that is below the anchor's smallest distance (then every distance stays
         >= 0 and no sub-step of ``check_motion`` could be refused). Conservative: a False
-        only means the full check decides."""
+        only means the full check decides. key: ``_anchor_key()`` of this call."""
         state = self._anchor_state
-        if state is None or state[0] != self._anchor_key() or not state[2] > 0.0:
+        if state is None or state[0] != key or not state[2] > 0.0:
             return False
         q_a = state[1]
         dq = np.maximum(np.abs(q_from - q_a), np.abs(q_to - q_a))
