@@ -2,8 +2,9 @@
 of the collision model (cover spheres, obstacles, the closest pair).
 
 Kept cheap (see ROS_ENV.md): all particles are ONE LINE_LIST marker with per-vertex colours
-(green = high weight, red = low), numpy arrays are turned into flat Python lists once, and the
-number of drawn particles is capped by the caller (highest weights first).
+(green = high weight, red = low), its vertices are numpy arrays that the node writes straight
+into the serialized message (``particle_vertices``, ``ros_conversions.VertexSplicer``), and
+the number of drawn particles is capped by the caller (highest weights first).
 """
 
 import xml.etree.ElementTree as ElementTree
@@ -13,9 +14,10 @@ import numpy as np
 from std_msgs.msg import ColorRGBA
 from visualization_msgs.msg import Marker, MarkerArray
 
-from .ros_conversions import matrix_to_pose
+from .ros_conversions import fill_vertices, matrix_to_pose
 
 __all__ = ['NAMESPACES', 'COLLISION_NAMESPACES', 'link_segments', 'particle_marker',
+           'particle_vertices',
            'chain_marker', 'target_marker', 'sphere_markers', 'build_marker_array',
            'select_particles', 'collision_markers', 'alternative_markers',
            'ALTERNATIVE_NAMESPACE']
@@ -72,38 +74,42 @@ def select_particles(particles, weights, max_count):
     return particles, weights
 
 
-def particle_marker(link_positions, weights, frame, stamp=None, segments=None):
-    """Return one LINE_LIST marker drawing (N, L, 3) particle chains [m], coloured by weight.
+def particle_vertices(link_positions, weights, segments=None):
+    """Return the particles' LINE_LIST vertices: (points (V, 3) [m], colors (V, 4) rgba).
 
-    ``segments``: (S, 2) link index pairs (default: consecutive links). Both vertices of a
-    segment take the particle's colour: green for the highest weight, red for the lowest
-    (relative to the maximum), more transparent as the weight drops.
+    ``link_positions``: (N, L, 3) particle chains; ``segments``: (S, 2) link index pairs
+    (default: consecutive links), two vertices each, particle by particle. Every vertex of
+    a particle takes its colour: green for the highest weight, red for the lowest (relative
+    to the maximum), more transparent as the weight drops.
     """
-    marker = _header(Marker(), frame, stamp)
-    marker.ns, marker.id = 'particles', 0
-    marker.type, marker.action = Marker.LINE_LIST, Marker.ADD
-    marker.pose.orientation.w = 1.0
-    marker.scale.x = _LINE_WIDTH
     positions = np.asarray(link_positions, dtype=float)
     if positions.ndim != 3 or positions.shape[0] == 0 or positions.shape[1] < 2:
-        return marker
+        return np.zeros((0, 3)), np.zeros((0, 4))
     n_particles, n_links = positions.shape[:2]
     if segments is None:
         segments = np.stack([np.arange(n_links - 1), np.arange(1, n_links)], axis=1)
-    segments = np.asarray(segments, dtype=int)
-    # One Point per link position and one ColorRGBA per particle, referenced by every vertex
-    # that uses them: about 2.5x fewer message objects than one per vertex.
-    points = [Point(x=x, y=y, z=z) for x, y, z in positions.reshape(-1, 3).tolist()]
+    vertex_links = np.asarray(segments, dtype=int).ravel()
+    points = positions[:, vertex_links].reshape(-1, 3)
     weights = np.asarray(weights, dtype=float)
     top = float(np.max(weights)) if weights.size else 0.0
     level = weights / top if top > 0.0 and np.isfinite(top) else np.ones(n_particles)
     level = np.clip(np.nan_to_num(level), 0.0, 1.0)
     rgba = np.stack([1.0 - level, level, np.full_like(level, 0.15), 0.25 + 0.75 * level], axis=1)
-    colors = [ColorRGBA(r=r, g=g, b=b, a=a) for r, g, b, a in rgba.tolist()]
-    # Vertex k of particle i: link index segments.ravel()[k] -> point i * L + that index.
-    vertex_index = (np.arange(n_particles)[:, None] * n_links + segments.ravel()[None, :])
-    marker.points = [points[i] for i in vertex_index.ravel().tolist()]
-    marker.colors = [colors[i] for i in range(n_particles) for _ in range(segments.size)]
+    return points, np.repeat(rgba, len(vertex_links), axis=0)
+
+
+def particle_marker(link_positions, weights, frame, stamp=None, segments=None, fill=True):
+    """Return one LINE_LIST marker drawing (N, L, 3) particle chains [m], coloured by weight
+    (``particle_vertices``). ``fill`` False: the marker without its vertices, which the node
+    writes from the arrays straight into the serialized message
+    (``ros_conversions.VertexSplicer``)."""
+    marker = _header(Marker(), frame, stamp)
+    marker.ns, marker.id = 'particles', 0
+    marker.type, marker.action = Marker.LINE_LIST, Marker.ADD
+    marker.pose.orientation.w = 1.0
+    marker.scale.x = _LINE_WIDTH
+    if fill:
+        fill_vertices(marker, *particle_vertices(link_positions, weights, segments))
     return marker
 
 

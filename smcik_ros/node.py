@@ -67,13 +67,14 @@ from .control.constraints import ConstraintSet
 from .errors import GoalError, ModelError, ParameterError, SmcIkError
 from .kinematics import Chain
 from .markers import (alternative_markers, build_marker_array, collision_markers,
-                      link_segments, select_particles)
+                      link_segments, particle_marker, particle_vertices, select_particles)
 from .robot_description import load_robot_description, read_urdf_file, resolve_path
-from .ros_conversions import (JointStateReader, JointStateWriter, Restamper,
+from .ros_conversions import (JointStateReader, JointStateWriter, Restamper, VertexSplicer,
                               goal_pose_to_matrix, make_alternatives_trajectory,
-                              make_float64_multi_array, make_joint_trajectory, obstacle_updates,
-                              point_to_array, pointcloud2_to_xyz, pose_to_matrix,
-                              pose_with_covariance_to_goal, stamp_to_nanoseconds)
+                              make_float64_multi_array, make_joint_trajectory,
+                              nanoseconds_to_stamp, obstacle_updates, point_to_array,
+                              pointcloud2_to_xyz, pose_to_matrix, pose_with_covariance_to_goal,
+                              stamp_to_nanoseconds)
 from .ros_interface import (COMMAND_QOS, COMMAND_TYPES, DESCRIPTION_QOS, INPUT_QOS,
                             JOINT_STATES_QOS, MARKER_QOS)
 from .ros_runner import run_node, stop_requested
@@ -388,7 +389,8 @@ class SmcIkNode(Node):
         self._set_constraint_specs(self._constraints.parse(self._param('constraints')))
         self._markers_shown = False                # the target was in the last marker message
         self._marker_key = None                    # what the last marker messages showed
-        self._marker_messages = None               # them: (particles, collision) MarkerArrays
+        self._marker_messages = None               # them: (particles, its vertices, collision)
+        self._splicer = VertexSplicer()            # the particles' vertices as bytes
         self._marker_sent = -math.inf              # when they were published [s, monotonic]
         self.markers_skipped = 0                   # marker ticks with nothing new to show
         self._check_choice('command_type', self._param('command_type'), COMMAND_TYPES)
@@ -1139,14 +1141,24 @@ class SmcIkNode(Node):
         return True
 
     def _republish_markers(self, started):
-        """Publish the last marker messages again with the current stamp: the first time
-        they are serialized (Restamper), afterwards only their stamps are written."""
-        if not isinstance(self._marker_messages[0], Restamper):
-            self._marker_messages = tuple(Restamper(array, [m.header for m in array.markers])
-                                          for array in self._marker_messages)
+        """Publish the last marker messages again with the current stamp: the particles'
+        array spliced again with its stamps set (a small message), the others serialized
+        once (Restamper), afterwards only their stamps are written."""
+        array, vertices, collision = self._marker_messages
+        if not isinstance(collision, Restamper):
+            if vertices is None:
+                array = Restamper(array, [m.header for m in array.markers])
+            collision = Restamper(collision, [m.header for m in collision.markers])
+            self._marker_messages = (array, vertices, collision)
         ns = self._now()[0]
-        self._marker_pub.publish(self._marker_messages[0].at(ns))
-        self._collision_pub.publish(self._marker_messages[1].at(ns))
+        if vertices is None:
+            self._marker_pub.publish(array.at(ns))
+        else:
+            stamp = nanoseconds_to_stamp(ns)
+            for marker in array.markers:
+                marker.header.stamp = stamp
+            self._marker_pub.publish(self._splicer.serialize(array, *vertices))
+        self._collision_pub.publish(collision.at(ns))
         self._marker_sent = started
 
     def _on_marker_tick(self):
@@ -1156,11 +1168,12 @@ class SmcIkNode(Node):
         started, cpu_started = time.perf_counter(), time.thread_time()
         info = self.loop.solver.last_info
         key = self._marker_inputs_key(q_cmd, info)
-        particles, positions, weights = info.get('particles'), None, None
+        particles, vertices = info.get('particles'), None
         if particles is not None and self._param('max_marker_particles') > 0:
             chosen, weights = select_particles(particles, info.get('weights'),
                                                self._param('max_marker_particles'))
-            positions = self.chain.link_poses(chosen)[..., :3, 3]
+            vertices = particle_vertices(self.chain.link_poses(chosen)[..., :3, 3], weights,
+                                         self._segments)
         map_q = info.get('map')
         map_q = q_cmd if map_q is None else map_q
         goal_display = self.loop.goal.display if self.loop.goal is not None else None
@@ -1170,16 +1183,21 @@ class SmcIkNode(Node):
         stamp = self.get_clock().now().to_msg()
         array = build_marker_array(
             self.chain.base_link, stamp,
-            particle_positions=positions, weights=weights, segments=self._segments,
             map_positions=self.chain.link_poses(map_q)[:, :3, 3], target=goal_display,
             clear=clear)
         array.markers.extend(self._ghost_markers(stamp))
-        self._marker_pub.publish(array)
+        if vertices is not None:        # its vertices go in as bytes (VertexSplicer)
+            marker = particle_marker(None, None, self.chain.base_link, stamp, fill=False)
+            array.markers.append(marker)
+            vertices = (marker, *vertices)
+            self._marker_pub.publish(self._splicer.serialize(array, *vertices))
+        else:
+            self._marker_pub.publish(array)
         inputs = self._guard.marker_inputs(q_cmd, cover=self._param('collision_cover_markers'))
         inputs['obstacles'] = inputs['obstacles'] + self._constraints.drawn
         collision = collision_markers(self.chain.base_link, stamp, **inputs)
         self._collision_pub.publish(collision)
-        self._marker_messages = (array, collision)
+        self._marker_messages = (array, vertices, collision)
         self._marker_key, self._marker_sent = key, started
         self._marker_times.append(time.perf_counter() - started)
         self._marker_cpu.append(time.thread_time() - cpu_started)

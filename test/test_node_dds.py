@@ -33,6 +33,7 @@ from ros_helpers import (REPO_ROOT, Probe, dds_fixtures, read_log,  # noqa: E402
                          start_node_process, stop_process, wait_for, wait_for_log)
 from smcik_ros import kernels  # noqa: E402
 from smcik_ros.kinematics import Chain  # noqa: E402
+from smcik_ros.markers import link_segments  # noqa: E402
 from smcik_ros.ros_conversions import matrix_to_pose, stamp_to_nanoseconds  # noqa: E402
 from smcik_ros.errors import SmcIkError  # noqa: E402
 from smcik_ros.solvers import available_solvers, make_solver  # noqa: E402
@@ -275,6 +276,17 @@ def test_markers_arrive(system, chain):
     assert particles.header.frame_id == 'base_link'
     max_particles = _NODE_YAML['max_marker_particles']
     assert len(particles.points) <= max_particles * 2 * (len(chain.link_names) - 1)
+    # The vertices (written into the message as bytes) are whole arm configurations: each
+    # particle's segments have the chain's link lengths, and one colour per particle.
+    segments = link_segments(URDF.read_text(), chain.link_names)
+    rest = chain.link_poses(chain.neutral_configuration())[:, :3, 3]
+    lengths = np.linalg.norm(rest[segments[:, 1]] - rest[segments[:, 0]], axis=1)
+    ends = np.array([[p.x, p.y, p.z] for p in particles.points]).reshape(-1, len(segments), 2, 3)
+    np.testing.assert_allclose(np.linalg.norm(ends[:, :, 1] - ends[:, :, 0], axis=2),
+                               np.broadcast_to(lengths, ends.shape[:2]), atol=1e-9)
+    colours = np.array([[c.r, c.g, c.b, c.a] for c in particles.colors])
+    colours = colours.reshape(len(ends), 2 * len(segments), 4)
+    assert np.all(colours == colours[:, :1]) and np.all((colours >= 0) & (colours <= 1))
     chain_marker = [m for m in array.markers if m.ns == 'map'][0]
     assert len(chain_marker.points) == len(chain.link_names)
     assert any(m.ns == 'target' for m in array.markers)

@@ -241,6 +241,49 @@ def test_restamper_bytes_are_the_restamped_message():
             assert got == deserialize_message(serialize_message(message), MarkerArray)
 
 
+def test_vertex_splicer_bytes_are_the_message_with_its_vertices():
+    """VertexSplicer's bytes are the MarkerArray with the marker's vertices as objects, as
+    the middleware reads them: the particles' marker first, between others or last, after
+    strings of every length modulo 8 and other markers' points, with 0 to 200 vertices; the
+    marker's own lists stay empty. The fallback (no layout) fills the lists and returns the
+    message itself; a colour count that differs from the points' is refused."""
+    from rclpy.serialization import deserialize_message, serialize_message
+    rng = np.random.default_rng(11)
+    splicer = rc.VertexSplicer()
+    fallback = rc.VertexSplicer()
+    fallback._layout = None
+    assert splicer.serialized and not fallback.serialized
+    chain = Chain.from_urdf(URDF)
+    for case in range(48):
+        count = int(rng.choice([0, 1, 2, 3, 17, 200]))
+        points, colors = rng.normal(size=(count, 3)), rng.random((count, 4))
+        others = markers.build_marker_array(
+            'base' + 'x' * (case % 8), None, map_positions=chain.link_poses(
+                chain.random_configuration(rng))[:, :3, 3], target=rng.normal(size=3),
+            clear=bool(case % 2))
+        others.markers[-1].text = 'y' * (case // 8)
+        marker = markers.particle_marker(None, None, 'b' * (case % 5), fill=False)
+        marker.header.stamp.sec = int(rng.integers(0, 2**31))
+        others.markers.insert(int(rng.integers(0, len(others.markers) + 1)), marker)
+        data = splicer.serialize(others, marker, points, colors)
+        assert isinstance(data, bytes)
+        assert len(marker.points) == len(marker.colors) == 0
+        got = deserialize_message(data, MarkerArray)
+        message = fallback.serialize(others, marker, points, colors)
+        assert message is others and len(marker.points) == len(marker.colors) == count
+        assert got == deserialize_message(serialize_message(message), MarkerArray)
+        spliced = got.markers[others.markers.index(marker)]
+        np.testing.assert_array_equal(
+            np.reshape([[p.x, p.y, p.z] for p in spliced.points], (-1, 3)), points)
+        np.testing.assert_array_equal(
+            np.reshape([[c.r, c.g, c.b, c.a] for c in spliced.colors], (-1, 4)),
+            colors.astype(np.float32))
+    with pytest.raises(ValueError, match='expected one colour per vertex; got 3 points and '
+                                         '2 colours'):
+        splicer.serialize(MarkerArray(markers=[marker]), marker, np.zeros((3, 3)),
+                          np.zeros((2, 4)))
+
+
 def test_stamp_to_nanoseconds_is_exact():
     msg = JointState()
     assert rc.stamp_to_nanoseconds(msg.header.stamp) == 0
@@ -440,6 +483,12 @@ def test_particle_marker_one_line_list_with_colour_per_vertex(chain):
     best = int(np.argmax(w))
     colour = marker.colors[best * len(segments) * 2]
     assert (colour.r, colour.g, colour.a) == pytest.approx((0.0, 1.0, 1.0))
+    # The vertex arrays (what the node splices into the bytes) are the marker's lists.
+    points, colors = markers.particle_vertices(positions, w, segments)
+    np.testing.assert_array_equal([[p.x, p.y, p.z] for p in marker.points], points)
+    np.testing.assert_array_equal([[c.r, c.g, c.b, c.a] for c in marker.colors], colors)
+    empty = markers.particle_marker(positions, w, 'base_link', segments=segments, fill=False)
+    assert empty.type == Marker.LINE_LIST and not empty.points and not empty.colors
 
 
 def test_marker_array_contents(chain):
