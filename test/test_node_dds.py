@@ -259,11 +259,16 @@ def test_goal_pose_click_points_the_tool_down(system, publishers, chain):
         'the tool did not reach the /goal_pose click pointing down'
 
 
-def test_markers_arrive(system, chain):
+def test_markers_arrive(system, publishers, chain):
+    """The particles, the MAP chain and the target arrive on ~/particles (a goal of its
+    own: the particles and the target are drawn once a goal came)."""
     _, _, probe = system
+    ok, _ = send_and_reach(probe, chain, publishers, np.random.default_rng(23), 'pose')
+    assert ok
+    received = len(probe.markers)
 
     def full_array():
-        for array in reversed(probe.snapshot(probe.markers)):
+        for array in reversed(probe.snapshot(probe.markers)[received:]):
             kinds = {(m.ns, m.type) for m in array.markers}
             if {('particles', Marker.LINE_LIST), ('map', Marker.LINE_STRIP)} <= kinds:
                 return array
