@@ -24,7 +24,8 @@ from ._jit import ENABLED, njit
 __all__ = ['ENABLED', 'blocked_joints', 'body_points_world', 'collision_query', 'ensure_ready',
            'first_solution', 'fk', 'leaf_buffers', 'jacobian_at', 'link_pose_path', 'lm_null_step',
            'lm_spring_step', 'lm_step', 'pose_errors', 'pose_residual_jacobian', 'quat_products',
-           'quat_rotvecs', 'random_walk', 'refine_pose', 'refine_pose_motion', 'warm_up']
+           'quat_relative_rotvecs', 'quat_rotvecs', 'random_walk', 'refine_pose',
+           'refine_pose_motion', 'warm_up']
 
 
 @njit(cache=True)
@@ -548,6 +549,25 @@ def quat_rotvecs(q, eps):
         out[i, 1] = y * scale
         out[i, 2] = z * scale
     return out
+
+
+@njit(cache=True)
+def quat_relative_rotvecs(q, ref, eps):
+    """Return the (N, 3) rotation vectors 2 log(conj(q_i) ref_(i mod R)) of (N, 4) unit
+    quaternion rows q and (R, 4) rows ref, R dividing N (particles' ball joints against one
+    reference): ``rotations.quat_relative_rotvecs``, the arithmetic of ``quat_products`` and
+    ``quat_rotvecs`` in one pass."""
+    rel = np.empty((q.shape[0], 4))
+    count = ref.shape[0]
+    for i in range(q.shape[0]):
+        r = i % count
+        aw, ax, ay, az = q[i, 0], -q[i, 1], -q[i, 2], -q[i, 3]
+        bw, bx, by, bz = ref[r, 0], ref[r, 1], ref[r, 2], ref[r, 3]
+        rel[i, 0] = aw * bw - ax * bx - ay * by - az * bz
+        rel[i, 1] = aw * bx + ax * bw + ay * bz - az * by
+        rel[i, 2] = aw * by - ax * bz + ay * bw + az * bx
+        rel[i, 3] = aw * bz + ax * by - ay * bx + az * bw
+    return quat_rotvecs(rel, eps)
 
 
 # m * nv from which the LM kernels form J J^T with BLAS and factor it with LAPACK: the 90-DOF
@@ -1429,7 +1449,7 @@ def warm_up(chain, log=None):
                                                   refine_pose, refine_pose_motion,
                                                   first_solution, body_points_world, random_walk,
                                                   collision_query, quat_products,
-                                                  quat_rotvecs))
+                                                  quat_rotvecs, quat_relative_rotvecs))
     if cold and log is not None:
         log('compiling kernels (first run; later starts load them from the on-disk cache)')
     from .goals import PoseTarget
@@ -1456,6 +1476,7 @@ def warm_up(chain, log=None):
     blocked_joints(np.atleast_2d(q), np.zeros((1, chain.nv)), chain.scalar_q, chain.scalar_v,
                    chain.lower, chain.upper)
     quat_rotvecs(quat_products(np.eye(1, 4), np.eye(1, 4)), 1e-12)
+    quat_relative_rotvecs(np.eye(1, 4), np.eye(1, 4), 1e-12)
     # A goal a little away from the seed: the solve and the steps refine.
     goal = chain.fk(chain.clip(chain.integrate(q, np.full(chain.nv, 0.2))))
     solver = make_solver('smc', chain, seed=0, num_particles=8)

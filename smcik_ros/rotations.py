@@ -11,7 +11,7 @@ from . import kernels as _kernels
 
 __all__ = [
     'skew', 'quat_to_matrix', 'quat_multiply', 'quat_conjugate', 'quat_from_rotvec',
-    'quat_to_rotvec', 'quat_angle', 'quat_slerp', 'matrix_to_rotvec', 'matrix_to_quat',
+    'quat_to_rotvec', 'quat_relative_rotvecs', 'quat_angle', 'quat_slerp', 'matrix_to_rotvec', 'matrix_to_quat',
     'rotvec_to_matrix', 'left_jacobian_inverse',
 ]
 
@@ -104,6 +104,19 @@ def quat_to_rotvec(q):
     small = s < 1e-9
     scale = np.where(small, 2.0 / np.maximum(q[..., 0], _EPS), angle / np.where(small, 1.0, s))
     return vec * scale[..., None]
+
+
+def quat_relative_rotvecs(q, ref):
+    """Return the (N, R, 3) rotation vectors 2 log(conj(q) ref) [rad] of (N, R, 4) unit
+    quaternions q and (R, 4) ``ref``: the rotations from q to ref in q's frame, angle in
+    [0, pi] (what ``quat_to_rotvec(quat_multiply(quat_conjugate(q), ref))`` gives, in one
+    kernel call)."""
+    q = np.asarray(q, dtype=float)
+    ref = np.asarray(ref, dtype=float)
+    if _kernels.ENABLED and q.ndim == 3 and ref.shape == q.shape[1:]:
+        return _kernels.quat_relative_rotvecs(_quat_rows(q), _quat_rows(ref),
+                                              _EPS).reshape(q.shape[:-1] + (3,))
+    return quat_to_rotvec(quat_multiply(quat_conjugate(q), ref))
 
 
 def quat_angle(a, b):

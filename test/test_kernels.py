@@ -335,6 +335,40 @@ def test_quaternion_kernels_match_numpy(numpy_path):
                                   numpy_path(rotations.quat_multiply, wide, wide[0]))
 
 
+def test_relative_rotvecs_kernel_is_the_numpy_composition(numpy_path):
+    """rotations.quat_relative_rotvecs (the motion prior's ball-joint differences) in one
+    kernel equals quat_to_rotvec(quat_multiply(quat_conjugate(q), ref)) as computed before
+    it (numpy products, the rotvec kernel) bit for bit, so seeded runs are unchanged; the
+    numpy implementation to rounding (its norm and arctan2 are numpy's): particles against
+    one reference per joint, both hemispheres, q equal to ref (angle 0), opposite rotations
+    (angle pi); other shapes keep the numpy path."""
+    from smcik_ros import rotations
+
+    def composed(q, ref):
+        return rotations.quat_to_rotvec(
+            rotations.quat_multiply(rotations.quat_conjugate(q), ref))
+    rng = np.random.default_rng(13)
+    for n, joints in ((1, 1), (50, 30), (7, 3)):
+        ref = rng.normal(size=(joints, 4))
+        ref /= np.linalg.norm(ref, axis=-1, keepdims=True)
+        q = rng.normal(size=(n, joints, 4))
+        q /= np.linalg.norm(q, axis=-1, keepdims=True)
+        q[0] = ref                                      # angle 0
+        q[-1, 0] = -ref[0]                              # the same rotation, other sign
+        if joints > 1:
+            q[-1, 1] = [-ref[1, 1], ref[1, 0], -ref[1, 3], ref[1, 2]]    # angle pi
+        got = rotations.quat_relative_rotvecs(q, ref)
+        assert got.shape == (n, joints, 3)
+        np.testing.assert_array_equal(got, composed(q, ref))
+        np.testing.assert_allclose(got, numpy_path(composed, q, ref), atol=1e-13)
+        np.testing.assert_array_equal(numpy_path(rotations.quat_relative_rotvecs, q, ref),
+                                      numpy_path(composed, q, ref))
+        assert np.all(np.linalg.norm(got, axis=-1) <= np.pi + 1e-12)
+        np.testing.assert_allclose(got[0], 0.0, atol=1e-15)
+    single = rotations.quat_relative_rotvecs(q[0, 0], ref[0])       # (4,) rows: numpy path
+    np.testing.assert_array_equal(single, numpy_path(composed, q[0, 0], ref[0]))
+
+
 def test_lm_kernels_of_large_systems_match_numpy(numpy_path):
     """At and above kernels.LARGE_SYSTEM (m * nv) the LM kernels take BLAS products and
     LAPACK's Cholesky: the same steps as numpy's dense solves (a 90-DOF chain's 92 x 90

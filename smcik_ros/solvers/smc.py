@@ -1001,12 +1001,11 @@ class SmcSolver(Solver):
               and state.search_left == 0 and self._candidate_ok
               and self._goal_still >= policies.search.iterations
               and self._windows < policies.search.MAX_WINDOWS
-              and (self._found_distance() < 0.98 * self._window_start
-                   or self._found_distance() > policies.search.FAR * np.sqrt(self.chain.nv))):
+              and ((found := self._found_distance()) < 0.98 * self._window_start
+                   or found > policies.search.FAR * np.sqrt(self.chain.nv))):
             # The last window found a nearer solution, or the best is far (many branches
             # lie within it): another window.
-            spread = max(1.0, self._found_distance()
-                         / (self.settings.motion_sigma * np.sqrt(self.chain.nv)))
+            spread = max(1.0, found / (self.settings.motion_sigma * np.sqrt(self.chain.nv)))
             self._reseed(self.settings.reseed_fraction, starts=[self._reference], spread=spread)
         elif (online and switch is not None and switch['reason'] != 'nearer solution'
               and policies.search is not None):

@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import kernels as _kernels
 from ..goals import PoseTarget
-from ..rotations import quat_conjugate, quat_from_rotvec, quat_multiply, quat_to_rotvec
+from ..rotations import quat_from_rotvec, quat_multiply, quat_relative_rotvecs
 from .base import stack_terms
 
 __all__ = ['Policies', 'MinimalMotion', 'NearestSearch', 'Refinement', 'Restarts',
@@ -120,8 +120,7 @@ class MinimalMotion:
         out[:, sv] = d
         if chain.has_ball_joints:
             bq = chain.ball_q_index
-            rel = quat_multiply(quat_conjugate(q[:, bq]), ref[bq])
-            out[:, chain.ball_v_index] = quat_to_rotvec(rel)
+            out[:, chain.ball_v_index] = quat_relative_rotvecs(q[:, bq], ref[bq])
         return out
 
     def distance(self, q, ref=None):
