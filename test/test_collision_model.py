@@ -107,6 +107,28 @@ def test_ament_less_fallback_to_the_urdf_directory_tree(tmp_path, by_name, monke
     _check_model_contains_meshes(urdf, path, {'package://gen_description': str(root)})
 
 
+def test_a_package_beside_the_urdfs_own_is_found(tmp_path, monkeypatch):
+    """An unsourced workspace: the URDF in src/arm_description/urdf refers to
+    package://arm_meshes/..., a package beside it (found by its package.xml, under another
+    directory name); one more level up than SIBLING_LEVELS allows is not searched."""
+    monkeypatch.delenv('AMENT_PREFIX_PATH', raising=False)
+    from smcik_ros.collision import model as collision_model
+    src = tmp_path / 'ws' / 'src'
+    meshes = _package(src, name='arm_meshes', dirname='meshes_checkout', package_xml=True)
+    path = str(meshes / 'meshes' / 'part.stl')
+    _write_mesh(path, _mesh())
+    urdf_dir = src / 'arm_description' / 'urdf'
+    urdf_dir.mkdir(parents=True)
+    urdf = write_two_link_urdf(str(urdf_dir), 'package://arm_meshes/meshes/part.stl',
+                               name='beside')
+    _check_model_contains_meshes(urdf, path, {'package://arm_meshes': str(meshes)})
+    deep = urdf_dir / 'a' / 'b'                     # src is SIBLING_LEVELS + 1 up
+    assert collision_model.SIBLING_LEVELS == 3
+    with pytest.raises(ModelError, match='nor a directory beside the ancestors up to 3'):
+        resolve_mesh_uri('package://arm_meshes/meshes/part.stl', str(deep))
+    assert resolve_mesh_uri('package://arm_meshes/meshes/part.stl', str(urdf_dir / 'a')) == path
+
+
 def test_ament_index_is_used_when_it_knows_the_package(tmp_path, monkeypatch):
     pytest.importorskip('ament_index_python', reason='ament_index_python is not installed')
     prefix = tmp_path / 'install'

@@ -323,7 +323,8 @@ def resolve_mesh_uri(uri, urdf_dir=None, package_paths=()):
     ``package://NAME/rest``: the ament index (if installed and NAME is known), then
     ``DIR/NAME/rest`` (or ``DIR/X/rest`` where DIR/X/package.xml names NAME) for each DIR of
     ``package_paths``, then the ancestors of ``urdf_dir`` (a directory named NAME or whose
-    package.xml names NAME). ``file://PATH`` and plain paths: absolute, or relative to
+    package.xml names NAME) and, up to ``SIBLING_LEVELS`` levels up, the directories beside
+    them (a package next to the URDF's own in an unsourced workspace). ``file://PATH`` and plain paths: absolute, or relative to
     ``urdf_dir`` (default: the current directory).
     """
     urdf_dir = os.path.abspath(urdf_dir or os.getcwd())
@@ -351,7 +352,7 @@ def resolve_mesh_uri(uri, urdf_dir=None, package_paths=()):
                     return path
             if not os.path.isdir(directory):
                 tried.append(f'package_paths entry {directory!r} (not a directory)')
-        ancestor = urdf_dir
+        ancestor, level = urdf_dir, 0
         while True:
             if os.path.basename(ancestor) == name or _package_name(ancestor) == name:
                 path = os.path.join(ancestor, sub)
@@ -361,9 +362,16 @@ def resolve_mesh_uri(uri, urdf_dir=None, package_paths=()):
             parent = os.path.dirname(ancestor)
             if parent == ancestor:
                 break
-            ancestor = parent
+            ancestor, level = parent, level + 1
+            if level <= SIBLING_LEVELS:
+                # A package beside the URDF's own (a workspace's src/ that is not sourced).
+                for root in _package_roots(ancestor, name):
+                    path = os.path.join(root, sub)
+                    if os.path.isfile(path):
+                        return path
         tried.append(f'no ancestor of {urdf_dir!r} named {name!r} (or whose package.xml names '
-                     'it) holds it')
+                     f'it) holds it, nor a directory beside the ancestors up to '
+                     f'{SIBLING_LEVELS} levels up')
         raise ModelError(f'mesh {uri!r} not found; looked in: ' + '; '.join(tried) +
                          '. Set package_paths to a directory containing the package '
                          f'{name!r} (or source its ROS workspace)')
@@ -375,6 +383,9 @@ def resolve_mesh_uri(uri, urdf_dir=None, package_paths=()):
         return path
     raise ModelError(f'mesh {uri!r} not found: {path!r} does not exist (relative paths are '
                      f'taken from the URDF directory {urdf_dir!r})')
+
+
+SIBLING_LEVELS = 3    # package:// beside the URDF's ancestors: up to a workspace's src/
 
 
 def _ament_share(name):
