@@ -68,6 +68,12 @@ class SimArm(Node):
                                ParameterDescriptor(description='start configuration [rad or m]'
                                                    ' in chain order; empty: 0 where in limits,'
                                                    ' else mid-range', read_only=True))
+        self.declare_parameter('initial_state', '', ParameterDescriptor(
+            description="start at this SRDF group_state (e.g. MoveIt's 'ready'); '': "
+                        'initial_positions or the default start', read_only=True))
+        self.declare_parameter('srdf_path', '', ParameterDescriptor(
+            description="SRDF of initial_state; '': the one beside the URDF (urdf_path)",
+            read_only=True))
         xml, source = load_robot_description(
             self, self.get_parameter('robot_description_timeout').value,
             keep_waiting=lambda: not stop_requested())
@@ -101,6 +107,12 @@ class SimArm(Node):
             values = self.get_parameter('initial_positions').value
         except rclpy.exceptions.ParameterUninitializedException:
             values = None
+        state = self.get_parameter('initial_state').value.strip()
+        if state:
+            if values is not None and len(values):
+                raise GoalError(f'initial_state {state!r} and initial_positions are both set: '
+                                'give one of them')
+            values = self._group_state(state)
         if values is None or len(values) == 0:
             return initial_configuration(self.chain)
         q = np.asarray(values, dtype=float)
@@ -110,6 +122,33 @@ class SimArm(Node):
         if np.any(self._clip(q) != q):
             self.get_logger().warn('initial_positions outside the joint limits: clipped')
         return self._clip(q)
+
+    def _group_state(self, name):
+        """Return the chain's values of the SRDF group_state ``name`` (chain order)."""
+        from .collision import conventional_srdf_path, parse_srdf
+        from .robot_description import resolve_path
+        srdf_path = self.get_parameter('srdf_path').value.strip()
+        urdf_path = self.get_parameter('urdf_path').value.strip()
+        if srdf_path:
+            source = str(resolve_path(srdf_path, 'srdf_path'))
+        else:
+            source = conventional_srdf_path(resolve_path(urdf_path)) if urdf_path else None
+            if source is None:
+                raise GoalError(f'initial_state {name!r}: no SRDF found beside the URDF '
+                                f'({urdf_path or "robot_description has no file"}): set '
+                                'srdf_path')
+        srdf = parse_srdf(source)
+        joints = srdf.group_states.get(name)
+        if joints is None:
+            raise GoalError(f'initial_state {name!r} is not a group_state of {srdf.source}; '
+                            f'it has: {", ".join(sorted(srdf.group_states)) or "none"}')
+        missing = [j for j in self.chain.joint_names if j not in joints]
+        if missing:
+            raise GoalError(f'initial_state {name!r} of {srdf.source} has no value for '
+                            f'{", ".join(missing)} (chain joints: '
+                            f'{", ".join(self.chain.joint_names)})')
+        self.get_logger().info(f'start: group_state {name!r} of {srdf.source}')
+        return [joints[j] for j in self.chain.joint_names]
 
     def _clip(self, q):
         return np.clip(q, self._lower, self._upper)
