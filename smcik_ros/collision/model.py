@@ -432,8 +432,12 @@ def conventional_srdf_path(urdf_path):
     """Return the SRDF found beside a URDF by convention, or None.
 
     Looked for, in order: ``<dir>/<stem>.srdf`` next to the URDF; ``<pkg>/config/<stem>.srdf``
-    in the URDF's package (``<pkg>`` = the directory above ``urdf/``); and MoveIt's layout
-    ``<X>_moveit_config/config/<stem>.srdf`` beside a ``<X>_description`` package.
+    and ``<pkg>/srdf/<stem>.srdf`` in the URDF's package (``<pkg>`` = the directory above
+    ``urdf/`` or ``robots/``, as in example-robot-data); MoveIt's layout
+    ``<X>_moveit_config/config/<stem>.srdf`` beside a ``<X>_description`` package. Then, in
+    those directories, the SRDF whose ``<robot name>`` is the URDF's: the only one, or the
+    one among several whose file stem is that name (``ur5.srdf`` for a ``ur5_robot.urdf``
+    named ``ur5``); several others are ambiguous (None: give srdf_path).
     """
     if not urdf_path or not isinstance(urdf_path, (str, os.PathLike)):
         return None
@@ -442,18 +446,49 @@ def conventional_srdf_path(urdf_path):
     stem = os.path.splitext(os.path.basename(urdf_path))[0]
     if stem.endswith('.urdf'):      # robot.urdf.xacro -> robot
         stem = stem[:-5]
-    candidates = [os.path.join(directory, stem + '.srdf')]
-    package = os.path.dirname(directory) if os.path.basename(directory) == 'urdf' else directory
-    candidates.append(os.path.join(package, 'config', stem + '.srdf'))
+    folders = [directory]
+    package = os.path.dirname(directory) if os.path.basename(directory) in ('urdf', 'robots') \
+        else directory
+    folders += [os.path.join(package, 'config'), os.path.join(package, 'srdf')]
     base = os.path.basename(package)
     if base.endswith('_description'):
         prefix = base[:-len('_description')]
-        candidates.append(os.path.join(os.path.dirname(package), prefix + '_moveit_config',
-                                       'config', stem + '.srdf'))
-    for candidate in candidates:
+        folders.append(os.path.join(os.path.dirname(package), prefix + '_moveit_config',
+                                    'config'))
+    for folder in folders:
+        candidate = os.path.join(folder, stem + '.srdf')
         if os.path.isfile(candidate):
             return candidate
-    return None
+    name = _robot_name(urdf_path)
+    if not name:
+        return None
+    named = []
+    for folder in dict.fromkeys(folders):
+        try:
+            entries = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        named += [os.path.join(folder, e) for e in entries
+                  if e.endswith('.srdf') and _robot_name(os.path.join(folder, e)) == name]
+    if len(named) > 1:
+        named = [path for path in named
+                 if os.path.splitext(os.path.basename(path))[0] == name]
+    return named[0] if len(named) == 1 else None
+
+
+_XML_COMMENT = re.compile(rb'<!--.*?-->', re.S)
+_ROBOT_NAME = re.compile(rb'<robot\b[^>]*?\bname\s*=\s*["\']([^"\']+)["\']')
+
+
+def _robot_name(path):
+    """Return the name attribute of the first <robot> element of an XML file, or None."""
+    try:
+        with open(path, 'rb') as f:
+            text = _XML_COMMENT.sub(b'', f.read(65536))
+    except OSError:
+        return None
+    match = _ROBOT_NAME.search(text)
+    return match.group(1).decode(errors='replace') if match else None
 
 
 def load_mesh(path, scale=(1.0, 1.0, 1.0)):
