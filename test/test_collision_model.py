@@ -251,6 +251,51 @@ def test_off_chain_fingers_are_covered_over_their_whole_range(gripper):
                     assert inside_cover(pts, centers[sel], radii[sel]).all(), (link, finger)
 
 
+def test_a_high_poly_swept_finger_is_covered_through_a_convex_proxy(tmp_path, caplog):
+    """A 20480-face finger on an off-chain revolute joint (the pieces times the steps exceed
+    SWEPT_PIECES: before, millions of pieces and an out-of-memory kill on Unitree Z1's
+    gripper): the poses are thinned to a tolerance-sized chord, a lattice-hull proxy is
+    covered (logged, flagged hull), and every vertex of the finger at joint values between
+    the samples and at both ends lies inside the finger's spheres."""
+    from smcik_ros.collision import model as collision_model
+    finger = trimesh.creation.icosphere(subdivisions=5)
+    finger.apply_scale((0.03, 0.01, 0.01))
+    finger.apply_translation((0.03, 0.0, 0.0))
+    assert len(finger.faces) == 20480
+    _write_mesh(str(tmp_path / 'part.stl'), _mesh())
+    _write_mesh(str(tmp_path / 'finger.stl'), finger)
+    extra = textwrap.dedent("""
+      <joint name="hinge" type="revolute"><parent link="link2"/><child link="finger"/>
+        <origin xyz="0 0 0.3"/><axis xyz="0 0 1"/>
+        <limit lower="-1" upper="1" effort="1" velocity="1"/></joint>
+      <link name="finger"><collision><geometry><mesh filename="finger.stl"/></geometry>
+      </collision></link>""")
+    urdf = write_two_link_urdf(str(tmp_path), 'part.stl', extra_links=extra, name='hinged')
+    chain = Chain.from_urdf(urdf, 'base_link', 'tool0')
+    with caplog.at_level(logging.INFO, logger='smcik_ros.collision'):
+        model = CollisionModel.from_urdf(chain, urdf, cache_dir='')
+    assert 'finger' in model.swept_links
+    text = caplog.text
+    assert re.search(r'swept finger.stl \(20480 faces, \d+ poses\): covering a convex proxy',
+                     text), text
+    poses = int(re.search(r'20480 faces, (\d+) poses', text).group(1))
+    assert poses < 201 // 4          # a 6 cm finger: the 0.01 rad sampling thinned
+    constraint = CollisionConstraint(model, self_collision=False)
+    vertices = np.asarray(finger.vertices)
+    rng = np.random.default_rng(3)
+    for q in chain.random_configuration(rng, 2):
+        centers, radii, links = constraint.cover_spheres(q)
+        sel = links == 'finger'
+        mount = chain.fk(q, 'link2') @ np.array(
+            [[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0.3], [0, 0, 0, 1.0]])
+        for angle in np.r_[-1.0, 1.0, rng.uniform(-1.0, 1.0, 12)]:
+            c, s = np.cos(angle), np.sin(angle)
+            pose = mount @ np.array([[c, -s, 0, 0], [s, c, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1.0]])
+            points = vertices @ pose[:3, :3].T + pose[:3, 3]
+            assert inside_cover(points, centers[sel], radii[sel]).all(), angle
+    assert collision_model.SWEPT_PIECES == 200_000
+
+
 def _link_points(fcl_robot, link):
     lk = [x for x in fcl_robot.urdf.robot.links if x.name == link][0]
     out = []

@@ -284,13 +284,17 @@ def _compute_cover(vertices, faces, tolerance, item_edge, poses, rotation_sag):
     return SphereCover(centers[used], radii[used], excess[used], hull)
 
 
-def _containment(centers, allowance, items, block=256):
+def _containment(centers, allowance, items, block=256, pair_limit=1_000_000):
     """Return the (C, I) sparse int8 matrix: 1 where ball c (radius ``allowance[c]``, less a
     relative 1e-9) contains every point of item i ((I, m, 3) points).
 
     A ball contains all of an item's points only if it contains their mean (a ball is
-    convex), so a k-d tree of the means gives the candidates, checked exactly point by
-    point (vectorised, in blocks of balls: bounded memory on big meshes).
+    convex), so a k-d tree of the means gives the candidates. A candidate whose mean lies
+    within the radius less the item's own radius (its points' largest distance from their
+    mean) is inside (the triangle inequality, with a relative margin of 1e-12 so rounding
+    cannot differ from the exact test); the others are checked point by point. Balls go in
+    blocks, and each block's pairs in slices of at most ``pair_limit`` (bounded memory: a
+    swept finger has millions of pairs).
     """
     from scipy.spatial import cKDTree
     import scipy.sparse as sp
@@ -298,7 +302,9 @@ def _containment(centers, allowance, items, block=256):
     n_items = len(items)
     if not len(centers) or not n_items:
         return sp.csr_matrix((len(centers), n_items), dtype=np.int8)
-    tree = cKDTree(items.mean(axis=1))
+    means = items.mean(axis=1)
+    spread = np.sqrt(np.max(np.sum((items - means[:, None, :]) ** 2, axis=2), axis=1))
+    tree = cKDTree(means)
     radius = allowance * (1.0 - 1e-9)
     rows_out, cols_out = [], []
     for start in range(0, len(centers), block):
@@ -308,10 +314,17 @@ def _containment(centers, allowance, items, block=256):
         cols = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64,
                            count=int(lengths.sum()))
         rows = np.repeat(np.arange(len(lists)), lengths)
-        far = np.max(np.sum((items[cols] - c[rows][:, None, :]) ** 2, axis=2), axis=1)
-        inside = far <= r[rows] ** 2
-        rows_out.append(rows[inside] + start)
-        cols_out.append(cols[inside])
+        for lo in range(0, len(cols), pair_limit):
+            sub_rows, sub_cols = rows[lo:lo + pair_limit], cols[lo:lo + pair_limit]
+            centre = c[sub_rows]
+            near = np.sqrt(np.sum((means[sub_cols] - centre) ** 2, axis=1))
+            inside = near + spread[sub_cols] <= r[sub_rows] * (1.0 - 1e-12)
+            check = np.flatnonzero(~inside)
+            far = np.max(np.sum((items[sub_cols[check]] - centre[check][:, None, :]) ** 2,
+                                axis=2), axis=1)
+            inside[check] = far <= r[sub_rows[check]] ** 2
+            rows_out.append((sub_rows[inside] + start).astype(np.int32))
+            cols_out.append(sub_cols[inside].astype(np.int32))
     rows, cols = np.concatenate(rows_out), np.concatenate(cols_out)
     return sp.csr_matrix((np.ones(len(rows), dtype=np.int8), (rows, cols)),
                          shape=(len(centers), n_items))

@@ -34,8 +34,9 @@ import xml.etree.ElementTree as ElementTree
 import numpy as np
 
 from ..errors import ModelError
-from .covers import (SphereCover, before_first_compute, cover_box, cover_cylinder, cover_mesh,
-                     cover_sphere, cylinder_sections, default_cache_dir)
+from .covers import (SphereCover, before_first_compute, bisect_triangles, cover_box,
+                     cover_cylinder, cover_mesh, cover_sphere, cylinder_sections,
+                     default_cache_dir)
 
 __all__ = ['CollisionModel', 'LinkGeometry', 'resolve_mesh_uri', 'conventional_srdf_path',
            'load_mesh', 'DEFAULT_TOLERANCE', 'MIN_TOLERANCE']
@@ -765,13 +766,72 @@ def _cover_element(geom, att, tolerance, item_edge, cache_dir):
         radius = geom.size[0] + grow
         return SphereCover(centers, np.full(len(centers), radius), np.full(len(centers), grow))
     vertices, faces = _element_mesh(geom, tolerance)
+    vertices, faces, placement, factor, proxy = _swept_within_budget(
+        geom, vertices, faces, placement, att.sag, tolerance, item_edge)
     sag = 0.0
-    if att.sag:
+    if factor:
         placed = np.einsum('kij,vj->kvi', placement[:, :3, :3], vertices) + \
             placement[:, None, :3, 3]
-        sag = att.sag * float(np.linalg.norm(np.diff(placed, axis=0), axis=-1).max())
-    return cover_mesh(vertices, faces, tolerance, item_edge, poses=placement,
-                      rotation_sag=sag, cache_dir=cache_dir)
+        sag = factor * float(np.linalg.norm(np.diff(placed, axis=0), axis=-1).max())
+    cover = cover_mesh(vertices, faces, tolerance, item_edge, poses=placement,
+                       rotation_sag=sag, cache_dir=cache_dir)
+    return dataclasses.replace(cover, hull=True) if proxy else cover
+
+
+SWEPT_PIECES = 200_000     # surface pieces x pose steps of one swept element (memory, time)
+
+
+def _thinned(placement, factor, k):
+    """Return (every k-th pose and the last, the sag factor of the k times larger step)."""
+    if k <= 1 or len(placement) <= 2:
+        return placement, factor
+    keep = np.unique(np.r_[np.arange(0, len(placement), k), len(placement) - 1])
+    if factor:      # revolute: factor = tan(step / 4) / 2 of the sampled step
+        factor = 0.5 * math.tan(k * math.atan(2.0 * factor))
+    return placement[keep], factor
+
+
+def _swept_within_budget(geom, vertices, faces, placement, factor, tolerance, item_edge):
+    """Return (vertices, faces, placement, sag factor, proxy) of a swept mesh to cover.
+
+    The joint sweep samples a step that moves a point 1 m from the axis by ``tolerance``;
+    a small part moves far less, so poses are kept only as often as a vertex moves by
+    ``tolerance`` (at most 90 degrees apart; the arc's sag bound grows to match). Where the
+    surface pieces times the steps still exceed ``SWEPT_PIECES`` (a high-poly finger over
+    its range: millions of pieces, gigabytes of memory; its convex hull can have as many
+    faces), a coarse convex proxy that contains the mesh is covered instead: the hull of
+    the corners of the lattice cells (``tolerance`` / 4, doubled until it fits) holding the
+    vertices (conservative; ``proxy`` True, logged).
+    """
+    import trimesh
+
+    def step_chord(poses):
+        moved = np.einsum('kij,vj->kvi', poses[:2, :3, :3], vertices) + poses[:2, None, :3, 3]
+        return float(np.linalg.norm(moved[1] - moved[0], axis=-1).max())
+
+    chord = step_chord(placement)
+    k = int(tolerance / chord) if chord > 0.0 else len(placement)
+    if factor:
+        k = min(k, max(1, int((0.5 * math.pi) / (4.0 * math.atan(2.0 * factor)))))
+    placement, factor = _thinned(placement, factor, max(k, 1))
+    edge = tolerance if item_edge is None else item_edge     # cover_mesh's default
+    steps = len(placement) - 1
+    if len(bisect_triangles(vertices[faces], edge)) * steps <= SWEPT_PIECES:
+        return vertices, faces, placement, factor, False
+    corners = np.stack(np.meshgrid([0, 1], [0, 1], [0, 1], indexing='ij'), -1).reshape(-1, 3)
+    cell = 0.25 * tolerance
+    while True:
+        cells = np.unique(np.floor(vertices / cell).astype(np.int64), axis=0)
+        points = np.unique((cells[:, None, :] + corners[None]).reshape(-1, 3), axis=0) * cell
+        hull = trimesh.points.PointCloud(points).convex_hull
+        count = len(bisect_triangles(hull.triangles, edge)) * steps
+        if count <= SWEPT_PIECES or cell >= 4.0 * tolerance:
+            break
+        cell *= 2.0
+    _LOG.info('swept %s (%d faces, %d poses): covering a convex proxy of %d faces '
+              '(lattice %.4f m; SWEPT_PIECES %d)', geom.uri or geom.kind, len(faces),
+              len(placement), len(hull.faces), cell, SWEPT_PIECES)
+    return np.asarray(hull.vertices), np.asarray(hull.faces), placement, factor, True
 
 
 def _sweep_travel(geom, att, tolerance):
