@@ -385,30 +385,56 @@ def _greedy_cover(hits, n_items):
     return np.array(chosen, dtype=np.int64), uncovered
 
 
-def _fit_radii(items, centers, depths, tolerance):
+def _fit_radii(items, centers, depths, tolerance, pair_limit=2_000_000):
     """Assign every piece to a sphere and shrink radii to what they must contain.
 
     Each piece goes to the sphere that contains it with the least excess (its farthest
-    point's distance minus the centre's depth); a piece no sphere contains within tolerance
-    (only the fallback spheres' own pieces can be in that case) goes to the nearest one.
-    Returns (radii (S,), excess bounds (S,)).
+    point's distance minus the centre's depth; the lowest index among equals); a piece no
+    sphere contains within tolerance (only the fallback spheres' own pieces can be in that
+    case) goes to the one with the least excess of all. A sphere can take a piece only if
+    the piece's mean lies within ``tolerance`` plus the deepest centre's depth of it (the
+    farthest point is at least as far as the mean), so a k-d tree of the centres gives the
+    candidates: the same assignment as comparing every piece with every sphere, without
+    the (pieces x spheres) work (Baxter's torso: minutes). Returns (radii (S,), excess
+    bounds (S,)).
     """
-    n_items = len(items)
-    radii = np.zeros(len(centers))
-    chunk = max(16, int(4e6 // max(1, items.shape[1] * len(centers) * 3)))
-    for start in range(0, n_items, chunk):
-        block = items[start:start + chunk]                        # (b, m, 3)
-        far = np.sqrt(np.max(np.sum((block[:, :, None, :] - centers[None, None]) ** 2,
-                                    axis=-1), axis=1))             # (b, S)
-        excess = far - depths[None]
-        fits = excess <= tolerance + 1e-12
-        cost = np.where(fits, excess, np.inf)
-        best = np.argmin(cost, axis=1)
-        rows = np.arange(len(block))
-        none = ~np.isfinite(cost[rows, best])
-        if none.any():
-            best[none] = np.argmin(excess[none], axis=1)
-        np.maximum.at(radii, best, far[rows, best])
+    from scipy.spatial import cKDTree
+
+    n_items, n_centers = len(items), len(centers)
+    radii = np.zeros(n_centers)
+    if not n_items or not n_centers:
+        return radii, radii - depths
+    means = items.mean(axis=1)
+    reach = tolerance + 1e-12 + max(float(np.max(depths)), 0.0)
+    lists = cKDTree(centers).query_ball_point(means, reach * (1.0 + 1e-9) + 1e-12)
+    lengths = np.fromiter(map(len, lists), dtype=np.int64, count=n_items)
+    cols = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64,
+                       count=int(lengths.sum()))
+    rows = np.repeat(np.arange(n_items), lengths)
+    best_cost = np.full(n_items, np.inf)
+    best = np.full(n_items, -1, dtype=np.int64)
+    best_far = np.zeros(n_items)
+    for lo in range(0, len(cols), pair_limit):
+        r, c = rows[lo:lo + pair_limit], cols[lo:lo + pair_limit]
+        far = np.sqrt(np.max(np.sum((items[r] - centers[c][:, None, :]) ** 2, axis=-1),
+                             axis=1))
+        cost = far - depths[c]
+        fits = cost <= tolerance + 1e-12
+        r, c, far, cost = r[fits], c[fits], far[fits], cost[fits]
+        order = np.lexsort((c, cost, r))        # per piece: least excess, then lowest index
+        r, c, far, cost = r[order], c[order], far[order], cost[order]
+        first = np.ones(len(r), dtype=bool)
+        first[1:] = r[1:] != r[:-1]
+        r, c, far, cost = r[first], c[first], far[first], cost[first]
+        better = (cost < best_cost[r]) | ((cost == best_cost[r]) & (c < best[r]))
+        r, c, far, cost = r[better], c[better], far[better], cost[better]
+        best_cost[r], best[r], best_far[r] = cost, c, far
+    for i in np.flatnonzero(best < 0):          # no sphere fits: the least excess of all
+        far = np.sqrt(np.max(np.sum((items[i][:, None, :] - centers[None]) ** 2, axis=-1),
+                             axis=0))
+        best[i] = int(np.argmin(far - depths))
+        best_far[i] = far[best[i]]
+    np.maximum.at(radii, best, best_far)
     radii = np.where(radii > 0.0, radii * (1.0 + 1e-12) + 1e-12, 0.0)
     return radii, radii - depths
 
