@@ -45,7 +45,7 @@ import numpy as np
 
 __all__ = ['SphereCover', 'COVER_VERSION', 'default_cache_dir', 'cover_mesh', 'cover_box',
            'cover_cylinder', 'cover_sphere', 'bisect_triangles', 'cylinder_sections',
-           'before_first_compute']
+           'before_first_compute', 'cached_cover']
 
 COVER_VERSION = 3
 _LOG = logging.getLogger('smcik_ros.collision')
@@ -449,6 +449,26 @@ def _cache_key(vertices, faces, tolerance, item_edge, poses, rotation_sag):
     if poses is not None:
         h.update(poses.tobytes())
     return h.hexdigest()
+
+
+def cached_cover(cache_dir, compute, *parts):
+    """Return the cover stored under the hash of ``parts`` (arrays and settings), else
+    ``compute()``, stored there: for covers whose ``cover_mesh`` inputs come out of costly
+    steps (a swept mesh's thinned poses and proxy), found before those steps. cache_dir as
+    in ``cover_mesh`` ('' : no cache)."""
+    h = hashlib.sha256(f'smcik_ros-cover-v{COVER_VERSION}:derived'.encode())
+    for part in parts:
+        if isinstance(part, np.ndarray):
+            h.update(repr((part.dtype.str, part.shape)).encode())
+            h.update(np.ascontiguousarray(part).tobytes())
+        else:
+            h.update(repr(part).encode())
+    key = h.hexdigest()
+    cover = _cache_load(cache_dir, key)
+    if cover is None:
+        cover = compute()
+        _cache_store(cache_dir, key, cover)
+    return cover
 
 
 def _cache_path(cache_dir, key):
