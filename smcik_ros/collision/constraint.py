@@ -321,13 +321,9 @@ class CollisionConstraint(Constraint):
     def _eval_threshold(self):
         return max(self.clearance, 0.0) + 1e-12
 
-    def _keys(self, leaves):
-        width = max(self._robot.num_spheres, self._obstacles().num_primitives, 1) + 1
-        return (leaves.pair * self._robot.num_spheres + leaves.a) * width + leaves.b
-
     def _reference_table(self, q=None):
-        """Return (sorted keys, allowed distances) of the penetrations at ``q`` (or the
-        stored reference)."""
+        """Return (sorted pair ids, allowed distances) of the pairs that penetrate at ``q``
+        (or the stored reference): each pair's deepest padded distance there."""
         explicit = q is not None
         if not explicit:
             if self._reference_q is None:
@@ -336,16 +332,21 @@ class CollisionConstraint(Constraint):
                 return self._reference[1]
             q = self._reference_q
         _, leaves = self._run(self.model.chain.frames(np.asarray(q, dtype=float)), 0.0)
-        keys = self._keys(leaves)
-        order = np.argsort(keys)
-        table = (keys[order], leaves.d[order] - _REFERENCE_TOLERANCE)
+        order = np.lexsort((leaves.d, leaves.pair))
+        pairs, depth = leaves.pair[order], leaves.d[order]
+        first = np.ones(len(pairs), dtype=bool)
+        first[1:] = pairs[1:] != pairs[:-1]
+        table = (pairs[first], depth[first] - _REFERENCE_TOLERANCE)
         if not explicit:
             self._reference = (self._state_key(), table)
         return table
 
     def _violating(self, leaves, reference=None):
-        """Return the (K,) mask of leaves that violate: d < 0 and deeper than at the reference
-        (the stored one, or the configuration ``reference``; looked up only when needed)."""
+        """Return the (K,) mask of leaves that violate: d < 0 and deeper than their pair's
+        deepest penetration at the reference (the stored one, or the configuration
+        ``reference``; looked up only when needed). Per pair, not per sphere pair: an arm
+        resting where two covers overlap (conservative covers of a folded start pose) may
+        slide along the contact as long as it gets no deeper, and leave it."""
         bad = leaves.d < 0.0
         if not bad.any():
             return bad
@@ -353,7 +354,7 @@ class CollisionConstraint(Constraint):
         if table is None or not len(table[0]):
             return bad
         idx = np.flatnonzero(bad)
-        keys = self._keys(leaves.select(idx))
+        keys = leaves.pair[idx]
         pos = np.searchsorted(table[0], keys)
         pos = np.minimum(pos, len(table[0]) - 1)
         found = table[0][pos] == keys
