@@ -7,8 +7,11 @@
   reference configuration (``set_reference``; the node sets it to the current command
   each tick). An obstacle that appears on the arm therefore allows moves that reduce the
   penetration and refuses moves that increase it: "move out of it or hold, never deeper".
-  The comparison is per leaf pair (each cover sphere against each robot sphere or
-  primitive), so no part of the arm may go deeper, not only the worst one.
+  The comparison is per object pair (link/link, link/obstacle): no cover sphere of a pair
+  may get deeper than that pair's deepest penetration at the reference, so an arm resting
+  where two covers touch may slide along the contact or leave it (per sphere pair, every
+  motion that brought other spheres of the same links into contact was refused, and such
+  an arm could not move at all).
 - ``residual``/``jacobian``/``cost`` (soft): a clearance term, zero beyond ``clearance``
   [m] (padded distance), growing linearly inside it: one row per configuration for each of
   the ``max_rows`` closest object pairs (link/link or link/obstacle), so the SMC keeps a
