@@ -296,6 +296,39 @@ def test_a_high_poly_swept_finger_is_covered_through_a_convex_proxy(tmp_path, ca
     assert collision_model.SWEPT_PIECES == 200_000
 
 
+def test_a_link_over_the_sphere_budget_is_covered_coarser(tmp_path, caplog, monkeypatch):
+    """A link whose cover exceeds LINK_SPHERES is covered again at twice the tolerance (up
+    to 8x), logged; its cover still contains the geometry, with the larger excess
+    recorded (Baxter's 0.9 m pedestal from example-robot-data: about 19 000
+    spheres at 1 cm, 1401 at 2 cm; the node at 100 Hz with goals 63.9 -> 21.8 % of a core)."""
+    from smcik_ros.collision import model as collision_model
+    assert collision_model.LINK_SPHERES == 2000
+    mesh = trimesh.creation.box(extents=(0.3, 0.2, 0.4))
+    _write_mesh(str(tmp_path / 'part.stl'), mesh)
+    urdf = write_two_link_urdf(str(tmp_path), 'part.stl', name='budget')
+    chain = Chain.from_urdf(urdf, 'base_link', 'tool0')
+    fine = CollisionModel.from_urdf(chain, urdf, cache_dir='')
+    counts = dict(zip(fine.link_names, fine.link_count))
+    budget = int(min(counts.values())) - 1          # both links over it
+    monkeypatch.setattr(collision_model, 'LINK_SPHERES', budget)
+    with caplog.at_level(logging.INFO, logger='smcik_ros.collision'):
+        coarse = CollisionModel.from_urdf(chain, urdf, cache_dir='')
+    assert re.search(r"link 'link1': its cover at tolerance 0.01 m has more than \d+ "
+                     r'spheres; covered at 0.0[248] m', caplog.text), caplog.text
+    for name, count, excess in zip(coarse.link_names, coarse.link_count, coarse.link_excess):
+        assert count <= budget or 'at 0.08 m' in caplog.text
+        assert count < counts[name] and excess > fine.link_excess[
+            fine.link_names.index(name)]
+    constraint = CollisionConstraint(coarse, self_collision=False)
+    rng = np.random.default_rng(4)
+    for q in chain.random_configuration(rng, 3):
+        centers, radii, links = constraint.cover_spheres(q)
+        pose = chain.fk(q, 'link1')                  # link1's mesh: no origin, no scale
+        points = surface_points(mesh, 400) @ pose[:3, :3].T + pose[:3, 3]
+        sel = links == 'link1'
+        assert inside_cover(points, centers[sel], radii[sel]).all()
+
+
 def _link_points(fcl_robot, link):
     lk = [x for x in fcl_robot.urdf.robot.links if x.name == link][0]
     out = []

@@ -46,6 +46,7 @@ DEFAULT_TOLERANCE = 0.01      # [m] largest cover excess (sphere beyond the real
 MIN_TOLERANCE = 0.002         # [m] tighter covers take minutes and thousands of spheres
 DEFAULT_SKELETON_RADIUS = 0.01  # [m]
 MAX_SWEEP = 0.3    # [m] off-chain links whose points travel farther over their range are left out
+LINK_SPHERES = 2000  # most spheres of one link's cover: beyond, its tolerance doubles (to 8x)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,6 +199,16 @@ class CollisionModel:
                         continue
                 geometry[link.name] = items
                 covers = [_cover_element(g, att, tolerance, item_edge, cache_dir) for g in items]
+                coarse, edge = tolerance, item_edge
+                while sum(len(c.radii) for c in covers) > LINK_SPHERES and \
+                        coarse < 8.0 * tolerance:
+                    coarse, edge = 2.0 * coarse, None if edge is None else 2.0 * edge
+                    covers = [_cover_element(g, att, coarse, edge, cache_dir) for g in items]
+                if coarse != tolerance:
+                    _LOG.info('link %r: its cover at tolerance %g m has more than %d spheres; '
+                              'covered at %g m (%d spheres): a larger excess there, less work '
+                              'per collision query', link.name, tolerance, LINK_SPHERES,
+                              coarse, sum(len(c.radii) for c in covers))
                 link_covers.append((link.name, _merge(covers)))
         for name in attachments:
             if name not in geometry and name in raw_links and raw_links[name]['unsupported']:
