@@ -521,17 +521,23 @@ def _cholesky_substitute(low, b, y):
 
 
 @njit(cache=True)
+def _hamilton_row(aw, ax, ay, az, bw, bx, by, bz, out, i):
+    """Write the Hamilton product (aw, ax, ay, az) * (bw, bx, by, bz) into out[i] (the
+    operation order of ``rotations.quat_multiply``'s numpy form)."""
+    out[i, 0] = aw * bw - ax * bx - ay * by - az * bz
+    out[i, 1] = aw * bx + ax * bw + ay * bz - az * by
+    out[i, 2] = aw * by - ax * bz + ay * bw + az * bx
+    out[i, 3] = aw * bz + ax * by - ay * bx + az * bw
+
+
+@njit(cache=True)
 def quat_products(a, b):
     """Return the (N, 4) Hamilton products of (N, 4) quaternion rows a * b (w, x, y, z):
     ``rotations.quat_multiply`` (ball joints: each call covers all particles and joints)."""
     out = np.empty((a.shape[0], 4))
     for i in range(a.shape[0]):
-        aw, ax, ay, az = a[i, 0], a[i, 1], a[i, 2], a[i, 3]
-        bw, bx, by, bz = b[i, 0], b[i, 1], b[i, 2], b[i, 3]
-        out[i, 0] = aw * bw - ax * bx - ay * by - az * bz
-        out[i, 1] = aw * bx + ax * bw + ay * bz - az * by
-        out[i, 2] = aw * by - ax * bz + ay * bw + az * bx
-        out[i, 3] = aw * bz + ax * by - ay * bx + az * bw
+        _hamilton_row(a[i, 0], a[i, 1], a[i, 2], a[i, 3], b[i, 0], b[i, 1], b[i, 2], b[i, 3],
+                      out, i)
     return out
 
 
@@ -561,12 +567,8 @@ def quat_relative_rotvecs(q, ref, eps):
     count = ref.shape[0]
     for i in range(q.shape[0]):
         r = i % count
-        aw, ax, ay, az = q[i, 0], -q[i, 1], -q[i, 2], -q[i, 3]
-        bw, bx, by, bz = ref[r, 0], ref[r, 1], ref[r, 2], ref[r, 3]
-        rel[i, 0] = aw * bw - ax * bx - ay * by - az * bz
-        rel[i, 1] = aw * bx + ax * bw + ay * bz - az * by
-        rel[i, 2] = aw * by - ax * bz + ay * bw + az * bx
-        rel[i, 3] = aw * bz + ax * by - ay * bx + az * bw
+        _hamilton_row(q[i, 0], -q[i, 1], -q[i, 2], -q[i, 3],
+                      ref[r, 0], ref[r, 1], ref[r, 2], ref[r, 3], rel, i)
     return quat_rotvecs(rel, eps)
 
 

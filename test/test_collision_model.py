@@ -440,20 +440,21 @@ def test_srdf_folders_and_robot_names_of_other_layouts(tmp_path):
     """example-robot-data's layout: <pkg>/robots/x.urdf or <pkg>/urdf/x.urdf with
     <pkg>/srdf/; by stem first, else the SRDF naming the URDF's robot: the only one, or the
     one whose stem is that name among several; other ties and other names give None."""
-    pkg = tmp_path / 'kinova_description'
-    (pkg / 'robots').mkdir(parents=True)
-    (pkg / 'srdf').mkdir()
-    urdf = pkg / 'robots' / 'kinova.urdf'
-    urdf.write_text('<?xml version="1.0"?>\n<!-- <robot name="comment"> -->\n'
-                    '<robot name="kinova" xmlns:xacro="x"/>')
+    def package(name, folder, urdf_name, text):      # <name>/<folder>/<urdf_name>, srdf/
+        (tmp_path / name / folder).mkdir(parents=True)
+        (tmp_path / name / 'srdf').mkdir()
+        urdf = tmp_path / name / folder / urdf_name
+        urdf.write_text(text)
+        return tmp_path / name, urdf
+
+    pkg, urdf = package('kinova_description', 'robots', 'kinova.urdf',
+                        '<?xml version="1.0"?>\n<!-- <robot name="comment"> -->\n'
+                        '<robot name="kinova" xmlns:xacro="x"/>')
     (pkg / 'srdf' / 'kinova.srdf').write_text('<robot name="kinova"/>')
     assert conventional_srdf_path(str(urdf)) == str(pkg / 'srdf' / 'kinova.srdf')
-    ur = tmp_path / 'ur_description'
-    (ur / 'urdf').mkdir(parents=True)
-    (ur / 'srdf').mkdir()
-    robot = ur / 'urdf' / 'ur5_robot.urdf'
-    robot.write_text("<?xml version='1.0'?><!-- generated from <robot name='ur'> -->\n"
-                     "<robot name='ur5'/>")
+    ur, robot = package('ur_description', 'urdf', 'ur5_robot.urdf',
+                        "<?xml version='1.0'?><!-- generated from <robot name='ur'> -->\n"
+                        "<robot name='ur5'/>")
     assert conventional_srdf_path(str(robot)) is None
     (ur / 'srdf' / 'ur5_gripper.srdf').write_text('<robot name="ur5"/>')
     assert conventional_srdf_path(str(robot)) == str(ur / 'srdf' / 'ur5_gripper.srdf')

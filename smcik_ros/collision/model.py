@@ -431,12 +431,19 @@ def _package_roots(directory, name):
 _PACKAGE_NAME = re.compile(rb'<name>\s*([^<\s]+)\s*</name>')
 
 
-def _package_name(directory):
+def _file_head(path):
+    """Return the first 64 KiB of a file (where an XML file names its package or robot), or
+    None when it cannot be read."""
     try:
-        with open(os.path.join(directory, 'package.xml'), 'rb') as f:
-            match = _PACKAGE_NAME.search(f.read(65536))
+        with open(path, 'rb') as f:
+            return f.read(65536)
     except OSError:
         return None
+
+
+def _package_name(directory):
+    text = _file_head(os.path.join(directory, 'package.xml'))
+    match = _PACKAGE_NAME.search(text) if text is not None else None
     return match.group(1).decode() if match else None
 
 
@@ -494,12 +501,10 @@ _ROBOT_NAME = re.compile(rb'<robot\b[^>]*?\bname\s*=\s*["\']([^"\']+)["\']')
 
 def _robot_name(path):
     """Return the name attribute of the first <robot> element of an XML file, or None."""
-    try:
-        with open(path, 'rb') as f:
-            text = _XML_COMMENT.sub(b'', f.read(65536))
-    except OSError:
+    text = _file_head(path)
+    if text is None:
         return None
-    match = _ROBOT_NAME.search(text)
+    match = _ROBOT_NAME.search(_XML_COMMENT.sub(b'', text))
     return match.group(1).decode(errors='replace') if match else None
 
 
