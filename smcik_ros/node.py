@@ -1041,10 +1041,25 @@ class SmcIkNode(Node):
         command = self.loop.tick(now)
         if command is not None:
             self._publish_command(command, ns)
+            if not self._contact_noted:
+                self._contact_noted = True
+                self._note_contact(command.q)
         self._tick_times.append(time.perf_counter() - started)
         self._tick_cpu.append(time.thread_time() - cpu_started)
         if self._side.pending:      # markers, alternatives, status: when they fit
             self._side.run(self._time_to_next_tick, self._beside)
+
+    _contact_noted = False
+
+    def _note_contact(self, q):
+        """Log once, at the first command, the pairs the arm rests in contact with."""
+        try:
+            note = self._guard.contact_note(q)
+        except Exception as exc:      # a diagnostic: never in the way of the command stream
+            self._reporter('warn', 'contact_note', f'contact check failed ({exc})', exc)
+            return
+        if note is not None:
+            self._emit('warn', note)
 
     def _time_to_next_tick(self):
         """Return the seconds until the control timer fires next (None: unknown)."""

@@ -6,6 +6,7 @@ import pytest
 
 from smcik_ros.collision import (CollisionConstraint, KeepOutSphere, Obstacle, Scene,
                                  conventional_srdf_path, pose_matrix, self_collision_pairs)
+from smcik_ros.collision import constraint as constraint_module
 from smcik_ros.collision import engine
 from smcik_ros.errors import GoalError
 from smcik_ros.rotations import rotvec_to_matrix
@@ -118,9 +119,10 @@ def test_reference_allows_moving_out_but_never_deeper(arm):
         ref[pair] = min(ref.get(pair, 0.0), d)
     mine = _leaf_rows(c, cand_frames)
     at_reference = _leaf_table(c, chain.frames(q))
+    play = constraint_module.CONTACT_PLAY
     slid = 0
     for n in range(len(candidates)):
-        deeper = any(d < 0.0 and d < ref.get(pair, 0.0) - 1e-7
+        deeper = any(d < 0.0 and d < (ref[pair] - 1e-7 - play if pair in ref else 0.0)
                      for (pair, _, _), d in mine[n].items())
         assert bad[n] == deeper
         slid += not deeper and any(d < 0.0 and key not in at_reference
@@ -132,6 +134,85 @@ def test_reference_allows_moving_out_but_never_deeper(arm):
     assert slid > 0 or chain.nq == 7
     c.set_reference(None)
     assert c.violated(frames)[0]
+
+
+def test_a_contact_allowance_lasts_while_the_pair_stays_in_contact(arm):
+    """The per-pair allowance over a seeded walk of references (the node's commands) from a
+    start resting in an obstacle, against an oracle of the rule: a pair penetrating at a
+    reference may get as deep as when its contact began (plus CONTACT_PLAY, never fed
+    back), until a reference finds it CONTACT_RELEASE apart; then no penetration is
+    allowed. The explicit-reference motion check holds the same allowances."""
+    urdf, chain, model, pairs = arm
+    q = chain.neutral_configuration()
+    tool = chain.fk(q)[:3, 3]
+    scene = Scene({('o', 1): Obstacle.sphere(tool, 0.03)})
+    c = CollisionConstraint(model, scene, pairs=pairs)
+    release = constraint_module.CONTACT_RELEASE
+    play = constraint_module.CONTACT_PLAY
+    rng = np.random.default_rng(11)
+    oracle, released, wobbled, refused = {}, 0, 0, 0
+    for step in range(80):
+        drift = 0.0 if step < 40 else 0.012          # then away from the obstacle's centre
+        q_ref = chain.clip(q + rng.normal(0.0, 0.015, chain.nq))
+        q_ref = chain.clip(q_ref + drift * (step - 39) * _outward(chain, q_ref, tool))
+        c.set_reference(q_ref)
+        depth = _pair_depths(c, q_ref, release)
+        for p in list(oracle):
+            if p not in depth:
+                del oracle[p]
+                released += 1
+            elif depth[p] < oracle[p] - play:        # only a reference deeper than the play
+                oracle[p] = depth[p] - 1e-7
+        for p, d in depth.items():
+            if d < 0.0 and p not in oracle:
+                oracle[p] = d - 1e-7
+        allowed = dict(zip(*(v.tolist() for v in c.allowances())))
+        assert allowed.keys() == oracle.keys()
+        assert all(abs(allowed[p] - oracle[p]) < 1e-12 for p in oracle)
+        candidates = chain.clip(q_ref + rng.normal(0.0, 0.02, (30, chain.nq)))
+        rows = _leaf_rows(c, chain.frames(candidates))
+        expected = np.array([any(d < (oracle[p] - play if p in oracle else 0.0)
+                                 for (p, _, _), d in row.items()) for row in rows])
+        assert np.array_equal(c.violated(chain.frames(candidates)), expected), step
+        # Deeper than this reference but within the contact's allowance: the rule per
+        # reference alone refused these.
+        wobbled += sum(not bad and any(d < min(depth.get(p, 0.0), 0.0) - 1e-7
+                                       for (p, _, _), d in row.items())
+                       for bad, row in zip(expected, rows))
+        refused += int(expected.sum())
+        # The motion check holds the same allowances at its sub-steps (between them a
+        # cover point moves at most the motion resolution).
+        ok = c.check_motions(q_ref, candidates[:5])
+        for k in range(5):
+            path = q_ref + np.linspace(0.0, 1.0, 40)[1:, None] * (candidates[k] - q_ref)
+            deep = _leaf_rows(c, chain.frames(path))
+            slack = c.motion_resolution
+            if any(any(d < (oracle[p] - play if p in oracle else 0.0) - slack
+                       for (p, _, _), d in row.items()) for row in deep):
+                assert not ok[k], (step, k)
+            if ok[k]:
+                assert not c.violated(chain.frames(candidates[k:k + 1]))[0]
+    assert released >= 1 and wobbled > 0 and refused > 0, (released, wobbled, refused)
+
+
+def _outward(chain, q, point):
+    """Return the unit joint direction that moves the tool away from ``point`` fastest."""
+    frames = chain.frames(q[None])
+    tip = frames.link_transform()[1][0]
+    jac = frames.jacobian()[0, :3]
+    g = jac.T @ (tip - point)
+    return g / max(np.linalg.norm(g), 1e-12)
+
+
+def _pair_depths(c, q, threshold):
+    """Return {pair: smallest padded leaf distance} of the pairs closer than threshold."""
+    frames = c.model.chain.frames(q[None])
+    world = c._robot.world(frames)
+    leaves = engine.query(c._robot, world, c.pairs, c._obstacles(), threshold, c.padding)
+    out = {}
+    for p, d in zip(leaves.pair, leaves.d):
+        out[int(p)] = min(out.get(int(p), np.inf), float(d))
+    return out
 
 
 def _leaf_table(c, frames):

@@ -280,3 +280,27 @@ def test_status_says_why(guard_and_chain):
         assert guard.status(q)['collision_reason'] == ''
     finally:
         guard.replace({}, 'obstacles')
+
+
+def test_a_start_resting_in_contact_is_noted_with_its_pairs_and_the_tolerance(guard_and_chain):
+    """The node's one line at the first command: the pairs in contact, deepest first, with
+    their depths, and the cover tolerance to refine; nothing when the arm is clear."""
+    guard, chain = guard_and_chain
+    q = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
+    assert guard.contact_note(q) is None
+    elbow = chain.fk(q, link='link4')[:3, 3]
+    guard.replace({('t', 0): _box(elbow, (0.05, 0.05, 0.05)),
+                   ('t', 1): _box((0.0, 0.0, -0.052), (1.2, 1.2, 0.1))}, 'obstacles')
+    try:
+        contacts = guard.constraint.contacts(q)
+        assert contacts[0][0][1] == 't/0'        # the box round the elbow is the deepest
+        assert all(d < 0.0 for _, d in contacts)
+        assert [d for _, d in contacts] == sorted(d for _, d in contacts)
+        table = [(a, d) for (a, b), d in contacts if b == 't/1']
+        assert table and table[0][0] == 'base_link'
+        note = guard.contact_note(q)
+        first = contacts[0]
+        assert f'{first[0][0]} / {first[0][1]} {1e3 * first[1]:.1f} mm' in note
+        assert 'base_link / t/1' in note and 'collision_cover_tolerance, 0.01 m' in note
+    finally:
+        guard.replace({}, 'obstacles')

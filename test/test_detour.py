@@ -258,6 +258,46 @@ def test_the_detour_reaches_goals_behind_a_box_without_collision(demo):
     assert reached_count >= 0.8 * trials, f'{reached_count}/{trials} reached'
 
 
+def test_a_start_resting_in_contact_plans_and_never_gets_deeper(demo):
+    """The arm's base stands on a table whose box overlaps the base's cover (the covers
+    are conservative; Unitree Z1 folded at its zero pose rests likewise on its own links).
+    No joint moves the base, so no push out can clear the margin there: the detour's
+    start check ignores the pairs resting in contact, and its legs hold them to their
+    depth by the command stream's own check. Seeded trials: >= 70 % reached, no command
+    touching the box (FCL), the table pair never deeper than at the start."""
+    chain, model, robot = demo
+    table = Obstacle('box', (1.2, 1.2, 0.1), _translation(0.0, 0.0, -0.052))
+    trials, reached_count, planned = 6, 0, 0
+    for trial in range(trials):
+        guard, q0, q_goal, box = blocked_case(chain, model, trial)
+        guard.scene.apply([('add', ('test', 2), table)], 'obstacles')
+        start = _table_depth(guard, chain, q0)
+        assert start < -0.005           # the cover penetrates the table
+        loop, limits, stream, reached = run_loop(chain, guard, q0, chain.fk(q_goal), trial,
+                                                 1500)
+        qs = check_stream(chain, limits, stream)
+        assert fcl_contacts(chain, robot, box, qs) == 0, f'trial {trial}: a contact'
+        depths = [_table_depth(guard, chain, q) for q in qs[::10]]
+        assert min(depths) >= start - 1e-6, (trial, min(depths), start)
+        status = loop.status(stream.t)
+        planned += status['detours']['planned']
+        reached_count += reached is not None
+    assert planned >= trials and reached_count >= 0.7 * trials, (planned, reached_count)
+
+
+def _translation(x, y, z):
+    pose = np.eye(4)
+    pose[:3, 3] = (x, y, z)
+    return pose
+
+
+def _table_depth(guard, chain, q):
+    """The padded distance of the closest pair at q that involves the table (obstacle 2)."""
+    report = guard.constraint.distances(chain.frames(np.asarray(q)[None]))
+    assert report.names[0] == ('base_link', 'test/2'), report.names
+    return float(report.distance[0])
+
+
 def test_held_at_the_margin_is_a_block_and_an_answer_within_tolerance_is_not(demo):
     """The trigger's second test (no refusal needed: the solvers keep out of collision, so
     on some arms the answer itself stops at the margin): blocked when the solver's answer is

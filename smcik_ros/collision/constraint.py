@@ -11,7 +11,15 @@
   may get deeper than that pair's deepest penetration at the reference, so an arm resting
   where two covers touch may slide along the contact or leave it (per sphere pair, every
   motion that brought other spheres of the same links into contact was refused, and such
-  an arm could not move at all).
+  an arm could not move at all). The depth allowed per pair lasts over the references
+  while the pair stays in contact: a pair that penetrates at a reference may get as deep
+  as there (its allowance) at every later reference until one finds it at least
+  ``CONTACT_RELEASE`` [m] apart; then the ordinary rule (no penetration) holds for it
+  again. Sliding along a contact between bumpy sphere covers wobbles its depth by up to
+  the covers' tolerance; compared with each tick's reference alone, every wobble deeper
+  than the last command was refused and an arm resting in contact (Unitree Z1 folded at
+  its zero pose) could hardly move. The arm still never gets deeper than it was when the
+  contact was first seen.
 - ``residual``/``jacobian``/``cost`` (soft): a clearance term, zero beyond ``clearance``
   [m] (padded distance), growing linearly inside it: one row per configuration for each of
   the ``max_rows`` closest object pairs (link/link or link/obstacle), so the SMC keeps a
@@ -51,6 +59,15 @@ __all__ = ['CollisionConstraint', 'CollisionReport', 'KeepOutObstacle', 'KeepOut
 DEFAULT_PADDING = 0.002     # [m] (the covers are conservative; this is the clearance kept)
 DEFAULT_CLEARANCE = 0.01    # [m]
 _REFERENCE_TOLERANCE = 1e-7  # [m] "not deeper" slack (rounding of identical configurations)
+# [m] a pair this far apart at a reference has left its contact: its allowance ends (the
+# module doc). Above the covers' depth wobble along a contact, well below their tolerance.
+CONTACT_RELEASE = 0.005
+# [m] how much deeper than its allowance a pair in contact may be at a check: what a motion
+# planned to the allowance itself (the detour, ``play=0``) may dip between its sub-steps
+# and those of the command stream's own check. Never fed back into the allowance.
+CONTACT_PLAY = 0.00025
+_NO_PAIRS = np.zeros(0, dtype=np.int64)
+_NO_SHIFT = np.zeros(0)
 
 
 class CollisionReport:
@@ -119,6 +136,7 @@ class CollisionConstraint(Constraint):
         self.set_pairs(pairs if self.self_collision else None)
         self._reference_q = None
         self._reference = None
+        self._allowance = None       # (state key, pair ids, allowed distances) (module doc)
         self._obstacle_cache = (None, None)
         self._cache = None
         self._rows_cache = None
@@ -167,9 +185,13 @@ class CollisionConstraint(Constraint):
 
     def set_reference(self, q):
         """Set the configuration (nq,) whose penetrations may persist but not deepen (None:
-        none may exist). The node calls this with the current command every tick."""
+        none may exist, and the allowances are forgotten). The node calls this with the
+        current command every tick: the per-pair allowances follow the references (module
+        doc): they are computed at the first reference and, while some pair has one, at
+        every later one (a query of q each time), else when next needed."""
         if q is None:
             self._reference_q = None
+            self._allowance = None
         else:
             q = np.asarray(q, dtype=float)
             if q.shape != (self.model.chain.nq,) or not np.all(np.isfinite(q)):
@@ -177,6 +199,9 @@ class CollisionConstraint(Constraint):
                                 f'numbers; got shape {q.shape}')
             self._reference_q = q.copy()
         self._reference = None
+        if self._reference_q is not None and (self._allowance is None
+                                              or len(self._allowance[1])):
+            self._allowance_table()
 
     def fork(self):
         """Return a twin of this constraint for a solver that steps in another thread.
@@ -193,6 +218,7 @@ class CollisionConstraint(Constraint):
         twin.scene = self.scene.snapshot()
         twin._reference_q = None if self._reference_q is None else self._reference_q.copy()
         twin._reference = None
+        twin._allowance = self._allowance
         twin._obstacle_cache = (None, None)
         twin._cache = twin._rows_cache = None
         return twin
@@ -324,36 +350,81 @@ class CollisionConstraint(Constraint):
     def _eval_threshold(self):
         return max(self.clearance, 0.0) + 1e-12
 
-    def _reference_table(self, q=None):
-        """Return (sorted pair ids, allowed distances) of the pairs that penetrate at ``q``
-        (or the stored reference): each pair's deepest padded distance there."""
-        explicit = q is not None
-        if not explicit:
-            if self._reference_q is None:
-                return None
-            if self._reference is not None and self._reference[0] == self._state_key():
-                return self._reference[1]
-            q = self._reference_q
-        _, leaves = self._run(self.model.chain.frames(np.asarray(q, dtype=float)), 0.0)
+    def _reference_table(self, q=None, play=None):
+        """Return (sorted pair ids, allowed padded distances) of the pairs that may
+        penetrate, for a check: the contact allowances (module doc; ``play`` [m] below
+        them, default ``CONTACT_PLAY``) and, at an explicit configuration ``q``, each other
+        pair's deepest penetration there."""
+        play = CONTACT_PLAY if play is None else float(play)
+        stored = self._allowance_table()
+        if stored is not None and play:
+            stored = (stored[0], stored[1] - play)
+        if q is None:
+            return stored
+        pairs, depth = self._pair_depths(q, 0.0)
+        table = (pairs, depth - _REFERENCE_TOLERANCE)
+        if stored is None or not len(stored[0]):
+            return table
+        return _merge_min(stored, _drop(table, stored[0]))
+
+    def _allowance_table(self):
+        """Return the allowances (sorted pair ids, allowed padded distances) brought up to
+        the stored reference, or None without one."""
+        key = self._state_key()
+        if self._reference_q is None:
+            return None
+        if self._reference is not None and self._reference[0] == key:
+            return self._reference[1]
+        pairs, depth = self._pair_depths(self._reference_q, CONTACT_RELEASE)
+        previous = self._allowance
+        allowed = depth - _REFERENCE_TOLERANCE
+        if previous is not None and previous[0] == key and len(previous[1]):
+            # Pairs still in contact keep their allowance, unless the reference is deeper
+            # than the play allows (a measured resync); those farther apart are dropped by
+            # the query's threshold. Never lowered by the commands themselves.
+            old_pairs, old_allowed = previous[1:]
+            pos = np.minimum(np.searchsorted(old_pairs, pairs), len(old_pairs) - 1)
+            known = old_pairs[pos] == pairs
+            old = old_allowed[pos[known]]
+            allowed[known] = np.where(depth[known] >= old - CONTACT_PLAY, old,
+                                      allowed[known])
+            keep = known | (depth < 0.0)
+        else:
+            keep = depth < 0.0
+        table = (pairs[keep], allowed[keep])
+        self._allowance = (key,) + table
+        self._reference = (key, table)
+        return table
+
+    def _pair_depths(self, q, threshold):
+        """Return (sorted pair ids, smallest padded distance) of the object pairs closer
+        than ``threshold`` [m] at the configuration q (nq,)."""
+        _, leaves = self._run(self.model.chain.frames(np.asarray(q, dtype=float)), threshold)
         order = np.lexsort((leaves.d, leaves.pair))
         pairs, depth = leaves.pair[order], leaves.d[order]
         first = np.ones(len(pairs), dtype=bool)
         first[1:] = pairs[1:] != pairs[:-1]
-        table = (pairs[first], depth[first] - _REFERENCE_TOLERANCE)
-        if not explicit:
-            self._reference = (self._state_key(), table)
-        return table
+        return pairs[first], depth[first]
 
-    def _violating(self, leaves, reference=None):
+    def allowances(self):
+        """Return (pair ids, allowed padded distances [m] < 0) of the object pairs that may
+        penetrate, brought up to the stored reference (empty without one). The ids are
+        those of ``pair_names``; they hold while ``version`` is unchanged."""
+        table = self._allowance_table()
+        if table is None:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        return table[0].copy(), table[1].copy()
+
+    def _violating(self, leaves, reference=None, play=None):
         """Return the (K,) mask of leaves that violate: d < 0 and deeper than their pair's
-        deepest penetration at the reference (the stored one, or the configuration
+        allowance (``_reference_table``: the stored reference's, or at the configuration
         ``reference``; looked up only when needed). Per pair, not per sphere pair: an arm
         resting where two covers overlap (conservative covers of a folded start pose) may
         slide along the contact as long as it gets no deeper, and leave it."""
         bad = leaves.d < 0.0
         if not bad.any():
             return bad
-        table = self._reference_table(reference)
+        table = self._reference_table(reference, play)
         if table is None or not len(table[0]):
             return bad
         idx = np.flatnonzero(bad)
@@ -494,11 +565,16 @@ class CollisionConstraint(Constraint):
         return picked.d.copy(), self._distance_gradients(first, world, picked)
 
     # ------------------------------------------------------------------ reports
-    def distances(self, frames, search=(0.05, 0.25, 1.0, np.inf)):
+    def distances(self, frames, search=(0.05, 0.25, 1.0, np.inf), credit=None):
         """Return a ``CollisionReport``: per configuration the closest pair and its points.
 
         Distances beyond the last finite ``search`` threshold are still exact (the last
-        search has no bound); configurations without geometry give inf.
+        search has no bound); configurations without geometry give inf. credit [m]: report
+        the pairs that may penetrate (``allowances``) as ``credit`` plus their distance
+        beyond their allowance, so that a pair held at its allowance counts as ``credit``
+        away (the detour's margin: a start resting in contact is not "inside the margin");
+        with a credit, a distance at or beyond the last finite threshold is reported as that
+        threshold (a lower bound).
         """
         n = len(frames)
         dist = np.full(n, np.inf)
@@ -507,6 +583,8 @@ class CollisionConstraint(Constraint):
         pb = np.full((n, 3), np.nan)
         if not len(self._robot.radii):
             return CollisionReport(dist, names, pa, pb)
+        pairs, shift = self.allowances() if credit is not None else (_NO_PAIRS, _NO_SHIFT)
+        shift = float(credit) - shift if len(pairs) else shift
         todo = np.arange(n)
         for threshold in search:
             if not len(todo):
@@ -515,17 +593,30 @@ class CollisionConstraint(Constraint):
             world, leaves = self._run(sub, float(threshold), nearest=True)
             if not len(leaves):
                 continue
-            order = np.lexsort((leaves.d, leaves.n))
+            d = leaves.d
+            if len(pairs):
+                pos = np.minimum(np.searchsorted(pairs, leaves.pair), len(pairs) - 1)
+                d = d + np.where(pairs[pos] == leaves.pair, shift[pos], 0.0)
+            order = np.lexsort((d, leaves.n))
             first = np.ones(len(order), dtype=bool)
             first[1:] = leaves.n[order][1:] != leaves.n[order][:-1]
-            best = leaves.select(order[first])
+            pick = order[first]
+            if len(pairs):
+                # A shifted best at or beyond the threshold may hide a leaf this search did
+                # not reach: that configuration goes on to the next threshold.
+                pick = pick[d[pick] < threshold]
+                if not len(pick):
+                    continue
+            best = leaves.select(pick)
             a_pts, b_pts = self._closest_points(world, best)
             rows = todo[best.n]
-            dist[rows] = best.d
+            dist[rows] = d[pick]
             pa[rows], pb[rows] = a_pts, b_pts
             for k, r in enumerate(rows):
                 names[r] = self.pair_names(int(best.pair[k]))
             todo = np.setdiff1d(todo, rows)
+        if len(pairs) and len(todo):
+            dist[todo] = search[-1]
         return CollisionReport(dist, names, pa, pb)
 
     def pair_names(self, pair):
@@ -573,6 +664,13 @@ class CollisionConstraint(Constraint):
                 'points': None if pair is None else np.stack([report.point_a[0],
                                                               report.point_b[0]])}
 
+    def contacts(self, q):
+        """Return [((name a, name b), padded distance [m] < 0)] of the object pairs that
+        penetrate at the configuration q (nq,), deepest first."""
+        pairs, depth = self._pair_depths(q, 0.0)
+        order = np.argsort(depth, kind='stable')
+        return [(self.pair_names(int(pairs[k])), float(depth[k])) for k in order]
+
     def cover_spheres(self, q, padded=False):
         """Return (centres (S, 3) [m] in the base frame, radii (S,), link names (S,)) at q."""
         frames = self.model.chain.frames(np.asarray(q, dtype=float))
@@ -610,13 +708,14 @@ class CollisionConstraint(Constraint):
         bound = float(np.max(self._lever @ dv)) if len(self._lever) else 0.0
         return max(1, int(math.ceil(bound / resolution))), bound
 
-    def check_motion(self, q_from, q_to, resolution=None):
+    def check_motion(self, q_from, q_to, resolution=None, play=None):
         """Return (ok, info) for the straight joint motion from q_from to q_to (nq,).
 
         The motion is checked at ``count`` evenly spaced sub-steps (q_to included) such that
         no cover point moves more than the resolution between two; ok is False when any
         sub-step violates the constraint with q_from as the reference (it may not go deeper
-        into what q_from already penetrates). info: substeps, bound [m] (largest cover-point
+        into what q_from already penetrates, nor below the allowances of the pairs in
+        contact, ``play`` as in ``check_motions``). info: substeps, bound [m] (largest cover-point
         displacement of the whole motion), first_bad (fraction of the motion, or None),
         distance [m] and pair (names) of the worst sub-step.
         """
@@ -632,7 +731,7 @@ class CollisionConstraint(Constraint):
             info.update(distance=np.inf, pair=None)
             return True, info
         leaves, _ = self._query(frames, self._eval_threshold())
-        bad = self._violating(leaves, q_from)
+        bad = self._violating(leaves, q_from, play)
         if bad.any():
             first = int(leaves.n[bad].min())
             info['first_bad'] = float(s[first])
@@ -648,9 +747,12 @@ class CollisionConstraint(Constraint):
             info['pair'] = None
         return not bad.any(), info
 
-    def check_motions(self, q_from, q_tos, resolution=None):
+    def check_motions(self, q_from, q_tos, resolution=None, play=None):
         """Return (K,) bool: ``check_motion(q_from, q_to)`` for each row of q_tos (K, nq), in
-        one batched evaluation (sub-steps of every motion together)."""
+        one batched evaluation (sub-steps of every motion together). play [m]: how far
+        below their allowances the pairs in contact may go (default ``CONTACT_PLAY``; a
+        planner checks its plan with 0, so the command stream's own check of the same
+        motion at other sub-steps finds it allowed)."""
         chain = self.model.chain
         q_from = np.asarray(q_from, dtype=float)
         q_tos = np.atleast_2d(np.asarray(q_tos, dtype=float))
@@ -665,7 +767,7 @@ class CollisionConstraint(Constraint):
         path = np.concatenate(paths)
         owner = np.concatenate(owner)
         leaves, _ = self._query(chain.frames(path), self._eval_threshold())
-        bad = self._violating(leaves, q_from)
+        bad = self._violating(leaves, q_from, play)
         ok = np.ones(len(q_tos), dtype=bool)
         ok[np.unique(owner[leaves.n[bad]])] = False
         return ok
@@ -790,18 +892,18 @@ class KeepOutObstacle(CollisionConstraint):
         self._ensure(frames)
         return CollisionConstraint.violated(self, frames, reference)
 
-    def distances(self, frames, search=(0.05, 0.25, 1.0, np.inf)):
+    def distances(self, frames, search=(0.05, 0.25, 1.0, np.inf), credit=None):
         self._ensure(frames)
-        return CollisionConstraint.distances(self, frames, search)
+        return CollisionConstraint.distances(self, frames, search, credit)
 
     def inequality_rows(self, frames, influence, per_pair=3):
         self._ensure(frames)
         return CollisionConstraint.inequality_rows(self, frames, influence, per_pair)
 
-    def check_motion(self, q_from, q_to, resolution=None):
+    def check_motion(self, q_from, q_to, resolution=None, play=None):
         if self._bound_chain is None:
             raise GoalError(f'{type(self).__name__}: bind it to a chain first')
-        return CollisionConstraint.check_motion(self, q_from, q_to, resolution)
+        return CollisionConstraint.check_motion(self, q_from, q_to, resolution, play)
 
 
 class KeepOutSphere(KeepOutObstacle):
@@ -849,6 +951,27 @@ def _non_negative(value, what):
     if not math.isfinite(value) or value < 0.0:
         raise GoalError(f'{what} must be a number >= 0 [m]; got {value}')
     return value
+
+
+def _drop(table, pairs):
+    """Return the (sorted pair ids, values) table without the entries of ``pairs`` (sorted)."""
+    if not len(pairs) or not len(table[0]):
+        return table
+    pos = np.minimum(np.searchsorted(pairs, table[0]), len(pairs) - 1)
+    keep = pairs[pos] != table[0]
+    return table[0][keep], table[1][keep]
+
+
+def _merge_min(a, b):
+    """Return the union of two (sorted pair ids, values) tables, the smaller value where a
+    pair is in both."""
+    pairs = np.concatenate([a[0], b[0]])
+    values = np.concatenate([a[1], b[1]])
+    order = np.lexsort((values, pairs))
+    pairs, values = pairs[order], values[order]
+    first = np.ones(len(pairs), dtype=bool)
+    first[1:] = pairs[1:] != pairs[:-1]
+    return pairs[first], values[first]
 
 
 def _match_rows(rows, table):

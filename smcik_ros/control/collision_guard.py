@@ -35,6 +35,7 @@ import numpy as np
 from ..collision import (DEFAULT_CLEARANCE, DEFAULT_PADDING, DEFAULT_TOLERANCE, MIN_TOLERANCE,
                          CollisionConstraint, CollisionModel, Obstacle, Scene,
                          conventional_srdf_path, parse_srdf, self_collision_pairs)
+from ..collision.constraint import CONTACT_RELEASE
 from ..errors import GoalError, ModelError, ParameterError
 
 __all__ = ['CollisionSettings', 'CollisionGuard', 'choose_srdf', 'reach_bound',
@@ -511,6 +512,25 @@ class CollisionGuard:
         if report[0] != key:
             report = self._report = (key, monitor.status(q))
         return report[1]
+
+    def contact_note(self, q):
+        """Return a log line when the arm rests in contact at q (nq,), else None: which
+        pairs, how deep, what the constraint allows them (docs/collision.md, "Contact
+        allowances"), and the covers' tolerance to refine where they are artefacts."""
+        if not self.has_geometry:
+            return None
+        contacts = self.constraint.contacts(q)
+        if not contacts:
+            return None
+        shown = ', '.join(f'{a} / {b} {1e3 * d:.1f} mm' for (a, b), d in contacts[:4])
+        more = f' and {len(contacts) - 4} more' if len(contacts) > 4 else ''
+        return (f'the arm rests in contact at its first command: {shown}{more} (padded cover '
+                f'distances); those pairs may stay as deep, never deeper, until '
+                f'{1e3 * CONTACT_RELEASE:g} mm apart. Where the real parts are apart (the '
+                f'covers exceed the meshes by up to collision_cover_tolerance, '
+                f'{self.model.tolerance:g} m), a smaller collision_cover_tolerance tightens '
+                'them (e.g. 0.004 for a small arm folded at rest; the first start then '
+                'computes finer covers)')
 
     def status(self, q, refusal=None, blocked=False):
         """Return the collision fields of ~/status at the command q (JSON-ready).

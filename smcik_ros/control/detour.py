@@ -494,7 +494,20 @@ class Detour:
         return out
 
     def _leg(self, a, b):
-        """Generator: return whether the straight leg a -> b is certified free (module doc)."""
+        """Generator: return whether the straight leg a -> b is certified free (module doc);
+        while the arm rests in contact (``_clearance``), the pairs in contact are also held
+        to their allowances at the collision check's sub-steps, without its play (so that
+        the command stream's own check, at other sub-steps, allows the leg too)."""
+        free = yield from self._certified(a, b)
+        for c in self._constraints:
+            if free and hasattr(c, 'allowances') and len(c.allowances()[0]):
+                yield
+                free = bool(c.check_motions(a, b[None], play=0.0)[0])
+        return free
+
+    def _certified(self, a, b):
+        """Generator: return whether the leg a -> b keeps the margin by the Lipschitz
+        bound of the covers' motion (module doc)."""
         s = self.settings
         collision = [c for c in self._constraints if hasattr(c, 'motion_substeps')]
         bound = max((c.motion_substeps(a, b)[1] for c in collision), default=0.0)
@@ -537,7 +550,14 @@ class Detour:
 
     def _clearance(self, qs, constraints=None):
         """Return (K,) the smallest padded clearance [m] of the hard constraints at qs (K, n)
-        (capped at CLEARANCE_CAP; -inf where a constraint without distances is violated)."""
+        (capped at CLEARANCE_CAP; -inf where a constraint without distances is violated).
+
+        A pair that may penetrate (the arm rests in contact: the collision constraint's
+        ``allowances``) does not count here: a start resting in contact is not "inside
+        the margin", and the legs are held to the allowances by the sub-stepped motion
+        check instead (``_leg``). Before, such a start needed a push out to
+        twice the margin that a pair the joints barely move (two links meeting near a
+        joint axis) could never reach: Unitree Z1 folded at its zero pose."""
         constraints = self._constraints if constraints is None else constraints
         qs = np.atleast_2d(qs)
         out = np.full(len(qs), CLEARANCE_CAP)
@@ -546,7 +566,8 @@ class Detour:
         frames = self.chain.frames(qs)
         for c in constraints:
             if hasattr(c, 'distances'):
-                d = c.distances(frames, search=(CLEARANCE_CAP,)).distance
+                d = c.distances(frames, search=(CLEARANCE_CAP,),
+                                credit=CLEARANCE_CAP).distance
                 out = np.minimum(out, d)
             else:
                 out[np.asarray(c.violated(frames), dtype=bool)] = -np.inf
