@@ -296,6 +296,37 @@ def test_a_high_poly_swept_finger_is_covered_through_a_convex_proxy(tmp_path, ca
     assert collision_model.SWEPT_PIECES == 200_000
 
 
+def test_the_sweep_travel_is_the_longest_vertex_path_found_on_the_hull(tmp_path):
+    """The travel bound of a swept element (links on joints off the chain beyond MAX_SWEEP
+    are left out) places only the convex hull's vertices: a point's path length over the
+    poses is convex in the point, so the largest is at a hull vertex. Same value as placing
+    every vertex, for meshes whose farthest point is inside a face's fan (an off-axis,
+    rotated, translated ellipsoid) over revolute and screw-like pose sets."""
+    from smcik_ros.collision import model as collision_model
+    rng = np.random.default_rng(4)
+    for trial in range(4):
+        body = trimesh.creation.icosphere(subdivisions=3)
+        body.apply_scale(rng.uniform(0.01, 0.05, 3))
+        body.apply_translation(rng.uniform(-0.05, 0.05, 3))
+        path = str(tmp_path / f'part{trial}.stl')
+        _write_mesh(path, body)
+        origin = np.eye(4)
+        origin[:3, 3] = rng.uniform(-0.02, 0.02, 3)
+        geom = collision_model.LinkGeometry('part', 'mesh', origin, mesh_path=path)
+        angles = np.linspace(-1.0, rng.uniform(0.5, 2.0), 40)
+        poses = np.tile(np.eye(4), (len(angles), 1, 1))
+        poses[:, 0, 0] = poses[:, 1, 1] = np.cos(angles)
+        poses[:, 0, 1], poses[:, 1, 0] = -np.sin(angles), np.sin(angles)
+        poses[:, 2, 3] = 0.01 * trial * angles              # a screw for trials > 0
+        att = collision_model._Attachment(0, poses, 1)
+        vertices, _ = collision_model.load_mesh(path, (1.0, 1.0, 1.0))
+        placed = vertices @ origin[:3, :3].T + origin[:3, 3]
+        placed = np.einsum('kij,vj->kvi', poses[:, :3, :3], placed) + poses[:, None, :3, 3]
+        brute = np.linalg.norm(np.diff(placed, axis=0), axis=-1).sum(axis=0).max()
+        travel = collision_model._sweep_travel(geom, att, 0.01)
+        assert travel == pytest.approx(brute, rel=1e-12, abs=1e-15), trial
+
+
 def test_a_link_over_the_sphere_budget_is_covered_coarser(tmp_path, caplog, monkeypatch):
     """A link whose cover exceeds LINK_SPHERES is covered again at twice the tolerance (up
     to 8x), logged; its cover still contains the geometry, with the larger excess
