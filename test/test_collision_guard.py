@@ -304,3 +304,32 @@ def test_a_start_resting_in_contact_is_noted_with_its_pairs_and_the_tolerance(gu
         assert 'base_link / t/1' in note and 'collision_cover_tolerance, 0.01 m' in note
     finally:
         guard.replace({}, 'obstacles')
+
+
+def test_an_arm_resting_in_contact_goes_straight_to_the_fine_check(guard_and_chain,
+                                                                   monkeypatch):
+    """While a pair rests in contact at the reference (the base on a table box overlapping
+    its cover), the coarse pass could not pass and is skipped (no distance query): every
+    verdict is the fine check's, and equals check_motion's. Clear again, it runs."""
+    guard, chain = guard_and_chain
+    constraint = guard.constraint
+    calls = []
+    distances = constraint.distances
+    monkeypatch.setattr(constraint, 'distances',
+                        lambda *a, **k: calls.append(1) or distances(*a, **k))
+    q = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
+    guard.replace({('t', 1): _box((0.0, 0.0, -0.052), (1.2, 1.2, 0.1))}, 'obstacles')
+    try:
+        constraint.set_reference(q)
+        assert len(constraint.allowances()[0]) == 1
+        rng = np.random.default_rng(5)
+        for k in range(12):
+            q_to = chain.clip(q + rng.normal(0.0, 0.05, 7))
+            ok = guard(q, q_to)
+            assert ok == constraint.check_motion(q, q_to)[0]
+        assert not calls
+        guard.replace({}, 'obstacles')
+        constraint.set_reference(q)
+        assert guard(q, chain.clip(q + 0.2)) and guard.last_check.get('coarse') and calls
+    finally:
+        guard.replace({}, 'obstacles')

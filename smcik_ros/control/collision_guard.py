@@ -439,10 +439,13 @@ class CollisionGuard:
         """The coarse pass: True when every coarse sub-step (ends included) is at least
         ``coarse_resolution - padding`` clear (then no point between comes closer than 0);
         False when one is not; None when there is no coarse pass (off, or the motion is so
-        short that the fine pass is as cheap). A free pass anchors at q_to."""
+        short that the fine pass is as cheap). A free pass anchors at q_to. Skipped (False)
+        while the arm rests in contact (``allowances``: a pair within CONTACT_RELEASE at the
+        reference, less than the coarse pass needs): it could not pass, and cost TIAGo's
+        arm, resting against its torso, 1.5 ms of its 4 ms ticks."""
         constraint = self.constraint
         coarse = self.settings.coarse_resolution
-        if not coarse > constraint.padding:
+        if not coarse > constraint.padding or len(constraint.allowances()[0]):
             return False
         count, _ = constraint.motion_substeps(q_from, q_to, coarse)
         fine, _ = constraint.motion_substeps(q_from, q_to)
