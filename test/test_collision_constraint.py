@@ -195,6 +195,50 @@ def test_a_contact_allowance_lasts_while_the_pair_stays_in_contact(arm):
     assert released >= 1 and wobbled > 0 and refused > 0, (released, wobbled, refused)
 
 
+def test_credited_distances_shift_only_the_pairs_in_contact(arm):
+    """``distances(credit=c)`` (the detour's clearance): pairs with an allowance count as c
+    plus their distance beyond it, the others as they are; per configuration the smallest,
+    capped at CREDIT_SEARCH. A nearer pair is never hidden behind a shifted one (the
+    closest leaf of a configuration is often the contact's). Brute force per pair."""
+    urdf, chain, model, pairs = arm
+    q = chain.neutral_configuration()
+    tool = chain.fk(q)[:3, 3]
+    table = np.eye(4)
+    table[:3, 3] = (0.0, 0.0, -0.052)
+    probe = CollisionConstraint(model, Scene({('o', 2): Obstacle.sphere(tool, 0.001)}),
+                                pairs=pairs)
+    reach = min(d for p, d in _pair_depths(probe, q, 1.0).items()
+                if probe.pair_names(p)[1] == 'o/2')
+    assert reach < 0.0                         # the tool's cover holds its own origin
+    center = tool + (0.0, 0.0, 0.1)            # then a sphere 4 mm clear of the arm above it
+    probe.scene.apply([('add', ('o', 2), Obstacle.sphere(center, 0.001))], 'test')
+    gap = min(d for p, d in _pair_depths(probe, q, 1.0).items()
+              if probe.pair_names(p)[1] == 'o/2')
+    assert gap > 0.01
+    scene = Scene({('o', 1): Obstacle('box', (1.2, 1.2, 0.1), table),
+                   ('o', 2): Obstacle.sphere(center, 0.001 + gap - 0.004)})
+    c = CollisionConstraint(model, scene, pairs=pairs)
+    c.set_reference(q)
+    allowed = dict(zip(*(v.tolist() for v in c.allowances())))
+    assert allowed and all(c.pair_names(p)[1] == 'o/1' for p in allowed)    # the table
+    assert min(allowed.values()) < -0.005
+    credit, cap = 0.2, constraint_module.CREDIT_SEARCH
+    qs = chain.clip(q + np.random.default_rng(8).normal(0.0, 0.05, (40, chain.nq)))
+    report = c.distances(chain.frames(qs), search=(0.2,), credit=credit)
+    hidden = 0
+    for k, qk in enumerate(qs):
+        depth = _pair_depths(c, qk, 1.0)
+        shifted = [d + credit - allowed[p] if p in allowed else d for p, d in depth.items()]
+        assert report.distance[k] == pytest.approx(min(min(shifted), cap), abs=1e-12), k
+        raw_nearest = min(depth, key=depth.get)
+        hidden += raw_nearest in allowed and min(shifted) < cap
+    assert hidden > 0            # configurations where the nearest leaf is the contact's
+    plain = c.distances(chain.frames(qs))
+    c.set_reference(None)
+    assert np.array_equal(c.distances(chain.frames(qs), credit=credit).distance,
+                          plain.distance)              # no allowance: unchanged
+
+
 def _outward(chain, q, point):
     """Return the unit joint direction that moves the tool away from ``point`` fastest."""
     frames = chain.frames(q[None])

@@ -66,6 +66,8 @@ CONTACT_RELEASE = 0.005
 # planned to the allowance itself (the detour, ``play=0``) may dip between its sub-steps
 # and those of the command stream's own check. Never fed back into the allowance.
 CONTACT_PLAY = 0.00025
+# [m] the largest threshold of a credited ``distances`` query (all leaves below it are taken).
+CREDIT_SEARCH = 0.05
 _NO_PAIRS = np.zeros(0, dtype=np.int64)
 _NO_SHIFT = np.zeros(0)
 
@@ -572,9 +574,11 @@ class CollisionConstraint(Constraint):
         search has no bound); configurations without geometry give inf. credit [m]: report
         the pairs that may penetrate (``allowances``) as ``credit`` plus their distance
         beyond their allowance, so that a pair held at its allowance counts as ``credit``
-        away (the detour's margin: a start resting in contact is not "inside the margin");
-        with a credit, a distance at or beyond the last finite threshold is reported as that
-        threshold (a lower bound).
+        away (the detour's clearance: a start resting in contact is not "inside the
+        margin"). While some pair has an allowance, that takes every leaf below one
+        threshold, min(first ``search`` threshold, ``CREDIT_SEARCH``), instead of each
+        configuration's nearest (which may be a shifted one hiding a nearer pair), and
+        reports at most that threshold (a lower bound).
         """
         n = len(frames)
         dist = np.full(n, np.inf)
@@ -584,13 +588,15 @@ class CollisionConstraint(Constraint):
         if not len(self._robot.radii):
             return CollisionReport(dist, names, pa, pb)
         pairs, shift = self.allowances() if credit is not None else (_NO_PAIRS, _NO_SHIFT)
-        shift = float(credit) - shift if len(pairs) else shift
+        if len(pairs):
+            shift = float(credit) - shift
+            search = (min(float(search[0]), CREDIT_SEARCH),)
         todo = np.arange(n)
         for threshold in search:
             if not len(todo):
                 break
             sub = frames if len(todo) == n else frames.subset(todo)
-            world, leaves = self._run(sub, float(threshold), nearest=True)
+            world, leaves = self._run(sub, float(threshold), nearest=not len(pairs))
             if not len(leaves):
                 continue
             d = leaves.d
@@ -602,9 +608,7 @@ class CollisionConstraint(Constraint):
             first[1:] = leaves.n[order][1:] != leaves.n[order][:-1]
             pick = order[first]
             if len(pairs):
-                # A shifted best at or beyond the threshold may hide a leaf this search did
-                # not reach: that configuration goes on to the next threshold.
-                pick = pick[d[pick] < threshold]
+                pick = pick[d[pick] < threshold]      # the rest: at least the threshold
                 if not len(pick):
                     continue
             best = leaves.select(pick)
