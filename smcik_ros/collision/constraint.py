@@ -11,8 +11,9 @@
   may get deeper than that pair's deepest penetration at the reference, so an arm resting
   where two covers touch may slide along the contact or leave it (per sphere pair, every
   motion that brought other spheres of the same links into contact was refused, and such
-  an arm could not move at all). The depth allowed per pair lasts over the references
-  while the pair stays in contact: a pair that penetrates at a reference may get as deep
+  an arm could not move at all). For pairs resting in contact (self pairs, obstacles on
+  links no joint moves) the depth allowed lasts over the references while the pair stays
+  in contact (an obstacle on a moving link keeps the per-reference rule): a pair that penetrates at a reference may get as deep
   as there (its allowance) at every later reference until one finds it at least
   ``CONTACT_RELEASE`` [m] apart; then the ordinary rule (no penetration) holds for it
   again. Sliding along a contact between bumpy sphere covers wobbles its depth by up to
@@ -360,7 +361,7 @@ class CollisionConstraint(Constraint):
         play = CONTACT_PLAY if play is None else float(play)
         stored = self._allowance_table()
         if stored is not None and play:
-            stored = (stored[0], stored[1] - play)
+            stored = (stored[0], stored[1] - play * self._lasting(stored[0]))
         if q is None:
             return stored
         pairs, depth = self._pair_depths(q, 0.0)
@@ -378,6 +379,12 @@ class CollisionConstraint(Constraint):
         if self._reference is not None and self._reference[0] == key:
             return self._reference[1]
         pairs, depth = self._pair_depths(self._reference_q, CONTACT_RELEASE)
+        # Only resting contacts last (module doc): the robot's own pairs, and obstacles on
+        # links no joint moves (a base on its mount); an obstacle on a moving link keeps
+        # the per-reference rule (the arm moves out of it and never back).
+        lasting = self._lasting(pairs)
+        pairs, depth = pairs[lasting | (depth < 0.0)], depth[lasting | (depth < 0.0)]
+        lasting = self._lasting(pairs)
         previous = self._allowance
         allowed = depth - _REFERENCE_TOLERANCE
         if previous is not None and previous[0] == key and len(previous[1]):
@@ -387,6 +394,7 @@ class CollisionConstraint(Constraint):
             old_pairs, old_allowed = previous[1:]
             pos = np.minimum(np.searchsorted(old_pairs, pairs), len(old_pairs) - 1)
             known = old_pairs[pos] == pairs
+            known &= lasting
             old = old_allowed[pos[known]]
             allowed[known] = np.where(depth[known] >= old - CONTACT_PLAY, old,
                                       allowed[known])
@@ -409,13 +417,26 @@ class CollisionConstraint(Constraint):
         return pairs[first], depth[first]
 
     def allowances(self):
-        """Return (pair ids, allowed padded distances [m] < 0) of the object pairs that may
-        penetrate, brought up to the stored reference (empty without one). The ids are
-        those of ``pair_names``; they hold while ``version`` is unchanged."""
+        """Return (pair ids, allowed padded distances [m] < 0) of the pairs resting in
+        contact (self pairs, obstacles on links no joint moves) that may penetrate, brought
+        up to the stored reference (empty without one). The ids are those of
+        ``pair_names``; they hold while ``version`` is unchanged. An obstacle on a moving
+        link is held to each reference's depth alone and is not listed."""
         table = self._allowance_table()
         if table is None:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
-        return table[0].copy(), table[1].copy()
+        lasting = self._lasting(table[0])
+        return table[0][lasting], table[1][lasting]
+
+    def _lasting(self, pairs):
+        """Return (K,) bool: which object pairs (ids) may rest in contact: self pairs, and
+        obstacle pairs whose link no joint moves."""
+        out = pairs < len(self.pairs)
+        rest = np.flatnonzero(~out)
+        if len(rest):
+            links = self._obstacles().pair_link[pairs[rest] - len(self.pairs)]
+            out[rest] = self.model.link_body[links] < 0
+        return out
 
     def _violating(self, leaves, reference=None, play=None):
         """Return the (K,) mask of leaves that violate: d < 0 and deeper than their pair's
