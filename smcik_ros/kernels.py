@@ -901,27 +901,6 @@ def body_points_world(rot, pos, row_body, local, out):
 
 
 @njit(cache=True)
-def _point_primitive(px, py, pz, kind, rot, trans, size):
-    """Return the signed distance [m] of the base-frame point (px, py, pz) to one primitive
-    (``shapes.point_primitive_distance`` for one point: kind code, rot (3, 3), trans (3,),
-    size (3,))."""
-    vx, vy, vz = px - trans[0], py - trans[1], pz - trans[2]
-    lx = rot[0, 0] * vx + rot[1, 0] * vy + rot[2, 0] * vz
-    ly = rot[0, 1] * vx + rot[1, 1] * vy + rot[2, 1] * vz
-    lz = rot[0, 2] * vx + rot[1, 2] * vy + rot[2, 2] * vz
-    if kind == 0:                                   # sphere
-        return math.sqrt(lx * lx + ly * ly + lz * lz) - size[0]
-    if kind == 1:                                   # box
-        qx, qy, qz = abs(lx) - size[0], abs(ly) - size[1], abs(lz) - size[2]
-        ox, oy, oz = max(qx, 0.0), max(qy, 0.0), max(qz, 0.0)
-        return math.sqrt(ox * ox + oy * oy + oz * oz) + min(max(qx, max(qy, qz)), 0.0)
-    a = math.sqrt(lx * lx + ly * ly) - size[0]     # cylinder
-    b = abs(lz) - size[1]
-    oa, ob = max(a, 0.0), max(b, 0.0)
-    return math.sqrt(oa * oa + ob * ob) + min(max(a, b), 0.0)
-
-
-@njit(cache=True)
 def _row_point(rot, pos, row_body, row_local, n, r, out):
     """Write the base-frame position of row r (its body's frame at configuration n) to out."""
     b = row_body[r]
@@ -933,20 +912,58 @@ def _row_point(rot, pos, row_body, row_local, n, r, out):
             out[a] = rot[b, n, a, 0] * x + rot[b, n, a, 1] * y + rot[b, n, a, 2] * z + pos[b, n, a]
 
 
+# [m] how far a part's bound must clear a test before its spheres are skipped: the bound
+# never exceeds a member sphere's own value, but the two are rounded differently.
+_PART_SLACK = 1e-9
+
+
 @njit(cache=True)
 def _near_spheres(rot, pos, row_body, row_local, n, sph_row, radii, sphere_index, indexed,
-                  start, count, center, radius, limit, keep, points):
+                  start, count, center, radius, limit, keep, points, sphere_part, rpart_local,
+                  rpart_body, rpart_radius):
     """Keep the spheres start..start+count (through ``sphere_index`` when ``indexed``) whose
     distance to the sphere (center, radius) is below ``limit``: their indices to keep[:k],
-    their base-frame centres to points[:k]; return k."""
+    their base-frame centres to points[:k]; return k. A run of spheres of one part (the
+    spheres are stored part by part) is skipped when the part's bounding sphere is clear,
+    so a large link (a torso of 1800 spheres) costs its parts, not its spheres; the spheres
+    kept and their order are those of the sphere-by-sphere test. (The arithmetic is written
+    out here: a call per sphere or part, with its array arguments, costs more than it.)"""
     k = 0
+    current, clear = -1, False
+    cx, cy, cz = center[0], center[1], center[2]
     for j in range(count):
         s = sphere_index[start + j] if indexed else start + j
-        p = points[k]
-        _row_point(rot, pos, row_body, row_local, n, sph_row[s], p)
-        dx, dy, dz = p[0] - center[0], p[1] - center[1], p[2] - center[2]
+        part = sphere_part[s]
+        if part != current:
+            current = part
+            b = rpart_body[part]
+            x, y, z = rpart_local[part, 0], rpart_local[part, 1], rpart_local[part, 2]
+            if b >= 0:
+                x, y, z = (rot[b, n, 0, 0] * x + rot[b, n, 0, 1] * y + rot[b, n, 0, 2] * z
+                           + pos[b, n, 0],
+                           rot[b, n, 1, 0] * x + rot[b, n, 1, 1] * y + rot[b, n, 1, 2] * z
+                           + pos[b, n, 1],
+                           rot[b, n, 2, 0] * x + rot[b, n, 2, 1] * y + rot[b, n, 2, 2] * z
+                           + pos[b, n, 2])
+            dx, dy, dz = x - cx, y - cy, z - cz
+            clear = (math.sqrt(dx * dx + dy * dy + dz * dz) - rpart_radius[part] - radius
+                     >= limit + _PART_SLACK)
+        if clear:
+            continue
+        r = sph_row[s]
+        b = row_body[r]
+        x, y, z = row_local[r, 0], row_local[r, 1], row_local[r, 2]
+        if b >= 0:
+            x, y, z = (rot[b, n, 0, 0] * x + rot[b, n, 0, 1] * y + rot[b, n, 0, 2] * z
+                       + pos[b, n, 0],
+                       rot[b, n, 1, 0] * x + rot[b, n, 1, 1] * y + rot[b, n, 1, 2] * z
+                       + pos[b, n, 1],
+                       rot[b, n, 2, 0] * x + rot[b, n, 2, 1] * y + rot[b, n, 2, 2] * z
+                       + pos[b, n, 2])
+        dx, dy, dz = x - cx, y - cy, z - cz
         if math.sqrt(dx * dx + dy * dy + dz * dz) - radii[s] - radius < limit:
             keep[k] = s
+            points[k, 0], points[k, 1], points[k, 2] = x, y, z
             k += 1
     return k
 
@@ -961,27 +978,34 @@ def _put(out_n, out_p, out_a, out_b, out_d, out_s, m, n, pair, a, b, d, is_self)
 
 @njit(cache=True)
 def collision_query(rot, pos, row_body, row_local, q, threshold, padding, radii, sph_row,
-                    link_row, link_radius, link_sphere_start, link_sphere_count, pairs,
+                    link_row, link_radius, link_sphere_start, link_sphere_count, sphere_part,
+                    rpart_local, rpart_body, rpart_radius, pairs,
                     table_of_pair, t_qcols, t_low, t_step, t_size, t_offset, t_values,
                     subset_limit, sphere_index, sphere_ranges, full_ranges, pair_link,
                     pair_obj, obj_center, obj_radius, obj_part_start, obj_part_count,
                     part_center, part_radius, part_start, part_count, prim_kind, prim_rot,
-                    prim_trans, prim_size, nearest, out_n, out_p, out_a, out_b, out_d, out_s):
+                    prim_trans, prim_size, mode, out_n, out_p, out_a, out_b, out_d, out_s):
     """Write the leaf pairs of ``engine.query`` below ``threshold`` to out_n, out_p, out_a,
     out_b, out_d, out_s (n, pair, a, b, d, is_self; as many as fit) and return their count
     (the caller calls again with room for all when it exceeds the arrays' length: growing
     arrays inside the loops would cost reference counting on every sphere pair), the same
     three-level broad phase in one pass per configuration.
 
-    nearest: return only each configuration's closest leaf below ``threshold`` (branch and
-    bound: the threshold of a configuration drops to the best distance found so far, so the
-    broad phase prunes what cannot be closer; the distance, not the set, is what is asked).
+    mode: 0 every leaf below ``threshold``; 1 (nearest) only each configuration's closest
+    leaf; 2 (per pair) only the closest leaf of each (configuration, object pair). Modes 1
+    and 2 prune by branch and bound: the threshold drops to the best distance found so far
+    (of the configuration, of the pair), so the broad phase and the leaf loop skip what
+    cannot be closer. Ties keep the first leaf found, as a stable sort of mode 0's leaves
+    by distance would.
 
     rot (B, N, 3, 3), pos (B, N, 3): the body frames of N configurations; row_body (T,),
     row_local (T, 3): the ``RobotGeometry`` rows (each sphere centre and link centre: its
     body, -1 for the base, and its position there [m]), moved to the base frame only when
     the broad phase reaches them; q (N, nq): the configurations (for the pair tables);
     radii, sph_row, link_row, link_radius, link_sphere_start/count: the ``RobotGeometry``;
+    sphere_part (S,), rpart_local (Q, 3), rpart_body (Q,), rpart_radius (Q,): its parts (each
+    sphere's part; each part's bounding sphere in its body's frame), which skip the spheres
+    of a part whose bound is clear;
     pairs (P, 2): self pairs; table_of_pair (P,): each pair's table (-1: none; all -1
     without tables) and the ``PairTables`` arrays (t_*: qcols, low, step, size, offset,
     values of the tables; subset_limit, sphere_index, sphere_ranges, full_ranges);
@@ -989,6 +1013,7 @@ def collision_query(rot, pos, row_body, row_local, q, threshold, padding, radii,
     The leaves come configuration by configuration, self pairs before obstacle pairs.
     """
     m = 0
+    cap = out_d.shape[0]
     n_spheres = radii.shape[0]
     n_links = link_row.shape[0]
     keep_a = np.empty(n_spheres, dtype=np.int64)
@@ -1004,6 +1029,8 @@ def collision_query(rot, pos, row_body, row_local, q, threshold, padding, radii,
         for link in range(n_links):
             _row_point(rot, pos, row_body, row_local, n, link_row[link], wl[link])
         for p in range(n_pairs):
+            lim = thr                 # this pair's threshold (drops in modes 1 and 2)
+            pair_a, pair_b, pair_d = -1, -1, math.inf
             la, lb = pairs[p, 0], pairs[p, 1]
             dx, dy, dz = wl[la, 0] - wl[lb, 0], wl[la, 1] - wl[lb, 1], wl[la, 2] - wl[lb, 2]
             d1 = math.sqrt(dx * dx + dy * dy + dz * dz) - (link_radius[la] + link_radius[lb]
@@ -1017,11 +1044,11 @@ def collision_query(rot, pos, row_body, row_local, q, threshold, padding, radii,
                 bound = t_values[t_offset[t] + int(c0) * t_size[t, 1] + int(c1)] - padding
                 if bound > d1:
                     d1 = bound
-            if not d1 < thr:
+            if not d1 < lim:
                 continue
             indexed = use_tables
             if use_tables:
-                if thr + padding <= subset_limit[p]:
+                if lim + padding <= subset_limit[p]:
                     a_start, a_count = sphere_ranges[p, 0], sphere_ranges[p, 1]
                     b_start, b_count = sphere_ranges[p, 2], sphere_ranges[p, 3]
                 else:
@@ -1033,12 +1060,14 @@ def collision_query(rot, pos, row_body, row_local, q, threshold, padding, radii,
             # Each side's spheres against the other link's bounding sphere.
             na = _near_spheres(rot, pos, row_body, row_local, n, sph_row, radii, sphere_index,
                                indexed, a_start, a_count, wl[lb], link_radius[lb],
-                               thr + padding, keep_a, point_a)
+                               lim + padding, keep_a, point_a,
+                               sphere_part, rpart_local, rpart_body, rpart_radius)
             if na == 0:
                 continue
             nb = _near_spheres(rot, pos, row_body, row_local, n, sph_row, radii, sphere_index,
                                indexed, b_start, b_count, wl[la], link_radius[la],
-                               thr + padding, keep_b, point_b)
+                               lim + padding, keep_b, point_b,
+                               sphere_part, rpart_local, rpart_body, rpart_radius)
             for i in range(na):
                 sa = keep_a[i]
                 for j in range(nb):
@@ -1048,32 +1077,41 @@ def collision_query(rot, pos, row_body, row_local, q, threshold, padding, radii,
                     dz = point_a[i, 2] - point_b[j, 2]
                     d3 = math.sqrt(dx * dx + dy * dy + dz * dz) - (radii[sa] + radii[sb]
                                                                    + padding)
-                    if d3 < thr:
-                        if nearest:
-                            best_p, best_a, best_b, best_d, best_s = p, sa, sb, d3, True
-                            thr = d3
-                        else:
-                            _put(out_n, out_p, out_a, out_b, out_d, out_s, m, n, p, sa, sb,
-                                 d3, True)
+                    if d3 < lim:
+                        if mode == 0:
+                            if m < cap:
+                                out_n[m], out_p[m], out_a[m], out_b[m] = n, p, sa, sb
+                                out_d[m], out_s[m] = d3, True
                             m += 1
+                        else:
+                            pair_a, pair_b, pair_d, lim = sa, sb, d3, d3
+            if pair_a >= 0:
+                if mode == 2:
+                    _put(out_n, out_p, out_a, out_b, out_d, out_s, m, n, p, pair_a, pair_b,
+                         pair_d, True)
+                    m += 1
+                else:
+                    best_p, best_a, best_b, best_d, best_s = p, pair_a, pair_b, pair_d, True
+                    thr = pair_d
         for k in range(pair_link.shape[0]):
+            lim = thr
+            pair_a, pair_b, pair_d = -1, -1, math.inf
             link, o = pair_link[k], pair_obj[k]
             cx, cy, cz = obj_center[o, 0], obj_center[o, 1], obj_center[o, 2]
             dx, dy, dz = wl[link, 0] - cx, wl[link, 1] - cy, wl[link, 2] - cz
             d1 = math.sqrt(dx * dx + dy * dy + dz * dz) - (link_radius[link] + obj_radius[o]
                                                            + padding)
-            if not d1 < thr:
+            if not d1 < lim:
                 continue
-            first = link_sphere_start[link]
-            for s in range(first, first + link_sphere_count[link]):
-                pa = point_a[0]
-                _row_point(rot, pos, row_body, row_local, n, sph_row[s], pa)
-                px, py, pz = pa[0], pa[1], pa[2]
-                dx, dy, dz = px - cx, py - cy, pz - cz
-                d = math.sqrt(dx * dx + dy * dy + dz * dz) - radii[s] - obj_radius[o]
-                if not d < thr + padding:
-                    continue
-                multi = obj_part_count[o] != 1
+            # The link's spheres against the obstacle's bounding sphere.
+            na = _near_spheres(rot, pos, row_body, row_local, n, sph_row, radii, sphere_index,
+                               False, link_sphere_start[link], link_sphere_count[link],
+                               obj_center[o], obj_radius[o], lim + padding, keep_a, point_a,
+                               sphere_part, rpart_local, rpart_body, rpart_radius)
+            multi = obj_part_count[o] != 1
+            for i in range(na):
+                s = keep_a[i]
+                px, py, pz = point_a[i, 0], point_a[i, 1], point_a[i, 2]
                 for part in range(obj_part_start[o], obj_part_start[o] + obj_part_count[o]):
                     if multi:
                         dx = px - part_center[part, 0]
@@ -1081,21 +1119,53 @@ def collision_query(rot, pos, row_body, row_local, q, threshold, padding, radii,
                         dz = pz - part_center[part, 2]
                         d2 = math.sqrt(dx * dx + dy * dy + dz * dz) - (
                             radii[s] + part_radius[part] + padding)
-                        if not d2 < thr:
+                        if not d2 < lim:
                             continue
                     for g in range(part_start[part], part_start[part] + part_count[part]):
-                        d3 = _point_primitive(px, py, pz, prim_kind[g], prim_rot[g],
-                                              prim_trans[g], prim_size[g]) - (radii[s] + padding)
-                        if d3 < thr:
-                            if nearest:
-                                best_p, best_a, best_b, best_d = k + n_pairs, s, g, d3
-                                best_s = False
-                                thr = d3
-                            else:
-                                _put(out_n, out_p, out_a, out_b, out_d, out_s, m, n,
-                                     k + n_pairs, s, g, d3, False)
+                        # ``_point_primitive``, written out (a call per primitive passes
+                        # three arrays and costs more than the arithmetic).
+                        vx, vy, vz = px - prim_trans[g, 0], py - prim_trans[g, 1], \
+                            pz - prim_trans[g, 2]
+                        lx = prim_rot[g, 0, 0] * vx + prim_rot[g, 1, 0] * vy + \
+                            prim_rot[g, 2, 0] * vz
+                        ly = prim_rot[g, 0, 1] * vx + prim_rot[g, 1, 1] * vy + \
+                            prim_rot[g, 2, 1] * vz
+                        lz = prim_rot[g, 0, 2] * vx + prim_rot[g, 1, 2] * vy + \
+                            prim_rot[g, 2, 2] * vz
+                        kind = prim_kind[g]
+                        if kind == 0:                                   # sphere
+                            e = math.sqrt(lx * lx + ly * ly + lz * lz) - prim_size[g, 0]
+                        elif kind == 1:                                 # box
+                            qx = abs(lx) - prim_size[g, 0]
+                            qy = abs(ly) - prim_size[g, 1]
+                            qz = abs(lz) - prim_size[g, 2]
+                            ox, oy, oz = max(qx, 0.0), max(qy, 0.0), max(qz, 0.0)
+                            e = math.sqrt(ox * ox + oy * oy + oz * oz) + min(
+                                max(qx, max(qy, qz)), 0.0)
+                        else:                                           # cylinder
+                            ea = math.sqrt(lx * lx + ly * ly) - prim_size[g, 0]
+                            eb = abs(lz) - prim_size[g, 1]
+                            oa, ob = max(ea, 0.0), max(eb, 0.0)
+                            e = math.sqrt(oa * oa + ob * ob) + min(max(ea, eb), 0.0)
+                        d3 = e - (radii[s] + padding)
+                        if d3 < lim:
+                            if mode == 0:
+                                if m < cap:
+                                    out_n[m], out_p[m], out_a[m], out_b[m] = n, k + n_pairs, s, g
+                                    out_d[m], out_s[m] = d3, False
                                 m += 1
-        if nearest and best_p >= 0:
+                            else:
+                                pair_a, pair_b, pair_d, lim = s, g, d3, d3
+            if pair_a >= 0:
+                if mode == 2:
+                    _put(out_n, out_p, out_a, out_b, out_d, out_s, m, n, k + n_pairs, pair_a,
+                         pair_b, pair_d, False)
+                    m += 1
+                else:
+                    best_p, best_a, best_b, best_d = k + n_pairs, pair_a, pair_b, pair_d
+                    best_s = False
+                    thr = pair_d
+        if mode == 1 and best_p >= 0:
             _put(out_n, out_p, out_a, out_b, out_d, out_s, m, n, best_p, best_a, best_b,
                  best_d, best_s)
             m += 1
@@ -1390,12 +1460,13 @@ def _warm_collision_query(frames):
                     np.array([-1, -1], dtype=np.int64), np.zeros((2, 3)),
                     np.zeros((len(frames), 1)), 0.01, 0.0, np.ones(1), i1.copy(),
                     np.ones(1, dtype=np.int64), np.ones(1), i1.copy(), np.ones(1, np.int64),
+                    i1.copy(), f3.copy(), np.full(1, -1, dtype=np.int64), np.ones(1),
                     i2.copy(), np.full(1, -1, dtype=np.int64), i2.copy(), f2.copy(), f2 + 1.0,
                     i2 + 1, i1.copy(), f1.copy(), f1.copy(), i1.copy(), i4.copy(), i4.copy(),
                     i1.copy(), i1.copy(), f3.copy(), np.ones(1), i1.copy(),
                     np.ones(1, np.int64), f3.copy(), np.ones(1), i1.copy(),
                     np.ones(1, np.int64), i1.copy(), np.eye(3)[None].copy(), f3.copy(),
-                    f3 + 0.1, False, *leaf_buffers(1))
+                    f3 + 0.1, 0, *leaf_buffers(1))
 
 
 def leaf_buffers(size):

@@ -592,13 +592,49 @@ def test_the_nearest_query_returns_each_configurations_closest_leaf(numpy_path):
         ref = numpy_path(engine.query, robot, eager, constraint.pairs, geometry, threshold,
                          constraint.padding, constraint._tables, q)
         got = engine._query_compiled(robot, lazy, constraint.pairs, geometry, threshold,
-                                     constraint.padding, constraint._tables, q, nearest=True)
+                                     constraint.padding, constraint._tables, q, mode=1)
         assert len(got) == len(np.unique(ref.n)) and len(np.unique(got.n)) == len(got)
         for n, d in zip(got.n, got.d):
             np.testing.assert_allclose(d, ref.d[ref.n == n].min(), rtol=0.0, atol=1e-12)
     want = numpy_path(constraint.distances, frames).distance
     np.testing.assert_allclose(constraint.distances(frames).distance, want, rtol=0.0,
                                atol=1e-12)
+
+
+def test_the_per_pair_query_returns_each_pairs_closest_leaf(numpy_path):
+    """``per_pair`` (the query behind the constraint's checks and clearance rows): the
+    compiled branch and bound returns exactly ``min_per_pair`` of its full leaf set (the same
+    leaves, ties included), and the numpy path the same pairs at the same distances, with
+    and without the pair tables, at thresholds from contact to 20 cm."""
+    from smcik_ros.collision import engine
+    chain, constraint = _collision_scene()
+    rng = np.random.default_rng(9)
+    q = chain.clip(np.concatenate([chain.random_configuration(rng, 24),
+                                   chain.neutral_configuration()
+                                   + rng.normal(0.0, 0.3, (24, chain.n))]))
+    frames = chain.frames(q)
+    robot, geometry = constraint._robot, constraint._obstacles()
+    eager = numpy_path(robot.world, frames)
+    lazy = engine.World(None, robot.num_rows, len(q), np.array(frames.rot), np.array(frames.pos),
+                        robot)
+    fields = ('n', 'pair', 'a', 'b', 'd', 'is_self')
+    several = 0
+    for threshold in (0.0, 0.01, 0.05, 0.2):
+        for tables in (constraint._tables, None):
+            full = engine._query_compiled(robot, lazy, constraint.pairs, geometry, threshold,
+                                          constraint.padding, tables, q)
+            want = full.select(engine.min_per_pair(full)[0])
+            got = engine.query(robot, lazy, constraint.pairs, geometry, threshold,
+                               constraint.padding, tables, q, per_pair=True)
+            for f in fields:
+                np.testing.assert_array_equal(getattr(got, f), getattr(want, f), err_msg=f)
+            several += len(full) > len(got) > 0
+            ref = numpy_path(lambda *a: engine.query(*a, per_pair=True), robot, eager,
+                             constraint.pairs, geometry, threshold, constraint.padding, tables, q)
+            np.testing.assert_array_equal(ref.n, got.n)
+            np.testing.assert_array_equal(ref.pair, got.pair)
+            np.testing.assert_allclose(ref.d, got.d, rtol=0.0, atol=1e-12)
+    assert several >= 4, 'the draw should hold pairs with several leaves below the threshold'
 
 
 def test_collision_constraint_answers_alike_compiled_and_numpy(numpy_path):

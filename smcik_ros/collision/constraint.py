@@ -264,7 +264,9 @@ class CollisionConstraint(Constraint):
         return self._state_key()
 
     def _query(self, frames, threshold):
-        """Return (leaves with d < threshold, World) of ``frames``, cached.
+        """Return (leaves with d < threshold, World) of ``frames``, cached: only each
+        (configuration, object pair)'s closest leaf, which is all that the checks (per-pair
+        allowances), the clearance rows and the keep-out terms read.
 
         A few recent evaluations are kept: a call on the same configurations reuses one,
         and a call where only some rows changed (the SMC redraws rejected particles, then
@@ -289,7 +291,7 @@ class CollisionConstraint(Constraint):
             if entry[1] > threshold:
                 leaves = leaves.select(leaves.d < threshold)
             return leaves, world
-        world, leaves = self._run(frames, threshold)
+        world, leaves = self._run(frames, threshold, per_pair=True)
         # Keep the newest entries, and always the largest batch (the SMC's particle set,
         # whose rejected rows are redrawn through several smaller calls in between, and
         # whose rows come back when a particle falls back to its previous state).
@@ -331,7 +333,7 @@ class CollisionConstraint(Constraint):
                 xyz[:, dst_rows] = oxyz[:, src_rows]
             todo = todo[~found]
         if len(todo):
-            sub_world, new = self._run(frames.subset(todo), threshold)
+            sub_world, new = self._run(frames.subset(todo), threshold, per_pair=True)
             new.n = todo[new.n]
             parts.append(new)
             if not lazy:
@@ -342,12 +344,13 @@ class CollisionConstraint(Constraint):
             return leaves, self._robot.world(frames)
         return leaves, engine.World(xyz.reshape(3, -1), world.rows, world.n)
 
-    def _run(self, frames, threshold, nearest=False):
+    def _run(self, frames, threshold, nearest=False, per_pair=False):
         """Return (World, leaves below ``threshold``) of ``frames`` (no cache; ``nearest``:
-        at least each configuration's closest leaf, see ``engine.query``)."""
+        at least each configuration's closest leaf; ``per_pair``: only each (configuration,
+        object pair)'s closest leaf; see ``engine.query``)."""
         world = self._robot.world(frames)
         leaves = engine.query(self._robot, world, self.pairs, self._obstacles(), threshold,
-                              self.padding, self._tables, frames.q, nearest)
+                              self.padding, self._tables, frames.q, nearest, per_pair)
         return world, leaves
 
     def _eval_threshold(self):
@@ -409,7 +412,8 @@ class CollisionConstraint(Constraint):
     def _pair_depths(self, q, threshold):
         """Return (sorted pair ids, smallest padded distance) of the object pairs closer
         than ``threshold`` [m] at the configuration q (nq,)."""
-        _, leaves = self._run(self.model.chain.frames(np.asarray(q, dtype=float)), threshold)
+        _, leaves = self._run(self.model.chain.frames(np.asarray(q, dtype=float)), threshold,
+                              per_pair=True)
         order = np.lexsort((leaves.d, leaves.pair))
         pairs, depth = leaves.pair[order], leaves.d[order]
         first = np.ones(len(pairs), dtype=bool)

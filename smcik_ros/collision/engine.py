@@ -620,23 +620,35 @@ def _group_ranges(row, count):
 
 
 def query(robot, world, self_pairs, obstacles, threshold, padding, tables=None, q=None,
-          nearest=False):
+          nearest=False, per_pair=False):
     """Return the ``Leaves`` with padded distance < ``threshold`` [m] (see the module doc).
 
     robot: RobotGeometry; world: the ``World`` from ``robot.world``; self_pairs: (P, 2) link
     index pairs; obstacles: ObstacleGeometry or None; tables: ``PairTables`` of these
     self_pairs (with q (N, nq), the configurations of ``world``) or None; nearest: only each
     configuration's closest leaf is needed (the compiled query then prunes by branch and
-    bound and returns just that one; the numpy path returns them all).
+    bound and returns just that one; the numpy path returns them all); per_pair: only the
+    closest leaf of each (configuration, object pair), sorted by configuration then pair
+    (what a check against per-pair allowances and the clearance rows need: one leaf per
+    pair instead of every overlapping sphere pair of a contact; the compiled query prunes
+    by branch and bound per pair, the numpy path reduces its leaves with ``min_per_pair``).
 
     Levels: (1) link/link and link/obstacle bounding spheres; (2) each sphere of one side
     against the other side's bounding sphere (both ways for link pairs); (3) the surviving
     spheres pairwise (for point-cloud sets: against the obstacle's parts, then primitives).
     """
-    n_cfg = world.n
     if kernels.ENABLED and world.rot is not None:
         return _query_compiled(robot, world, self_pairs, obstacles, threshold, padding, tables,
-                               q, nearest)
+                               q, 2 if per_pair else 1 if nearest else 0)
+    leaves = _query_numpy(robot, world, self_pairs, obstacles, threshold, padding, tables, q)
+    if per_pair:
+        leaves = leaves.select(min_per_pair(leaves)[0])
+    return leaves
+
+
+def _query_numpy(robot, world, self_pairs, obstacles, threshold, padding, tables, q):
+    """``query`` by numpy levels: every leaf below ``threshold``."""
+    n_cfg = world.n
     parts = []
     wl = world.grid(robot.link_row)                                   # (N, L, 3)
     P = len(self_pairs)
@@ -747,7 +759,10 @@ def _robot_arrays(robot):
         packed = tuple(_contiguous(a, t) for a, t in (
             (robot.radii, float), (robot.sph_row, np.int64), (robot.link_row, np.int64),
             (robot.link_radius, float), (robot.link_sphere_start, np.int64),
-            (robot.link_sphere_count, np.int64)))
+            (robot.link_sphere_count, np.int64),
+            (np.repeat(np.arange(len(robot.part_count)), robot.part_count), np.int64),
+            (robot.part_center.reshape(-1, 3), float), (robot.part_body, np.int64),
+            (robot.part_radius, float)))
         robot._kernel_arrays = packed
     return packed
 
@@ -807,11 +822,11 @@ def _obstacle_arrays(obstacles):
 
 
 def _query_compiled(robot, world, self_pairs, obstacles, threshold, padding, tables, q,
-                    nearest=False, capacity=None):
-    """``query`` by the compiled kernel (``kernels.collision_query``): the same leaves (with
-    ``nearest``, each configuration's closest one). capacity: room for this many leaves in
-    the first call (default 32 per configuration + 256); the kernel is called again with room
-    for all when more are found."""
+                    mode=0, capacity=None):
+    """``query`` by the compiled kernel (``kernels.collision_query``): the same leaves (mode
+    1: each configuration's closest one; 2: each (configuration, pair)'s closest one).
+    capacity: room for this many leaves in the first call (default 32 per configuration +
+    256); the kernel is called again with room for all when more are found."""
     if q is None:          # the tables need the configurations
         tables = None
     pairs = _pair_arrays(self_pairs, tables, robot)
@@ -821,7 +836,7 @@ def _query_compiled(robot, world, self_pairs, obstacles, threshold, padding, tab
         q_arr = np.array(q, dtype=float, order='C').reshape(world.n, -1)   # writable
     args = (world.rot, world.pos, robot.row_body, robot.row_local, q_arr, float(threshold),
             float(padding), *_robot_arrays(robot), *pairs, *_obstacle_arrays(obstacles),
-            bool(nearest))
+            int(mode))
     out = kernels.leaf_buffers(32 * world.n + 256 if capacity is None else int(capacity))
     count = kernels.collision_query(*args, *out)
     if count > len(out[0]):           # more leaves than room: again with room for all
