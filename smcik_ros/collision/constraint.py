@@ -386,8 +386,8 @@ class CollisionConstraint(Constraint):
         # links no joint moves (a base on its mount); an obstacle on a moving link keeps
         # the per-reference rule (the arm moves out of it and never back).
         lasting = self._lasting(pairs)
-        pairs, depth = pairs[lasting | (depth < 0.0)], depth[lasting | (depth < 0.0)]
-        lasting = self._lasting(pairs)
+        keep = lasting | (depth < 0.0)
+        pairs, depth, lasting = pairs[keep], depth[keep], lasting[keep]
         previous = self._allowance
         allowed = depth - _REFERENCE_TOLERANCE
         if previous is not None and previous[0] == key and len(previous[1]):
