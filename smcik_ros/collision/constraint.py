@@ -600,9 +600,9 @@ class CollisionConstraint(Constraint):
         the pairs that may penetrate (``allowances``) as ``credit`` plus their distance
         beyond their allowance, so that a pair held at its allowance counts as ``credit``
         away (the detour's clearance: a start resting in contact is not "inside the
-        margin"). While some pair has an allowance, that takes every leaf below one
-        threshold, min(first ``search`` threshold, ``CREDIT_SEARCH``), instead of each
-        configuration's nearest (which may be a shifted one hiding a nearer pair), and
+        margin"). While some pair has an allowance, that takes each pair's closest leaf
+        below one threshold, min(first ``search`` threshold, ``CREDIT_SEARCH``), instead of
+        each configuration's nearest (which may be a shifted one hiding a nearer pair), and
         reports at most that threshold (a lower bound).
         """
         n = len(frames)
@@ -621,7 +621,8 @@ class CollisionConstraint(Constraint):
             if not len(todo):
                 break
             sub = frames if len(todo) == n else frames.subset(todo)
-            world, leaves = self._run(sub, float(threshold), nearest=not len(pairs))
+            world, leaves = self._run(sub, float(threshold), nearest=not len(pairs),
+                                      per_pair=bool(len(pairs)))
             if not len(leaves):
                 continue
             d = leaves.d
