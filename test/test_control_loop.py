@@ -351,16 +351,21 @@ def test_a_driver_that_wraps_between_solver_steps_changes_no_motion():
 
 # ---------------------------------------------------------------------- never die
 class RaisingSmc(SmcSolver):
-    """The real SMC solver with faults injected at random (seeded) into step()."""
+    """The real SMC solver with faults injected at random (seeded) into step(); ``always``:
+    step numbers (from 1) that fault whatever the draw."""
 
-    def __init__(self, chain, rate, seed):
+    def __init__(self, chain, rate, seed, always=()):
         super().__init__(chain)
         self.fault_rng = np.random.default_rng(seed)
         self.rate = rate
+        self.always = frozenset(always)
+        self.calls = 0
         self.raised = 0
 
     def step(self, goal):
-        if self.fault_rng.uniform() < self.rate:
+        self.calls += 1
+        draw = self.fault_rng.uniform()
+        if draw < self.rate or self.calls in self.always:
             self.raised += 1
             kind = self.fault_rng.integers(3)
             if kind == 0:

@@ -603,9 +603,10 @@ def test_the_nearest_query_returns_each_configurations_closest_leaf(numpy_path):
 
 def test_the_per_pair_query_returns_each_pairs_closest_leaf(numpy_path):
     """``per_pair`` (the query behind the constraint's checks and clearance rows): the
-    compiled branch and bound returns exactly ``min_per_pair`` of its full leaf set (the same
-    leaves, ties included), and the numpy path the same pairs at the same distances, with
-    and without the pair tables, at thresholds from contact to 20 cm."""
+    kernel's branch and bound (mode 2) returns exactly ``min_per_pair`` of its full leaf set
+    (the same leaves, ties included; compiled or run as Python), and the numpy path the same
+    pairs at the same distances (1e-12), with and without the pair tables, at thresholds
+    from contact to 20 cm."""
     from smcik_ros.collision import engine
     chain, constraint = _collision_scene()
     rng = np.random.default_rng(9)
@@ -624,8 +625,8 @@ def test_the_per_pair_query_returns_each_pairs_closest_leaf(numpy_path):
             full = engine._query_compiled(robot, lazy, constraint.pairs, geometry, threshold,
                                           constraint.padding, tables, q)
             want = full.select(engine.min_per_pair(full)[0])
-            got = engine.query(robot, lazy, constraint.pairs, geometry, threshold,
-                               constraint.padding, tables, q, per_pair=True)
+            got = engine._query_compiled(robot, lazy, constraint.pairs, geometry, threshold,
+                                         constraint.padding, tables, q, mode=2)
             for f in fields:
                 np.testing.assert_array_equal(getattr(got, f), getattr(want, f), err_msg=f)
             several += len(full) > len(got) > 0
