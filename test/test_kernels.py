@@ -572,22 +572,31 @@ def test_compiled_collision_query_finds_the_numpy_leaves(numpy_path):
         'the draw should hold colliding and free leaves, self and scene'
 
 
+def _query_scene(numpy_path, seed):
+    """Return (constraint, q, frames, eager World, lazy World) of ``_collision_scene``: 24
+    random configurations and 24 near the neutral one (many in contact), seeded."""
+    from smcik_ros.collision import engine
+    chain, constraint = _collision_scene()
+    rng = np.random.default_rng(seed)
+    q = chain.clip(np.concatenate([chain.random_configuration(rng, 24),
+                                   chain.neutral_configuration()
+                                   + rng.normal(0.0, 0.3, (24, chain.n))]))
+    frames = chain.frames(q)
+    robot = constraint._robot
+    eager = numpy_path(robot.world, frames)
+    lazy = engine.World(None, robot.num_rows, len(q), np.array(frames.rot), np.array(frames.pos),
+                        robot)
+    return constraint, q, frames, eager, lazy
+
+
 def test_the_nearest_query_returns_each_configurations_closest_leaf(numpy_path):
     """``nearest`` (the branch-and-bound query behind ``CollisionConstraint.distances``):
     exactly one leaf per configuration that has any below the threshold, the closest of the
     numpy query's leaves (distance equal; the pair may differ only on a tie), and distances()
     equal to the numpy engine's, at thresholds from contact to 20 cm."""
     from smcik_ros.collision import engine
-    chain, constraint = _collision_scene()
-    rng = np.random.default_rng(8)
-    q = chain.clip(np.concatenate([chain.random_configuration(rng, 24),
-                                   chain.neutral_configuration()
-                                   + rng.normal(0.0, 0.3, (24, chain.n))]))
-    frames = chain.frames(q)
+    constraint, q, frames, eager, lazy = _query_scene(numpy_path, seed=8)
     robot, geometry = constraint._robot, constraint._obstacles()
-    eager = numpy_path(robot.world, frames)
-    lazy = engine.World(None, robot.num_rows, len(q), np.array(frames.rot), np.array(frames.pos),
-                        robot)
     for threshold in (0.0, 0.01, 0.05, 0.2):
         ref = numpy_path(engine.query, robot, eager, constraint.pairs, geometry, threshold,
                          constraint.padding, constraint._tables, q)
@@ -608,16 +617,8 @@ def test_the_per_pair_query_returns_each_pairs_closest_leaf(numpy_path):
     pairs at the same distances (1e-12), with and without the pair tables, at thresholds
     from contact to 20 cm."""
     from smcik_ros.collision import engine
-    chain, constraint = _collision_scene()
-    rng = np.random.default_rng(9)
-    q = chain.clip(np.concatenate([chain.random_configuration(rng, 24),
-                                   chain.neutral_configuration()
-                                   + rng.normal(0.0, 0.3, (24, chain.n))]))
-    frames = chain.frames(q)
+    constraint, q, frames, eager, lazy = _query_scene(numpy_path, seed=9)
     robot, geometry = constraint._robot, constraint._obstacles()
-    eager = numpy_path(robot.world, frames)
-    lazy = engine.World(None, robot.num_rows, len(q), np.array(frames.rot), np.array(frames.pos),
-                        robot)
     fields = ('n', 'pair', 'a', 'b', 'd', 'is_self')
     several = 0
     for threshold in (0.0, 0.01, 0.05, 0.2):
