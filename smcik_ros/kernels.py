@@ -21,11 +21,11 @@ import numpy as np
 
 from ._jit import ENABLED, njit
 
-__all__ = ['ENABLED', 'blocked_joints', 'body_points_world', 'collision_query', 'ensure_ready',
-           'first_solution', 'fk', 'leaf_buffers', 'jacobian_at', 'link_pose_path', 'lm_null_step',
-           'lm_spring_step', 'lm_step', 'pose_errors', 'pose_residual_jacobian', 'quat_products',
-           'quat_relative_rotvecs', 'quat_rotvecs', 'random_walk', 'refine_pose',
-           'refine_pose_motion', 'warm_up']
+__all__ = ['ENABLED', 'WARM_UP_KERNELS', 'blocked_joints', 'body_points_world',
+           'collision_query', 'ensure_ready', 'first_solution', 'fk', 'leaf_buffers',
+           'jacobian_at', 'link_pose_path', 'lm_null_step', 'lm_spring_step', 'lm_step',
+           'pose_errors', 'pose_residual_jacobian', 'quat_products', 'quat_relative_rotvecs',
+           'quat_rotvecs', 'random_walk', 'refine_pose', 'refine_pose_motion', 'warm_up']
 
 
 @njit(cache=True)
@@ -1498,6 +1498,15 @@ def ensure_ready(chain):
                      type(exc).__name__, exc)
 
 
+# The kernels warm_up calls itself (each one then has its on-disk cache index, which is what
+# tells a warm start from a cold one): every kernel a solver or the collision engine calls.
+WARM_UP_KERNELS = ('fk', 'link_pose_path', 'jacobian_at', 'pose_residual_jacobian',
+                   'pose_errors', 'lm_step', 'lm_null_step', 'lm_spring_step',
+                   'blocked_joints', 'refine_pose', 'refine_pose_motion', 'first_solution',
+                   'body_points_world', 'random_walk', 'collision_query', 'quat_products',
+                   'quat_rotvecs', 'quat_relative_rotvecs')
+
+
 def warm_up(chain, log=None):
     """Compile (or load from the on-disk cache) every kernel for ``chain``'s arrays.
 
@@ -1515,14 +1524,7 @@ def warm_up(chain, log=None):
         return 0.0
     _READY = True
     start = time.perf_counter()
-    cold = not all(_cache_is_warm(f) for f in (fk, link_pose_path, jacobian_at,
-                                                  pose_residual_jacobian,
-                                                  pose_errors, lm_step, lm_null_step,
-                                                  lm_spring_step, blocked_joints,
-                                                  refine_pose, refine_pose_motion,
-                                                  first_solution, body_points_world, random_walk,
-                                                  collision_query, quat_products,
-                                                  quat_rotvecs, quat_relative_rotvecs))
+    cold = not all(_cache_is_warm(globals()[name]) for name in WARM_UP_KERNELS)
     if cold and log is not None:
         log('compiling kernels (first run; later starts load them from the on-disk cache)')
     from .goals import PoseTarget
@@ -1554,6 +1556,8 @@ def warm_up(chain, log=None):
     goal = chain.fk(chain.clip(chain.integrate(q, np.full(chain.nv, 0.2))))
     solver = make_solver('smc', chain, seed=0, num_particles=8)
     solver.solve(goal, q, max_iters=3)
+    # Without the seed-first stage, solve() refines in the filter (refine_pose).
+    make_solver('smc', chain, seed=0, num_particles=8, seed_rows=0).solve(goal, q, max_iters=2)
     solver.reset(q)
     for _ in range(3):
         solver.step(goal)

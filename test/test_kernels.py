@@ -174,6 +174,27 @@ def test_warm_up_reports_and_the_env_switch_is_honoured():
         assert spent == 0.0 and messages == []
 
 
+@pytest.mark.skipif(not kernels.ENABLED, reason='numba is off: no kernel is compiled or cached')
+def test_warm_up_loads_every_kernel_it_checks_for_a_cold_cache():
+    """warm_up calls every kernel whose cache index decides 'cold' itself, so each one has
+    its index afterwards: otherwise every later start says it is compiling (refine_pose was
+    only reached inside first_solution, where numba does not cache it on its own). A fresh
+    interpreter: a kernel another test called does not count."""
+    import subprocess
+    import sys
+    code = ('from smcik_ros import kernels; from smcik_ros.kinematics import Chain; '
+            f'kernels.warm_up(Chain.from_urdf({CASES[0][0]!r}, "base_link", "tool0")); '
+            'print(",".join(n for n in kernels.WARM_UP_KERNELS '
+            'if not getattr(kernels, n).signatures or not kernels._cache_is_warm('
+            'getattr(kernels, n))))')
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    out = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True,
+                         check=True, timeout=600).stdout.strip()
+    assert out == ''
+    njit_names = [n for n in kernels.__all__ if hasattr(getattr(kernels, n), 'signatures')]
+    assert sorted(njit_names) == sorted(kernels.WARM_UP_KERNELS)
+
+
 def test_fused_refinement_matches_the_numpy_refinement(numpy_path):
     """Refinement.move in one kernel takes the same steps as its numpy form."""
     chain = Chain.from_urdf(CASES[0][0], 'base_link', 'tool0')
