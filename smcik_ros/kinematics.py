@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import kernels as _kernels
+from . import model_cache
 from .errors import ModelError
 from .rotations import quat_from_rotvec, quat_multiply, quat_to_matrix, skew
 
@@ -252,14 +253,16 @@ class Chain:
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_urdf(cls, path_or_xml, base_link='base_link', tip_link='tool0'):
+    def from_urdf(cls, path_or_xml, base_link='base_link', tip_link='tool0', cache_dir=None):
         """Load a chain from a URDF file path or XML string (e.g. ``robot_description``).
 
         tip_link: one link name, or a list of link names sharing one model (multi-effector).
+        cache_dir: where the parsed joints are kept for the next start, keyed by the URDF's
+        bytes (``model_cache``; None: its default directory, '': no cache).
         Raises ModelError with the parser's reason, or the list of links when a name is
         unknown.
         """
-        joints, name, root_inertials = _parse_urdf(path_or_xml)
+        joints, name, root_inertials = _parse_urdf(path_or_xml, cache_dir)
         links = {j.parent for j in joints} | {j.child for j in joints}
         if not joints:
             raise ModelError(f'URDF robot {name!r} has no joints: nothing to solve for')
@@ -1081,14 +1084,63 @@ def _clip_ball(quat, limits):
     return quat
 
 
-def _parse_urdf(path_or_xml):
-    """Return (list of JointSpec, robot name) parsed with yourdfpy; ModelError on failure."""
-    try:
-        from lxml import etree
-        import yourdfpy
-    except ImportError as exc:  # pragma: no cover - dependency missing
-        raise ModelError(f'the URDF parser is not installed ({exc}); '
-                         'pip install yourdfpy') from exc
+def _parse_urdf(path_or_xml, cache_dir=None):
+    """Return (list of JointSpec, robot name, root inertials) parsed with yourdfpy, or read
+    from the model cache (``model_cache``; cache_dir '' : none); ModelError on failure."""
+    text, source = _urdf_bytes(path_or_xml)
+    key = None
+    if cache_dir != '':
+        code = model_cache.source_digest(os.path.abspath(__file__))
+        key = None if code is None else model_cache.digest(
+            'urdf-joints', code, model_cache.versions('yourdfpy', 'lxml'), text)
+        hit = model_cache.load(cache_dir, 'urdf', key)
+        if hit is not None:
+            try:
+                meta, arrays = hit
+                return (joints_from_records(meta['joints'], arrays['origins']), meta['name'],
+                        {k: (v[0], np.asarray(v[1])) for k, v in meta['inertials'].items()})
+            except (KeyError, TypeError, ValueError, IndexError):
+                pass            # an entry of another layout: parse again
+    joints, name, root_inertials = _parse_urdf_text(text, source)
+    if key is not None:
+        records, origins = joints_to_records(joints)
+        model_cache.store(cache_dir, 'urdf', key, {
+            'joints': records, 'name': name,
+            'inertials': {k: [float(m), [float(v) for v in c]]
+                          for k, (m, c) in root_inertials.items()}}, {'origins': origins})
+    return joints, name, root_inertials
+
+
+def joints_to_records(joints):
+    """Return ([dict per JointSpec, JSON-able], (J, 4, 4) origins): the specs as data."""
+    records, origins = [], []
+    for j in joints:
+        records.append({
+            'name': j.name, 'parent': j.parent, 'child': j.child, 'type': j.type,
+            'axis': None if j.axis is None else [float(v) for v in j.axis],
+            'lower': None if j.lower is None else float(j.lower),
+            'upper': None if j.upper is None else float(j.upper),
+            'velocity': float(j.velocity), 'mass': float(j.mass),
+            'com': [float(v) for v in j.com], 'origin': j.origin is not None,
+            'mimic': None if j.mimic is None else [j.mimic[0], float(j.mimic[1]),
+                                                   float(j.mimic[2])]})
+        origins.append(np.eye(4) if j.origin is None else np.asarray(j.origin, dtype=float))
+    return records, np.array(origins, dtype=float).reshape(len(records), 4, 4)
+
+
+def joints_from_records(records, origins):
+    """Return the JointSpecs that ``joints_to_records`` gave ``records`` and ``origins`` for."""
+    return [JointSpec(
+        name=r['name'], parent=r['parent'], child=r['child'], type=r['type'],
+        origin=np.array(origins[i], dtype=float) if r['origin'] else None,
+        axis=None if r['axis'] is None else tuple(r['axis']), lower=r['lower'],
+        upper=r['upper'], velocity=r['velocity'], mass=r['mass'], com=tuple(r['com']),
+        mimic=None if r['mimic'] is None else tuple(r['mimic']))
+        for i, r in enumerate(records)]
+
+
+def _urdf_bytes(path_or_xml):
+    """Return (the URDF's bytes, where they came from) for a file path or the XML text."""
     text = path_or_xml
     source = 'robot_description string'
     if isinstance(path_or_xml, os.PathLike) or (
@@ -1102,6 +1154,17 @@ def _parse_urdf(path_or_xml):
         source = f'URDF file {path!r}'
     if isinstance(text, str):
         text = text.encode('utf-8')
+    return text, source
+
+
+def _parse_urdf_text(text, source):
+    """Return (list of JointSpec, robot name, root inertials): ``text`` parsed with yourdfpy."""
+    try:
+        from lxml import etree
+        import yourdfpy
+    except ImportError as exc:  # pragma: no cover - dependency missing
+        raise ModelError(f'the URDF parser is not installed ({exc}); '
+                         'pip install yourdfpy') from exc
     # Strict XML parse first: yourdfpy silently 'recovers' broken XML.
     try:
         root = etree.fromstring(text, parser=etree.XMLParser(remove_blank_text=True))

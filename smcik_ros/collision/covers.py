@@ -43,6 +43,8 @@ import os
 
 import numpy as np
 
+from ..model_cache import default_cache_dir   # the cover cache shares its directory
+
 __all__ = ['SphereCover', 'COVER_VERSION', 'default_cache_dir', 'cover_mesh', 'cover_box',
            'cover_cylinder', 'cover_sphere', 'bisect_triangles', 'cylinder_sections',
            'before_first_compute', 'cached_cover']
@@ -81,12 +83,6 @@ class SphereCover:
         centers = self.centers @ pose[:3, :3].T + pose[:3, 3]
         return SphereCover(centers, self.radii + extra_radius, self.excess + extra_radius,
                            self.hull)
-
-
-def default_cache_dir():
-    """Return the cover cache directory: $XDG_CACHE_HOME/smcik_ros or ~/.cache/smcik_ros."""
-    base = os.environ.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'), '.cache')
-    return os.path.join(base, 'smcik_ros')
 
 
 @contextlib.contextmanager

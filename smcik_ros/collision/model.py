@@ -25,6 +25,7 @@ segments between link origins, so keep-out volumes still work on bare URDFs.
 
 import dataclasses
 import io
+import json
 import logging
 import math
 import os
@@ -33,7 +34,9 @@ import xml.etree.ElementTree as ElementTree
 
 import numpy as np
 
+from .. import model_cache
 from ..errors import ModelError
+from ..kinematics import joints_to_records
 from .covers import (SphereCover, before_first_compute, bisect_triangles, cached_cover,
                      cover_box, cover_cylinder, cover_mesh, cover_sphere, cylinder_sections,
                      default_cache_dir)
@@ -165,13 +168,20 @@ class CollisionModel:
         if not (tolerance >= MIN_TOLERANCE and math.isfinite(tolerance)):
             raise ModelError(f'cover tolerance must be a number >= {MIN_TOLERANCE} m; got '
                              f'{tolerance}')
+        base_dir = os.path.dirname(os.path.abspath(path)) if path else os.getcwd()
+        package_paths = tuple(package_paths or ())
+        key = None if cache_dir == '' else _model_key(chain, text, base_dir, package_paths,
+                                                      tolerance, item_edge)
+        model = _cached_model(cls, chain, cache_dir, key, tolerance, path)
+        if model is not None:
+            return model
         robot, raw_links = _parse(text, path)
         missing = [n for n in chain.link_names if n not in raw_links]
         if missing:
             raise ModelError(f'the URDF does not match the chain: it lacks link(s) '
                              f'{", ".join(missing)}')
         attachments, group_parent, warnings = _attach(chain, robot, tolerance)
-        base_dir = os.path.dirname(os.path.abspath(path)) if path else os.getcwd()
+        notes = []
         geometry, link_covers = {}, []
         where = ('not cached' if cache_dir == '' else
                  f'cached afterwards in {cache_dir or default_cache_dir()}')
@@ -182,7 +192,7 @@ class CollisionModel:
         with before_first_compute(announce):
             for link in robot.links:
                 items = _link_geometry(link, raw_links.get(link.name), base_dir,
-                                       tuple(package_paths or ()))
+                                       package_paths)
                 if not items:
                     continue
                 att = attachments.get(link.name)
@@ -205,10 +215,12 @@ class CollisionModel:
                     coarse, edge = 2.0 * coarse, None if edge is None else 2.0 * edge
                     covers = [_cover_element(g, att, coarse, edge, cache_dir) for g in items]
                 if coarse != tolerance:
-                    _LOG.info('link %r: its cover at tolerance %g m has more than %d spheres; '
-                              'covered at %g m (%d spheres): a larger excess there, less work '
-                              'per collision query', link.name, tolerance, LINK_SPHERES,
-                              coarse, sum(len(c.radii) for c in covers))
+                    notes.append(
+                        f'link {link.name!r}: its cover at tolerance {tolerance:g} m has more '
+                        f'than {LINK_SPHERES} spheres; covered at {coarse:g} m '
+                        f'({sum(len(c.radii) for c in covers)} spheres): a larger excess '
+                        'there, less work per collision query')
+                    _LOG.info('%s', notes[-1])
                 link_covers.append((link.name, _merge(covers)))
         for name in attachments:
             if name not in geometry and name in raw_links and raw_links[name]['unsupported']:
@@ -221,6 +233,8 @@ class CollisionModel:
         model.cache_dir = cache_dir
         for w in warnings:
             _LOG.warning('%s', w)
+        _store_model(cache_dir, key, link_covers, attachments, geometry, warnings, notes,
+                     group_parent, tuple(raw_links))
         return model
 
     @classmethod
@@ -902,6 +916,105 @@ def _element_mesh(geom, tolerance):
     else:  # sphere (swept case handled by the caller)
         mesh = trimesh.creation.icosphere(subdivisions=3, radius=geom.size[0] * 1.01)
     return np.asarray(mesh.vertices), np.asarray(mesh.faces)
+
+
+# ---------------------------------------------------------------------- the model cache
+def _model_key(chain, text, base_dir, package_paths, tolerance, item_edge):
+    """Return the model cache key of ``from_urdf``'s arguments (``model_cache``), or None when
+    the URDF or a mesh it names cannot be read here (the build then reports it)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = model_cache.source_digest(
+        os.path.abspath(__file__), os.path.join(here, 'covers.py'),
+        os.path.join(os.path.dirname(here), 'kinematics.py'))
+    if code is None:
+        return None
+    try:
+        root = ElementTree.fromstring(text)
+    except ElementTree.ParseError:
+        return None
+    meshes = []
+    for mesh in root.iter('mesh'):
+        uri = mesh.get('filename')
+        if uri is None:
+            continue
+        try:
+            path = resolve_mesh_uri(uri, base_dir, package_paths)
+            with open(path, 'rb') as f:
+                meshes += [uri, path, f.read()]
+        except (ModelError, OSError):
+            return None
+    records, origins = joints_to_records(chain.tree_joints)
+    return model_cache.digest(
+        'collision-model', code, model_cache.versions('yourdfpy', 'trimesh'), text,
+        json.dumps(records), origins, chain.base_link, chain.tip_links, base_dir,
+        package_paths, float(tolerance), item_edge, *meshes)
+
+
+def _cached_model(cls, chain, cache_dir, key, tolerance, path):
+    """Return the model stored under ``key`` (its warnings and notes logged again), or None."""
+    hit = model_cache.load(cache_dir, 'collision', key)
+    if hit is None:
+        return None
+    meta, arrays = hit
+    try:
+        link_covers, start = [], 0
+        for name, hull, count in meta['covers']:
+            stop = start + count
+            link_covers.append((name, SphereCover(arrays['centers'][start:stop],
+                                                  arrays['radii'][start:stop],
+                                                  arrays['excess'][start:stop], hull)))
+            start = stop
+        attachments, start = {}, 0
+        for name, body, group, sag, count in meta['attachments']:
+            attachments[name] = _Attachment(body, arrays['poses'][start:start + count], group,
+                                            sag)
+            start += count
+        geometry, start = {}, 0
+        for link, items in meta['geometry']:
+            geometry[link] = [LinkGeometry(link, kind, arrays['origins'][start + k], tuple(size),
+                                           mesh_path, tuple(scale), uri)
+                              for k, (kind, size, mesh_path, scale, uri) in enumerate(items)]
+            start += len(items)
+        model = cls(chain, link_covers, attachments, geometry, meta['warnings'], 'urdf',
+                    tolerance, meta['group_parent'], path, tuple(meta['urdf_links']))
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        _LOG.warning('ignoring a collision model cache entry of another layout (%s: %s): '
+                     'computing the model again', type(exc).__name__, exc)
+        return None
+    model.cache_dir = cache_dir
+    for note in meta['notes']:
+        _LOG.info('%s', note)
+    for w in model.warnings:
+        _LOG.warning('%s', w)
+    return model
+
+
+def _store_model(cache_dir, key, link_covers, attachments, geometry, warnings, notes,
+                 group_parent, urdf_links):
+    """Store what ``_cached_model`` rebuilds the model from under ``key``."""
+    if key is None:
+        return
+    items = [g for link_items in geometry.values() for g in link_items]
+    meta = {
+        'covers': [[name, bool(c.hull), len(c)] for name, c in link_covers],
+        'attachments': [[name, int(a.body), int(a.group), float(a.sag), len(a.poses)]
+                        for name, a in attachments.items()],
+        'geometry': [[link, [[g.kind, [float(v) for v in g.size], g.mesh_path,
+                              [float(v) for v in g.scale], g.uri] for g in link_items]]
+                     for link, link_items in geometry.items()],
+        'warnings': list(warnings), 'notes': list(notes),
+        'group_parent': [int(v) for v in group_parent], 'urdf_links': list(urdf_links)}
+
+    def stack(arrays, shape):
+        return np.concatenate(arrays) if arrays else np.zeros((0,) + shape)
+    model_cache.store(cache_dir, 'collision', key, meta, {
+        'centers': stack([c.centers for _, c in link_covers], (3,)),
+        'radii': stack([c.radii for _, c in link_covers], ()),
+        'excess': stack([c.excess for _, c in link_covers], ()),
+        'poses': stack([np.asarray(a.poses, dtype=float) for a in attachments.values()],
+                       (4, 4)),
+        'origins': np.array([np.asarray(g.origin, dtype=float) for g in items],
+                            dtype=float).reshape(len(items), 4, 4)})
 
 
 def _merge(covers):
