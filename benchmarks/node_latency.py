@@ -5,7 +5,7 @@ and, unless --no-sim, sim_arm, as separate processes on a private ROS_DOMAIN_ID.
 
 0. start-up: sim_arm runs first; the time from spawning smcik_node until its first command's
    header stamp (imports, URDF, collision model, kernels from the on-disk cache, discovery,
-   first tick);
+   first tick), with when the node logged its model and "ready";
 1. latency: for --goals nearby pose goals (FK of the measured configuration plus a random
    joint offset), the time from publishing the goal until the first joint command whose FK is
    within 1 mm / 0.01 rad of it (receive times in this process);
@@ -38,6 +38,7 @@ import math
 import os
 from pathlib import Path
 import pstats
+import re
 import signal
 import sys
 import tempfile
@@ -262,6 +263,7 @@ def main(argv=None):
     rows = [
         ('start-up to first command [s]', f'{startup:.2f}',
          '<= 2 (warm cache)' + (' incl. the blind start\'s wait' if args.no_sim else '')),
+        *_startup_phases(log_dir / 'smcik_node.log', spawned),
         ('goals reached (1 mm, 0.01 rad)', f'{len(done)}/{len(lat)}', ''),
         ('latency median [s]', f'{np.median(done):.3f}' if len(done) else 'n/a', ''),
         ('latency max [s]', f'{np.max(done):.3f}' if len(done) else 'n/a', ''),
@@ -323,6 +325,22 @@ def main(argv=None):
         pstats.Stats(str(profile_path)).sort_stats('cumulative').print_stats(25)
     ok = rate_stamp >= target_rate and cpu_share <= target_cpu and len(done) == len(lat)
     return 0 if ok else 1
+
+
+def _startup_phases(log_path, spawned):
+    """Return rows: when the node's log said 'model from' (interpreter, imports, rclpy, the
+    URDF parsed or read from the model cache) and 'ready:' (kernels loaded, collision model,
+    solver, timers), in seconds after the spawn (the log's stamps are the system clock)."""
+    stamps = {}
+    try:
+        text = log_path.read_text(errors='replace')
+    except OSError:
+        return []
+    for match in re.finditer(r'\[(\d+\.\d+)\] \[smcik_node\]: (model from|ready:)', text):
+        stamps.setdefault(match.group(2), float(match.group(1)) - spawned)
+    names = {'model from': '  spawn to model (imports, URDF) [s]',
+             'ready:': '  spawn to ready (kernels, collision model, solver) [s]'}
+    return [(names[key], f'{stamps[key]:.2f}', '') for key in names if key in stamps]
 
 
 def _goal_check(args, chain):
