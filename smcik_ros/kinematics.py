@@ -1157,6 +1157,15 @@ def _urdf_bytes(path_or_xml):
     return text, source
 
 
+def require_robot_name(root, source):
+    """Raise ModelError when the <robot> element ``root`` has no name (yourdfpy would fail
+    with a bare KeyError 'name'; ROS's own parser, urdfdom, rejects it too)."""
+    if root.get('name') is None:
+        raise ModelError(f'{source}: the <robot> element has no name attribute, which the URDF '
+                         'format requires (robot_state_publisher and MoveIt reject it too); '
+                         'write <robot name="..."> (any name)')
+
+
 def _parse_urdf_text(text, source):
     """Return (list of JointSpec, robot name, root inertials): ``text`` parsed with yourdfpy."""
     try:
@@ -1172,6 +1181,7 @@ def _parse_urdf_text(text, source):
         raise ModelError(f'{source} is not well-formed XML: {exc}') from exc
     if root.tag != 'robot':
         raise ModelError(f'{source} is not a URDF: root element is <{root.tag}>, expected <robot>')
+    require_robot_name(root, source)
     try:
         urdf = yourdfpy.URDF.load(io.BytesIO(text), build_scene_graph=False, load_meshes=False,
                                   build_collision_scene_graph=False)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import yourdfpy
 
+from smcik_ros.collision.model import CollisionModel
 from smcik_ros.errors import ModelError
 from smcik_ros.kinematics import BODY_BALL, BODY_PRISMATIC, Chain, JointSpec
 
@@ -175,6 +176,20 @@ def test_missing_file_and_non_urdf_xml():
         Chain.from_urdf('/nonexistent/robot.urdf')
     with pytest.raises(ModelError, match='expected <robot>'):
         Chain.from_urdf('<launch><node/></launch>')
+
+
+def test_a_robot_without_a_name_is_refused_with_how_to_fix_it():
+    """yourdfpy fails on it with a bare KeyError 'name' (example-robot-data's ur3.urdf);
+    the chain and the collision model say what is missing instead."""
+    with open(ARM7) as f:
+        text = f.read()
+    nameless = text.replace('<robot name="smcik_arm"', '<robot', 1)
+    assert nameless != text
+    for build in (lambda: Chain.from_urdf(nameless),
+                  lambda: CollisionModel.from_urdf(Chain.from_urdf(ARM7), nameless,
+                                                   cache_dir='')):
+        with pytest.raises(ModelError, match=r'no name attribute.*<robot name="\.\.\.">'):
+            build()
 
 
 def test_revolute_without_limits_is_refused():

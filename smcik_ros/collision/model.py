@@ -36,7 +36,7 @@ import numpy as np
 
 from .. import model_cache
 from ..errors import ModelError
-from ..kinematics import joints_to_records
+from ..kinematics import joints_to_records, require_robot_name
 from .covers import (SphereCover, before_first_compute, bisect_triangles, cached_cover,
                      cover_box, cover_cylinder, cover_mesh, cover_sphere, cylinder_sections,
                      default_cache_dir)
@@ -586,6 +586,7 @@ def _parse(text, path):
         root = ElementTree.fromstring(text)
     except ElementTree.ParseError as exc:
         raise ModelError(f'{source} is not well-formed XML: {exc}') from exc
+    require_robot_name(root, source)
     try:
         robot = yourdfpy.URDF.load(io.BytesIO(text), build_scene_graph=False, load_meshes=False,
                                    build_collision_scene_graph=False).robot
