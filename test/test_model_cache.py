@@ -45,6 +45,8 @@ _MESH_URDF = """<?xml version="1.0"?>
     <limit lower="-2" upper="2" effort="1" velocity="1.5"/>
   </joint>
   <link name="link2">
+    <visual><geometry><mesh filename="package://meshy_description/meshes/no_such.dae"/>
+    </geometry></visual>
     <collision><origin xyz="0 0 0.1"/>
       <geometry><cylinder radius="0.04" length="0.2"/></geometry></collision>
   </link>
@@ -116,6 +118,17 @@ def test_a_cached_chain_is_the_parsed_chain(tmp_path, monkeypatch, urdf, base, t
     assert len(_entries(tmp_path, 'urdf')) == 1
 
 
+def test_a_continuous_joint_survives_the_cache(tmp_path):
+    """A continuous joint has no limits (None in the spec, JSON null in the entry)."""
+    urdf, _ = _mesh_robot(str(tmp_path / 'robot'))
+    parsed = Chain.from_urdf(urdf, 'base_link', 'tool0', cache_dir='')
+    assert parsed.tree_joints[0].type == 'continuous' and parsed.tree_joints[0].lower is None
+    Chain.from_urdf(urdf, 'base_link', 'tool0', cache_dir=str(tmp_path))
+    cached = Chain.from_urdf(urdf, 'base_link', 'tool0', cache_dir=str(tmp_path))
+    for name, value in vars(parsed).items():
+        _same(value, getattr(cached, name), name)
+
+
 def test_a_changed_urdf_is_parsed_again_and_a_broken_one_never_cached(tmp_path):
     with open(ARM) as f:
         text = f.read()
@@ -157,6 +170,7 @@ def _model_fields(model):
 
 
 def test_a_cached_collision_model_is_the_computed_model(tmp_path, monkeypatch):
+    """Also: a <visual> mesh that is not there (link2's) neither fails nor stops caching."""
     urdf, packages = _mesh_robot(str(tmp_path / 'robot'))
     cache = str(tmp_path / 'cache')
     chain = Chain.from_urdf(urdf, 'base_link', 'tool0', cache_dir='')

@@ -934,7 +934,7 @@ def _model_key(chain, text, base_dir, package_paths, tolerance, item_edge):
     except ElementTree.ParseError:
         return None
     meshes = []
-    for mesh in root.iter('mesh'):
+    for mesh in root.iterfind('./link/collision/geometry/mesh'):    # not <visual> ones
         uri = mesh.get('filename')
         if uri is None:
             continue
