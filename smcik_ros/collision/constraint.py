@@ -364,7 +364,7 @@ class CollisionConstraint(Constraint):
         play = CONTACT_PLAY if play is None else float(play)
         stored = self._allowance_table()
         if stored is not None and play:
-            stored = (stored[0], stored[1] - play * self._lasting(stored[0]))
+            stored = (stored[0], stored[1] - play * self._reference[2])
         if q is None:
             return stored
         pairs, depth = self._pair_depths(q, 0.0)
@@ -375,7 +375,8 @@ class CollisionConstraint(Constraint):
 
     def _allowance_table(self):
         """Return the allowances (sorted pair ids, allowed padded distances) brought up to
-        the stored reference, or None without one."""
+        the stored reference, or None without one. Which of them last (``_lasting``) is
+        kept with them: ``self._reference[2]``."""
         key = self._state_key()
         if self._reference_q is None:
             return None
@@ -406,7 +407,7 @@ class CollisionConstraint(Constraint):
             keep = depth < 0.0
         table = (pairs[keep], allowed[keep])
         self._allowance = (key,) + table
-        self._reference = (key, table)
+        self._reference = (key, table, lasting[keep])
         return table
 
     def _pair_depths(self, q, threshold):
@@ -429,7 +430,7 @@ class CollisionConstraint(Constraint):
         table = self._allowance_table()
         if table is None:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
-        lasting = self._lasting(table[0])
+        lasting = self._reference[2]
         return table[0][lasting], table[1][lasting]
 
     def _lasting(self, pairs):
