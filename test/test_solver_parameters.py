@@ -27,6 +27,11 @@ def test_every_setting_of_every_solver_is_a_parameter_with_its_default_and_unit(
             item = by_name[f'{solver}.{field.name}']
             assert item.default == field.default and item.kind is type(field.default)
     assert '[m] task noise std, position' in by_name['smc.sigma_position'].description
+    # Every setting's description is its field's comment (read from the settings class's
+    # source), not the bare field name.
+    bare = [item.name for item in declared
+            if item.description.startswith(f'{item.solver} solver: {item.field} (default')]
+    assert bare == []
 
 
 def test_values_become_settings_and_changes_are_found():
