@@ -185,6 +185,25 @@ def test_solve_maps_whole_turns_towards_the_seed(arm6):
     assert successes >= 38
 
 
+def test_one_row_of_map_turns_is_the_batch_arithmetic(arm6):
+    """map_turns has a Python-float path for one row (solve()'s answer): it must give the
+    batch path's numbers exactly, half turns (numpy's and Python's round half to even) and
+    the limits' edges included."""
+    motion = make_solver('smc', arm6, seed=0)._selection
+    cols = motion._turn_cols
+    assert len(cols) >= 2
+    rng = np.random.default_rng(5)
+    rows = arm6.random_configuration(rng, 400)
+    refs = arm6.random_configuration(rng, 400)
+    refs[:100, cols] = rows[:100, cols] + np.pi * rng.integers(-4, 5, size=(100, len(cols)))
+    refs[100:150, cols] = arm6.lower[cols] + 1e-12
+    rows[150:200, cols] = arm6.upper[cols]
+    for row, ref in zip(rows, refs):
+        pair = np.stack([row, row])      # two rows: the numpy path
+        np.testing.assert_array_equal(motion.map_turns(row[None], ref)[0],
+                                      motion.map_turns(pair, ref)[0])
+
+
 def test_solve_returns_the_success_nearest_the_seed(arm6):
     """Among the particles that satisfy the goal when solve() stops, the one nearest the
     seed is returned (MoveIt-style queries want the seed's branch), and seeds near a

@@ -78,6 +78,8 @@ class MinimalMotion:
         self._continuous = continuous
         # Joints that can take a whole turn inside their limits: mapped towards the reference.
         self._turn_cols = sq[revolute & (span > TWO_PI + 1e-9)]
+        self._turn_limits = [(int(c), float(chain.lower[c]), float(chain.upper[c]))
+                             for c in self._turn_cols]
         self._continuous_any = bool(continuous.any())
         # Only 1-DOF joints, q and tangent indices equal (URDF arms): differences are ref - q.
         self._plain = (not chain.has_ball_joints and chain.nq == chain.nv
@@ -144,6 +146,19 @@ class MinimalMotion:
         cols = self._turn_cols
         if not len(cols):
             return q
+        if len(q) == 1:
+            # One row (solve()'s answer): the same arithmetic on Python floats, without ten
+            # numpy calls on arrays of a few entries (~20 us -> ~3 us).
+            row, target = q[0].tolist(), ref.tolist()
+            for c, lo, hi in self._turn_limits:
+                v = row[c]
+                v = v + TWO_PI * round((target[c] - v) / TWO_PI)
+                if v > hi:
+                    v -= TWO_PI
+                if v < lo:
+                    v += TWO_PI
+                row[c] = v
+            return np.array([row])
         lower, upper = self.chain.lower[cols], self.chain.upper[cols]
         v = q[:, cols]
         v = v + TWO_PI * np.round((ref[cols] - v) / TWO_PI)
