@@ -90,6 +90,11 @@ def main(argv=None):
                         help='robot URDF (default: the demo arm)')
     parser.add_argument('--base', default='base_link', help='base link')
     parser.add_argument('--tip', default='tool0', help='tip link')
+    parser.add_argument('--floor', action='store_true',
+                        help='after the window, stop the node and measure the middleware '
+                             'floor (benchmarks/middleware_floor.py: the same topics, QoS, '
+                             'timers and executor holding the last command, no IK) over '
+                             'another window')
     args = parser.parse_args(argv)
 
     domain_id = private_domain_id(offset=17)
@@ -194,6 +199,7 @@ def main(argv=None):
                 and math.acos(max(-1.0, min(1.0, cos))) <= 1e-2)
 
     latencies = []
+    floor = node_code = None     # --floor: (CPU share, rate); the node's exit code
     try:
         if not spin_until(lambda: commands and pose_pub.get_subscription_count() > 0, 30.0):
             print('smcik_node did not start; log:\n' + (log_dir / 'smcik_node.log').read_text())
@@ -223,8 +229,13 @@ def main(argv=None):
             executor.spin_once(timeout_sec=0.005)
         cpu1, t1 = cpu_seconds(node_proc.pid), time.monotonic()
         window = commands[first:]
+        if args.floor:
+            node_code = stop_process(procs.pop(0), signal.SIGINT)
+            floor = _floor(args, env, log_dir, commands, procs, spin_until)
     finally:
         codes = [stop_process(p, signal.SIGINT) for p in procs]
+        if node_code is None:
+            node_code = codes[0]
         node.destroy_node()
         rclpy.try_shutdown(context=context)
 
@@ -284,6 +295,10 @@ def main(argv=None):
                                                 if thread_share is not None else ''),
          f'{100 * marker_share:.1f} %', f'{marker_ms:.2f} ms CPU/tick'),
         ('  rest: executor, joint_states, DDS threads', f'{100 * rest_share:.1f} %', ''),
+        *([('middleware floor: the same DDS traffic, no IK', f'{100 * floor[0]:.1f} %',
+            f'{floor[1]:.2f} Hz, benchmarks/middleware_floor.py'),
+           ('  node minus floor (the IK node\'s own work)',
+            f'{100 * (cpu_share - floor[0]):.1f} %', '')] if floor else []),
         ('collision: obstacles / self-collision pairs',
          f'{last.get("obstacles")} / {last.get("self_collision_pairs")}',
          f'self_collision {last.get("self_collision")}'),
@@ -296,7 +311,7 @@ def main(argv=None):
          'rest_step_interval, unchanged markers'),
         ('machine load average (1 min)', f'{load:.2f}', f'{os.cpu_count()} cores'),
         ('window [s]', f'{t1 - t0:.1f}', ''),
-        ('node exit code after SIGINT', str(codes[0]), '0'),
+        ('node exit code after SIGINT', str(node_code), '0'),
     ]
     print(f'\nsmcik_node latency benchmark (sim_arm: {not args.no_sim}; logs {log_dir})')
     width = max(len(r[0]) for r in rows)
@@ -323,8 +338,35 @@ def main(argv=None):
     if args.profile and profile_path.exists():
         print('\nwhere the node spends its time (cProfile, cumulative, top 25):')
         pstats.Stats(str(profile_path)).sort_stats('cumulative').print_stats(25)
-    ok = rate_stamp >= target_rate and cpu_share <= target_cpu and len(done) == len(lat)
+    ok = rate_stamp >= target_rate and cpu_share <= target_cpu and len(done) == len(lat) \
+        and (floor is not None or not args.floor)
     return 0 if ok else 1
+
+
+def _floor(args, env, log_dir, commands, procs, spin_until):
+    """Run benchmarks/middleware_floor.py holding the last command; return (its CPU share
+    of one core, its command rate [Hz]) over --window s, or None when it did not start."""
+    given = dict(item.split(':=') for item in args.param)
+    held = commands[-1][2]
+    proc = start_node_process(
+        'benchmarks.middleware_floor', env, log_dir / 'middleware_floor.log', params_file=None,
+        parameters=[f'urdf_path:={args.urdf}', f'base_link:={args.base}',
+                    f'tip_link:={args.tip}', f'rate_hz:={float(given.get("rate_hz", 100.0))}',
+                    f'marker_rate_hz:={float(given.get("marker_rate_hz", 10.0))}',
+                    f'status_rate_hz:={float(given.get("status_rate_hz", 2.0))}',
+                    'positions:=[' + ','.join(map(repr, held.tolist())) + ']'])
+    procs.insert(0, proc)
+    started = time.monotonic()
+    if not spin_until(lambda: commands[-1][0] > started + 2.0, 30.0):
+        print('the middleware floor did not start; log:\n'
+              + (log_dir / 'middleware_floor.log').read_text())
+        return None
+    first = len(commands)
+    cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
+    spin_until(lambda: False, args.window)
+    cpu1, t1 = cpu_seconds(proc.pid), time.monotonic()
+    stamps = np.array([c[1] for c in commands[first:]])
+    return (cpu1 - cpu0) / (t1 - t0), (len(stamps) - 1) / (stamps[-1] - stamps[0])
 
 
 def _startup_phases(log_path, spawned):
