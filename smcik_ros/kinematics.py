@@ -394,6 +394,10 @@ class Chain:
         self.nq, self.nv = nq, nv
         self.lower = _readonly(np.array(lower, dtype=float))
         self.upper = _readonly(np.array(upper, dtype=float))
+        # random_configuration's draw: lower + span u is Generator.uniform's own arithmetic
+        # (None where a span is not finite: uniform then raises as it always did).
+        span = self.upper - self.lower
+        self._span = _readonly(span) if np.isfinite(span).all() else None
         self.velocity_limits = _readonly(np.array(vel, dtype=float))
         self._q_index = q_index
         self._v_index = v_index
@@ -785,7 +789,13 @@ class Chain:
         Ball joints are uniform over rotations within their angle limit.
         """
         shape = (1 if size is None else int(size), self.nq)
-        q = rng.uniform(self.lower, self.upper, size=shape)
+        if self._span is not None and isinstance(rng, np.random.Generator):
+            # The numbers Generator.uniform(lower, upper, shape) returns, bit for bit (it
+            # computes lower + (upper - lower) u from one double per entry, in C order):
+            # without its broadcasting path, 1.5 instead of 26 us for solve()'s 7 rows.
+            q = self.lower + self._span * rng.random(shape)
+        else:
+            q = rng.uniform(self.lower, self.upper, size=shape)
         if self.has_ball_joints:
             q[:, self._ball_q_idx] = _random_ball(rng, shape[0], self.ball_limits)
         return q[0] if size is None else q

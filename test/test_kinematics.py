@@ -269,3 +269,28 @@ def test_public_structure_describes_the_model():
     assert ball.is_body_frame('seg2') and not ball.is_body_frame('tip')
     body, off = ball.link_anchor('tip')
     assert body == 2 and np.allclose(off[:3, 3], (0.0, 0.0, 1.0))
+
+
+@pytest.mark.parametrize('path,tip', CASES)
+def test_random_configuration_draws_generator_uniforms_numbers(path, tip):
+    """The draw is Generator.uniform(lower, upper)'s, bit for bit and in the same order
+    (seeded runs keep their streams): single rows, batches, and the draws after them."""
+    chain = Chain.from_urdf(path, 'base_link', tip)
+    for seed in range(20):
+        ours, reference = np.random.default_rng(seed), np.random.default_rng(seed)
+        for size in (None, 1, 7, 100):
+            q = chain.random_configuration(ours, size)
+            expected = reference.uniform(chain.lower, chain.upper,
+                                         size=(1 if size is None else size, chain.nq))
+            expected = expected[0] if size is None else expected
+            assert q.shape == expected.shape
+            assert q.tobytes() == expected.tobytes()
+            assert np.all(chain.within_limits(q))
+        assert ours.random() == reference.random()
+
+
+def test_random_configuration_of_a_ball_chain_stays_on_its_own_path():
+    chain = Chain.ball_chain(3, 0.1, max_angle=1.0)
+    q = chain.random_configuration(np.random.default_rng(3), 50)
+    assert q.shape == (50, chain.nq)
+    assert chain.within_limits(q).all()

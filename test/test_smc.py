@@ -924,6 +924,36 @@ def test_first_stage_answers_most_round_trips_and_its_answers_meet_the_tolerance
         assert result.iterations == 1 and np.array_equal(result.q, q)
 
 
+@pytest.mark.skipif(not kernels.ENABLED, reason='the first stage runs only with the compiled '
+                    'kernels (numba installed, SMCIK_NO_JIT unset)')
+def test_a_first_stage_answer_leaves_the_state_reset_would(arm7):
+    """After a first-stage answer the solver is where ``reset(answer)`` puts it (online
+    steps continue from it): the same particles, estimate and goal, arrays of its own (the
+    answer returned is not the solver's state, so a caller changing it changes nothing)."""
+    rng = np.random.default_rng(21)
+    solver = make_solver('smc', arm7, seed=4)
+    reference = make_solver('smc', arm7, seed=4)
+    answered = 0
+    for _ in range(30):
+        pose = arm7.fk(arm7.random_configuration(rng))
+        result = solver.solve(pose, arm7.random_configuration(rng), tol=1e-3)
+        if not solver.last_info.get('first_stage'):
+            continue
+        answered += 1
+        reference.reset(result.q)
+        for name in ('_q', '_estimate'):
+            assert getattr(solver, name).tobytes() == getattr(reference, name).tobytes()
+        ours, theirs = solver._state, reference._state
+        assert ours.particles.tobytes() == theirs.particles.tobytes()
+        assert ours.logw.tobytes() == theirs.logw.tobytes() and ours.held == theirs.held
+        assert not np.shares_memory(solver._q, result.q)
+        assert not np.shares_memory(solver._q, ours.particles)
+        result.q[:] = 0.0
+        assert np.array_equal(solver.estimate, reference.estimate)
+        assert np.array_equal(solver.step(pose), solver.estimate)
+    assert answered >= 20
+
+
 def test_first_stage_is_skipped_where_it_does_not_apply(arm7):
     """Off with seed_rows 0, with hard constraints (the filter's accept/reject must decide),
     for position goals and with max_iters 0 (no work at all)."""

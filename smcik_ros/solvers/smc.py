@@ -744,7 +744,8 @@ class SmcSolver(Solver):
     def _reset(self, q):
         n = self.settings.num_particles
         # Every particle starts at q; particle 0 is the estimate's (held) particle.
-        self._state = FilterState(particles=np.tile(q, (n, 1)), logw=np.zeros(n), held=0)
+        self._state = FilterState(particles=np.repeat(q[None], n, axis=0), logw=np.zeros(n),
+                                  held=0)
         self._anneal_level = 1.0
         self._last_goal_vec = None
         self._goal_still = 0
