@@ -43,7 +43,7 @@ def _finite_array(value, shape, what):
     arr = np.array(value, dtype=float)
     if arr.shape != shape:
         raise GoalError(f'{what} must have shape {shape}; got {arr.shape}')
-    if not np.all(np.isfinite(arr)):
+    if not np.isfinite(arr).all():
         raise GoalError(f'{what} contains NaN or infinite values: {arr.tolist()}')
     arr.setflags(write=False)
     return arr

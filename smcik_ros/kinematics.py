@@ -818,6 +818,11 @@ class Chain:
 
     def clip(self, q):
         """Return configurations projected into the joint limits (same shape as ``q``)."""
+        if not self.has_ball_joints and isinstance(q, np.ndarray) and \
+                q.shape == self.lower.shape:
+            # One configuration (solve(), reset, the control tick): np.clip's own result,
+            # in two ufunc calls instead of a copy, atleast_2d and np.clip's dispatch.
+            return np.minimum(np.maximum(q, self.lower), self.upper)
         q = np.array(q, dtype=float)
         single = q.ndim == 1
         q2 = np.atleast_2d(q)
@@ -847,7 +852,7 @@ class Chain:
         if arr.ndim not in (1, 2) or arr.shape[-1] != self.nq:
             raise ModelError(f'{what} must have shape ({self.nq},) or (N, {self.nq}) for joints '
                              f'{list(self.joint_names)}; got shape {arr.shape}')
-        if not np.all(np.isfinite(arr)):
+        if not np.isfinite(arr).all():
             raise ModelError(f'{what} contains NaN or infinite values: {arr}')
         return arr
 

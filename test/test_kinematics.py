@@ -294,3 +294,25 @@ def test_random_configuration_of_a_ball_chain_stays_on_its_own_path():
     q = chain.random_configuration(np.random.default_rng(3), 50)
     assert q.shape == (50, chain.nq)
     assert chain.within_limits(q).all()
+
+
+@pytest.mark.parametrize('path,tip', CASES)
+def test_clip_of_one_configuration_is_np_clip_of_a_copy(path, tip):
+    """One configuration takes a shorter path through ``clip``: the same numbers as a batch
+    row and as np.clip (NaN kept, any numeric dtype), always a new float array."""
+    chain = Chain.from_urdf(path, 'base_link', tip)
+    rng = np.random.default_rng(8)
+    batch = rng.normal(0.0, 3.0, (200, chain.nq))
+    batch[::17, 0] = np.nan
+    rows = chain.clip(batch)
+    for q, row in zip(batch, rows):
+        for value in (q, q.astype(np.float32), np.round(q * 3).astype(np.int64)
+                      if np.isfinite(q).all() else q):
+            out = chain.clip(value)
+            expected = np.clip(np.array(value, dtype=float), chain.lower, chain.upper)
+            assert out.dtype == np.float64 and out.shape == (chain.nq,)
+            assert out.tobytes() == expected.tobytes()
+            assert not np.shares_memory(out, value)
+        assert chain.clip(q).tobytes() == row.tobytes()
+    with pytest.raises(ValueError):
+        chain.clip(np.zeros(chain.nq + 1))

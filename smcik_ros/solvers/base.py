@@ -184,7 +184,7 @@ def parse_tolerance(tol):
 
     A number ``t`` gives (t, 10 t): 1e-3 means 1 mm and 0.01 rad. A pair is taken as is.
     """
-    if np.ndim(tol) == 0:
+    if isinstance(tol, float) or np.ndim(tol) == 0:     # (a float: no numpy call)
         pos = float(tol)
         ori = ORIENTATION_PER_POSITION * pos
     else:
