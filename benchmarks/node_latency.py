@@ -27,8 +27,14 @@ table adds the scene size, the self-collision pairs and how often the validator 
 ``-p srdf_path:=...`` where they are not found beside the URDF) runs another robot, e.g.
 MoveIt's Panda; sim_arm plays the same URDF and chain.
 
+``--floor`` then stops the node and runs benchmarks/middleware_floor.py in its place for
+another window: the same topics, QoS, command bytes, timers and executor holding the last
+command, without the IK. Its CPU share is what the middleware alone costs on this host (the
+at-rest target leaves the node's own work the difference); its rate is what the host's
+timers hold without the node's work.
+
     ./smcik bench node_latency [--window 20] [--goals 8] [--no-sim] [--profile]
-        [--obstacles 10] [--csv node_latency_collision.csv]
+        [--obstacles 10] [--floor] [--csv node_latency_collision.csv]
 """
 
 import argparse
