@@ -819,9 +819,9 @@ class Chain:
     def clip(self, q):
         """Return configurations projected into the joint limits (same shape as ``q``)."""
         if not self.has_ball_joints and isinstance(q, np.ndarray) and \
-                q.shape == self.lower.shape:
-            # One configuration (solve(), reset, the control tick): np.clip's own result,
-            # in two ufunc calls instead of a copy, atleast_2d and np.clip's dispatch.
+                q.dtype == np.float64 and q.shape == self.lower.shape:
+            # One float configuration (solve(), reset): np.clip's own result, in two ufunc
+            # calls instead of a copy, atleast_2d and np.clip's dispatch.
             return np.minimum(np.maximum(q, self.lower), self.upper)
         q = np.array(q, dtype=float)
         single = q.ndim == 1

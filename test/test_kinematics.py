@@ -298,8 +298,9 @@ def test_random_configuration_of_a_ball_chain_stays_on_its_own_path():
 
 @pytest.mark.parametrize('path,tip', CASES)
 def test_clip_of_one_configuration_is_np_clip_of_a_copy(path, tip):
-    """One configuration takes a shorter path through ``clip``: the same numbers as a batch
-    row and as np.clip (NaN kept, any numeric dtype), always a new float array."""
+    """One float configuration takes a shorter path through ``clip``: the same numbers as a
+    batch row and as np.clip (NaN kept; other dtypes through the general path), always a
+    new float array."""
     chain = Chain.from_urdf(path, 'base_link', tip)
     rng = np.random.default_rng(8)
     batch = rng.normal(0.0, 3.0, (200, chain.nq))
