@@ -432,6 +432,9 @@ class SmcIkNode(Node):
             JointState, 'joint_states', guard('joint_states', self._on_joint_states),
             JOINT_STATES_QOS, raw=True)
         self._drain = True
+        # joint_states delivered between ticks, with their arrival time: read by the next
+        # tick (see _on_joint_states); bounded like the tick's own drain.
+        self._arrived = collections.deque(maxlen=1000)
 
         # Everything built at start-up (the model, covers, pair tables, compiled kernels) lives
         # for the whole run: move it out of the garbage collector's view, so that a full
@@ -981,8 +984,15 @@ class SmcIkNode(Node):
 
     # ------------------------------------------------------------------ joint states
     def _on_joint_states(self, data):
-        """A joint_states message, serialized (the subscription is raw)."""
-        _, now = self._now()
+        """A joint_states message, serialized (the subscription is raw), delivered by the
+        executor between ticks: kept with its arrival time for the next tick, which reads it
+        before it decides (``_drain_joint_states``). Reading it here, in a wake-up of its
+        own, cost the node more than the reading itself: each wake-up of this VM's process
+        starts with cold caches (docs/node.md, "The tick")."""
+        self._arrived.append((data, self._now()[1]))
+
+    def _read_joint_states(self, data, now):
+        """Apply one serialized joint_states message that arrived at ``now`` [s]."""
         try:
             q, missing, bad, extra, stamp_ns = self._joint_state_reader.read_serialized(data)
         except GoalError as exc:
@@ -1013,6 +1023,9 @@ class SmcIkNode(Node):
         the arm's return is already waiting). Uses the subscription handle's take_message,
         as the executors do (Humble and Jazzy); any failure switches it off, logged once.
         """
+        arrived = self._arrived
+        while arrived:
+            self._guarded('joint_states', self._read_joint_states)(*arrived.popleft())
         if not self._drain:
             return
         sub = self._joint_states_sub
@@ -1022,7 +1035,8 @@ class SmcIkNode(Node):
                     taken = sub.handle.take_message(sub.msg_type, sub.raw)
                 if taken is None:
                     return
-                self._guarded('joint_states', self._on_joint_states)(taken[0])
+                self._guarded('joint_states', self._read_joint_states)(taken[0],
+                                                                       self._now()[1])
         except Exception as exc:
             self._drain = False
             self._reporter('warn', 'drain', f'joint_states cannot be taken from the tick '
