@@ -928,8 +928,9 @@ def test_first_stage_answers_most_round_trips_and_its_answers_meet_the_tolerance
                     'kernels (numba installed, SMCIK_NO_JIT unset)')
 def test_a_first_stage_answer_leaves_the_state_reset_would(arm7):
     """After a first-stage answer the solver is where ``reset(answer)`` puts it (online
-    steps continue from it): the same particles, estimate and goal, arrays of its own (the
-    answer returned is not the solver's state, so a caller changing it changes nothing)."""
+    steps continue from it): the same configuration, estimate, particles, weights and held
+    particle, in arrays of its own (the answer returned is not the solver's state, so a
+    caller changing it changes nothing)."""
     rng = np.random.default_rng(21)
     solver = make_solver('smc', arm7, seed=4)
     reference = make_solver('smc', arm7, seed=4)
