@@ -204,6 +204,7 @@ def main(argv=None):
         return (np.linalg.norm(tip[:3, 3] - pose[:3, 3]) <= 1e-3
                 and math.acos(max(-1.0, min(1.0, cos))) <= 1e-2)
 
+    given = dict(item.split(':=') for item in args.param)
     latencies = []
     floor = node_code = None     # --floor: (CPU share, rate); the node's exit code
     try:
@@ -237,7 +238,7 @@ def main(argv=None):
         window = commands[first:]
         if args.floor:
             node_code = stop_process(procs.pop(0), signal.SIGINT)
-            floor = _floor(args, env, log_dir, commands, procs, spin_until)
+            floor = _floor(args, given, env, log_dir, commands, procs, spin_until)
     finally:
         codes = [stop_process(p, signal.SIGINT) for p in procs]
         if node_code is None:
@@ -256,7 +257,6 @@ def main(argv=None):
     tick_ms = np.mean([d['step_cpu_ms'] for d in in_window if d.get('step_cpu_ms')])
     marker_ms = np.mean([d['marker_cpu_ms'] for d in in_window if d.get('marker_cpu_ms')]
                         or [0.0])
-    given = dict(item.split(':=') for item in args.param)
     marker_hz = given.get('marker_rate_hz', 10.0)
     rate_hz = float(given.get('rate_hz', 100.0))
     target_rate = TARGET_RATE_SHARE * rate_hz
@@ -349,10 +349,10 @@ def main(argv=None):
     return 0 if ok else 1
 
 
-def _floor(args, env, log_dir, commands, procs, spin_until):
+def _floor(args, given, env, log_dir, commands, procs, spin_until):
     """Run benchmarks/middleware_floor.py holding the last command; return (its CPU share
-    of one core, its command rate [Hz]) over --window s, or None when it did not start."""
-    given = dict(item.split(':=') for item in args.param)
+    of one core, its command rate [Hz]) over --window s, or None when it did not start.
+    given: the node's -p parameters as {name: value text}."""
     held = commands[-1][2]
     proc = start_node_process(
         'benchmarks.middleware_floor', env, log_dir / 'middleware_floor.log', params_file=None,

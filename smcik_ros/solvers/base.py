@@ -346,9 +346,8 @@ class Solver:
             else None
         if first is not None:
             q, pos, ori = first
-            # The first stage's rows are finite and clipped (no ball joints there): what
-            # reset's check and clip would return, for ~10 us less.
-            self._reset_checked(np.minimum(np.maximum(q, self.chain.lower), self.chain.upper))
+            # The first stage's rows are finite already: reset without checking them again.
+            self._reset_checked(self.chain.clip(q))
             self._targets = targets
             self.last_info = {'first_stage': True}
             return IKResult(q=q.copy(), success=True, position_error=pos,
