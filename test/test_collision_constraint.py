@@ -390,6 +390,35 @@ def test_engine_bounds_and_row_cache_give_the_exact_result(arm):
     np.testing.assert_array_equal(cached[20:], first[20:])
 
 
+def test_row_cache_gives_every_copy_of_a_configuration_its_leaves(arm):
+    """The SMC's particle set holds copies of one configuration (resampling, fallbacks to
+    the estimate). When the changed rows of a cached evaluation come from another cached
+    evaluation (the redraws were just checked), each copy gets the source row's leaves:
+    the cache once gave them to the last copy only, so the other copies were free and
+    cost-free although in collision."""
+    urdf, chain, model, pairs = arm
+    rng = np.random.default_rng(7)
+    c = CollisionConstraint(model, Scene(_random_obstacles(rng, 6)), pairs=pairs)
+    q = chain.random_configuration(rng, 200)
+    c.violated(chain.frames(q))
+    pool = chain.random_configuration(rng, 400)
+    colliding = pool[c.in_collision(chain.frames(pool))][:2]
+    assert len(colliding) == 2
+    c.violated(chain.frames(colliding))             # the redraws, evaluated on their own
+    q2 = q.copy()
+    copies = {0: [5, 17, 40, 41], 1: [60, 61, 62]}
+    for k, rows in copies.items():
+        q2[rows] = colliding[k]
+    frames = chain.frames(q2)
+    cached = (c.violated(frames), c.residual(frames), c.cost(frames))
+    c._cache = c._rows_cache = None
+    fresh = (c.violated(frames), c.residual(frames), c.cost(frames))
+    for rows in copies.values():
+        assert cached[0][rows].all()
+    for a, b in zip(cached, fresh):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_settings_are_validated():
     _, model = demo_model(ARM7_URDF)
     with pytest.raises(GoalError, match='padding must be a number >= 0'):

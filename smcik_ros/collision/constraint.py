@@ -323,11 +323,7 @@ class CollisionConstraint(Constraint):
             if not found.any():
                 continue
             src_rows, dst_rows = source[found], todo[found]
-            remap = np.full(len(other[2]), -1)
-            remap[src_rows] = dst_rows
-            leaves = other[3].select(remap[other[3].n] >= 0)
-            leaves.n = remap[leaves.n]
-            parts.append(leaves)
+            parts.append(_leaves_of_rows(other, src_rows, dst_rows, threshold))
             if not lazy:
                 oxyz = other[4].xyz.reshape(3, other[4].n, other[4].rows)
                 xyz[:, dst_rows] = oxyz[:, src_rows]
@@ -1003,6 +999,20 @@ def _merge_min(a, b):
     first = np.ones(len(pairs), dtype=bool)
     first[1:] = pairs[1:] != pairs[:-1]
     return pairs[first], values[first]
+
+
+def _leaves_of_rows(entry, src, dst, threshold):
+    """Return the leaves below ``threshold`` of the rows ``src`` of a cached evaluation
+    ``entry``, renumbered as rows ``dst``. A source row may be taken for several rows:
+    the particle set holds copies of one configuration (resampling, fallbacks)."""
+    leaves = entry[3]
+    order = np.argsort(leaves.n, kind='stable')
+    count = np.bincount(leaves.n, minlength=len(entry[2]))
+    start = np.cumsum(count) - count
+    row, index = engine._ranges(start[src], count[src])
+    leaves = leaves.select(order[index])
+    leaves.n = np.asarray(dst)[row]
+    return leaves.select(leaves.d < threshold) if entry[1] > threshold else leaves
 
 
 def _match_rows(rows, table):
