@@ -281,7 +281,7 @@ class CollisionConstraint(Constraint):
             changed = np.any(entry[2] != q, axis=1)
             if not changed.any():
                 leaves, world = entry[3], entry[4]
-            elif changed.mean() <= 0.5:
+            elif 2 * np.count_nonzero(changed) <= len(changed):
                 leaves, world = self._update_rows(frames, entry, changed, entries)
                 entries[k] = (state, entry[1], q.copy(), leaves, world)
             else:
