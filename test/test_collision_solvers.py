@@ -245,3 +245,59 @@ def test_an_online_step_is_checked_along_its_motion_and_a_solve_step_at_its_end(
     else:
         assert info['step_scale'] == 1.0
         np.testing.assert_allclose(step, dv)
+
+
+def test_every_cached_query_of_an_smc_run_equals_a_fresh_query(setup, monkeypatch):
+    """The constraint's evaluation cache (reuse, changed rows, rows taken from other
+    evaluations) answers every query of a seeded SMC run with a wall and self-collision
+    exactly as a fresh query of the same configurations: the same leaves (configuration,
+    pair, spheres, distance). The run covers resampled copies, redraws of rejected
+    particles and the refinement's trials; each kind of cache answer occurs."""
+    chain, model, pairs, _ = setup
+    constraint = CollisionConstraint(model, Scene({('test', 'wall'): BOX}), pairs=pairs)
+    seen = {'calls': 0, 'wrong': 0, 'reused': 0, 'updated': 0}
+    query, update = CollisionConstraint._query, CollisionConstraint._update_rows
+
+    def leaf_table(leaves):
+        table = np.stack([leaves.n, leaves.pair, leaves.a, leaves.b], axis=1)
+        order = np.lexsort(table.T[::-1])
+        return table[order], leaves.d[order]
+
+    def checked_query(self, frames, threshold):
+        runs_before = seen['runs']
+        leaves, world = query(self, frames, threshold)
+        seen['calls'] += 1
+        seen['reused'] += seen['runs'] == runs_before
+        (table, d), (fresh_table, fresh_d) = (
+            leaf_table(leaves), leaf_table(self._run(frames, threshold, per_pair=True)[1]))
+        if table.shape != fresh_table.shape or not (
+                np.array_equal(table, fresh_table) and np.array_equal(d, fresh_d)):
+            seen['wrong'] += 1
+        return leaves, world
+
+    def counted_update(self, *args):
+        seen['updated'] += 1
+        return update(self, *args)
+
+    run = CollisionConstraint._run
+
+    def counted_run(self, *args, **kwargs):
+        seen['runs'] += 1
+        return run(self, *args, **kwargs)
+
+    seen['runs'] = 0
+    monkeypatch.setattr(CollisionConstraint, '_query', checked_query)
+    monkeypatch.setattr(CollisionConstraint, '_update_rows', counted_update)
+    monkeypatch.setattr(CollisionConstraint, '_run', counted_run)
+    solver = make_solver('smc', chain, num_particles=40, seed=5, search_count=8)
+    solver.set_constraints([constraint])
+    q = _home(chain)
+    solver.reset(q)
+    rng = np.random.default_rng(21)
+    for goal in _goals(chain, constraint, rng, 4):
+        for _ in range(15):
+            constraint.set_reference(q)
+            q = solver.step(PositionTarget(goal))
+    assert seen['calls'] > 300
+    assert seen['wrong'] == 0, seen
+    assert seen['updated'] > 0 and seen['reused'] > 0, seen
