@@ -22,7 +22,7 @@ import numpy as np
 from ._jit import ENABLED, njit
 
 __all__ = ['ENABLED', 'WARM_UP_KERNELS', 'blocked_joints', 'body_points_world',
-           'collision_query', 'ensure_ready', 'first_solution', 'fk', 'leaf_buffers',
+           'collision_query', 'distance_gradients', 'ensure_ready', 'first_solution', 'fk', 'leaf_buffers',
            'jacobian_at', 'link_pose_path', 'lm_null_step', 'lm_spring_step', 'lm_step',
            'pose_errors', 'pose_residual_jacobian', 'quat_products', 'quat_relative_rotvecs',
            'quat_rotvecs', 'random_walk', 'refine_pose', 'refine_pose_motion', 'warm_up']
@@ -875,6 +875,65 @@ def refine_pose(q, cost, steps, alphas, damping, max_step, lower, upper, scale, 
 
 
 @njit(cache=True)
+def _point_gradient(rot, pos, i, body, point, grad, body_mask, col_body, col_axis, col_rot,
+                    col_v, col_mult, out):
+    """Add grad . J(point) (3,) . (3, nv) into out (nv,): J the linear Jacobian of ``point``
+    (base frame) moving with ``body`` at configuration i (``point_jacobians``' columns)."""
+    m = body + 1
+    for c in range(col_body.shape[0]):
+        if not body_mask[m, c]:
+            continue
+        b = col_body[c]
+        a0 = rot[b, i, 0, 0] * col_axis[c, 0] + rot[b, i, 0, 1] * col_axis[c, 1] \
+            + rot[b, i, 0, 2] * col_axis[c, 2]
+        a1 = rot[b, i, 1, 0] * col_axis[c, 0] + rot[b, i, 1, 1] * col_axis[c, 1] \
+            + rot[b, i, 1, 2] * col_axis[c, 2]
+        a2 = rot[b, i, 2, 0] * col_axis[c, 0] + rot[b, i, 2, 1] * col_axis[c, 1] \
+            + rot[b, i, 2, 2] * col_axis[c, 2]
+        if col_rot[c]:
+            l0 = point[0] - pos[b, i, 0]
+            l1 = point[1] - pos[b, i, 1]
+            l2 = point[2] - pos[b, i, 2]
+            j0 = a1 * l2 - a2 * l1
+            j1 = a2 * l0 - a0 * l2
+            j2 = a0 * l1 - a1 * l0
+        else:
+            j0, j1, j2 = a0, a1, a2
+        f = col_mult[c]
+        out[col_v[c]] += grad[0] * (j0 * f) + grad[1] * (j1 * f) + grad[2] * (j2 * f)
+
+
+@njit(cache=True)
+def distance_gradients(rot, pos, n, body_a, point_a, body_b, point_b, grad, body_mask,
+                       col_body, col_axis, col_rot, col_v, col_mult, nv):
+    """Return (R, nv): d distance / d tangent step of R leaves, ``grad . (J_a - J_b)``.
+
+    rot (B, N, 3, 3), pos (B, N, 3): the frames; n (R,): each leaf's configuration;
+    body_a (R,), point_a (R, 3): its robot sphere's body and centre (base frame); body_b,
+    point_b: the other sphere's for a self pair, body_b < -1 for an obstacle (no second
+    term); grad (R, 3): the distance's gradient in point a; body_mask (B + 1, C): which
+    columns move which body (row 0: the base); columns as ``Chain.kernel_columns``.
+    """
+    out = np.zeros((n.shape[0], nv))
+    ta = np.empty(nv)
+    tb = np.empty(nv)
+    for r in range(n.shape[0]):
+        ta[:] = 0.0
+        _point_gradient(rot, pos, n[r], body_a[r], point_a[r], grad[r], body_mask, col_body,
+                        col_axis, col_rot, col_v, col_mult, ta)
+        if body_b[r] < -1:
+            for v in range(nv):
+                out[r, v] = ta[v]
+            continue
+        tb[:] = 0.0
+        _point_gradient(rot, pos, n[r], body_b[r], point_b[r], grad[r], body_mask, col_body,
+                        col_axis, col_rot, col_v, col_mult, tb)
+        for v in range(nv):
+            out[r, v] = ta[v] - tb[v]
+    return out
+
+
+@njit(cache=True)
 def body_points_world(rot, pos, row_body, local, out):
     """Write the base-frame positions of points fixed to bodies, for every configuration.
 
@@ -1503,7 +1562,8 @@ def ensure_ready(chain):
 WARM_UP_KERNELS = ('fk', 'link_pose_path', 'jacobian_at', 'pose_residual_jacobian',
                    'pose_errors', 'lm_step', 'lm_null_step', 'lm_spring_step',
                    'blocked_joints', 'refine_pose', 'refine_pose_motion', 'first_solution',
-                   'body_points_world', 'random_walk', 'collision_query', 'quat_products',
+                   'body_points_world', 'random_walk', 'collision_query',
+                   'distance_gradients', 'quat_products',
                    'quat_rotvecs', 'quat_relative_rotvecs')
 
 
@@ -1535,6 +1595,14 @@ def warm_up(chain, log=None):
                       np.array([-1, chain.num_bodies - 1], dtype=np.int64), np.zeros((2, 3)),
                       np.empty((3, 2)))
     _warm_collision_query(frames)
+    if len(chain.column_body):
+        two = np.zeros((2, 3))
+        distance_gradients(np.ascontiguousarray(frames.rot), np.ascontiguousarray(frames.pos),
+                           np.zeros(2, dtype=np.int64), np.array([0, -1], dtype=np.int64),
+                           two.copy(), np.array([-1, -2], dtype=np.int64), two.copy(),
+                           two.copy(), np.ones((chain.num_bodies + 1, len(chain.column_body)),
+                                               dtype=np.bool_),
+                           *chain.kernel_columns(0)[1:], chain.nv)
     frames.jacobian()
     chain.fk(q)
     chain.fk(np.atleast_2d(q))

@@ -477,7 +477,7 @@ def test_every_solver_path_uses_the_warmed_up_specialisations():
     kernels.warm_up(chain)
     names = ['fk', 'jacobian_at', 'pose_residual_jacobian', 'pose_errors', 'lm_step',
              'lm_null_step', 'lm_spring_step', 'blocked_joints', 'refine_pose', 'quat_products',
-             'quat_rotvecs', 'refine_pose_motion', 'first_solution']
+             'quat_rotvecs', 'refine_pose_motion', 'first_solution', 'distance_gradients']
     before = {n: len(getattr(kernels, n).signatures) for n in names}
     q0 = chain.neutral_configuration()
     goal = chain.fk(chain.clip(q0 + 0.3))
@@ -591,6 +591,36 @@ def test_compiled_collision_query_finds_the_numpy_leaves(numpy_path):
             seen.update((bool(s), bool(d < 0.0)) for s, d in zip(ref.is_self, ref.d))
     assert seen == {(True, True), (True, False), (False, True), (False, False)}, \
         'the draw should hold colliding and free leaves, self and scene'
+
+
+@pytest.mark.parametrize('case', ['demo arm', 'mimic and prismatic', 'ball chain'])
+def test_collision_gradient_kernel_matches_the_point_jacobians(numpy_path, case):
+    """The clearance rows' Jacobian (``CollisionConstraint.jacobian``) from the compiled
+    ``distance_gradients`` equals the numpy point Jacobians': self pairs and every obstacle
+    kind on the demo arm (SRDF pairs), and obstacles on the skeleton covers of a chain with
+    mimic and prismatic joints and of a ball-joint chain, over seeded configurations of
+    which many are within the clearance."""
+    from smcik_ros.collision import CollisionConstraint, CollisionModel, Obstacle, Scene
+    rng = np.random.default_rng(11)
+    if case == 'demo arm':
+        chain, constraint = _collision_scene()
+        q = chain.clip(chain.neutral_configuration() + rng.normal(0.0, 0.4, (40, chain.n)))
+    else:
+        chain = (Chain.from_urdf(CASES[2][0], 'base_link', 'tool0') if case.startswith('mimic')
+                 else Chain.ball_chain(4, max_angle=2.0))
+        q = chain.random_configuration(rng, 40)
+        tips = chain.frames(q).link_pose()[:, :3, 3]
+        scene = Scene({('o', k): Obstacle.sphere(tips[k] + rng.normal(0.0, 0.02, 3), 0.05)
+                       for k in range(0, 40, 2)})
+        constraint = CollisionConstraint(CollisionModel.skeleton(chain), scene,
+                                         self_collision=False, clearance=0.05)
+    frames = chain.frames(q)
+    reference = numpy_path(lambda: CollisionConstraint.jacobian(constraint, frames))
+    constraint._cache = constraint._rows_cache = None
+    got = constraint.jacobian(frames)
+    rows = np.abs(reference).sum(axis=2) > 0.0
+    assert rows.sum() >= 20, 'the draw should put many rows within the clearance'
+    np.testing.assert_allclose(got, reference, rtol=1e-12, atol=1e-15)
 
 
 def _query_scene(numpy_path, seed):
