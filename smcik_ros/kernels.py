@@ -22,10 +22,11 @@ import numpy as np
 from ._jit import ENABLED, njit
 
 __all__ = ['ENABLED', 'WARM_UP_KERNELS', 'blocked_joints', 'body_points_world',
-           'collision_query', 'distance_gradients', 'ensure_ready', 'first_solution', 'fk', 'leaf_buffers',
-           'jacobian_at', 'link_pose_path', 'lm_null_step', 'lm_spring_step', 'lm_step',
-           'pose_errors', 'pose_residual_jacobian', 'quat_products', 'quat_relative_rotvecs',
-           'quat_rotvecs', 'random_walk', 'refine_pose', 'refine_pose_motion', 'warm_up']
+           'collision_query', 'distance_gradients', 'ensure_ready', 'first_solution', 'fk',
+           'leaf_buffers', 'jacobian_at', 'link_pose_path', 'lm_null_step', 'lm_spring_step',
+           'lm_step', 'pose_errors', 'pose_residual_jacobian', 'quat_products',
+           'quat_relative_rotvecs', 'quat_rotvecs', 'random_walk', 'refine_pose',
+           'refine_pose_motion', 'warm_up']
 
 
 @njit(cache=True)
