@@ -595,11 +595,12 @@ def test_compiled_collision_query_finds_the_numpy_leaves(numpy_path):
 
 @pytest.mark.parametrize('case', ['demo arm', 'mimic and prismatic', 'ball chain'])
 def test_collision_gradient_kernel_matches_the_point_jacobians(numpy_path, case):
-    """The clearance rows' Jacobian (``CollisionConstraint.jacobian``) from the compiled
-    ``distance_gradients`` equals the numpy point Jacobians': self pairs and every obstacle
-    kind on the demo arm (SRDF pairs), and obstacles on the skeleton covers of a chain with
-    mimic and prismatic joints and of a ball-joint chain, over seeded configurations of
-    which many are within the clearance."""
+    """The clearance rows' gradients (``CollisionConstraint._distance_gradients``, behind
+    ``jacobian`` and ``inequality_rows``) from ``kernels.distance_gradients`` equal the numpy
+    point Jacobians': self pairs and every obstacle kind on the demo arm (SRDF pairs), and
+    obstacles on the skeleton covers of a chain with mimic and prismatic joints and of a
+    ball-joint chain, over seeded configurations of which many are within the clearance.
+    Without numba the kernel runs as plain Python and is compared all the same."""
     from smcik_ros.collision import CollisionConstraint, CollisionModel, Obstacle, Scene
     rng = np.random.default_rng(11)
     if case == 'demo arm':
@@ -615,11 +616,16 @@ def test_collision_gradient_kernel_matches_the_point_jacobians(numpy_path, case)
         constraint = CollisionConstraint(CollisionModel.skeleton(chain), scene,
                                          self_collision=False, clearance=0.05)
     frames = chain.frames(q)
-    reference = numpy_path(lambda: CollisionConstraint.jacobian(constraint, frames))
-    constraint._cache = constraint._rows_cache = None
-    got = constraint.jacobian(frames)
-    rows = np.abs(reference).sum(axis=2) > 0.0
-    assert rows.sum() >= 20, 'the draw should put many rows within the clearance'
+    # The clearance rows' leaves from the numpy engine, then their gradients both ways (the
+    # kernel runs as plain Python without numba: the test holds either way).
+    leaves, world, rows, _, _, _ = numpy_path(constraint._rows, frames)
+    picked = leaves.select(rows)
+    assert len(picked) >= 20, 'the draw should put many rows within the clearance'
+    reference = numpy_path(constraint._distance_gradients, frames, world, picked)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(kernels, 'ENABLED', True)
+        got = constraint._distance_gradients(frames, world, picked)
+    assert np.abs(reference).max() > 0.1
     np.testing.assert_allclose(got, reference, rtol=1e-12, atol=1e-15)
 
 
