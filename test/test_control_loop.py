@@ -769,6 +769,25 @@ def test_state_key_compares_objects_by_identity_and_values_by_equality():
     constraint.version = 2
     assert key != StateKey(constraints=[constraint])
 
+def test_a_goal_out_of_reach_comes_to_rest_like_a_reached_one(arm7):
+    """A point 2 m away (the arm reaches 0.9 m): after the filter's online restarts on it
+    (``online_restart_limit``) it rests, ``settled``, and the loop steps it only every
+    ``rest_step_interval`` ticks while the command holds still at the best estimate; before
+    the limit it was stepped (and re-seeded) on every tick for as long as the goal stood."""
+    for seed, target in enumerate(([2.0, 0.0, 0.5], [-0.4, 1.6, 1.0])):
+        loop, _ = make_loop(arm7, make_solver('smc', arm7, seed=seed, online_restart_limit=5))
+        loop.rest_step_interval = 10
+        stream = Stream(loop, seed=seed)
+        stream.measure(arm7.neutral_configuration())
+        stream.tick()
+        loop.offer_goal('point', np.array(target), '', None, stream.t)
+        stream.run(700, follower(1))
+        assert loop.solver.resting and loop.solver.settled and not loop.goal_reached
+        assert loop.skipped_steps > 100
+        rest = stream.commands[-100:]
+        assert all(np.array_equal(c.q, rest[0].q) and not np.any(c.v) for c in rest)
+
+
 def test_rest_step_interval_is_validated(arm7):
     limits, _ = limits_for_chain(arm7, velocity_scale=0.5, max_acceleration=3.0)
     with pytest.raises(ValueError, match='rest_step_interval must be >= 1'):

@@ -580,6 +580,89 @@ def test_settled_means_further_steps_keep_the_estimate(arm7):
         assert not solver.settled
 
 
+def _far_goals(chain, count, seed):
+    """Position goals 1.6-2.4 m from the base of the 0.9 m demo arm: out of reach."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        d = rng.normal(size=3)
+        d[2] = abs(d[2])
+        out.append(PositionTarget(rng.uniform(1.6, 2.4) * d / np.linalg.norm(d)))
+    return out
+
+
+def test_a_goal_out_of_reach_stops_the_restarts_and_the_filter_rests(arm7):
+    """Online restarts re-seed the population whenever the best cost stalls; a goal out of
+    reach never stops stalling. After ``online_restart_limit`` restarts on it the filter
+    rests: no more restarts, ``settled`` (the node then skips steps), the estimate held
+    still, ``last_info['resting']``; a new goal (reachable) re-arms the restarts and is
+    reached. Over seeded goals and solver seeds."""
+    limit = 6
+    for seed, goal in enumerate(_far_goals(arm7, 5, 3)):
+        solver = make_solver('smc', arm7, seed=seed, online_restart_limit=limit)
+        solver.reset(arm7.neutral_configuration())
+        restarts, settled_at = 0, None
+        for i in range(400):
+            q = solver.step(goal)
+            restarts += solver.last_info['restarted'] > 0
+            if solver.settled:
+                settled_at = i
+                break
+        assert restarts == limit and solver.resting and solver.last_info['resting']
+        assert settled_at is not None and not solver.last_info['within_tolerance']
+        for _ in range(30):
+            assert np.array_equal(solver.step(goal), q) and solver.settled
+            assert solver.last_info['restarted'] == 0
+        reachable = _targets(arm7, 1, 200 + seed)[0]
+        for _ in range(300):
+            solver.step(reachable)
+            if solver.last_info['within_tolerance']:
+                break
+        assert not solver.resting and solver.last_info['within_tolerance']
+
+
+def test_without_a_restart_limit_a_goal_out_of_reach_keeps_restarting(arm7):
+    """``online_restart_limit: 0`` (the behaviour before the limit): restarts for as long as
+    the goal is held, and the filter never settles."""
+    solver = make_solver('smc', arm7, seed=1, online_restart_limit=0)
+    solver.reset(arm7.neutral_configuration())
+    goal = _far_goals(arm7, 1, 5)[0]
+    restarts = 0
+    for _ in range(300):
+        solver.step(goal)
+        restarts += solver.last_info['restarted'] > 0
+        assert not solver.settled and not solver.resting
+    assert restarts > 20
+    with pytest.raises(ParameterError, match='online_restart_limit must be >= 0'):
+        make_solver('smc', arm7, online_restart_limit=-1)
+
+
+def test_a_constraint_change_rearms_the_restarts_of_a_resting_filter(arm7):
+    """A resting filter starts restarting again when its constraints change (a new set, or
+    a constraint's ``version``: an obstacle moved), since the goal may be reachable now."""
+
+    class Versioned(PosturePreference):
+        version = 0
+
+    posture = Versioned(arm7.neutral_configuration(), weight=1e-6)
+    solver = make_solver('smc', arm7, seed=2, online_restart_limit=3)
+    solver.set_constraints([posture])
+    solver.reset(arm7.neutral_configuration())
+    goal = _far_goals(arm7, 1, 8)[0]
+    for _ in range(200):
+        solver.step(goal)
+    assert solver.resting
+    posture.version = 1
+    solver.step(goal)
+    assert not solver.resting
+    for _ in range(200):
+        solver.step(goal)
+    assert solver.resting
+    solver.set_constraints([Versioned(arm7.neutral_configuration(), weight=1e-6)])
+    solver.step(goal)
+    assert not solver.resting
+
+
 def test_position_goal_on_a_redundant_arm_slides_to_the_nearest_solution(arm7):
     """A position-only goal leaves 4 DOF free: the estimate ends at a stationary point of
     the joint distance on the solution set (start - q has no component in the task's null

@@ -103,6 +103,8 @@ class AlternativesBook:
         self.confidence = None
         self.branch_warning = None
         self.within_tolerance = None
+        self.resting = None          # the filter rests: the goal is out of reach (SMC)
+        self._rested_goal = None
         self.last_switch = None      # dict: reason, distance, goal_id, time
         self.switches = 0
         self.selections = 0
@@ -180,6 +182,16 @@ class AlternativesBook:
         self.within_tolerance = info.get('within_tolerance')
         warning = info.get('branch_warning')
         self.branch_warning = None if warning is None else bool(warning)
+        resting = info.get('resting')
+        self.resting = None if resting is None else bool(resting)
+        if resting and self._rested_goal != goal_id:
+            self._rested_goal = goal_id
+            self._report('warn', 'resting', (
+                f'goal {goal_id}: out of reach (the filter\'s restarts found no configuration '
+                'within tolerance): resting on its best estimate, '
+                f'{1e3 * info.get("position_error", math.nan):.1f} mm and '
+                f'{info.get("orientation_error", math.nan):.4f} rad from the goal, until the '
+                'goal or the constraints change'))
         if warning and self._warned_goal != goal_id:
             self._warned_goal = goal_id
             self._report('warn', 'branch_warning', (
@@ -262,6 +274,7 @@ class AlternativesBook:
             'alternatives_stamp': self.published_stamp if listed is not None else None,
             'confidence': _number(self.confidence, 4),
             'branch_warning': self.branch_warning,
+            'resting': self.resting,
             'branch_switch': switch,
             'branch_switches': self.switches,
             'selected_alternative': (None if self.last_selection is None

@@ -26,7 +26,7 @@ smoothing ``smoothing_alpha`` is 1 by default: lag-free). Batch: ``solve(...)``.
 ``select_alternative()`` moves the estimate to one of them.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -70,6 +70,7 @@ class SmcSettings(SolverSettings):
     restart_fraction: float = 1.0       # share of particles re-seeded on a restart
     online_restarts: bool = True        # also re-seed in online use (the estimate's stays)
     restart_min_cost: float = 0.01      # no restart once the best task cost is below this
+    online_restart_limit: int = 20      # online: restarts per still goal, then rest (0: no limit)
     init_uniform_fraction: float = 0.5  # solve(): share of particles drawn uniformly at start
     seed_rows: int = 8                  # solve(): seed + draws refined one by one first (0: off)
     seed_steps: int = 30                # solve(): LM steps per row of that first stage
@@ -118,6 +119,9 @@ class SmcSettings(SolverSettings):
         _check(self.max_step > 0.0, f'max_step must be > 0; got {self.max_step}')
         _check(self.restart_after >= 0,
                f'restart_after must be >= 0 (0: off); got {self.restart_after}')
+        _check(self.online_restart_limit >= 0,
+               f'online_restart_limit must be >= 0 (0: no limit); got '
+               f'{self.online_restart_limit}')
         _check(0.0 <= self.stall_tolerance < 1.0,
                f'stall_tolerance must be in [0, 1); got {self.stall_tolerance}')
         _check(0.0 <= self.restart_fraction <= 1.0,
@@ -211,6 +215,7 @@ class FilterModel:
         self.resample_threshold = settings.resample_threshold
         self.goal_still = 0         # iterations since the goal last changed (set by the solver)
         self.recovering = False     # a recovery search window is on (set by the solver)
+        self.resting = False        # the goal is out of reach (SmcSolver.resting; set by it)
         # Cost of a particle at the solution tolerance (array goals' sigmas): the scale at
         # which the refinement's spring fades out.
         self.tolerance_cost = ((tolerance[0] / settings.sigma_position) ** 2
@@ -443,7 +448,7 @@ def filter_step(state, model, policies, rng, online):
                 pos = int(np.flatnonzero(idx == held)[0])
                 if cost[held] <= refine.min_cost:
                     settled, settled_cost = bool(gained[pos] < 1e-12), np.inf
-                elif _no_progress(held_before, particles[held], cost[held]):
+                elif _no_progress(held_before, particles[held], cost[held], model.resting):
                     # Converged above the floor: keep it where the refinement found it
                     # (its trials would keep wandering by rounding-level steps).
                     particles[held] = held_before[0]
@@ -576,20 +581,28 @@ _NONE = np.zeros(0, dtype=int)
 _EMPTY = np.zeros(0)
 
 
-def _no_progress(before, q, cost):
+def _no_progress(before, q, cost, resting=False):
     """True when the held particle's refinement ended where it began, up to rounding: it
     moved at most ``SETTLE_MOVE`` [rad or m] per joint and its cost changed by at most a
     relative ``SETTLE_GAIN``. Above the refinement's cost floor (a soft term the goal cannot
     meet: collision clearance it cannot keep there, say) its trials are still taken on
     rounding-level cost changes and on the motion prior's pull, and it would wander by
-    ~1e-7 rad per step; it has converged all the same."""
+    ~1e-7 rad per step; it has converged all the same. ``resting`` (the goal is out of
+    reach, ``SmcSolver.resting``): ``RESTING_MOVE`` and ``RESTING_GAIN`` instead. Stretched
+    towards a goal beyond its reach, the demo arm's estimate creeps along the motion
+    prior's pull by 2e-6 to 5e-5 rad per step at an unchanged cost (relative changes of
+    1e-15 to 1e-9), for minutes, which the rounding-level bounds never call converged; it
+    is the best it will get, and an arm that creeps towards it is no use."""
     q_before, cost_before = before
-    return bool(np.max(np.abs(q - q_before)) <= SETTLE_MOVE
-                and abs(cost_before - cost) <= SETTLE_GAIN * cost_before)
+    move, gain = (RESTING_MOVE, RESTING_GAIN) if resting else (SETTLE_MOVE, SETTLE_GAIN)
+    return bool(np.max(np.abs(q - q_before)) <= move
+                and abs(cost_before - cost) <= gain * cost_before)
 
 
 SETTLE_MOVE = 1e-6
 SETTLE_GAIN = 1e-9
+RESTING_MOVE = 1e-4         # [rad or m] per joint and step: 0.6 deg/s at 100 Hz
+RESTING_GAIN = 1e-6
 
 
 def _held_position_error(model, frames, held):
@@ -711,6 +724,9 @@ class SmcSolver(Solver):
         self._offline_policies = Policies(
             refinement=self._policies.refinement, restarts=self._policies.restarts,
             keep_held=s.keep_map)
+        # Online, once ``online_restart_limit`` restarts on one still goal brought it no
+        # estimate within tolerance: the same policies without restarts (resting).
+        self._resting_policies = replace(self._policies, restarts=None)
         self._selection = None if motion is None else motion.selection_only()
 
     @property
@@ -764,20 +780,36 @@ class SmcSolver(Solver):
         self._archive = []
         self._switch_count = 0
         self._reference = q.copy()
+        self._restarts_still = 0
+        self._constraint_versions = None
 
     @property
     def settled(self):
         """True when the online filter has settled: the estimate's particle satisfies the goal
-        and its refinement converged (idle), no search window, recovery or shadow runs, and
-        the annealing has ended. Its next steps then keep that particle as it is (no random
-        step, no refinement); another particle could replace it only by landing, unrefined,
-        within a tenth of the tolerance of the goal farther than ``branch_jump`` from it."""
+        (or the filter rests: ``resting``) and its refinement converged (idle), no search
+        window, recovery or shadow runs, and the annealing has ended. Its next steps then
+        keep that particle as it is (no random step, no refinement); another particle could
+        replace it only by landing, unrefined, within a tenth of the tolerance of the goal
+        farther than ``branch_jump`` from it."""
         state = self._state
-        return bool(state.settled and state.held >= 0 and self._candidate_ok
+        return bool(state.settled and state.held >= 0
+                    and (self._candidate_ok or self.resting)
                     and state.search_left == 0 and state.shadow < 0
                     and self._recovery_left == 0 and self._anneal_level <= 1.0
                     and self._policies.keep_held
                     and np.array_equal(self._estimate, state.particles[state.held]))
+
+    @property
+    def resting(self):
+        """True when ``online_restart_limit`` restarts on the current goal, unchanged, with
+        the same constraints, brought no estimate within tolerance: the goal is out of reach
+        (too far, in collision, blocked). The filter then keeps its best estimate and stops
+        re-seeding (each restart redraws the population and reopens the nearest search:
+        milliseconds per step, forever) until the goal or a constraint (or its ``version``)
+        changes; with a converged refinement it is ``settled``, so the node steps it only
+        every ``rest_step_interval``."""
+        limit = self.settings.online_restart_limit
+        return limit > 0 and self._restarts_still >= limit and not self._candidate_ok
 
     def _start_solve(self, q_seed, targets):
         self.reset(q_seed)
@@ -847,6 +879,7 @@ class SmcSolver(Solver):
             moved = np.max(np.abs(vec - self._last_goal_vec) / _goal_scale(targets, s))
         self._last_goal_vec = vec
         self._goal_still = -1           # counted up to 0 by the coming step
+        self._restarts_still = 0
         self._searched_exact = False
         state = self._state
         state.settled = False
@@ -922,6 +955,7 @@ class SmcSolver(Solver):
         model.temperature = self._anneal_level
         model.goal_still = self._goal_still
         model.recovering = self._recovery_search > 0
+        model.resting = self.resting
         return model
 
     _model_cache = None
@@ -969,7 +1003,12 @@ class SmcSolver(Solver):
         if not online:
             return self._iterate_solve(targets)
         self._goal_still += 1
-        policies = self._policies
+        constraints = StateKey(constraints=self.constraints)
+        if constraints != self._constraint_versions:
+            self._constraint_versions = constraints   # a constraint, scene or pairs changed
+            self._restarts_still = 0
+        resting = self.resting
+        policies = self._resting_policies if resting else self._policies
         motion = policies.minimal_motion
         if motion is not None:
             motion.reference = self._reference
@@ -980,6 +1019,7 @@ class SmcSolver(Solver):
             # Re-widen Sigma_z so the re-seeded particles survive resampling long enough
             # to be refined.
             self._anneal_level = self.settings.anneal_initial
+            self._restarts_still += 1
         self._anneal_level = max(1.0, self._anneal_level * self.settings.anneal_rate)
         self._state = state
         switch = info['switch']
@@ -1029,6 +1069,7 @@ class SmcSolver(Solver):
             'branch_switch': switch, 'branch_switches': self._switch_count,
             'branch_warning': info['warning'],
             'reference': self._reference.copy(),
+            'resting': resting,
         }
         self._last_step = info
         return info['q'], info['frames']
