@@ -326,6 +326,42 @@ def test_held_at_the_margin_is_a_block_and_an_answer_within_tolerance_is_not(dem
     assert not detour._held_at_margin(loop)
 
 
+def test_held_at_the_margin_is_computed_once_per_command_answer_and_scene(demo, monkeypatch):
+    """An arm held short of its goal asks ``_held_at_margin`` every tick with the same
+    command and answer: one distance query then, not one per tick; a new command, a scene
+    change (the constraint's version) or a new goal is asked again, with the verdict a
+    fresh detour object gives."""
+    chain, model, _ = demo
+    guard, q0, q_goal, _ = blocked_case(chain, model, 0)
+    loop, _, stream, reached = run_loop(chain, guard, q0, chain.fk(q_goal), 0, 300,
+                                        detour=False)
+    loop.validators.remove(guard)
+    stream.run(1, follower(1))
+    detour = Detour(chain, make_loop(chain)[1], DetourSettings(seed=0))
+    calls = []
+    clearance = Detour._clearance
+    monkeypatch.setattr(Detour, '_clearance',
+                        lambda self, *a, **k: (calls.append(1), clearance(self, *a, **k))[1])
+    held = detour._held_at_margin(loop)
+    assert held and len(calls) == 1
+    for _ in range(20):
+        assert detour._held_at_margin(loop) == held
+    assert len(calls) == 1
+
+    def fresh():
+        return Detour(chain, make_loop(chain)[1], DetourSettings(seed=0))._held_at_margin(loop)
+
+    guard.scene.apply([('add', ('test', 'far'), Obstacle.sphere((3.0, 3.0, 3.0), 0.1))],
+                      'test')
+    assert detour._held_at_margin(loop) == fresh() and len(calls) == 3
+    for _ in range(2):                      # the next command, then a new goal
+        stream.run(1, follower(1))
+        assert detour._held_at_margin(loop) == fresh()
+        assert detour._margin_memo[0][0] == np.asarray(loop.q, dtype=float).tobytes()
+        assert detour._margin_memo[0][3].objects[0] is loop.goal
+        loop.offer_goal('pose', chain.fk(q0), '', None, stream.t)
+
+
 def test_patience_starts_a_detour_while_the_error_still_decreases(demo):
     """A filter that keeps switching branches round an obstacle lowers its error in small
     steps for many seconds, so 'no progress for trigger_time' may never hold: a blocked goal
