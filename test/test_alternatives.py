@@ -139,6 +139,32 @@ def test_status_describes_the_published_list(arm):
                                                            abs=1e-4)
 
 
+def test_a_resting_filter_is_reported_once_per_goal_and_in_the_status(arm):
+    """A goal out of reach: once the filter rests (``online_restart_limit``) the book logs
+    it once per goal, with the distance left, and ``~/status`` says ``resting``; a new goal
+    clears it."""
+    reports = []
+    book = AlternativesBook(arm.n, report=lambda level, key, text: reports.append((key, text)))
+    solver = make_solver('smc', arm, seed=3, online_restart_limit=3)
+    solver.reset(arm.neutral_configuration())
+
+    class Goal:
+        sequence = 1
+
+    far = PositionTarget(np.array([2.0, 0.5, 0.5]))
+    for _ in range(150):
+        solver.step(far)
+        book.observe(solver, Goal, 0.0)
+    assert solver.resting and book.status(0.0)['resting'] is True
+    lines = [text for key, text in reports if key == 'resting']
+    assert len(lines) == 1 and lines[0].startswith('goal 1: out of reach')
+    assert f'{1e3 * solver.last_info["position_error"]:.1f} mm' in lines[0]
+    Goal.sequence = 2
+    solver.step(arm.fk(arm.neutral_configuration()))
+    book.observe(solver, Goal, 0.1)
+    assert book.status(0.1)['resting'] is False
+
+
 def test_single_answer_solvers_have_no_alternatives(arm):
     solver, goal, _ = _settled_filter(arm, seed=2, steps=60)
     book = AlternativesBook(arm.n)

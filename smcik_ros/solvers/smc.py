@@ -781,7 +781,7 @@ class SmcSolver(Solver):
         self._switch_count = 0
         self._reference = q.copy()
         self._restarts_still = 0
-        self._constraint_versions = None
+        self._constraints_key = None
 
     @property
     def settled(self):
@@ -1004,8 +1004,8 @@ class SmcSolver(Solver):
             return self._iterate_solve(targets)
         self._goal_still += 1
         constraints = StateKey(constraints=self.constraints)
-        if constraints != self._constraint_versions:
-            self._constraint_versions = constraints   # a constraint, scene or pairs changed
+        if constraints != self._constraints_key:
+            self._constraints_key = constraints   # a constraint, scene or pairs changed
             self._restarts_still = 0
         resting = self.resting
         policies = self._resting_policies if resting else self._policies
