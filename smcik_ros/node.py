@@ -399,6 +399,7 @@ class SmcIkNode(Node):
         self._tick_cpu = collections.deque(maxlen=200)       # [s] their CPU time (thread)
         self._marker_times = collections.deque(maxlen=50)    # [s] marker tick durations
         self._marker_cpu = collections.deque(maxlen=50)
+        self._marker_cpu_s = 0.0                             # [s] their CPU time, all in all
         self._cloud_times = collections.deque(maxlen=20)     # [s] point-cloud conversions
         self._command_pub = None
         self._make_command_publisher()
@@ -1166,8 +1167,12 @@ class SmcIkNode(Node):
             self._republish_markers(started)
         self.markers_skipped += 1
         self._marker_times.append(time.perf_counter() - started)
-        self._marker_cpu.append(time.thread_time() - cpu_started)
+        self._note_marker_cpu(time.thread_time() - cpu_started)
         return True
+
+    def _note_marker_cpu(self, seconds):
+        self._marker_cpu.append(seconds)
+        self._marker_cpu_s += seconds
 
     def _republish_markers(self, started):
         """Publish the last marker messages again with the current stamp: the particles'
@@ -1229,7 +1234,7 @@ class SmcIkNode(Node):
         self._marker_messages = (array, vertices, collision)
         self._marker_key, self._marker_sent = key, started
         self._marker_times.append(time.perf_counter() - started)
-        self._marker_cpu.append(time.thread_time() - cpu_started)
+        self._note_marker_cpu(time.thread_time() - cpu_started)
 
     def status(self):
         """Return the status dictionary published on ~/status."""
@@ -1249,6 +1254,7 @@ class SmcIkNode(Node):
             'marker_time_ms': mean_ms(self._marker_times),
             'step_cpu_ms': mean_ms(self._tick_cpu),
             'marker_cpu_ms': mean_ms(self._marker_cpu),
+            'marker_cpu_s': round(self._marker_cpu_s, 6),
             'steps_skipped': loop.skipped_steps,
             'ticks_between_steps': loop.interpolated_ticks,
             'steps_beside_tick': loop.steps_in_thread,

@@ -333,6 +333,9 @@ def test_a_held_goal_at_rest_skips_solver_steps_and_unchanged_markers(system, pu
     # (Marker ticks that do not fit before the next control tick wait, up to 0.5 s, and are
     # then built anew: how many are left out depends on the machine's load.)
     assert last['markers_skipped'] > first['markers_skipped'], seen
+    # The marker ticks' CPU seconds run on (benchmarks/node_latency.py takes their share
+    # over its window from this total).
+    assert 0.0 < first['marker_cpu_s'] < last['marker_cpu_s'], seen
     assert len(probe.markers) - markers >= 1, seen             # unchanged markers still come
     # ... each time with the time it was sent (a republished array gets a new stamp).
     stamps = [stamp_to_nanoseconds(array.markers[-1].header.stamp)
