@@ -48,14 +48,16 @@ def _package(tmp_path, name='gen_description', dirname=None, package_xml=False):
     return root
 
 
-def _check_model_contains_meshes(urdf, mesh_file, mesh_map, package_paths=(), unit=1.0):
-    """The model's covers contain the mesh file's surface (as written: STL stores float32) on
-    both links, posed by yourdfpy's forward kinematics."""
+def _check_model_contains_meshes(urdf, mesh_file, mesh_map, package_paths=(), unit=1.0,
+                                 model=None):
+    """The model's covers (default: built here) contain the mesh file's surface (as written:
+    STL stores float32) on both links, posed by yourdfpy's forward kinematics."""
     mesh = trimesh.load(mesh_file, force='mesh')
     mesh.apply_scale(unit)
-    chain = Chain.from_urdf(urdf, 'base_link', 'tool0')
-    model = CollisionModel.from_urdf(chain, urdf, package_paths=package_paths,
-                                     cache_dir=cover_cache_dir())
+    chain = Chain.from_urdf(urdf, 'base_link', 'tool0') if model is None else model.chain
+    if model is None:
+        model = CollisionModel.from_urdf(chain, urdf, package_paths=package_paths,
+                                         cache_dir=cover_cache_dir())
     assert model.link_names == ('link1', 'link2')
     fcl_robot = FclRobot(urdf, 'base_link', mesh_map)
     constraint = CollisionConstraint(model, self_collision=False)
@@ -449,6 +451,41 @@ def test_computing_covers_is_announced_once_and_not_when_cached(tmp_path, caplog
     caplog.clear()
     CollisionModel.from_urdf(chain, ARM7_URDF, cache_dir=str(tmp_path))
     assert not [r for r in caplog.records if 'computing the sphere covers' in r.getMessage()]
+
+def test_refined_covers_are_finer_contain_the_mesh_and_leave_the_other_links(tmp_path):
+    """``CollisionModel.refined`` (the node's contact refinement): the named links' covers
+    are computed again at the finer tolerance, from a model loaded from the disk cache too
+    (its geometry records where the meshes are): their excess bound drops to about it, more
+    spheres, the mesh still inside; every other link keeps its spheres bit for bit, in the
+    same order (pair ids stay valid). Unknown names and links already that fine are left."""
+    (tmp_path / 'm').mkdir()
+    mesh_file = str(tmp_path / 'm' / 'part.stl')
+    _write_mesh(mesh_file, _mesh())
+    urdf = write_two_link_urdf(str(tmp_path), 'm/part.stl', name='fine')
+    chain = Chain.from_urdf(urdf, 'base_link', 'tool0')
+    cache = str(tmp_path / 'cache')
+    built = CollisionModel.from_urdf(chain, urdf, tolerance=0.01, cache_dir=cache)
+    model = CollisionModel.from_urdf(chain, urdf, tolerance=0.01, cache_dir=cache)
+    assert model is not built and np.array_equal(model.radii, built.radii)
+    coarse = dict(zip(model.link_names, model.link_excess))
+    assert coarse['link2'] > 0.004, coarse          # something to refine
+    refined, names = model.refined(['link2', 'no_such_link', 'link2'], 0.003)
+    assert names == ['link2'] and refined is not model
+    assert refined.link_names == model.link_names
+    one, two = (refined.link_index(n) for n in ('link1', 'link2'))
+    assert refined.link_excess[two] <= 0.003 * 1.25 < coarse['link2']
+    assert refined.link_count[two] > model.link_count[two]
+    rows = slice(model.link_start[one], model.link_start[one] + model.link_count[one])
+    new_rows = slice(refined.link_start[one], refined.link_start[one] + refined.link_count[one])
+    assert np.array_equal(refined.centers[new_rows], model.centers[rows])
+    assert np.array_equal(refined.radii[new_rows], model.radii[rows])
+    assert refined.tolerance == model.tolerance and refined.cache_dir == cache
+    _check_model_contains_meshes(urdf, mesh_file, {}, model=refined)
+    again, none = refined.refined(['link2'], 0.004)
+    assert again is refined and none == []
+    with pytest.raises(ModelError, match='tolerance'):
+        model.refined(['link2'], 0.0005)
+
 
 def test_conventional_srdf_paths(tmp_path):
     assert conventional_srdf_path(None) is None

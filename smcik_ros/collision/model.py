@@ -146,6 +146,8 @@ class CollisionModel:
                                else np.zeros(0, dtype=np.int64))
         self.swept_links = tuple(n for n in names if attachments[n].swept)
         self._attachments = {n: attachments[n] for n in names}
+        self._covers = {name: cover for name, cover in link_covers if len(cover)}
+        self._init_args = (warnings, group_parent, urdf_links)
         self.group_parent = _ro(np.asarray(group_parent if group_parent is not None else [],
                                            dtype=np.int64))
         self._index = {n: i for i, n in enumerate(names)}
@@ -208,20 +210,8 @@ class CollisionModel:
                             'or publish it as an obstacle')
                         continue
                 geometry[link.name] = items
-                covers = [_cover_element(g, att, tolerance, item_edge, cache_dir) for g in items]
-                coarse, edge = tolerance, item_edge
-                while sum(len(c.radii) for c in covers) > LINK_SPHERES and \
-                        coarse < 8.0 * tolerance:
-                    coarse, edge = 2.0 * coarse, None if edge is None else 2.0 * edge
-                    covers = [_cover_element(g, att, coarse, edge, cache_dir) for g in items]
-                if coarse != tolerance:
-                    notes.append(
-                        f'link {link.name!r}: its cover at tolerance {tolerance:g} m has more '
-                        f'than {LINK_SPHERES} spheres; covered at {coarse:g} m '
-                        f'({sum(len(c.radii) for c in covers)} spheres): a larger excess '
-                        'there, less work per collision query')
-                    _LOG.info('%s', notes[-1])
-                link_covers.append((link.name, _merge(covers)))
+                link_covers.append((link.name, _link_cover(link.name, items, att, tolerance,
+                                                           item_edge, cache_dir, notes)))
         for name in attachments:
             if name not in geometry and name in raw_links and raw_links[name]['unsupported']:
                 warnings.append(f'link {name!r}: <collision> without supported geometry '
@@ -236,6 +226,35 @@ class CollisionModel:
         _store_model(cache_dir, key, link_covers, attachments, geometry, warnings, notes,
                      group_parent, tuple(raw_links))
         return model
+
+    def refined(self, links, tolerance):
+        """Return (model, refined names): a copy whose covers of ``links`` (names) are
+        computed again from their <collision> geometry at the finer ``tolerance`` [m] (the
+        contact refinement: links resting in contact where their covers, not their meshes,
+        overlap); every other cover, the attachments and the link order are this model's, so
+        pair ids and link indices stay valid. Links without geometry here, or already covered
+        at least that finely, are left as they are (not in the names). ``tolerance`` keeps
+        the link's sphere budget (``LINK_SPHERES``); the covers go to the same disk cache.
+        Raises ModelError when a mesh can no longer be read.
+        """
+        tolerance = float(tolerance)
+        if not (tolerance >= MIN_TOLERANCE and math.isfinite(tolerance)):
+            raise ModelError(f'cover tolerance must be a number >= {MIN_TOLERANCE} m; got '
+                             f'{tolerance}')
+        names = [n for n in dict.fromkeys(links) if n in self.geometry and n in self._covers
+                 and self._covers[n].max_excess > tolerance]
+        if self.source != 'urdf' or not names:
+            return self, []
+        notes, covers = [], dict(self._covers)
+        for name in names:
+            covers[name] = _link_cover(name, self.geometry[name], self._attachments[name],
+                                       tolerance, None, self.cache_dir, notes)
+        warnings, group_parent, urdf_links = self._init_args
+        model = type(self)(self.chain, [(n, covers[n]) for n in self.link_names],
+                           self._attachments, self.geometry, warnings, self.source,
+                           self.tolerance, group_parent, self.urdf_path, urdf_links)
+        model.cache_dir = self.cache_dir
+        return model, names
 
     @classmethod
     def skeleton(cls, chain, radius=DEFAULT_SKELETON_RADIUS):
@@ -773,6 +792,24 @@ def _sweep(joint, by_child, joints, tolerance):
 
 
 # ---------------------------------------------------------------------- covering elements
+def _link_cover(name, items, att, tolerance, item_edge, cache_dir, notes):
+    """Return the merged SphereCover of one link's <collision> elements ``items``: at
+    ``tolerance``, or coarser (doubled, up to 8x) while it has more than LINK_SPHERES spheres
+    (noted in ``notes`` and the log)."""
+    covers = [_cover_element(g, att, tolerance, item_edge, cache_dir) for g in items]
+    coarse, edge = tolerance, item_edge
+    while sum(len(c.radii) for c in covers) > LINK_SPHERES and coarse < 8.0 * tolerance:
+        coarse, edge = 2.0 * coarse, None if edge is None else 2.0 * edge
+        covers = [_cover_element(g, att, coarse, edge, cache_dir) for g in items]
+    if coarse != tolerance:
+        notes.append(f'link {name!r}: its cover at tolerance {tolerance:g} m has more than '
+                     f'{LINK_SPHERES} spheres; covered at {coarse:g} m '
+                     f'({sum(len(c.radii) for c in covers)} spheres): a larger excess there, '
+                     'less work per collision query')
+        _LOG.info('%s', notes[-1])
+    return _merge(covers)
+
+
 def _cover_element(geom, att, tolerance, item_edge, cache_dir):
     """Return the SphereCover of one <collision> element in its body's frame."""
     placement = att.poses @ geom.origin                        # (K, 4, 4)
