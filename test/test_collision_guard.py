@@ -333,3 +333,78 @@ def test_an_arm_resting_in_contact_goes_straight_to_the_fine_check(guard_and_cha
         assert guard(q, chain.clip(q + 0.2)) and guard.last_check.get('coarse') and calls
     finally:
         guard.replace({}, 'obstacles')
+
+
+def _table_guard(chain, gap, contact_tolerance=0.004):
+    """A fresh guard (its model is swapped) with a table box ``gap`` [m] under the base."""
+    settings = CollisionSettings(contact_tolerance=contact_tolerance)
+    guard, _ = CollisionGuard.from_urdf(chain, ARM7_URDF, urdf_path=ARM7_URDF, srdf=SRDF,
+                                        settings=settings, cache_dir=cover_cache_dir())
+    pose = np.eye(4)
+    pose[:3, 3] = (0.0, 0.0, -0.05 - gap)
+    guard.replace({('t', 1): Obstacle('box', (1.2, 1.2, 0.1), pose)}, 'obstacles')
+    return guard
+
+
+def test_links_resting_in_contact_get_finer_covers_in_the_background(guard_and_chain):
+    """The base stands 8 mm above a table box: its 1 cm cover reaches into the box (a
+    contact of the covers, not of the parts). ``start_contact_refinement`` names the link,
+    computes its cover again at ``contact_tolerance`` in a thread, and ``poll`` swaps the
+    finer model and its constraint in: no contact left, the same pairs, every other link's
+    spheres as they were, the validator on the new constraint. Nothing in contact, or off:
+    nothing to do."""
+    _, chain = guard_and_chain
+    q = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
+    guard = _table_guard(chain, 0.008)
+    model, constraint, pairs = guard.model, guard.constraint, guard.constraint.pairs
+    assert [p for p, _ in constraint.contacts(q)] == [('base_link', 't/1')]
+    links = guard.start_contact_refinement(q)
+    assert links == ['base_link']
+    note = guard.contact_note(q, links)
+    assert 'base_link / t/1' in note and 'collision_contact_tolerance 0.004 m' in note
+    guard.wait_for_update(60.0)
+    level, text, changed = guard.poll()
+    assert (level, changed) == ('info', True) and 'no longer rests in contact' in text, text
+    assert guard.poll() is None
+    assert guard.model is not model and guard.constraint is not constraint
+    assert guard.constraint.model is guard.model and np.array_equal(guard.constraint.pairs,
+                                                                    pairs)
+    base = guard.model.link_index('base_link')
+    assert guard.model.link_excess[base] <= 0.005 < model.link_excess[base]
+    for name in guard.model.link_names[1:]:
+        k = model.link_index(name)
+        rows = slice(model.link_start[k], model.link_start[k] + model.link_count[k])
+        j = guard.model.link_index(name)
+        new = slice(guard.model.link_start[j], guard.model.link_start[j] + guard.model.link_count[j])
+        assert np.array_equal(guard.model.centers[new], model.centers[rows]), name
+    assert not guard.constraint.contacts(q) and guard.contact_note(q) is None
+    assert guard(q, chain.clip(q + 0.05))
+    assert guard.start_contact_refinement(q) == []            # nothing in contact now
+    assert _table_guard(chain, 0.008, 0.0).start_contact_refinement(q) == []    # off
+    with pytest.raises(ParameterError, match='contact_tolerance'):
+        CollisionSettings(contact_tolerance=0.001)
+
+
+@pytest.mark.parametrize('first', ['srdf', 'covers'])
+def test_background_updates_computed_together_are_both_applied(guard_and_chain, first):
+    """An SRDF update and a contact refinement both computed from the same model and pairs:
+    whichever is polled second is applied on top of the first (its constraint built again),
+    so the guard ends with the refined model AND the SRDF's pairs, in either order."""
+    _, chain = guard_and_chain
+    q = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
+    guard = _table_guard(chain, 0.008)
+    before = len(guard.constraint.pairs)
+    text = open(SRDF).read().replace(
+        '</robot>', '<disable_collisions link1="link5" link2="link7" reason="Test"/></robot>')
+    starts = {'srdf': lambda: guard.start_srdf_update(text, 'a test SRDF'),
+              'covers': lambda: guard.start_contact_refinement(q)}
+    for name in (first, 'covers' if first == 'srdf' else 'srdf'):
+        assert starts[name]()
+        guard.wait_for_update(60.0)
+    messages = [guard.poll()[1], guard.poll()[1]]
+    assert messages[0].startswith('SRDF' if first == 'srdf' else 'covers'), messages
+    assert guard.poll() is None
+    assert guard.constraint.model is guard.model
+    assert guard.model.link_excess[guard.model.link_index('base_link')] <= 0.005
+    assert len(guard.constraint.pairs) == before - 1 and guard.srdf == 'a test SRDF'
+    assert not guard.constraint.contacts(q)

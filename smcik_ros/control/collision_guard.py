@@ -43,6 +43,10 @@ __all__ = ['CollisionSettings', 'CollisionGuard', 'choose_srdf', 'reach_bound',
 
 # Scene sources: who may replace or clear which obstacles (a DELETEALL clears its own).
 SOURCES = ('obstacles', 'keep_out_markers', 'constraints', 'pointcloud')
+# [m] the cover tolerance of links resting in contact at the first command. Unitree Z1
+# folded at its zero pose: its 1 cm covers overlap in four pairs and node_latency reached 2-4
+# of 9 goals near the start; with those five links at 4 mm two pairs remain, 8-9 of 9.
+DEFAULT_CONTACT_TOLERANCE = 0.004
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +63,9 @@ class CollisionSettings:
     ``coarse_resolution - padding`` clear is free without the fine pass (no cover point is
     farther than that from one of them); otherwise the fine check decides;
     cover_tolerance: the largest excess of the meshes' sphere covers beyond the real geometry
-    (smaller: tighter covers, more spheres, a slower first start; covers are cached on disk).
+    (smaller: tighter covers, more spheres, a slower first start; covers are cached on disk);
+    contact_tolerance: the finer tolerance the covers of links resting in contact at the
+    first command are computed again at (``start_contact_refinement``; 0: off).
     """
 
     self_collision: bool = True
@@ -69,6 +75,7 @@ class CollisionSettings:
     robot_margin: float = 0.02
     coarse_resolution: float = 0.01
     cover_tolerance: float = DEFAULT_TOLERANCE
+    contact_tolerance: float = DEFAULT_CONTACT_TOLERANCE
 
     def __post_init__(self):
         object.__setattr__(self, 'self_collision', bool(self.self_collision))
@@ -86,6 +93,15 @@ class CollisionSettings:
                 raise ParameterError(f'collision {name} must be in [{low:g}, {high:g}] m; got '
                                      f'{value}')
             object.__setattr__(self, name, value)
+        value = self.contact_tolerance
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            value = math.nan
+        if not (value == 0.0 or MIN_TOLERANCE <= value <= 0.1):
+            raise ParameterError(f'collision contact_tolerance must be 0 (off) or in '
+                                 f'[{MIN_TOLERANCE:g}, 0.1] m; got {self.contact_tolerance!r}')
+        object.__setattr__(self, 'contact_tolerance', value)
 
     def replace(self, **changes):
         """Return a copy with ``changes`` applied (validated)."""
@@ -228,8 +244,8 @@ class CollisionGuard:
         self._anchor_state = None    # (key, q (nq,), distance lower bound [m]) of a free q
         self._free_motion = None     # (key, q_from bytes, q_to bytes) of the last free check
         self._lock = threading.Lock()
-        self._pending = None         # (pairs, constraint, srdf description) from a thread
-        self._worker = None
+        self._pending = []           # results of the background updates (``poll``)
+        self._workers = []
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -269,11 +285,7 @@ class CollisionGuard:
         return guard, notes
 
     def _make_constraint(self, pairs):
-        s = self.settings
-        on = s.self_collision and self.has_geometry and pairs is not None
-        return CollisionConstraint(self.model, self.scene, self_collision=on,
-                                   pairs=pairs if on else None, padding=s.padding,
-                                   clearance=s.clearance)
+        return self._build_constraint(self.model, pairs, self.settings)
 
     @property
     def self_collision(self):
@@ -316,7 +328,7 @@ class CollisionGuard:
             changes['robot_margin'] = robot_margin
         self.settings = self.settings.replace(**changes)
 
-    # ------------------------------------------------------------------ SRDF at runtime
+    # ------------------------------------------------------------------ updates at runtime
     def start_srdf_update(self, srdf, description):
         """Recompute the self-collision pairs for ``srdf`` (path, XML or None) in a thread.
 
@@ -327,49 +339,120 @@ class CollisionGuard:
         if not self.has_geometry:
             return False
         parsed = None if srdf is None else parse_srdf(srdf)
-        settings = self.settings
+        model, settings = self.model, self.settings
 
         def work():
-            try:
-                pairs = self_collision_pairs(self.model, parsed, padding=settings.padding)
-                on = settings.self_collision
-                constraint = CollisionConstraint(
-                    self.model, self.scene, self_collision=on, pairs=pairs if on else None,
-                    padding=settings.padding, clearance=settings.clearance)
-                result = (pairs, constraint, description, None)
-            except Exception as exc:   # reported by poll, never raised in the thread
-                result = (None, None, description, exc)
-            with self._lock:
-                self._pending = result
+            pairs = self_collision_pairs(model, parsed, padding=settings.padding)
+            return {'pairs': pairs, 'srdf': description,
+                    'constraint': self._build_constraint(model, pairs, settings),
+                    'text': lambda: f'SRDF from {description} applied: {self.summary()}'}
 
-        self._worker = threading.Thread(target=work, name='smcik-srdf-pairs', daemon=True)
-        self._worker.start()
+        self._start_worker('smcik-srdf-pairs', work, lambda exc: (
+            f'SRDF from {description} not applied ({type(exc).__name__}: {exc}); keeping '
+            f'{len(self.constraint.pairs)} pairs'))
         return True
 
+    def start_contact_refinement(self, q):
+        """Compute again, in a thread, the covers of the links that rest in contact at q (nq,)
+        at ``settings.contact_tolerance`` (``CollisionModel.refined``); ``poll`` swaps the
+        model and its constraint in (the same pairs, settings and scene).
+
+        Where sphere covers, not the meshes, overlap (a folded start pose, a base on its
+        table), every motion that deepens the overlap is refused and goals near the start
+        can be out of reach; the finer covers of just those links take the overlap away
+        where the real parts are apart, without the cost of fine covers everywhere. Returns
+        the names of the links being refined ([] when there is nothing to do: no contact,
+        no geometry, off, or those covers are already that fine).
+        """
+        tolerance = self.settings.contact_tolerance
+        model = self.model
+        if not (self.has_geometry and tolerance > 0.0):
+            return []
+        contacts = self.constraint.contacts(np.asarray(q, dtype=float))
+        links = [n for pair, _ in contacts for n in pair if model.has_link(n)]
+        links = [n for n in dict.fromkeys(links)
+                 if model.link_excess[model.link_index(n)] > tolerance]
+        if not links:
+            return []
+        q = np.array(q, dtype=float)
+        pairs, settings = self.pairs, self.settings
+
+        def work():
+            refined, names = model.refined(links, tolerance)
+            constraint = self._build_constraint(refined, pairs, settings)
+            after = constraint.contacts(q)
+            before = sum(int(model.link_count[model.link_index(n)]) for n in names)
+            spheres = sum(int(refined.link_count[refined.link_index(n)]) for n in names)
+            shown = (', '.join(f'{a} / {b} {1e3 * d:.1f} mm' for (a, b), d in after[:4])
+                     + (f' and {len(after) - 4} more' if len(after) > 4 else ''))
+            rest = (f'the arm now rests in contact at {shown} (padded cover distances)'
+                    if after else 'the arm no longer rests in contact')
+            return {'model': refined, 'constraint': constraint,
+                    'text': lambda: (f'covers of {", ".join(names)} computed again at '
+                                     f'tolerance {tolerance:g} m ({before} -> {spheres} '
+                                     f'spheres): {rest}')}
+
+        self._start_worker('smcik-contact-covers', work, lambda exc: (
+            f'the finer covers of {", ".join(links)} were not computed '
+            f'({type(exc).__name__}: {exc}); keeping the covers at tolerance '
+            f'{self.settings.cover_tolerance:g} m'))
+        return links
+
+    def _build_constraint(self, model, pairs, settings):
+        on = settings.self_collision and self.has_geometry and pairs is not None
+        return CollisionConstraint(model, self.scene, self_collision=on,
+                                   pairs=pairs if on else None, padding=settings.padding,
+                                   clearance=settings.clearance)
+
+    def _start_worker(self, name, work, failure):
+        """Run ``work()`` in a daemon thread; ``poll`` applies its result ({'model' and/or
+        'pairs', 'constraint', 'text'}) or reports ``failure(exc)``. Results queue in order."""
+        def run():
+            try:
+                result = work()
+                result['base'] = (result['constraint'].model, result.get('pairs', self.pairs))
+            except Exception as exc:   # reported by poll, never raised in the thread
+                result = {'error': failure(exc)}
+            with self._lock:
+                self._pending.append(result)
+
+        worker = threading.Thread(target=run, name=name, daemon=True)
+        self._workers = [w for w in self._workers if w.is_alive()] + [worker]
+        worker.start()
+
     def wait_for_update(self, timeout=None):
-        """Wait until a background SRDF update has finished computing (for tests)."""
-        if self._worker is not None:
-            self._worker.join(timeout)
+        """Wait until the background updates have finished computing (for tests)."""
+        for worker in list(self._workers):
+            worker.join(timeout)
 
     def poll(self):
-        """Swap in a finished SRDF update; return (level, text, changed) or None.
+        """Apply the next update computed in the background (one per call, in the order they
+        finished); return (level, text, changed), or None when none is waiting.
 
-        changed: True when ``constraint`` is a new object (hand it to the control loop)."""
+        changed: True when ``constraint`` is a new object (hand it to the control loop).
+        An update computed on a model or pairs that another update has replaced since is
+        applied on top of it (its constraint is built again here)."""
         with self._lock:
-            pending, self._pending = self._pending, None
-        if pending is None:
-            return None
-        pairs, constraint, description, error = pending
-        if error is not None:
-            return ('error', f'SRDF from {description} not applied ({type(error).__name__}: '
-                             f'{error}); keeping {len(self.constraint.pairs)} pairs', False)
-        self.pairs, self.srdf = pairs, description
-        if (constraint.clearance, constraint.self_collision) == (
-                self.settings.clearance, self.settings.self_collision):
+            if not self._pending:
+                return None
+            result = self._pending.pop(0)
+        if 'error' in result:
+            return ('error', result['error'], False)
+        constraint = result['constraint']
+        if 'model' in result:
+            self.model = result['model']
+            self.reach = reach_bound(self.model)
+        if 'pairs' in result:
+            self.pairs, self.srdf = result['pairs'], result['srdf']
+        s = self.settings
+        base_model, base_pairs = result['base']
+        if base_model is self.model and base_pairs is self.pairs and (
+                constraint.clearance, constraint.self_collision) == (
+                s.clearance, s.self_collision and self.pairs is not None):
             self.constraint = constraint
-        else:   # a setting changed while the thread ran
-            self.constraint = self._make_constraint(pairs)
-        return ('info', f'SRDF from {description} applied: {self.summary()}', True)
+        else:   # another update, or a setting changed while the thread ran
+            self.constraint = self._make_constraint(self.pairs)
+        return ('info', result['text'](), True)
 
     # ------------------------------------------------------------------ the validator
     def __call__(self, q_from, q_to):
@@ -516,10 +599,11 @@ class CollisionGuard:
             report = self._report = (key, monitor.status(q))
         return report[1]
 
-    def contact_note(self, q):
+    def contact_note(self, q, refining=()):
         """Return a log line when the arm rests in contact at q (nq,), else None: which
         pairs, how deep, what the constraint allows them (docs/collision.md, "Contact
-        allowances"), and the covers' tolerance to refine where they are artefacts."""
+        allowances"), and what makes the covers tighter where they are artefacts: the links
+        ``refining`` (``start_contact_refinement``) or a smaller cover tolerance."""
         if not self.has_geometry:
             return None
         contacts = self.constraint.contacts(q)
@@ -527,13 +611,19 @@ class CollisionGuard:
             return None
         shown = ', '.join(f'{a} / {b} {1e3 * d:.1f} mm' for (a, b), d in contacts[:4])
         more = f' and {len(contacts) - 4} more' if len(contacts) > 4 else ''
+        if refining:
+            tighter = (f'the covers of {", ".join(refining)} are being computed again at '
+                       f'collision_contact_tolerance {self.settings.contact_tolerance:g} m '
+                       '(applied when ready) to take away what is only an overlap of the '
+                       'covers')
+        else:
+            tighter = ('a smaller collision_cover_tolerance tightens them (e.g. 0.004 for a '
+                       'small arm folded at rest; the first start then computes finer covers)')
         return (f'the arm rests in contact at its first command: {shown}{more} (padded cover '
                 f'distances); those pairs may stay as deep, never deeper, until '
                 f'{1e3 * CONTACT_RELEASE:g} mm apart. Where the real parts are apart (the '
                 f'covers exceed the meshes by up to collision_cover_tolerance, '
-                f'{self.model.tolerance:g} m), a smaller collision_cover_tolerance tightens '
-                'them (e.g. 0.004 for a small arm folded at rest; the first start then '
-                'computes finer covers)')
+                f'{self.model.tolerance:g} m), {tighter}')
 
     def status(self, q, refusal=None, blocked=False):
         """Return the collision fields of ~/status at the command q (JSON-ready).
