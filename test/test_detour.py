@@ -482,3 +482,27 @@ def test_switching_the_detour_off_cancels_it(demo):
     assert loop.detour.state == 'off' and loop.detour.counts['cancelled'] == 1
     assert reached is None
     check_stream(chain, limits, stream)
+
+
+def test_a_collision_model_swap_cancels_the_detour_at_the_next_tick(demo):
+    """``cancel_detour`` (the node calls it when finer covers or an SRDF's pairs are swapped
+    in: the plan was made against the old ones): the detour in progress is cancelled at the
+    next tick, with the reason, within the limits and without collision; a still-blocked
+    goal may plan afresh."""
+    chain, model, robot = demo
+    guard, q0, q_goal, box = blocked_case(chain, model, 5)
+    asked = {}
+
+    def during(stream, k):
+        if not asked and stream.loop.detour.state in ('planning', 'following'):
+            asked['state'] = stream.loop.detour.state
+            stream.loop.cancel_detour('the collision model changed')
+
+    loop, limits, stream, _ = run_loop(chain, guard, q0, chain.fk(q_goal), 5, 300,
+                                       during=during)
+    assert asked, 'the detour never started'
+    assert loop.detour.counts['cancelled'] >= 1, loop.detour.status()
+    assert any(key == 'detour:cancelled' and 'the collision model changed' in text
+               for _, key, text, _ in loop._report.events)
+    qs = check_stream(chain, limits, stream)
+    assert fcl_contacts(chain, robot, box, qs) == 0

@@ -263,6 +263,7 @@ class ControlLoop:
         self.goal_reached = False
         self._first_tick = None
         self._stopping = False
+        self._detour_cancel = None   # a reason to cancel the detour at the next tick
         self._desired = None        # (desired (n,), time [s], its velocity or None), last tick
         self._last_acceleration = 0.0   # max_j |dv_j| / (a_j dt) of the last tick
         # (start, end) of the last validated motion: the previous command to the braking
@@ -393,6 +394,12 @@ class ControlLoop:
             if hasattr(validator, 'constraints'):
                 validator.constraints = list(constraints)
 
+    def cancel_detour(self, reason):
+        """Cancel a detour in progress at the next tick (e.g. its plan was made against a
+        collision model that has since been replaced); the solver then restarts at the
+        braking stop and a still-blocked goal plans afresh."""
+        self._detour_cancel = str(reason)
+
     # ------------------------------------------------------------------ the tick
     def tick(self, now):
         """Return the Command to publish at ``now`` [s] (node clock), or None (publish nothing).
@@ -457,6 +464,9 @@ class ControlLoop:
                 self._goal_changes += 1
                 self._cancel_detour(f'a new goal ({goal.sequence}) arrived', now)
             self._set_goal(goal, now)
+        if self._detour_cancel is not None:
+            reason, self._detour_cancel = self._detour_cancel, None
+            self._cancel_detour(reason, now)
         if self.detour is not None and self.detour.active:
             return self._detour_tick(now, dt, lead_box, state)
         desired = desired_velocity = None
