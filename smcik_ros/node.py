@@ -59,7 +59,8 @@ from .control import (ArmSettings, ControlLoop, FrameResolver, GoalInbox,
                       HardConstraintValidator, Reporter, limits_for_chain,
                       read_joint_limits_yaml)
 from .control.alternatives import AlternativesBook
-from .control.collision_guard import CollisionGuard, CollisionSettings, choose_srdf
+from .control.collision_guard import (DEFAULT_CONTACT_TOLERANCE, CollisionGuard,
+                                      CollisionSettings, choose_srdf)
 from .control.side_work import SideWork
 from .control.step_worker import SWITCH_INTERVAL
 from .control.detour import Detour, DetourSettings
@@ -202,6 +203,12 @@ NODE_PARAMETERS = {
                                   'slower tick) and a slower first start (covers are cached '
                                   'on disk); fixed at start-up',
                                   {'floating_point_range': _float_range(MIN_TOLERANCE, 0.1)}),
+    'collision_contact_tolerance': (DEFAULT_CONTACT_TOLERANCE, 'cover tolerance of the links '
+                                    'that rest in contact at the first command, computed '
+                                    'again in the background (their overlap is often the '
+                                    "covers', not the meshes') [m]; 0 = off, else >= "
+                                    f'{MIN_TOLERANCE:g}; fixed at start-up',
+                                    {'floating_point_range': _float_range(0.0, 0.1)}),
     'collision_clearance': (0.01, 'soft margin the solvers keep beyond the padding [m]; '
                             '0 = off', {'floating_point_range': _float_range(0.0, 1.0)}),
     'collision_fallback_candidates': (8, 'solver candidates (the MAP and the heaviest '
@@ -247,6 +254,9 @@ _START_UP_ONLY = {
                      'then); restart the node to change it',
     'collision_cover_tolerance': 'collision_cover_tolerance is fixed at start-up (the covers '
                                  'are built then); restart the node to change it',
+    'collision_contact_tolerance': 'collision_contact_tolerance is fixed at start-up (the '
+                                   'finer covers are computed at the first command); restart '
+                                   'the node to change it',
     'collision_padding': 'collision_padding is fixed at start-up (the self-collision pairs, '
                          "their tables and the motion check's sub-step bound depend on it); "
                          'restart the node to change it',
@@ -764,6 +774,7 @@ class SmcIkNode(Node):
             padding=self._param('collision_padding'),
             clearance=self._param('collision_clearance'),
             cover_tolerance=self._param('collision_cover_tolerance'),
+            contact_tolerance=self._param('collision_contact_tolerance'),
             voxel_size=self._param('pointcloud_voxel_size'))
         semantic, srdf_path = self._param('robot_description_semantic'), self._param('srdf_path')
         description = None
@@ -1046,11 +1057,12 @@ class SmcIkNode(Node):
     def _on_tick(self):
         started, cpu_started = time.perf_counter(), time.thread_time()
         self._drain_joint_states()
-        event = self._guard.poll()              # an SRDF update computed in the background
+        event = self._guard.poll()      # an SRDF or cover update computed in the background
         if event is not None:
             level, text, changed = event
             if changed:
                 self.loop.set_constraints(self._solver_constraints())
+                self.loop.cancel_detour('the collision model changed')
             self._emit(level, text)
         ns, now = self._now()
         command = self.loop.tick(now)
@@ -1067,10 +1079,12 @@ class SmcIkNode(Node):
     _contact_noted = False
 
     def _note_contact(self, q):
-        """Log once, at the first command, the pairs the arm rests in contact with."""
+        """Log once, at the first command, the pairs the arm rests in contact with, and
+        start computing finer covers of their links (``collision_contact_tolerance``)."""
         try:
-            note = self._guard.contact_note(q)
-        except Exception as exc:      # a diagnostic: never in the way of the command stream
+            refining = self._guard.start_contact_refinement(q)
+            note = self._guard.contact_note(q, refining)
+        except Exception as exc:      # never in the way of the command stream
             self._reporter('warn', 'contact_note', f'contact check failed ({exc})', exc)
             return
         if note is not None:

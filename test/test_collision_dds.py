@@ -262,6 +262,40 @@ def test_an_obstacle_published_onto_the_arm_is_not_driven_deeper(session, chain,
     assert fcl_arm.distance(q[-1], fcl_sphere(center, radius)) > 0.0, 'still in the sphere'
 
 
+def test_a_base_on_a_table_gets_finer_covers_at_the_first_command(session, chain, fcl_arm):
+    """The constraint YAML puts a table 8 mm under the base: the base's 1 cm cover reaches into
+    it, so the arm rests in contact at its first command. The node says so, computes the
+    base's cover again at collision_contact_tolerance in the background and swaps it in: the
+    contact is gone from ~/status; the command stream holds its limits across the swap and a
+    goal after it, and no command comes near the table (FCL on the URDF's shapes)."""
+    q0 = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
+    table = ('[{type: obstacle, shape: box, size: [1.2, 1.2, 0.1], position: [0, 0, -0.058], '
+             'id: table}]')
+    since = time.monotonic()
+    s = session('table', q0, [f'smcik_node:constraints:="{table}"'])
+    assert wait_for_log(s.log, 'the arm rests in contact at its first command', 10.0), \
+        read_log(s.log)
+    text = read_log(s.log)
+    assert 'base_link / constraints/table -' in text, text
+    assert 'collision_contact_tolerance 0.004 m' in text, text
+    assert wait_for_log(s.log, 'covers of base_link computed again at tolerance 0.004 m',
+                        60.0), read_log(s.log)
+    assert 'the arm no longer rests in contact' in read_log(s.log), read_log(s.log)
+    assert wait_for(lambda: (latest_status(s.probe) or {}).get('in_collision') is False
+                    and (latest_status(s.probe) or {}).get('min_distance', -1) > 0.0, 5.0), \
+        latest_status(s.probe)
+    tip = chain.fk(q0)[:3, 3]
+    s.publish_point(tip + np.array([0.05, 0.1, -0.05]))
+    assert wait_for(lambda: np.any(s.probe.last_command().velocity), 5.0), read_log(s.log)
+    wait_for(lambda: s.settled(1.0), 10.0, interval=0.1)
+    _, stamps, q = s.probe.command_stream(since)
+    assert len(q) > 100 and np.ptp(q, axis=0).max() > 0.05, 'the arm did not move'
+    assert_limits(chain, stamps, q, s, since)
+    box = fcl_box((0.0, 0.0, -0.058), (1.2, 1.2, 0.1))
+    clear = np.array([fcl_arm.distance(p, box) for p in substeps(q, 0.01)])
+    assert clear.min() > 0.005, clear.min()
+
+
 MALFORMED = {
     'negative size': (lambda: obstacle_marker(Marker.CUBE, 2, (0.5, 0.5, 0.5),
                                               (0.1, -0.1, 0.1)), 'positive'),
@@ -356,7 +390,7 @@ def test_collision_parameters_are_declared_and_guarded(session, probe):
     assert client.wait_for_services(timeout_sec=10.0)
     names = ['self_collision', 'srdf_path', 'package_paths', 'collision_padding',
              'robot_description_semantic', 'collision_clearance', 'pointcloud_topic',
-             'pointcloud_voxel_size']
+             'pointcloud_voxel_size', 'collision_contact_tolerance']
     future = client.describe_parameters(names)
     assert wait_for(future.done, 10.0)
     types = {d.name: d.type for d in future.result().descriptors}
@@ -367,16 +401,17 @@ def test_collision_parameters_are_declared_and_guarded(session, probe):
         'robot_description_semantic': Parameter.Type.STRING.value,
         'collision_clearance': Parameter.Type.DOUBLE.value,
         'pointcloud_topic': Parameter.Type.STRING.value,
-        'pointcloud_voxel_size': Parameter.Type.DOUBLE.value}
+        'pointcloud_voxel_size': Parameter.Type.DOUBLE.value,
+        'collision_contact_tolerance': Parameter.Type.DOUBLE.value}
     descriptions = {d.name: d.description for d in future.result().descriptors}
     assert '[m]' in descriptions['collision_padding']
     # What cannot be applied safely at runtime is refused with a reason.
     future = client.set_parameters([Parameter('collision_padding', value=0.01),
-                                    Parameter('package_paths', value=['/tmp'])])
+                                    Parameter('package_paths', value=['/tmp']),
+                                    Parameter('collision_contact_tolerance', value=0.003)])
     assert wait_for(future.done, 10.0)
     results = future.result().results
-    assert not results[0].successful and 'fixed at start-up' in results[0].reason
-    assert not results[1].successful and 'fixed at start-up' in results[1].reason
+    assert all(not r.successful and 'fixed at start-up' in r.reason for r in results), results
     future = client.set_parameters([Parameter('collision_clearance', value=0.02)])
     assert wait_for(future.done, 10.0) and future.result().results[0].successful
 
