@@ -408,3 +408,40 @@ def test_background_updates_computed_together_are_both_applied(guard_and_chain, 
     assert guard.model.link_excess[guard.model.link_index('base_link')] <= 0.005
     assert len(guard.constraint.pairs) == before - 1 and guard.srdf == 'a test SRDF'
     assert not guard.constraint.contacts(q)
+
+
+def test_finer_covers_that_free_no_contact_are_not_applied(guard_and_chain, monkeypatch):
+    """Where the parts themselves overlap (a table 10 mm into the base), finer covers take
+    only the covers' excess off the depth: the swap needs a pair released or at least
+    CONTACT_GAIN shallower, else the coarse model stays (the finer one would cost every
+    query) and poll says why, changing nothing. The gain is raised here past the 6 mm the
+    base's 4 mm cover gains on this table."""
+    from smcik_ros.control import collision_guard as module
+    _, chain = guard_and_chain
+    q = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
+    guard = _table_guard(chain, -0.01)
+    model, constraint = guard.model, guard.constraint
+    (pair, depth), = constraint.contacts(q)
+    monkeypatch.setattr(module, 'CONTACT_GAIN', 0.01)
+    assert guard.start_contact_refinement(q) == ['base_link']
+    guard.wait_for_update(60.0)
+    level, text, changed = guard.poll()
+    assert (level, changed) == ('info', False) and 'not applied' in text, text
+    assert 'base_link / t/1 -' in text
+    assert guard.model is model and guard.constraint is constraint
+    monkeypatch.setattr(module, 'CONTACT_GAIN', 0.002)
+    assert guard.start_contact_refinement(q) == ['base_link']
+    guard.wait_for_update(60.0)
+    assert guard.poll()[2] and guard.constraint.contacts(q)[0][1] >= depth + 0.002
+
+
+def test_the_swap_rule_of_finer_covers():
+    """``_frees_contact``: a pair released, or one at least CONTACT_GAIN shallower."""
+    from smcik_ros.control.collision_guard import CONTACT_GAIN, _frees_contact
+    before = [(('a', 'b'), -0.02), (('a', 'c'), -0.001)]
+    assert _frees_contact(before, [(('a', 'b'), -0.02)])                      # a, c released
+    assert _frees_contact(before, [(('a', 'b'), -0.02 + CONTACT_GAIN),
+                                   (('a', 'c'), -0.001)])
+    assert not _frees_contact(before, [(('a', 'b'), -0.02 + 0.5 * CONTACT_GAIN),
+                                       (('a', 'c'), -0.001)])
+    assert not _frees_contact(before, before)

@@ -47,6 +47,10 @@ SOURCES = ('obstacles', 'keep_out_markers', 'constraints', 'pointcloud')
 # folded at its zero pose: its 1 cm covers overlap in four pairs and node_latency reached 2-4
 # of 9 goals near the start; with those five links at 4 mm two pairs remain, 8-9 of 9.
 DEFAULT_CONTACT_TOLERANCE = 0.004
+# [m] finer covers are swapped in when a pair in contact is released or at least this much
+# shallower (Panda at its lower limits: the finger's and link 5's parts overlap, and 4 mm
+# covers take 1.4 mm off the depth for twice the spheres: kept coarse).
+CONTACT_GAIN = 0.002
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,6 +110,14 @@ class CollisionSettings:
     def replace(self, **changes):
         """Return a copy with ``changes`` applied (validated)."""
         return dataclasses.replace(self, **changes)
+
+
+def _frees_contact(before, after):
+    """True when finer covers are worth their spheres: a pair in contact at ``before``
+    ([((a, b), depth)], ``CollisionConstraint.contacts``) is apart at ``after``, or at least
+    ``CONTACT_GAIN`` shallower."""
+    now = dict(after)
+    return any(pair not in now or now[pair] >= depth + CONTACT_GAIN for pair, depth in before)
 
 
 def choose_srdf(semantic='', srdf_path='', urdf_path=None, resolve=None):
@@ -360,9 +372,12 @@ class CollisionGuard:
         Where sphere covers, not the meshes, overlap (a folded start pose, a base on its
         table), every motion that deepens the overlap is refused and goals near the start
         can be out of reach; the finer covers of just those links take the overlap away
-        where the real parts are apart, without the cost of fine covers everywhere. Returns
-        the names of the links being refined ([] when there is nothing to do: no contact,
-        no geometry, off, or those covers are already that fine).
+        where the real parts are apart, without the cost of fine covers everywhere. They are
+        swapped in only when they release a pair in contact or make one at least
+        ``CONTACT_GAIN`` shallower (where the parts themselves overlap they would cost every
+        query and free nothing; ``poll`` then reports them not applied). Returns the names
+        of the links being refined ([] when there is nothing to do: no contact, no
+        geometry, off, or those covers are already that fine).
         """
         tolerance = self.settings.contact_tolerance
         model = self.model
@@ -380,17 +395,22 @@ class CollisionGuard:
         def work():
             refined, names = model.refined(links, tolerance)
             constraint = self._build_constraint(refined, pairs, settings)
-            after = constraint.contacts(q)
+            after = constraint.fork().contacts(q)      # the fork reads a scene snapshot
             before = sum(int(model.link_count[model.link_index(n)]) for n in names)
             spheres = sum(int(refined.link_count[refined.link_index(n)]) for n in names)
             shown = (', '.join(f'{a} / {b} {1e3 * d:.1f} mm' for (a, b), d in after[:4])
                      + (f' and {len(after) - 4} more' if len(after) > 4 else ''))
+            done = (f'covers of {", ".join(names)} computed again at tolerance '
+                    f'{tolerance:g} m ({before} -> {spheres} spheres)')
+            if not _frees_contact(contacts, after):
+                return {'text': lambda: (
+                    f'{done}: not applied, they free no pair in contact ({shown}: the parts '
+                    f'themselves are that close); the covers stay at tolerance '
+                    f'{settings.cover_tolerance:g} m')}
             rest = (f'the arm now rests in contact at {shown} (padded cover distances)'
                     if after else 'the arm no longer rests in contact')
             return {'model': refined, 'constraint': constraint,
-                    'text': lambda: (f'covers of {", ".join(names)} computed again at '
-                                     f'tolerance {tolerance:g} m ({before} -> {spheres} '
-                                     f'spheres): {rest}')}
+                    'text': lambda: f'{done}: {rest}'}
 
         self._start_worker('smcik-contact-covers', work, lambda exc: (
             f'the finer covers of {", ".join(links)} were not computed '
@@ -410,7 +430,9 @@ class CollisionGuard:
         def run():
             try:
                 result = work()
-                result['base'] = (result['constraint'].model, result.get('pairs', self.pairs))
+                if 'constraint' in result:
+                    result['base'] = (result['constraint'].model,
+                                      result.get('pairs', self.pairs))
             except Exception as exc:   # reported by poll, never raised in the thread
                 result = {'error': failure(exc)}
             with self._lock:
@@ -438,6 +460,8 @@ class CollisionGuard:
             result = self._pending.pop(0)
         if 'error' in result:
             return ('error', result['error'], False)
+        if 'constraint' not in result:     # computed, and nothing to change
+            return ('info', result['text'](), False)
         constraint = result['constraint']
         if 'model' in result:
             self.model = result['model']
