@@ -49,7 +49,7 @@ SOURCES = ('obstacles', 'keep_out_markers', 'constraints', 'pointcloud')
 DEFAULT_CONTACT_TOLERANCE = 0.004
 # [m] finer covers are swapped in when a pair in contact is released or at least this much
 # shallower (Panda at its lower limits: the finger's and link 5's parts overlap, and 4 mm
-# covers take 1.4 mm off the depth for twice the spheres: kept coarse).
+# covers take 1.4 mm off the depth for 12 times those links' spheres: kept coarse).
 CONTACT_GAIN = 0.002
 
 
