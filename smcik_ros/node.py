@@ -409,7 +409,9 @@ class SmcIkNode(Node):
         self._tick_cpu = collections.deque(maxlen=200)       # [s] their CPU time (thread)
         self._marker_times = collections.deque(maxlen=50)    # [s] marker tick durations
         self._marker_cpu = collections.deque(maxlen=50)
-        self._marker_cpu_s = 0.0                             # [s] their CPU time, all in all
+        # [s] their CPU time, all in all, per thread (the executor's skip checks and the
+        # solver thread's marker ticks add to it: each only to its own entry, no lost adds)
+        self._marker_cpu_s = collections.defaultdict(float)
         self._cloud_times = collections.deque(maxlen=20)     # [s] point-cloud conversions
         self._command_pub = None
         self._make_command_publisher()
@@ -1186,7 +1188,7 @@ class SmcIkNode(Node):
 
     def _note_marker_cpu(self, seconds):
         self._marker_cpu.append(seconds)
-        self._marker_cpu_s += seconds
+        self._marker_cpu_s[threading.get_ident()] += seconds
 
     def _republish_markers(self, started):
         """Publish the last marker messages again with the current stamp: the particles'
@@ -1268,7 +1270,7 @@ class SmcIkNode(Node):
             'marker_time_ms': mean_ms(self._marker_times),
             'step_cpu_ms': mean_ms(self._tick_cpu),
             'marker_cpu_ms': mean_ms(self._marker_cpu),
-            'marker_cpu_s': round(self._marker_cpu_s, 6),
+            'marker_cpu_s': round(sum(list(self._marker_cpu_s.values())), 6),
             'steps_skipped': loop.skipped_steps,
             'ticks_between_steps': loop.interpolated_ticks,
             'steps_beside_tick': loop.steps_in_thread,
