@@ -283,11 +283,7 @@ class Refinement:
     the solution tolerance) the trial with the lowest cost is kept if it lowers the cost;
     once precise, the trial nearest the reference that stays precise is kept if it moves
     nearer (or, as near, lowers the cost). A trial that violates a hard constraint is never
-    kept. One plain pose target with constraints (the node's collision avoidance): where the
-    constraints are inactive at a particle's start and at the end of the compiled pose-only
-    refinement, that result is taken without checking the trials in between
-    (``_move_fused_where_free``; a refinement result is a hypothesis: the command stream
-    checks every motion towards it).
+    kept.
     """
 
     PRECISE_FRACTION = 0.25
