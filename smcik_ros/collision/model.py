@@ -147,7 +147,6 @@ class CollisionModel:
         self.swept_links = tuple(n for n in names if attachments[n].swept)
         self._attachments = {n: attachments[n] for n in names}
         self._covers = {name: cover for name, cover in link_covers if len(cover)}
-        self._init_args = (warnings, group_parent, urdf_links)
         self.group_parent = _ro(np.asarray(group_parent if group_parent is not None else [],
                                            dtype=np.int64))
         self._index = {n: i for i, n in enumerate(names)}
@@ -249,10 +248,9 @@ class CollisionModel:
         for name in names:
             covers[name] = _link_cover(name, self.geometry[name], self._attachments[name],
                                        tolerance, None, self.cache_dir, notes)
-        warnings, group_parent, urdf_links = self._init_args
         model = type(self)(self.chain, [(n, covers[n]) for n in self.link_names],
-                           self._attachments, self.geometry, warnings, self.source,
-                           self.tolerance, group_parent, self.urdf_path, urdf_links)
+                           self._attachments, self.geometry, self.warnings, self.source,
+                           self.tolerance, self.group_parent, self.urdf_path, self.urdf_links)
         model.cache_dir = self.cache_dir
         return model, names
 
