@@ -221,6 +221,11 @@ class GatedSmc(SmcSolver):
         return super().step(goal)
 
 
+def _steps(loop):
+    """The solver steps the loop started in its worker (the rest of its work: resets)."""
+    return loop._worker.calls - loop.queued_resets
+
+
 def _gated_start(chain, seed, stream_seed, goal_seed):
     """A thread loop on a GatedSmc (budget 0), started at the neutral configuration with a
     goal offered: (solver, loop, limits, stream)."""
@@ -251,7 +256,7 @@ def test_a_step_running_on_is_carried_then_taken_and_a_replaced_goal_steps_at_on
         first_goal = loop.goal
         follower(1)(stream)
         stream.tick()               # the next step starts, and waits at the gate
-        assert loop._worker.running and loop._worker.calls == 2
+        assert loop._worker.running and _steps(loop) == 2
         # A new goal while a step of the old one runs: that step is dropped when it ends
         # and the new goal is stepped in the same tick.
         loop.offer_goal('pose', reachable_pose(arm7, 22, near=stream.commands[-1].q), '',
@@ -264,7 +269,7 @@ def test_a_step_running_on_is_carried_then_taken_and_a_replaced_goal_steps_at_on
         follower(1)(stream)
         stream.tick()
         loop.settle()
-        assert loop._worker.calls == 3, 'the dropped step was followed by one at once'
+        assert _steps(loop) == 3, 'the dropped step was followed by one at once'
         assert solver.goals[-2] is first_goal.terms and solver.goals[-1] is loop.goal.terms
         assert loop.estimate is not None
         for _ in range(20000):
@@ -348,3 +353,92 @@ def test_a_reset_waits_for_the_running_step_and_drops_its_answer(arm7):
     finally:
         solver.gate.set()
         loop.close()
+
+
+class ResetLog(GatedSmc):
+    """A GatedSmc that records the thread and configuration of every reset, and tells when
+    a step has come to its gate (``at_gate``)."""
+
+    def __init__(self, chain, seed=0):
+        super().__init__(chain, seed)
+        self.resets = []
+        self.at_gate = threading.Event()
+
+    def step(self, goal):
+        self.at_gate.set()
+        return super().step(goal)
+
+    def reset(self, q=None):
+        self.resets.append((threading.get_ident(), None if q is None else np.array(q)))
+        return super().reset(q)
+
+
+class Refuser:
+    """A validator that refuses every motion while ``on``."""
+    reason = 'the test refuses every motion'
+
+    def __init__(self):
+        self.on = False
+
+    def __call__(self, q_from, q_to):
+        return not self.on
+
+
+def test_a_hold_while_a_step_runs_brakes_at_once_and_resets_behind_the_step(arm7):
+    """A refusal while a solver step runs in the worker: the tick neither waits for the step
+    (nor for its fallback candidates) but brakes at once; the step's answer is dropped, and
+    the solver restarts behind it, in the worker, at the latest braking stop asked for."""
+    solver = ResetLog(arm7, seed=6)
+    loop, limits = _thread_loop(arm7, solver, budget=0.0)
+    refuser = Refuser()
+    loop.validators.append(refuser)
+    stream = TimedStream(loop, seed=3)
+    try:
+        stream.measure(arm7.neutral_configuration())
+        stream.tick()
+        loop.offer_goal('pose', reachable_pose(arm7, 24), '', None, stream.t)
+        solver.gate.set()
+        for _ in range(2000):               # moving towards the goal
+            follower(1)(stream)
+            stream.tick()
+            if np.max(np.abs(stream.commands[-1].v)) > 0.05:
+                break
+        assert np.max(np.abs(stream.commands[-1].v)) > 0.05
+        solver.gate.clear()
+        solver.at_gate.clear()
+        for _ in range(200):                # until a step waits at the closed gate
+            follower(1)(stream)
+            stream.tick()
+            if solver.at_gate.wait(0.01):
+                break
+        assert solver.at_gate.is_set() and loop._worker.running
+        resets, queued = len(solver.resets), loop.queued_resets
+        refuser.on = True
+        for k in range(3):                  # three holding ticks, each in its own thread
+            follower(1)(stream)
+            worker = threading.Thread(target=stream.tick)
+            worker.start()
+            worker.join(10.0)               # a deadline, so that a wait cannot hang the suite
+            assert not worker.is_alive() and not solver.gate.is_set(), \
+                f'hold tick {k} waited for the running step'
+        assert loop.holds >= 3
+        assert loop.queued_resets == queued + 1, 'one reset queued; later ones replace it'
+        assert len(solver.resets) == resets, 'no reset while the step runs'
+        speeds = [np.max(np.abs(c.v)) for c in stream.commands[-4:]]
+        assert all(b <= a + 1e-12 for a, b in zip(speeds, speeds[1:])), 'braking'
+        target = loop._reset_to.copy()
+        solver.gate.set()
+        loop.settle()
+        assert len(solver.resets) == resets + 1
+        thread, q = solver.resets[-1]
+        assert thread == loop._worker._ident and np.array_equal(q, target)
+        refuser.on = False
+        follower(1)(stream)
+        stream.tick()                       # takes the reset: no answer of the old step
+        assert loop.estimate is None and loop.faults == 0
+    finally:
+        solver.gate.set()
+        loop.close()
+    assert all(np.all(np.isfinite(c.q)) for c in stream.commands)
+    v_ratio, a_ratio = stream.worst_ratios(limits)
+    assert v_ratio <= 1 + SLACK and a_ratio <= 1 + SLACK

@@ -23,12 +23,14 @@ A tick:
 
 With ``solver_thread`` the solver steps in a worker thread (``step_worker``): a step that
 outlasts its budget runs on beside the next ticks, which carry the last answer on as
-between two solver steps; its answer is taken by the first tick after it ended.
+between two solver steps; its answer is taken by the first tick after it ended. The tick
+never waits for the worker: a reset drops a running step's answer and runs after it there.
 """
 
 from dataclasses import dataclass
 import math
 import re
+import threading
 import time
 import traceback
 
@@ -41,6 +43,9 @@ from .command_shaping import (CommandShaper, ShapedCommand, nearest_equivalent,
 from .frames import FrameResolver
 from .goal_inbox import GoalInbox
 from .step_worker import StepWorker
+
+# The worker tag of a solver reset queued behind a running step (``_reset_solver``).
+_RESET = 'reset'
 
 __all__ = ['Command', 'ControlLoop', 'HardConstraintValidator', 'Reporter',
            'initial_configuration', 'CLOCK_RESET']
@@ -223,6 +228,10 @@ class ControlLoop:
         self.chain = chain
         self._solver = solver
         self._worker = StepWorker() if solver_thread else None
+        self._reset_lock = threading.Lock()
+        self._reset_to = None       # the configuration of a queued reset (solver_thread)
+        self._step_info = {}        # the solver's info of the last answer taken
+        self.queued_resets = 0      # solver resets run in the worker (solver_thread)
         self.step_budget = None if step_budget is None else max(0.0, float(step_budget))
         self.steps_in_thread = 0      # steps that ran on beyond the tick that started them
         self._goal_changes = 0        # goals with another signature than the one before
@@ -412,6 +421,8 @@ class ControlLoop:
                 self.report('error', f'side:{type(exc).__name__}', (
                     f'side work in the solver thread failed ({type(exc).__name__}: {exc}); '
                     'the node keeps running'), exc)
+            for exc in self._worker.dropped_errors():
+                self._report_dropped(exc)
         try:
             return self._tick(now)
         except Exception as exc:   # never die: report, brake, reset, carry on
@@ -497,10 +508,10 @@ class ControlLoop:
         if worker is not None and worker.pending:
             if not worker.done:
                 return self._carry(previous, now)
-            (stamp, changes), estimate = worker.take()
-            if changes == self._goal_changes:
-                return self._answer(estimate, previous, stamp)
-            new_goal = True      # the step was for a goal replaced meanwhile: step the new one
+            tag, result = worker.take()
+            if tag is not _RESET and tag[1] == self._goal_changes:
+                return self._answer(result, previous, tag[0])
+            new_goal = True      # a reset, or a step for a goal replaced meanwhile: step now
         if not new_goal and self._resting(previous):
             self.skipped_steps += 1
             self._desired = previous
@@ -514,23 +525,23 @@ class ControlLoop:
             self.settle()
             if self._twins is not self.constraints:
                 _set_references(self._twins, self.q)
-            estimate = None
+            result = None
             for _ in range(self.iterations_per_tick):
-                estimate = self._step_job(self._solver, self.goal, now)
-            return self._answer(estimate, previous, now)
+                result = self._step_job(self._solver, self.goal, now)
+            return self._answer(result, previous, now)
         worker.start((now, self._goal_changes), self._step_job, self._solver, self.goal, now,
                      self.q)
         if worker.wait(self.step_budget):
-            _, estimate = worker.take()
-            return self._answer(estimate, previous, now)
+            _, result = worker.take()
+            return self._answer(result, previous, now)
         self.steps_in_thread += 1
         return self._carry(previous, now)
 
     def _step_job(self, solver, goal, now, reference=None):
-        """One solver step and its observers (in the worker thread with ``solver_thread``).
-        ``reference``: the command the solver's constraint twins compare with (set here, in
-        the worker, with a new snapshot of the scene, where side work cannot be reading
-        them)."""
+        """One solver step and its observers (in the worker thread with ``solver_thread``);
+        return (estimate, a copy of the solver's ``last_info`` after it). ``reference``: the
+        command the solver's constraint twins compare with (set here, in the worker, with a
+        new snapshot of the scene, where side work cannot be reading them)."""
         if reference is not None:
             for twin in self._twins:
                 refresh = getattr(twin, 'refresh', None)
@@ -540,11 +551,12 @@ class ControlLoop:
         estimate = solver.step(goal.terms)
         for observe in self.step_observers:
             observe(solver, goal, now)
-        return estimate
+        return estimate, dict(getattr(solver, 'last_info', None) or {})
 
-    def _answer(self, estimate, previous, stamp):
-        """Return (desired, velocity) from the solver's ``estimate`` of a step started at
-        ``stamp`` [s], and keep it as the last answer."""
+    def _answer(self, result, previous, stamp):
+        """Return (desired, velocity) from the (estimate, info) of a solver step started at
+        ``stamp`` [s], and keep it as the last answer (its info: the fallback candidates)."""
+        estimate, self._step_info = result
         estimate = np.asarray(estimate, dtype=float)
         if estimate.shape != self.q.shape or not np.all(np.isfinite(estimate)):
             raise FloatingPointError(f'the solver returned a non-finite or misshapen '
@@ -586,9 +598,12 @@ class ControlLoop:
         try:
             worker.take()
         except Exception as exc:
-            self.report('error', f'step:{type(exc).__name__}', (
-                f'a solver step that was dropped (reset or change) had failed '
-                f'({type(exc).__name__}: {exc}); the node keeps running'), exc)
+            self._report_dropped(exc)
+
+    def _report_dropped(self, exc):
+        self.report('error', f'step:{type(exc).__name__}', (
+            f'a solver step that was dropped (reset or change) had failed '
+            f'({type(exc).__name__}: {exc}); the node keeps running'), exc)
 
     def _resting(self, previous):
         """Return True when this tick's solver step may be skipped (``rest_step_interval``):
@@ -727,14 +742,15 @@ class ControlLoop:
     def _fallback(self, desired, dt, lead_box):
         """Return (shaped, stop) towards the first free fallback candidate, or None.
 
-        Candidates: the solver's MAP and its heaviest particles (``last_info``), mapped to the
-        command's coordinate, each shaped within the limits from the current command; the
+        Candidates: the MAP and the heaviest particles of the last answer's solver info
+        (``last_info`` after that step; the tick does not wait for a running one), mapped to
+        the command's coordinate, each shaped within the limits from the current command; the
         first whose motion to its braking point every validator accepts (one batched check
         per validator that has ``check_many``).
         """
         if self.fallback_candidates <= 0:
             return None
-        info = getattr(self.solver, 'last_info', None) or {}
+        info = self._step_info      # the last answer's, without waiting for a running step
         rows = []
         if info.get('map') is not None:
             rows.append(np.atleast_2d(np.asarray(info['map'], dtype=float)))
@@ -924,9 +940,30 @@ class ControlLoop:
         return self.last
 
     def _reset_solver(self, q):
+        """Restart the solver at ``q``. With ``solver_thread`` the tick does not wait for a
+        step that runs (a search step behind an obstacle can take a third of a second): its
+        answer is dropped and the reset runs in the worker right after it; a newer reset asked
+        for before that one started replaces its configuration. Until it is done the ticks
+        have no answer to follow (the arm brakes, as after any reset)."""
         self._desired = None
-        self._drop_step()
-        self._solver.reset(self.chain.clip(to_solver_range(q, self.limits.continuous)))
+        q = self.chain.clip(to_solver_range(q, self.limits.continuous))
+        worker = self._worker
+        if worker is None:
+            self._solver.reset(q)
+            return
+        with self._reset_lock:
+            queued, self._reset_to = self._reset_to is not None, q
+        if not queued:
+            worker.discard()
+            worker.start(_RESET, self._reset_job)
+            self.queued_resets += 1
+
+    def _reset_job(self):
+        """A queued reset, in the worker: to the latest configuration asked for."""
+        with self._reset_lock:
+            q, self._reset_to = self._reset_to, None
+        if q is not None:
+            self._solver.reset(q)
 
     def _commit(self, shaped, now, state):
         if not (np.isfinite(shaped.q).all() and np.isfinite(shaped.v).all()):

@@ -11,9 +11,11 @@ in the order they were handed over:
   ``solver_thread``).
 - ``beside``: side work (markers, alternatives), one batch at a time.
 
-Whoever else uses the solver (a reset, a constraint change, the fallback candidates, the
-status, parameter changes) waits until the worker is idle first (``ControlLoop.solver``
-does), so the solver never has two callers. The solver's constraint objects are the
+The tick never waits for the worker: a reset of the solver (a hold, a resync, a detour's
+end) drops the running step's answer (``discard``) and runs behind it in the worker, and the
+fallback candidates come from the last step's answer. Whoever else uses the solver (a
+constraint or solver change, parameter changes) waits until the worker is idle first
+(``ControlLoop.solver`` does), so the solver never has two callers. The solver's constraint objects are the
 thread's own twins (``CollisionConstraint.fork``): the validators and the scene callbacks,
 in the tick's thread, use the originals. numba kernels release the GIL while they run, and
 the node shortens the interpreter's switch interval, so the tick's thread is not held up
@@ -40,7 +42,8 @@ class StepWorker:
     ``start(tag, fn, *args)`` begins a step; ``done`` tells whether it finished;
     ``wait(timeout)`` waits for it (None: as long as it takes) and returns ``done``;
     ``take()`` returns ``(tag, result)`` and forgets the step, raising its exception if it
-    raised. ``beside(fn)`` queues side work behind a running step (False while an earlier
+    raised; ``discard()`` forgets it without waiting (what it raises is kept for
+    ``dropped_errors()``). ``beside(fn)`` queues side work behind a running step (False while an earlier
     batch has not finished); ``side_errors()`` returns and clears what side work raised.
     ``settle()`` waits until nothing runs; ``close()`` also ends the thread. ``cpu_time``:
     the CPU seconds the thread spent on steps and side work so far.
@@ -54,6 +57,8 @@ class StepWorker:
         self._tag = None
         self._side = None
         self._side_errors = []
+        self._dropped = None          # the last discarded step's future
+        self._dropped_errors = []
         self.calls = 0
         self.side_calls = 0
         self.cpu_time = 0.0
@@ -75,8 +80,9 @@ class StepWorker:
 
     @property
     def idle(self):
-        """True when neither a step nor side work runs or waits."""
-        return not self.running and (self._side is None or self._side.done())
+        """True when neither a step (also a discarded one) nor side work runs or waits."""
+        return not self.running and all(f is None or f.done()
+                                        for f in (self._side, self._dropped))
 
     def in_worker(self):
         """True when called from the worker thread itself."""
@@ -135,11 +141,29 @@ class StepWorker:
                 pass
         return self._future.done()
 
+    def discard(self):
+        """Forget the pending step without waiting for it: its answer is dropped, and an
+        exception it raises is kept for ``dropped_errors``. Work started afterwards runs
+        after it (one thread, in order)."""
+        future, self._future, self._tag = self._future, None, None
+        if future is not None:
+            self._dropped = future
+            future.add_done_callback(self._note_dropped)
+
+    def _note_dropped(self, future):
+        exc = future.exception()
+        if exc is not None:
+            self._dropped_errors.append(exc)
+
+    def dropped_errors(self):
+        errors, self._dropped_errors = self._dropped_errors, []
+        return errors
+
     def settle(self):
         """Wait until neither a step nor side work runs (not from the worker itself)."""
         if self.in_worker():
             return
-        for future in (self._future, self._side):
+        for future in (self._dropped, self._future, self._side):
             if future is not None:
                 future.exception()
 
@@ -154,7 +178,7 @@ class StepWorker:
     def close(self):
         """Wait for what runs, forget the step, and end the thread."""
         self.settle()
-        self._future = self._tag = self._side = None
+        self._future = self._tag = self._side = self._dropped = None
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
