@@ -346,3 +346,61 @@ def test_every_cached_query_of_an_smc_run_equals_a_fresh_query(setup, monkeypatc
     assert seen['calls'] > 300
     assert seen['wrong'] == 0, seen
     assert seen['updated'] > 0 and seen['reused'] > 0, seen
+
+
+@pytest.mark.skipif(not kernels.ENABLED, reason='the compiled refinement needs numba')
+@pytest.mark.parametrize('motion', [False, True])
+def test_refinement_where_the_constraint_is_inactive_is_the_compiled_pose_step(setup, motion):
+    """``Refinement.move`` with a pose target and the collision constraint (the node's
+    default problem): a particle on which the constraint is inactive (no clearance cost, no
+    violation) where it starts and where the compiled pose-only refinement ends gets that
+    result bit for bit; one that starts within the clearance, or whose pose-only result
+    ends in the wall or another link, takes the stepwise move with the collision rows
+    instead (a different result, checked); no result is violating where its start was not."""
+    from smcik_ros.goals import PoseTarget
+    from smcik_ros.solvers.smc import FilterModel
+    from smcik_ros.solvers.smc_policies import _constrained
+    chain, model, pairs, _ = setup
+    constraint = CollisionConstraint(model, Scene({('scene', 0): BOX}), pairs=pairs)
+    rng = np.random.default_rng(5)
+    q_goal = None
+    while q_goal is None:            # a free configuration whose tool is behind the wall
+        q = chain.random_configuration(rng)
+        p = chain.fk(q)[:3, 3]
+        if not constraint.in_collision(chain.frames(q))[0] and p[0] > 0.42 and \
+                abs(p[1]) < 0.2 and p[2] < 0.3:
+            q_goal = q
+    goal = chain.fk(q_goal)
+    solver = make_solver('smc', chain, seed=0)
+    refine = solver.policies.refinement
+    pull = None
+    if motion:
+        pull = solver.policies.minimal_motion
+        pull.reference = pull.turn_reference = _home(chain)
+
+    def problem(constraints):
+        return FilterModel(chain, solver.settings, solver._scalar_noise, solver._ball_noise,
+                           [PoseTarget(goal)], constraints, 1.0, (1e-3, 1e-2))
+    constrained, plain = problem([constraint]), problem([])
+    assert refine._fusable(constrained, constrained=True) and refine._fusable(plain)
+    start_q = chain.random_configuration(rng, 60)
+    start = chain.frames(start_q)
+    out, cost, improved, _ = refine.move(constrained, chain.frames(start_q.copy()),
+                                         constrained.cost(start), pull)
+    alone, _, alone_improved, _ = refine.move(plain, chain.frames(start_q.copy()),
+                                              plain.cost(start), pull)
+    busy = _constrained(constrained.terms[1:], constrained.hard, start)
+    ends_busy = _constrained(constrained.terms[1:], constrained.hard, alone)
+    fused = ~busy & ~(ends_busy & alone_improved)
+    assert busy.sum() >= 5 and (~busy & ends_busy & alone_improved).sum() >= 5
+    np.testing.assert_array_equal(out.q[fused], alone.q[fused])
+    stepped = np.flatnonzero(~fused)
+    steps = refine._move_steps(constrained, start.subset(stepped), constrained.cost(start)[
+        stepped], pull, None)
+    np.testing.assert_array_equal(out.q[stepped], steps[0].q)
+    np.testing.assert_array_equal(improved[stepped], steps[2])
+    was = constraint.violated(start)
+    assert not np.any(constraint.violated(out) & ~was)
+    np.testing.assert_allclose(cost[improved],
+                               constrained.cost(out.subset(np.flatnonzero(improved))),
+                               rtol=1e-9, atol=1e-12)
