@@ -10,7 +10,9 @@ from random configurations that python-fcl finds free on the URDF's own shapes a
 alternately with the tool just behind the box (as seen from the base) and anywhere else
 above the base. Afterwards every command, and sub-steps at most 2 mrad apart on every joint
 between consecutive commands, are checked by python-fcl; also the command rate, the
-largest gap and the largest velocity over its limit.
+largest gap and the largest velocity over its limit (leaving out the jumps of restarts
+from the measurement, one per resync that ``~/status`` reports: by design they jump to where
+the arm is, at rest).
 
 The box, in the base frame: for the demo arm 10 x 40 x 25 cm centred at (0.35, 0, 0.125) m
 (it cannot reach over a taller one); for MoveIt's Panda 10 x 40 x 40 cm at (0.55, 0, 0.25) m
@@ -154,6 +156,7 @@ def run(args):
                 probe.status[-1][1].data).get('obstacles') == 1, 10):
             raise RuntimeError('the box never showed in ~/status')
         since = time.monotonic()
+        resyncs_before = json.loads(probe.status[-1][1].data).get('resyncs', 0)
         for k, (behind, q) in enumerate(goals):
             pose = chain.fk(q)
             msg = PoseStamped()
@@ -179,6 +182,10 @@ def run(args):
                   f'{results[-1]["clearance_mm"]:5.1f} mm clear {results[-1]["reason"][:90]}',
                   flush=True)
         _, stamps, qs = probe.command_stream(since)
+        with probe.lock:
+            at_rest = np.array([not np.any(m.velocity) for t, m in probe.commands
+                                if t >= since])
+        resyncs = json.loads(probe.status[-1][1].data).get('resyncs', 0) - resyncs_before
     finally:
         player.set('silent')
         stop_process(proc)
@@ -188,10 +195,16 @@ def run(args):
     bad = sum(1 for p in checked if contacts(p))
     dt = np.diff(stamps) * 1e-9
     limits = np.array(chain.velocity_limits) * 0.5       # the node's default velocity_scale
-    v_ratio = float(np.max(np.abs(np.diff(qs, axis=0)) / dt[:, None] / limits))
+    ratios = np.max(np.abs(np.diff(qs, axis=0)) / dt[:, None] / limits, axis=1)
+    # A restart from the measurement (stale joint_states on a starved machine, ~/status
+    # 'resyncs') jumps to where the arm is, at rest, by design: the largest such jumps,
+    # one per reported resync, are left out of the ratio (the tests' check does the same).
+    jumps = [k for k in np.argsort(-ratios)[:resyncs] if ratios[k] > 1.0 and at_rest[k + 1]]
+    v_ratio = float(np.max(np.delete(ratios, jumps))) if len(ratios) > len(jumps) else 0.0
     summary = dict(commands=len(qs), checked=len(checked), contacts=bad,
                    rate_hz=(len(stamps) - 1) / (1e-9 * (stamps[-1] - stamps[0])),
-                   max_gap_ms=1e3 * float(dt.max()), max_velocity_ratio=v_ratio)
+                   max_gap_ms=1e3 * float(dt.max()), max_velocity_ratio=v_ratio,
+                   resyncs=resyncs)
     return results, summary, log_dir
 
 
@@ -227,10 +240,11 @@ def main(argv=None):
                          if ok else float('nan'),
                          fcl_contacts=summary['contacts'], checked=summary['checked'],
                          rate_hz=summary['rate_hz'], max_gap_ms=summary['max_gap_ms'],
-                         max_velocity_ratio=summary['max_velocity_ratio']))
+                         max_velocity_ratio=summary['max_velocity_ratio'],
+                         resyncs=summary['resyncs']))
     fields = ['arm', 'goals', 'count', 'reached', 'reached_pct', 'median_time_s',
               'fcl_contacts', 'checked', 'rate_hz', 'max_gap_ms', 'max_velocity_ratio',
-              'drawn_clearance_mm']
+              'resyncs', 'drawn_clearance_mm']
     C.print_table(rows, fields[:-1], title='Goals behind a box over DDS (python-fcl on every '
                   f'command and {1e3 * SUB_STEP:g} mrad sub-steps)')
     print(f'logs {log_dir}')
