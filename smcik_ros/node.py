@@ -29,6 +29,7 @@ os.environ.setdefault('OMP_NUM_THREADS', '1')
 
 import collections
 import gc
+import importlib
 import json
 import logging
 import math
@@ -263,6 +264,32 @@ _START_UP_ONLY = {
 }
 
 
+
+# The cloud conversion's KD-tree (CollisionConstraint.points_on_robot). Importing it takes
+# 0.3-0.6 s with the GIL held; in the executor's thread, the first cloud would stop the
+# command stream that long, so it is imported in a thread of its own when the subscription
+# is made, and clouds that arrive before it is done are skipped (logged).
+CLOUD_LIBRARY = 'scipy.spatial'
+
+
+def _import_beside(module):
+    """Return an Event set once ``module`` is imported by a daemon thread (at once if it
+    already is). An import error is left to the first real use to report."""
+    done = threading.Event()
+    if module in sys.modules:
+        done.set()
+        return done
+
+    def run():
+        try:
+            importlib.import_module(module)
+        except Exception:       # noqa: BLE001 - reported where the module is used
+            pass
+        finally:
+            done.set()
+    threading.Thread(target=run, name=f'import {module}', daemon=True).start()
+    return done
+
 class _LogBridge(logging.Handler):
     """Route the pure core's Python log records ('smcik_ros.collision': SRDF entries naming
     unknown links, links left out of the model) to the node's logger, once each."""
@@ -437,6 +464,7 @@ class SmcIkNode(Node):
             INPUT_QOS)
         self._cloud_sub = None
         self._cloud_next = 0.0
+        self._cloud_library = None      # set once CLOUD_LIBRARY is imported (_import_beside)
         self._make_pointcloud_subscription(self._param('pointcloud_topic'))
         self._joint_state_reader = JointStateReader(self.chain.joint_names)
         # Taken serialized (raw): the reader finds the positions in the bytes instead of
@@ -868,6 +896,7 @@ class SmcIkNode(Node):
             self._cloud_sub = None
             self._guard.replace({}, 'pointcloud')
         if topic:
+            self._cloud_library = _import_beside(CLOUD_LIBRARY)
             self._cloud_sub = self.create_subscription(
                 PointCloud2, topic, self._guarded(topic, self._on_pointcloud), JOINT_STATES_QOS)
 
@@ -977,6 +1006,11 @@ class SmcIkNode(Node):
         """Turn a PointCloud2 into the 'pointcloud' obstacle (at most pointcloud_rate_hz)."""
         _, now = self._now()
         if now < self._cloud_next:
+            return
+        if not self._cloud_library.is_set():
+            self._reporter('info', 'pointcloud:loading', (
+                f'{self._param("pointcloud_topic")}: cloud skipped while {CLOUD_LIBRARY} is '
+                'imported beside the control tick (once, 0.3-0.6 s)'), interval=1.0)
             return
         self._cloud_next = now + 1.0 / self._param('pointcloud_rate_hz')
         started = time.perf_counter()

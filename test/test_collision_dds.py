@@ -383,6 +383,30 @@ def test_a_point_cloud_becomes_an_obstacle_without_the_robots_own_points(session
     assert shown and len(shown[0].points) == spheres
 
 
+def test_the_cloud_library_is_imported_beside_the_executor():
+    """A cloud subscription imports the conversion's KD-tree library in a thread of its own
+    (0.3-0.6 s with the GIL: in the executor's thread the first cloud would stop the command
+    stream that long). An import hook records which thread imports it."""
+    code = (
+        'import sys, threading\n'
+        'import smcik_ros.node as node\n'
+        'assert node.CLOUD_LIBRARY not in sys.modules, "imported with the node"\n'
+        'who = []\n'
+        'class Hook:\n'
+        '    def find_spec(self, name, path=None, target=None):\n'
+        '        if name == node.CLOUD_LIBRARY:\n'
+        '            who.append(threading.get_ident())\n'
+        '        return None\n'
+        'sys.meta_path.insert(0, Hook())\n'
+        'done = node._import_beside(node.CLOUD_LIBRARY)\n'
+        'assert done.wait(120) and node.CLOUD_LIBRARY in sys.modules\n'
+        'assert who and threading.get_ident() not in who, who\n'
+        'assert node._import_beside(node.CLOUD_LIBRARY).is_set()\n')
+    result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                            cwd=REPO_ROOT, timeout=180)
+    assert result.returncode == 0, result.stderr
+
+
 def test_collision_parameters_are_declared_and_guarded(session, probe):
     q0 = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
     session('parameters', q0)
