@@ -264,7 +264,6 @@ _START_UP_ONLY = {
 }
 
 
-
 # The cloud conversion's KD-tree (CollisionConstraint.points_on_robot). Importing it takes
 # 0.3-0.6 s with the GIL held; in the executor's thread, the first cloud would stop the
 # command stream that long, so it is imported in a thread of its own when the subscription
@@ -289,6 +288,7 @@ def _import_beside(module):
             done.set()
     threading.Thread(target=run, name=f'import {module}', daemon=True).start()
     return done
+
 
 class _LogBridge(logging.Handler):
     """Route the pure core's Python log records ('smcik_ros.collision': SRDF entries naming

@@ -15,11 +15,11 @@ The tick never waits for the worker: a reset of the solver (a hold, a resync, a 
 end) drops the running step's answer (``discard``) and runs behind it in the worker, and the
 fallback candidates come from the last step's answer. Whoever else uses the solver (a
 constraint or solver change, parameter changes) waits until the worker is idle first
-(``ControlLoop.solver`` does), so the solver never has two callers. The solver's constraint objects are the
-thread's own twins (``CollisionConstraint.fork``): the validators and the scene callbacks,
-in the tick's thread, use the originals. numba kernels release the GIL while they run, and
-the node shortens the interpreter's switch interval, so the tick's thread is not held up
-long by Python code in the worker.
+(``ControlLoop.solver`` does), so the solver never has two callers. The solver's
+constraint objects are the thread's own twins (``CollisionConstraint.fork``): the
+validators and the scene callbacks, in the tick's thread, use the originals. numba kernels
+release the GIL while they run, and the node shortens the interpreter's switch interval, so
+the tick's thread is not held up long by Python code in the worker.
 """
 
 from concurrent.futures import ThreadPoolExecutor
@@ -43,8 +43,9 @@ class StepWorker:
     ``wait(timeout)`` waits for it (None: as long as it takes) and returns ``done``;
     ``take()`` returns ``(tag, result)`` and forgets the step, raising its exception if it
     raised; ``discard()`` forgets it without waiting (what it raises is kept for
-    ``dropped_errors()``). ``beside(fn)`` queues side work behind a running step (False while an earlier
-    batch has not finished); ``side_errors()`` returns and clears what side work raised.
+    ``dropped_errors()``). ``beside(fn)`` queues side work behind a running step (False
+    while an earlier batch has not finished); ``side_errors()`` returns and clears what side
+    work raised.
     ``settle()`` waits until nothing runs; ``close()`` also ends the thread. ``cpu_time``:
     the CPU seconds the thread spent on steps and side work so far.
     """

@@ -17,8 +17,9 @@ so the correction uses the task's null space first. The QP is a least-distance p
 the change of variables y = L^T (dq - dq0) (H = L L^T), solved exactly by NNLS (Lawson &
 Hanson, "Solving Least Squares Problems", ch. 23), small and dense. ``nnls`` is the book's
 active-set algorithm in numpy, not ``scipy.optimize.nnls``: importing ``scipy.optimize``
-takes 0.3-1.5 s, and the first use is in the control tick (a detour's first collision-
-constrained solve): measured over DDS, that import stopped the command stream for 354 ms.
+takes from 0.15 s to over a second, and the first use is in the control tick (a detour's
+first collision-constrained solve): measured over DDS, that import stopped the command
+stream for 354 ms.
 
 A step is then checked on the real constraint along the motion (``check_motion``: sub-steps
 no cover point moves more than the padding between): if some sub-step violates it (a distance
