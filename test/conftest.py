@@ -1,6 +1,8 @@
 """Shared fixtures: the demo arms, loaded once per session; the kernels compiled first."""
 
 import os
+import subprocess
+import sys
 
 # One BLAS thread, as the node pins it (smcik_ros/node.py): on the shared 2-core machine a
 # threaded OpenBLAS made the collision queries several times slower. Set before numpy loads.
@@ -14,6 +16,14 @@ from smcik_ros.kinematics import Chain  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARM7_URDF = os.path.join(ROOT, 'urdf', 'smcik_arm.urdf')
 ARM6_URDF = os.path.join(ROOT, 'urdf', 'smcik_arm6.urdf')
+
+
+def assert_in_fresh_interpreter(code, timeout=180):
+    """Run ``code`` in a new Python process at the repository root (nothing imported yet:
+    the checks of what a module imports) and assert that it exits 0."""
+    result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                            cwd=ROOT, timeout=timeout)
+    assert result.returncode == 0, result.stderr
 
 
 @pytest.fixture(scope='session')

@@ -27,6 +27,7 @@ from rclpy.parameter_client import AsyncParameterClient  # noqa: E402
 from visualization_msgs.msg import Marker, MarkerArray  # noqa: E402
 
 from collision_helpers import FclArm, substeps, write_two_link_urdf  # noqa: E402
+from conftest import assert_in_fresh_interpreter  # noqa: E402
 from ros_helpers import (REPO_ROOT, ArmPlayer, dds_fixtures, read_log,  # noqa: E402
                          start_node_process, stop_process, stream_ratios, wait_for, wait_for_log)
 from smcik_ros.kinematics import Chain  # noqa: E402
@@ -402,9 +403,7 @@ def test_the_cloud_library_is_imported_beside_the_executor():
         'assert done.wait(120) and node.CLOUD_LIBRARY in sys.modules\n'
         'assert who and threading.get_ident() not in who, who\n'
         'assert node._import_beside(node.CLOUD_LIBRARY).is_set()\n')
-    result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
-                            cwd=REPO_ROOT, timeout=180)
-    assert result.returncode == 0, result.stderr
+    assert_in_fresh_interpreter(code)
 
 
 def test_collision_parameters_are_declared_and_guarded(session, probe):

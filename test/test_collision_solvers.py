@@ -1,9 +1,6 @@
 """Every solver respects the collision constraint: seeded statistics checked with python-fcl
 on the URDF's own shapes, the damper QP, and 'never deeper' for an obstacle on the arm."""
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 from scipy.optimize import minimize, nnls as scipy_nnls
@@ -16,7 +13,7 @@ from smcik_ros.solvers import make_solver
 from smcik_ros.solvers.inequality import damper_rows, nnls, project_step
 
 from collision_helpers import FclRobot, demo_model, fcl_distance, fcl_obstacle
-from conftest import ARM7_URDF, ROOT
+from conftest import ARM7_URDF, assert_in_fresh_interpreter
 
 # A low wall in front of the arm (x 0.30..0.40 m, up to 0.3 m high); 'behind' goals are low
 # positions past it, reached over the top.
@@ -237,9 +234,7 @@ def test_a_constrained_step_does_not_import_scipy_optimize():
             'dq = project_step(np.zeros(2), np.array([[1.0, 1.0]]), np.array([1.0]))\n'
             'assert abs(dq.sum() - 1.0) < 1e-9, dq\n'
             'assert "scipy.optimize" not in sys.modules\n')
-    result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
-                            cwd=ROOT, timeout=120)
-    assert result.returncode == 0, result.stderr
+    assert_in_fresh_interpreter(code)
 
 
 def test_damper_rows_follow_the_velocity_damper_formula(setup):
