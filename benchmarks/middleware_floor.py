@@ -5,9 +5,9 @@ guessed: this process has the node's command stream (serialized sensor_msgs/Join
 ``joint_commands`` at ``rate_hz``, the node's QoS and byte template), its joint_states
 subscription (raw, the node's QoS; the callback does nothing), timers at the marker and
 status rates that do nothing, and the node's executor and spin loop (``ros_runner``: rclpy's
-EventsExecutor where it exists). It holds the arm at ``positions``. ``./smcik bench
-node_latency --floor`` runs it after the node, with the same sim_arm and receiver, and
-prints its CPU share beside the node's.
+EventsExecutor where it exists; ``thread_priority`` as the node's). It holds the arm at
+``positions``. ``./smcik bench node_latency --floor`` runs it after the node, with the same
+sim_arm and receiver, and prints its CPU share beside the node's.
 
     python -m benchmarks.middleware_floor --ros-args -p urdf_path:=urdf/smcik_arm.urdf \
         -p positions:=[0.0,...]
@@ -32,7 +32,8 @@ class MiddlewareFloor(Node):
         super().__init__('middleware_floor')
         for name, value in (('urdf_path', ''), ('base_link', 'base_link'), ('tip_link', 'tool0'),
                             ('rate_hz', 100.0), ('marker_rate_hz', 10.0),
-                            ('status_rate_hz', 2.0), ('positions', [0.0])):
+                            ('status_rate_hz', 2.0), ('positions', [0.0]),
+                            ('thread_priority', 0)):
             self.declare_parameter(name, value)
         value = self.get_parameter
         chain = Chain.from_urdf(value('urdf_path').value, base_link=value('base_link').value,
@@ -50,6 +51,16 @@ class MiddlewareFloor(Node):
         for rate in (value('marker_rate_hz').value, value('status_rate_hz').value):
             if rate > 0:
                 self.create_timer(1.0 / rate, self._ignore)
+
+    @property
+    def thread_priority(self):
+        """The node's SCHED_FIFO priority for its executor's threads, as smcik_node's
+        (``ros_runner.run_node`` applies it; 0: none)."""
+        return self.get_parameter('thread_priority').value
+
+    def priority_applied(self, priority, problem):
+        if problem is not None:
+            self.get_logger().warn(problem)
 
     def _on_tick(self):
         self._pub.publish(self._writer.fill(self._q, self._v, time.time_ns()))

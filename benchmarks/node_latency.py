@@ -297,6 +297,9 @@ def main(argv=None):
         ('command rate, receive times [Hz]', f'{rate_recv:.2f}', ''),
         ('command period p99 / max [ms]',
          f'{np.percentile(gaps, 99):.2f} / {gaps.max():.2f}', ''),
+        ('late ticks in the window (~/status late_ticks)',
+         f'{last.get("late_ticks", 0) - first_status.get("late_ticks", 0)}',
+         f'thread_priority {last.get("thread_priority")}'),
         ('node CPU share of one core', f'{100 * cpu_share:.1f} %',
          '-' if math.isinf(target_cpu) else f'<= {100 * target_cpu:g} %'
          + (' at rest' if args.goal_period <= 0 else ' with goals coming')),
@@ -369,6 +372,7 @@ def _floor(args, given, env, log_dir, commands, procs, spin_until):
                     f'tip_link:={args.tip}', f'rate_hz:={float(given.get("rate_hz", 100.0))}',
                     f'marker_rate_hz:={float(given.get("marker_rate_hz", 10.0))}',
                     f'status_rate_hz:={float(given.get("status_rate_hz", 2.0))}',
+                    f'thread_priority:={int(given.get("thread_priority", 0))}',
                     'positions:=[' + ','.join(map(repr, held.tolist())) + ']'])
     procs.insert(0, proc)
     started = time.monotonic()

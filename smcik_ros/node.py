@@ -133,6 +133,12 @@ NODE_PARAMETERS = {
                       'when rate_hz > solver_rate_hz), then '
                       'carries the last answer on (as between solver steps) until the step '
                       'is done; false: every step runs inside its tick', {'read_only': True}),
+    'thread_priority': (0, 'Linux SCHED_FIFO priority (1-99) of the thread that runs the '
+                        "control tick and of the executor's own threads, as ros2_control's "
+                        'controller_manager thread_priority; needs CAP_SYS_NICE or an rtprio '
+                        'limit (else a warning, and normal priority); the solver thread and '
+                        'the other threads keep the normal policy; 0 = normal scheduling',
+                        {'integer_range': _int_range(0, 99), **_FIXED}),
     'solver': ('smc', 'solver name; one of ' + ', '.join(available_solvers()), {}),
     'command_type': ('joint_state', 'command message: joint_state (sensor_msgs/JointState), '
                      'joint_trajectory (trajectory_msgs/JointTrajectory, one point) or '
@@ -263,6 +269,10 @@ _START_UP_ONLY = {
                          'restart the node to change it',
 }
 
+
+# A control tick this many timer periods after the one before came late: the timer skipped
+# the period(s) it missed (~/status late_ticks).
+LATE_PERIODS = 1.5
 
 # The cloud conversion's KD-tree (CollisionConstraint.points_on_robot). Importing it takes
 # 0.3-0.6 s with the GIL held; in the executor's thread, the first cloud would stop the
@@ -434,12 +444,16 @@ class SmcIkNode(Node):
 
         self._tick_times = collections.deque(maxlen=200)     # [s] control tick durations
         self._tick_cpu = collections.deque(maxlen=200)       # [s] their CPU time (thread)
+        self._tick_periods = collections.deque(maxlen=1000)  # [s] from one tick to the next
+        self._tick_started = math.inf     # perf_counter of the last tick (none yet: inf)
+        self.late_ticks = 0               # ticks LATE_PERIODS timer periods after the last
         self._marker_times = collections.deque(maxlen=50)    # [s] marker tick durations
         self._marker_cpu = collections.deque(maxlen=50)
         # [s] their CPU time, all in all, per thread (the executor's skip checks and the
         # solver thread's marker ticks add to it: each only to its own entry, no lost adds)
         self._marker_cpu_s = collections.defaultdict(float)
         self._cloud_times = collections.deque(maxlen=20)     # [s] point-cloud conversions
+        self._priority = 0          # the SCHED_FIFO priority set (thread_priority; 0: none)
         self._command_pub = None
         self._make_command_publisher()
         self._marker_pub = self.create_publisher(MarkerArray, '~/particles', MARKER_QOS)
@@ -513,6 +527,21 @@ class SmcIkNode(Node):
             + (' (start_without_joint_states: simulation only)'
                if arm_settings.start_without_joint_states else ''))
         self._log_thread = _LogThread(self._write_log)
+
+    @property
+    def thread_priority(self):
+        """The SCHED_FIFO priority asked for the executor's threads (``thread_priority``;
+        0: none). ``ros_runner.run_node`` applies it before it spins."""
+        return self._param('thread_priority')
+
+    def priority_applied(self, priority, problem):
+        """Told by ``ros_runner.run_node``: the priority set (0: none) and why not, if not."""
+        self._priority = int(priority)
+        if problem is not None:
+            self._emit('warn', f'thread_priority: {problem}')
+        else:
+            self._emit('info', f'control tick and executor threads at SCHED_FIFO priority '
+                       f'{priority}')
 
     def destroy_node(self):
         """Wait for the solver's thread, write the queued log lines, detach the collision
@@ -1092,6 +1121,12 @@ class SmcIkNode(Node):
 
     def _on_tick(self):
         started, cpu_started = time.perf_counter(), time.thread_time()
+        # The timer skips the periods a late tick missed: a period of 1.5 timer periods or
+        # more is a command the arm did not get on time (~/status late_ticks).
+        period, self._tick_started = started - self._tick_started, started
+        self._tick_periods.append(period)
+        if period * self._rate >= LATE_PERIODS:
+            self.late_ticks += 1
         self._drain_joint_states()
         event = self._guard.poll()      # an SRDF or cover update computed in the background
         if event is not None:
@@ -1303,6 +1338,8 @@ class SmcIkNode(Node):
             'step_time_ms': mean_ms(self._tick_times),
             'marker_time_ms': mean_ms(self._marker_times),
             'step_cpu_ms': mean_ms(self._tick_cpu),
+            'late_ticks': self.late_ticks,
+            'tick_period_max_ms': number(1e3 * max(self._tick_periods, default=0.0), 2),
             'marker_cpu_ms': mean_ms(self._marker_cpu),
             'marker_cpu_s': round(sum(list(self._marker_cpu_s.values())), 6),
             'steps_skipped': loop.skipped_steps,
@@ -1319,6 +1356,7 @@ class SmcIkNode(Node):
         blocked = loop.goal is not None and not loop.goal_reached
         out.update(self._guard.status(q, loop.refusal(within=int(self._rate) + 1), blocked))
         out['pointcloud_ms'] = mean_ms(self._cloud_times)
+        out['thread_priority'] = self._priority
         return out
 
     def _on_status_tick(self):

@@ -1,5 +1,7 @@
-"""The entry points' executor choice (smcik_ros.ros_runner._make_executor)."""
+"""The entry points' executor choice (smcik_ros.ros_runner._make_executor) and their
+real-time priority (set_realtime_priority)."""
 import os
+import threading
 
 import pytest
 import rclpy
@@ -8,7 +10,7 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from smcik_ros.errors import SmcIkError
-from smcik_ros.ros_runner import _make_executor
+from smcik_ros.ros_runner import _make_executor, set_realtime_priority
 
 try:
     from rclpy.experimental import EventsExecutor  # noqa: F401
@@ -55,3 +57,52 @@ def test_sim_time_keeps_the_wait_set_executor(context, monkeypatch):
                           SingleThreadedExecutor)
     finally:
         node.destroy_node()
+
+
+POLICY_MASK = ~getattr(os, 'SCHED_RESET_ON_FORK', 0)
+
+
+def _policy(tid):
+    return os.sched_getscheduler(tid) & POLICY_MASK, os.sched_getparam(tid).sched_priority
+
+
+@pytest.mark.skipif(not hasattr(os, 'sched_setscheduler'),
+                    reason='SCHED_FIFO is Linux-only (os.sched_setscheduler is missing)')
+def test_realtime_priority_goes_to_the_caller_and_the_threads_named_only():
+    """thread_priority: the calling thread and the named threads run under SCHED_FIFO, a
+    thread they start afterwards under the normal policy; without the privilege nothing
+    changes and the message says how to grant it."""
+    with pytest.raises(ValueError, match='1-99, got 0'):
+        set_realtime_priority(0)
+    with pytest.raises(ValueError, match='1-99, got 100'):
+        set_realtime_priority(100)
+    release = threading.Event()
+    bystander = threading.Thread(target=release.wait, args=(30.0,), daemon=True)
+    bystander.start()
+    seen = {}
+
+    def caller():
+        seen['result'] = set_realtime_priority(5, [bystander.native_id])
+        seen['caller'] = _policy(0)
+        child = threading.Thread(target=lambda: seen.setdefault('child', _policy(0)))
+        child.start()
+        child.join(10.0)
+
+    try:
+        thread = threading.Thread(target=caller)
+        thread.start()
+        thread.join(10.0)
+        other = _policy(bystander.native_id)
+    finally:
+        release.set()
+        bystander.join(10.0)
+    applied, problem = seen['result']
+    assert seen['child'] == (os.SCHED_OTHER, 0)
+    assert _policy(0) == (os.SCHED_OTHER, 0)          # the test's own thread is untouched
+    if applied:
+        assert (applied, problem) == (5, None)
+        assert seen['caller'] == (os.SCHED_FIFO, 5)
+        assert other == (os.SCHED_FIFO, 5)
+    else:
+        assert 'real-time priority 5 not set' in problem and 'CAP_SYS_NICE' in problem
+        assert seen['caller'] == other == (os.SCHED_OTHER, 0)
