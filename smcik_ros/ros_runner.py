@@ -177,8 +177,9 @@ def _apply_priority(node, executor, logger):
     """Raise the executor's threads to the node's ``thread_priority`` (0: leave them).
 
     Called before the spin loop: the executor's first spin starts its own threads (rclpy's
-    EventsExecutor starts its timer thread then), which get the priority too; the node's
-    threads started before (DDS, the solver's worker, the log writer) keep theirs. The node
+    EventsExecutor starts its timer thread then, in C++), which get the priority too; the
+    node's threads started before (DDS, the solver's worker, the log writer) and Python
+    threads started in that spin keep theirs. The node
     is told the outcome through ``priority_applied(priority set or 0, problem or None)``.
     """
     priority = int(getattr(node, 'thread_priority', 0) or 0)
@@ -186,7 +187,10 @@ def _apply_priority(node, executor, logger):
         return
     before = thread_ids()
     _spin_once(executor, 0.0, logger)
-    applied, problem = set_realtime_priority(priority, thread_ids() - before)
+    # That spin may have run a first tick, and it may have started a Python thread (the
+    # contact refinement): those keep the normal policy.
+    python_threads = {t.native_id for t in threading.enumerate()}
+    applied, problem = set_realtime_priority(priority, thread_ids() - before - python_threads)
     report = getattr(node, 'priority_applied', None)
     if report is not None:
         report(applied, problem)
