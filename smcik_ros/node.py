@@ -64,6 +64,7 @@ from .control.collision_guard import (DEFAULT_CONTACT_TOLERANCE, CollisionGuard,
                                       CollisionSettings, choose_srdf)
 from .control.side_work import SideWork
 from .control.step_worker import SWITCH_INTERVAL
+from .control.tick_timing import TickTiming
 from .control.detour import Detour, DetourSettings
 from .control.constraints import ConstraintSet
 from .errors import GoalError, ModelError, ParameterError, SmcIkError
@@ -270,10 +271,6 @@ _START_UP_ONLY = {
 }
 
 
-# A control tick this many timer periods after the one before came late: the timer skipped
-# the period(s) it missed (~/status late_ticks).
-LATE_PERIODS = 1.5
-
 # The cloud conversion's KD-tree (CollisionConstraint.points_on_robot). Importing it takes
 # 0.3-0.6 s with the GIL held; in the executor's thread, the first cloud would stop the
 # command stream that long, so it is imported in a thread of its own when the subscription
@@ -444,9 +441,7 @@ class SmcIkNode(Node):
 
         self._tick_times = collections.deque(maxlen=200)     # [s] control tick durations
         self._tick_cpu = collections.deque(maxlen=200)       # [s] their CPU time (thread)
-        self._tick_periods = collections.deque(maxlen=1000)  # [s] from one tick to the next
-        self._tick_started = math.inf     # perf_counter of the last tick (none yet: inf)
-        self.late_ticks = 0               # ticks LATE_PERIODS timer periods after the last
+        self._timing = TickTiming(self._param('rate_hz'))    # late ticks, tick periods
         self._marker_times = collections.deque(maxlen=50)    # [s] marker tick durations
         self._marker_cpu = collections.deque(maxlen=50)
         # [s] their CPU time, all in all, per thread (the executor's skip checks and the
@@ -944,6 +939,7 @@ class SmcIkNode(Node):
             if self._timer is not None:
                 self.destroy_timer(self._timer)
             self._rate = values['rate_hz']
+            self._timing.rate = self._rate
             self._timer = self.create_timer(1.0 / self._rate,
                                             self._guarded('tick', self._on_tick))
         for key, attr, callback, job in (
@@ -1121,12 +1117,10 @@ class SmcIkNode(Node):
 
     def _on_tick(self):
         started, cpu_started = time.perf_counter(), time.thread_time()
-        # The timer skips the periods a late tick missed: a period of 1.5 timer periods or
-        # more is a command the arm did not get on time (~/status late_ticks).
-        period, self._tick_started = started - self._tick_started, started
-        self._tick_periods.append(period)
-        if period * self._rate >= LATE_PERIODS:
-            self.late_ticks += 1
+        # Late ticks (control/tick_timing.py): counted for ~/status, a warning when they pile up.
+        late = self._timing.tick(started)
+        if late is not None:
+            self._reporter('warn', 'late_ticks', late, interval=10.0)
         self._drain_joint_states()
         event = self._guard.poll()      # an SRDF or cover update computed in the background
         if event is not None:
@@ -1338,8 +1332,8 @@ class SmcIkNode(Node):
             'step_time_ms': mean_ms(self._tick_times),
             'marker_time_ms': mean_ms(self._marker_times),
             'step_cpu_ms': mean_ms(self._tick_cpu),
-            'late_ticks': self.late_ticks,
-            'tick_period_max_ms': number(1e3 * max(self._tick_periods, default=0.0), 2),
+            'late_ticks': self._timing.late_ticks,
+            'tick_period_max_ms': number(1e3 * self._timing.max_period, 2),
             'marker_cpu_ms': mean_ms(self._marker_cpu),
             'marker_cpu_s': round(sum(list(self._marker_cpu_s.values())), 6),
             'steps_skipped': loop.skipped_steps,

@@ -15,6 +15,7 @@
   the deliberate move to one (``AlternativesBook``).
 - ``side_work``: markers and alternatives run between control ticks, when they fit
   (``SideWork``).
+- ``tick_timing``: late control ticks counted, a warning when they pile up (``TickTiming``).
 """
 
 from .alternatives import AlternativesBook, BranchList, has_alternatives
@@ -28,6 +29,7 @@ from .frames import FrameResolver
 from .goal_inbox import Goal, GoalInbox
 from .loop import Command, ControlLoop, HardConstraintValidator, Reporter
 from .side_work import SideWork
+from .tick_timing import TickTiming
 
 __all__ = ['AlternativesBook', 'BranchList', 'has_alternatives',
            'ArmMonitor', 'ArmSettings', 'ArmState', 'CommandShaper', 'JointLimits',
@@ -35,4 +37,4 @@ __all__ = ['AlternativesBook', 'BranchList', 'has_alternatives',
            'nearest_equivalent', 'read_joint_limits_yaml', 'wrap_to_pi', 'ConstraintSet',
            'Detour', 'DetourSettings',
            'FrameResolver', 'Goal', 'GoalInbox', 'Command', 'ControlLoop',
-           'HardConstraintValidator', 'Reporter', 'SideWork']
+           'HardConstraintValidator', 'Reporter', 'SideWork', 'TickTiming']
