@@ -9,9 +9,9 @@
 
 Arguments: urdf (a .urdf, or a .xacro when xacro is installed; default the package's
 urdf/smcik_arm.urdf), base_link, tip_link, solver, params_file (default config/arm.yaml),
-command_type, command_topic, sim, rviz, and the arm safety settings max_acceleration,
-velocity_scale, joint_states_timeout, joint_limits_path, max_lead, resync_threshold (empty:
-the value in params_file). With sim:=false nothing is commanded before the arm's own
+command_type, command_topic, sim, rviz, the arm safety settings max_acceleration,
+velocity_scale, joint_states_timeout, joint_limits_path, max_lead, resync_threshold, and
+thread_priority (empty: the value in params_file). With sim:=false nothing is commanded before the arm's own
 joint_states arrive. RViz's Publish Point tool (/clicked_point) is remapped to smcik_node's
 target_point; the 2D Goal Pose tool publishes /goal_pose, which smcik_node reads directly.
 
@@ -30,14 +30,16 @@ from launch_ros.actions import Node
 from launch_ros.parameter_descriptions import ParameterValue
 from launch_ros.substitutions import FindPackageShare
 
-# Arm safety launch arguments: name -> (type, description). Empty = keep params_file's value.
-SAFETY_ARGUMENTS = {
+# What a real arm needs set (docs/node.md, "Driving a real arm"): the arm safety settings and
+# the tick's priority; name -> (type, description). Empty = keep params_file's value.
+REAL_ARM_ARGUMENTS = {
     'max_acceleration': (float, 'acceleration limit of every joint [rad/s^2 or m/s^2]'),
     'velocity_scale': (float, 'share of the velocity limits used (0..1]'),
     'joint_states_timeout': (float, 'older joint_states stop the arm [s]'),
     'joint_limits_path': (str, "MoveIt joint_limits.yaml with per-joint limits"),
     'max_lead': (float, 'largest |command - measured| [rad or m]'),
     'resync_threshold': (float, 'restart from the measurement beyond this [rad or m]'),
+    'thread_priority': (int, 'SCHED_FIFO priority 1-99 of the control tick (0: normal)'),
 }
 
 
@@ -89,15 +91,16 @@ def launch_nodes(context):
     }
     wiring = {'command_type': ParameterValue(arg('command_type'), value_type=str),
               'command_topic': ParameterValue(arg('command_topic'), value_type=str)}
-    safety = {}
-    for name, (kind, _) in SAFETY_ARGUMENTS.items():
+    real_arm = {}
+    for name, (kind, _) in REAL_ARM_ARGUMENTS.items():
         text = arg(name).strip()
         if not text:
             continue
         try:
-            safety[name] = kind(text)
+            real_arm[name] = kind(text)
         except ValueError:
-            raise RuntimeError(f'{name}:={text!r}: expected a number') from None
+            expected = 'an integer' if kind is int else 'a number'
+            raise RuntimeError(f'{name}:={text!r}: expected {expected}') from None
     params_file = arg('params_file')
     actions = [
         Node(package='robot_state_publisher', executable='robot_state_publisher',
@@ -107,7 +110,7 @@ def launch_nodes(context):
         Node(package='smcik_ros', executable='smcik_node', name='smcik_node', output='screen',
              parameters=[params_file, model, wiring,
                          {'solver': ParameterValue(arg('solver'), value_type=str)}]
-             + ([safety] if safety else []),
+             + ([real_arm] if real_arm else []),
              remappings=[('target_point', '/clicked_point')],
              on_exit=Shutdown(reason='smcik_node exited')),
     ]
@@ -154,5 +157,5 @@ def generate_launch_description():
     ]
     arguments += [DeclareLaunchArgument(name, default_value='',
                                         description=f'{text}; empty: from params_file')
-                  for name, (_, text) in SAFETY_ARGUMENTS.items()]
+                  for name, (_, text) in REAL_ARM_ARGUMENTS.items()]
     return LaunchDescription(arguments + [OpaqueFunction(function=launch_nodes)])

@@ -34,7 +34,8 @@ def generate_test_description():
     """Start arm.launch.py with the simulated arm and without RViz."""
     include = IncludeLaunchDescription(
         PythonLaunchDescriptionSource(str(LAUNCH_FILE)),
-        launch_arguments={'sim': 'true', 'rviz': 'false', 'max_acceleration': '2.5'}.items())
+        launch_arguments={'sim': 'true', 'rviz': 'false', 'max_acceleration': '2.5',
+                          'thread_priority': '1'}.items())
     return launch.LaunchDescription([include, launch_testing.actions.ReadyToTest()])
 
 
@@ -82,11 +83,12 @@ class TestJointCommands(unittest.TestCase):
         client = self.node.create_client(GetParameters, '/smcik_node/get_parameters')
         self.assertTrue(client.wait_for_service(timeout_sec=TIMEOUT))
         future = client.call_async(GetParameters.Request(
-            names=['max_acceleration', 'velocity_scale']))
+            names=['max_acceleration', 'velocity_scale', 'thread_priority']))
         rclpy.spin_until_future_complete(self.node, future, timeout_sec=TIMEOUT)
         values = future.result().values
         self.assertEqual(values[0].double_value, 2.5)        # the launch argument
         self.assertEqual(values[1].double_value, 0.5)        # params_file (config/arm.yaml)
+        self.assertEqual(values[2].integer_value, 1)         # a launch argument, an int
         self.node.destroy_client(client)
 
 
