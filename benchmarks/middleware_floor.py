@@ -52,16 +52,6 @@ class MiddlewareFloor(Node):
             if rate > 0:
                 self.create_timer(1.0 / rate, self._ignore)
 
-    @property
-    def thread_priority(self):
-        """The node's SCHED_FIFO priority for its executor's threads, as smcik_node's
-        (``ros_runner.run_node`` applies it; 0: none)."""
-        return self.get_parameter('thread_priority').value
-
-    def priority_applied(self, priority, problem):
-        if problem is not None:
-            self.get_logger().warn(problem)
-
     def _on_tick(self):
         self._pub.publish(self._writer.fill(self._q, self._v, time.time_ns()))
 

@@ -523,14 +523,9 @@ class SmcIkNode(Node):
                if arm_settings.start_without_joint_states else ''))
         self._log_thread = _LogThread(self._write_log)
 
-    @property
-    def thread_priority(self):
-        """The SCHED_FIFO priority asked for the executor's threads (``thread_priority``;
-        0: none). ``ros_runner.run_node`` applies it before it spins."""
-        return self._param('thread_priority')
-
     def priority_applied(self, priority, problem):
-        """Told by ``ros_runner.run_node``: the priority set (0: none) and why not, if not."""
+        """Told by ``ros_runner.run_node``, which applies ``thread_priority`` before it
+        spins: the priority set (0: none) and why not, if not."""
         self._priority = int(priority)
         if problem is not None:
             self._emit('warn', f'thread_priority: {problem}')

@@ -21,8 +21,7 @@ from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 
 from .errors import SmcIkError
 
-__all__ = ['run_node', 'stop_requested', 'request_stop', 'set_realtime_priority',
-           'thread_ids']
+__all__ = ['run_node', 'stop_requested', 'request_stop', 'set_realtime_priority']
 
 _stop = threading.Event()
 _signals = []      # signal numbers received, in order
@@ -83,7 +82,7 @@ def _restore_handlers(previous):
 _last_error = [0.0]
 
 
-def thread_ids():
+def _thread_ids():
     """Return the Linux thread ids of this process (a set of ints; empty elsewhere)."""
     try:
         return {int(tid) for tid in os.listdir('/proc/self/task')}
@@ -174,23 +173,27 @@ def _make_executor(node, logger):
 
 
 def _apply_priority(node, executor, logger):
-    """Raise the executor's threads to the node's ``thread_priority`` (0: leave them).
+    """Raise the executor's threads to the node's ``thread_priority`` parameter (absent or
+    0: leave them).
 
     Called before the spin loop: the executor's first spin starts its own threads (rclpy's
     EventsExecutor starts its timer thread then, in C++), which get the priority too; the
     node's threads started before (DDS, the solver's worker, the log writer) and Python
     threads started in that spin keep theirs. The node
-    is told the outcome through ``priority_applied(priority set or 0, problem or None)``.
+    is told the outcome through ``priority_applied(priority set or 0, problem or None)``
+    where it has that method; otherwise a problem is logged here.
     """
-    priority = int(getattr(node, 'thread_priority', 0) or 0)
+    if not node.has_parameter('thread_priority'):
+        return
+    priority = int(node.get_parameter('thread_priority').value)
     if priority <= 0:
         return
-    before = thread_ids()
+    before = _thread_ids()
     _spin_once(executor, 0.0, logger)
     # That spin may have run a first tick, and it may have started a Python thread (the
     # contact refinement): those keep the normal policy.
     python_threads = {t.native_id for t in threading.enumerate()}
-    applied, problem = set_realtime_priority(priority, thread_ids() - before - python_threads)
+    applied, problem = set_realtime_priority(priority, _thread_ids() - before - python_threads)
     report = getattr(node, 'priority_applied', None)
     if report is not None:
         report(applied, problem)

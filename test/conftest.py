@@ -18,6 +18,13 @@ ARM7_URDF = os.path.join(ROOT, 'urdf', 'smcik_arm.urdf')
 ARM6_URDF = os.path.join(ROOT, 'urdf', 'smcik_arm6.urdf')
 
 
+def thread_policy(tid):
+    """Return (scheduling policy without SCHED_RESET_ON_FORK, priority) of Linux thread
+    ``tid`` (0: the calling thread)."""
+    policy = os.sched_getscheduler(tid) & ~getattr(os, 'SCHED_RESET_ON_FORK', 0)
+    return policy, os.sched_getparam(tid).sched_priority
+
+
 def assert_in_fresh_interpreter(code, timeout=180):
     """Run ``code`` in a new Python process at the repository root (nothing imported yet:
     the checks of what a module imports) and assert that it exits 0."""

@@ -24,6 +24,7 @@ rclpy = pytest.importorskip('rclpy', reason='rclpy is needed for the graph-level
 from geometry_msgs.msg import PointStamped, PoseStamped  # noqa: E402
 
 from arm_urdfs import ur5_like_urdf  # noqa: E402
+from conftest import thread_policy  # noqa: E402
 from ros_helpers import (REPO_ROOT, ArmPlayer, dds_fixtures, get_parameters,  # noqa: E402
                          read_log, start_node_process, stop_process, stream_ratios, wait_for,
                          wait_for_log)
@@ -320,8 +321,7 @@ def _threads_by_policy(pid):
     for name in os.listdir(f'/proc/{pid}/task'):
         tid = int(name)
         try:
-            policy = os.sched_getscheduler(tid) & ~getattr(os, 'SCHED_RESET_ON_FORK', 0)
-            priority = os.sched_getparam(tid).sched_priority
+            policy, priority = thread_policy(tid)
         except OSError:         # ended meanwhile
             continue
         out.setdefault(policy, []).append((tid, priority))

@@ -9,6 +9,7 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
+from conftest import thread_policy
 from smcik_ros.errors import SmcIkError
 from smcik_ros.ros_runner import _make_executor, set_realtime_priority
 
@@ -59,13 +60,6 @@ def test_sim_time_keeps_the_wait_set_executor(context, monkeypatch):
         node.destroy_node()
 
 
-POLICY_MASK = ~getattr(os, 'SCHED_RESET_ON_FORK', 0)
-
-
-def _policy(tid):
-    return os.sched_getscheduler(tid) & POLICY_MASK, os.sched_getparam(tid).sched_priority
-
-
 @pytest.mark.skipif(not hasattr(os, 'sched_setscheduler'),
                     reason='SCHED_FIFO is Linux-only (os.sched_setscheduler is missing)')
 def test_realtime_priority_goes_to_the_caller_and_the_threads_named_only():
@@ -83,8 +77,8 @@ def test_realtime_priority_goes_to_the_caller_and_the_threads_named_only():
 
     def caller():
         seen['result'] = set_realtime_priority(5, [bystander.native_id])
-        seen['caller'] = _policy(0)
-        child = threading.Thread(target=lambda: seen.setdefault('child', _policy(0)))
+        seen['caller'] = thread_policy(0)
+        child = threading.Thread(target=lambda: seen.setdefault('child', thread_policy(0)))
         child.start()
         child.join(10.0)
 
@@ -92,13 +86,13 @@ def test_realtime_priority_goes_to_the_caller_and_the_threads_named_only():
         thread = threading.Thread(target=caller)
         thread.start()
         thread.join(10.0)
-        other = _policy(bystander.native_id)
+        other = thread_policy(bystander.native_id)
     finally:
         release.set()
         bystander.join(10.0)
     applied, problem = seen['result']
     assert seen['child'] == (os.SCHED_OTHER, 0)
-    assert _policy(0) == (os.SCHED_OTHER, 0)          # the test's own thread is untouched
+    assert thread_policy(0) == (os.SCHED_OTHER, 0)          # the test's own thread is untouched
     if applied:
         assert (applied, problem) == (5, None)
         assert seen['caller'] == (os.SCHED_FIFO, 5)
