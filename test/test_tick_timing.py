@@ -37,7 +37,7 @@ def test_a_warning_means_the_share_was_exceeded_within_the_window(rate, seed, la
     rng = np.random.default_rng(seed)
     periods = np.where(rng.random(3000) < late_share, 2.0, 1.0) / rate
     times = 5.0 + np.concatenate([[0.0], np.cumsum(periods)])
-    timing = TickTiming(rate)
+    timing = TickTiming(rate, grace=0.0)
     out = _feed(timing, times)
     late_at = times[1:][periods * rate >= LATE_PERIODS]
     for k, (now, text) in enumerate(zip(times[1:], out[1:])):
@@ -50,7 +50,7 @@ def test_a_warning_means_the_share_was_exceeded_within_the_window(rate, seed, la
 
 
 def test_regular_ticks_never_warn_and_the_rate_can_change():
-    timing = TickTiming(100.0)
+    timing = TickTiming(100.0, grace=0.0)
     times = np.arange(0.0, 10.0, 0.01)
     assert _feed(timing, times) == [None] * len(times)
     assert timing.late_ticks == 0 and timing.max_period == pytest.approx(0.01)
@@ -58,3 +58,22 @@ def test_regular_ticks_never_warn_and_the_rate_can_change():
     out = _feed(timing, 10.0 + np.arange(1, 40) * 0.01)
     assert timing.late_ticks == 39
     assert out[:24] == [None] * 24 and out[24] is not None and 'thread_priority' in out[24]
+
+
+@given(rate=st.sampled_from([100.0, 500.0]), grace=st.floats(0.5, 3.0),
+       seed=st.integers(0, 2 ** 32 - 1))
+@settings(max_examples=50, deadline=None)
+def test_start_up_grace_counts_late_ticks_and_warns_only_after_it(rate, grace, seed):
+    """Every tick late (3 periods): those within ``grace`` of the first tick are counted but
+    never warned about nor carried into the window; the first warning comes once the window
+    after the grace holds enough late ticks of its own."""
+    rng = np.random.default_rng(seed)
+    start = rng.uniform(0.0, 100.0)
+    times = start + np.arange(0, int(2 * (grace + 1.0) * rate / 3.0)) * 3.0 / rate
+    timing = TickTiming(rate, grace=grace)
+    out = _feed(timing, times)
+    assert timing.late_ticks == len(times) - 1
+    warned = [t for t, text in zip(times, out) if text is not None]
+    assert warned and min(warned) >= start + grace
+    after = times[(times >= start + grace) & (times <= warned[0])]
+    assert max(3, 0.05 * rate) <= len(after) <= max(3, 0.05 * rate) + 1
