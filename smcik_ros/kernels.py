@@ -24,7 +24,8 @@ from ._jit import ENABLED, njit
 __all__ = ['ENABLED', 'WARM_UP_KERNELS', 'blocked_joints', 'body_points_world',
            'collision_query', 'distance_gradients', 'ensure_ready', 'first_solution', 'fk',
            'leaf_buffers', 'jacobian_at', 'link_pose_path', 'lm_null_step', 'lm_spring_step',
-           'lm_step', 'pose_errors', 'pose_residual_jacobian', 'quat_products',
+           'lm_step', 'pose_errors', 'pose_residual_jacobian', 'quat_exp_products',
+           'quat_products',
            'quat_relative_rotvecs', 'quat_rotvecs', 'random_walk', 'refine_pose',
            'refine_pose_motion', 'warm_up']
 
@@ -571,6 +572,26 @@ def quat_relative_rotvecs(q, ref, eps):
         _hamilton_row(q[i, 0], -q[i, 1], -q[i, 2], -q[i, 3],
                       ref[r, 0], ref[r, 1], ref[r, 2], ref[r, 3], rel, i)
     return quat_rotvecs(rel, eps)
+
+
+@njit(cache=True)
+def quat_exp_products(q, v):
+    """Return the (N, 4) unit quaternions q_i * exp(v_i / 2) of (N, 4) rows q and (N, 3)
+    rotation vectors v [rad], in the hemisphere w >= 0: ``rotations.quat_times_exp`` (the
+    QuTem step of every ball joint of every particle in one pass; the arithmetic of
+    ``rotations.quat_from_rotvec`` and ``quat_products``)."""
+    out = np.empty((q.shape[0], 4))
+    for i in range(q.shape[0]):
+        x, y, z = v[i, 0], v[i, 1], v[i, 2]
+        angle = math.sqrt(x * x + y * y + z * z)
+        half = 0.5 * angle
+        scale = 0.5 - angle * angle / 48.0 if angle < 1e-6 else math.sin(half) / angle
+        _hamilton_row(q[i, 0], q[i, 1], q[i, 2], q[i, 3], math.cos(half), x * scale,
+                      y * scale, z * scale, out, i)
+        if out[i, 0] < 0.0:
+            for k in range(4):
+                out[i, k] = -out[i, k]
+    return out
 
 
 # m * nv from which the LM kernels form J J^T with BLAS and factor it with LAPACK: the 90-DOF
@@ -1565,7 +1586,7 @@ WARM_UP_KERNELS = ('fk', 'link_pose_path', 'jacobian_at', 'pose_residual_jacobia
                    'blocked_joints', 'refine_pose', 'refine_pose_motion', 'first_solution',
                    'body_points_world', 'random_walk', 'collision_query',
                    'distance_gradients', 'quat_products',
-                   'quat_rotvecs', 'quat_relative_rotvecs')
+                   'quat_rotvecs', 'quat_relative_rotvecs', 'quat_exp_products')
 
 
 def warm_up(chain, log=None):
@@ -1621,6 +1642,7 @@ def warm_up(chain, log=None):
                    chain.lower, chain.upper)
     quat_rotvecs(quat_products(np.eye(1, 4), np.eye(1, 4)), 1e-12)
     quat_relative_rotvecs(np.eye(1, 4), np.eye(1, 4), 1e-12)
+    quat_exp_products(np.eye(1, 4), np.zeros((1, 3)))
     # A goal a little away from the seed: the solve and the steps refine.
     goal = chain.fk(chain.clip(chain.integrate(q, np.full(chain.nv, 0.2))))
     solver = make_solver('smc', chain, seed=0, num_particles=8)

@@ -11,8 +11,8 @@ from . import kernels as _kernels
 
 __all__ = [
     'skew', 'quat_to_matrix', 'quat_multiply', 'quat_conjugate', 'quat_from_rotvec',
-    'quat_to_rotvec', 'quat_relative_rotvecs', 'quat_angle', 'quat_slerp', 'matrix_to_rotvec', 'matrix_to_quat',
-    'rotvec_to_matrix', 'left_jacobian_inverse',
+    'quat_times_exp', 'quat_to_rotvec', 'quat_relative_rotvecs', 'quat_angle', 'quat_slerp',
+    'matrix_to_rotvec', 'matrix_to_quat', 'rotvec_to_matrix', 'left_jacobian_inverse',
 ]
 
 _EPS = 1e-12
@@ -89,6 +89,19 @@ def quat_from_rotvec(v):
     scale = np.where(small, 0.5 - angle * angle / 48.0,
                      np.sin(half) / np.where(small, 1.0, angle))
     return np.concatenate([np.cos(half)[..., None], v * scale[..., None]], axis=-1)
+
+
+def quat_times_exp(q, v):
+    """Return the unit quaternions q * exp(v / 2) of (..., 4) unit quaternions q and (..., 3)
+    rotation vectors v [rad] of the same batch shape, in the hemisphere w >= 0 (a step of
+    v in q's frame: QuTem sampling, ``smc_policies.sample_qutem``)."""
+    q = np.asarray(q, dtype=float)
+    v = np.asarray(v, dtype=float)
+    if _kernels.ENABLED and q.ndim >= 1 and q.shape[:-1] == v.shape[:-1]:
+        return _kernels.quat_exp_products(_quat_rows(q), np.ascontiguousarray(v).reshape(
+            -1, 3)).reshape(q.shape)
+    out = quat_multiply(q, quat_from_rotvec(v))
+    return np.where(out[..., :1] < 0.0, -out, out)
 
 
 def quat_to_rotvec(q):

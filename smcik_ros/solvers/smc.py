@@ -504,7 +504,14 @@ def filter_step(state, model, policies, rng, online):
     else:
         index = motion.nearest(particles, ok) if (motion is not None and ok.any()) \
             else int(np.argmin(cost))
+    # What the solver's bookkeeping would otherwise compute again (one difference of the
+    # whole population each): the estimate's distance from the reference and, while it stays
+    # on the held particle, every particle's jump from it.
+    info_jumps = jumps if (online and hold is not None and held >= 0 and index == held
+                           and motion is not None) else None
     info = dict(index=index, map_index=map_index, q=particles[index].copy(),
+                distance=None if dist_ref is None else float(dist_ref[index]),
+                jumps=info_jumps,
                 frames=frames.subset([index]), particles=particles, weights=weights,
                 ok=ok, cost=cost, task=task, confidence=float(np.sum(weights[ok])),
                 switch=switch, warning=warning, approximate=approximate, resampled=False,
@@ -935,12 +942,15 @@ class SmcSolver(Solver):
         self._windows += 1
         self._window_start = self._found_distance()
 
-    def _found_distance(self):
+    def _found_distance(self, info=None):
         """Return the weighted distance [rad] of the estimate's particle from the reference
-        (inf while it does not satisfy the goal)."""
+        (inf while it does not satisfy the goal); ``info``: the last ``filter_step``'s, whose
+        ``distance`` is it while the state still holds that particle."""
         if not self._candidate_ok or self._policies.minimal_motion is None:
             return np.inf
         state = self._state
+        if info is not None and info['distance'] is not None and state.held == info['index']:
+            return info['distance']
         q = state.particles[max(state.held, 0)]
         return float(self._policies.minimal_motion.distance(q[None], self._reference)[0])
 
@@ -1042,7 +1052,7 @@ class SmcSolver(Solver):
               and state.search_left == 0 and self._candidate_ok
               and self._goal_still >= policies.search.iterations
               and self._windows < policies.search.MAX_WINDOWS
-              and ((found := self._found_distance()) < 0.98 * self._window_start
+              and ((found := self._found_distance(info)) < 0.98 * self._window_start
                    or found > policies.search.FAR * np.sqrt(self.chain.nv))):
             # The last window found a nearer solution, or the best is far (many branches
             # lie within it): another window.
@@ -1253,7 +1263,9 @@ class SmcSolver(Solver):
             return
         idx = np.flatnonzero(ok)
         # Most are on the estimate's branch: drop those in one vectorised test.
-        idx = idx[motion.jump(info['particles'][idx], info['q']) > self.settings.branch_jump]
+        jumps = info['jumps'][idx] if info['jumps'] is not None \
+            else motion.jump(info['particles'][idx], info['q'])
+        idx = idx[jumps > self.settings.branch_jump]
         if not len(idx):
             return
         idx = idx[np.argsort(info['cost'][idx])][:16]

@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import kernels as _kernels
 from ..goals import PoseTarget
-from ..rotations import quat_from_rotvec, quat_multiply, quat_relative_rotvecs
+from ..rotations import quat_relative_rotvecs, quat_times_exp
 from .base import stack_terms
 
 __all__ = ['Policies', 'MinimalMotion', 'NearestSearch', 'Refinement', 'Restarts',
@@ -860,6 +860,4 @@ def sample_qutem(quat, sigma, rng):
     direction and a separate Gaussian angle; drawing the tangent vector directly gives
     the density of eq. 17 exactly (the tests check its covariance).
     """
-    v = rng.standard_normal(sigma.shape) * sigma
-    out = quat_multiply(quat, quat_from_rotvec(v))
-    return np.where(out[..., :1] < 0.0, -out, out)
+    return quat_times_exp(quat, rng.standard_normal(sigma.shape) * sigma)
