@@ -25,7 +25,7 @@ __all__ = ['ENABLED', 'WARM_UP_KERNELS', 'blocked_joints', 'body_points_world',
            'collision_query', 'distance_gradients', 'ensure_ready', 'first_solution', 'fk',
            'leaf_buffers', 'jacobian_at', 'link_pose_path', 'lm_null_step', 'lm_spring_step',
            'lm_step', 'pose_errors', 'pose_residual_jacobian', 'quat_exp_products',
-           'quat_products',
+           'quat_products', 'quat_slerps',
            'quat_relative_rotvecs', 'quat_rotvecs', 'random_walk', 'refine_pose',
            'refine_pose_motion', 'warm_up']
 
@@ -591,6 +591,33 @@ def quat_exp_products(q, v):
         if out[i, 0] < 0.0:
             for k in range(4):
                 out[i, k] = -out[i, k]
+    return out
+
+
+@njit(cache=True)
+def quat_slerps(a, b, t):
+    """Return the (N, 4) slerps of (N, 4) unit quaternion rows a and b at the scalar t along
+    the shorter arc: ``rotations.quat_slerp`` (the arithmetic of its numpy form, row by row;
+    the SMC solver's branch memory averages every ball joint with it each step)."""
+    out = np.empty((a.shape[0], 4))
+    for i in range(a.shape[0]):
+        dot = a[i, 0] * b[i, 0] + a[i, 1] * b[i, 1] + a[i, 2] * b[i, 2] + a[i, 3] * b[i, 3]
+        sign = -1.0 if dot < 0.0 else 1.0
+        dot = abs(dot)
+        theta = math.acos(min(max(dot, -1.0), 1.0))
+        sin_theta = math.sin(theta)
+        if sin_theta < 1e-6:
+            wa, wb = 1.0 - t, t
+        else:
+            wa = math.sin((1.0 - t) * theta) / sin_theta
+            wb = math.sin(t * theta) / sin_theta
+        norm2 = 0.0
+        for k in range(4):
+            out[i, k] = wa * a[i, k] + wb * (sign * b[i, k])
+            norm2 += out[i, k] * out[i, k]
+        norm = math.sqrt(norm2)
+        for k in range(4):
+            out[i, k] /= norm
     return out
 
 
@@ -1586,7 +1613,8 @@ WARM_UP_KERNELS = ('fk', 'link_pose_path', 'jacobian_at', 'pose_residual_jacobia
                    'blocked_joints', 'refine_pose', 'refine_pose_motion', 'first_solution',
                    'body_points_world', 'random_walk', 'collision_query',
                    'distance_gradients', 'quat_products',
-                   'quat_rotvecs', 'quat_relative_rotvecs', 'quat_exp_products')
+                   'quat_rotvecs', 'quat_relative_rotvecs', 'quat_exp_products',
+                   'quat_slerps')
 
 
 def warm_up(chain, log=None):
@@ -1643,6 +1671,7 @@ def warm_up(chain, log=None):
     quat_rotvecs(quat_products(np.eye(1, 4), np.eye(1, 4)), 1e-12)
     quat_relative_rotvecs(np.eye(1, 4), np.eye(1, 4), 1e-12)
     quat_exp_products(np.eye(1, 4), np.zeros((1, 3)))
+    quat_slerps(np.eye(1, 4), np.eye(1, 4), 0.5)
     # A goal a little away from the seed: the solve and the steps refine.
     goal = chain.fk(chain.clip(chain.integrate(q, np.full(chain.nv, 0.2))))
     solver = make_solver('smc', chain, seed=0, num_particles=8)

@@ -50,9 +50,11 @@ def quat_to_matrix(q):
     return out
 
 
-def _quat_rows(q):
-    """Return (..., 4) quaternions as writable C-ordered (N, 4) rows (what the kernels take)."""
-    rows = np.ascontiguousarray(q).reshape(-1, 4)
+def _quat_rows(q, width=4):
+    """Return (..., 4) quaternions (or (..., width) vectors) as writable C-ordered (N, width)
+    rows: what the kernels take (a read-only or strided array would compile another
+    specialisation at its first call)."""
+    rows = np.ascontiguousarray(q).reshape(-1, width)
     return rows if rows.flags.writeable else rows.copy()
 
 
@@ -98,8 +100,7 @@ def quat_times_exp(q, v):
     q = np.asarray(q, dtype=float)
     v = np.asarray(v, dtype=float)
     if _kernels.ENABLED and q.ndim >= 1 and q.shape[:-1] == v.shape[:-1]:
-        return _kernels.quat_exp_products(_quat_rows(q), np.ascontiguousarray(v).reshape(
-            -1, 3)).reshape(q.shape)
+        return _kernels.quat_exp_products(_quat_rows(q), _quat_rows(v, 3)).reshape(q.shape)
     out = quat_multiply(q, quat_from_rotvec(v))
     return np.where(out[..., :1] < 0.0, -out, out)
 
@@ -142,6 +143,8 @@ def quat_slerp(a, b, t):
     """Return slerp(a, b, t) of (..., 4) unit quaternions along the shorter arc."""
     a = np.asarray(a, dtype=float)
     b = np.asarray(b, dtype=float)
+    if _kernels.ENABLED and np.ndim(t) == 0 and a.shape == b.shape and a.ndim >= 1:
+        return _kernels.quat_slerps(_quat_rows(a), _quat_rows(b), float(t)).reshape(a.shape)
     t = np.asarray(t, dtype=float)[..., None]
     dot = np.sum(a * b, axis=-1, keepdims=True)
     b = np.where(dot < 0.0, -b, b)

@@ -403,6 +403,7 @@ def test_qutem_step_kernel_matches_numpy(numpy_path):
         v = rng.normal(size=shape + (3,)) * rng.choice([0.0, 1e-8, 0.1, 1.0, 4.0],
                                                        size=shape + (1,))
         q.setflags(write=False)
+        v.setflags(write=False)
         got = rotations.quat_times_exp(q, v)
         assert got.shape == q.shape
         np.testing.assert_allclose(got, numpy_path(rotations.quat_times_exp, q, v),
@@ -413,6 +414,34 @@ def test_qutem_step_kernel_matches_numpy(numpy_path):
         back = rotations.quat_multiply(rotations.quat_conjugate(q), got)
         ref = rotations.quat_from_rotvec(v)
         assert np.allclose(np.abs(np.sum(back * ref, axis=-1)), 1.0, atol=1e-12)
+
+
+def test_slerp_kernel_matches_numpy(numpy_path):
+    """rotations.quat_slerp at a scalar t (the SMC branch memory) through its kernel equals
+    the numpy form to rounding: batch shapes of every rank, t at 0, 1, inside and outside
+    [0, 1], b in the other hemisphere (the shorter arc), a equal to b and nearly so (the
+    linear branch); an array of t keeps the numpy path."""
+    from smcik_ros import rotations
+    rng = np.random.default_rng(15)
+    for shape in ((), (30,), (4, 5)):
+        a = rng.normal(size=shape + (4,))
+        a /= np.linalg.norm(a, axis=-1, keepdims=True)
+        b = rng.normal(size=shape + (4,))
+        b /= np.linalg.norm(b, axis=-1, keepdims=True)
+        if shape:
+            b.reshape(-1, 4)[0] = -a.reshape(-1, 4)[0]
+            b.reshape(-1, 4)[-1] = a.reshape(-1, 4)[-1] + 1e-9
+        for t in (0.0, 0.05, 0.5, 1.0, 1.5):
+            got = rotations.quat_slerp(a, b, t)
+            assert got.shape == a.shape
+            np.testing.assert_allclose(got, numpy_path(rotations.quat_slerp, a, b, t),
+                                       atol=1e-14)
+            np.testing.assert_allclose(np.linalg.norm(got, axis=-1), 1.0, atol=1e-14)
+        np.testing.assert_allclose(np.abs(np.sum(rotations.quat_slerp(a, b, 1.0) * b, -1)),
+                                   1.0, atol=1e-12)
+    t = rng.uniform(size=(4, 5))
+    np.testing.assert_array_equal(rotations.quat_slerp(a, b, t),
+                                  numpy_path(rotations.quat_slerp, a, b, t))
 
 
 def test_lm_kernels_of_large_systems_match_numpy(numpy_path):
@@ -502,7 +531,8 @@ def test_every_solver_path_uses_the_warmed_up_specialisations():
     kernels.warm_up(chain)
     names = ['fk', 'jacobian_at', 'pose_residual_jacobian', 'pose_errors', 'lm_step',
              'lm_null_step', 'lm_spring_step', 'blocked_joints', 'refine_pose', 'quat_products',
-             'quat_rotvecs', 'quat_exp_products', 'refine_pose_motion', 'first_solution',
+             'quat_rotvecs', 'quat_exp_products', 'quat_slerps', 'refine_pose_motion',
+             'first_solution',
              'distance_gradients']
     before = {n: len(getattr(kernels, n).signatures) for n in names}
     q0 = chain.neutral_configuration()
