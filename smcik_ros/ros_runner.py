@@ -176,10 +176,11 @@ def _apply_priority(node, executor, logger):
     """Raise the executor's threads to the node's ``thread_priority`` parameter (absent or
     0: leave them).
 
-    Called before the spin loop: the executor's first spin starts its own threads (rclpy's
-    EventsExecutor starts its timer thread then, in C++), which get the priority too; the
-    node's threads started before (DDS, the solver's worker, the log writer) and Python
-    threads started in that spin keep theirs. The node
+    Called before the spin loop. The calling thread gets it first, so that a tick in the
+    first spin runs at it too. That spin starts the executor's own threads (rclpy's
+    EventsExecutor starts its timer thread then, in C++), which get the priority after it;
+    the node's threads started before (DDS, the solver's worker, the log writer) and Python
+    threads started in that spin keep theirs (SCHED_RESET_ON_FORK). The node
     is told the outcome through ``priority_applied(priority set or 0, problem or None)``
     where it has that method; otherwise a problem is logged here.
     """
@@ -189,11 +190,14 @@ def _apply_priority(node, executor, logger):
     if priority <= 0:
         return
     before = _thread_ids()
+    applied, problem = set_realtime_priority(priority)
     _spin_once(executor, 0.0, logger)
-    # That spin may have run a first tick, and it may have started a Python thread (the
-    # contact refinement): those keep the normal policy.
-    python_threads = {t.native_id for t in threading.enumerate()}
-    applied, problem = set_realtime_priority(priority, _thread_ids() - before - python_threads)
+    if applied:
+        # That spin may have started a Python thread (the contact refinement): it keeps the
+        # normal policy.
+        python_threads = {t.native_id for t in threading.enumerate()}
+        applied, problem = set_realtime_priority(priority,
+                                                 _thread_ids() - before - python_threads)
     report = getattr(node, 'priority_applied', None)
     if report is not None:
         report(applied, problem)
