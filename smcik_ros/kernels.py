@@ -22,10 +22,10 @@ import numpy as np
 from ._jit import ENABLED, njit
 
 __all__ = ['ENABLED', 'WARM_UP_KERNELS', 'blocked_joints', 'body_points_world',
-           'collision_query', 'distance_gradients', 'ensure_ready', 'first_solution', 'fk',
-           'leaf_buffers', 'jacobian_at', 'link_pose_path', 'lm_null_step', 'lm_spring_step',
-           'lm_step', 'pose_errors', 'pose_residual_jacobian', 'quat_exp_products',
-           'quat_products', 'quat_slerps',
+           'clip_ball_rows', 'collision_query', 'distance_gradients', 'ensure_ready',
+           'first_solution', 'fk', 'leaf_buffers', 'jacobian_at', 'link_pose_path',
+           'lm_null_step', 'lm_spring_step', 'lm_step', 'pose_errors',
+           'pose_residual_jacobian', 'quat_exp_products', 'quat_products', 'quat_slerps',
            'quat_relative_rotvecs', 'quat_rotvecs', 'random_walk', 'refine_pose',
            'refine_pose_motion', 'warm_up']
 
@@ -618,6 +618,29 @@ def quat_slerps(a, b, t):
         norm = math.sqrt(norm2)
         for k in range(4):
             out[i, k] /= norm
+    return out
+
+
+@njit(cache=True)
+def clip_ball_rows(quat, limits):
+    """Return the (N, 4) rows of ``quat`` (N, 4) normalised, in the hemisphere w >= 0, and
+    turned back onto their joint's angle limit where they exceed it (about the same axis):
+    ``kinematics._clip_ball`` row by row. limits (B,) [rad], B dividing N (the particles'
+    ball joints, joint-minor)."""
+    out = np.empty((quat.shape[0], 4))
+    count = limits.shape[0]
+    for i in range(quat.shape[0]):
+        w, x, y, z = quat[i, 0], quat[i, 1], quat[i, 2], quat[i, 3]
+        norm = max(math.sqrt(w * w + x * x + y * y + z * z), 1e-12)
+        w, x, y, z = w / norm, x / norm, y / norm, z / norm
+        if w < 0.0:
+            w, x, y, z = -w, -x, -y, -z
+        cos_half = math.cos(0.5 * min(limits[i % count], math.pi))
+        if w < cos_half - 1e-15:
+            s = max(math.sqrt(x * x + y * y + z * z), 1e-12)
+            sin_half = math.sqrt(1.0 - cos_half * cos_half)
+            w, x, y, z = cos_half, x / s * sin_half, y / s * sin_half, z / s * sin_half
+        out[i, 0], out[i, 1], out[i, 2], out[i, 3] = w, x, y, z
     return out
 
 
@@ -1614,7 +1637,7 @@ WARM_UP_KERNELS = ('fk', 'link_pose_path', 'jacobian_at', 'pose_residual_jacobia
                    'body_points_world', 'random_walk', 'collision_query',
                    'distance_gradients', 'quat_products',
                    'quat_rotvecs', 'quat_relative_rotvecs', 'quat_exp_products',
-                   'quat_slerps')
+                   'quat_slerps', 'clip_ball_rows')
 
 
 def warm_up(chain, log=None):
@@ -1672,6 +1695,7 @@ def warm_up(chain, log=None):
     quat_relative_rotvecs(np.eye(1, 4), np.eye(1, 4), 1e-12)
     quat_exp_products(np.eye(1, 4), np.zeros((1, 3)))
     quat_slerps(np.eye(1, 4), np.eye(1, 4), 0.5)
+    clip_ball_rows(np.eye(1, 4), np.ones(1))
     # A goal a little away from the seed: the solve and the steps refine.
     goal = chain.fk(chain.clip(chain.integrate(q, np.full(chain.nv, 0.2))))
     solver = make_solver('smc', chain, seed=0, num_particles=8)

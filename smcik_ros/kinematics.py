@@ -1087,6 +1087,11 @@ def _clip_ball(quat, limits):
 
     quat: (..., B, 4); limits: (B,) [rad].
     """
+    if _kernels.ENABLED and quat.ndim >= 2 and quat.shape[-2] == limits.shape[0]:
+        rows = np.ascontiguousarray(quat, dtype=float).reshape(-1, 4)
+        return _kernels.clip_ball_rows(rows if rows.flags.writeable else rows.copy(),
+                                       np.ascontiguousarray(limits, dtype=float)
+                                       ).reshape(quat.shape)
     quat = quat / np.maximum(np.sqrt(np.sum(quat * quat, axis=-1, keepdims=True)), 1e-12)
     quat = np.where(quat[..., :1] < 0.0, -quat, quat)
     cos_half = np.cos(0.5 * np.minimum(limits, np.pi))

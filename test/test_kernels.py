@@ -444,6 +444,28 @@ def test_slerp_kernel_matches_numpy(numpy_path):
                                   numpy_path(rotations.quat_slerp, a, b, t))
 
 
+def test_ball_clip_kernel_matches_numpy(numpy_path):
+    """Chain.clip's ball-joint part (normalise, w >= 0, back onto the angle limit about the
+    same axis) through its kernel equals the numpy form to rounding: rows within and beyond
+    their limit, in the other hemisphere, not unit length, the identity and a rotation of pi
+    (limits of pi and beyond: nothing to clip), particles x joints and a single row."""
+    from smcik_ros.kinematics import _clip_ball
+    rng = np.random.default_rng(16)
+    limits = np.array([0.3, 1.0, np.pi, 4.0])
+    for shape in ((1, 4), (50, 4), (3, 2, 4)):
+        quat = rng.normal(size=shape + (4,)) * rng.uniform(0.5, 2.0, size=shape + (1,))
+        flat = quat.reshape(-1, 4, 4)
+        flat[0, 0] = [1.0, 0.0, 0.0, 0.0]
+        flat[0, 2] = [0.0, 0.0, 1.0, 0.0]
+        flat[-1, 0] = [-0.999, 0.01, 0.0, 0.0]
+        got = _clip_ball(quat, limits)
+        np.testing.assert_allclose(got, numpy_path(_clip_ball, quat, limits), atol=1e-15)
+        angle = 2.0 * np.arccos(np.clip(got[..., 0], -1.0, 1.0))
+        assert np.all(angle <= np.minimum(limits, np.pi) + 1e-9)
+        assert np.all(got[..., 0] >= 0.0)
+        np.testing.assert_allclose(np.linalg.norm(got, axis=-1), 1.0, atol=1e-14)
+
+
 def test_lm_kernels_of_large_systems_match_numpy(numpy_path):
     """At and above kernels.LARGE_SYSTEM (m * nv) the LM kernels take BLAS products and
     LAPACK's Cholesky: the same steps as numpy's dense solves (a 90-DOF chain's 92 x 90
