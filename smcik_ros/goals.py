@@ -38,6 +38,9 @@ __all__ = [
     'covariance_to_base', 'symmetric_positive_definite',
 ]
 
+# rotations.quat_to_rotvec's floor of w (the kernel path of ChainSmoothness's residual).
+_ROTVEC_EPS = 1e-12
+
 
 def _finite_array(value, shape, what):
     arr = np.array(value, dtype=float)
@@ -434,6 +437,8 @@ class ChainSmoothness(Constraint):
             a = np.array([p[0][0] for p in self._ball_pairs])
             b = np.array([p[1][0] for p in self._ball_pairs])
             self._ball_q = (a[:, None] + np.arange(4), b[:, None] + np.arange(4))
+            self._ball_first = (np.ascontiguousarray(a, dtype=np.int64),
+                                np.ascontiguousarray(b, dtype=np.int64))
             va = np.array([p[0][1] for p in self._ball_pairs])
             vb = np.array([p[1][1] for p in self._ball_pairs])
             self._ball_v = (va[:, None] + np.arange(3), vb[:, None] + np.arange(3))
@@ -449,7 +454,10 @@ class ChainSmoothness(Constraint):
             self.bind(frames.chain)
         q = frames.q
         parts = []
-        if self._ball_pairs:
+        if self._ball_pairs and _kernels.ENABLED:
+            rows = np.require(q, dtype=float, requirements=('C', 'W'))
+            parts.append(_kernels.quat_pair_rotvecs(rows, *self._ball_first, _ROTVEC_EPS))
+        elif self._ball_pairs:
             qa = q[:, self._ball_q[0]]
             qb = q[:, self._ball_q[1]]
             rel = quat_multiply(quat_conjugate(qa), qb)

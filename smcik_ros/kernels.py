@@ -25,9 +25,9 @@ __all__ = ['ENABLED', 'WARM_UP_KERNELS', 'blocked_joints', 'body_points_world',
            'clip_ball_rows', 'collision_query', 'distance_gradients', 'ensure_ready',
            'first_solution', 'fk', 'leaf_buffers', 'jacobian_at', 'link_pose_path',
            'lm_null_step', 'lm_spring_step', 'lm_step', 'pose_errors',
-           'pose_residual_jacobian', 'quat_exp_products', 'quat_products', 'quat_slerps',
-           'quat_relative_rotvecs', 'quat_rotvecs', 'random_walk', 'refine_pose',
-           'refine_pose_motion', 'warm_up']
+           'pose_residual_jacobian', 'quat_exp_products', 'quat_pair_rotvecs', 'quat_products',
+           'quat_slerps', 'quat_relative_rotvecs', 'quat_rotvecs', 'random_walk',
+           'refine_pose', 'refine_pose_motion', 'warm_up']
 
 
 @njit(cache=True)
@@ -642,6 +642,22 @@ def clip_ball_rows(quat, limits):
             w, x, y, z = cos_half, x / s * sin_half, y / s * sin_half, z / s * sin_half
         out[i, 0], out[i, 1], out[i, 2], out[i, 3] = w, x, y, z
     return out
+
+
+@njit(cache=True)
+def quat_pair_rotvecs(q, first, second, eps):
+    """Return the (N, 3 P) rotation vectors 2 log(conj(q_a) q_b) of P pairs of quaternions
+    inside each configuration row of q (N, nq): pair p's quaternions start at columns
+    first[p] and second[p]. ``goals.ChainSmoothness``'s residual without gathering the
+    pairs: the arithmetic of ``quat_relative_rotvecs``, whose result it equals bit for bit."""
+    n, pairs = q.shape[0], first.shape[0]
+    rel = np.empty((n * pairs, 4))
+    for i in range(n):
+        for p in range(pairs):
+            a, b = first[p], second[p]
+            _hamilton_row(q[i, a], -q[i, a + 1], -q[i, a + 2], -q[i, a + 3],
+                          q[i, b], q[i, b + 1], q[i, b + 2], q[i, b + 3], rel, i * pairs + p)
+    return quat_rotvecs(rel, eps).reshape(n, 3 * pairs)
 
 
 # m * nv from which the LM kernels form J J^T with BLAS and factor it with LAPACK: the 90-DOF
@@ -1637,7 +1653,7 @@ WARM_UP_KERNELS = ('fk', 'link_pose_path', 'jacobian_at', 'pose_residual_jacobia
                    'body_points_world', 'random_walk', 'collision_query',
                    'distance_gradients', 'quat_products',
                    'quat_rotvecs', 'quat_relative_rotvecs', 'quat_exp_products',
-                   'quat_slerps', 'clip_ball_rows')
+                   'quat_slerps', 'clip_ball_rows', 'quat_pair_rotvecs')
 
 
 def warm_up(chain, log=None):
@@ -1696,6 +1712,7 @@ def warm_up(chain, log=None):
     quat_exp_products(np.eye(1, 4), np.zeros((1, 3)))
     quat_slerps(np.eye(1, 4), np.eye(1, 4), 0.5)
     clip_ball_rows(np.eye(1, 4), np.ones(1))
+    quat_pair_rotvecs(np.eye(1, 8), np.zeros(1, dtype=np.int64), np.full(1, 4), 1e-12)
     # A goal a little away from the seed: the solve and the steps refine.
     goal = chain.fk(chain.clip(chain.integrate(q, np.full(chain.nv, 0.2))))
     solver = make_solver('smc', chain, seed=0, num_particles=8)

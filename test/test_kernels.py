@@ -466,6 +466,38 @@ def test_ball_clip_kernel_matches_numpy(numpy_path):
         np.testing.assert_allclose(np.linalg.norm(got, axis=-1), 1.0, atol=1e-14)
 
 
+def test_smoothness_residual_kernel_matches_numpy(numpy_path):
+    """ChainSmoothness's ball-pair residual through quat_pair_rotvecs equals the composition
+    it replaces (quaternion products, then the rotvec kernel) bit for bit and the numpy form
+    to rounding: neighbours 1 and 2, a chain with a 1-DOF joint among the balls, equal and
+    opposite neighbours (angle 0), a read-only configuration array."""
+    from smcik_ros import rotations
+    from smcik_ros.goals import ChainSmoothness
+    from smcik_ros.kinematics import JointSpec
+    rng = np.random.default_rng(17)
+    mixed = Chain.from_joints([
+        JointSpec('b0', 'base', 'l0', 'ball', upper=1.0),
+        JointSpec('r1', 'l0', 'l1', 'revolute', lower=-1.0, upper=1.0),
+        JointSpec('b2', 'l1', 'l2', 'ball', upper=1.0),
+        JointSpec('b3', 'l2', 'l3', 'ball', upper=1.0)], 'base', 'l3')
+    for chain, neighbours in ((Chain.ball_chain(6, 0.1), 1), (Chain.ball_chain(6, 0.1), 2),
+                              (mixed, 1)):
+        term = ChainSmoothness(neighbours=neighbours).bind(chain)
+        frames = chain.frames(chain.random_configuration(rng, 9))
+        q = frames.q
+        first, second = term._ball_first
+        q[0, second[0]:second[0] + 4] = q[0, first[0]:first[0] + 4]
+        q[1, second[0]:second[0] + 4] = -q[1, first[0]:first[0] + 4]
+        q.setflags(write=False)
+        got = term.residual(frames)
+        qa, qb = q[:, term._ball_q[0]], q[:, term._ball_q[1]]
+        composed = rotations.quat_to_rotvec(
+            rotations.quat_multiply(rotations.quat_conjugate(qa), qb)).reshape(len(q), -1)
+        np.testing.assert_array_equal(got[:, :composed.shape[1]], composed)
+        np.testing.assert_allclose(got, numpy_path(term.residual, frames), atol=1e-13)
+        np.testing.assert_allclose(got[:2, :3], 0.0, atol=1e-15)
+
+
 def test_lm_kernels_of_large_systems_match_numpy(numpy_path):
     """At and above kernels.LARGE_SYSTEM (m * nv) the LM kernels take BLAS products and
     LAPACK's Cholesky: the same steps as numpy's dense solves (a 90-DOF chain's 92 x 90
