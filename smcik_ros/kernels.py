@@ -46,9 +46,49 @@ def fk(q, parent, kind, qi, mult, add, rot0, terms, offset, axis):
     pos = np.empty((nb, n, 3))
     loc = np.empty((3, 3))
     t = np.empty(3)
-    for i in range(n):
-        _fk_row(q[i], parent, kind, qi, mult, add, rot0, terms, offset, axis, rot, pos, i,
-                loc, t)
+    for b in range(nb):
+        if kind[b] != 0:                # prismatic or ball bodies: row by row
+            for i in range(n):
+                _fk_row(q[i], parent, kind, qi, mult, add, rot0, terms, offset, axis, rot,
+                        pos, i, loc, t)
+            return rot, pos
+    # Revolute bodies only: body by body over all rows, the sines and cosines in a loop of
+    # their own (it vectorises; libm's are calls), then the frame products (2-2.5x faster
+    # than row by row for 100-1000 rows of a 7-DOF arm, by hand).
+    S = np.empty(n)
+    D = np.empty(n)
+    for b in range(nb):
+        fast = True
+        for i in range(n):
+            S[i] = q[i, qi[b]] * mult[b] + add[b]
+            if not abs(S[i]) <= FAST_TRIG_LIMIT:
+                fast = False
+        for i in range(n):
+            v = S[i]
+            if fast:
+                S[i], c = _sincos(v)
+            else:
+                S[i], c = math.sin(v), math.cos(v)
+            D[i] = 1.0 - c
+        p = parent[b]
+        for i in range(n):
+            s, c1 = S[i], D[i]
+            for r in range(3):
+                for c in range(3):
+                    loc[r, c] = (rot0[b, r, c] + s * terms[b, 0, 3 * r + c]
+                                 + c1 * terms[b, 1, 3 * r + c])
+            if p < 0:
+                for r in range(3):
+                    for c in range(3):
+                        rot[b, i, r, c] = loc[r, c]
+                    pos[b, i, r] = offset[b, r]
+            else:
+                for r in range(3):
+                    a0, a1, a2 = rot[p, i, r, 0], rot[p, i, r, 1], rot[p, i, r, 2]
+                    for c in range(3):
+                        rot[b, i, r, c] = a0 * loc[0, c] + a1 * loc[1, c] + a2 * loc[2, c]
+                    pos[b, i, r] = (pos[p, i, r] + a0 * offset[b, 0] + a1 * offset[b, 1]
+                                    + a2 * offset[b, 2])
     return rot, pos
 
 

@@ -57,6 +57,17 @@ def test_fk_and_jacobian_kernels_match_numpy(chain, numpy_path):
     frames = chain.frames(q)
     np.testing.assert_allclose(frames.rot, ref.rot, atol=1e-13)
     np.testing.assert_allclose(frames.jacobian(), numpy_path(ref.jacobian), atol=1e-13)
+    # Joint values beyond the fast sine's range (libm for that body) and NaN (NaN out).
+    if chain.has_ball_joints:
+        return
+    far = q.copy()
+    far[0, 0] = 3.0e5
+    far[1, -1] = np.nan
+    ref = numpy_path(chain.frames, far)
+    rot, pos = kernels.fk(far, *chain.kernel_bodies())
+    np.testing.assert_allclose(rot, ref.rot, atol=1e-9)
+    np.testing.assert_allclose(pos, ref.pos, atol=1e-9)
+    assert np.isnan(rot[:, 1]).any() and np.isfinite(rot[:, [0] + list(range(2, 9))]).all()
 
 
 def test_sincos_is_within_an_ulp_of_libm_and_covers_every_quadrant():
