@@ -21,7 +21,7 @@ import numpy as np
 
 from ._jit import ENABLED, njit
 
-__all__ = ['ENABLED', 'WARM_UP_KERNELS', 'blocked_joints', 'body_points_world',
+__all__ = ['ENABLED', 'WARM_UP_KERNELS', 'as_rows', 'blocked_joints', 'body_points_world',
            'clip_ball_rows', 'collision_query', 'distance_gradients', 'ensure_ready',
            'first_solution', 'fk', 'leaf_buffers', 'jacobian_at', 'link_pose_path',
            'lm_null_step', 'lm_spring_step', 'lm_step', 'pose_errors',
@@ -560,6 +560,13 @@ def _cholesky_substitute(low, b, y):
         for p in range(i + 1, m):
             s -= low[p, i] * y[p]
         y[i] = s / low[i, i]
+
+
+def as_rows(a, width):
+    """Return ``a`` (..., width) as writable, C-ordered float (M, width) rows: what the row
+    kernels take (a read-only, broadcast or strided array would compile another
+    specialisation at its first call, in a tick)."""
+    return np.require(np.reshape(a, (-1, width)), dtype=float, requirements=('C', 'W'))
 
 
 @njit(cache=True)

@@ -1088,8 +1088,7 @@ def _clip_ball(quat, limits):
     quat: (..., B, 4); limits: (B,) [rad].
     """
     if _kernels.ENABLED and quat.ndim >= 2 and quat.shape[-2] == limits.shape[0]:
-        rows = np.ascontiguousarray(quat, dtype=float).reshape(-1, 4)
-        return _kernels.clip_ball_rows(rows if rows.flags.writeable else rows.copy(),
+        return _kernels.clip_ball_rows(_kernels.as_rows(quat, 4),
                                        np.ascontiguousarray(limits, dtype=float)
                                        ).reshape(quat.shape)
     quat = quat / np.maximum(np.sqrt(np.sum(quat * quat, axis=-1, keepdims=True)), 1e-12)

@@ -16,6 +16,7 @@ __all__ = [
 ]
 
 _EPS = 1e-12
+_rows = _kernels.as_rows     # (..., k) arrays as the rows the kernels take
 
 
 def skew(v):
@@ -50,20 +51,12 @@ def quat_to_matrix(q):
     return out
 
 
-def _quat_rows(q, width=4):
-    """Return (..., 4) quaternions (or (..., width) vectors) as writable C-ordered (N, width)
-    rows: what the kernels take (a read-only or strided array would compile another
-    specialisation at its first call)."""
-    rows = np.ascontiguousarray(q).reshape(-1, width)
-    return rows if rows.flags.writeable else rows.copy()
-
-
 def quat_multiply(a, b):
     """Return the Hamilton products a * b of (..., 4) quaternions."""
     a = np.asarray(a, dtype=float)
     b = np.asarray(b, dtype=float)
     if _kernels.ENABLED and a.shape == b.shape and a.ndim >= 1:
-        return _kernels.quat_products(_quat_rows(a), _quat_rows(b)).reshape(a.shape)
+        return _kernels.quat_products(_rows(a, 4), _rows(b, 4)).reshape(a.shape)
     aw, ax, ay, az = np.moveaxis(a, -1, 0)
     bw, bx, by, bz = np.moveaxis(b, -1, 0)
     return np.stack([
@@ -100,7 +93,7 @@ def quat_times_exp(q, v):
     q = np.asarray(q, dtype=float)
     v = np.asarray(v, dtype=float)
     if _kernels.ENABLED and q.ndim >= 1 and q.shape[:-1] == v.shape[:-1]:
-        return _kernels.quat_exp_products(_quat_rows(q), _quat_rows(v, 3)).reshape(q.shape)
+        return _kernels.quat_exp_products(_rows(q, 4), _rows(v, 3)).reshape(q.shape)
     out = quat_multiply(q, quat_from_rotvec(v))
     return np.where(out[..., :1] < 0.0, -out, out)
 
@@ -109,7 +102,7 @@ def quat_to_rotvec(q):
     """Return the (..., 3) rotation vectors 2 log(q) of unit quaternions, angle in [0, pi]."""
     q = np.asarray(q, dtype=float)
     if _kernels.ENABLED and q.ndim >= 1:
-        return _kernels.quat_rotvecs(_quat_rows(q), _EPS).reshape(q.shape[:-1] + (3,))
+        return _kernels.quat_rotvecs(_rows(q, 4), _EPS).reshape(q.shape[:-1] + (3,))
     # Take the hemisphere with w >= 0 so the angle is the shortest one.
     q = np.where(q[..., :1] < 0.0, -q, q)
     vec = q[..., 1:]
@@ -128,7 +121,7 @@ def quat_relative_rotvecs(q, ref):
     q = np.asarray(q, dtype=float)
     ref = np.asarray(ref, dtype=float)
     if _kernels.ENABLED and q.ndim == 3 and ref.shape == q.shape[1:]:
-        return _kernels.quat_relative_rotvecs(_quat_rows(q), _quat_rows(ref),
+        return _kernels.quat_relative_rotvecs(_rows(q, 4), _rows(ref, 4),
                                               _EPS).reshape(q.shape[:-1] + (3,))
     return quat_to_rotvec(quat_multiply(quat_conjugate(q), ref))
 
@@ -144,7 +137,7 @@ def quat_slerp(a, b, t):
     a = np.asarray(a, dtype=float)
     b = np.asarray(b, dtype=float)
     if _kernels.ENABLED and np.ndim(t) == 0 and a.shape == b.shape and a.ndim >= 1:
-        return _kernels.quat_slerps(_quat_rows(a), _quat_rows(b), float(t)).reshape(a.shape)
+        return _kernels.quat_slerps(_rows(a, 4), _rows(b, 4), float(t)).reshape(a.shape)
     t = np.asarray(t, dtype=float)[..., None]
     dot = np.sum(a * b, axis=-1, keepdims=True)
     b = np.where(dot < 0.0, -b, b)
