@@ -509,7 +509,9 @@ def test_status_reports_the_arm(system):
     assert status['limited_by'] in ('none', 'target', 'velocity', 'acceleration',
                                     'position_limit', 'lead', 'stop', 'resync')
     assert 0.0 <= status['velocity_ratio'] <= 1.0 + 1e-9
-    assert status['joint_states_age'] < 0.5 and status['faults'] == 0
+    # Fresh by the node's own rule (not a speed claim): not older than joint_states_timeout.
+    assert status['joint_states_age'] <= _NODE_YAML['joint_states_timeout']
+    assert status['faults'] == 0
 
 
 def test_setting_change_at_runtime(system, publishers, chain):
@@ -629,7 +631,9 @@ def test_a_signal_during_start_up_ends_the_process_at_once(ros_env, tmp_path, si
     try:
         assert wait_for_log(log, 'compiling kernels', timeout=30.0), read_log(log)
         proc.send_signal(sig)
-        assert proc.wait(timeout=15.0) == 0, read_log(log)
+        # A bound only so that a hung node fails instead of hanging the suite; what shows it
+        # ended at once is the log below (no 'kernels ready').
+        assert proc.wait(timeout=120.0) == 0, read_log(log)
         # It ended before the compilation did (not after it, nor by SIGKILL).
         text = read_log(log)
         assert 'stopped during start-up' in text and 'kernels ready' not in text, text
