@@ -176,13 +176,15 @@ def _apply_priority(node, executor, logger):
     """Raise the executor's threads to the node's ``thread_priority`` parameter (absent or
     0: leave them).
 
-    Called before the spin loop. The calling thread gets it first, so that a tick in the
-    first spin runs at it too. That spin starts the executor's own threads (rclpy's
-    EventsExecutor starts its timer thread then, in C++), which get the priority after it;
-    the node's threads started before (DDS, the solver's worker, the log writer) and Python
-    threads started in that spin keep theirs (SCHED_RESET_ON_FORK). The node
-    is told the outcome through ``priority_applied(priority set or 0, problem or None)``
-    where it has that method; otherwise a problem is logged here.
+    Called before the spin loop. The calling thread gets it first, and the node is told
+    then (``~/status`` is about the tick's thread), so that a tick in the first spin runs at
+    it and a status published in that spin says so. That spin starts the executor's own
+    threads (rclpy's EventsExecutor starts its timer thread then, in C++), which get the
+    priority after it; the node's threads started before (DDS, the solver's worker, the log
+    writer) and Python threads started in that spin keep theirs (SCHED_RESET_ON_FORK). The
+    node is told the outcome through ``priority_applied(priority set or 0, problem or
+    None)`` where it has that method; otherwise, and for threads that could not be raised, a
+    problem is logged here.
     """
     if not node.has_parameter('thread_priority'):
         return
@@ -191,18 +193,19 @@ def _apply_priority(node, executor, logger):
         return
     before = _thread_ids()
     applied, problem = set_realtime_priority(priority)
-    _spin_once(executor, 0.0, logger)
-    if applied:
-        # That spin may have started a Python thread (the contact refinement): it keeps the
-        # normal policy.
-        python_threads = {t.native_id for t in threading.enumerate()}
-        applied, problem = set_realtime_priority(priority,
-                                                 _thread_ids() - before - python_threads)
     report = getattr(node, 'priority_applied', None)
     if report is not None:
         report(applied, problem)
     elif problem is not None:
         logger.warn(problem)
+    _spin_once(executor, 0.0, logger)
+    if applied:
+        # That spin may have started a Python thread (the contact refinement): it keeps the
+        # normal policy.
+        python_threads = {t.native_id for t in threading.enumerate()}
+        _, problem = set_realtime_priority(priority, _thread_ids() - before - python_threads)
+        if problem is not None:
+            logger.warn(problem)
 
 
 def run_node(factory, name, args=None, profile_path=None, stop_timeout=5.0,
