@@ -52,16 +52,25 @@ class Session:
         self.probe = probe
         self.chain = chain
         with probe.lock:
+            # the probe outlives the session: a status left by the previous test's node
+            # would pass for this one's (a no-numba run read thread_priority 0 from one)
             del probe.commands[:]
+            del probe.status[:]
         self.log = log_dir / f'{name}.log'
+        self.player = None
         self.proc = start_node_process('smcik_ros.node', env, self.log, parameters=parameters)
-        self.player = ArmPlayer(probe, chain.joint_names, q0)
-        ok = wait_for(lambda: self.player.publisher.get_subscription_count() > 0
-                      or self.proc.poll() is not None, 30.0)
-        if not ok or self.proc.poll() is not None:
+        try:
+            self.player = ArmPlayer(probe, chain.joint_names, q0)
+            ok = wait_for(lambda: self.player.publisher.get_subscription_count() > 0
+                          or self.proc.poll() is not None, 30.0)
+            if not ok or self.proc.poll() is not None:
+                pytest.fail('smcik_node did not start:\n' + read_log(self.log))
+            self.params = get_parameters(probe, 'smcik_node', SAFETY)
+        except BaseException:
+            # the factory only closes the sessions it was given: a failure here must stop
+            # the node itself (session 20 found one left running after a failed start)
             self.close()
-            pytest.fail('smcik_node did not start:\n' + read_log(self.log))
-        self.params = get_parameters(probe, 'smcik_node', SAFETY)
+            raise
         self.velocity = np.array(chain.velocity_limits) * self.params['velocity_scale']
         self.acceleration = np.full(chain.n, self.params['max_acceleration'])
 
@@ -109,8 +118,10 @@ class Session:
         self.pose_pub.publish(msg)
 
     def close(self):
-        self.player.set('silent')
-        self.probe.destroy_timer(self.player.timer)
+        if self.player is not None:
+            self.player.set('silent')
+            self.probe.destroy_timer(self.player.timer)
+            self.player = None
         stop_process(self.proc)
 
 
@@ -120,9 +131,9 @@ def session_factory(ros_env, probe):
 
     def make(name, parameters, chain, q0):
         session = Session(ros_env, probe, name, parameters, chain, q0)
+        sessions.append(session)
         session.pose_pub = probe.publisher(PoseStamped, 'target_pose')
         session.point_pub = probe.publisher(PointStamped, 'target_point')
-        sessions.append(session)
         return session
     yield make
     for session in sessions:

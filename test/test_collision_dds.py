@@ -89,18 +89,22 @@ class Session:
             del probe.status[:]
             del probe.collision[:]
         self.log = log_dir / f'{name}.log'
+        self.player = None
         self.proc = start_node_process('smcik_ros.node', env, self.log,
                                        parameters=NODE_PARAMETERS + list(parameters))
-        self.player = ArmPlayer(probe, ['joint1', 'joint2', 'joint3', 'joint4', 'joint5',
-                                        'joint6', 'joint7'], q0)
-        self.player.set('follow', q0)
-        self.obstacles = probe.publisher(MarkerArray, 'obstacles')
-        self.point = probe.publisher(PointStamped, 'target_point')
-        ok = wait_for(lambda: probe.commands or self.proc.poll() is not None, 30.0)
-        if not ok or self.proc.poll() is not None:
-            self.close()
-            pytest.fail('smcik_node did not start:\n' + read_log(self.log))
-        assert probe.wait_matched(self.obstacles) and probe.wait_matched(self.point)
+        try:
+            self.player = ArmPlayer(probe, ['joint1', 'joint2', 'joint3', 'joint4', 'joint5',
+                                            'joint6', 'joint7'], q0)
+            self.player.set('follow', q0)
+            self.obstacles = probe.publisher(MarkerArray, 'obstacles')
+            self.point = probe.publisher(PointStamped, 'target_point')
+            ok = wait_for(lambda: probe.commands or self.proc.poll() is not None, 30.0)
+            if not ok or self.proc.poll() is not None:
+                pytest.fail('smcik_node did not start:\n' + read_log(self.log))
+            assert probe.wait_matched(self.obstacles) and probe.wait_matched(self.point)
+        except BaseException:
+            self.close()        # the fixture only closes the sessions it was given
+            raise
 
     def publish_point(self, position):
         msg = PointStamped()
@@ -117,8 +121,10 @@ class Session:
             not np.any(self.probe.last_command().velocity)
 
     def close(self):
-        self.player.set('silent')
-        self.probe.destroy_timer(self.player.timer)
+        if self.player is not None:
+            self.player.set('silent')
+            self.probe.destroy_timer(self.player.timer)
+            self.player = None
         return stop_process(self.proc)
 
 
