@@ -455,7 +455,7 @@ class ChainSmoothness(Constraint):
         q = frames.q
         parts = []
         if self._ball_pairs and _kernels.ENABLED:
-            rows = np.require(q, dtype=float, requirements=('C', 'W'))
+            rows = _kernels.as_rows(q, q.shape[-1])
             parts.append(_kernels.quat_pair_rotvecs(rows, *self._ball_first, _ROTVEC_EPS))
         elif self._ball_pairs:
             qa = q[:, self._ball_q[0]]

@@ -864,12 +864,12 @@ class Chain:
         q = np.asarray(q, dtype=float)
         single = q.ndim == 1
         q2 = np.atleast_2d(q)
-        if q2.shape[-1] != self.nq:
+        if q2.ndim != 2 or q2.shape[-1] != self.nq:
             raise ModelError(f'configuration must have {self.nq} entries (joints '
                              f'{list(self.joint_names)}); got shape {q.shape}')
         if _kernels.ENABLED:
             # C-contiguous and writable (one compiled specialisation for every caller).
-            rot, pos = _kernels.fk(np.require(q2, requirements=('C', 'W')), *self._k_fk)
+            rot, pos = _kernels.fk(_kernels.as_rows(q2, self.nq), *self._k_fk)
             return Frames(self, q2, rot, pos, single)
         n = q2.shape[0]
         rot = self._local_rotations(q2)     # (B, N, 3, 3), chained in place below
@@ -938,7 +938,7 @@ class Chain:
                     raise ModelError(f'configuration must have {self.nq} entries (joints '
                                      f'{list(self.joint_names)}); got shape {q.shape}')
                 out = np.empty((q2.shape[0], 4, 4))
-                _kernels.link_pose_path(np.require(q2, requirements=('C', 'W')), path,
+                _kernels.link_pose_path(_kernels.as_rows(q2, self.nq), path,
                                         *self._k_fk[1:], off, out)
                 return out[0] if q.ndim == 1 else out
         frames = self.frames(q)

@@ -374,8 +374,9 @@ def test_links_resting_in_contact_get_finer_covers_in_the_background(guard_and_c
     for name in guard.model.link_names[1:]:
         k = model.link_index(name)
         rows = slice(model.link_start[k], model.link_start[k] + model.link_count[k])
-        j = guard.model.link_index(name)
-        new = slice(guard.model.link_start[j], guard.model.link_start[j] + guard.model.link_count[j])
+        grown = guard.model
+        j = grown.link_index(name)
+        new = slice(grown.link_start[j], grown.link_start[j] + grown.link_count[j])
         assert np.array_equal(guard.model.centers[new], model.centers[rows]), name
     assert not guard.constraint.contacts(q) and guard.contact_note(q) is None
     assert guard(q, chain.clip(q + 0.05))

@@ -842,3 +842,27 @@ def test_collision_constraint_answers_alike_compiled_and_numpy(numpy_path):
     np.testing.assert_allclose(got[2], ref[2], atol=1e-9)
     assert got[3] == ref[3] and 0 < sum(ref[3]) < len(ref[3])
     np.testing.assert_allclose(got[4], ref[4], atol=1e-12)
+
+
+def test_as_rows_passes_kernel_ready_arrays_through_and_copies_the_rest():
+    """What the row kernels take: float64, C-ordered, writable (M, width) rows. An array that
+    already is one comes back as a view of the same memory; any other (read-only, strided,
+    integer, a list) as a copy with the same values, never touching the input."""
+    a = np.arange(24, dtype=float).reshape(2, 3, 4)
+    rows = kernels.as_rows(a, 4)
+    assert rows.shape == (6, 4) and np.shares_memory(rows, a)
+    frozen = a.copy()
+    frozen.flags.writeable = False
+    strided = np.arange(48.0).reshape(12, 4)[::2]
+    cases = [frozen, a[:, :, ::-1], strided, np.arange(24).reshape(6, 4),
+             np.asarray(a, dtype=np.float32), a.tolist(),
+             np.broadcast_to(np.arange(4.0), (5, 4))]
+    for case in cases:
+        before = np.array(case, dtype=float)
+        rows = kernels.as_rows(case, 4)
+        assert rows.dtype == np.float64 and rows.flags.c_contiguous and rows.flags.writeable
+        assert rows.shape == (before.size // 4, 4)
+        np.testing.assert_array_equal(rows, before.reshape(-1, 4))
+        assert not (isinstance(case, np.ndarray) and np.shares_memory(rows, case))
+        rows[:] = -1.0
+        np.testing.assert_array_equal(np.array(case, dtype=float), before)
