@@ -24,7 +24,7 @@ from ._jit import ENABLED, njit
 __all__ = ['ENABLED', 'WARM_UP_KERNELS', 'as_rows', 'blocked_joints', 'body_points_world',
            'clip_ball_rows', 'collision_query', 'distance_gradients', 'ensure_ready',
            'first_solution', 'fk', 'leaf_buffers', 'jacobian_at', 'link_pose_path',
-           'lm_null_step', 'lm_spring_step', 'lm_step', 'pose_errors',
+           'lm_null_step', 'lm_spring_step', 'lm_step', 'motion_distances', 'pose_errors',
            'pose_residual_jacobian', 'quat_exp_products', 'quat_pair_rotvecs', 'quat_products',
            'quat_slerps', 'quat_relative_rotvecs', 'quat_rotvecs', 'random_walk',
            'refine_pose', 'refine_pose_motion', 'warm_up']
@@ -674,6 +674,50 @@ def quat_slerps(a, b, t):
         for k in range(4):
             out[i, k] /= norm
     return out
+
+
+@njit(cache=True)
+def motion_distances(q, ref, sq, sv, cont, bq, bv, w, eps):
+    """Return (norm (N,), peak (N,)): the weighted tangent differences ``ref - q_i`` of
+    configuration rows q (N, nq) from ref (nq,), as their 2-norm and their largest
+    magnitude: ``MinimalMotion.distance`` and ``jump`` in one pass, without the (N, nv)
+    difference array. Scalar joints sq -> sv (continuous ones, ``cont``, wrapped to
+    [-pi, pi)); ball joints bq (B, 4) -> bv (B, 3) the rotation vector 2 log(conj(q) ref),
+    the arithmetic of ``quat_relative_rotvecs``; w (nv,) the weights. NaN propagates."""
+    n = q.shape[0]
+    nv = w.shape[0]
+    norm = np.empty(n)
+    peak = np.empty(n)
+    d = np.empty(nv)
+    rel = np.empty((1, 4))
+    for i in range(n):
+        for j in range(sq.shape[0]):
+            x = ref[sq[j]] - q[i, sq[j]]
+            if cont[j]:
+                x = (x + math.pi) % (2.0 * math.pi) - math.pi
+            d[sv[j]] = x
+        for b in range(bq.shape[0]):
+            c0, c1, c2, c3 = bq[b, 0], bq[b, 1], bq[b, 2], bq[b, 3]
+            _hamilton_row(q[i, c0], -q[i, c1], -q[i, c2], -q[i, c3],
+                          ref[c0], ref[c1], ref[c2], ref[c3], rel, 0)
+            sign = -1.0 if rel[0, 0] < 0.0 else 1.0
+            rw, rx, ry, rz = sign * rel[0, 0], sign * rel[0, 1], sign * rel[0, 2], sign * rel[0, 3]
+            r = math.sqrt(rx * rx + ry * ry + rz * rz)
+            scale = 2.0 / max(rw, eps) if r < 1e-9 else 2.0 * math.atan2(r, rw) / r
+            d[bv[b, 0]] = rx * scale
+            d[bv[b, 1]] = ry * scale
+            d[bv[b, 2]] = rz * scale
+        total = 0.0
+        top = 0.0
+        for v in range(nv):
+            x = d[v] * w[v]
+            total += x * x
+            a = abs(x)
+            if a > top or a != a:
+                top = a
+        norm[i] = math.sqrt(total)
+        peak[i] = top
+    return norm, peak
 
 
 @njit(cache=True)
@@ -1708,7 +1752,7 @@ WARM_UP_KERNELS = ('fk', 'link_pose_path', 'jacobian_at', 'pose_residual_jacobia
                    'body_points_world', 'random_walk', 'collision_query',
                    'distance_gradients', 'quat_products',
                    'quat_rotvecs', 'quat_relative_rotvecs', 'quat_exp_products',
-                   'quat_slerps', 'clip_ball_rows', 'quat_pair_rotvecs')
+                   'quat_slerps', 'clip_ball_rows', 'quat_pair_rotvecs', 'motion_distances')
 
 
 def warm_up(chain, log=None):
@@ -1768,6 +1812,10 @@ def warm_up(chain, log=None):
     quat_slerps(np.eye(1, 4), np.eye(1, 4), 0.5)
     clip_ball_rows(np.eye(1, 4), np.ones(1))
     quat_pair_rotvecs(np.eye(1, 8), np.zeros(1, dtype=np.int64), np.full(1, 4), 1e-12)
+    index = np.zeros(1, dtype=np.int64)
+    motion_distances(np.eye(1, 5), np.eye(1, 5)[0], index, index, np.zeros(1, dtype=np.bool_),
+                     np.arange(1, 5).reshape(1, 4), np.arange(1, 4).reshape(1, 3), np.ones(4),
+                     1e-12)
     # A goal a little away from the seed: the solve and the steps refine.
     goal = chain.fk(chain.clip(chain.integrate(q, np.full(chain.nv, 0.2))))
     solver = make_solver('smc', chain, seed=0, num_particles=8)

@@ -866,3 +866,56 @@ def test_as_rows_passes_kernel_ready_arrays_through_and_copies_the_rest():
         assert not (isinstance(case, np.ndarray) and np.shares_memory(rows, case))
         rows[:] = -1.0
         np.testing.assert_array_equal(np.array(case, dtype=float), before)
+
+
+def test_motion_distance_and_jump_kernel_match_numpy(numpy_path):
+    """MinimalMotion's distance and jump on chains with ball joints go through one pass of
+    motion_distances: the numpy difference's norms and largest entries to rounding, on a
+    ball chain and on one with revolute, continuous and ball joints mixed (the continuous
+    joint a whole turn and more away: wrapped), rows equal to the reference (0), a
+    read-only population, and a NaN row (NaN out, the other rows untouched)."""
+    from smcik_ros.kinematics import JointSpec
+    rng = np.random.default_rng(23)
+    mixed = Chain.from_joints([
+        JointSpec('b0', 'base', 'l0', 'ball', upper=1.0),
+        JointSpec('r1', 'l0', 'l1', 'revolute', lower=-1.0, upper=1.0),
+        JointSpec('c2', 'l1', 'l2', 'continuous'),
+        JointSpec('b3', 'l2', 'l3', 'ball', upper=2.5)], 'base', 'l3')
+    for chain in (Chain.ball_chain(30, 0.1, max_angle=1.0), mixed):
+        motion = make_solver('smc', chain, seed=0).policies.minimal_motion
+        assert motion is not None and (motion._k_motion is not None) == kernels.ENABLED
+        cont = np.array([t == 'continuous' for t in chain.joint_types if t != 'ball'])
+        layout = (chain.scalar_q.astype(np.int64), chain.scalar_v.astype(np.int64), cont,
+                  chain.ball_q_index.astype(np.int64).reshape(-1, 4),
+                  chain.ball_v_index.astype(np.int64).reshape(-1, 3), motion.weights)
+        ref, other = chain.random_configuration(rng), chain.random_configuration(rng)
+        q = chain.random_configuration(rng, 40)
+        q[0] = ref
+        if chain is mixed:
+            q[1:5, 4] = ref[4] + np.array([7.0, -7.0, np.pi - 1e-9, 20.0])
+        q.setflags(write=False)
+        motion.reference = ref
+
+        def reference(q, ref, other):
+            d = motion.difference(q, ref) * motion.weights
+            e = motion.difference(q, other) * motion.weights
+            return np.sqrt(np.sum(d * d, axis=1)), np.max(np.abs(e), axis=1)
+
+        distance, jump = motion.distance(q), motion.jump(q, other)
+        want_distance, want_jump = numpy_path(reference, q, ref, other)
+        np.testing.assert_allclose(distance, want_distance, rtol=1e-13, atol=1e-13)
+        np.testing.assert_allclose(jump, want_jump, rtol=1e-13, atol=1e-13)
+        # the kernel itself (compiled, or as plain Python without numba)
+        rows = np.array(q)
+        direct = kernels.motion_distances(rows, ref, *layout, 1e-12)
+        np.testing.assert_allclose(direct[0], want_distance, rtol=1e-13, atol=1e-13)
+        np.testing.assert_allclose(kernels.motion_distances(rows, other, *layout, 1e-12)[1],
+                                   want_jump, rtol=1e-13, atol=1e-13)
+        assert distance[0] <= 1e-12 and np.all(distance[1:] > 1e-3) and np.all(jump > 1e-3)
+        bad = q.copy()
+        bad[3, 2] = np.nan
+        got_distance, got_jump = motion.distance(bad), motion.jump(bad, other)
+        assert np.isnan(got_distance[3]) and np.isnan(got_jump[3])
+        keep = np.arange(len(q)) != 3
+        np.testing.assert_array_equal(got_distance[keep], distance[keep])
+        np.testing.assert_array_equal(got_jump[keep], jump[keep])

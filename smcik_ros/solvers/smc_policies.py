@@ -31,6 +31,11 @@ __all__ = ['Policies', 'MinimalMotion', 'NearestSearch', 'Refinement', 'Restarts
            'BranchHold', 'sample_qutem']
 
 TWO_PI = 2.0 * np.pi
+_ROTVEC_EPS = 1e-12     # rotations.quat_to_rotvec's floor of w (the kernels take it)
+
+
+def _int64(a):
+    return np.ascontiguousarray(a, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,12 @@ class MinimalMotion:
         self._plain = (not chain.has_ball_joints and chain.nq == chain.nv
                        and np.array_equal(sq, np.arange(chain.nq))
                        and np.array_equal(chain.scalar_v, np.arange(chain.nv)))
+        # The compiled distance and jump (chains with ball joints or a tangent layout of
+        # their own; a plain arm's are a few numpy calls on (N, nq) already).
+        self._k_motion = None if (self._plain or not _kernels.ENABLED) else (
+            _int64(sq), _int64(chain.scalar_v), np.array(continuous, dtype=np.bool_),
+            _int64(chain.ball_q_index).reshape(-1, 4), _int64(chain.ball_v_index).reshape(-1, 3),
+            np.array(w, dtype=float))
         self.reference = None
         self.turn_reference = None
         self.weighted = True        # the prior is a factor of the weights
@@ -127,12 +138,23 @@ class MinimalMotion:
 
     def distance(self, q, ref=None):
         """Return the (N,) weighted joint distances [rad] of q (N, nq) from ``ref``."""
+        if self._k_motion is not None:
+            return self._compiled(q, ref)[0]
         d = self.difference(q, ref) * self.weights
         return np.sqrt(np.einsum('nk,nk->n', d, d))
 
     def jump(self, q, other):
         """Return the (N,) largest weighted joint differences [rad] between q and ``other``."""
+        if self._k_motion is not None:
+            return self._compiled(q, other)[1]
         return np.max(np.abs(self.difference(q, other) * self.weights), axis=1)
+
+    def _compiled(self, q, ref):
+        """``kernels.motion_distances`` of q against ``ref`` (None: the reference)."""
+        nq = self.chain.nq
+        ref = self.reference if ref is None else ref
+        return _kernels.motion_distances(_kernels.as_rows(q, nq), _kernels.as_rows(ref, nq)[0],
+                                         *self._k_motion, _ROTVEC_EPS)
 
     def log_prior(self, q=None, distance=None):
         """Return the (N,) log prior ``-(distance / motion_sigma)^2`` of configurations q
