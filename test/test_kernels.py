@@ -869,11 +869,11 @@ def test_as_rows_passes_kernel_ready_arrays_through_and_copies_the_rest():
 
 
 def test_motion_distance_and_jump_kernel_match_numpy(numpy_path):
-    """MinimalMotion's distance and jump on chains with ball joints go through one pass of
-    motion_distances: the numpy difference's norms and largest entries to rounding, on a
-    ball chain and on one with revolute, continuous and ball joints mixed (the continuous
-    joint a whole turn and more away: wrapped), rows equal to the reference (0), a
-    read-only population, and a NaN row (NaN out, the other rows untouched)."""
+    """MinimalMotion's distance and jump go through one pass of motion_distances: the numpy
+    difference's norms and largest entries to rounding, on a ball chain, on one with
+    revolute, continuous and ball joints mixed (the continuous joint a whole turn and more
+    away: wrapped) and on a URDF arm; rows equal to the reference (0), a read-only
+    population, and a NaN row (NaN out, the other rows untouched)."""
     from smcik_ros.kinematics import JointSpec
     rng = np.random.default_rng(23)
     mixed = Chain.from_joints([
@@ -881,7 +881,8 @@ def test_motion_distance_and_jump_kernel_match_numpy(numpy_path):
         JointSpec('r1', 'l0', 'l1', 'revolute', lower=-1.0, upper=1.0),
         JointSpec('c2', 'l1', 'l2', 'continuous'),
         JointSpec('b3', 'l2', 'l3', 'ball', upper=2.5)], 'base', 'l3')
-    for chain in (Chain.ball_chain(30, 0.1, max_angle=1.0), mixed):
+    arm = Chain.from_urdf(CASES[0][0], 'base_link', CASES[0][1])
+    for chain in (Chain.ball_chain(30, 0.1, max_angle=1.0), mixed, arm):
         motion = make_solver('smc', chain, seed=0).policies.minimal_motion
         assert motion is not None and (motion._k_motion is not None) == kernels.ENABLED
         cont = np.array([t == 'continuous' for t in chain.joint_types if t != 'ball'])

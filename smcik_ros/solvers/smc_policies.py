@@ -90,9 +90,9 @@ class MinimalMotion:
         self._plain = (not chain.has_ball_joints and chain.nq == chain.nv
                        and np.array_equal(sq, np.arange(chain.nq))
                        and np.array_equal(chain.scalar_v, np.arange(chain.nv)))
-        # The compiled distance and jump (chains with ball joints or a tangent layout of
-        # their own; a plain arm's are a few numpy calls on (N, nq) already).
-        self._k_motion = None if (self._plain or not _kernels.ENABLED) else (
+        # The compiled distance and jump: one pass per row, without the difference array
+        # (a plain arm's numpy form is still a handful of calls, 5-14 us for 100 rows).
+        self._k_motion = None if not _kernels.ENABLED else (
             _int64(sq), _int64(chain.scalar_v), np.array(continuous, dtype=np.bool_),
             _int64(chain.ball_q_index).reshape(-1, 4), _int64(chain.ball_v_index).reshape(-1, 3),
             np.array(w, dtype=float))
