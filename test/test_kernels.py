@@ -920,3 +920,5 @@ def test_motion_distance_and_jump_kernel_match_numpy(numpy_path):
         keep = np.arange(len(q)) != 3
         np.testing.assert_array_equal(got_distance[keep], distance[keep])
         np.testing.assert_array_equal(got_jump[keep], jump[keep])
+        motion.weights = 2.0 * motion.weights           # read at each call, not kept
+        np.testing.assert_allclose(motion.distance(q), 2.0 * distance, rtol=1e-14)

@@ -92,10 +92,10 @@ class MinimalMotion:
                        and np.array_equal(chain.scalar_v, np.arange(chain.nv)))
         # The compiled distance and jump: one pass per row, without the difference array
         # (a plain arm's numpy form is still a handful of calls, 5-14 us for 100 rows).
+        # (The layout only: the weights are read at each call.)
         self._k_motion = None if not _kernels.ENABLED else (
             _int64(sq), _int64(chain.scalar_v), np.array(continuous, dtype=np.bool_),
-            _int64(chain.ball_q_index).reshape(-1, 4), _int64(chain.ball_v_index).reshape(-1, 3),
-            np.array(w, dtype=float))
+            _int64(chain.ball_q_index).reshape(-1, 4), _int64(chain.ball_v_index).reshape(-1, 3))
         self.reference = None
         self.turn_reference = None
         self.weighted = True        # the prior is a factor of the weights
@@ -153,8 +153,9 @@ class MinimalMotion:
         """``kernels.motion_distances`` of q against ``ref`` (None: the reference)."""
         nq = self.chain.nq
         ref = self.reference if ref is None else ref
+        weights = np.ascontiguousarray(self.weights, dtype=float)
         return _kernels.motion_distances(_kernels.as_rows(q, nq), _kernels.as_rows(ref, nq)[0],
-                                         *self._k_motion, _ROTVEC_EPS)
+                                         *self._k_motion, weights, _ROTVEC_EPS)
 
     def log_prior(self, q=None, distance=None):
         """Return the (N,) log prior ``-(distance / motion_sigma)^2`` of configurations q
