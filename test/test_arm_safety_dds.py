@@ -61,11 +61,17 @@ class Session:
         self.proc = start_node_process('smcik_ros.node', env, self.log, parameters=parameters)
         try:
             self.player = ArmPlayer(probe, chain.joint_names, q0)
-            ok = wait_for(lambda: self.player.publisher.get_subscription_count() > 0
-                          or self.proc.poll() is not None, 30.0)
+            # 'ready:' ends the node's construction; its parameter services answer once it
+            # spins, after that (its joint_states subscription exists earlier: a no-numba
+            # run asked for the parameters then, and the node was still being built 10 s
+            # later). 120 s only guards against a hang.
+            ok = wait_for(lambda: 'ready:' in read_log(self.log)
+                          or self.proc.poll() is not None, 120.0)
+            ok = ok and wait_for(lambda: self.player.publisher.get_subscription_count() > 0
+                                 or self.proc.poll() is not None, 30.0)
             if not ok or self.proc.poll() is not None:
                 pytest.fail('smcik_node did not start:\n' + read_log(self.log))
-            self.params = get_parameters(probe, 'smcik_node', SAFETY)
+            self.params = get_parameters(probe, 'smcik_node', SAFETY, timeout=30.0)
         except BaseException:
             # the factory only closes the sessions it was given: a failure here must stop
             # the node itself (session 20 found one left running after a failed start)
