@@ -1,7 +1,7 @@
 """Batched rotation helpers: quaternions (w, x, y, z), rotation vectors, matrices.
 
 All functions take a leading batch shape ``(...)`` and never loop over it.
-Quaternions use the transforms3d / ROS-free (w, x, y, z) order; the ROS layer
+Quaternions use the scalar-first (w, x, y, z) order; the ROS layer
 converts from geometry_msgs' (x, y, z, w).
 """
 
