@@ -9,7 +9,6 @@ IK node brakes to a stop while still publishing) and exits 0, however many signa
 """
 
 import cProfile
-import errno
 import os
 import signal
 import sys
@@ -19,9 +18,9 @@ import time
 import rclpy
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 
-from .errors import SmcIkError
+from ..errors import SmcIkError
 
-__all__ = ['run_node', 'stop_requested', 'request_stop', 'set_realtime_priority']
+__all__ = ['run_node', 'stop_requested', 'request_stop']
 
 _stop = threading.Event()
 _signals = []      # signal numbers received, in order
@@ -82,53 +81,6 @@ def _restore_handlers(previous):
 _last_error = [0.0]
 
 
-def _thread_ids():
-    """Return the Linux thread ids of this process (a set of ints; empty elsewhere)."""
-    try:
-        return {int(tid) for tid in os.listdir('/proc/self/task')}
-    except OSError:
-        return set()
-
-
-def set_realtime_priority(priority, threads=()):
-    """Run the calling thread, and the Linux thread ids ``threads``, under SCHED_FIFO at
-    ``priority`` (1-99); threads they start later run under the normal policy
-    (SCHED_RESET_ON_FORK), so a worker or import thread never competes at real-time priority.
-
-    Returns (priority set on the calling thread, or 0; None, or a sentence saying what was not
-    set, why, and how to fix it). Where it is not set the caller runs on at normal priority;
-    the usual reason is a missing privilege: a real-time priority needs CAP_SYS_NICE or an
-    rtprio limit for the user.
-    """
-    priority = int(priority)
-    if not 1 <= priority <= 99:
-        raise ValueError(f'a SCHED_FIFO priority is 1-99, got {priority}')
-    if not hasattr(os, 'sched_setscheduler') or not hasattr(os, 'SCHED_FIFO'):
-        return 0, (f'real-time priority {priority} not set: this platform ({sys.platform}) '
-                   'has no SCHED_FIFO; running at normal priority')
-    policy = os.SCHED_FIFO | getattr(os, 'SCHED_RESET_ON_FORK', 0)
-    param = os.sched_param(priority)
-    try:
-        os.sched_setscheduler(0, policy, param)
-    except OSError as exc:
-        return 0, (f'real-time priority {priority} not set ({exc.strerror or exc}): it needs '
-                   'CAP_SYS_NICE or an rtprio limit for this user (e.g. "@realtime - rtprio '
-                   '99" in /etc/security/limits.conf and the user in group realtime, then log '
-                   'in again; in a container: --cap-add=SYS_NICE or --ulimit rtprio=99); '
-                   'running at normal priority')
-    failed = []
-    for tid in sorted(set(threads)):
-        try:
-            os.sched_setscheduler(tid, policy, param)
-        except OSError as exc:         # a thread that ended meanwhile, or refused
-            if exc.errno != errno.ESRCH:
-                failed.append(f'{tid} ({exc.strerror or exc})')
-    if failed:
-        return priority, (f'real-time priority {priority} set on the calling thread but not on '
-                          f'thread(s) {", ".join(failed)}')
-    return priority, None
-
-
 def _spin_once(executor, timeout, logger):
     """Spin once; an exception that escapes a callback is logged (at most every 5 s), not
     fatal: the nodes guard their own callbacks, this is the last line."""
@@ -172,42 +124,6 @@ def _make_executor(node, logger):
     return EventsExecutor(context=node.context)
 
 
-def _apply_priority(node, executor, logger):
-    """Raise the executor's threads to the node's ``thread_priority`` parameter (absent or
-    0: leave them).
-
-    Called before the spin loop. The calling thread gets it first, and the node is told
-    then (``~/status`` is about the tick's thread), so that a tick in the first spin runs at
-    it and a status published in that spin says so. That spin starts the executor's own
-    threads (rclpy's EventsExecutor starts its timer thread then, in C++), which get the
-    priority after it; the node's threads started before (DDS, the solver's worker, the log
-    writer) and Python threads started in that spin keep theirs (SCHED_RESET_ON_FORK). The
-    node is told the outcome through ``priority_applied(priority set or 0, problem or
-    None)`` where it has that method; otherwise, and for threads that could not be raised, a
-    problem is logged here.
-    """
-    if not node.has_parameter('thread_priority'):
-        return
-    priority = int(node.get_parameter('thread_priority').value)
-    if priority <= 0:
-        return
-    before = _thread_ids()
-    applied, problem = set_realtime_priority(priority)
-    report = getattr(node, 'priority_applied', None)
-    if report is not None:
-        report(applied, problem)
-    elif problem is not None:
-        logger.warn(problem)
-    _spin_once(executor, 0.0, logger)
-    if applied:
-        # That spin may have started a Python thread (the contact refinement): it keeps the
-        # normal policy.
-        python_threads = {t.native_id for t in threading.enumerate()}
-        _, problem = set_realtime_priority(priority, _thread_ids() - before - python_threads)
-        if problem is not None:
-            logger.warn(problem)
-
-
 def run_node(factory, name, args=None, profile_path=None, stop_timeout=5.0,
              spin_period=0.02, restore_signals=False):
     """Create the node with ``factory()`` and spin it; return the process exit code.
@@ -241,7 +157,6 @@ def run_node(factory, name, args=None, profile_path=None, stop_timeout=5.0,
             del _starting[:]
         executor = _make_executor(node, logger)
         executor.add_node(node)
-        _apply_priority(node, executor, logger)
         if profiler:
             profiler.enable()
         while not _stop.is_set():
