@@ -76,7 +76,10 @@ class _LogBridge(logging.Handler):
     def emit(self, record):
         level = ('error' if record.levelno >= logging.ERROR else
                  'warn' if record.levelno >= logging.WARNING else 'info')
-        self._log(level, record.getMessage())
+        try:
+            self._log(level, record.getMessage())
+        except Exception:   # noqa: BLE001 - a destroyed node: nothing to log to
+            pass
 
     def close(self):
         self._logger.removeHandler(self)
@@ -290,7 +293,8 @@ class SmcIkNode(Node):
                 self._contact_noted = True
                 self._note_contact(command.q)
         elif self.loop.q is None:
-            self._waiting_since = self._waiting_since or now
+            if self._waiting_since is None:
+                self._waiting_since = now
             self.report('info', 'waiting', (
                 f'waiting for joint_states on {self.joint_states.topic} '
                 f'({now - self._waiting_since:.0f} s): nothing is commanded until the arm\'s '

@@ -51,7 +51,8 @@ class SimArm(Node):
         self.declare_parameter('base_link', 'base_link', ro)
         self.declare_parameter('tip_link', 'tool0', ro)
         self.declare_parameter('robot_description_timeout', 10.0, ParameterDescriptor(
-            description='how long to wait for /robot_description [s]'))
+            description='how long to wait for /robot_description at start-up [s]',
+            read_only=True))
         self.declare_parameter('rate_hz', 100.0, ParameterDescriptor(
             description='integration and joint_states rate [Hz]', read_only=True,
             floating_point_range=[FloatingPointRange(from_value=1.0, to_value=1000.0)]))

@@ -423,13 +423,17 @@ def test_collision_parameters_are_declared_and_guarded(session, probe):
         'collision_contact_tolerance': Parameter.Type.DOUBLE.value}
     descriptions = {d.name: d.description for d in future.result().descriptors}
     assert '[m]' in descriptions['collision_padding']
-    # What cannot be applied safely at runtime is refused with a reason.
+    fixed = {'package_paths', 'collision_padding', 'collision_contact_tolerance'}
+    # What the covers and pair tables are built for is read-only (fixed at start-up) ...
+    assert {d.name for d in future.result().descriptors if d.read_only} == fixed
+    assert all('fixed at start-up' in descriptions[name] for name in fixed)
+    # ... and ROS refuses a set of it with its reason.
     future = client.set_parameters([Parameter('collision_padding', value=0.01),
                                     Parameter('package_paths', value=['/tmp']),
                                     Parameter('collision_contact_tolerance', value=0.003)])
     assert wait_for(future.done, 10.0)
     results = future.result().results
-    assert all(not r.successful and 'fixed at start-up' in r.reason for r in results), results
+    assert all(not r.successful and 'read-only' in r.reason for r in results), results
     future = client.set_parameters([Parameter('collision_clearance', value=0.02)])
     assert wait_for(future.done, 10.0) and future.result().results[0].successful
 

@@ -13,7 +13,8 @@ from smcik_ros.ros.parameters import (ARRAY_PARAMETERS, NODE_PARAMETERS,  # noqa
 
 # Built at start-up for these values: changing them needs a restart.
 START_UP = ('collision_padding', 'collision_cover_tolerance', 'collision_contact_tolerance',
-            'solver_thread', 'robot_description', 'urdf_path', 'base_link', 'tip_link', 'use_tf')
+            'solver_thread', 'robot_description', 'urdf_path', 'base_link', 'tip_link', 'use_tf',
+            'robot_description_timeout')
 # Read at every use, or applied by a handler at run time.
 RUN_TIME = ('rate_hz', 'solver', 'command_type', 'command_topic', 'constraints',
             'self_collision', 'collision_clearance', 'srdf_path', 'pointcloud_topic',

@@ -41,8 +41,9 @@ NODE_PARAMETERS = {
     'base_link': ('base_link', 'base link of the chain: frame of commands, goals and markers',
                   _FIXED),
     'tip_link': ('tool0', 'tip link the goals apply to', _FIXED),
-    'robot_description_timeout': (10.0, 'how long to wait for /robot_description when no '
-                                  'URDF parameter is set [s]', {'range': (0.0, 3600.0)}),
+    'robot_description_timeout': (10.0, 'how long to wait for /robot_description at start-up '
+                                  'when no URDF parameter is set [s]',
+                                  {'range': (0.0, 3600.0), **_FIXED}),
     'rate_hz': (100.0, 'control rate: solver ticks and published commands [Hz]',
                 {'range': (1.0, 1000.0)}),
     'iterations_per_tick': (1, 'solver steps per control tick', {'range': (1, 100)}),

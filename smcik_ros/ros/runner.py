@@ -101,11 +101,13 @@ def _make_executor(node, logger):
     """Return rclpy's EventsExecutor where it exists (Jazzy's rclpy.experimental), else the
     SingleThreadedExecutor (Humble). SMCIK_EXECUTOR=single forces the latter.
 
-    The events executor dispatches timers and subscriptions from C++ without rebuilding a wait
-    set in Python on every wake-up: at 100 Hz with joint_states at 100 Hz it cut the node's CPU
-    share from 26 % to 19 % of a core (benchmarks/node_latency.py). Under use_sim_time it is not
-    used: driven by a /clock ten times faster than real time, its timers fired 31 % more often
-    than the simulated time allows (the wait-set executor fired exactly as often).
+    The events executor (experimental in rclpy) dispatches timers and subscriptions from C++
+    without rebuilding a wait set in Python on every wake-up: at 100 Hz with joint_states at
+    100 Hz, at rest, the node took 6.8-7.1 % of a core with it against 15.3-16.3 % with the
+    wait-set executor (benchmarks/node_latency.py, issue 31; docs/node.md, "Cost"). Under
+    use_sim_time it is not used: driven by a /clock ten times faster than real time, its timers
+    fired 31 % more often than the simulated time allows (the wait-set executor fired exactly
+    as often).
     """
     choice = os.environ.get('SMCIK_EXECUTOR', 'auto').strip().lower()
     if choice not in ('auto', 'events', 'single'):
