@@ -22,7 +22,6 @@ os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')
 os.environ.setdefault('OMP_NUM_THREADS', '1')
 
 import gc
-import logging
 import sys
 import time
 
@@ -47,7 +46,7 @@ from .ros.inputs import GoalInputs, JointStatesInput, TfFrames
 from .ros.markers import link_segments
 from .ros.outputs import AlternativesOutput, CommandOutput, HealthOutput, MarkerOutput
 from .ros.parameters import NodeParameters
-from .ros.runner import run_node, stop_requested
+from .ros.runner import LogBridge, run_node, stop_requested
 from .ros.scene import SCENE_PARAMETERS, SceneInputs, SemanticTopic
 from .ros.schedule import LOOP_PARAMETERS, apply_loop_settings
 from .ros.solver_parameters import SolverChoice, solver_settings_yaml
@@ -59,40 +58,13 @@ SIDE_TIMERS = {'marker_rate_hz': 'markers', 'alternatives_rate_hz': 'alternative
                'status_rate_hz': 'status'}
 
 
-class _LogBridge(logging.Handler):
-    """Route the core's Python log records ('smcik_ros.collision': SRDF entries naming unknown
-    links, links left out of the model) to the node's log."""
-
-    LOGGER = 'smcik_ros.collision'
-
-    def __init__(self, log):
-        super().__init__(logging.INFO)
-        self._log = log
-        self._logger = logging.getLogger(self.LOGGER)
-        self._logger.addHandler(self)
-        if self._logger.level == logging.NOTSET or self._logger.level > logging.INFO:
-            self._logger.setLevel(logging.INFO)
-
-    def emit(self, record):
-        level = ('error' if record.levelno >= logging.ERROR else
-                 'warn' if record.levelno >= logging.WARNING else 'info')
-        try:
-            self._log(level, record.getMessage())
-        except Exception:   # noqa: BLE001 - a destroyed node: nothing to log to
-            pass
-
-    def close(self):
-        self._logger.removeHandler(self)
-        super().close()
-
-
 class SmcIkNode(Node):
     """Online IK node: goals + constraints + joint_states in, joint commands out."""
 
     def __init__(self, **kwargs):
         super().__init__('smcik_node', **kwargs)
         self.report = Reporter(self.log)
-        self._log_bridge = _LogBridge(self.log)
+        self._log_bridge = LogBridge(self.log)
         self.parameters = NodeParameters(self, self.log)
         values = self.parameters.values
         self.time, self.timings, self._rate_timers = LoopTime(self.get_clock()), Timings(), {}

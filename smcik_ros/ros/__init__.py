@@ -11,7 +11,8 @@
 - ``conversions``: message <-> numpy; ``markers``: RViz marker messages;
   ``interface``: message types and QoS profiles.
 - ``description``: URDF sources, which SRDF applies; ``solver_parameters``: solver settings as
-  ``<solver>.<field>`` parameters; ``runner``: init, spin, signals and exit codes.
+  ``<solver>.<field>`` parameters; ``runner``: init, spin, signals, exit codes, and the core's
+  log records on the node's log.
 
 Modules are imported by name (``smcik_ros.ros.outputs``); this package re-exports nothing.
 """

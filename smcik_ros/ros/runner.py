@@ -1,4 +1,5 @@
-"""Shared entry-point logic of the package's nodes: init, our own executor loop, exit codes.
+"""Shared entry-point logic of the package's nodes: init, our own executor loop, exit codes,
+and the core's Python log records on a node's log (``LogBridge``).
 
 rclpy's own SIGINT handler shuts the context down from inside the signal, so a second signal
 (terminal Ctrl-C, then ``ros2 launch`` forwarding it) could land in ``destroy_node()`` and end
@@ -9,6 +10,7 @@ IK node brakes to a stop while still publishing) and exits 0, however many signa
 """
 
 import cProfile
+import logging
 import os
 import signal
 import sys
@@ -20,7 +22,7 @@ from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 
 from ..errors import SmcIkError
 
-__all__ = ['run_node', 'stop_requested', 'request_stop']
+__all__ = ['run_node', 'stop_requested', 'request_stop', 'LogBridge']
 
 _stop = threading.Event()
 _signals = []      # signal numbers received, in order
@@ -76,6 +78,33 @@ def _restore_handlers(previous):
             signal.signal(sig, handler)
         except (ValueError, TypeError):
             pass
+
+
+class LogBridge(logging.Handler):
+    """Route the core's Python log records ('smcik_ros.collision': SRDF entries naming unknown
+    links, links left out of the model) to the node's log."""
+
+    LOGGER = 'smcik_ros.collision'
+
+    def __init__(self, log):
+        super().__init__(logging.INFO)
+        self._log = log
+        self._logger = logging.getLogger(self.LOGGER)
+        self._logger.addHandler(self)
+        if self._logger.level == logging.NOTSET or self._logger.level > logging.INFO:
+            self._logger.setLevel(logging.INFO)
+
+    def emit(self, record):
+        level = ('error' if record.levelno >= logging.ERROR else
+                 'warn' if record.levelno >= logging.WARNING else 'info')
+        try:
+            self._log(level, record.getMessage())
+        except Exception:   # noqa: BLE001 - a destroyed node: nothing to log to
+            pass
+
+    def close(self):
+        self._logger.removeHandler(self)
+        super().close()
 
 
 _last_error = [0.0]
