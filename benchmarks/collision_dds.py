@@ -120,7 +120,7 @@ def run(args):
     from geometry_msgs.msg import Point, PoseStamped
     from ros_helpers import (ArmPlayer, Probe, child_env, read_log, start_node_process,
                              stop_process, wait_for)
-    from smcik_ros.ros_conversions import matrix_to_pose
+    from smcik_ros.ros.conversions import matrix_to_pose
     from visualization_msgs.msg import Marker, MarkerArray
 
     log_dir = tempfile.mkdtemp(prefix='smcik_bench_dds_')

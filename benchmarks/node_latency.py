@@ -15,7 +15,7 @@ and, unless --no-sim, sim_arm, as separate processes on a private ROS_DOMAIN_ID.
    node process's CPU share of one core (utime + stime from /proc/<pid>/stat).
 
 Prints a table, writes benchmarks/results/node_latency.csv and node_latency.png; exits 1 when
-a target is missed: the rate >= 99 % of rate_hz; at rate_hz 100 the CPU share <= 10 % at rest
+a target is missed: the rate >= 99 % of rate_hz; at rate_hz 100 the CPU share <= 15 % at rest
 (--goal-period 0) and <= 30 % with goals coming.
 --profile runs the node under cProfile (SMCIK_PROFILE) and prints where its time goes.
 
@@ -59,10 +59,11 @@ from smcik_ros.demo import child_env, private_domain_id, start_node_process, sto
 
 RESULTS = ROOT / 'benchmarks' / 'results'
 # Issue 10's targets: the command rate held at 99 % of rate_hz (>= 99 Hz at 100, >= 495 Hz
-# at 500); the node's CPU share at rest (a held goal, --goal-period 0) <= 10 % of a core at
-# 100 Hz with markers. With goals coming (every 2 s) the older bound of 30 % applies.
+# at 500). Issue 31's: the node's CPU share at rest (a held goal, --goal-period 0) <= 15 % of
+# a core at 100 Hz with markers, with standard messages (issue 10 asked 10 % of the node that
+# wrote and read CDR bytes itself). With goals coming (every 2 s) the older bound of 30 %.
 TARGET_RATE_SHARE = 0.99
-TARGET_CPU_REST = 0.10
+TARGET_CPU_REST = 0.15
 TARGET_CPU_GOALS = 0.30
 
 
@@ -114,7 +115,7 @@ def main(argv=None):
     from std_msgs.msg import String
 
     from smcik_ros.kinematics import Chain
-    from smcik_ros.ros_conversions import matrix_to_pose
+    from smcik_ros.ros.conversions import matrix_to_pose
 
     from visualization_msgs.msg import Marker, MarkerArray
 
@@ -298,8 +299,7 @@ def main(argv=None):
         ('command period p99 / max [ms]',
          f'{np.percentile(gaps, 99):.2f} / {gaps.max():.2f}', ''),
         ('late ticks in the window (~/status late_ticks)',
-         f'{last.get("late_ticks", 0) - first_status.get("late_ticks", 0)}',
-         f'thread_priority {last.get("thread_priority")}'),
+         f'{last.get("late_ticks", 0) - first_status.get("late_ticks", 0)}', ''),
         ('node CPU share of one core', f'{100 * cpu_share:.1f} %',
          '-' if math.isinf(target_cpu) else f'<= {100 * target_cpu:g} %'
          + (' at rest' if args.goal_period <= 0 else ' with goals coming')),
@@ -372,7 +372,6 @@ def _floor(args, given, env, log_dir, commands, procs, spin_until):
                     f'tip_link:={args.tip}', f'rate_hz:={float(given.get("rate_hz", 100.0))}',
                     f'marker_rate_hz:={float(given.get("marker_rate_hz", 10.0))}',
                     f'status_rate_hz:={float(given.get("status_rate_hz", 2.0))}',
-                    f'thread_priority:={int(given.get("thread_priority", 0))}',
                     'positions:=[' + ','.join(map(repr, held.tolist())) + ']'])
     procs.insert(0, proc)
     started = time.monotonic()

@@ -9,11 +9,12 @@
 
 Arguments: urdf (a .urdf, or a .xacro when xacro is installed; default the package's
 urdf/smcik_arm.urdf), base_link, tip_link, solver, params_file (default config/arm.yaml),
-command_type, command_topic, sim, rviz, the arm safety settings max_acceleration,
-velocity_scale, joint_states_timeout, joint_limits_path, max_lead, resync_threshold, and
-thread_priority (empty: the value in params_file). With sim:=false nothing is commanded before the arm's own
-joint_states arrive. RViz's Publish Point tool (/clicked_point) is remapped to smcik_node's
-target_point; the 2D Goal Pose tool publishes /goal_pose, which smcik_node reads directly.
+command_type, command_topic, sim, rviz, and the arm safety settings max_acceleration,
+velocity_scale, joint_states_timeout, joint_limits_path, max_lead, resync_threshold (empty: the
+value in params_file). With sim:=false nothing is commanded before the arm's own joint_states
+arrive (smcik_node logs every 5 s what it waits for). RViz's Publish Point tool
+(/clicked_point) is remapped to smcik_node's target_point; the 2D Goal Pose tool publishes
+/goal_pose, which smcik_node reads directly.
 
 The URDF file is read here in Python (no shell: any path works, spaces included) and reaches
 every node as the robot_description parameter. rviz2 is skipped with a log line when it is not
@@ -30,8 +31,8 @@ from launch_ros.actions import Node
 from launch_ros.parameter_descriptions import ParameterValue
 from launch_ros.substitutions import FindPackageShare
 
-# What a real arm needs set (docs/node.md, "Driving a real arm"): the arm safety settings and
-# the tick's priority; name -> (type, description). Empty = keep params_file's value.
+# What a real arm needs set (docs/node.md, "Driving a real arm"): the arm safety settings;
+# name -> (type, description). Empty = keep params_file's value.
 REAL_ARM_ARGUMENTS = {
     'max_acceleration': (float, 'acceleration limit of every joint [rad/s^2 or m/s^2]'),
     'velocity_scale': (float, 'share of the velocity limits used (0..1]'),
@@ -39,7 +40,6 @@ REAL_ARM_ARGUMENTS = {
     'joint_limits_path': (str, "MoveIt joint_limits.yaml with per-joint limits"),
     'max_lead': (float, 'largest |command - measured| [rad or m]'),
     'resync_threshold': (float, 'restart from the measurement beyond this [rad or m]'),
-    'thread_priority': (int, 'SCHED_FIFO priority 1-99 of the control tick (0: normal)'),
 }
 
 
@@ -99,8 +99,7 @@ def launch_nodes(context):
         try:
             real_arm[name] = kind(text)
         except ValueError:
-            expected = 'an integer' if kind is int else 'a number'
-            raise RuntimeError(f'{name}:={text!r}: expected {expected}') from None
+            raise RuntimeError(f'{name}:={text!r}: expected a number') from None
     params_file = arg('params_file')
     actions = [
         Node(package='robot_state_publisher', executable='robot_state_publisher',

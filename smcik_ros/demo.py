@@ -106,7 +106,7 @@ def _run(args, chain, node, out_dir):
     from rclpy.qos import QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import JointState
 
-    from .ros_conversions import joint_state_to_positions, matrix_to_pose
+    from .ros.conversions import joint_state_to_positions, matrix_to_pose
 
     reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
     measured = []   # (t, q)

@@ -15,13 +15,14 @@ from rclpy.parameter import Parameter
 from rcl_interfaces.msg import FloatingPointRange, ParameterDescriptor
 from sensor_msgs.msg import JointState
 
+from .collision import conventional_srdf_path, parse_srdf
 from .control.loop import initial_configuration
 from .errors import GoalError
 from .kinematics import Chain
-from .robot_description import load_robot_description
-from .ros_conversions import command_to_positions, make_joint_state
-from .ros_interface import COMMAND_QOS, COMMAND_TYPES
-from .ros_runner import run_node, stop_requested
+from .ros.conversions import command_to_positions, make_joint_state
+from .ros.description import load_robot_description, resolve_path
+from .ros.interface import COMMAND_QOS, COMMAND_TYPES
+from .ros.runner import run_node, stop_requested
 
 __all__ = ['SimArm', 'main', 'initial_configuration', 'follow']
 
@@ -50,7 +51,8 @@ class SimArm(Node):
         self.declare_parameter('base_link', 'base_link', ro)
         self.declare_parameter('tip_link', 'tool0', ro)
         self.declare_parameter('robot_description_timeout', 10.0, ParameterDescriptor(
-            description='how long to wait for /robot_description [s]'))
+            description='how long to wait for /robot_description at start-up [s]',
+            read_only=True))
         self.declare_parameter('rate_hz', 100.0, ParameterDescriptor(
             description='integration and joint_states rate [Hz]', read_only=True,
             floating_point_range=[FloatingPointRange(from_value=1.0, to_value=1000.0)]))
@@ -125,8 +127,6 @@ class SimArm(Node):
 
     def _group_state(self, name):
         """Return the chain's values of the SRDF group_state ``name`` (chain order)."""
-        from .collision import conventional_srdf_path, parse_srdf
-        from .robot_description import resolve_path
         srdf_path = self.get_parameter('srdf_path').value.strip()
         urdf_path = self.get_parameter('urdf_path').value.strip()
         if srdf_path:

@@ -11,8 +11,8 @@ import pytest
 from visualization_msgs.msg import Marker
 
 from arm_urdfs import ur5_like_urdf
-from smcik_ros import markers
-from smcik_ros import ros_conversions as rc
+from smcik_ros.ros import markers
+from smcik_ros.ros import conversions as rc
 from smcik_ros.collision import KeepOutSphere
 from smcik_ros.control.alternatives import AlternativesBook, has_alternatives
 from smcik_ros.control.arm_state import ArmSettings

@@ -10,7 +10,6 @@ restarted 1.5 rad away, continuous joints unwrapped, goals in a frame above base
 measurements survived, exit 0 after two SIGINTs. Waiting is on conditions with timeouts.
 """
 
-import json
 import math
 import os
 import signal
@@ -24,12 +23,11 @@ rclpy = pytest.importorskip('rclpy', reason='rclpy is needed for the graph-level
 from geometry_msgs.msg import PointStamped, PoseStamped  # noqa: E402
 
 from arm_urdfs import ur5_like_urdf  # noqa: E402
-from conftest import thread_policy  # noqa: E402
 from ros_helpers import (REPO_ROOT, ArmPlayer, dds_fixtures, get_parameters,  # noqa: E402
                          read_log, start_node_process, stop_process, stream_ratios, wait_for,
                          wait_for_log)
 from smcik_ros.kinematics import Chain  # noqa: E402
-from smcik_ros.ros_conversions import matrix_to_pose  # noqa: E402
+from smcik_ros.ros.conversions import matrix_to_pose  # noqa: E402
 
 pytestmark = pytest.mark.ros
 
@@ -53,7 +51,7 @@ class Session:
         self.chain = chain
         with probe.lock:
             # the probe outlives the session: a status left by the previous test's node
-            # would pass for this one's (a no-numba run read thread_priority 0 from one)
+            # would pass for this one's
             del probe.commands[:]
             del probe.status[:]
         self.log = log_dir / f'{name}.log'
@@ -330,52 +328,6 @@ def test_goal_in_world_above_base_link(session_factory, ur5_urdf):
         return np.linalg.norm(tip[:3, 3] - goal_in_base[:3, 3]) < 1e-3
     assert wait_for(reached, 10.0), ('goal in world not reached:\n' + read_log(s.log)[-2000:])
     assert "unknown frame" not in read_log(s.log)
-
-
-def _threads_by_policy(pid):
-    """{policy: [(tid, priority)]} of process ``pid``'s threads (Linux)."""
-    out = {}
-    for name in os.listdir(f'/proc/{pid}/task'):
-        tid = int(name)
-        try:
-            policy, priority = thread_policy(tid)
-        except OSError:         # ended meanwhile
-            continue
-        out.setdefault(policy, []).append((tid, priority))
-    return out
-
-
-@pytest.mark.skipif(not hasattr(os, 'sched_getscheduler'),
-                    reason='thread_priority is SCHED_FIFO, Linux-only')
-def test_thread_priority_raises_the_tick_thread_only(session_factory):
-    """thread_priority 7: the thread that runs the control tick (the process's main thread)
-    and the executor's own threads run under SCHED_FIFO at 7, the solver's worker, DDS and
-    log threads under the normal policy, and ~/status says so; where the privilege is
-    missing the node says how to grant it and runs on at normal priority. The late-tick
-    counters are in ~/status either way."""
-    chain = Chain.from_urdf(str(URDF), 'base_link', 'tool0')
-    q0 = np.array([0.2, 0.3, -0.2, -1.6, 0.3, 1.2, -0.4])
-    s = session_factory('priority', ['smcik_node:thread_priority:=7'], chain, q0)
-    s.player.set('follow', q0)
-    assert wait_for(lambda: len(s.probe.commands) >= 50, 10.0), read_log(s.log)
-    assert wait_for(lambda: s.probe.snapshot(s.probe.status), 5.0), 'no ~/status'
-    status = json.loads(s.probe.snapshot(s.probe.status)[-1].data)
-    threads = _threads_by_policy(s.proc.pid)
-    fifo = threads.get(os.SCHED_FIFO, [])
-    if status['thread_priority'] == 7:
-        assert (s.proc.pid, 7) in fifo, threads
-        assert all(priority == 7 for _, priority in fifo)
-        # the main thread and the executor's timer thread (rclpy's events executor), not
-        # the node's other threads
-        assert len(fifo) <= 2, threads
-        assert len(threads.get(os.SCHED_OTHER, [])) >= 5, threads
-        assert 'executor threads at SCHED_FIFO priority 7' in read_log(s.log)
-    else:
-        assert status['thread_priority'] == 0 and not fifo, threads
-        assert 'thread_priority: real-time priority 7 not set' in read_log(s.log)
-    assert status['late_ticks'] >= 0
-    assert status['tick_period_max_ms'] >= 5.0       # config/arm.yaml: rate_hz 100
-    assert np.all(np.abs(np.array(s.probe.last_command().position) - q0) <= 1e-9)
 
 
 def test_safety_parameters_are_readable_and_validated(ros_env, probe):

@@ -40,7 +40,6 @@ SRDF = REPO_ROOT / 'urdf' / 'smcik_arm.srdf'
 NODE_PARAMETERS = ['smcik_node:smc.seed:=3', 'smcik_node:status_rate_hz:=10.0']
 SUBSTEP = 0.002       # [rad] largest joint change between two FCL-checked configurations
 SLACK = 1e-6
-HELD_SPAN = 0.02     # [rad] 'held at the margin': no joint moves more in the last 2 s
 
 
 ros_env, context, probe = dds_fixtures(DOMAIN_ID)
@@ -172,8 +171,13 @@ def assert_limits(chain, stamps, q, session=None, since=0.0):
 
 # ---------------------------------------------------------------------------- tests
 def test_obstacle_in_front_of_a_moving_arm(session, chain, fcl_arm):
-    """A box appears on the tool's path while the arm moves: the arm goes around it or stops
-    at the margin; no command, nor any sub-step between two, touches it (FCL)."""
+    """A box appears on the tool's path while the arm moves: the arm goes around it and
+    reaches the goal; no command, nor any sub-step between two, touches it (FCL).
+
+    Reached, not merely stopped at the margin: collision_detour is on (config/arm.yaml) and
+    the goal has a free path round the box (the start and goal configurations are clear of
+    it, the box covers only the middle of the straight move), so a held arm plans a detour
+    and follows it; stopping short would be the detour failing."""
     q0 = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
     q_goal = q0 + np.array([1.4, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
     goal = chain.fk(q_goal)[:3, 3]
@@ -193,15 +197,10 @@ def test_obstacle_in_front_of_a_moving_arm(session, chain, fcl_arm):
     s.obstacles.publish(MarkerArray(markers=[obstacle_marker(Marker.CUBE, 1, center, size)]))
     assert wait_for_log(s.log, 'obstacles: 1 obstacle(s) added or changed'), read_log(s.log)
 
-    def done():
-        # At the goal, or at rest outside a detour: the arm also rests while a detour is
-        # planned (1-2 s without numba), and then sets off.
+    def at_goal():
         tip = chain.fk(np.array(s.probe.last_command().position))[:3, 3]
-        if np.linalg.norm(tip - goal) <= 1e-3:
-            return True
-        detour = (latest_status(s.probe) or {}).get('detour')
-        return s.settled(1.5) and detour not in ('planning', 'following')
-    wait_for(done, 25.0, interval=0.1)
+        return np.linalg.norm(tip - goal) <= 1e-3
+    reached = wait_for(at_goal, 25.0, interval=0.1)
     status = latest_status(s.probe)
     _, stamps, q = s.probe.command_stream(since)
     assert_limits(chain, stamps, q, s, since)
@@ -209,27 +208,8 @@ def test_obstacle_in_front_of_a_moving_arm(session, chain, fcl_arm):
     touching = [(k, c) for k, c in enumerate(fcl_arm.contacts(p, [box]) for p in checked) if c]
     assert not touching, (f'{len(touching)} of {len(checked)} checked configurations touch: '
                           f'first {touching[0]}')
-    tip = chain.fk(q[-1])[:3, 3]
-    reached = np.linalg.norm(tip - goal) <= 1e-3
-    # Held at the margin, the filter may still find small free moves (a few mrad a second,
-    # seen in CI: 5 mrad over 2 s with the tool 0.05 mm nearer) that never take the tool away
-    # from the still goal. Judged on the last 2 s of commands: stopped; or held, the tool not
-    # farther from the goal and no joint moving more than HELD_SPAN; or going round, the tool
-    # nearer the goal by more than 0.1 mm. Otherwise it must be at the goal.
-    _, _, recent = s.probe.command_stream(time.monotonic() - 2.0)
-    distances = np.linalg.norm(chain.link_poses(recent)[:, -1, :3, 3] - goal, axis=1) \
-        if len(recent) else np.zeros(1)
-    span = np.max(np.ptp(recent, axis=0)) if len(recent) else 0.0
-    not_away = len(recent) >= 10 and distances[-1] <= distances[0] + 1e-6
-    held = not_away and span <= HELD_SPAN
-    creeping = not_away and distances[-1] < distances[0] - 1e-4
-    assert reached or s.settled(1.0) or held or creeping, (
-        f'neither at the goal, nor held, nor going round towards it: over the last 2 s '
-        f'{len(recent)} commands, tool {distances[0]:.4f} -> {distances[-1]:.4f} m from the '
-        f'goal, largest joint span {span:.4f} rad')
-    if not reached:   # stopped at the margin, and the status says why
-        assert status['collision_reason'], status
-        assert status['min_distance'] is not None and status['min_distance'] >= 0.0
+    assert reached, (f'the goal was not reached round the box: status {status}\n'
+                     + read_log(s.log)[-3000:])
     assert status['obstacles'] == 1 and status['self_collision'] is True
     assert status['fallbacks'] + status['holds'] > 0, 'the box was never in the way'
     assert fcl_arm.distance(q[-1], box) > 0.0
@@ -255,7 +235,10 @@ def test_an_obstacle_published_onto_the_arm_is_not_driven_deeper(session, chain,
     # A goal through the sphere (the tool swept towards and beyond its side).
     tip = chain.fk(q0)[:3, 3]
     s.publish_point(tip + np.array([0.0, 0.35, -0.1]))
-    wait_for(lambda: s.settled(1.5), 8.0, interval=0.1)
+    # The goal lies beyond the sphere: the arm holds where going on would drive it deeper.
+    assert wait_for(lambda: s.settled(1.5), 8.0, interval=0.1), \
+        f'the arm did not come to rest against the sphere: {latest_status(s.probe)}'
+
     _, _, pulled = s.probe.command_stream(since)
     # A goal away from it: out of the sphere. (FCL runs at the end: its GIL-bound loop here
     # would starve the arm player's timer and make joint_states stale.)
@@ -401,19 +384,20 @@ def test_the_cloud_library_is_imported_beside_the_executor():
     stream that long). An import hook records which thread imports it."""
     code = (
         'import sys, threading\n'
-        'import smcik_ros.node as node\n'
-        'assert node.CLOUD_LIBRARY not in sys.modules, "imported with the node"\n'
+        'import smcik_ros.node\n'
+        'import smcik_ros.ros.scene as scene\n'
+        'assert scene.CLOUD_LIBRARY not in sys.modules, "imported with the node"\n'
         'who = []\n'
         'class Hook:\n'
         '    def find_spec(self, name, path=None, target=None):\n'
-        '        if name == node.CLOUD_LIBRARY:\n'
+        '        if name == scene.CLOUD_LIBRARY:\n'
         '            who.append(threading.get_ident())\n'
         '        return None\n'
         'sys.meta_path.insert(0, Hook())\n'
-        'done = node._import_beside(node.CLOUD_LIBRARY)\n'
-        'assert done.wait(120) and node.CLOUD_LIBRARY in sys.modules\n'
+        'done = scene.import_beside(scene.CLOUD_LIBRARY)\n'
+        'assert done.wait(120) and scene.CLOUD_LIBRARY in sys.modules\n'
         'assert who and threading.get_ident() not in who, who\n'
-        'assert node._import_beside(node.CLOUD_LIBRARY).is_set()\n')
+        'assert scene.import_beside(scene.CLOUD_LIBRARY).is_set()\n')
     assert_in_fresh_interpreter(code)
 
 
@@ -439,13 +423,17 @@ def test_collision_parameters_are_declared_and_guarded(session, probe):
         'collision_contact_tolerance': Parameter.Type.DOUBLE.value}
     descriptions = {d.name: d.description for d in future.result().descriptors}
     assert '[m]' in descriptions['collision_padding']
-    # What cannot be applied safely at runtime is refused with a reason.
+    fixed = {'package_paths', 'collision_padding', 'collision_contact_tolerance'}
+    # What the covers and pair tables are built for is read-only (fixed at start-up) ...
+    assert {d.name for d in future.result().descriptors if d.read_only} == fixed
+    assert all('fixed at start-up' in descriptions[name] for name in fixed)
+    # ... and ROS refuses a set of it with its reason.
     future = client.set_parameters([Parameter('collision_padding', value=0.01),
                                     Parameter('package_paths', value=['/tmp']),
                                     Parameter('collision_contact_tolerance', value=0.003)])
     assert wait_for(future.done, 10.0)
     results = future.result().results
-    assert all(not r.successful and 'fixed at start-up' in r.reason for r in results), results
+    assert all(not r.successful and 'read-only' in r.reason for r in results), results
     future = client.set_parameters([Parameter('collision_clearance', value=0.02)])
     assert wait_for(future.done, 10.0) and future.result().results[0].successful
 

@@ -5,7 +5,7 @@ import pytest
 from visualization_msgs.msg import Marker
 
 from smcik_ros.collision import CollisionConstraint, Obstacle, Scene, pose_matrix
-from smcik_ros.markers import COLLISION_NAMESPACES, collision_markers
+from smcik_ros.ros.markers import COLLISION_NAMESPACES, collision_markers
 
 from collision_helpers import demo_model
 from conftest import ARM7_URDF

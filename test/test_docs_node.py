@@ -5,9 +5,9 @@ import re
 
 import pytest
 
-pytest.importorskip('rclpy', reason='the node module imports rclpy')
+pytest.importorskip('rclpy', reason='the parameter table declares rclpy types')
 
-from smcik_ros.node import ARRAY_PARAMETERS, NODE_PARAMETERS  # noqa: E402
+from smcik_ros.ros.parameters import ARRAY_PARAMETERS, NODE_PARAMETERS  # noqa: E402
 
 DOC = Path(__file__).resolve().parents[1] / 'docs' / 'node.md'
 TYPES = {bool: 'bool', int: 'int', float: 'double', str: 'string'}
@@ -45,8 +45,31 @@ def test_every_parameter_is_documented_with_its_type_and_default():
 
 
 def test_read_only_parameters_are_documented_as_such():
+    """A row says 'read-only' exactly for the parameters declared read-only (ROS refuses a
+    set of those itself)."""
     text = DOC.read_text()
+    read_only = {name: bool(extra.get('read_only')) for name, (_, _, extra)
+                 in NODE_PARAMETERS.items()}
+    read_only.update((name, spec[3]) for name, spec in ARRAY_PARAMETERS.items())
+    for name, fixed in read_only.items():
+        row = next(line for line in text.splitlines() if line.startswith(f'| `{name}` |'))
+        assert ('read-only' in row) == fixed, \
+            f'{name}: read-only {fixed} in the code, the docs say {row!r}'
+
+
+def test_documented_ranges_are_the_declared_ones():
+    """Every range the table gives (``low..high``) is the one the node declares."""
+    rows = {}
+    for line in DOC.read_text().splitlines():
+        match = re.match(r'\| `([a-z_]+)` \|(?:[^|]*\|){3} ([^|]*)\|', line)
+        if match:
+            rows[match.group(1)] = match.group(2)
     for name, (_, _, extra) in NODE_PARAMETERS.items():
-        if extra.get('read_only'):
-            row = next(line for line in text.splitlines() if line.startswith(f'| `{name}` |'))
-            assert 'read-only' in row, f'{name} is read-only in the code, not in the docs'
+        if 'range' not in extra:
+            continue
+        found = re.search(r'(-?[\d.e-]+)\.\.(-?[\d.e-]+|pi)', rows[name])
+        assert found, f'{name}: no range in the docs ({rows[name]!r}), declared {extra["range"]}'
+        high = 3.141592653589793 if found.group(2) == 'pi' else float(found.group(2))
+        assert (float(found.group(1)), high) == pytest.approx(extra['range'], rel=1e-3), \
+            f'{name}: the docs say {found.group(0)}, declared {extra["range"]}'
+

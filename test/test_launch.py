@@ -35,7 +35,7 @@ def generate_test_description():
     include = IncludeLaunchDescription(
         PythonLaunchDescriptionSource(str(LAUNCH_FILE)),
         launch_arguments={'sim': 'true', 'rviz': 'false', 'max_acceleration': '2.5',
-                          'thread_priority': '1'}.items())
+                          'max_lead': '0.12'}.items())
     return launch.LaunchDescription([include, launch_testing.actions.ReadyToTest()])
 
 
@@ -83,12 +83,12 @@ class TestJointCommands(unittest.TestCase):
         client = self.node.create_client(GetParameters, '/smcik_node/get_parameters')
         self.assertTrue(client.wait_for_service(timeout_sec=TIMEOUT))
         future = client.call_async(GetParameters.Request(
-            names=['max_acceleration', 'velocity_scale', 'thread_priority']))
+            names=['max_acceleration', 'velocity_scale', 'max_lead']))
         rclpy.spin_until_future_complete(self.node, future, timeout_sec=TIMEOUT)
         values = future.result().values
         self.assertEqual(values[0].double_value, 2.5)        # the launch argument
         self.assertEqual(values[1].double_value, 0.5)        # params_file (config/arm.yaml)
-        self.assertEqual(values[2].integer_value, 1)         # a launch argument, an int
+        self.assertEqual(values[2].double_value, 0.12)       # another launch argument
         self.node.destroy_client(client)
 
 

@@ -33,8 +33,8 @@ from ros_helpers import (REPO_ROOT, Probe, dds_fixtures, read_log,  # noqa: E402
                          start_node_process, stop_process, wait_for, wait_for_log)
 from smcik_ros import kernels  # noqa: E402
 from smcik_ros.kinematics import Chain  # noqa: E402
-from smcik_ros.markers import link_segments  # noqa: E402
-from smcik_ros.ros_conversions import matrix_to_pose, stamp_to_nanoseconds  # noqa: E402
+from smcik_ros.ros.markers import link_segments  # noqa: E402
+from smcik_ros.ros.conversions import matrix_to_pose, stamp_to_nanoseconds  # noqa: E402
 from smcik_ros.errors import SmcIkError  # noqa: E402
 from smcik_ros.solvers import available_solvers, make_solver  # noqa: E402
 
@@ -547,6 +547,56 @@ def test_bad_parameters_are_refused_with_a_reason(system):
     assert wait_for(lambda: (latest_status(probe) or {}).get('solver') == 'smc', 5.0)
 
 
+@pytest.mark.parametrize('parameter', [
+    Parameter('collision_padding', value=0.01), Parameter('collision_cover_tolerance', value=0.02),
+    Parameter('collision_contact_tolerance', value=0.0), Parameter('solver_thread', value=False),
+    Parameter('package_paths', value=['/opt']), Parameter('use_tf', value=False),
+    Parameter('urdf_path', value='urdf/smcik_arm6.urdf')], ids=lambda p: p.name)
+def test_start_up_parameters_are_read_only_to_a_remote_set(system, parameter):
+    """What is built at start-up (covers, pair tables, the solver's thread, the model) is
+    declared read-only: ROS itself refuses a set from another process, with its reason, and
+    the describe service says so."""
+    _, _, probe = system
+    (result,) = set_parameters(probe, [parameter])
+    assert not result.successful
+    assert result.reason == f'Trying to set a read-only parameter: {parameter.name}.', \
+        result.reason
+    client = AsyncParameterClient(probe, 'smcik_node')
+    future = client.describe_parameters([parameter.name])
+    assert wait_for(future.done, 10.0), 'describe_parameters did not answer'
+    assert future.result().descriptors[0].read_only
+
+
+def test_diagnostics_mirror_the_status(system):
+    """/diagnostics carries the node's health as DiagnosticStatus entries (arm, control ticks,
+    solver, collision, goal) with levels and key-values, from the same data as ~/status."""
+    from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+    _, _, probe = system
+    arrays = []
+    reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+    sub = probe.create_subscription(DiagnosticArray, '/diagnostics', arrays.append, reliable)
+    try:
+        assert wait_for(lambda: len(arrays) >= 2, 10.0), 'nothing on /diagnostics'
+        array = arrays[-1]
+        names = [status.name for status in array.status]
+        assert names == ['smcik_node: arm', 'smcik_node: control ticks', 'smcik_node: solver',
+                         'smcik_node: collision', 'smcik_node: goal'], names
+        levels = {DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR,
+                  DiagnosticStatus.STALE}
+        assert all(status.level in levels for status in array.status)
+        assert all(status.hardware_id == 'smcik_arm' for status in array.status)
+        arm = {kv.key: kv.value for kv in array.status[0].values}
+        # the arm is measured (sim_arm): active, or braking a goal's tail within the limits
+        assert array.status[0].level == DiagnosticStatus.OK, (array.status[0], arm)
+        assert arm['arm_state'] == 'active' and arm['commanding'] == 'True'
+        solver = {kv.key: kv.value for kv in array.status[2].values}
+        assert solver['solver'] == latest_status(probe)['solver'] == 'smc'
+        assert array.header.stamp.sec > 0
+    finally:
+        probe.destroy_subscription(sub)
+
+
 def _solvers_for(chain):
     """Return (solvers that model this chain, {solver: reason} for those that refuse it)."""
     usable, refused = [], {}
@@ -618,6 +668,28 @@ def test_clean_shutdown_exit_code_zero(ros_env, sig):
         stop_process(proc, signal.SIGKILL)
 
 
+def test_a_node_without_an_arm_says_what_it_waits_for(ros_env):
+    """No joint_states (a real arm without its driver): the node says so at its first tick and
+    every 5 s after, with the topic's resolved name, commands nothing, and exits 0 on SIGINT.
+    It said before that it builds the collision model. (A domain of its own: the module's
+    sim_arm publishes joint_states.)"""
+    env, log_dir = ros_env
+    log = log_dir / 'waiting.log'
+    alone = dict(env, ROS_DOMAIN_ID=str(1 + (os.getpid() + 43) % 100))
+    proc = start_node_process('smcik_ros.node', alone, log, parameters=[
+        'smcik_node:marker_rate_hz:=0.0'])
+    try:
+        waiting = 'waiting for joint_states on /joint_states ('
+        assert wait_for(lambda: read_log(log).count(waiting) >= 2, 60.0), read_log(log)
+        text = read_log(log)
+        assert "(0 s): nothing is commanded until the arm's positions arrive" in text, text
+        assert "(5 s): nothing is commanded until the arm's positions arrive" in text, text
+        assert text.index('building the collision model') < text.index('ready:'), text
+        assert stop_process(proc, signal.SIGINT) == 0, read_log(log)
+    finally:
+        stop_process(proc, signal.SIGKILL)
+
+
 @pytest.mark.parametrize('sig', [signal.SIGINT, signal.SIGTERM], ids=['SIGINT', 'SIGTERM'])
 def test_a_signal_during_start_up_ends_the_process_at_once(ros_env, tmp_path, sig):
     """Still starting (the first run compiles the kernels, 20-50 s: an empty numba cache here):
@@ -644,7 +716,7 @@ def test_a_signal_during_start_up_ends_the_process_at_once(ros_env, tmp_path, si
 
 
 def test_step_interval_keeps_the_solver_at_or_below_its_rate():
-    from smcik_ros.node import step_interval
+    from smcik_ros.ros.schedule import step_interval
     assert [step_interval(100.0, r) for r in (0.0, 100.0, 150.0, 60.0, 50.0, 33.0)] == \
         [1, 1, 1, 2, 2, 4]
     assert [step_interval(500.0, 100.0), step_interval(1000.0, 100.0),
@@ -687,9 +759,10 @@ def test_status_is_published_between_control_ticks(ros_env, context, solver_thre
         '-p', 'start_without_joint_states:=true', '-p', 'joint_states_timeout:=0.1',
         '-p', f'solver_thread:={str(solver_thread).lower()}'])
     published = []
-    publish = node._status_pub.publish
-    node._status_pub.publish = lambda msg: (published.append((msg, threading.get_ident())),
-                                            publish(msg))
+    status = node.health._status
+    publish = status.publish
+    status.publish = lambda msg: (published.append((msg, threading.get_ident())),
+                                  publish(msg))
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)
     try:
@@ -717,8 +790,8 @@ def test_status_is_published_between_control_ticks(ros_env, context, solver_thre
 
 
 def test_the_node_clock_follows_clock_under_use_sim_time(ros_env, context):
-    """The node reads the system clock directly unless /clock overrides ROS time: with
-    use_sim_time its times are /clock's, without it the system time."""
+    """The node's times are ROS time: with use_sim_time /clock's, without it the system
+    time."""
     from rosgraph_msgs.msg import Clock
     from rclpy.executors import SingleThreadedExecutor
     from smcik_ros.node import SmcIkNode
@@ -734,61 +807,16 @@ def test_the_node_clock_follows_clock_under_use_sim_time(ros_env, context):
     sent = 1_000 * 10**9 + 123_456_789
     try:
         deadline = time.monotonic() + 10.0
-        while sim._now()[0] != sent and time.monotonic() < deadline:
+        while sim.time.now()[0] != sent and time.monotonic() < deadline:
             msg = Clock()
             msg.clock.sec, msg.clock.nanosec = divmod(sent, 10**9)
             clock_pub.publish(msg)
             executor.spin_once(timeout_sec=0.05)
-        assert sim._now()[0] == sent
+        assert sim.time.now()[0] == sent
         before = wall.get_clock().now().nanoseconds        # ROS time, not overridden
-        ns = wall._now()[0]
+        ns = wall.time.now()[0]
         assert before <= ns <= wall.get_clock().now().nanoseconds
     finally:
         executor.shutdown()
         sim.destroy_node()
         wall.destroy_node()
-
-
-def test_arm_yaml_sets_every_node_parameter(ros_env, context):
-    """config/arm.yaml lists every parameter the node declares (arrays may be commented)."""
-    from smcik_ros.node import SmcIkNode
-    node = SmcIkNode(context=context, cli_args=['--ros-args', '--params-file', str(PARAMS)])
-    try:
-        declared = set(node.parameter_names()) - {'robot_description'}   # set by the launch
-    finally:
-        node.destroy_node()
-    text = PARAMS.read_text()
-
-    def flat(tree, prefix=''):
-        for key, value in tree.items():
-            if isinstance(value, dict):
-                yield from flat(value, f'{prefix}{key}.')
-            else:
-                yield prefix + key
-
-    listed = set(flat(_NODE_YAML))
-    commented = {name for name in declared - listed
-                 if f'# {name.split(".")[-1]}: []' in text}
-    missing = sorted(declared - listed - commented)
-    assert not missing, (f'config/arm.yaml lacks: {missing}; the solver block is printed by '
-                         '`python -m smcik_ros.node --solver-settings-yaml`')
-
-
-def test_log_lines_are_written_in_order_by_their_own_thread_and_flushed_on_close():
-    """The node's log calls go through a thread of their own (an rclpy log call costs
-    1-10 ms: not in the control tick); every line is written, in order, by the time close()
-    returns, and a failing write loses only that line."""
-    from smcik_ros.node import _LogThread
-    written, threads = [], set()
-
-    def write(level, text):
-        threads.add(threading.get_ident())
-        if text == 'line 7':
-            raise RuntimeError('a destroyed node')
-        written.append((level, text))
-    log = _LogThread(write)
-    for k in range(200):
-        log.put('info' if k % 2 else 'warn', f'line {k}')
-    log.close()
-    assert written == [('info' if k % 2 else 'warn', f'line {k}') for k in range(200) if k != 7]
-    assert threading.get_ident() not in threads and len(threads) == 1

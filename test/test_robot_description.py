@@ -1,4 +1,5 @@
-"""Robot description loading without a ROS graph: path resolution, URDF and .xacro files."""
+"""Robot description loading without a ROS graph: path resolution, URDF and .xacro files,
+the URDF file behind the model and which SRDF applies."""
 
 from pathlib import Path
 
@@ -6,7 +7,8 @@ import pytest
 
 from smcik_ros.errors import ModelError
 from smcik_ros.kinematics import Chain
-from smcik_ros.robot_description import read_urdf_file, resolve_path
+from smcik_ros.ros.description import (SEMANTIC_TOPIC, SrdfSources, read_urdf_file,
+                                       resolve_path, urdf_file_of)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,3 +58,45 @@ def test_xacro_goes_through_xacro_or_says_how_to_get_it(tmp_path):
         return
     chain = Chain.from_urdf(read_urdf_file(path))
     assert chain.joint_names == ('joint1', 'joint2')
+
+
+def test_the_urdf_file_is_kept_only_for_the_same_robot(tmp_path):
+    """The file behind the model (its relative meshes, the SRDF beside it): urdf_path when the
+    XML came from it, or from elsewhere when the file describes the same robot; another robot
+    is warned about and not used."""
+    arm = str(ROOT / 'urdf' / 'smcik_arm.urdf')
+    xml = Path(arm).read_text()
+    assert urdf_file_of('', xml, 'the robot_description parameter') == (None, None)
+    assert urdf_file_of(arm, xml, f'urdf_path {arm!r}') == (arm, None)
+    assert urdf_file_of(arm, xml, 'the robot_description parameter') == (arm, None)
+    other = tmp_path / 'two.urdf.xacro'
+    other.write_text(XACRO)
+    path, note = urdf_file_of(str(ROOT / 'urdf' / 'smcik_arm6.urdf'), xml, 'the topic')
+    assert path is None and 'describes another robot than the XML from the topic' in note
+    assert urdf_file_of(str(tmp_path / 'missing.urdf'), xml, 'the topic') == (None, None)
+
+
+def test_the_srdf_parameters_win_over_the_topic_and_the_convention():
+    """robot_description_semantic, else srdf_path, else the topic's SRDF, else the one beside
+    the URDF; the topic is taken only while no parameter names an SRDF and only when it
+    brings another SRDF than the one applied."""
+    arm = str(ROOT / 'urdf' / 'smcik_arm.urdf')
+    srdf = str(ROOT / 'urdf' / 'smcik_arm.srdf')
+    sources = SrdfSources(arm)
+    none = {'robot_description_semantic': '', 'srdf_path': ''}
+    assert sources.topic_wanted(none)
+    assert sources.choose(none) == (srdf, f'{srdf!r} (found beside the URDF)', False)
+    assert sources.choose(none, '<robot/>') == ('<robot/>', f'the {SEMANTIC_TOPIC} topic',
+                                                True)
+    path = dict(none, srdf_path='urdf/smcik_arm6.srdf')
+    source, where, explicit = sources.choose(path, '<robot/>')
+    assert source.endswith('smcik_arm6.srdf') and explicit and not sources.topic_wanted(path)
+    text = dict(none, robot_description_semantic='<robot name="x"/>', srdf_path=srdf)
+    assert sources.choose(text, '<robot/>')[0] == '<robot name="x"/>'
+    sources.applied = '<robot/>'
+    assert not sources.take_topic('<robot/>', none)          # the one applied
+    assert not sources.take_topic('  ', none)
+    assert not sources.take_topic('<robot a="1"/>', path)      # a parameter names one
+    assert sources.take_topic('<robot a="1"/>', none)
+    with pytest.raises(ModelError, match="srdf_path 'nowhere.srdf' not found"):
+        sources.choose(dict(none, srdf_path='nowhere.srdf'))

@@ -1,4 +1,4 @@
-"""Unit tests of smcik_ros.ros_conversions and smcik_ros.markers (messages, no graph)."""
+"""Unit tests of smcik_ros.ros.conversions and smcik_ros.ros.markers (messages, no graph)."""
 
 import math
 from pathlib import Path
@@ -11,8 +11,8 @@ from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 from visualization_msgs.msg import Marker, MarkerArray
 
-from smcik_ros import markers
-from smcik_ros import ros_conversions as rc
+from smcik_ros.ros import conversions as rc
+from smcik_ros.ros import markers
 from smcik_ros.errors import GoalError
 from smcik_ros.kinematics import Chain
 from smcik_ros.rotations import quat_to_matrix
@@ -108,180 +108,6 @@ def test_joint_state_positions_keep_what_is_usable():
     assert (missing, bad, extra) == (['d'], ['c'], ['x'])
     with pytest.raises(GoalError, match='expected one position per name, got 2 names and 1'):
         rc.joint_state_positions(JointState(name=['a', 'b'], position=[1.0]), ['a'])
-
-
-def _random_joint_state(rng, chain_names, names):
-    """A JointState over ``names`` (shuffled at times), sometimes with a NaN or a joint
-    missing, sometimes with an extra joint."""
-    names = list(names)
-    if rng.random() < 0.2:
-        names = list(rng.permutation(names))
-    carried = [name for name in names if name in chain_names]
-    if rng.random() < 0.1 and carried:
-        names.remove(carried[rng.integers(len(carried))])
-    if rng.random() < 0.1:
-        names.append('gripper')
-    position = rng.uniform(-3.0, 3.0, len(names))
-    if rng.random() < 0.1:
-        position[rng.integers(len(names))] = rng.choice([np.nan, np.inf])
-    return JointState(name=names, position=position.tolist())
-
-
-def test_joint_state_reader_reads_serialized_messages_like_messages():
-    """From the bytes the middleware delivers, the reader answers what the message path
-    answers (and the stamp), on streams with frame ids and names of every length modulo the
-    CDR alignment, reordered, spoiled, shortened and lengthened, with and without
-    velocities, from one publisher or from two that alternate (an arm and a gripper
-    driver); the bytes path skips the deserialization on most of them."""
-    from rclpy.serialization import serialize_message
-    rng = np.random.default_rng(11)
-    chain_names = ['a', 'bb', 'ccc', 'dddd', 'eeeee']
-    messages, hits = 0, []
-    for stream in range(30):
-        reader = rc.JointStateReader(chain_names)
-        publishers = []
-        for _ in range(1 if stream < 20 else 2):
-            names = chain_names + ['x' * int(rng.integers(1, 9))] * int(rng.integers(0, 2))
-            if stream >= 20 and publishers:     # the second publisher: some joints + its own
-                names = list(rng.choice(chain_names, 2, replace=False)) + ['gripper']
-            publishers.append((list(rng.permutation(names)), 'f' * int(rng.integers(0, 8))))
-        for k in range(100):
-            stream_names, frame = publishers[k % len(publishers)]
-            msg = _random_joint_state(rng, chain_names, stream_names)
-            msg.header.frame_id = frame if rng.random() > 0.05 else 'other'
-            msg.header.stamp.sec = int(rng.integers(0, 2**31))
-            msg.header.stamp.nanosec = int(rng.integers(0, 10**9))
-            if rng.random() < 0.5:
-                msg.velocity = rng.normal(size=len(msg.name)).tolist()
-            want = rc.joint_state_positions(msg, chain_names)
-            q, missing, bad, extra, stamp = reader.read_serialized(bytes(serialize_message(msg)))
-            np.testing.assert_array_equal(q, want[0])
-            assert (missing, bad, extra) == want[1:]
-            assert stamp == rc.stamp_to_nanoseconds(msg.header.stamp)
-            messages += 1
-        hits.append(reader.hits)
-    assert messages == 3000
-    # About 60 % of the messages are unspoiled repeats of a layout (measured 50-75 per
-    # stream of 100); with two alternating publishers as many (each keeps its layout).
-    assert sum(hits) > 1500 and min(hits) >= 40, hits
-    assert np.mean(hits[20:]) > 50, hits
-    with pytest.raises(GoalError, match='expected a serialized sensor_msgs/JointState'):
-        reader.read_serialized(b'\x00\x01\x00\x00\x01')
-
-
-def test_joint_state_writer_equals_make_joint_state():
-    """The writer's bytes are make_joint_state's message as the middleware reads it (and
-    equal to its serializer's bytes but for the alignment padding, which it leaves unset);
-    the fallback, the filled message, equals that message. Names of every length modulo the
-    padding, 40 writers each."""
-    from rclpy.serialization import deserialize_message, serialize_message
-    rng = np.random.default_rng(3)
-    names = ['shoulder', 'elbow', 'wrist_1', 'wrist_2', 'wrist_3', 'a', 'b']
-    for n in (1, 3, 7):
-        assert all(rc.JointStateWriter([f'{name}_{k}' for name in names[:n]]).serialized
-                   for k in range(40))
-        writer = rc.JointStateWriter(names[:n])
-        fallback = rc.JointStateWriter(names[:n])
-        fallback._layout = None
-        assert writer.serialized and not fallback.serialized
-        for _ in range(50):
-            q, dq = rng.normal(size=n), rng.normal(size=n)
-            ns = int(rng.integers(0, 2**31 * 10**9))
-            stamp = JointState().header.stamp
-            stamp.sec, stamp.nanosec = ns // 10**9, ns % 10**9
-            want = rc.make_joint_state(names[:n], q, dq, stamp)
-            got = writer.fill(q, dq, ns)
-            assert isinstance(got, bytes) and deserialize_message(got, JointState) == want
-            assert len(got) == len(bytes(serialize_message(want)))
-            message = fallback.fill(q, dq, ns)
-            assert message == want and rc.stamp_to_nanoseconds(message.header.stamp) == ns
-    with pytest.raises(ValueError, match=r'expected 3 positions and velocities; got shapes '
-                                         r'\(2,\) and \(3,\)'):
-        rc.JointStateWriter(NAMES).fill(np.zeros(2), np.zeros(3), 0)
-
-
-def test_restamper_bytes_are_the_restamped_message():
-    """Restamper's bytes are the message with every header stamped anew, as the middleware
-    reads them, for the node's marker arrays of several sizes (DELETEALL first, particles,
-    text of every alignment, an empty array, the collision markers); the fallback sets the
-    stamps in the message; the message's own stamps are left as they were."""
-    from rclpy.serialization import deserialize_message, serialize_message
-    rng = np.random.default_rng(5)
-    chain = Chain.from_urdf(URDF)
-    segments = markers.link_segments(URDF.read_text(), chain.link_names)
-    arrays = [MarkerArray()]
-    for count in (1, 4, 20):
-        q = chain.random_configuration(rng, count)
-        positions = chain.link_poses(q)[..., :3, 3]
-        arrays.append(markers.build_marker_array(
-            'base_link', None, particle_positions=positions, weights=rng.random(count),
-            segments=segments, map_positions=positions[0], target=rng.normal(size=3),
-            spheres=[(rng.normal(size=3), 0.1)], clear=True))
-    arrays.append(markers.collision_markers(
-        'base_link', None, cover=(rng.normal(size=(30, 3)), rng.uniform(0.01, 0.1, 30)),
-        closest=(rng.normal(size=3), rng.normal(size=3), 0.01)))
-    for k, array in enumerate(arrays[1:]):
-        array.markers[-1].text = 'x' * k          # strings of every length modulo 4
-    for array in arrays:
-        before = [rc.stamp_to_nanoseconds(m.header.stamp) for m in array.markers]
-        restamper = rc.Restamper(array, [m.header for m in array.markers])
-        fallback = rc.Restamper(array, [m.header for m in array.markers])
-        fallback._layout = None
-        assert restamper.serialized
-        assert [rc.stamp_to_nanoseconds(m.header.stamp) for m in array.markers] == before
-        for _ in range(5):
-            ns = int(rng.integers(0, 2**31 * 10**9))
-            data = restamper.at(ns)
-            got = deserialize_message(data, MarkerArray)
-            assert isinstance(data, bytes)
-            assert [rc.stamp_to_nanoseconds(m.header.stamp) for m in got.markers] == \
-                [ns] * len(array.markers)
-            message = fallback.at(ns)
-            assert message is array
-            assert got == deserialize_message(serialize_message(message), MarkerArray)
-
-
-def test_vertex_splicer_bytes_are_the_message_with_its_vertices():
-    """VertexSplicer's bytes are the MarkerArray with the marker's vertices as objects, as
-    the middleware reads them: the particles' marker first, between others or last, after
-    strings of every length modulo 8 and other markers' points, with 0 to 200 vertices; the
-    marker's own lists stay empty. The fallback (no layout) fills the lists and returns the
-    message itself; a colour count that differs from the points' is refused."""
-    from rclpy.serialization import deserialize_message, serialize_message
-    rng = np.random.default_rng(11)
-    splicer = rc.VertexSplicer()
-    fallback = rc.VertexSplicer()
-    fallback._layout = None
-    assert splicer.serialized and not fallback.serialized
-    chain = Chain.from_urdf(URDF)
-    for case in range(48):
-        count = int(rng.choice([0, 1, 2, 3, 17, 200]))
-        points, colors = rng.normal(size=(count, 3)), rng.random((count, 4))
-        others = markers.build_marker_array(
-            'base' + 'x' * (case % 8), None, map_positions=chain.link_poses(
-                chain.random_configuration(rng))[:, :3, 3], target=rng.normal(size=3),
-            clear=bool(case % 2))
-        others.markers[-1].text = 'y' * (case // 8)
-        marker = markers.particle_marker(None, None, 'b' * (case % 5), fill=False)
-        marker.header.stamp.sec = int(rng.integers(0, 2**31))
-        others.markers.insert(int(rng.integers(0, len(others.markers) + 1)), marker)
-        data = splicer.serialize(others, marker, points, colors)
-        assert isinstance(data, bytes)
-        assert len(marker.points) == len(marker.colors) == 0
-        got = deserialize_message(data, MarkerArray)
-        message = fallback.serialize(others, marker, points, colors)
-        assert message is others and len(marker.points) == len(marker.colors) == count
-        assert got == deserialize_message(serialize_message(message), MarkerArray)
-        spliced = got.markers[others.markers.index(marker)]
-        np.testing.assert_array_equal(
-            np.reshape([[p.x, p.y, p.z] for p in spliced.points], (-1, 3)), points)
-        np.testing.assert_array_equal(
-            np.reshape([[c.r, c.g, c.b, c.a] for c in spliced.colors], (-1, 4)),
-            colors.astype(np.float32))
-    with pytest.raises(ValueError, match='expected one colour per vertex; got 3 points and '
-                                         '2 colours'):
-        splicer.serialize(MarkerArray(markers=[marker]), marker, np.zeros((3, 3)),
-                          np.zeros((2, 4)))
 
 
 def test_stamp_to_nanoseconds_is_exact():
@@ -483,12 +309,10 @@ def test_particle_marker_one_line_list_with_colour_per_vertex(chain):
     best = int(np.argmax(w))
     colour = marker.colors[best * len(segments) * 2]
     assert (colour.r, colour.g, colour.a) == pytest.approx((0.0, 1.0, 1.0))
-    # The vertex arrays (what the node splices into the bytes) are the marker's lists.
+    # The vertex arrays are the marker's lists.
     points, colors = markers.particle_vertices(positions, w, segments)
     np.testing.assert_array_equal([[p.x, p.y, p.z] for p in marker.points], points)
     np.testing.assert_array_equal([[c.r, c.g, c.b, c.a] for c in marker.colors], colors)
-    empty = markers.particle_marker(positions, w, 'base_link', segments=segments, fill=False)
-    assert empty.type == Marker.LINE_LIST and not empty.points and not empty.colors
 
 
 def test_marker_array_contents(chain):
@@ -511,3 +335,21 @@ def test_marker_array_contents(chain):
     np.testing.assert_allclose(arrow_x, target[:3, 2], atol=1e-9)
     point_target = markers.target_marker(np.array([0.1, 0.2, 0.3]), 'base_link')
     assert point_target.type == Marker.SPHERE
+
+
+def test_loop_time_counts_integer_nanoseconds_from_the_start():
+    """The loop's seconds are the node clock's nanoseconds since the start (exact integers
+    first, then one conversion); an unset (zero) stamp is None."""
+    class Clock:
+        ns = 1_795_668_429_400_348_617
+
+        def now(self):
+            return type('Time', (), {'nanoseconds': self.ns})()
+    clock = Clock()
+    time = rc.LoopTime(clock)
+    clock.ns += 2_500_000_001
+    ns, seconds = time.now()
+    assert ns == 1_795_668_431_900_348_618 and seconds == pytest.approx(2.500000001, abs=1e-12)
+    assert time.of_stamp(rc.nanoseconds_to_stamp(clock.ns + 10**9)) == \
+        pytest.approx(3.500000001, abs=1e-12)
+    assert time.of_stamp(JointState().header.stamp) is None

@@ -1,7 +1,5 @@
-"""The entry points' executor choice (smcik_ros.ros_runner._make_executor) and their
-real-time priority (set_realtime_priority)."""
+"""The entry points' executor choice (smcik_ros.ros.runner._make_executor)."""
 import os
-import threading
 
 import pytest
 import rclpy
@@ -9,9 +7,8 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
-from conftest import thread_policy
 from smcik_ros.errors import SmcIkError
-from smcik_ros.ros_runner import _apply_priority, _make_executor, set_realtime_priority
+from smcik_ros.ros.runner import _make_executor
 
 try:
     from rclpy.experimental import EventsExecutor  # noqa: F401
@@ -58,85 +55,3 @@ def test_sim_time_keeps_the_wait_set_executor(context, monkeypatch):
                           SingleThreadedExecutor)
     finally:
         node.destroy_node()
-
-
-@pytest.mark.skipif(not hasattr(os, 'sched_setscheduler'),
-                    reason='SCHED_FIFO is Linux-only (os.sched_setscheduler is missing)')
-def test_realtime_priority_goes_to_the_caller_and_the_threads_named_only():
-    """thread_priority: the calling thread and the named threads run under SCHED_FIFO, a
-    thread they start afterwards under the normal policy; without the privilege nothing
-    changes and the message says how to grant it."""
-    with pytest.raises(ValueError, match='1-99, got 0'):
-        set_realtime_priority(0)
-    with pytest.raises(ValueError, match='1-99, got 100'):
-        set_realtime_priority(100)
-    release = threading.Event()
-    bystander = threading.Thread(target=release.wait, args=(30.0,), daemon=True)
-    bystander.start()
-    seen = {}
-
-    def caller():
-        seen['result'] = set_realtime_priority(5, [bystander.native_id])
-        seen['caller'] = thread_policy(0)
-        child = threading.Thread(target=lambda: seen.setdefault('child', thread_policy(0)))
-        child.start()
-        child.join(10.0)
-
-    try:
-        thread = threading.Thread(target=caller)
-        thread.start()
-        thread.join(10.0)
-        other = thread_policy(bystander.native_id)
-    finally:
-        release.set()
-        bystander.join(10.0)
-    applied, problem = seen['result']
-    assert seen['child'] == (os.SCHED_OTHER, 0)
-    assert thread_policy(0) == (os.SCHED_OTHER, 0)          # the test's own thread is untouched
-    if applied:
-        assert (applied, problem) == (5, None)
-        assert seen['caller'] == (os.SCHED_FIFO, 5)
-        assert other == (os.SCHED_FIFO, 5)
-    else:
-        assert 'real-time priority 5 not set' in problem and 'CAP_SYS_NICE' in problem
-        assert seen['caller'] == other == (os.SCHED_OTHER, 0)
-
-
-def test_a_tick_in_the_first_spin_runs_at_the_priority(context, monkeypatch):
-    """_apply_priority raises the calling thread before the executor's first spin: a timer
-    due then (the node's first control tick; the wait-set executor of Humble and of
-    use_sim_time runs it in that spin) already runs under SCHED_FIFO, and a Python thread
-    that callback starts keeps the normal policy; without the privilege the tick runs at
-    normal priority and the node is told why."""
-    monkeypatch.setenv('SMCIK_EXECUTOR', 'single')
-    node = Node('first_spin', context=context)
-    node.declare_parameter('thread_priority', 6)
-    seen, told = {}, []
-
-    def tick():
-        if 'tick' not in seen:
-            seen['tick'] = thread_policy(0)
-            child = threading.Thread(target=lambda: seen.setdefault('child', thread_policy(0)))
-            child.start()
-            child.join(10.0)
-    node.create_timer(1e-4, tick)
-    node.priority_applied = lambda applied, problem: told.append((applied, problem))
-    executor = _make_executor(node, rclpy.logging.get_logger('test_ros_runner'))
-    executor.add_node(node)
-    threading.Event().wait(0.01)            # the timer is due at the first spin
-    try:
-        thread = threading.Thread(target=_apply_priority, args=(
-            node, executor, rclpy.logging.get_logger('test_ros_runner')))
-        thread.start()
-        thread.join(10.0)
-    finally:
-        executor.shutdown(timeout_sec=1.0)
-        node.destroy_node()
-    assert 'tick' in seen and len(told) == 1
-    assert seen['child'] == (os.SCHED_OTHER, 0)
-    applied, problem = told[0]
-    if applied:
-        assert (applied, problem) == (6, None)
-        assert seen['tick'] == (os.SCHED_FIFO, 6)
-    else:
-        assert 'CAP_SYS_NICE' in problem and seen['tick'] == (os.SCHED_OTHER, 0)

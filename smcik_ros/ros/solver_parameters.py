@@ -3,7 +3,9 @@
 Every field of every solver's settings dataclass becomes a parameter of the same name, with
 its default, its type and the field's comment as description. This module computes what the
 node declares, turns parameter values back into settings, builds solvers and works out which
-settings a change touches; the node only declares and reads the parameters.
+settings a change touches; the node only declares and reads the parameters. ``SolverChoice``
+is the running solver's side of a parameter change: a switch or new settings are built and
+checked first, then applied to the control loop without a jump.
 """
 
 import dataclasses
@@ -11,11 +13,11 @@ import functools
 import inspect
 import re
 
-from .errors import ParameterError
-from .solvers import available_solvers, make_solver, settings_type
+from ..errors import ParameterError
+from ..solvers import available_solvers, make_solver, settings_type
 
 __all__ = ['SolverParameter', 'solver_parameters', 'settings_from', 'make_solver_from',
-           'settings_changes', 'solver_settings_yaml', 'settings_comments']
+           'settings_changes', 'solver_settings_yaml', 'settings_comments', 'SolverChoice']
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,6 +129,60 @@ def settings_changes(fields, solver, current, wanted):
     now = settings_from(fields, solver, current)
     new = settings_from(fields, solver, wanted)
     return {k: v for k, v in new.items() if now[k] != v}
+
+
+class SolverChoice:
+    """The solver a control loop runs, as parameters: ``solver`` and ``<solver>.<field>``.
+
+    fields: {solver: [field names declared]}; chain: the model; current: callable -> the
+    parameter values before a change; constraints: callable -> the constraint objects a new
+    solver must accept; report: callable(level, text). ``check`` builds every solver whose
+    settings a change touches (ParameterError: a bad setting or unknown solver) and, for a
+    switch, gives the new one the constraints (GoalError); ``apply`` switches the loop (it
+    starts at the current command) or updates the running solver's settings in place.
+    """
+
+    def __init__(self, fields, chain, name, current, constraints, report):
+        self.fields = fields
+        self.chain = chain
+        self.name = name
+        self._current = current
+        self._constraints = constraints
+        self._report = report
+        self._built = {}
+
+    def owns(self, parameter):
+        """True for ``solver`` and the ``<solver>.<field>`` settings."""
+        return parameter == 'solver' or parameter.split('.', 1)[0] in self.fields
+
+    def build(self, values, name=None):
+        """Return the solver ``name`` (default: the running one's) built from ``values``."""
+        return make_solver_from(self.fields, name or self.name, self.chain, values)
+
+    def check(self, changes, values):
+        name = values['solver']
+        touched = {key.split('.', 1)[0] for key in changes if '.' in key}
+        if 'solver' in changes:
+            touched.add(name)
+        self._built = {solver: self.build(values, solver) for solver in touched
+                       if solver in self.fields or solver == name}
+        if name != self.name:
+            self._built[name].set_constraints(self._constraints())
+
+    def apply(self, loop, changes, values):
+        name = values['solver']
+        if name != self.name:
+            loop.set_solver(self._built[name])     # with the loop's constraints, no jump
+            self._report('info', f'solver switched from {self.name} to {name}, started at the '
+                         'current command (no jump)')
+            self.name = name
+        else:
+            diff = settings_changes(self.fields, name, self._current(), values)
+            if diff:
+                loop.solver.update_settings(**diff)
+                self._report('info', f'solver {name} settings changed: '
+                             + ', '.join(f'{k}={v!r}' for k, v in diff.items()))
+        self._built = {}
 
 
 def solver_settings_yaml(indent=4):

@@ -1,4 +1,5 @@
-"""Shared entry-point logic of the package's nodes: init, our own executor loop, exit codes.
+"""Shared entry-point logic of the package's nodes: init, our own executor loop, exit codes,
+and the core's Python log records on a node's log (``LogBridge``).
 
 rclpy's own SIGINT handler shuts the context down from inside the signal, so a second signal
 (terminal Ctrl-C, then ``ros2 launch`` forwarding it) could land in ``destroy_node()`` and end
@@ -9,7 +10,7 @@ IK node brakes to a stop while still publishing) and exits 0, however many signa
 """
 
 import cProfile
-import errno
+import logging
 import os
 import signal
 import sys
@@ -19,9 +20,9 @@ import time
 import rclpy
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 
-from .errors import SmcIkError
+from ..errors import SmcIkError
 
-__all__ = ['run_node', 'stop_requested', 'request_stop', 'set_realtime_priority']
+__all__ = ['run_node', 'stop_requested', 'request_stop', 'LogBridge']
 
 _stop = threading.Event()
 _signals = []      # signal numbers received, in order
@@ -79,54 +80,34 @@ def _restore_handlers(previous):
             pass
 
 
-_last_error = [0.0]
+class LogBridge(logging.Handler):
+    """Route the core's Python log records ('smcik_ros.collision': SRDF entries naming unknown
+    links, links left out of the model) to the node's log."""
 
+    LOGGER = 'smcik_ros.collision'
 
-def _thread_ids():
-    """Return the Linux thread ids of this process (a set of ints; empty elsewhere)."""
-    try:
-        return {int(tid) for tid in os.listdir('/proc/self/task')}
-    except OSError:
-        return set()
+    def __init__(self, log):
+        super().__init__(logging.INFO)
+        self._log = log
+        self._logger = logging.getLogger(self.LOGGER)
+        self._logger.addHandler(self)
+        if self._logger.level == logging.NOTSET or self._logger.level > logging.INFO:
+            self._logger.setLevel(logging.INFO)
 
-
-def set_realtime_priority(priority, threads=()):
-    """Run the calling thread, and the Linux thread ids ``threads``, under SCHED_FIFO at
-    ``priority`` (1-99); threads they start later run under the normal policy
-    (SCHED_RESET_ON_FORK), so a worker or import thread never competes at real-time priority.
-
-    Returns (priority set on the calling thread, or 0; None, or a sentence saying what was not
-    set, why, and how to fix it). Where it is not set the caller runs on at normal priority;
-    the usual reason is a missing privilege: a real-time priority needs CAP_SYS_NICE or an
-    rtprio limit for the user.
-    """
-    priority = int(priority)
-    if not 1 <= priority <= 99:
-        raise ValueError(f'a SCHED_FIFO priority is 1-99, got {priority}')
-    if not hasattr(os, 'sched_setscheduler') or not hasattr(os, 'SCHED_FIFO'):
-        return 0, (f'real-time priority {priority} not set: this platform ({sys.platform}) '
-                   'has no SCHED_FIFO; running at normal priority')
-    policy = os.SCHED_FIFO | getattr(os, 'SCHED_RESET_ON_FORK', 0)
-    param = os.sched_param(priority)
-    try:
-        os.sched_setscheduler(0, policy, param)
-    except OSError as exc:
-        return 0, (f'real-time priority {priority} not set ({exc.strerror or exc}): it needs '
-                   'CAP_SYS_NICE or an rtprio limit for this user (e.g. "@realtime - rtprio '
-                   '99" in /etc/security/limits.conf and the user in group realtime, then log '
-                   'in again; in a container: --cap-add=SYS_NICE or --ulimit rtprio=99); '
-                   'running at normal priority')
-    failed = []
-    for tid in sorted(set(threads)):
+    def emit(self, record):
+        level = ('error' if record.levelno >= logging.ERROR else
+                 'warn' if record.levelno >= logging.WARNING else 'info')
         try:
-            os.sched_setscheduler(tid, policy, param)
-        except OSError as exc:         # a thread that ended meanwhile, or refused
-            if exc.errno != errno.ESRCH:
-                failed.append(f'{tid} ({exc.strerror or exc})')
-    if failed:
-        return priority, (f'real-time priority {priority} set on the calling thread but not on '
-                          f'thread(s) {", ".join(failed)}')
-    return priority, None
+            self._log(level, record.getMessage())
+        except Exception:   # noqa: BLE001 - a destroyed node: nothing to log to
+            pass
+
+    def close(self):
+        self._logger.removeHandler(self)
+        super().close()
+
+
+_last_error = [0.0]
 
 
 def _spin_once(executor, timeout, logger):
@@ -149,11 +130,13 @@ def _make_executor(node, logger):
     """Return rclpy's EventsExecutor where it exists (Jazzy's rclpy.experimental), else the
     SingleThreadedExecutor (Humble). SMCIK_EXECUTOR=single forces the latter.
 
-    The events executor dispatches timers and subscriptions from C++ without rebuilding a wait
-    set in Python on every wake-up: at 100 Hz with joint_states at 100 Hz it cut the node's CPU
-    share from 26 % to 19 % of a core (benchmarks/node_latency.py). Under use_sim_time it is not
-    used: driven by a /clock ten times faster than real time, its timers fired 31 % more often
-    than the simulated time allows (the wait-set executor fired exactly as often).
+    The events executor (experimental in rclpy) dispatches timers and subscriptions from C++
+    without rebuilding a wait set in Python on every wake-up: at 100 Hz with joint_states at
+    100 Hz, at rest, the node took 6.8-7.1 % of a core with it against 15.3-16.3 % with the
+    wait-set executor (benchmarks/node_latency.py, issue 31; docs/node.md, "Cost"). Under
+    use_sim_time it is not used: driven by a /clock ten times faster than real time, its timers
+    fired 31 % more often than the simulated time allows (the wait-set executor fired exactly
+    as often).
     """
     choice = os.environ.get('SMCIK_EXECUTOR', 'auto').strip().lower()
     if choice not in ('auto', 'events', 'single'):
@@ -170,42 +153,6 @@ def _make_executor(node, logger):
                         'newer); using the SingleThreadedExecutor')
         return SingleThreadedExecutor(context=node.context)
     return EventsExecutor(context=node.context)
-
-
-def _apply_priority(node, executor, logger):
-    """Raise the executor's threads to the node's ``thread_priority`` parameter (absent or
-    0: leave them).
-
-    Called before the spin loop. The calling thread gets it first, and the node is told
-    then (``~/status`` is about the tick's thread), so that a tick in the first spin runs at
-    it and a status published in that spin says so. That spin starts the executor's own
-    threads (rclpy's EventsExecutor starts its timer thread then, in C++), which get the
-    priority after it; the node's threads started before (DDS, the solver's worker, the log
-    writer) and Python threads started in that spin keep theirs (SCHED_RESET_ON_FORK). The
-    node is told the outcome through ``priority_applied(priority set or 0, problem or
-    None)`` where it has that method; otherwise, and for threads that could not be raised, a
-    problem is logged here.
-    """
-    if not node.has_parameter('thread_priority'):
-        return
-    priority = int(node.get_parameter('thread_priority').value)
-    if priority <= 0:
-        return
-    before = _thread_ids()
-    applied, problem = set_realtime_priority(priority)
-    report = getattr(node, 'priority_applied', None)
-    if report is not None:
-        report(applied, problem)
-    elif problem is not None:
-        logger.warn(problem)
-    _spin_once(executor, 0.0, logger)
-    if applied:
-        # That spin may have started a Python thread (the contact refinement): it keeps the
-        # normal policy.
-        python_threads = {t.native_id for t in threading.enumerate()}
-        _, problem = set_realtime_priority(priority, _thread_ids() - before - python_threads)
-        if problem is not None:
-            logger.warn(problem)
 
 
 def run_node(factory, name, args=None, profile_path=None, stop_timeout=5.0,
@@ -241,7 +188,6 @@ def run_node(factory, name, args=None, profile_path=None, stop_timeout=5.0,
             del _starting[:]
         executor = _make_executor(node, logger)
         executor.add_node(node)
-        _apply_priority(node, executor, logger)
         if profiler:
             profiler.enable()
         while not _stop.is_set():

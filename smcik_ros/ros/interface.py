@@ -11,7 +11,7 @@ from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
 __all__ = ['COMMAND_TYPES', 'COMMAND_QOS', 'INPUT_QOS', 'DESCRIPTION_QOS', 'MARKER_QOS',
-           'JOINT_STATES_QOS']
+           'JOINT_STATES_QOS', 'DIAGNOSTICS_QOS']
 
 # command_type parameter value -> message type published on command_topic.
 COMMAND_TYPES = {
@@ -33,3 +33,6 @@ MARKER_QOS = QoSProfile(depth=2, reliability=ReliabilityPolicy.RELIABLE,
                         durability=DurabilityPolicy.VOLATILE)
 # joint_states as the node reads them: best effort (matches reliable and best-effort drivers).
 JOINT_STATES_QOS = qos_profile_sensor_data
+# /diagnostics as diagnostic_updater publishes it: reliable, volatile.
+DIAGNOSTICS_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE,
+                             durability=DurabilityPolicy.VOLATILE)

@@ -7,18 +7,19 @@ expected and what arrived; the node turns that into one log line.
 """
 
 import math
-import struct
 
 from builtin_interfaces.msg import Duration, Time
 from geometry_msgs.msg import Point, Pose, Quaternion
 import numpy as np
 from sensor_msgs.msg import JointState
-from std_msgs.msg import ColorRGBA, Float64MultiArray, MultiArrayDimension
+from std_msgs.msg import Float64MultiArray, MultiArrayDimension
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 from visualization_msgs.msg import Marker
 
-from .errors import GoalError
-from .rotations import matrix_to_quat, quat_to_matrix
+from ..collision import obstacle_from_marker
+from ..errors import GoalError
+from ..goals import covariance_to_base, symmetric_positive_definite
+from ..rotations import matrix_to_quat, quat_to_matrix
 
 __all__ = [
     'QUATERNION_NORM_RANGE', 'pose_to_matrix', 'matrix_to_pose', 'point_to_array',
@@ -27,8 +28,7 @@ __all__ = [
     'make_joint_trajectory', 'make_float64_multi_array', 'command_to_positions',
     'duration_from_seconds', 'POINT_FIELD_TYPES', 'pointcloud2_to_xyz', 'obstacle_updates',
     'POSITION_ONLY_VARIANCE', 'covariance_from_msg', 'pose_with_covariance_to_goal',
-    'rotate_covariance', 'make_alternatives_trajectory', 'Restamper', 'VertexSplicer',
-    'fill_vertices', 'nanoseconds_to_stamp',
+    'rotate_covariance', 'make_alternatives_trajectory', 'nanoseconds_to_stamp', 'LoopTime',
 ]
 
 # Quaternions whose norm lies in this range are normalised; others are refused.
@@ -175,128 +175,6 @@ def joint_state_positions(msg, joint_names):
     return q, missing, bad, extra
 
 
-class JointStateReader:
-    """``joint_state_positions`` of joint_states as the middleware delivers them, serialized
-    (a subscription with ``raw=True``).
-
-    When the bytes before the positions (frame id, names, position count; not the
-    alignment padding) are those of a message seen before, the positions are read from
-    their place in the bytes, without building a Python message (that conversion was the
-    largest cost of a joint_states message in the node); otherwise the message is
-    deserialized and read by name. Up to MAX_LAYOUTS layouts are kept, so that several
-    publishers on one topic (an arm and a gripper driver) each keep theirs. The place is
-    found by walking the encoding (plain CDR, either byte order) and kept only when the
-    values read there equal the deserialized message's; non-finite values take the general
-    path, which names them.
-    """
-
-    MAX_LAYOUTS = 8              # distinct serialized layouts kept (one per publisher)
-
-    def __init__(self, joint_names):
-        self.joint_names = list(joint_names)
-        self._layouts = []       # serialized layouts seen, latest first
-        self.hits = 0            # messages read without deserializing them
-
-    def read_serialized(self, data):
-        """Return (q, missing, bad, extra, stamp [ns, 0: unset]) of a serialized JointState
-        (bytes); GoalError as the message path, also for bytes that are no JointState."""
-        for k, layout in enumerate(self._layouts):
-            order, fields, offset, count, index, have, missing, extra = layout
-            if len(data) < offset + 8 * count or not _same_fields(data, fields):
-                continue
-            values = np.frombuffer(data, order + 'f8', count, offset)[index]
-            if not np.isfinite(values).all():
-                break                   # the general path names the non-finite joints
-            if have is None:
-                q = values.astype(float, copy=False)
-            else:                       # a message that carries only some of the joints
-                q = np.full(len(self.joint_names), np.nan)
-                q[have] = values
-            if k:                       # several publishers: the latest first
-                self._layouts.insert(0, self._layouts.pop(k))
-            self.hits += 1
-            sec, nanosec = struct.unpack_from(order + 'iI', data, 4)
-            return q, list(missing), [], list(extra), sec * 1_000_000_000 + nanosec
-        from rclpy.serialization import deserialize_message
-        try:
-            msg = deserialize_message(data, JointState)
-        except Exception as exc:   # noqa: BLE001 - the middleware's error types vary
-            raise GoalError(f'joint_states: expected a serialized sensor_msgs/JointState; '
-                            f'{len(data)} bytes could not be read ({exc})') from exc
-        q, missing, bad, extra = joint_state_positions(msg, self.joint_names)
-        self._remember(data, msg, missing, extra)
-        return q, missing, bad, extra, stamp_to_nanoseconds(msg.header.stamp)
-
-    def _remember(self, data, msg, missing, extra):
-        """Keep the layout of ``data`` (the latest first, at most MAX_LAYOUTS)."""
-        place = _position_layout(data, msg)
-        if place is None:
-            return
-        position = {name: i for i, name in enumerate(msg.name)}   # the last of a repeated name
-        present = [j for j, name in enumerate(self.joint_names) if name in position]
-        index = np.array([position[self.joint_names[j]] for j in present], dtype=np.intp)
-        have = np.array(present, dtype=np.intp) if missing else None
-        self._layouts.insert(0, (*place, index, have, tuple(missing), tuple(extra)))
-        del self._layouts[self.MAX_LAYOUTS:]
-
-
-def _position_layout(data, msg):
-    """Return (byte order, fields, position offset, count) of a serialized JointState
-    ``data`` (plain CDR, encapsulation 0x0000 big or 0x0001 little endian), or None when the
-    walk fails or does not find ``msg``'s positions there.
-
-    fields: ((start, stop, bytes), ...), the bytes from the frame id to the position count
-    without the alignment padding between them (serializers leave padding unset: two
-    messages with the same names can differ there).
-    """
-    if len(data) < 16 or data[0] != 0 or data[1] not in (0, 1):
-        return None
-    order = '<' if data[1] == 1 else '>'
-
-    def u32(at):
-        return struct.unpack_from(order + 'I', data, at)[0]
-
-    def align(at, size):                 # CDR aligns relative to the end of the header
-        return at + (-(at - 4)) % size
-    spans = []
-
-    def field(start, stop):              # merged with the previous one when adjacent
-        if spans and spans[-1][1] == start:
-            spans[-1][1] = stop
-        else:
-            spans.append([start, stop])
-        return stop
-    try:
-        at = field(12, 16 + u32(12))     # after the stamp (8 bytes): the frame id
-        at = align(at, 4)
-        names = u32(at)
-        at = field(at, at + 4)
-        for _ in range(names):
-            at = align(at, 4)
-            at = field(at, at + 4 + u32(at))
-        at = align(at, 4)
-        count = u32(at)
-        end = field(at, at + 4)
-        offset = align(end, 8) if count else end
-        if count != len(msg.position) or len(data) < offset + 8 * count:
-            return None
-        values = np.frombuffer(data, order + 'f8', count, offset)
-    except struct.error:
-        return None
-    if not np.array_equal(values, np.asarray(msg.position, dtype=float), equal_nan=True):
-        return None
-    fields = tuple((a, b, bytes(data[a:b])) for a, b in spans)
-    return order, fields, offset, count
-
-
-def _same_fields(data, fields):
-    """True when ``data`` holds ``fields`` ((start, stop, bytes), ...) at their places."""
-    for start, stop, value in fields:
-        if data[start:stop] != value:
-            return False
-    return True
-
-
 def stamp_to_nanoseconds(stamp):
     """Return a builtin_interfaces/Time as integer nanoseconds (0 for an unset stamp)."""
     return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
@@ -306,6 +184,26 @@ def nanoseconds_to_stamp(ns):
     """Return the builtin_interfaces/Time of integer nanoseconds ``ns`` >= 0."""
     sec, nanosec = divmod(int(ns), 1_000_000_000)
     return Time(sec=sec, nanosec=nanosec)
+
+
+class LoopTime:
+    """The control loop's time: seconds of the node clock (ROS time: /clock under
+    use_sim_time) since the node started, from integer nanoseconds (float seconds since 1970
+    would carry 0.2 us of rounding). ``clock``: an rclpy Clock."""
+
+    def __init__(self, clock):
+        self._clock = clock
+        self.epoch_ns = clock.now().nanoseconds
+
+    def now(self):
+        """Return (nanoseconds of the node clock, the loop's seconds)."""
+        ns = self._clock.now().nanoseconds
+        return ns, (ns - self.epoch_ns) * 1e-9
+
+    def of_stamp(self, stamp):
+        """Return a header stamp in the loop's seconds, or None for an unset (zero) stamp."""
+        ns = stamp_to_nanoseconds(stamp)
+        return None if ns == 0 else (ns - self.epoch_ns) * 1e-9
 
 
 def make_joint_state(joint_names, q, dq=None, stamp=None):
@@ -318,288 +216,6 @@ def make_joint_state(joint_names, q, dq=None, stamp=None):
     if dq is not None:
         msg.velocity = np.asarray(dq, dtype=float).tolist()
     return msg
-
-
-class _SerializedTemplate:
-    """A message kind published as serialized bytes written into a template (the subclasses:
-    what changes is written at places found with probe values). ``_find_layout`` returns
-    the layout, or None where the middleware's serialization cannot be reproduced; then the
-    subclass publishes the message itself."""
-
-    PROBE_STAMP = (0x1234_5678, 0x0ABC_DEF1)     # (sec, nanosec) no real stamp carries
-
-    def _init_layout(self):
-        try:
-            self._layout = self._find_layout()
-        except (ImportError, ValueError, TypeError):
-            self._layout = None
-
-    @property
-    def serialized(self):
-        """True when the bytes are published (False: the message itself)."""
-        return self._layout is not None
-
-    @staticmethod
-    def _byte_order(data):
-        """Return the struct byte order of CDR ``data`` (None: too short to be a message)."""
-        if len(data) < 4:
-            return None
-        return '<' if data[1] & 1 else '>'      # the encapsulation's endianness bit
-
-
-class JointStateWriter(_SerializedTemplate):
-    """The commands of a stream as serialized sensor_msgs/JointState messages.
-
-    Names (and the empty effort) are the same in every command: the message is serialized
-    once by the middleware's own serializer (``rclpy.serialization``) with marker values, and
-    each command then writes its stamp, positions and velocities into a copy of those bytes
-    at the places the markers were found; publishing bytes skips the conversion of a Python
-    message on every tick. The layout is checked at construction: the bytes written for
-    random commands must deserialize to ``make_joint_state``'s message (compared as
-    messages: the serializer leaves alignment padding unset, so bytes may differ there);
-    where anything differs (another encoding, a marker found twice) ``fill`` returns
-    ``make_joint_state``'s message instead (``serialized`` False). Either way it returns what
-    ``Publisher.publish`` takes.
-    """
-
-    def __init__(self, joint_names):
-        self.names = list(joint_names)
-        self._n = len(self.names)
-        self._init_layout()
-
-    def _find_layout(self):
-        """Return (template bytearray, byte order, stamp offset, position offset, velocity
-        offset), or None when the serializer's layout cannot be reproduced."""
-        from rclpy.serialization import deserialize_message, serialize_message
-        n = self._n
-        probe = JointState(name=self.names)
-        probe.header.stamp.sec, probe.header.stamp.nanosec = self.PROBE_STAMP
-        probe.position = (np.pi * 1e3 + np.arange(n)).tolist()
-        probe.velocity = (-np.e * 1e3 - np.arange(n)).tolist()
-        data = bytes(serialize_message(probe))
-        order = self._byte_order(data)
-        if order is None:
-            return None
-        found = []
-        for block in (struct.pack(order + 'iI', probe.header.stamp.sec,
-                                  probe.header.stamp.nanosec),
-                      struct.pack(f'{order}{n}d', *probe.position),
-                      struct.pack(f'{order}{n}d', *probe.velocity)):
-            at = data.find(block)
-            if at < 0 or (n and data.find(block, at + 1) >= 0):
-                return None
-            found.append(at)
-        layout = (bytearray(data), order, *found)
-        rng = np.random.default_rng(0)
-        for _ in range(3):          # the written bytes read back as the intended message
-            q, dq = rng.normal(size=n), rng.normal(size=n)
-            ns = int(rng.integers(0, 2 ** 31 * 10**9))
-            if deserialize_message(self._write(layout, q, dq, ns), JointState) != \
-                    make_joint_state(self.names, q, dq, nanoseconds_to_stamp(ns)):
-                return None
-        return layout
-
-    def _write(self, layout, q, dq, stamp_ns):
-        template, order, at_stamp, at_position, at_velocity = layout
-        out = bytearray(template)
-        struct.pack_into(order + 'iI', out, at_stamp, *divmod(int(stamp_ns), 1_000_000_000))
-        dtype = np.dtype(float).newbyteorder(order)
-        size = 8 * self._n
-        out[at_position:at_position + size] = q.astype(dtype).tobytes()
-        out[at_velocity:at_velocity + size] = dq.astype(dtype).tobytes()
-        return bytes(out)
-
-    def fill(self, q, dq, stamp_ns):
-        """Return the command with positions ``q`` (n,), velocities ``dq`` (n,) and the header
-        stamp ``stamp_ns`` [ns, >= 0]: serialized bytes, or the JointState message."""
-        q = np.ascontiguousarray(q, dtype=float)
-        dq = np.ascontiguousarray(dq, dtype=float)
-        if q.shape != (self._n,) or dq.shape != (self._n,):
-            raise ValueError(f'expected {self._n} positions and velocities; got shapes '
-                             f'{q.shape} and {dq.shape}')
-        if self._layout is not None:
-            return self._write(self._layout, q, dq, stamp_ns)
-        return make_joint_state(self.names, q, dq, nanoseconds_to_stamp(stamp_ns))
-
-
-class Restamper(_SerializedTemplate):
-    """A message published again and again with only its stamps new, as serialized bytes.
-
-    ``headers``: the std_msgs/Header objects inside ``message`` that carry the stamp (every
-    marker of a MarkerArray, say). The message is serialized once by the middleware's own
-    serializer with a probe stamp in every header, and ``at(ns)`` writes the stamp into a copy
-    of those bytes at the probes' places: a copy instead of converting the whole Python
-    message again (3-6 ms for the node's markers). Checked at construction: the bytes for a
-    stamp must deserialize to what the middleware makes of the message with that stamp
-    (compared as messages: the serializer leaves alignment padding unset, and float32
-    fields hold doubles in Python); where anything differs (the probe found other than once
-    per header, another encoding) ``at`` sets the stamps in the message and returns the
-    message itself. The message must not change otherwise afterwards.
-    """
-
-    def __init__(self, message, headers):
-        self.message = message
-        self._headers = list(headers)
-        self._init_layout()
-
-    def _stamp(self, stamp):
-        for header in self._headers:
-            header.stamp = stamp
-
-    def _find_layout(self):
-        """Return (template bytes, byte order, stamp offsets) or None (see the class doc)."""
-        from rclpy.serialization import deserialize_message, serialize_message
-        saved = [header.stamp for header in self._headers]
-        try:
-            self._stamp(Time(sec=self.PROBE_STAMP[0], nanosec=self.PROBE_STAMP[1]))
-            data = bytes(serialize_message(self.message))
-            order = self._byte_order(data)
-            if order is None:
-                return None
-            block = struct.pack(order + 'iI', *self.PROBE_STAMP)
-            places, at = [], data.find(block)
-            while at >= 0:
-                places.append(at)
-                at = data.find(block, at + 1)
-            if len(places) != len(self._headers):
-                return None
-            layout = (data, order, places)
-            ns = 1_700_000_000_123_456_789
-            self._stamp(nanoseconds_to_stamp(ns))
-            kind = type(self.message)
-            if deserialize_message(self._write(layout, ns), kind) != \
-                    deserialize_message(serialize_message(self.message), kind):
-                return None
-            return layout
-        finally:
-            for header, stamp in zip(self._headers, saved):
-                header.stamp = stamp
-
-    @staticmethod
-    def _write(layout, ns):
-        template, order, places = layout
-        out = bytearray(template)
-        stamp = struct.pack(order + 'iI', *divmod(int(ns), 1_000_000_000))
-        for at in places:
-            out[at:at + 8] = stamp
-        return bytes(out)
-
-    def at(self, ns):
-        """Return the message stamped ``ns`` [integer ns >= 0]: its serialized bytes, or (not
-        ``serialized``) the message itself with every header's stamp set. Either way what
-        ``Publisher.publish`` takes."""
-        if self._layout is not None:
-            return self._write(self._layout, ns)
-        self._stamp(nanoseconds_to_stamp(ns))
-        return self.message
-
-
-def fill_vertices(marker, points, colors):
-    """Set a Marker's ``points`` (V, 3) [m] and per-vertex ``colors`` (V, 4) rgba as message
-    objects (what ``VertexSplicer`` writes as bytes instead)."""
-    marker.points = [Point(x=x, y=y, z=z)
-                     for x, y, z in np.asarray(points, dtype=float).reshape(-1, 3).tolist()]
-    marker.colors = [ColorRGBA(r=r, g=g, b=b, a=a)
-                     for r, g, b, a in np.asarray(colors, dtype=float).reshape(-1, 4).tolist()]
-
-
-class VertexSplicer(_SerializedTemplate):
-    """MarkerArrays serialized with one marker's vertices written from numpy arrays.
-
-    The particles' LINE_LIST has ~500 vertices: as Point and ColorRGBA objects they take
-    ~1 ms to build and as long again for the middleware to convert. Here the message is
-    serialized by the middleware's own serializer with two probe vertices in that marker,
-    and the vertices' bytes are written in their place with both sequence lengths: the
-    layout of the message type is the middleware's, whatever the distribution adds to a
-    Marker. A vertex is 24 bytes of points and 16 of colors, multiples of 8, so every field
-    after them keeps its alignment. Each call checks that the probes are where a sequence
-    of points and one of colors must put them, and the technique is checked at construction
-    on arrays of every alignment (the bytes must deserialize to the message with the
-    vertices as objects); where either fails, the marker's lists are filled and the message
-    itself is returned (``serialized`` False after a failed construction check).
-    """
-
-    PROBE_POINTS = ((-7.123456789e101, 5.5e-123, 3.25e88), (1.5e-200, -9.75e150, 2.0e-111))
-    PROBE_COLORS = ((0.125, 0.5625, 0.90625, 0.34375), (0.78125, 0.234375, 0.671875, 0.0078125))
-
-    def __init__(self):
-        self._init_layout()
-
-    def _find_layout(self):
-        """Return True when spliced bytes read back as the filled messages, else None."""
-        from rclpy.serialization import deserialize_message, serialize_message
-        from visualization_msgs.msg import MarkerArray
-        rng = np.random.default_rng(0)
-        for count, text in ((0, ''), (1, 'a'), (7, 'ab'), (40, 'abc')):
-            first = Marker(action=Marker.DELETEALL)
-            first.header.frame_id = 'base' + text
-            marker = Marker(ns='particles' + text, type=Marker.LINE_LIST)
-            marker.header.stamp.sec, marker.header.stamp.nanosec = self.PROBE_STAMP
-            last = Marker(text=text, type=Marker.TEXT_VIEW_FACING)
-            array = MarkerArray(markers=[first, marker, last][len(text) % 2:])
-            points, colors = rng.normal(size=(count, 3)), rng.random((count, 4))
-            data = self._splice(array, marker, points, colors)
-            if data is None:
-                return None
-            fill_vertices(marker, points, colors)
-            want = deserialize_message(serialize_message(array), MarkerArray)
-            try:
-                got = deserialize_message(data, MarkerArray)
-            except Exception:       # bytes the middleware cannot read: the fallback
-                return None
-            if got != want:
-                return None
-        return True
-
-    def _splice(self, message, marker, points, colors):
-        """Return the bytes of ``message`` with ``marker``'s vertices, or None where the
-        probes are not where the two sequences must put them."""
-        from rclpy.serialization import serialize_message
-        fill_vertices(marker, self.PROBE_POINTS, self.PROBE_COLORS)
-        try:
-            data = bytes(serialize_message(message))
-        finally:
-            marker.points, marker.colors = [], []
-        order = self._byte_order(data)
-        if order is None:
-            return None
-        probe = struct.pack(order + '6d', *np.ravel(self.PROBE_POINTS))
-        at = data.find(probe)
-        if at < 8 or data.find(probe, at + 1) >= 0:
-            return None
-        two = struct.pack(order + 'I', 2)
-        # The length is right before the points or before 4 bytes of alignment padding
-        # (left unset by the serializer): exactly one of the two places must read 2.
-        lengths = [c for c in (at - 4, at - 8) if data[c:c + 4] == two]
-        colors_at = at + 48
-        if len(lengths) != 1 or data[colors_at:colors_at + 4] != two or \
-                data[colors_at + 4:colors_at + 36] != \
-                struct.pack(order + '8f', *np.ravel(self.PROBE_COLORS)):
-            return None
-        count = struct.pack(order + 'I', len(points))
-        return b''.join((
-            data[:lengths[0]], count, data[lengths[0] + 4:at],
-            np.ascontiguousarray(points, dtype=np.dtype('f8').newbyteorder(order)).tobytes(),
-            count,
-            np.ascontiguousarray(colors, dtype=np.dtype('f4').newbyteorder(order)).tobytes(),
-            data[colors_at + 36:]))
-
-    def serialize(self, message, marker, points, colors):
-        """Return ``message`` (a MarkerArray) with ``marker``, one of its markers, carrying
-        the vertices ``points`` (V, 3) [m] and ``colors`` (V, 4) rgba in [0, 1]: serialized
-        bytes, or the message with the marker's lists filled. Either way what
-        ``Publisher.publish`` takes. The marker's own lists are left empty on success."""
-        points = np.asarray(points, dtype=float).reshape(-1, 3)
-        colors = np.asarray(colors, dtype=float).reshape(-1, 4)
-        if len(points) != len(colors):
-            raise ValueError(f'expected one colour per vertex; got {len(points)} points and '
-                             f'{len(colors)} colours')
-        if self._layout is not None:
-            data = self._splice(message, marker, points, colors)
-            if data is not None:
-                return data
-        fill_vertices(marker, points, colors)
-        return message
 
 
 def duration_from_seconds(seconds):
@@ -735,8 +351,6 @@ def obstacle_updates(marker_array, frame_pose, default_frame, topic='obstacles')
     ``Scene.apply``. Raises GoalError naming the marker, with a ``kind`` attribute ('action',
     'type', 'frame', 'shape') for throttling the log per kind; nothing is applied then.
     """
-    from .collision import obstacle_from_marker   # the pure core (no ROS import)
-
     updates = []
     for k, marker in enumerate(marker_array.markers):
         where = f'{topic}[{k}] (ns {marker.ns!r}, id {marker.id})'
@@ -800,7 +414,6 @@ def covariance_from_msg(values, where='covariance'):
     if not np.any(arr):
         raise GoalError(f'{expected}, got all 36 entries zero (an unfilled covariance); send a '
                         'goal without uncertainty on target_pose instead')
-    from .goals import symmetric_positive_definite
     return symmetric_positive_definite(arr.reshape(6, 6), f'{expected},')
 
 
@@ -824,7 +437,6 @@ def rotate_covariance(covariance, rotation):
     (3, 3) in the base frame, expressed in the base frame: each 3 x 3 block S_ij becomes
     R S_ij R^T (ROS's rotational rows are rotations about the fixed axes of the header frame,
     which turn like the translational ones). See smcik_ros.goals.covariance_to_base."""
-    from .goals import covariance_to_base
     return np.array(covariance_to_base(covariance, rotation))
 
 

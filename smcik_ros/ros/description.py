@@ -1,17 +1,21 @@
 """Robot description loading: the robot_description parameter, a URDF/xacro file, or the
-/robot_description topic (robot_state_publisher's, transient local).
+/robot_description topic (robot_state_publisher's, transient local); and which SRDF the
+collision model uses.
 
-Used by smcik_node and sim_arm. ``read_urdf_file`` and ``resolve_path`` need no ROS graph.
+Used by smcik_node and sim_arm. Everything but ``load_robot_description`` needs no ROS graph.
 """
 
 from pathlib import Path
 import time
+import xml.etree.ElementTree as ElementTree
 
-from .errors import ModelError
+from ..control.collision_guard import choose_srdf
+from ..errors import ModelError
 
-__all__ = ['resolve_path', 'read_urdf_file', 'load_robot_description']
+__all__ = ['resolve_path', 'read_urdf_file', 'load_robot_description', 'urdf_file_of',
+           'SrdfSources', 'SEMANTIC_TOPIC']
 
-_REPO_ROOT = Path(__file__).resolve().parents[1]
+_REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def resolve_path(path, what='urdf_path'):
@@ -74,7 +78,7 @@ def load_robot_description(node, timeout, keep_waiting=lambda: True):
     import rclpy
     from std_msgs.msg import String
 
-    from .ros_interface import DESCRIPTION_QOS
+    from .interface import DESCRIPTION_QOS
 
     xml = node.get_parameter('robot_description').value
     if xml.strip():
@@ -100,3 +104,69 @@ def load_robot_description(node, timeout, keep_waiting=lambda: True):
                          f'nothing arrived on /robot_description within {timeout:g} s; set one '
                          'of them (e.g. -p urdf_path:=urdf/smcik_arm.urdf)')
     return received[-1], 'the /robot_description topic'
+
+
+def _robot_name(urdf_xml):
+    return ElementTree.fromstring(urdf_xml).get('name')
+
+
+def urdf_file_of(urdf_path, urdf_xml, source):
+    """Return (the URDF file the model came from, or None; a warning, or None).
+
+    The file gives relative mesh paths and the SRDF beside it: ``urdf_path`` (the parameter)
+    when the XML was read from it (``source`` starts with 'urdf_path'), or when the XML came
+    from elsewhere (e.g. the launch file passes both) and the file describes the same robot.
+    """
+    text = urdf_path.strip()
+    if not text:
+        return None, None
+    try:
+        path = str(resolve_path(text))
+    except ModelError:
+        return None, None
+    if source.startswith('urdf_path'):
+        return path, None
+    try:
+        same = _robot_name(read_urdf_file(path)) == _robot_name(urdf_xml)
+    except (ModelError, ElementTree.ParseError):
+        same = False
+    if not same:
+        return None, (f'urdf_path {path!r} describes another robot than the XML from {source}: '
+                      'not used for relative mesh paths or to find the SRDF beside it')
+    return path, None
+
+
+SEMANTIC_TOPIC = '/robot_description_semantic'
+
+
+class SrdfSources:
+    """Which SRDF the collision model uses, in order: the robot_description_semantic parameter,
+    srdf_path, the /robot_description_semantic topic (MoveIt's), the SRDF found beside the URDF
+    file ``urdf_file`` by convention. ``applied``: the SRDF (text or path) in use."""
+
+    def __init__(self, urdf_file=None):
+        self.urdf_file = urdf_file
+        self.applied = None
+
+    @staticmethod
+    def topic_wanted(values):
+        """True when no SRDF parameter is set (the topic may give one)."""
+        return not (values['robot_description_semantic'].strip()
+                    or values['srdf_path'].strip())
+
+    def choose(self, values, topic_text=None):
+        """Return (source, description, explicit) of ``choose_srdf`` for the parameter
+        ``values``, with ``topic_text`` (the topic's SRDF) in place of the parameter text
+        when no parameter is set. ModelError: srdf_path names no file."""
+        semantic, description = values['robot_description_semantic'], None
+        if topic_text is not None and self.topic_wanted(values):
+            semantic, description = topic_text, f'the {SEMANTIC_TOPIC} topic'
+        source, where, explicit = choose_srdf(
+            semantic, values['srdf_path'], self.urdf_file,
+            resolve=lambda path: resolve_path(path, 'srdf_path'))
+        return source, description or where, explicit
+
+    def take_topic(self, text, values):
+        """True when an SRDF ``text`` that arrived on the topic replaces the one in use: it
+        is not empty, no parameter names an SRDF, and it is not the one applied."""
+        return bool(text.strip()) and self.topic_wanted(values) and text != self.applied

@@ -2,9 +2,8 @@
 of the collision model (cover spheres, obstacles, the closest pair).
 
 Kept cheap (see ROS_ENV.md): all particles are ONE LINE_LIST marker with per-vertex colours
-(green = high weight, red = low), its vertices are numpy arrays that the node writes straight
-into the serialized message (``particle_vertices``, ``ros_conversions.VertexSplicer``), and
-the number of drawn particles is capped by the caller (highest weights first).
+(green = high weight, red = low), and the number of drawn particles is capped by the caller
+(highest weights first).
 """
 
 import xml.etree.ElementTree as ElementTree
@@ -14,10 +13,10 @@ import numpy as np
 from std_msgs.msg import ColorRGBA
 from visualization_msgs.msg import Marker, MarkerArray
 
-from .ros_conversions import fill_vertices, matrix_to_pose
+from .conversions import matrix_to_pose
 
 __all__ = ['NAMESPACES', 'COLLISION_NAMESPACES', 'link_segments', 'particle_marker',
-           'particle_vertices',
+           'particle_vertices', 'fill_vertices',
            'chain_marker', 'target_marker', 'sphere_markers', 'build_marker_array',
            'select_particles', 'collision_markers', 'alternative_markers',
            'ALTERNATIVE_NAMESPACE']
@@ -98,18 +97,23 @@ def particle_vertices(link_positions, weights, segments=None):
     return points, np.repeat(rgba, len(vertex_links), axis=0)
 
 
-def particle_marker(link_positions, weights, frame, stamp=None, segments=None, fill=True):
+def fill_vertices(marker, points, colors):
+    """Set a Marker's ``points`` (V, 3) [m] and per-vertex ``colors`` (V, 4) rgba."""
+    marker.points = [Point(x=x, y=y, z=z)
+                     for x, y, z in np.asarray(points, dtype=float).reshape(-1, 3).tolist()]
+    marker.colors = [ColorRGBA(r=r, g=g, b=b, a=a)
+                     for r, g, b, a in np.asarray(colors, dtype=float).reshape(-1, 4).tolist()]
+
+
+def particle_marker(link_positions, weights, frame, stamp=None, segments=None):
     """Return one LINE_LIST marker drawing (N, L, 3) particle chains [m], coloured by weight
-    (``particle_vertices``). ``fill`` False: the marker without its vertices, which the node
-    writes from the arrays straight into the serialized message
-    (``ros_conversions.VertexSplicer``)."""
+    (``particle_vertices``)."""
     marker = _header(Marker(), frame, stamp)
     marker.ns, marker.id = 'particles', 0
     marker.type, marker.action = Marker.LINE_LIST, Marker.ADD
     marker.pose.orientation.w = 1.0
     marker.scale.x = _LINE_WIDTH
-    if fill:
-        fill_vertices(marker, *particle_vertices(link_positions, weights, segments))
+    fill_vertices(marker, *particle_vertices(link_positions, weights, segments))
     return marker
 
 

@@ -1,0 +1,254 @@
+"""The node's outputs: commands, markers, the alternatives, and its health.
+
+``CommandOutput``: the command of each tick as JointState (stamped with the time its limits
+were applied for), JointTrajectory (one point, zero stamp: start on arrival) or
+Float64MultiArray on ``command_topic``. ``MarkerOutput``: ~/particles (particles, MAP chain,
+target, ghost arms) and ~/collision (obstacles, closest pair, covers), rebuilt only when what
+they show changed (``schedule.MarkerSchedule``). ``AlternativesOutput``: ~/alternatives, from
+the control wing's ``AlternativesBook``. ``HealthOutput``: /diagnostics
+(diagnostic_msgs/DiagnosticArray) and its JSON mirror ~/status, both from one
+``health.Health.status``.
+"""
+
+import json
+import time
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+import numpy as np
+from rclpy.duration import Duration
+from std_msgs.msg import String
+from trajectory_msgs.msg import JointTrajectory
+from visualization_msgs.msg import MarkerArray
+
+from .conversions import (make_alternatives_trajectory, make_float64_multi_array,
+                          make_joint_state, make_joint_trajectory, nanoseconds_to_stamp)
+from .interface import COMMAND_QOS, COMMAND_TYPES, DIAGNOSTICS_QOS, INPUT_QOS, MARKER_QOS
+from .parameters import check_choice
+from .markers import alternative_markers, build_marker_array, collision_markers, select_particles
+from .schedule import MarkerSchedule, marker_key
+
+__all__ = ['CommandOutput', 'MarkerOutput', 'AlternativesOutput', 'HealthOutput']
+
+
+class CommandOutput:
+    """Publish the commands on ``command_topic`` as ``command_type`` (both changeable)."""
+
+    PARAMETERS = frozenset(('command_type', 'command_topic'))
+
+    @staticmethod
+    def check(changes, values):
+        """Refuse an unknown command_type (ParameterError naming the valid ones)."""
+        check_choice('command_type', values['command_type'], COMMAND_TYPES)
+
+    def __init__(self, node, joint_names, values):
+        self._node = node
+        self._names = list(joint_names)
+        self.publisher = None
+        self.rate_hz = values['rate_hz']
+        self.apply({}, values)
+
+    def apply(self, changes, values):
+        """(Re)create the publisher for the command_type and command_topic in ``values``."""
+        if self.publisher is not None:
+            self._node.destroy_publisher(self.publisher)
+        self.kind = values['command_type']
+        self.publisher = self._node.create_publisher(
+            COMMAND_TYPES[self.kind], values['command_topic'], COMMAND_QOS)
+
+    def publish(self, command, stamp_ns):
+        """Publish a control loop Command; ``stamp_ns``: the tick's time [ns, node clock]."""
+        if self.kind == 'joint_state':
+            msg = make_joint_state(self._names, command.q, command.v,
+                                   nanoseconds_to_stamp(stamp_ns))
+        elif self.kind == 'joint_trajectory':
+            # Zero stamp: joint_trajectory_controller starts it on arrival.
+            msg = make_joint_trajectory(self._names, command.q, command.v, 1.0 / self.rate_hz)
+        else:
+            msg = make_float64_multi_array(command.q)
+        self.publisher.publish(msg)
+
+    def flush(self, timeout):
+        """Wait up to ``timeout`` [s] until subscribers acknowledged the published commands
+        (reliable QoS delivers the last, zero-velocity one only while the writer lives);
+        return True when everything was acked."""
+        try:
+            return bool(self.publisher.wait_for_all_acked(Duration(seconds=timeout)))
+        except Exception:  # noqa: BLE001 - an RMW without the call: nothing to wait on
+            return False
+
+
+class MarkerOutput:
+    """~/particles and ~/collision at ``marker_rate_hz`` (see the module doc).
+
+    chain, segments (markers.link_segments), loop, guard, constraints (ConstraintSet),
+    alternatives (AlternativesOutput: its ghost arms), values (parameter values, read live),
+    time (conversions.LoopTime), timings (health.Timings).
+    """
+
+    def __init__(self, node, chain, segments, loop, guard, constraints, alternatives, values,
+                 time, timings):
+        self._chain, self._segments, self._loop, self._guard = chain, segments, loop, guard
+        self._constraints, self._alternatives = constraints, alternatives
+        self._values, self._time, self._timings = values, time, timings
+        self.schedule = MarkerSchedule()
+        self._messages = ()              # the last (particles, collision) MarkerArrays
+        self._target_shown = False       # the last particles array drew a target
+        self._particles = node.create_publisher(MarkerArray, '~/particles', MARKER_QOS)
+        self._collision = node.create_publisher(MarkerArray, '~/collision', MARKER_QOS)
+
+    def key(self):
+        """Return what the markers are built from (``schedule.marker_key``)."""
+        values = self._values
+        return marker_key(self._loop, self._guard, self._constraints.drawn,
+                          self._alternatives.book.published, values['max_marker_particles'],
+                          values['collision_cover_markers'])
+
+    def unchanged(self):
+        """True when the markers would show nothing new (then the last ones are published
+        again, restamped, once they are a second old); also while nothing is commanded."""
+        return self._key_to_build() is None
+
+    def _key_to_build(self):
+        """Return the key of new markers to build, or None (see ``unchanged``)."""
+        if self._loop.q is None:
+            return None
+        started, cpu = time.perf_counter(), time.thread_time()
+        key = self.key()
+        decision = self.schedule.decide(key, started)
+        if decision == MarkerSchedule.BUILD:
+            return key
+        if decision == MarkerSchedule.REPUBLISH:
+            stamp = nanoseconds_to_stamp(self._time.now()[0])
+            particles, collision = self._messages
+            for marker in particles.markers + collision.markers:
+                marker.header.stamp = stamp
+            self._publish()
+            self.schedule.republished(started)
+        self._timings.add('markers', time.perf_counter() - started, time.thread_time() - cpu)
+        return None
+
+    def tick(self):
+        """Build and publish the markers, unless nothing changed since the last ones."""
+        started, cpu = time.perf_counter(), time.thread_time()
+        key = self._key_to_build()
+        if key is None:
+            return
+        loop, chain, frame = self._loop, self._chain, self._chain.base_link
+        info = loop.solver.last_info
+        stamp = nanoseconds_to_stamp(self._time.now()[0])
+        particles, weights = info.get('particles'), None
+        positions = None
+        if particles is not None and self._values['max_marker_particles'] > 0:
+            chosen, weights = select_particles(particles, info.get('weights'),
+                                               self._values['max_marker_particles'])
+            positions = chain.link_poses(chosen)[..., :3, 3]
+        map_q = info.get('map')
+        target = loop.goal.display if loop.goal is not None else None
+        array = build_marker_array(
+            frame, stamp, particle_positions=positions, weights=weights,
+            segments=self._segments,
+            map_positions=chain.link_poses(loop.q if map_q is None else map_q)[:, :3, 3],
+            target=target, clear=self._target_shown and target is None)
+        self._target_shown = target is not None
+        array.markers.extend(self._alternatives.ghost_markers(frame, stamp))
+        inputs = self._guard.marker_inputs(loop.q,
+                                           cover=self._values['collision_cover_markers'])
+        inputs['obstacles'] = inputs['obstacles'] + self._constraints.drawn
+        self._messages = (array, collision_markers(frame, stamp, **inputs))
+        self._publish()
+        self.schedule.sent(key, started)
+        self._timings.add('markers', time.perf_counter() - started, time.thread_time() - cpu)
+
+    def _publish(self):
+        particles, collision = self._messages
+        self._particles.publish(particles)
+        self._collision.publish(collision)
+
+
+class AlternativesOutput:
+    """~/alternatives (JointTrajectory, one point per branch) and the ghost arms of the last
+    published list; ``book``: the control wing's AlternativesBook."""
+
+    def __init__(self, node, chain, book, time, timings):
+        self._chain, self.book, self._time, self._timings = chain, book, time, timings
+        self._shown = 0              # ghost arms drawn last time
+        self._publisher = node.create_publisher(JointTrajectory, '~/alternatives', INPUT_QOS)
+
+    def refresh(self, loop):
+        """Compute the alternatives of the loop's solver; publish them when they changed."""
+        _, now = self._time.now()
+        goal_id = loop.goal.sequence if loop.goal is not None else 0
+        started = time.perf_counter()
+        needed = self.book.refresh(loop.solver, goal_id, loop.q, now)
+        self._timings.add('alternatives', time.perf_counter() - started)
+        self.publish(needed)
+
+    def switch_off(self, note):
+        """Stop computing them (publishing the empty list once if one was listed)."""
+        _, now = self._time.now()
+        self.publish(self.book.switch_off(now, note))
+
+    def publish(self, needed):
+        """Publish the book's current list when ``needed``."""
+        if not needed:
+            return
+        ns, now = self._time.now()
+        self._publisher.publish(make_alternatives_trajectory(
+            self._chain.joint_names, self.book.current.q, nanoseconds_to_stamp(ns)))
+        self.book.mark_published(now, ns)
+
+    def ghost_markers(self, frame, stamp):
+        """Return the ghost arms of the last published alternatives (markers.py)."""
+        listed = self.book.published
+        count = 0 if listed is None else len(listed)
+        if count == 0 and self._shown == 0:
+            return []
+        positions = (self._chain.link_poses(listed.q)[..., :3, 3] if count
+                     else np.zeros((0, 0, 3)))
+        ok = [r.within_tolerance for r in listed.records] if count else []
+        markers = alternative_markers(positions, ok, frame, stamp, self._shown)
+        self._shown = count
+        return markers
+
+
+def _text(value):
+    if isinstance(value, float):
+        return f'{value:g}'
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(',', ':'))
+    return 'null' if value is None else str(value)
+
+
+class HealthOutput:
+    """/diagnostics and ~/status from one ``health.Health.status`` at ``status_rate_hz``;
+    while a goal is active, the main figures are logged every 5 s."""
+
+    def __init__(self, node, health, hardware_id, time, report):
+        self.health, self._time, self._report = health, time, report
+        self._hardware_id = hardware_id
+        self._status = node.create_publisher(String, '~/status', INPUT_QOS)
+        self._diagnostics = node.create_publisher(DiagnosticArray, '/diagnostics',
+                                                  DIAGNOSTICS_QOS)
+        self.published = 0           # status ticks so far
+
+    def tick(self):
+        ns, now = self._time.now()
+        status = self.health.status(now)
+        self._status.publish(String(data=json.dumps(status, separators=(',', ':'))))
+        array = DiagnosticArray()
+        array.header.stamp = nanoseconds_to_stamp(ns)
+        array.status = [DiagnosticStatus(
+            level=bytes([entry.level]), name=entry.name, message=entry.message,
+            hardware_id=self._hardware_id,
+            values=[KeyValue(key=k, value=_text(v)) for k, v in entry.values.items()])
+            for entry in self.health.diagnostics(status)]
+        self._diagnostics.publish(array)
+        self.published += 1
+        if status['goal_id']:
+            self._report('info', 'status', (
+                f'goal {status["goal_id"]}: position error '
+                f'{1e3 * (status["position_error"] or 0.0):.2f} mm, orientation error '
+                f'{status["orientation_error"] or 0.0:.4f} rad, ESS {status["ess"]}, '
+                f'{status["step_time_ms"]} ms/tick ({status["solver"]}), arm '
+                f'{status["arm_state"]}, lead {status["lead"]}, limited by '
+                f'{status["limited_by"]}'), interval=5.0, count=False)
