@@ -13,8 +13,7 @@ from smcik_ros.goals import (Constraint, KeepOutSphere, PoseTarget, PositionTarg
 from smcik_ros.kinematics import Chain
 from smcik_ros.rotations import quat_conjugate, quat_multiply, quat_to_rotvec, quat_from_rotvec
 from smcik_ros.solvers import available_solvers, make_solver
-from smcik_ros.solvers.smc import FilterModel, FilterState, filter_step
-from smcik_ros.solvers.smc_policies import Policies, sample_qutem
+from smcik_ros.solvers.smc import FilterModel, FilterState, Policies, filter_step, sample_qutem
 
 TWO_PI = 2.0 * np.pi
 
@@ -549,11 +548,16 @@ def test_search_batch_refines_every_searcher_in_turn_and_still_finds_the_nearest
     search = make_solver('smc', arm6, seed=0, search_batch=8).policies.search
     searchers = np.arange(3, 35)
     assert search.shares(32) == 4 and search.window(32) == 32 and search.window(5) == 8
-    turns = [search.batch(searchers, left) for left in range(32, 28, -1)]
+    search.start(searchers)
+    turns = []
+    for left in range(32, 28, -1):
+        search.left = left
+        turns.append(search.batch())
     assert all(len(t) == 8 for t in turns)
     assert np.array_equal(np.sort(np.concatenate(turns)), searchers)
     unbounded = make_solver('smc', arm6, seed=0).policies.search
-    assert unbounded.window(32) == 8 and unbounded.batch(searchers, 5) is searchers
+    unbounded.start(searchers)
+    assert unbounded.window(32) == 8 and np.array_equal(unbounded.batch(), searchers)
     goals = 8
     solver = make_solver('smc', arm6, seed=0, search_batch=8)
     assert _nearest_count(solver, arm6, goals, 150) >= goals - 1
@@ -911,7 +915,7 @@ def test_filter_step_is_pure_and_weights_follow_the_paper(arm7):
     particles = arm7.random_configuration(rng, 30)
     logw = np.log(rng.uniform(0.1, 1.0, 30))
     state = FilterState(particles=particles.copy(), logw=logw.copy())
-    plain = Policies(keep_held=False)
+    plain = Policies(keep_map=False)
     model.resample_threshold = 0.0
     a, info = filter_step(state, model, plain, np.random.default_rng(1), online=True)
     b, _ = filter_step(state, model, plain, np.random.default_rng(1), online=True)
@@ -933,7 +937,7 @@ def test_refined_particles_are_weighted_where_they_land(arm7):
     solver = make_solver('smc', arm7, seed=0, refine_count=5)
     model = _plain_model(arm7, goal)
     model.resample_threshold = 0.0
-    policies = Policies(refinement=solver.policies.refinement, keep_held=False)
+    policies = Policies(refinement=solver.policies.refinement, keep_map=False)
     particles = arm7.random_configuration(rng, 30)
     state = FilterState(particles=particles, logw=np.zeros(30))
     new, info = filter_step(state, model, policies, np.random.default_rng(2), online=False)
@@ -947,14 +951,18 @@ def test_refined_particles_are_weighted_where_they_land(arm7):
 def test_each_policy_is_switched_off_by_its_setting(arm7):
     solver = make_solver('smc', arm7)
     p = solver.policies
-    assert all(x is not None for x in (p.minimal_motion, p.search, p.refinement, p.restarts,
-                                       p.branch_hold))
+    assert all(x is not None for x in (p.minimal_motion, p.search, p.recovery, p.refinement,
+                                       p.restarts, p.branch_hold))
+    assert solver._seed_first is not None
     off = make_solver('smc', arm7, minimal_motion=False, refine_count=0, restart_after=0,
-                      branch_hold=False, keep_map=False).policies
-    assert (off.minimal_motion, off.search, off.refinement, off.restarts, off.branch_hold) \
-        == (None, None, None, None, None)
-    assert not off.keep_held
-    assert make_solver('smc', arm7, search_count=0).policies.search is None
+                      branch_hold=False, keep_map=False, seed_rows=0)
+    p = off.policies
+    assert (p.minimal_motion, p.search, p.recovery, p.refinement, p.restarts,
+            p.branch_hold, off._seed_first) == (None,) * 7
+    assert not p.keep_map
+    no_search = make_solver('smc', arm7, search_count=0).policies
+    assert no_search.search is None and no_search.recovery is None
+    assert make_solver('smc', arm7, recovery_iterations=0).policies.recovery is None
 
 
 def test_ninety_dof_chain_with_center_of_mass_and_smoothness_runs():
@@ -1027,9 +1035,9 @@ def test_a_first_stage_answer_leaves_the_state_reset_would(arm7):
         reference.reset(result.q)
         for name in ('_q', '_estimate'):
             assert getattr(solver, name).tobytes() == getattr(reference, name).tobytes()
-        ours, theirs = solver._state, reference._state
+        ours, theirs = solver.state, reference.state
         assert ours.particles.tobytes() == theirs.particles.tobytes()
-        assert ours.logw.tobytes() == theirs.logw.tobytes() and ours.held == theirs.held
+        assert ours.logw.tobytes() == theirs.logw.tobytes() and ours.estimate == theirs.estimate
         assert not np.shares_memory(solver._q, result.q)
         assert not np.shares_memory(solver._q, ours.particles)
         result.q[:] = 0.0
