@@ -277,11 +277,13 @@ class FilterModel:
         self.constraints = constraints
         self.hard = [c for c in constraints if c.hard]
         # Constraints with a residual enter the likelihood (eq. 14); those with a Jacobian
-        # too enter the refinement. A hard constraint may offer only ``violated(frames)``
-        # (accept/reject alone).
+        # too enter the refinement, unless they are a ``preference`` (the collision
+        # clearance: it weighs the particles but must never pull one off its goal). A hard
+        # constraint may offer only ``violated(frames)`` (accept/reject alone).
         self.soft = [c for c in constraints if _implements(c, 'residual')]
-        self.terms = targets + [c for c in self.soft if _implements(c, 'jacobian')
-                                or hasattr(c, 'residual_jacobian')]
+        self.terms = targets + [c for c in self.soft if (
+            _implements(c, 'jacobian') or hasattr(c, 'residual_jacobian'))
+            and not getattr(c, 'preference', False)]
         self.temperature = temperature
         self.tolerance = tolerance
         self.resample_threshold = settings.resample_threshold

@@ -97,6 +97,7 @@ class SmcSolver(Solver):
         self.goal_still = 0                 # iterations since the goal last changed
         self.within_tolerance = True        # the estimate satisfies its goal
         self.anchor = q.copy()              # the last estimate that satisfied its goal
+        self._anchor_goal = None            # that goal (its vector)
         self.reference = q.copy()           # the motion prior's reference
         self._tolerance = (self.settings.solution_tolerance_position,
                            self.settings.solution_tolerance_orientation)
@@ -173,8 +174,12 @@ class SmcSolver(Solver):
             self._branches.clear()
             self.within_tolerance = False   # nothing satisfies the new goal yet
         if not force and (p.recovery is None or p.recovery.left <= 0):
-            # The motion starts from the last estimate that satisfied its goal.
-            self.reference = self.anchor.copy()
+            # The motion starts from the last estimate that satisfied its goal (back from
+            # an excursion out of reach, the arm returns to the branch it left), unless the
+            # goal is another than that estimate's: then from where the estimate is (after
+            # a goal out of reach, the arm is there, not at the last estimate that reached).
+            self.reference = (self._estimate if far and self._new_to_anchor(vec, targets)
+                              else self.anchor).copy()
         if far:
             self._anneal_level = s.anneal_initial
             for policy in (p.restarts, p.branch_hold):
@@ -182,6 +187,15 @@ class SmcSolver(Solver):
                     policy.reset()
             if p.minimal_motion is not None and not force and s.reseed_fraction > 0.0:
                 self.reseed()
+
+    def _new_to_anchor(self, vec, targets):
+        """Return whether the goal ``vec`` is farther than ``goal_change_threshold`` sigmas
+        from the goal the anchor satisfied."""
+        before = self._anchor_goal
+        if before is None or before.shape != vec.shape:
+            return True
+        scale = _goal_scale(targets, self.settings)
+        return np.max(np.abs(vec - before) / scale) > self.settings.goal_change_threshold
 
     def reseed(self, starts=(), spread=1.0):
         """Redraw ``reseed_fraction`` of the particles (lowest weights) around the reference:
@@ -364,6 +378,7 @@ class SmcSolver(Solver):
             ok = bool(self._model(self._targets).within_tolerance(self.chain.frames(out))[0])
         if ok:
             self.anchor = out.copy()
+            self._anchor_goal = self._last_goal_vec
             if self._policies.recovery is not None:
                 self._policies.recovery.remember(out, self.interpolate)
         return out
