@@ -540,6 +540,76 @@ def _nearest_count(solver, arm6, goals, steps):
     return nearest
 
 
+def test_after_a_goal_out_of_reach_the_next_goal_is_nearest_where_the_arm_went(arm6):
+    """A goal out of reach stretches the estimate away from the last one that reached a
+    goal; the next, unrelated goal ends at its solution nearest where the estimate went
+    (found independently by scipy), not nearest that older estimate (issue 31: 3 rad
+    detours on a UR5 after a goal whose solutions all collide). Over seeded trials."""
+    rng = np.random.default_rng(12)
+    nearest, trials = 0, 8
+    for trial in range(trials):
+        solver = make_solver('smc', arm6, seed=trial)
+        q0 = arm6.random_configuration(rng)
+        solver.reset(q0)
+        _run(solver, arm6.fk(q0), 5)
+        far_out = arm6.fk(q0)
+        far_out[:3, 3] = 3.0 * far_out[:3, 3] / np.linalg.norm(far_out[:3, 3])
+        _run(solver, far_out, 150)
+        assert not solver.last_info['within_tolerance']
+        start = solver.estimate
+        goal = arm6.fk(arm6.random_configuration(rng))
+        sols = _solutions(arm6, goal, start, 40, trial)
+        best = sols[np.argmin(np.linalg.norm(sols - start, axis=1))]
+        q = _run(solver, goal, 150)
+        assert solver.last_info['within_tolerance']
+        nearest += np.linalg.norm(q - start) <= np.linalg.norm(best - start) + 0.05
+    assert nearest >= trials - 1
+
+
+def test_a_goal_inside_the_collision_clearance_is_reached_exactly(arm7):
+    """The collision constraint's soft clearance is a preference: a goal whose
+    configuration keeps the padding but not the clearance from an obstacle is reached
+    within tolerance (the clearance never pulls the estimate off its goal), and the hard
+    padding still holds on every estimate."""
+    from smcik_ros.collision import (CollisionConstraint, Obstacle, Scene,
+                                     conventional_srdf_path, self_collision_pairs)
+    from conftest import ARM7_URDF
+    from collision_helpers import demo_model
+    model = demo_model(ARM7_URDF)[1]
+    pairs = self_collision_pairs(model, conventional_srdf_path(ARM7_URDF))
+    rng = np.random.default_rng(3)
+    reached = tried = 0
+    while tried < 6:
+        q_goal = arm7.random_configuration(rng)
+        tool = arm7.fk(q_goal)[:3, 3]
+        if tool[2] < 0.2:
+            continue
+        # A small sphere above the tool, 5 mm from its padded cover: inside the clearance
+        # (1 cm, the node's default), whatever the other joints do.
+        frames = arm7.frames(q_goal)
+        lift = 0.1
+        for _ in range(30):
+            scene = Scene({('ball', 0): Obstacle.sphere(tool + [0.0, 0.0, lift], 0.02)})
+            constraint = CollisionConstraint(model, scene, pairs=pairs, padding=0.002,
+                                             clearance=0.01)
+            gap = float(constraint.distances(frames).distance[0])
+            if abs(gap - 0.005) < 5e-4:
+                break
+            lift += 0.005 - gap
+        if constraint.violated(frames)[0] or not abs(gap - 0.005) < 5e-4:
+            continue
+        tried += 1
+        solver = make_solver('smc', arm7, seed=tried)
+        solver.set_constraints([constraint])
+        solver.reset(q_goal + rng.normal(0.0, 0.05, arm7.nq).clip(-0.05, 0.05))
+        for _ in range(150):
+            constraint.set_reference(solver.estimate)
+            q = solver.step(arm7.fk(q_goal))
+            assert not constraint.violated(arm7.frames(q))[0]
+        reached += solver.last_info['within_tolerance']
+    assert reached >= tried - 1
+
+
 def test_search_batch_refines_every_searcher_in_turn_and_still_finds_the_nearest(arm6):
     """``search_batch`` bounds one iteration's refinement: the searchers are split into
     equal shares refined in turn, the window lengthened to match (each searcher gets
