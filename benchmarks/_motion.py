@@ -249,9 +249,12 @@ class NearestSolution:
             return q
         return q0
 
-    def __call__(self, pose, q_start, polish=16):
-        """Return (q_nearest (n,), distance [rad], number of distinct solutions found)."""
+    def __call__(self, pose, q_start, polish=16, free=None):
+        """Return (q_nearest (n,), distance [rad], number of distinct solutions found);
+        ``free(q) -> bool``: only solutions it accepts count (collision-free ones)."""
         sols = self.solve_all(pose, q_start)
+        if free is not None:
+            sols = sols[[bool(free(q)) for q in sols]] if len(sols) else sols
         if len(sols) == 0:
             return None, np.inf, 0
         order = np.argsort(np.linalg.norm(sols - q_start, axis=1))
@@ -259,7 +262,8 @@ class NearestSolution:
         redundant = self.chain.nq > 6
         for q in sols[order[:polish if redundant else len(order)]]:
             if redundant:
-                q = self.slide(q, pose, q_start)
+                slid = self.slide(q, pose, q_start)
+                q = slid if free is None or free(slid) else q
             d = float(np.linalg.norm(q - q_start))
             if d < best_d:
                 best, best_d = q, d
@@ -282,7 +286,7 @@ def turn_count(q_final, q_nearest, wraps):
 
 
 def run_point_goals(chain, solver, plant, goals, q0, nearest, tol=TOL, timeout=10.0,
-                    settle=0.3):
+                    settle=0.3, constraint=None):
     """Drive ``plant`` with ``solver.step`` (one per tick) through ``goals`` one after another.
 
     Per goal: the arm starts where the previous goal left it; a goal ends when the arm has
@@ -290,6 +294,9 @@ def run_point_goals(chain, solver, plant, goals, q0, nearest, tol=TOL, timeout=1
     goal: reached, time [s] (first tick within tol), path (sum of joint-step norms [rad]),
     straight distance to the nearest solution [rad], path ratio, L-inf distance of the final
     configuration to the nearest solution, whole-turn joints, the ideal straight-move time.
+    ``constraint``: a collision constraint the solver respects (its reference is the plant's
+    configuration, as the node sets it to the command): the nearest solution is then the
+    nearest collision-free one (a goal without one has ``nearest`` inf).
     """
     plant.reset(q0)
     solver.reset(q0)
@@ -297,11 +304,15 @@ def run_point_goals(chain, solver, plant, goals, q0, nearest, tol=TOL, timeout=1
     records = []
     for goal in goals:
         q_start = plant.q.copy()
-        q_near, d_near, n_sols = nearest(goal, q_start)
+        free = None if constraint is None else \
+            (lambda q: not constraint.in_collision(chain.frames(q))[0])
+        q_near, d_near, n_sols = nearest(goal, q_start, free=free)
         path, t_reach, inside_for = 0.0, None, 0.0
         ticks = int(round(timeout / plant.dt))
         switches = 0
         for k in range(ticks):
+            if constraint is not None:
+                constraint.set_reference(plant.q)
             q_cmd = solver.step(goal)
             if solver.last_info.get('branch_switch'):
                 switches += 1
@@ -317,6 +328,8 @@ def run_point_goals(chain, solver, plant, goals, q0, nearest, tol=TOL, timeout=1
             else:
                 inside_for = 0.0
         q_final = plant.q.copy()
+        if q_near is None:      # no collision-free solution: not a goal the arm may reach
+            q_near = np.full(chain.nq, np.nan)
         ideal = plant.ideal_time(q_start, q_near) if hasattr(plant, 'ideal_time') else np.nan
         records.append(dict(
             reached=t_reach is not None, time=np.nan if t_reach is None else t_reach,

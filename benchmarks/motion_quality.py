@@ -30,6 +30,15 @@ The figures of issue 8's motion harness, measured on the core (no ROS graph):
   before and 2.5 s after it (same branch: <= 0.3 rad), and the largest rise of the
   estimate's position error while the out-of-reach target was still (should be 0).
 
+Arms authored elsewhere: ``--urdf PATH:BASE:TIP[:SRDF]`` (``--package-path`` for package://
+meshes); with ``--collision`` the solver respects their self-collision model as the node does
+(its defaults: the URDF's <collision> geometry, the SRDF's pairs, padding 2 mm, clearance
+1 cm), goals come from random configurations, and the nearest solution is the nearest
+collision-free one; goals with no collision-free solution are counted apart
+(``no_free_solution``) and left out of the other columns. Issue 31's check, the UR5 of
+example-robot-data: ``--arms --urdf .../ur5_robot.urdf:base_link:tool0:.../ur5.srdf
+--package-path DIR --collision --no-tracking --goals 60``.
+
 Run: ``./smcik bench motion_quality`` (``--quick``: 8 goals per arm; ``--arms``, ``--plant``,
 ``--set name=value`` for solver settings). Writes benchmarks/results/motion_quality.csv,
 motion_quality_tracking.csv and motion_quality.png.
@@ -61,24 +70,55 @@ def parse_settings(pairs):
     return out
 
 
-def point_goal_row(name, chain, settings, plant_name, goals_count, seed=0):
+def point_goal_row(name, chain, settings, plant_name, goals_count, seed=0, constraint=None,
+                   home=None):
     solver = make_solver('smc', chain, seed=seed, **settings)
+    if constraint is not None:
+        solver.set_constraints([constraint])
     plant = M.make_plant(plant_name, chain)
     goals = M.reachable_goals(chain, goals_count, 11)
     nearest = M.NearestSolution(chain, seed=3)
     t0 = time.perf_counter()
-    rec = M.run_point_goals(chain, solver, plant, goals, np.asarray(M.HOMES[name]), nearest)
+    home = np.asarray(M.HOMES[name] if home is None else home)
+    rec = M.run_point_goals(chain, solver, plant, goals, home, nearest, constraint=constraint)
     wall = time.perf_counter() - t0
+    unreachable = sum(not np.isfinite(r['nearest']) for r in rec)
+    rec = [r for r in rec if np.isfinite(r['nearest'])]
     ratio = np.array([r['ratio'] for r in rec])
     times = np.array([r['time'] for r in rec])
     ideal = np.array([r['ideal_time'] for r in rec])
     return dict(
-        arm=name, dof=chain.nq, goals=len(rec), reached=sum(r['reached'] for r in rec),
+        arm=name, dof=chain.nq, goals=len(rec), no_free_solution=unreachable,
+        reached=sum(r['reached'] for r in rec),
         median_time_s=float(np.nanmedian(times)),
         median_time_ratio=float(np.nanmedian(times / np.maximum(ideal, 1e-9))),
         path_ratio_median=float(np.median(ratio)), path_ratio_p90=float(np.percentile(ratio, 90)),
         far_05rad=sum(r['far'] > 0.5 for r in rec), turns_2pi=sum(r['turns'] for r in rec),
         switches=sum(r['switches'] for r in rec), wall_s=wall), rec
+
+
+def third_party_arms(specs, package_paths, collision):
+    """Return {name: (chain, collision constraint or None, home)} of ``PATH:BASE:TIP[:SRDF]``
+    specs; the home is a collision-free random configuration (seeded)."""
+    from smcik_ros.collision import CollisionConstraint, CollisionModel, Scene, \
+        self_collision_pairs
+    out = {}
+    for spec in specs:
+        path, base, tip, *rest = spec.split(':')
+        chain = M.Chain.from_urdf(path, base, tip)
+        constraint = None
+        if collision:
+            model = CollisionModel.from_urdf(chain, path, package_paths=package_paths)
+            pairs = self_collision_pairs(model, rest[0] if rest else None)
+            constraint = CollisionConstraint(model, Scene({}), pairs=pairs, padding=0.002,
+                                             clearance=0.01)
+        rng = np.random.default_rng(5)
+        home = chain.random_configuration(rng)
+        while constraint is not None and constraint.in_collision(chain.frames(home))[0]:
+            home = chain.random_configuration(rng)
+        name = path.rsplit('/', 1)[-1].rsplit('.', 1)[0] + ('+collision' if collision else '')
+        out[name] = (chain, constraint, home)
+    return out
 
 
 def tracking_row(name, chain, settings, plant_name, seed=0):
@@ -101,7 +141,15 @@ def tracking_row(name, chain, settings, plant_name, seed=0):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--arms', nargs='+', default=list(M.ARM_NAMES), choices=M.ARM_NAMES)
+    parser.add_argument('--arms', nargs='*', default=list(M.ARM_NAMES), choices=M.ARM_NAMES)
+    parser.add_argument('--urdf', action='append', default=[], metavar='PATH:BASE:TIP[:SRDF]',
+                        help='an arm authored elsewhere (repeatable); with --collision its '
+                             "URDF <collision> geometry and SRDF (default: none) as the node's")
+    parser.add_argument('--package-path', action='append', default=[],
+                        help='directory holding ROS packages for package:// meshes')
+    parser.add_argument('--collision', action='store_true',
+                        help='the --urdf arms with their self-collision model, node defaults '
+                             '(padding 2 mm, clearance 1 cm); nearest = nearest collision-free')
     parser.add_argument('--goals', type=int, default=30, help='point goals per arm (30)')
     parser.add_argument('--plant', default='follower', choices=sorted(M.PLANTS))
     parser.add_argument('--set', nargs='*', default=[], help='solver settings name=value')
@@ -115,18 +163,20 @@ def main():
     settings = parse_settings(args.set)
     print(C.machine())
     print('solver: smc', settings or '(defaults)', '| plant:', args.plant)
-    arms = M.load_arms(args.arms)
+    arms = {name: (chain, None, None) for name, chain in M.load_arms(args.arms).items()}
+    arms.update(third_party_arms(args.urdf, args.package_path, args.collision))
     goal_rows, track_rows, all_series = [], [], {}
-    for name, chain in arms.items():
+    for name, (chain, constraint, home) in arms.items():
         if not args.no_goals:
-            row, _ = point_goal_row(name, chain, settings, args.plant, args.goals)
+            row, _ = point_goal_row(name, chain, settings, args.plant, args.goals,
+                                    constraint=constraint, home=home)
             goal_rows.append(row)
             print(f'{name:11s} goals: reached {row["reached"]}/{row["goals"]}, path ratio median '
                   f'{row["path_ratio_median"]:.3f} p90 {row["path_ratio_p90"]:.3f}, far '
                   f'{row["far_05rad"]}, 2pi turns {row["turns_2pi"]}, time median '
                   f'{row["median_time_s"]:.2f} s (x{row["median_time_ratio"]:.2f} ideal), '
                   f'switches {row["switches"]}', flush=True)
-        if not args.no_tracking:
+        if not args.no_tracking and name in M.HOMES:
             row, series = tracking_row(name, chain, settings, args.plant)
             track_rows.append(row)
             all_series[name] = series
@@ -137,7 +187,8 @@ def main():
                   f'{row["drag_branch_rad"]:.3f} rad', flush=True)
     tag = f'_{args.tag}' if args.tag else ''
     if goal_rows:
-        fields = ['arm', 'dof', 'goals', 'reached', 'median_time_s', 'median_time_ratio',
+        fields = ['arm', 'dof', 'goals', 'no_free_solution', 'reached', 'median_time_s',
+                  'median_time_ratio',
                   'path_ratio_median', 'path_ratio_p90', 'far_05rad', 'turns_2pi', 'switches']
         C.print_table(goal_rows, fields, title=f'point goals ({args.plant} plant)')
         C.write_csv(f'motion_quality{tag}', goal_rows, fields + ['wall_s'])

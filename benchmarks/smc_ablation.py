@@ -1,17 +1,20 @@
 """Ablation of the SMC filter's policies: what each addition to Algorithm 1 contributes.
 
-Variants (settings of ``make_solver('smc', ...)``, each row adds one policy to the previous):
+Variants (settings of ``make_solver('smc', ...)``, each row adds one policy to the previous;
+every policy of ``solvers/smc/policies/`` is switched off by its setting):
 
 1. ``Algorithm 1 alone``: refine_count=0, restart_after=0, keep_map=False,
-   anneal_initial=1, minimal_motion=False, branch_hold=False (the paper's filter; the
-   multi-scale proposal and the lag-free smoothing_alpha=1 stay);
+   anneal_initial=1, minimal_motion=False, branch_hold=False, seed_rows=0 (the paper's
+   filter; the multi-scale proposal and the lag-free smoothing_alpha=1 stay);
 2. ``+ refinement`` (refine_count=4, the LM move step);
 3. ``+ restarts`` (restart_after=4, re-seeding when the best cost stalls; annealing of
    Sigma_z back to its default anneal_initial=10);
-4. ``+ minimal motion`` (minimal_motion=True: motion prior, nearest search, null-space
+4. ``+ minimal motion`` (minimal_motion=True, search_count=0: motion prior, null-space
    pull, nearest selection, whole-turn mapping);
-5. ``+ branch hold`` (keep_map=True, branch_hold=True);
-6. ``+ seed-first solve`` (seed_rows=8: solve() refines the seed, then proposal draws, one
+5. ``+ nearest search`` (search_count=32: the searchers of a new goal; recovery off);
+6. ``+ branch hold`` (keep_map=True, branch_hold=True; recovery off);
+7. ``+ recovery`` (recovery_iterations=300: back on the branch left after an excursion);
+8. ``+ seed-first solve`` (seed_rows=8: solve() refines the seed, then proposal draws, one
    by one in a compiled kernel before the filter runs; online steps are unchanged): the
    shipped defaults.
 
@@ -42,13 +45,16 @@ from smcik_ros.solvers import make_solver
 
 ALONE = dict(refine_count=0, restart_after=0, keep_map=False, anneal_initial=1.0,
              minimal_motion=False, branch_hold=False, seed_rows=0)
+MOTION = dict(ALONE, refine_count=4, restart_after=4, anneal_initial=10.0,
+              minimal_motion=True)
 VARIANTS = [
     ('Algorithm 1 alone', ALONE),
     ('+ refinement', dict(ALONE, refine_count=4)),
     ('+ restarts', dict(ALONE, refine_count=4, restart_after=4, anneal_initial=10.0)),
-    ('+ minimal motion', dict(ALONE, refine_count=4, restart_after=4, anneal_initial=10.0,
-                              minimal_motion=True)),
-    ('+ branch hold', dict(seed_rows=0)),
+    ('+ minimal motion', dict(MOTION, search_count=0)),
+    ('+ nearest search', dict(MOTION, recovery_iterations=0)),
+    ('+ branch hold', dict(seed_rows=0, recovery_iterations=0)),
+    ('+ recovery', dict(seed_rows=0)),
     ('+ seed-first solve (defaults)', {}),
 ]
 

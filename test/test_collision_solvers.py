@@ -354,7 +354,7 @@ def test_refinement_where_the_constraint_is_inactive_is_the_compiled_pose_step(s
     instead (a different result, checked); no result is violating where its start was not."""
     from smcik_ros.goals import PoseTarget
     from smcik_ros.solvers.smc import FilterModel
-    from smcik_ros.solvers.smc_policies import _constrained
+    from smcik_ros.solvers.smc.policies.refinement import _constrained
     chain, model, pairs, _ = setup
     constraint = CollisionConstraint(model, Scene({('scene', 0): BOX}), pairs=pairs)
     rng = np.random.default_rng(5)
@@ -380,9 +380,9 @@ def test_refinement_where_the_constraint_is_inactive_is_the_compiled_pose_step(s
     assert refine._fusable(constrained, constrained=True) and refine._fusable(plain)
     start_q = chain.random_configuration(rng, 60)
     start = chain.frames(start_q)
-    out, cost, improved, _ = refine.move(constrained, chain.frames(start_q.copy()),
+    out, cost, improved, _ = refine.refine(constrained, chain.frames(start_q.copy()),
                                          constrained.cost(start), pull)
-    alone, _, alone_improved, _ = refine.move(plain, chain.frames(start_q.copy()),
+    alone, _, alone_improved, _ = refine.refine(plain, chain.frames(start_q.copy()),
                                               plain.cost(start), pull)
     busy = _constrained(constrained.terms[1:], constrained.hard, start)
     ends_busy = _constrained(constrained.terms[1:], constrained.hard, alone)

@@ -706,7 +706,7 @@ def test_a_soft_cost_above_the_floor_still_lets_the_arm_rest(arm7):
     term = _UnmetSoftTerm()
     loop, stream, steps = _settle_run(arm7, 10, constraints=[term])
     solver = loop.solver
-    held = solver._state.particles[solver._state.held]
+    held = solver.state.particles[solver.state.estimate]
     cost = solver._model(solver._targets).cost(arm7.frames(held[None]))[0]
     assert cost > solver.settings.refine_min_cost
     assert loop.goal_reached and solver.settled and loop.skipped_steps > 100
@@ -724,7 +724,7 @@ def test_a_soft_cost_above_the_floor_still_lets_the_arm_rest(arm7):
     n = len(steps)
     stream.run(1, follower(1))
     assert len(steps) == n + 1
-    assert solver._state.settled_cost == pytest.approx(0.04, abs=1e-6)
+    assert solver.policies.refinement.settled_cost == pytest.approx(0.04, abs=1e-6)
 
 
 def test_goal_errors_kept_at_rest_are_those_of_the_published_command(arm7):

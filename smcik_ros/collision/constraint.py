@@ -96,6 +96,10 @@ class CollisionReport:
 class CollisionConstraint(Constraint):
     """Self- and scene-collision avoidance over a ``CollisionModel`` (see the module doc).
 
+    Its soft clearance is a ``preference``: it weighs the SMC's particles (eq. 14) but never
+    pulls one off its goal (the refinement leaves it out), so a goal whose configuration is
+    free by the padding is reached however near the obstacle.
+
     model: the CollisionModel; scene: a Scene (shared with whoever updates it; changes are
     picked up at the next call) or None; self_collision: check the robot against itself;
     pairs: a ``SelfCollisionPairs`` (default: ``self_collision_pairs(model, padding=...)``
@@ -124,6 +128,7 @@ class CollisionConstraint(Constraint):
         if self.max_rows < 1:
             raise GoalError(f'max_rows must be >= 1; got {max_rows}')
         self.hard = bool(hard)
+        self.preference = True
         resolution = motion_resolution
         if resolution is None:
             resolution = self.padding if self.padding > 0.0 else 0.002

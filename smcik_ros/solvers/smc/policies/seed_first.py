@@ -1,0 +1,57 @@
+"""Seed first: ``solve``'s compiled first stage (policy ``seed_rows``).
+
+Before the filter runs, ``solve`` refines the seed, then ``seed_rows - 1`` draws of the
+filter's uniform proposal, each alone by compiled LM steps (the refinement's own step) until
+one meets the tolerance. Only where it is the same problem the refinement solves in one
+compiled kernel: one plain pose target, no hard constraints, no ball joints. The seed row goes
+first, so a seed on (or near) a solution's branch keeps it; a draw is a random branch, which
+the filter's nearest-success choice would not necessarily pick: the price of answering most
+queries in tens of microseconds (docs/smc.md and docs/benchmarks.md, ``bench speed``).
+"""
+
+import numpy as np
+
+from .... import kernels
+from ....goals import PoseTarget
+
+__all__ = ['SeedFirst']
+
+
+class SeedFirst:
+    """``solve``'s first stage (module docstring)."""
+
+    def __init__(self, settings, refinement):
+        self.rows = int(settings.seed_rows)
+        self.steps = int(settings.seed_steps)
+        self.refinement = refinement
+
+    def solve(self, chain, targets, constraints, q_seed, tolerance, rng):
+        """Return (q, position error, orientation error) of the first row that meets
+        ``tolerance`` (position [m], orientation [rad]), or None (the filter runs)."""
+        if not _fast_pose_goal(chain, targets, constraints):
+            return None
+        refinement = self.refinement
+        term = targets[0]
+        rows = np.empty((self.rows, chain.nq))
+        rows[0] = q_seed
+        if self.rows > 1:
+            rows[1:] = chain.random_configuration(rng, self.rows - 1)
+        body, off = chain.link_anchor(term.link)
+        index, pos, ori = kernels.first_solution(
+            rows, self.steps, refinement.alphas, refinement.damping, refinement.max_step,
+            chain.lower, chain.upper, np.sqrt(term.weight) / term.sigma, float(term.weight),
+            float(term.sigma[0]), float(term.sigma[3]), float(tolerance[0]),
+            float(tolerance[1]), *chain.kernel_bodies(), body, off, term.pose,
+            *chain.kernel_columns(body))
+        if index < 0:
+            return None
+        return rows[index], float(pos), float(ori)
+
+
+def _fast_pose_goal(chain, targets, constraints):
+    """Return whether a solve is one plain pose target the compiled kernels handle whole."""
+    if chain.has_ball_joints or len(targets) != 1 or any(c.hard for c in constraints):
+        return False
+    term = targets[0]
+    return (type(term) is PoseTarget and term.covariance is None
+            and chain.link_anchor(term.link)[0] >= 0)

@@ -1,0 +1,123 @@
+"""Settings of the SMC IK filter: one frozen dataclass, field names are the ROS parameters."""
+
+from dataclasses import dataclass
+
+from ..base import SolverSettings, _check
+
+__all__ = ['SmcSettings']
+
+
+@dataclass(frozen=True)
+class SmcSettings(SolverSettings):
+    """Settings of the SMC IK filter (field names are the ROS parameter names)."""
+
+    num_particles: int = 100            # N, particles
+    seed: int = -1                      # random seed; -1: fresh entropy each construction
+    joint_noise: float = 0.1            # [rad] std of the revolute random walk per iteration
+    prismatic_noise: float = 0.02       # [m] std of the prismatic random walk
+    ball_noise: float = 0.1             # [rad] ball rotation-angle std per axis (2x eq. 17's)
+    joint_noise_per_joint: tuple = ()   # [rad or m] one std per 1-DOF joint; () = the above
+    ball_noise_per_axis: tuple = ()     # [rad] 3 stds per ball joint (QuTem diag); () = above
+    min_noise_scale: float = 0.01       # smallest per-particle noise factor (log-uniform to 1)
+    sigma_position: float = 0.01        # [m] task noise std, position (Sigma_z) of array goals
+    sigma_orientation: float = 0.05     # [rad] task noise std, orientation (Sigma_z)
+    anneal_initial: float = 10.0        # Sigma_z std multiplier when a new goal arrives
+    anneal_rate: float = 0.8            # per-iteration factor on that multiplier (down to 1)
+    smoothing_alpha: float = 1.0        # eq. 15 interpolation factor (1: no smoothing, no lag)
+    resample_threshold: float = 0.5     # resample when ESS < threshold * N
+    max_redraws: int = 3                # accept/reject redraws per iteration
+    refine_count: int = 4               # best particles refined per iteration (0: off)
+    refine_steps: int = 3               # damped least-squares steps per refined particle
+    refine_damping: float = 1e-4        # Levenberg-Marquardt damping floor
+    refine_min_cost: float = 1e-9       # skip refinement while the best cost is below this
+    max_step: float = 0.5               # [rad or m] largest joint change of one refinement step
+    restart_after: int = 4              # iterations without enough progress before re-seeding
+    stall_tolerance: float = 0.1        # 'progress' = best cost down by this fraction
+    restart_fraction: float = 1.0       # share of particles re-seeded on a restart
+    online_restarts: bool = True        # also re-seed in online use (the estimate's stays)
+    restart_min_cost: float = 0.01      # no restart once the best task cost is below this
+    online_restart_limit: int = 20      # online: restarts per still goal, then rest (0: no limit)
+    init_uniform_fraction: float = 0.5  # solve(): share of particles drawn uniformly at start
+    seed_rows: int = 8                  # solve(): seed + draws refined one by one first (0: off)
+    seed_steps: int = 30                # solve(): LM steps per row of that first stage
+    keep_map: bool = True               # carry the estimate's particle over without noise
+    goal_change_threshold: float = 3.0  # goal moves > this many sigmas re-arm the filter
+    solution_tolerance_position: float = 0.001      # [m] 'satisfies the goal' (online)
+    solution_tolerance_orientation: float = 0.01    # [rad] 'satisfies the goal' (online)
+    minimal_motion: bool = True         # prefer the solution nearest the reference (off: MAP)
+    motion_sigma: float = 1.0           # [rad] std of the motion prior N(x_ref, Sigma_motion)
+    nullspace_gain: float = 1.0         # refinement's pull to x_ref in the task null space
+    reseed_fraction: float = 0.5        # share of particles drawn around x_ref on a new goal
+    search_count: int = 32              # searchers of the nearest branch on a new goal (0: off)
+    search_iterations: int = 8          # iterations per search window (repeated while useful)
+    search_batch: int = 0               # searchers refined per iteration (0: all)
+    branch_hold: bool = True            # online: stay on the estimate's branch (needs keep_map)
+    branch_jump: float = 0.5            # [rad] 'another branch' = a joint differs by more
+    recovery_iterations: int = 300      # iterations the branch left out of reach is kept
+    hold_patience: int = 4              # iterations without progress before leaving the branch
+
+    def validate(self):
+        _check(self.num_particles >= 1, f'num_particles must be >= 1; got {self.num_particles}')
+        _check(self.seed >= -1, f'seed must be >= 0, or -1 for a random seed; got {self.seed}')
+        for name in ('joint_noise', 'prismatic_noise', 'ball_noise', 'sigma_position',
+                     'sigma_orientation', 'solution_tolerance_position',
+                     'solution_tolerance_orientation', 'motion_sigma'):
+            _check(getattr(self, name) > 0.0, f'{name} must be > 0; got {getattr(self, name)}')
+        _check(0.0 < self.min_noise_scale <= 1.0,
+               f'min_noise_scale must be in (0, 1]; got {self.min_noise_scale}')
+        _check(self.anneal_initial >= 1.0,
+               f'anneal_initial must be >= 1; got {self.anneal_initial}')
+        _check(0.0 < self.anneal_rate <= 1.0,
+               f'anneal_rate must be in (0, 1]; got {self.anneal_rate}')
+        _check(0.0 < self.smoothing_alpha <= 1.0,
+               f'smoothing_alpha must be in (0, 1]; got {self.smoothing_alpha}')
+        _check(0.0 <= self.resample_threshold <= 1.0,
+               f'resample_threshold must be in [0, 1]; got {self.resample_threshold}')
+        _check(self.max_redraws >= 0, f'max_redraws must be >= 0; got {self.max_redraws}')
+        _check(0 <= self.refine_count <= self.num_particles,
+               f'refine_count must be in [0, num_particles={self.num_particles}]; '
+               f'got {self.refine_count}')
+        _check(self.refine_steps >= 1, f'refine_steps must be >= 1; got {self.refine_steps}')
+        _check(self.refine_damping >= 0.0,
+               f'refine_damping must be >= 0; got {self.refine_damping}')
+        _check(self.refine_min_cost >= 0.0,
+               f'refine_min_cost must be >= 0; got {self.refine_min_cost}')
+        _check(self.max_step > 0.0, f'max_step must be > 0; got {self.max_step}')
+        _check(self.restart_after >= 0,
+               f'restart_after must be >= 0 (0: off); got {self.restart_after}')
+        _check(self.online_restart_limit >= 0,
+               f'online_restart_limit must be >= 0 (0: no limit); got '
+               f'{self.online_restart_limit}')
+        _check(0.0 <= self.stall_tolerance < 1.0,
+               f'stall_tolerance must be in [0, 1); got {self.stall_tolerance}')
+        _check(0.0 <= self.restart_fraction <= 1.0,
+               f'restart_fraction must be in [0, 1]; got {self.restart_fraction}')
+        _check(0.0 <= self.init_uniform_fraction <= 1.0,
+               f'init_uniform_fraction must be in [0, 1]; got {self.init_uniform_fraction}')
+        _check(self.seed_rows >= 0, f'seed_rows must be >= 0 (0: off); got {self.seed_rows}')
+        _check(self.seed_steps >= 1, f'seed_steps must be >= 1; got {self.seed_steps}')
+        _check(self.restart_min_cost >= 0.0,
+               f'restart_min_cost must be >= 0; got {self.restart_min_cost}')
+        _check(self.goal_change_threshold >= 0.0,
+               f'goal_change_threshold must be >= 0; got {self.goal_change_threshold}')
+        _check(0.0 <= self.nullspace_gain <= 1.0,
+               f'nullspace_gain must be in [0, 1]; got {self.nullspace_gain}')
+        _check(0.0 <= self.reseed_fraction < 1.0,
+               f'reseed_fraction must be in [0, 1); got {self.reseed_fraction}')
+        _check(self.search_count >= 0,
+               f'search_count must be >= 0 (at most num_particles - 1 are used); '
+               f'got {self.search_count}')
+        _check(self.search_iterations >= 0,
+               f'search_iterations must be >= 0; got {self.search_iterations}')
+        _check(self.search_batch >= 0,
+               f'search_batch must be >= 0 (0: every searcher each iteration); '
+               f'got {self.search_batch}')
+        _check(self.branch_jump > 0.0, f'branch_jump must be > 0; got {self.branch_jump}')
+        _check(self.recovery_iterations >= 0,
+               f'recovery_iterations must be >= 0; got {self.recovery_iterations}')
+        _check(self.hold_patience >= 1, f'hold_patience must be >= 1; got {self.hold_patience}')
+        _check(self.keep_map or not self.branch_hold,
+               'branch_hold needs keep_map (the held particle is carried over without noise); '
+               'set keep_map: true or branch_hold: false')
+        for v in self.joint_noise_per_joint + self.ball_noise_per_axis:
+            _check(v > 0.0, f'per-joint noise values must be > 0; got {v}')
