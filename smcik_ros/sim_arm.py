@@ -15,7 +15,7 @@ from rclpy.parameter import Parameter
 from rcl_interfaces.msg import FloatingPointRange, ParameterDescriptor
 from sensor_msgs.msg import JointState
 
-from .control.loop import initial_configuration
+from .control.arm_state import initial_configuration
 from .errors import GoalError
 from .kinematics import Chain
 from .robot_description import load_robot_description

@@ -16,8 +16,8 @@ from smcik_ros import ros_conversions as rc
 from smcik_ros.collision import KeepOutSphere
 from smcik_ros.control.alternatives import AlternativesBook, has_alternatives
 from smcik_ros.control.arm_state import ArmSettings
-from smcik_ros.control.command_shaping import limits_for_chain
-from smcik_ros.control.loop import ControlLoop
+from smcik_ros.control.limits import limits_for_chain
+from smcik_ros.control.tick import ControlLoop
 from smcik_ros.control.frames import FrameResolver
 from smcik_ros.control.goal_inbox import GoalInbox
 from smcik_ros.errors import GoalError, ParameterError

@@ -10,8 +10,10 @@ import pytest
 
 from arm_urdfs import ur5_like_urdf
 from smcik_ros.control.arm_state import ArmSettings, ArmState
-from smcik_ros.control.command_shaping import limits_for_chain
-from smcik_ros.control.loop import ControlLoop, HardConstraintValidator, Reporter
+from smcik_ros.control.limits import limits_for_chain
+from smcik_ros.control.guard import HardConstraintValidator
+from smcik_ros.control.reporter import Reporter
+from smcik_ros.control.tick import ControlLoop
 from smcik_ros.goals import Constraint, KeepOutSphere
 from smcik_ros.kinematics import Chain
 from smcik_ros.solvers import make_solver
@@ -453,7 +455,7 @@ def test_a_hard_constraint_is_never_entered_and_the_stop_is_within_limits(arm7):
     assert np.min(np.linalg.norm(tips - center, axis=1)) >= 0.05 - 1e-9
     v_ratio, a_ratio = stream.worst_ratios(limits)
     assert v_ratio <= 1 + SLACK and a_ratio <= 1 + SLACK
-    assert loop.holds > 0
+    assert loop.guard.holds > 0
 
 
 # ---------------------------------------------------------------------- shutdown
@@ -535,7 +537,7 @@ def test_every_move_lies_on_a_validated_motion_even_when_braking(arm7, share):
         loop.offer_goal('pose', reachable_pose(arm7, 40 + k, near=stream.commands[-1].q),
                         '', None, stream.t)
         stream.run(200, follower(1))
-    assert loop.holds > 0 and len(validator.accepted) > 0
+    assert loop.guard.holds > 0 and len(validator.accepted) > 0
     qs = [c.q for c in stream.commands if c.limited_by != 'resync']
     moves = 0
     for a, b in zip(qs[:-1], qs[1:]):
@@ -586,7 +588,7 @@ def test_a_refused_estimate_falls_back_to_a_free_candidate_before_braking(arm7):
         assert guard.constraint.check_motion(a, b)[0], 'a move collides'
     v_ratio, a_ratio = stream.worst_ratios(limits)
     assert v_ratio <= 1 + SLACK and a_ratio <= 1 + SLACK
-    assert loop.fallbacks > 0, (loop.fallbacks, loop.holds)
+    assert loop.guard.fallbacks > 0, (loop.guard.fallbacks, loop.guard.holds)
     tips = arm7.fk(qs)[:, :3, 3]
     assert np.linalg.norm(tips[-1] - goal) < 0.8 * np.linalg.norm(tips[0] - goal)
 
@@ -598,13 +600,13 @@ def test_a_fallback_never_takes_the_tool_farther_from_the_goal(arm7):
     for seed in range(2, 6):
         loop, _, _, stream, goal = _box_in_the_way(arm7, seed)
         for _ in range(500):
-            before, previous = loop.fallbacks, stream.commands[-1].q
+            before, previous = loop.guard.fallbacks, stream.commands[-1].q
             stream.run(1, follower(1))
-            if loop.fallbacks > before:
+            if loop.guard.fallbacks > before:
                 fallbacks += 1
                 was = np.linalg.norm(arm7.fk(previous)[:3, 3] - goal)
                 now = np.linalg.norm(arm7.fk(stream.commands[-1].q)[:3, 3] - goal)
-                assert now <= was + loop.FALLBACK_SLACK, (seed, loop.ticks, was, now)
+                assert now <= was + loop.guard.FALLBACK_SLACK, (seed, loop.ticks, was, now)
     assert fallbacks >= 10, f'only {fallbacks} fallback ticks: the set-up did not test the rule'
 
 
@@ -623,7 +625,7 @@ def test_a_long_hold_restarts_the_solver_every_interval_ticks(arm7, interval):
     loop.offer_goal('pose', reachable_pose(arm7, 3), '', None, stream.t)
     before = len(resets)
     stream.run(50, follower(1))
-    assert loop.holds == 50
+    assert loop.guard.holds == 50
     assert len(resets) - before == math.ceil(50 / interval)
     assert all(np.array_equal(c.q, stream.commands[0].q) for c in stream.commands)
 
