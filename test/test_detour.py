@@ -372,13 +372,13 @@ def test_patience_starts_a_detour_while_the_error_still_decreases(demo):
     assert not detour.observe(loop, now)              # the goal is seen: patience starts
     assert not detour.observe(loop, now + 0.9)
     assert detour.observe(loop, now + 1.1)
-    assert detour.trigger_text().startswith('not reached after 1.1 s')
+    assert detour.trigger.startswith('not reached after 1.1 s')
     patient = Detour(chain, limits, DetourSettings(seed=0, trigger_time=60.0, patience=600.0))
     assert not any(patient.observe(loop, now + t) for t in (0.0, 1.1, 30.0))
     # The stalled trigger still says so.
     stalled = Detour(chain, limits, DetourSettings(seed=0, trigger_time=0.5, patience=600.0))
     assert not stalled.observe(loop, now) and stalled.observe(loop, now + 0.6)
-    assert stalled.trigger_text() == 'without progress for 0.5 s'
+    assert stalled.trigger == 'without progress for 0.5 s'
     # The same goal again (a new Goal object, the same signature) keeps the patience
     # running; another goal starts it again.
     again = Detour(chain, limits, DetourSettings(seed=0, trigger_time=60.0, patience=1.0))

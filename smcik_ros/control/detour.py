@@ -137,7 +137,7 @@ class Detour:
         self._best = math.inf        # smallest goal error of this goal [m]
         self._best_time = None       # when it was last improved by ``progress`` [s]
         self._since = None           # when this goal (or the last detour's end) began [s]
-        self._trigger = ''
+        self.trigger = ''            # why the last detour started (for the log line)
         self._attempts = 0
         self._next_allowed = -math.inf
         self._history = collections.deque(maxlen=HISTORY)
@@ -195,13 +195,9 @@ class Detour:
         blocked = loop.refusal(within=within) is not None or self._held_at_margin(loop)
         if blocked:
             stalled = now - self._best_time >= self.settings.trigger_time
-            self._trigger = (f'without progress for {self.settings.trigger_time:g} s' if stalled
-                             else f'not reached after {now - self._since:.1f} s')
+            self.trigger = (f'without progress for {self.settings.trigger_time:g} s' if stalled
+                            else f'not reached after {now - self._since:.1f} s')
         return blocked
-
-    def trigger_text(self):
-        """Return why the last detour started (for the loop's log line)."""
-        return self._trigger
 
     def _held_at_margin(self, loop):
         """Return whether the solver itself holds the arm at the collision margin: its answer
@@ -436,7 +432,7 @@ class DetourDrive:
         detour.start(loop, None, now, exact=lambda a, b: self.guard.refuses(a, b) is None)
         self.report('info', 'detour:start', (
             f'goal {loop.goal.sequence}: blocked at the collision margin '
-            f'({detour.trigger_text()}): planning a detour'), interval=1.0)
+            f'({detour.trigger}): planning a detour'), interval=1.0)
 
     def command(self, q, v, dt, lead_box, now, goal, tick):
         """Return the ShapedCommand of tick ``tick`` at ``now`` [s] while the detour is

@@ -150,10 +150,6 @@ class CommandShaper:
     def __init__(self, limits):
         self.limits = limits
 
-    @property
-    def n(self):
-        return self.limits.n
-
     def step(self, q, v, dt, desired=None, lead_box=None, desired_velocity=None):
         """Return the ShapedCommand of the next tick.
 
@@ -323,7 +319,7 @@ class CommandShaper:
         if desired_velocity is None:
             return None
         w = np.asarray(desired_velocity, dtype=float)
-        if w.shape != (self.n,) or not np.all(np.isfinite(w)) or not np.any(w):
+        if w.shape != (self.limits.n,) or not np.all(np.isfinite(w)) or not np.any(w):
             return None
         ratio = float(np.max(np.abs(w) / self.limits.velocity))
         if ratio > JUMP:
