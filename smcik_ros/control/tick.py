@@ -121,6 +121,7 @@ class ControlLoop:
     that name a part are that part's (read and set through the loop, as the node does).
     """
 
+    # The solver and when it steps (stepping.SolverStepper).
     solver = _Part('stepper')
     solver_idle = _Part('stepper', 'idle')
     estimate = _Part('stepper')
@@ -136,6 +137,7 @@ class ControlLoop:
     beside = _Part('stepper')
     settle = _Part('stepper')
     close = _Part('stepper')
+    # What refused motions do (guard.MotionGuard); the detour (detour.DetourDrive).
     validators = _Part('guard')
     fallback_candidates = _Part('guard')
     hold_reset_interval = _Part('guard')
@@ -149,7 +151,7 @@ class ControlLoop:
         self.chain = chain
         self.limits = limits
         self._wraps = bool(limits.continuous.any())   # any continuous joint (limits: frozen)
-        self._report = report
+        self._report = report       # as given (the tests read what it collected)
         self.report = never_raises(report)
         self.arm = ArmMonitor(chain.joint_names, limits.continuous, arm_settings or ArmSettings())
         self.inbox = inbox or GoalInbox(FrameResolver(chain), chain.tip_link)
@@ -251,6 +253,8 @@ class ControlLoop:
             return self._hold(now)
 
     def _tick(self, now):
+        """The tick's pipeline (module doc): the clock, the arm's state, the goal, then the
+        detour or solver -> shaper -> guard, and the command."""
         if self.first_tick is None:
             self.first_tick = now
         dt = None if self.q is None else now - self.stamp
