@@ -31,9 +31,10 @@ from smcik_ros.collision import (CollisionModel, Obstacle, pose_matrix,  # noqa:
                                  self_collision_pairs)
 from smcik_ros.control.arm_state import ArmSettings  # noqa: E402
 from smcik_ros.control.collision_guard import CollisionGuard  # noqa: E402
-from smcik_ros.control.command_shaping import limits_for_chain  # noqa: E402
+from smcik_ros.control.limits import limits_for_chain  # noqa: E402
 from smcik_ros.control.detour import Detour, DetourSettings  # noqa: E402
-from smcik_ros.control.loop import ControlLoop, HardConstraintValidator  # noqa: E402
+from smcik_ros.control.guard import HardConstraintValidator  # noqa: E402
+from smcik_ros.control.tick import ControlLoop  # noqa: E402
 from smcik_ros.kinematics import Chain  # noqa: E402
 from smcik_ros.solvers import make_solver  # noqa: E402
 

@@ -434,7 +434,7 @@ def _free_start(chain, free):
     """Return sim_arm's start: its default (0 where the range holds 0, else mid-range), or
     where that brings covers within the clearance (a Panda's zero pose folds the hand onto
     link 5), the mid-range configuration or a seeded draw around it that does not."""
-    from smcik_ros.control.loop import initial_configuration
+    from smcik_ros.control.arm_state import initial_configuration
     start = initial_configuration(chain)
     if free is None or free(start):
         return [float(v) for v in start]

@@ -16,7 +16,7 @@ from rcl_interfaces.msg import FloatingPointRange, ParameterDescriptor
 from sensor_msgs.msg import JointState
 
 from .collision import conventional_srdf_path, parse_srdf
-from .control.loop import initial_configuration
+from .control.arm_state import initial_configuration
 from .errors import GoalError
 from .kinematics import Chain
 from .ros.conversions import command_to_positions, make_joint_state

@@ -16,14 +16,14 @@ from smcik_ros.ros import conversions as rc
 from smcik_ros.collision import KeepOutSphere
 from smcik_ros.control.alternatives import AlternativesBook, has_alternatives
 from smcik_ros.control.arm_state import ArmSettings
-from smcik_ros.control.command_shaping import limits_for_chain
-from smcik_ros.control.loop import ControlLoop
+from smcik_ros.control.limits import limits_for_chain
+from smcik_ros.control.tick import ControlLoop
 from smcik_ros.control.frames import FrameResolver
 from smcik_ros.control.goal_inbox import GoalInbox
 from smcik_ros.errors import GoalError, ParameterError
 from smcik_ros.goals import PoseTarget, PositionTarget
 from smcik_ros.kinematics import Chain
-from smcik_ros.rotations import matrix_to_rotvec, quat_to_matrix, rotvec_to_matrix
+from smcik_ros.rotations import quat_to_matrix, rotvec_to_matrix
 from smcik_ros.solvers import make_solver
 
 URDF = Path(__file__).resolve().parents[1] / 'urdf' / 'smcik_arm.urdf'

@@ -147,7 +147,7 @@ def test_kept_completeness_and_lead_match_their_definitions():
     the measurement as it is without continuous joints: over random streams of complete,
     partial and empty messages and clock resets, they equal their definitions (every joint
     finite; the nearest equivalent of the measurement), bit for bit."""
-    from smcik_ros.control.command_shaping import nearest_equivalent
+    from smcik_ros.control.limits import nearest_equivalent
     rng = np.random.default_rng(5)
     for trial in range(200):
         continuous = tuple(bool(c) for c in rng.random(3) < (0.0 if trial % 2 else 0.4))

@@ -1,6 +1,9 @@
 """The node's collision guard without ROS: SRDF choice, the validator (coarse pass agreeing
 with the fine motion check), batched checks, point clouds, SRDF updates, status texts."""
 
+import threading
+import time
+
 import numpy as np
 import pytest
 
@@ -411,13 +414,47 @@ def test_background_updates_computed_together_are_both_applied(guard_and_chain, 
     assert not guard.constraint.contacts(q)
 
 
+def test_an_srdf_applied_while_finer_covers_compute_is_kept_under_them(guard_and_chain,
+                                                                       monkeypatch):
+    """The start-up race: MoveIt's SRDF arrives and is applied while the finer covers of the
+    first command are still being computed (they take seconds). The covers, applied next,
+    go on top of the SRDF's pairs (their constraint built again), never back to the pairs
+    they were computed with."""
+    _, chain = guard_and_chain
+    q = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
+    guard = _table_guard(chain, 0.008)
+    before = len(guard.constraint.pairs)
+    gate = threading.Event()
+    refined = type(guard.model).refined
+    monkeypatch.setattr(type(guard.model), 'refined',
+                        lambda self, *a, **k: (gate.wait(60.0), refined(self, *a, **k))[1])
+    assert guard.start_contact_refinement(q) == ['base_link']
+    text = open(SRDF).read().replace(
+        '</robot>', '<disable_collisions link1="link5" link2="link7" reason="Test"/></robot>')
+    assert guard.start_srdf_update(text, 'a test SRDF')
+    event = None
+    for _ in range(1200):            # the SRDF's pairs arrive while the covers wait
+        event = guard.poll()
+        if event is not None:
+            break
+        time.sleep(0.05)
+    assert event is not None and event[2] and 'a test SRDF' in event[1], event
+    assert len(guard.constraint.pairs) == before - 1
+    gate.set()
+    guard.wait_for_update(60.0)
+    level, message, changed = guard.poll()
+    assert changed and 'no longer rests in contact' in message, message
+    assert guard.constraint.model is guard.model and not guard.constraint.contacts(q)
+    assert len(guard.constraint.pairs) == before - 1 and guard.srdf == 'a test SRDF'
+
+
 def test_finer_covers_that_free_no_contact_are_not_applied(guard_and_chain, monkeypatch):
     """Where the parts themselves overlap (a table 10 mm into the base), finer covers take
     only the covers' excess off the depth: the swap needs a pair released or at least
     CONTACT_GAIN shallower, else the coarse model stays (the finer one would cost every
     query) and poll says why, changing nothing. The gain is raised here past the 6 mm the
     base's 4 mm cover gains on this table."""
-    from smcik_ros.control import collision_guard as module
+    from smcik_ros.control import cover_updates as module
     _, chain = guard_and_chain
     q = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
     guard = _table_guard(chain, -0.01)
@@ -437,8 +474,8 @@ def test_finer_covers_that_free_no_contact_are_not_applied(guard_and_chain, monk
 
 
 def test_the_swap_rule_of_finer_covers():
-    """``_frees_contact``: a pair released, or one at least CONTACT_GAIN shallower."""
-    from smcik_ros.control.collision_guard import CONTACT_GAIN, _frees_contact
+    """``frees_contact``: a pair released, or one at least CONTACT_GAIN shallower."""
+    from smcik_ros.control.cover_updates import CONTACT_GAIN, frees_contact as _frees_contact
     before = [(('a', 'b'), -0.02), (('a', 'c'), -0.001)]
     assert _frees_contact(before, [(('a', 'b'), -0.02)])                      # a, c released
     assert _frees_contact(before, [(('a', 'b'), -0.02 + CONTACT_GAIN),

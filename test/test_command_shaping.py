@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 import numpy as np
 import pytest
 
-from smcik_ros.control.command_shaping import (
-    LANDING, LIMITERS, CommandShaper, JointLimits, allowed_speed, brake_speed, limits_for_chain,
-    nearest_equivalent, parse_joint_limits_yaml, read_joint_limits_yaml, to_solver_range,
-    wrap_to_pi)
+from smcik_ros.control.limits import (
+    JointLimits, limits_for_chain, nearest_equivalent, parse_joint_limits_yaml,
+    read_joint_limits_yaml, to_solver_range, wrap_to_pi)
+from smcik_ros.control.shaping import LANDING, LIMITERS, CommandShaper, allowed_speed, brake_speed
 from smcik_ros.errors import ParameterError
 from smcik_ros.kinematics import Chain, JointSpec
 
@@ -393,7 +393,7 @@ def test_the_rest_path_gives_exactly_the_stages_result():
         dt = float(rng.uniform(0.002, 0.03))
         fast = shaper.step(q, v, dt, desired, lead_box, desired_velocity)
         slow = shaper._shape(q, v, dt, desired, shaper.feedforward(desired_velocity),
-                             *shaper._boxes(lead_box))
+                             shaper._boxes(lead_box))
         assert fast.q.tobytes() == slow.q.tobytes(), trial
         assert fast.v.tobytes() == slow.v.tobytes(), trial
         assert fast.limited_by == slow.limited_by, trial

@@ -5,18 +5,22 @@ exception policy (a solver that raises at random: fault injection, not a mock)."
 import math
 import types
 
+from hypothesis import given, settings, strategies as st
 import numpy as np
 import pytest
 
 from arm_urdfs import ur5_like_urdf
 from smcik_ros.control.arm_state import ArmSettings, ArmState
-from smcik_ros.control.command_shaping import limits_for_chain
-from smcik_ros.control.loop import ControlLoop, HardConstraintValidator, Reporter
+from smcik_ros.control.guard import HardConstraintValidator
+from smcik_ros.control.limits import limits_for_chain
+from smcik_ros.control.reporter import Reporter
+from smcik_ros.control.tick import ControlLoop, LoopSettings
 from smcik_ros.goals import Constraint, KeepOutSphere
 from smcik_ros.kinematics import Chain
 from smcik_ros.solvers import make_solver
 from smcik_ros.solvers.base import StateKey
 from smcik_ros.solvers.smc import SmcSolver
+from test_command_shaping import PROPERTY
 
 DT = 0.01
 SLACK = 1e-9
@@ -453,7 +457,7 @@ def test_a_hard_constraint_is_never_entered_and_the_stop_is_within_limits(arm7):
     assert np.min(np.linalg.norm(tips - center, axis=1)) >= 0.05 - 1e-9
     v_ratio, a_ratio = stream.worst_ratios(limits)
     assert v_ratio <= 1 + SLACK and a_ratio <= 1 + SLACK
-    assert loop.holds > 0
+    assert loop.guard.holds > 0
 
 
 # ---------------------------------------------------------------------- shutdown
@@ -535,7 +539,7 @@ def test_every_move_lies_on_a_validated_motion_even_when_braking(arm7, share):
         loop.offer_goal('pose', reachable_pose(arm7, 40 + k, near=stream.commands[-1].q),
                         '', None, stream.t)
         stream.run(200, follower(1))
-    assert loop.holds > 0 and len(validator.accepted) > 0
+    assert loop.guard.holds > 0 and len(validator.accepted) > 0
     qs = [c.q for c in stream.commands if c.limited_by != 'resync']
     moves = 0
     for a, b in zip(qs[:-1], qs[1:]):
@@ -586,7 +590,7 @@ def test_a_refused_estimate_falls_back_to_a_free_candidate_before_braking(arm7):
         assert guard.constraint.check_motion(a, b)[0], 'a move collides'
     v_ratio, a_ratio = stream.worst_ratios(limits)
     assert v_ratio <= 1 + SLACK and a_ratio <= 1 + SLACK
-    assert loop.fallbacks > 0, (loop.fallbacks, loop.holds)
+    assert loop.guard.fallbacks > 0, (loop.guard.fallbacks, loop.guard.holds)
     tips = arm7.fk(qs)[:, :3, 3]
     assert np.linalg.norm(tips[-1] - goal) < 0.8 * np.linalg.norm(tips[0] - goal)
 
@@ -598,13 +602,13 @@ def test_a_fallback_never_takes_the_tool_farther_from_the_goal(arm7):
     for seed in range(2, 6):
         loop, _, _, stream, goal = _box_in_the_way(arm7, seed)
         for _ in range(500):
-            before, previous = loop.fallbacks, stream.commands[-1].q
+            before, previous = loop.guard.fallbacks, stream.commands[-1].q
             stream.run(1, follower(1))
-            if loop.fallbacks > before:
+            if loop.guard.fallbacks > before:
                 fallbacks += 1
                 was = np.linalg.norm(arm7.fk(previous)[:3, 3] - goal)
                 now = np.linalg.norm(arm7.fk(stream.commands[-1].q)[:3, 3] - goal)
-                assert now <= was + loop.FALLBACK_SLACK, (seed, loop.ticks, was, now)
+                assert now <= was + loop.guard.FALLBACK_SLACK, (seed, loop.ticks, was, now)
     assert fallbacks >= 10, f'only {fallbacks} fallback ticks: the set-up did not test the rule'
 
 
@@ -623,7 +627,7 @@ def test_a_long_hold_restarts_the_solver_every_interval_ticks(arm7, interval):
     loop.offer_goal('pose', reachable_pose(arm7, 3), '', None, stream.t)
     before = len(resets)
     stream.run(50, follower(1))
-    assert loop.holds == 50
+    assert loop.guard.holds == 50
     assert len(resets) - before == math.ceil(50 / interval)
     assert all(np.array_equal(c.q, stream.commands[0].q) for c in stream.commands)
 
@@ -868,3 +872,127 @@ def test_step_interval_follows_a_moving_target_at_its_velocity(arm7):
     # Measured: every tick 2.5-4.1 mm; every 5th 0.03-0.35 mm (0.25-0.48 mm when the ticks
     # in between hold the last answer instead of carrying it on).
     assert np.median(lag[5]) <= min(np.median(lag[1]), 0.25e-3), lag
+
+
+# ---------------------------------------------------------------------- every tick
+class Arm:
+    """A simulated arm: at the command ``delay`` ticks ago, never before the last restart
+    (resync) of the stream, unless pushed by hand; ``silent``: its joint_states are lost."""
+
+    def __init__(self, delay):
+        self.delay = delay
+        self.silent = False
+        self.pushed = None
+        self.measured = None          # (time, q) of the last joint_states sent
+
+    def __call__(self, stream):
+        if self.silent or not stream.commands:
+            return
+        start = max(i for i, c in enumerate(stream.commands) if c.limited_by == 'resync')
+        q = stream.commands[max(start, len(stream.commands) - 1 - self.delay)].q
+        if self.pushed is not None:
+            q, self.pushed = self.pushed, None
+        stream.measure(q, stamp=stream.t)
+        self.measured = (stream.t, np.asarray(q, float).copy())
+
+
+# (what happens, its value, then this many ticks: the arm follows, or is silent)
+ACTIONS = st.tuples(st.sampled_from(['goal', 'goal', 'silence', 'push', 'solver', 'constraints']),
+                    st.integers(0, 2 ** 16), st.integers(1, 60))
+
+
+@pytest.fixture(scope='module')
+def ur5c():
+    return Chain.from_urdf(ur5_like_urdf(continuous=(1, 4, 6)), 'base_link', 'tool0')
+
+
+@settings(PROPERTY, max_examples=PROPERTY.max_examples // 2)
+@given(seed=st.integers(0, 2 ** 31 - 1), continuous=st.booleans(), delay=st.integers(0, 3),
+       jitter=st.floats(0.0, 0.4), share=st.sampled_from([0.0, 0.3, 1.0]),
+       actions=st.lists(ACTIONS, max_size=6))
+def test_every_tick_keeps_the_limits_the_lead_and_the_validated_motions(
+        arm7, ur5c, seed, continuous, delay, jitter, share, actions):
+    """Random streams of goals, lost joint_states, hand pushes, solver switches and
+    constraint changes, a validator refusing at random, then a stop: from the published
+    positions and stamps, every command keeps the position, velocity and acceleration
+    limits (the stream restarts only at a resync, exactly at the measurement); within the
+    lead of the latest measurement unless a line brake was needed; every step on the last
+    validated motion, which a validator accepted (or a resync set at the measurement); at
+    rest once joint_states have been stale for the timeout plus the braking time; and at
+    rest within the braking time after a stop."""
+    chain = ur5c if continuous else arm7
+    limits, _ = limits_for_chain(chain, velocity_scale=0.5, max_acceleration=3.0)
+    arm_settings = ArmSettings()
+    loop = ControlLoop(chain, make_solver('jacobian', chain, seed=seed % 997), limits,
+                       arm_settings, report=Log(), settings=LoopSettings(fallback_candidates=4))
+    validator = RandomRefusal(seed, share)
+    loop.validators.append(validator)
+    stream, arm = Stream(loop, seed=seed, jitter=jitter), Arm(delay)
+    braking = float(np.max(limits.velocity / limits.acceleration))
+    longest = 1.5 * DT * (1.0 + jitter)
+    rng = np.random.default_rng(seed)
+    stream.measure(chain.neutral_configuration())
+    arm.measured = (stream.t, chain.neutral_configuration())
+
+    def tick():
+        segment, accepted, line_brakes = loop.guard.validated, len(validator.accepted), \
+            loop.guard.line_brakes
+        command = stream.tick()
+        if command is None:
+            return
+        k = len(stream.commands) - 1
+        seg = loop.guard.validated
+        if command.limited_by == 'resync':
+            assert np.array_equal(command.q, limits.clip(arm.measured[1])) and \
+                not np.any(command.v), 'a restart not at rest at the measurement'
+            assert np.array_equal(seg[0], command.q) and np.array_equal(seg[1], command.q)
+            return
+        previous = stream.commands[k - 1].q
+        assert seg is segment or any(
+            np.array_equal(seg[0], a) and np.array_equal(seg[1], b)
+            for a, b in validator.accepted[accepted:]), 'validated without a check'
+        assert _on_segment(previous, *seg) and _on_segment(command.q, *seg), \
+            'a step left the validated motion'
+        if loop.guard.line_brakes == line_brakes and loop.arm.complete:
+            lead = np.max(loop.arm.lead(command.q))
+            assert lead <= arm_settings.max_lead + 1e-9, f'lead {lead}'
+        if stream.t - arm.measured[0] > arm_settings.joint_states_timeout + braking + \
+                3 * longest:
+            assert not np.any(command.v), 'moving on stale joint_states'
+
+    tick()
+    for kind, value, ticks in [('goal', seed % 2 ** 16, 60)] + actions:
+        if kind == 'goal':
+            loop.offer_goal('pose', reachable_pose(chain, value, near=stream.commands[-1].q),
+                            '', None, stream.t)
+        elif kind == 'push':
+            pushed = stream.commands[-1].q.copy()
+            pushed[value % chain.n] += 0.3 * rng.choice([-1.0, 1.0])
+            arm.pushed = pushed
+        elif kind == 'solver':
+            loop.set_solver(make_solver(('jacobian', 'smc')[value % 2], chain, seed=value))
+        elif kind == 'constraints':
+            far = chain.fk(chain.neutral_configuration())[:3, 3] + np.array([0.0, 0.0, 5.0])
+            loop.set_constraints([KeepOutSphere(far, 0.01)] if value % 2 else [])
+        arm.silent = kind == 'silence'
+        for _ in range(ticks):
+            arm(stream)
+            tick()
+    arm.silent = False
+    loop.request_stop()
+    for _ in range(int(math.ceil(braking / (DT * (1.0 - jitter)))) + 3):
+        arm(stream)
+        tick()
+        if loop.stopped:
+            break
+    assert loop.stopped, 'not at rest within the braking time after a stop'
+    assert loop.faults == 0
+    for segment in stream.segments():
+        times = np.array([c.stamp for c in segment])
+        q = np.array([c.q for c in segment])
+        assert np.all(q >= limits.lower - 1e-12) and np.all(q <= limits.upper + 1e-12)
+        if len(segment) > 1:
+            v = np.diff(q, axis=0) / np.diff(times)[:, None]
+            a = np.diff(np.vstack([np.zeros(chain.n), v]), axis=0) / np.diff(times)[:, None]
+            assert np.max(np.abs(v) / limits.velocity) <= 1 + SLACK
+            assert np.max(np.abs(a) / limits.acceleration) <= 1 + SLACK

@@ -19,6 +19,7 @@ from test_control_loop import SLACK, Log, Stream, follower, make_loop
 from smcik_ros.collision import Obstacle, self_collision_pairs
 from smcik_ros.control.collision_guard import CollisionGuard
 from smcik_ros.control.detour import Detour, DetourSettings
+from smcik_ros.control.detour_planner import END_CLEARANCE, DetourPlanner
 from smcik_ros.errors import ParameterError
 from smcik_ros.goals import PoseTarget
 from smcik_ros.solvers import make_solver
@@ -120,20 +121,15 @@ def test_a_certified_leg_passes_the_guards_own_motion_check(demo):
     validator of every command), and the certification is not trivial: some legs fail."""
     chain, model, _ = demo
     guard, q0, q_goal, _ = blocked_case(chain, model, 0)
-    detour = Detour(chain, make_loop(chain)[1], DetourSettings(seed=0))
-    detour._constraints = (guard.constraint,)
+    planner = DetourPlanner(chain, make_loop(chain)[1], DetourSettings(seed=0))
+    planner.prepare((guard.constraint,), None, ())
     rng = np.random.default_rng(1)
     certified = refused = 0
     for _ in range(60):
         a = q0 + rng.normal(0.0, 0.3, 7)
         b = q_goal + rng.normal(0.0, 0.3, 7)
         a, b = chain.clip(a), chain.clip(b)
-        work = detour._leg(a, b)
-        try:
-            while True:
-                next(work)
-        except StopIteration as result:
-            free = result.value
+        free = _run_generator(planner._leg(a, b))
         if free:
             certified += 1
             assert guard.check_many(a, b[None])[0], 'a certified leg collides'
@@ -174,15 +170,15 @@ def test_the_push_out_leaves_the_margin_by_a_short_free_motion(demo):
     chain, model, _ = demo
     for trial in range(6):
         guard, q0, q_goal, _ = blocked_case(chain, model, trial)
-        detour = Detour(chain, make_loop(chain)[1], DetourSettings(seed=trial))
-        margin = detour.settings.margin
+        planner = DetourPlanner(chain, make_loop(chain)[1], DetourSettings(seed=trial))
+        margin = planner.settings.margin
         start = _at_the_margin(chain, guard, q0, q_goal, margin)
-        detour._constraints = (guard.constraint,)
-        detour._exact = lambda a, b: bool(guard.check_many(a, b[None])[0])
-        assert detour._clearance(start[None])[0] < margin
-        out = _run_generator(detour._retreat(start))
+        planner.prepare((guard.constraint,),
+                        lambda a, b: bool(guard.check_many(a, b[None])[0]), ())
+        assert planner.clearance(start[None])[0] < margin
+        out = _run_generator(planner._retreat(start))
         assert out is not None, f'trial {trial}: no way out of the margin'
-        assert detour._clearance(out[None])[0] >= 2.0 * margin
+        assert planner.clearance(out[None])[0] >= 2.0 * margin
         assert guard.check_many(start, out[None])[0]
         assert np.max(np.abs(out - start)) < 0.6, np.abs(out - start)
 
@@ -193,8 +189,6 @@ def test_a_goal_whose_nearest_solution_collides_is_found_with_the_collision_cons
     seed (so that solution collides) while the goal's own configuration stays free. The
     collision-constrained solve from the same seed finds a free solution of the goal in
     most cases; no answer it gives closer than the end clearance is taken."""
-    from smcik_ros.control.detour import END_CLEARANCE
-    from smcik_ros.goals import PoseTarget
     chain, model, _ = demo
     rng = np.random.default_rng(5)
     free_ik = make_solver('jacobian', chain, seed=0)
@@ -216,14 +210,13 @@ def test_a_goal_whose_nearest_solution_collides_is_found_with_the_collision_cons
                 guard.constraint.in_collision(chain.frames(seed[None]))[0]:
             continue
         cases += 1
-        detour = Detour(chain, make_loop(chain)[1], DetourSettings(seed=cases))
-        detour._constraints = (guard.constraint,)
-        detour._free_solver.set_constraints(detour._constraints)
-        result = _run_generator(detour._free_solve(terms, seed, (5e-4, 5e-3)))
-        q = detour._goal_configuration(result, seed, [])
+        planner = DetourPlanner(chain, make_loop(chain)[1], DetourSettings(seed=cases))
+        planner.prepare((guard.constraint,), None, ())
+        result = _run_generator(planner._free_solve(terms, seed, (5e-4, 5e-3)))
+        q = planner._goal_configuration(result, seed, [])
         if q is not None:
             found += 1
-            assert detour._clearance(q[None])[0] >= END_CLEARANCE
+            assert planner.clearance(q[None])[0] >= END_CLEARANCE
             assert guard.constraint.distances(chain.frames(q[None])).distance[0] >= 0.0
     assert found >= 6, f'{found}/{cases} goals found with the collision constraints'
 
@@ -233,7 +226,7 @@ def test_without_the_detour_the_arm_stops_at_the_margin(demo):
     chain, model, _ = demo
     guard, q0, q_goal, _ = blocked_case(chain, model, 0)
     loop, _, _, reached = run_loop(chain, guard, q0, chain.fk(q_goal), 0, 500, detour=False)
-    assert reached is None and loop.holds > 0
+    assert reached is None and loop.guard.holds > 0
     assert loop.status(0.0)['detour'] == 'off'
 
 
@@ -308,7 +301,7 @@ def test_held_at_the_margin_is_a_block_and_an_answer_within_tolerance_is_not(dem
     guard, q0, q_goal, _ = blocked_case(chain, model, 0)
     loop, _, stream, reached = run_loop(chain, guard, q0, chain.fk(q_goal), 0, 300,
                                         detour=False)
-    assert reached is None and loop.holds > 0, 'the set-up: held at the margin'
+    assert reached is None and loop.guard.holds > 0, 'the set-up: held at the margin'
     detour = Detour(chain, make_loop(chain)[1], DetourSettings(seed=0))
     assert loop.estimate is None and not detour._held_at_margin(loop)   # a hold: no answer
     # One tick with the solver's answer and no validator: outside tolerance, at the margin.
@@ -339,8 +332,8 @@ def test_held_at_the_margin_is_computed_once_per_command_answer_and_scene(demo, 
     stream.run(1, follower(1))
     detour = Detour(chain, make_loop(chain)[1], DetourSettings(seed=0))
     calls = []
-    clearance = Detour._clearance
-    monkeypatch.setattr(Detour, '_clearance',
+    clearance = DetourPlanner.clearance
+    monkeypatch.setattr(DetourPlanner, 'clearance',
                         lambda self, *a, **k: (calls.append(1), clearance(self, *a, **k))[1])
     held = detour._held_at_margin(loop)
     assert held and len(calls) == 1
@@ -370,7 +363,7 @@ def test_patience_starts_a_detour_while_the_error_still_decreases(demo):
     guard, q0, q_goal, _ = blocked_case(chain, model, 0)
     loop, limits, stream, reached = run_loop(chain, guard, q0, chain.fk(q_goal), 0, 300,
                                              detour=False)
-    assert reached is None and loop.holds > 0, 'the set-up: held at the margin'
+    assert reached is None and loop.guard.holds > 0, 'the set-up: held at the margin'
     stream.run(1, follower(1))
     assert loop.refusal(within=50) is not None, 'the set-up: a recent refusal'
     now = stream.t
@@ -379,13 +372,13 @@ def test_patience_starts_a_detour_while_the_error_still_decreases(demo):
     assert not detour.observe(loop, now)              # the goal is seen: patience starts
     assert not detour.observe(loop, now + 0.9)
     assert detour.observe(loop, now + 1.1)
-    assert detour.trigger_text().startswith('not reached after 1.1 s')
+    assert detour.trigger.startswith('not reached after 1.1 s')
     patient = Detour(chain, limits, DetourSettings(seed=0, trigger_time=60.0, patience=600.0))
     assert not any(patient.observe(loop, now + t) for t in (0.0, 1.1, 30.0))
     # The stalled trigger still says so.
     stalled = Detour(chain, limits, DetourSettings(seed=0, trigger_time=0.5, patience=600.0))
     assert not stalled.observe(loop, now) and stalled.observe(loop, now + 0.6)
-    assert stalled.trigger_text() == 'without progress for 0.5 s'
+    assert stalled.trigger == 'without progress for 0.5 s'
     # The same goal again (a new Goal object, the same signature) keeps the patience
     # running; another goal starts it again.
     again = Detour(chain, limits, DetourSettings(seed=0, trigger_time=60.0, patience=1.0))

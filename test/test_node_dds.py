@@ -766,7 +766,7 @@ def test_status_is_published_between_control_ticks(ros_env, context, solver_thre
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)
     try:
-        assert (node.loop._worker is not None) == solver_thread
+        assert (node.loop.stepper.worker is not None) == solver_thread
         if solver_thread:
             assert sys.getswitchinterval() <= 0.0005 + 1e-9
         deadline = time.monotonic() + 10.0

@@ -14,7 +14,7 @@ rclpy = pytest.importorskip('rclpy', reason='rclpy is needed to build sim_arm no
 from rclpy.parameter import Parameter  # noqa: E402
 
 from ros_helpers import REPO_ROOT  # noqa: E402
-from smcik_ros.control.loop import initial_configuration  # noqa: E402
+from smcik_ros.control.arm_state import initial_configuration  # noqa: E402
 from smcik_ros.errors import GoalError, SmcIkError  # noqa: E402
 from smcik_ros.kinematics import Chain  # noqa: E402
 from smcik_ros.sim_arm import SimArm  # noqa: E402

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from smcik_ros.collision import CollisionConstraint, Obstacle, Scene, self_collision_pairs
-from smcik_ros.control.loop import ControlLoop
+from smcik_ros.control.tick import ControlLoop
 from smcik_ros.control.side_work import SideWork
 from smcik_ros.control.step_worker import SWITCH_INTERVAL, StepWorker
 from smcik_ros.goals import KeepOutSphere
@@ -170,7 +170,7 @@ def _thread_loop(chain, solver, budget, log=None):
 
 
 def _goal_run(loop, chain, seeds, ticks=800, keep_out=True):
-    stream = (TimedStream if loop._worker is not None else Stream)(loop, seed=seeds[0],
+    stream = (TimedStream if loop.stepper.worker is not None else Stream)(loop, seed=seeds[0],
                                                                    jitter=0.3)
     stream.measure(chain.neutral_configuration())
     stream.tick()
@@ -203,8 +203,8 @@ def test_steps_awaited_in_the_thread_give_the_commands_of_steps_in_the_tick(arm7
     assert len(a.commands) == len(b.commands)
     assert all(np.array_equal(x.q, y.q) and x.limited_by == y.limited_by
                for x, y in zip(a.commands, b.commands))
-    assert threaded.steps_in_thread == 0 and threaded._worker.calls > 0
-    assert threaded._twins[0] is not threaded.constraints[0]
+    assert threaded.steps_in_thread == 0 and threaded.stepper.worker.calls > 0
+    assert threaded.stepper.twins[0] is not threaded.constraints[0]
 
 
 class GatedSmc(SmcSolver):
@@ -223,7 +223,7 @@ class GatedSmc(SmcSolver):
 
 def _steps(loop):
     """The solver steps the loop started in its worker (the rest of its work: resets)."""
-    return loop._worker.calls - loop.queued_resets
+    return loop.stepper.worker.calls - loop.stepper.queued_resets
 
 
 def _gated_start(chain, seed, stream_seed, goal_seed):
@@ -244,28 +244,28 @@ def test_a_step_running_on_is_carried_then_taken_and_a_replaced_goal_steps_at_on
         for _ in range(5):        # the first step waits at the gate: the arm holds
             follower(1)(stream)
             stream.tick()
-        assert loop._worker.running and loop.steps_in_thread == 1 and not solver.goals
+        assert loop.stepper.worker.running and loop.steps_in_thread == 1 and not solver.goals
         assert all(not np.any(c.v) for c in stream.commands), 'no answer yet: at rest'
         solver.gate.set()
-        loop._worker.wait(None)
+        loop.stepper.worker.wait(None)
         follower(1)(stream)
         stream.tick()               # takes the answer
         assert loop.estimate is not None and solver.goals == [loop.goal.terms]
-        assert not loop._worker.pending
+        assert not loop.stepper.worker.pending
         solver.gate.clear()
         first_goal = loop.goal
         follower(1)(stream)
         stream.tick()               # the next step starts, and waits at the gate
-        assert loop._worker.running and _steps(loop) == 2
+        assert loop.stepper.worker.running and _steps(loop) == 2
         # A new goal while a step of the old one runs: that step is dropped when it ends
         # and the new goal is stepped in the same tick.
         loop.offer_goal('pose', reachable_pose(arm7, 22, near=stream.commands[-1].q), '',
                         None, stream.t)
         follower(1)(stream)
         stream.tick()
-        assert loop.goal is not first_goal and loop._worker.running
+        assert loop.goal is not first_goal and loop.stepper.worker.running
         solver.gate.set()
-        loop._worker.wait(None)
+        loop.stepper.worker.wait(None)
         follower(1)(stream)
         stream.tick()
         loop.settle()
@@ -277,7 +277,7 @@ def test_a_step_running_on_is_carried_then_taken_and_a_replaced_goal_steps_at_on
             stream.tick()
             if loop.goal_reached:
                 break
-        assert loop.goal_reached, (loop.goal_errors, loop._worker.calls)
+        assert loop.goal_reached, (loop.goal_errors, loop.stepper.worker.calls)
         v_ratio, a_ratio = stream.worst_ratios(limits)
         assert v_ratio <= 1 + SLACK and a_ratio <= 1 + SLACK
     finally:
@@ -344,11 +344,11 @@ def test_a_reset_waits_for_the_running_step_and_drops_its_answer(arm7):
     solver, loop, _, stream = _gated_start(arm7, 4, 2, 23)
     try:
         stream.tick()
-        assert loop._worker.running
+        assert loop.stepper.worker.running
         releaser = threading.Timer(0.05, solver.gate.set)
         releaser.start()
         loop.set_constraints([])        # waits for the step, drops its answer
-        assert not loop._worker.pending and solver.gate.is_set()
+        assert not loop.stepper.worker.pending and solver.gate.is_set()
         assert loop.solver is solver and loop.solver_idle
     finally:
         solver.gate.set()
@@ -411,8 +411,8 @@ def test_a_hold_while_a_step_runs_brakes_at_once_and_resets_behind_the_step(arm7
             stream.tick()
             if solver.at_gate.wait(0.01):
                 break
-        assert solver.at_gate.is_set() and loop._worker.running
-        resets, queued = len(solver.resets), loop.queued_resets
+        assert solver.at_gate.is_set() and loop.stepper.worker.running
+        resets, queued = len(solver.resets), loop.stepper.queued_resets
         refuser.on = True
         for k in range(3):                  # three holding ticks, each in its own thread
             follower(1)(stream)
@@ -421,17 +421,17 @@ def test_a_hold_while_a_step_runs_brakes_at_once_and_resets_behind_the_step(arm7
             worker.join(10.0)               # a deadline, so that a wait cannot hang the suite
             assert not worker.is_alive() and not solver.gate.is_set(), \
                 f'hold tick {k} waited for the running step'
-        assert loop.holds >= 3
-        assert loop.queued_resets == queued + 1, 'one reset queued; later ones replace it'
+        assert loop.guard.holds >= 3
+        assert loop.stepper.queued_resets == queued + 1, 'one reset queued; later ones replace it'
         assert len(solver.resets) == resets, 'no reset while the step runs'
         speeds = [np.max(np.abs(c.v)) for c in stream.commands[-4:]]
         assert all(b <= a + 1e-12 for a, b in zip(speeds, speeds[1:])), 'braking'
-        target = loop._reset_to.copy()
+        target = loop.stepper._reset_to.copy()
         solver.gate.set()
         loop.settle()
         assert len(solver.resets) == resets + 1
         thread, q = solver.resets[-1]
-        assert thread == loop._worker._ident and np.array_equal(q, target)
+        assert thread == loop.stepper.worker._ident and np.array_equal(q, target)
         refuser.on = False
         follower(1)(stream)
         stream.tick()                       # takes the reset: no answer of the old step

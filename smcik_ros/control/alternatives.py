@@ -32,7 +32,7 @@ import numpy as np
 
 from ..errors import GoalError, ParameterError
 from ..solvers.base import Solver
-from .command_shaping import nearest_equivalent
+from .limits import nearest_equivalent
 
 __all__ = ['AlternativesBook', 'BranchList', 'has_alternatives']
 

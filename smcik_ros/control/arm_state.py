@@ -28,9 +28,10 @@ import math
 import numpy as np
 
 from ..errors import ParameterError
-from .command_shaping import nearest_equivalent
+from .limits import nearest_equivalent
 
-__all__ = ['ArmState', 'ArmSettings', 'ArmMonitor', 'Decision', 'MeasureReport']
+__all__ = ['ArmState', 'ArmSettings', 'ArmMonitor', 'Decision', 'MeasureReport',
+           'initial_configuration']
 
 
 class ArmState(enum.Enum):
@@ -268,3 +269,10 @@ class ArmMonitor:
         self.state = ArmState.RESYNC
         self.resyncs += 1
         return Decision(ArmState.RESYNC, resync_to=self._q.copy(), events=tuple(events))
+
+
+def initial_configuration(chain):
+    """Return the assumed start without a measurement (n,): 0 where the range holds 0, else
+    mid-range (sim_arm's default start; the node's simulation-only blind start)."""
+    mid = 0.5 * (chain.lower + chain.upper)
+    return np.where((chain.lower <= 0.0) & (chain.upper >= 0.0), 0.0, mid)

@@ -20,15 +20,15 @@ geometry (a thin skeleton of the chain when there is none: self-collision is the
 obstacles still work), the self-collision pairs from the SRDF (``choose_srdf``: the XML text
 of ``robot_description_semantic``, else ``srdf_path``, else the SRDF found beside the URDF by
 convention), the settings. A missing mesh raises ModelError naming the URI and every place
-looked. ``start_srdf_update`` recomputes the pairs for another SRDF in a background thread
-(MoveIt's ``/robot_description_semantic`` arriving after start-up); ``poll`` swaps the new
-constraint in at the next tick.
+looked. ``start_srdf_update`` (another SRDF) and ``start_contact_refinement`` (finer covers
+where the arm rests in contact) compute a new model or pairs in a background thread
+(``cover_updates``); ``poll`` swaps the new constraint in at the next tick. Most motions are
+proved free without a query (``free_motion``).
 """
 
 import dataclasses
 import math
 import os
-import threading
 
 import numpy as np
 
@@ -37,6 +37,8 @@ from ..collision import (DEFAULT_CLEARANCE, DEFAULT_PADDING, DEFAULT_TOLERANCE, 
                          conventional_srdf_path, parse_srdf, self_collision_pairs)
 from ..collision.constraint import CONTACT_RELEASE
 from ..errors import GoalError, ModelError, ParameterError
+from .cover_updates import BackgroundUpdates, finer_covers, srdf_pairs
+from .free_motion import FreeMotionProofs, motion_key
 
 __all__ = ['CollisionSettings', 'CollisionGuard', 'choose_srdf', 'reach_bound',
            'pointcloud_to_obstacle', 'SOURCES']
@@ -47,10 +49,6 @@ SOURCES = ('obstacles', 'keep_out_markers', 'constraints', 'pointcloud')
 # folded at its zero pose: its 1 cm covers overlap in four pairs and node_latency reached 2-4
 # of 9 goals near the start; with those five links at 4 mm two pairs remain, 8-9 of 9.
 DEFAULT_CONTACT_TOLERANCE = 0.004
-# [m] finer covers are swapped in when a pair in contact is released or at least this much
-# shallower (Panda at its lower limits: the finger's and link 5's parts overlap, and 4 mm
-# covers take 1.4 mm off the depth for 12 times those links' spheres: kept coarse).
-CONTACT_GAIN = 0.002
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,12 +110,12 @@ class CollisionSettings:
         return dataclasses.replace(self, **changes)
 
 
-def _frees_contact(before, after):
-    """True when finer covers are worth their spheres: a pair in contact at ``before``
-    ([((a, b), depth)], ``CollisionConstraint.contacts``) is apart at ``after``, or at least
-    ``CONTACT_GAIN`` shallower."""
-    now = dict(after)
-    return any(pair not in now or now[pair] >= depth + CONTACT_GAIN for pair, depth in before)
+def _known(source):
+    """Return ``source`` when it is one of SOURCES; GoalError otherwise."""
+    if source not in SOURCES:
+        raise GoalError(f'unknown obstacle source {source!r}; expected one of '
+                        f'{", ".join(SOURCES)}')
+    return source
 
 
 def choose_srdf(semantic='', srdf_path='', urdf_path=None, resolve=None):
@@ -222,22 +220,8 @@ class CollisionGuard:
     model: the CollisionModel; pairs: its ``SelfCollisionPairs`` (None: none, e.g. a
     skeleton); settings: CollisionSettings; scene: a Scene (default: a new one);
     srdf: a description of where the pairs came from (for the log and the status).
-
-    The validator remembers the end of the last motion it found free (the anchor) with a
-    lower bound of its distances; a motion that stays so near the anchor that no distance
-    can reach 0 (``_known_free``: the lever arms bound how far a cover point moves per
-    radian) is free without a query: a held or slowly settling arm costs a few
-    microseconds per tick. A new scene, padding or constraint drops the anchor.
-
-    The anchor proves nothing where a padded distance is already below 0 (covers that
-    overlap at rest: sphere covers are conservative, e.g. a Panda's hand and link 5 at its
-    zero configuration). There the validator also remembers the last motion the full check
-    found free, with what the verdict depends on (constraint, pairs, padding, scene): the
-    same motion asked again (a held arm: the same command every tick) is free without a
-    query.
+    ``proofs``: the motions the validator proves free without a query (``free_motion``).
     """
-
-    ANCHOR_SEARCH = 0.05    # [m] distances searched at the anchor (larger ones: this bound)
 
     def __init__(self, model, pairs=None, settings=None, scene=None, srdf='no SRDF'):
         self.model = model
@@ -246,18 +230,15 @@ class CollisionGuard:
         self.pairs = pairs
         self.srdf = srdf
         self.has_geometry = bool(model.has_geometry and model.source == 'urdf')
-        self.constraint = self._make_constraint(pairs)
+        self.constraint = self._build_constraint(model, pairs, self.settings)
         self.reach = reach_bound(model)
         self.reason = ''
         self.last_check = None
         self.refusals = 0
+        self.proofs = FreeMotionProofs()
         self._report = (None, None)
         self._monitored = None       # (constraint, its twin for status and markers)
-        self._anchor_state = None    # (key, q (nq,), distance lower bound [m]) of a free q
-        self._free_motion = None     # (key, q_from bytes, q_to bytes) of the last free check
-        self._lock = threading.Lock()
-        self._pending = []           # results of the background updates (``poll``)
-        self._workers = []
+        self._updates = BackgroundUpdates()
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -296,8 +277,11 @@ class CollisionGuard:
         notes.append(('info', guard.summary()))
         return guard, notes
 
-    def _make_constraint(self, pairs):
-        return self._build_constraint(self.model, pairs, self.settings)
+    def _build_constraint(self, model, pairs, settings):
+        on = settings.self_collision and self.has_geometry and pairs is not None
+        return CollisionConstraint(model, self.scene, self_collision=on,
+                                   pairs=pairs if on else None, padding=settings.padding,
+                                   clearance=settings.clearance)
 
     @property
     def self_collision(self):
@@ -322,13 +306,13 @@ class CollisionGuard:
             raise ParameterError('self_collision: the URDF has no <collision> geometry, so the '
                                  'robot cannot be checked against itself')
         self.settings = self.settings.replace(self_collision=bool(on))
-        self.constraint = self._make_constraint(self.pairs)
+        self.constraint = self._build_constraint(self.model, self.pairs, self.settings)
         return self.constraint
 
     def set_clearance(self, clearance):
         """Change the soft clearance [m]; returns the new constraint (for the loop)."""
         self.settings = self.settings.replace(clearance=clearance)
-        self.constraint = self._make_constraint(self.pairs)
+        self.constraint = self._build_constraint(self.model, self.pairs, self.settings)
         return self.constraint
 
     def set_pointcloud_settings(self, voxel_size=None, robot_margin=None):
@@ -351,15 +335,9 @@ class CollisionGuard:
         if not self.has_geometry:
             return False
         parsed = None if srdf is None else parse_srdf(srdf)
-        model, settings = self.model, self.settings
-
-        def work():
-            pairs = self_collision_pairs(model, parsed, padding=settings.padding)
-            return {'pairs': pairs, 'srdf': description,
-                    'constraint': self._build_constraint(model, pairs, settings),
-                    'text': lambda: f'SRDF from {description} applied: {self.summary()}'}
-
-        self._start_worker('smcik-srdf-pairs', work, lambda exc: (
+        work = srdf_pairs(self.model, parsed, self.settings, description,
+                          self._build_constraint, self.summary)
+        self._updates.start('smcik-srdf-pairs', work, lambda exc: (
             f'SRDF from {description} not applied ({type(exc).__name__}: {exc}); keeping '
             f'{len(self.constraint.pairs)} pairs'))
         return True
@@ -389,63 +367,17 @@ class CollisionGuard:
                  if model.link_excess[model.link_index(n)] > tolerance]
         if not links:
             return []
-        q = np.array(q, dtype=float)
-        pairs, settings = self.pairs, self.settings
-
-        def work():
-            refined, names = model.refined(links, tolerance)
-            constraint = self._build_constraint(refined, pairs, settings)
-            after = constraint.fork().contacts(q)      # the fork reads a scene snapshot
-            before = sum(int(model.link_count[model.link_index(n)]) for n in names)
-            spheres = sum(int(refined.link_count[refined.link_index(n)]) for n in names)
-            shown = (', '.join(f'{a} / {b} {1e3 * d:.1f} mm' for (a, b), d in after[:4])
-                     + (f' and {len(after) - 4} more' if len(after) > 4 else ''))
-            done = (f'covers of {", ".join(names)} computed again at tolerance '
-                    f'{tolerance:g} m ({before} -> {spheres} spheres)')
-            if not _frees_contact(contacts, after):
-                return {'text': lambda: (
-                    f'{done}: not applied, they free no pair in contact ({shown}: the parts '
-                    f'themselves are that close); the covers stay at tolerance '
-                    f'{settings.cover_tolerance:g} m')}
-            rest = (f'the arm now rests in contact at {shown} (padded cover distances)'
-                    if after else 'the arm no longer rests in contact')
-            return {'model': refined, 'constraint': constraint,
-                    'text': lambda: f'{done}: {rest}'}
-
-        self._start_worker('smcik-contact-covers', work, lambda exc: (
+        work = finer_covers(model, links, np.array(q, dtype=float), contacts, self.pairs,
+                            self.settings, self._build_constraint)
+        self._updates.start('smcik-contact-covers', work, lambda exc: (
             f'the finer covers of {", ".join(links)} were not computed '
             f'({type(exc).__name__}: {exc}); keeping the covers at tolerance '
             f'{self.settings.cover_tolerance:g} m'))
         return links
 
-    def _build_constraint(self, model, pairs, settings):
-        on = settings.self_collision and self.has_geometry and pairs is not None
-        return CollisionConstraint(model, self.scene, self_collision=on,
-                                   pairs=pairs if on else None, padding=settings.padding,
-                                   clearance=settings.clearance)
-
-    def _start_worker(self, name, work, failure):
-        """Run ``work()`` in a daemon thread; ``poll`` applies its result ({'model' and/or
-        'pairs', 'constraint', 'text'}) or reports ``failure(exc)``. Results queue in order."""
-        def run():
-            try:
-                result = work()
-                if 'constraint' in result:
-                    result['base'] = (result['constraint'].model,
-                                      result.get('pairs', self.pairs))
-            except Exception as exc:   # reported by poll, never raised in the thread
-                result = {'error': failure(exc)}
-            with self._lock:
-                self._pending.append(result)
-
-        worker = threading.Thread(target=run, name=name, daemon=True)
-        self._workers = [w for w in self._workers if w.is_alive()] + [worker]
-        worker.start()
-
     def wait_for_update(self, timeout=None):
         """Wait until the background updates have finished computing (for tests)."""
-        for worker in list(self._workers):
-            worker.join(timeout)
+        self._updates.wait(timeout)
 
     def poll(self):
         """Apply the next update computed in the background (one per call, in the order they
@@ -454,10 +386,9 @@ class CollisionGuard:
         changed: True when ``constraint`` is a new object (hand it to the control loop).
         An update computed on a model or pairs that another update has replaced since is
         applied on top of it (its constraint is built again here)."""
-        with self._lock:
-            if not self._pending:
-                return None
-            result = self._pending.pop(0)
+        result = self._updates.take()
+        if result is None:
+            return None
         if 'error' in result:
             return ('error', result['error'], False)
         if 'constraint' not in result:     # computed, and nothing to change
@@ -475,32 +406,36 @@ class CollisionGuard:
                 s.clearance, s.self_collision and self.pairs is not None):
             self.constraint = constraint
         else:   # another update, or a setting changed while the thread ran
-            self.constraint = self._make_constraint(self.pairs)
+            self.constraint = self._build_constraint(self.model, self.pairs, s)
         return ('info', result['text'](), True)
 
     # ------------------------------------------------------------------ the validator
     def __call__(self, q_from, q_to):
-        """Return True when the straight motion q_from -> q_to (nq,) is free (see module)."""
+        """Return True when the straight motion q_from -> q_to (nq,) is free (see module):
+        proved free without a query (``proofs``: near the anchor, the motion found free
+        last, the coarse pass), else by ``CollisionConstraint.check_motion``."""
         q_from = np.asarray(q_from, dtype=float)
         q_to = np.asarray(q_to, dtype=float)
-        key = self._anchor_key()
-        if self._known_free(q_from, q_to, key):
+        constraint, proofs = self.constraint, self.proofs
+        key = motion_key(constraint, self.scene)
+        if proofs.near_anchor(constraint, key, q_from, q_to):
             self.last_check = {'cached': True}
             return True
         motion = (key, q_from.tobytes(), q_to.tobytes())
-        if motion == self._free_motion:     # a pure function of these: the same verdict
+        if motion == proofs.free_motion:     # a pure function of these: the same verdict
             self.last_check = {'repeated': True}
             return True
-        clear = self._clearly_free(q_from, q_to)
+        clear = proofs.coarse_pass(constraint, key, q_from, q_to,
+                                   self.settings.coarse_resolution)
         if clear:
             self.last_check = {'coarse': True}
             return True
-        ok, info = self.constraint.check_motion(q_from, q_to)
+        ok, info = constraint.check_motion(q_from, q_to)
         self.last_check = info
         if ok:
-            self._free_motion = motion
+            proofs.free_motion = motion
         if ok and clear is None:      # a short motion (no coarse pass): settling or held
-            self._anchor(q_to)
+            proofs.anchor(constraint, key, q_to)
         if not ok:
             self.refusals += 1
             pair = info.get('pair')
@@ -509,66 +444,6 @@ class CollisionGuard:
                            f'padded distance, {100 * info["first_bad"]:.0f} % of the way)')
         return ok
 
-    def _anchor_key(self):
-        c = self.constraint
-        return (c, c._pairs_version, c.padding, self.scene.version)   # c: by identity
-
-    def _anchor(self, q):
-        """Remember a lower bound of every padded distance at q (nq,): the smallest one,
-        capped at ``ANCHOR_SEARCH`` (nothing nearer than that: the cap is the bound)."""
-        chain = self.model.chain
-        if chain.has_ball_joints or not len(self.model.radii):
-            return
-        report = self.constraint.distances(chain.frames(q), search=(self.ANCHOR_SEARCH,))
-        self._anchor_state = (self._anchor_key(), q.copy(),
-                              min(float(report.distance[0]), self.ANCHOR_SEARCH))
-
-    def _known_free(self, q_from, q_to, key):
-        """True when the anchor proves the motion free: every point of the straight motion
-        is within |dq| <= max(|q_from - q_a|, |q_to - q_a|) per joint of the anchor q_a, so
-        no cover point moves more than ``lever @ |dq|`` [m] from where it was at q_a, and no
-        padded distance shrinks by more than twice that (both spheres of a self pair move):
-        free when that is below the anchor's smallest distance (then every distance stays
-        >= 0 and no sub-step of ``check_motion`` could be refused). Conservative: a False
-        only means the full check decides. key: ``_anchor_key()`` of this call."""
-        state = self._anchor_state
-        if state is None or state[0] != key or not state[2] > 0.0:
-            return False
-        q_a = state[1]
-        dq = np.maximum(np.abs(q_from - q_a), np.abs(q_to - q_a))
-        if not np.isfinite(dq).all():
-            return False
-        lever = self.constraint.lever
-        moved = float((lever @ dq).max()) if len(lever) else 0.0
-        return 2.0 * moved < state[2]
-
-    def _clearly_free(self, q_from, q_to):
-        """The coarse pass: True when every coarse sub-step (ends included) is at least
-        ``coarse_resolution - padding`` clear (then no point between comes closer than 0);
-        False when one is not; None when there is no coarse pass (off, or the motion is so
-        short that the fine pass is as cheap). A free pass anchors at q_to. Skipped (False)
-        while the arm rests in contact (``allowances``: a pair within CONTACT_RELEASE at the
-        reference, less than the coarse pass needs): it could not pass, and cost TIAGo's
-        arm, resting against its torso, 1.5 ms of its 4 ms ticks."""
-        constraint = self.constraint
-        coarse = self.settings.coarse_resolution
-        if not coarse > constraint.padding or len(constraint.allowances()[0]):
-            return False
-        count, _ = constraint.motion_substeps(q_from, q_to, coarse)
-        fine, _ = constraint.motion_substeps(q_from, q_to)
-        if fine <= count + 1:          # the fine pass is as cheap
-            return None
-        s = np.arange(0, count + 1)[:, None] / count
-        path = q_from[None] + s * (q_to - q_from)[None]
-        margin = coarse - constraint.padding
-        report = constraint.distances(self.model.chain.frames(path), search=(margin,))
-        if not np.all(report.distance >= margin):
-            return False
-        if not self.model.chain.has_ball_joints:
-            self._anchor_state = (self._anchor_key(), q_to.copy(),
-                                  min(float(report.distance[-1]), margin))
-        return True
-
     def check_many(self, q_from, q_tos):
         """Return (K,) bool: whether each motion q_from -> q_tos[k] is free (one batch)."""
         return self.constraint.check_motions(q_from, q_tos)
@@ -576,17 +451,11 @@ class CollisionGuard:
     # ------------------------------------------------------------------ the scene
     def apply(self, updates, source):
         """Apply scene updates from ``source`` (see Scene.apply); GoalError keeps the scene."""
-        if source not in SOURCES:
-            raise GoalError(f'unknown obstacle source {source!r}; expected one of '
-                            f'{", ".join(SOURCES)}')
-        return self.scene.apply(updates, source)
+        return self.scene.apply(updates, _known(source))
 
     def replace(self, obstacles, source):
         """Replace everything ``source`` added by {(ns, id): Obstacle}."""
-        if source not in SOURCES:
-            raise GoalError(f'unknown obstacle source {source!r}; expected one of '
-                            f'{", ".join(SOURCES)}')
-        self.scene.replace_source(obstacles, source)
+        self.scene.replace_source(obstacles, _known(source))
 
     def count(self, source=None):
         """Return how many obstacles (of ``source``) the scene holds."""

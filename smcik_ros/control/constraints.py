@@ -12,12 +12,13 @@ replacement raises GoalError and leaves the whole set as it was.
 
 import collections
 
-from .. import constraint_schema
+from ..constraint_schema import (KeepOutSphereSpec, ObstacleSpec, build_constraints,
+                                 build_obstacles, parse_constraints)
 from ..errors import GoalError
 
 __all__ = ['ConstraintSet']
 
-_OBSTACLE_SPECS = (constraint_schema.KeepOutSphereSpec, constraint_schema.ObstacleSpec)
+_OBSTACLE_SPECS = (KeepOutSphereSpec, ObstacleSpec)
 
 
 class ConstraintSet:
@@ -41,7 +42,7 @@ class ConstraintSet:
 
     def parse(self, text):
         """Return the schema entries of ``text`` (GoalError when malformed)."""
-        return constraint_schema.parse_constraints(
+        return parse_constraints(
             text, joint_names=self.chain.joint_names, link_names=self.chain.link_names,
             frame_names=self.frame_names)
 
@@ -53,17 +54,17 @@ class ConstraintSet:
 
     def build(self, specs):
         """Return (objects, obstacles, drawn) for ``specs`` (GoalError if one is refused)."""
-        obstacles = constraint_schema.build_obstacles(specs, self.chain, self.frame_to_base)
+        obstacles = build_obstacles(specs, self.chain, self.frame_to_base)
         keys = [('constraints', spec.id if getattr(spec, 'id', None) is not None else i)
                 for i, spec in enumerate(specs)]
         scene = {keys[i] for i, spec in enumerate(specs) if self.in_scene(spec)}
-        objects = constraint_schema.build_constraints(specs, self.chain, self.frame_to_base,
-                                                      skip_obstacles=True)
+        objects = build_constraints(specs, self.chain, self.frame_to_base,
+                                    skip_obstacles=True)
         drawn = []
         for i, spec in enumerate(specs):
             if isinstance(spec, _OBSTACLE_SPECS) and keys[i] not in scene:
                 try:
-                    built = constraint_schema.build_constraints(
+                    built = build_constraints(
                         [spec], self.chain, self.frame_to_base, collision_model=self.model)
                 except GoalError as exc:     # name the entry by its index in ``specs``
                     raise GoalError(str(exc).replace('constraints[0]', f'constraints[{i}]',

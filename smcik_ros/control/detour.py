@@ -15,29 +15,17 @@ between the arm and a still goal stops the arm at the margin. ``Detour`` is what
    constraint (the solvers keep out of collision, so they often hold the arm at the margin
    themselves). At most ``max_attempts`` detours per goal, ``retry_interval`` apart.
 2. Plan (``plan``, a budget of ``budget`` seconds per tick; the arm brakes and holds at the
-   plan's start meanwhile): a start closer than ``margin`` first retreats (a recent command
-   with clearance, else a push out along the closest pairs' distance gradients);
-   collision-free goal configurations (a private Jacobian solver from the start and from
-   random seeds; while none is found, a seed whose solution collides is solved again, at most
-   ``free_searches`` times per plan, by a second private Jacobian solver with the collision
-   constraints as inequalities, which finds goals in narrow free pockets of their
-   self-motion; kept when END_CLEARANCE clear), the straight leg to each, then a small
-   RRT-connect between the start and those configurations, and a greedy shortcut of the path
-   found. Solves run one iteration per unit of work (``Solver.solve_steps``), so no tick
-   overruns its budget by more than one.
-3. A leg (straight joint-space segment) is accepted when it is certified free: the padded
-   clearance ``d`` of the hard collision constraints is evaluated at its ends and at
-   bisection points until every piece satisfies ``d0 + d1 >= 2 delta + 2 margin`` (``delta``:
-   the largest displacement of any cover point over the piece, the constraints' own lever
-   bound; the factor 2 covers two moving covers of a self-collision pair). Every point of
-   the leg is then at least ``margin`` clear: stricter than the guard's sub-stepped check,
-   which still validates every command while the path is followed.
-4. Follow (``target``/``advance``): the loop shapes each command towards the next waypoint
-   within its limits and validates it as always; the arm comes to rest at each waypoint
-   (so it stays on the certified straight legs), and the solver restarts at the goal
-   configuration when it is reached. A new goal, a refused command, a changed scene whose
-   remaining path is no longer free, stale joint_states, a stop, a resync or a solver
-   switch cancel the detour (the loop brakes and the solver restarts at the stop).
+   plan's start meanwhile): ``detour_planner.DetourPlanner`` retreats from the margin,
+   finds collision-free goal configurations, and connects them to the start by certified
+   straight legs (RRT-connect and a shortcut). Solves run one iteration per unit of work
+   (``Solver.solve_steps``), so no tick overruns its budget by more than one.
+3. Follow (``target``): the loop shapes each command towards the next waypoint within its
+   limits and validates it as always (``DetourDrive``, the loop's side); the arm comes to
+   rest at each waypoint (so it stays on the certified straight legs), and the solver
+   restarts at the goal configuration when it is reached. A new goal, a refused command, a
+   changed scene whose remaining path is no longer free, stale joint_states, a stop, a
+   resync or a solver switch cancel the detour (the loop brakes and the solver restarts at
+   the stop).
 """
 
 import collections
@@ -49,29 +37,16 @@ import numpy as np
 
 from ..errors import ParameterError
 from ..solvers.base import StateKey, goal_signature
-from .command_shaping import nearest_equivalent
+from .detour_planner import DetourPlanner
+from .shaping import ShapedCommand
 
-__all__ = ['Detour', 'DetourSettings', 'DETOUR_STATES']
+__all__ = ['Detour', 'DetourDrive', 'DetourSettings', 'DETOUR_STATES']
 
 DETOUR_STATES = ('idle', 'planning', 'following', 'done', 'failed', 'cancelled', 'off')
 # An orientation error counts this much [m/rad] in the progress measure.
 ORIENTATION_WEIGHT = 0.1
-# Clearances beyond this [m] are not needed to certify a leg (the search stops there).
-CLEARANCE_CAP = 0.2
-# Most clearance evaluations for one leg before it is declared not free, and per unit of work.
-MAX_LEG_SAMPLES = 2048
-SAMPLES_PER_UNIT = 48
-# A leg's ends need at least this padded clearance [m]; the leg keeps min(margin, half the
-# smaller end clearance) at every point (a goal configuration may lie closer than the margin).
-END_CLEARANCE = 0.001
-# Most iterations of one collision-constrained goal search.
-FREE_ITERATIONS = 150
-# Recent commands remembered for the retreat (ticks), and how many are tried.
+# Recent commands remembered for the retreat (ticks).
 HISTORY = 400
-RETREAT_TRIES = 4
-# The push out of the margin: most Gauss-Newton steps, and the largest joint change of one.
-PUSH_ITERATIONS = 12
-PUSH_STEP = 0.05
 
 
 @dataclass(frozen=True)
@@ -134,27 +109,17 @@ class DetourSettings:
 
 
 class Detour:
-    """Plans and follows one detour at a time for a ``ControlLoop`` (see the module doc).
+    """Triggers, plans and follows one detour at a time for a ``ControlLoop`` (module doc).
 
     chain: the loop's Chain; limits: its JointLimits; settings: DetourSettings;
-    ik_solver: a Solver used for the goal configurations (default: a private 'jacobian'
-    one, so the loop's solver and its random streams are untouched); rng: a
-    numpy Generator for the sampling (default: from ``settings.seed``).
+    ik_solver, rng: see ``DetourPlanner``.
     """
 
     def __init__(self, chain, limits, settings=None, ik_solver=None, rng=None):
-        from ..solvers import make_solver      # the solvers import control helpers
         self.chain = chain
         self.limits = limits
         self.settings = settings if settings is not None else DetourSettings()
-        self.ik_solver = ik_solver if ik_solver is not None else make_solver('jacobian', chain)
-        seed = None if self.settings.seed < 0 else self.settings.seed
-        self.rng = rng if rng is not None else np.random.default_rng(seed)
-        # The collision-constrained goal search: a private 'jacobian' whose dampers keep the
-        # margin (its constraints are set when a plan starts; its restarts seeded apart).
-        self._free_solver = make_solver(
-            'jacobian', chain, collision_security_distance=self.settings.margin,
-            seed=-1 if seed is None else (seed + 1) % 2 ** 31)
+        self.planner = DetourPlanner(chain, limits, self.settings, ik_solver, rng)
         self.state = 'idle' if self.settings.enabled else 'off'
         self.reason = ''
         self.path = None             # (K, n) waypoints, command coordinate (start first)
@@ -165,7 +130,6 @@ class Detour:
         self.last_plan_ticks = 0
         self.longest_tick = 0.0      # [s] longest planning work in one tick (last plan)
         self._terms = self._tolerances = None
-        self._constraints = ()
         self._scene_version = None
         self._work = None
         self._goal_key = None        # goal_signature of the goal observed last
@@ -173,11 +137,10 @@ class Detour:
         self._best = math.inf        # smallest goal error of this goal [m]
         self._best_time = None       # when it was last improved by ``progress`` [s]
         self._since = None           # when this goal (or the last detour's end) began [s]
-        self._trigger = ''
+        self.trigger = ''            # why the last detour started (for the log line)
         self._attempts = 0
         self._next_allowed = -math.inf
         self._history = collections.deque(maxlen=HISTORY)
-        self._exact = None
 
     # ------------------------------------------------------------------ settings
     def set_enabled(self, enabled):
@@ -232,13 +195,9 @@ class Detour:
         blocked = loop.refusal(within=within) is not None or self._held_at_margin(loop)
         if blocked:
             stalled = now - self._best_time >= self.settings.trigger_time
-            self._trigger = (f'without progress for {self.settings.trigger_time:g} s' if stalled
-                             else f'not reached after {now - self._since:.1f} s')
+            self.trigger = (f'without progress for {self.settings.trigger_time:g} s' if stalled
+                            else f'not reached after {now - self._since:.1f} s')
         return blocked
-
-    def trigger_text(self):
-        """Return why the last detour started (for the loop's log line)."""
-        return self._trigger
 
     def _held_at_margin(self, loop):
         """Return whether the solver itself holds the arm at the collision margin: its answer
@@ -265,7 +224,7 @@ class Detour:
         if pos <= loop.tolerances[0] and ori <= loop.tolerances[1]:
             held = False
         else:
-            held = bool(self._clearance(loop.q, hard)[0] < self.settings.near)
+            held = bool(self.planner.clearance(loop.q, hard)[0] < self.settings.near)
         self._margin_memo = (key, held)
         return held
 
@@ -288,16 +247,14 @@ class Detour:
         than the margin to an obstacle (the rest of the path is certified, module doc).
         """
         self._attempts += 1
-        self._exact = exact
         self.goal_sequence = loop.goal.sequence
         self.state, self.reason = 'planning', ''
         self.path, self.index = None, 0
-        self._constraints = tuple(c for c in loop.constraints if c.hard)
-        self._free_solver.set_constraints(self._constraints)
+        self.planner.prepare((c for c in loop.constraints if c.hard), exact, self._history)
         self._scene_version = self._version()
         self.last_plan_time, self.last_plan_ticks, self.longest_tick = 0.0, 0, 0.0
         self._terms, self._tolerances = loop.goal.terms, loop.tolerances
-        self._work = None if q_start is None else self._plan(
+        self._work = None if q_start is None else self.planner.plan(
             np.array(q_start, dtype=float), self._terms, self._tolerances)
 
     def plan(self, now, q_rest=None):
@@ -311,8 +268,8 @@ class Detour:
         if self._work is None:
             if q_rest is None:
                 return self.state
-            self._work = self._plan(np.array(q_rest, dtype=float), self._terms,
-                                    self._tolerances)
+            self._work = self.planner.plan(np.array(q_rest, dtype=float), self._terms,
+                                           self._tolerances)
         started = time.perf_counter()
         self.last_plan_ticks += 1
         try:
@@ -335,262 +292,9 @@ class Detour:
             self.longest_tick = max(self.longest_tick, spent)
         return self.state
 
-    def _plan(self, start, terms, tolerances):
-        """Generator: yield after each unit of work; return (path or None, reason)."""
-        s = self.settings
-        prefix = []
-        if self._clearance(start[None])[0] < s.margin:
-            retreat = yield from self._retreat(start)
-            if retreat is None:
-                return None, (f'the start is closer than the margin ({1e3 * s.margin:g} mm) '
-                              'to a hard constraint and no way back along the recent commands '
-                              'is free')
-            prefix, start = [start], retreat
-        goals = []
-        span = self.chain.upper - self.chain.lower
-        tol = (0.5 * tolerances[0], 0.5 * tolerances[1])
-        searched = 0
-        for k in range(s.goal_seeds):
-            seed = start if k == 0 else (self.chain.lower + span * (
-                0.05 + 0.9 * self.rng.uniform(size=self.chain.n)))
-            result = yield from self.ik_solver.solve_steps(list(terms), seed, max_iters=100,
-                                                           tol=tol)
-            yield
-            found = self._goal_configuration(result, start, goals)
-            if found is None and not goals and searched < s.free_searches:
-                # The nearest solution collides (a goal in a narrow free pocket of its
-                # self-motion): search again from the same seed with the collision
-                # constraints as inequalities (one iteration per unit of work).
-                searched += 1
-                result = yield from self._free_solve(terms, seed, tol)
-                found = self._goal_configuration(result, start, goals)
-            if found is not None:
-                goals.append(found)
-        if not goals:
-            return None, (f'no collision-free configuration of the goal found from '
-                          f'{s.goal_seeds} IK seeds ({searched} of them searched with the '
-                          'collision constraints)')
-        goals.sort(key=lambda g: float(np.max(np.abs(g - start))))
-        goals = goals[:s.goal_configurations]
-        for g in goals:                              # the straight line first
-            free = yield from self._leg(start, g)
-            if free:
-                return np.array(prefix + [start, g]), ''
-        path = yield from self._rrt_connect(start, goals)
-        if path is None:
-            return None, (f'no collision-free path found in {s.max_iterations} iterations '
-                          f'to {len(goals)} goal configuration(s)')
-        path = yield from self._shortcut(path)
-        return np.array(prefix + path), ''
-
-    def _goal_configuration(self, result, start, goals):
-        """Return the IK result as a new collision-free goal configuration (n,), or None
-        (not solved, a duplicate of one in ``goals``, or closer than END_CLEARANCE)."""
-        if result is None or not result.success:
-            return None
-        q = nearest_equivalent(np.asarray(result.q, dtype=float), start, self.limits.continuous)
-        q = self.limits.clip(q)
-        if any(np.max(np.abs(q - g)) < 0.05 for g in goals):
-            return None
-        return q if self._clearance(q[None])[0] >= END_CLEARANCE else None
-
-    def _free_solve(self, terms, seed, tol):
-        """Generator: the collision-constrained solve of ``terms`` from ``seed``, one
-        iteration per unit of work; return its IKResult."""
-        result = yield from self._free_solver.solve_steps(list(terms), seed,
-                                                          max_iters=FREE_ITERATIONS, tol=tol)
-        return result
-
-    def _retreat(self, start):
-        """Generator: a configuration with at least twice the margin of clearance that the
-        exact check lets the arm go to from ``start`` in a straight line, or None.
-
-        The arm stopped at the margin comes from where it was free: the most recent such
-        commands are tried, nearest first; then the push out (``_push_out``).
-        """
-        if self._exact is None:
-            return None
-        history = np.array(self._history)[::-1] if self._history else np.zeros((0, len(start)))
-        history = history[np.max(np.abs(history - start), axis=1) > 1e-6][::5]
-        if len(history):
-            clear = self._clearance(history) >= 2.0 * self.settings.margin + 0.004
-            yield
-            for q in history[clear][:RETREAT_TRIES]:
-                if self._exact(start, q):
-                    return q.copy()
-                yield
-        return (yield from self._push_out(start))
-
-    def _push_out(self, start):
-        """Generator: a configuration a short straight motion from ``start`` with at least
-        twice the margin of clearance, found by Gauss-Newton steps that raise the distance of
-        each object pair closer than the margin + 6 mm towards that (its closest leaf:
-        least-norm steps on their gradients, at most PUSH_STEP per joint each), and allowed
-        by the exact check; or None.
-
-        The recent commands offer no way back when the arm came to the margin along a
-        detour's leg or a goal that sits near an obstacle: the way out is then away from
-        the closest pairs, whatever the goal.
-        """
-        collision = [c for c in self._constraints if hasattr(c, 'inequality_rows')]
-        if self._exact is None or not collision:
-            return None
-        chain = self.chain
-        want = 2.0 * self.settings.margin        # accepted: clear of the plan's start check
-        aim = want + 0.006                       # Gauss-Newton nears its aim from below
-        q = start.copy()
-        for _ in range(PUSH_ITERATIONS):
-            frames = chain.frames(q[None])
-            rows = [c.inequality_rows(frames, aim, per_pair=1) for c in collision]
-            d = np.concatenate([r[0] for r in rows])
-            if not len(d) or d.min() >= aim - 0.001:
-                break
-            jac = np.vstack([r[1] for r in rows])
-            dv = np.linalg.lstsq(jac, aim - d, rcond=1e-6)[0]
-            largest = float(np.max(np.abs(dv)))
-            if not math.isfinite(largest) or largest <= 0.0:
-                return None
-            dv *= min(1.0, PUSH_STEP / largest)
-            q = self.limits.clip(chain.clip(chain.integrate(q, dv)))
-            yield
-        if self._clearance(q[None])[0] >= want and self._exact(start, q):
-            return q
-        return None
-
-    def _rrt_connect(self, start, goals):
-        """Generator: a path [start, ..., goal configuration] or None (RRT-connect)."""
-        s = self.settings
-        trees = [([start], [-1]), ([g for g in goals], [-1] * len(goals))]
-        span = self.chain.upper - self.chain.lower
-        low, high = self.chain.lower + 0.02 * span, self.chain.upper - 0.02 * span
-        for it in range(s.max_iterations):
-            grow, other = trees[it % 2], trees[1 - it % 2]
-            if self.rng.uniform() < 0.3:
-                sample = low + (high - low) * self.rng.uniform(size=self.chain.n)
-            else:
-                g = goals[self.rng.integers(len(goals))]
-                sample = start + self.rng.uniform() * (g - start) + self.rng.normal(
-                    0.0, 0.5, self.chain.n)
-            sample = np.clip(sample, low, high)
-            nodes, parents = grow
-            k = _nearest(nodes, sample)
-            delta = sample - nodes[k]
-            largest = float(np.max(np.abs(delta)))
-            new = nodes[k] + delta * min(1.0, s.step / largest) if largest > 0 else sample
-            if self._clearance(new[None])[0] < s.margin:
-                yield
-                continue
-            free = yield from self._leg(nodes[k], new)
-            if not free:
-                continue
-            nodes.append(new)
-            parents.append(k)
-            j = _nearest(other[0], new)
-            free = yield from self._leg(new, other[0][j])
-            if free:
-                a = _branch(nodes, parents, len(nodes) - 1)
-                b = _branch(other[0], other[1], j)
-                path = a[::-1] + b if grow is trees[0] else b[::-1] + a
-                return path
-        return None
-
-    def _shortcut(self, path):
-        """Generator: the path with waypoints dropped where a straight leg skips them."""
-        out, i = [path[0]], 0
-        while i < len(path) - 1:
-            j = len(path) - 1
-            while j > i + 1:
-                free = yield from self._leg(path[i], path[j])
-                if free:
-                    break
-                j -= 1
-            out.append(path[j])
-            i = j
-        return out
-
-    def _leg(self, a, b):
-        """Generator: return whether the straight leg a -> b is certified free (module doc);
-        while the arm rests in contact (``_clearance``), the pairs in contact are also held
-        to their allowances at the collision check's sub-steps, without its play (so that
-        the command stream's own check, at other sub-steps, allows the leg too)."""
-        free = yield from self._certified(a, b)
-        for c in self._constraints:
-            if free and hasattr(c, 'allowances') and len(c.allowances()[0]):
-                yield
-                free = bool(c.check_motions(a, b[None], play=0.0)[0])
-        return free
-
-    def _certified(self, a, b):
-        """Generator: return whether the leg a -> b keeps the margin by the Lipschitz
-        bound of the covers' motion (module doc)."""
-        s = self.settings
-        collision = [c for c in self._constraints if hasattr(c, 'motion_substeps')]
-        bound = max((c.motion_substeps(a, b)[1] for c in collision), default=0.0)
-        others = [c for c in self._constraints if not hasattr(c, 'motion_substeps')]
-        if others:   # joint-space constraints: sampled 0.05 apart on any joint
-            count = max(2, int(math.ceil(np.max(np.abs(b - a)) / 0.05)) + 1)
-            t = np.linspace(0.0, 1.0, count)[:, None]
-            if self._clearance(a + t * (b - a), others).min() < 0.0:
-                return False
-        if not collision:
-            return True
-        ends = self._clearance(np.array([a, b]), collision)
-        yield
-        if ends.min() < END_CLEARANCE:
-            return False
-        margin = min(s.margin, 0.5 * float(ends.min()))
-        pending = [(0.0, 1.0, ends[0], ends[1])]
-        used = 2
-        while pending:
-            split = [p for p in pending
-                     if p[2] + p[3] < 2.0 * bound * (p[1] - p[0]) + 2.0 * margin
-                     and bound * (p[1] - p[0]) > 1e-5]
-            if not split:
-                return True
-            used += len(split)
-            if used > MAX_LEG_SAMPLES:
-                return False
-            pending = []
-            for first in range(0, len(split), SAMPLES_PER_UNIT):
-                chunk = split[first:first + SAMPLES_PER_UNIT]
-                mids = np.array([0.5 * (p[0] + p[1]) for p in chunk])
-                d = self._clearance(a + mids[:, None] * (b - a), collision)
-                yield
-                if d.min() < margin:
-                    return False
-                for (s0, s1, d0, d1), m, dm in zip(chunk, mids, d):
-                    pending.append((s0, m, d0, dm))
-                    pending.append((m, s1, dm, d1))
-        return True
-
-    def _clearance(self, qs, constraints=None):
-        """Return (K,) the smallest padded clearance [m] of the hard constraints at qs (K, n)
-        (capped at CLEARANCE_CAP; -inf where a constraint without distances is violated).
-
-        A pair that may penetrate (the arm rests in contact: the collision constraint's
-        ``allowances``) does not count here: a start resting in contact is not "inside
-        the margin", and the legs are held to the allowances by the sub-stepped motion
-        check instead (``_leg``). Before, such a start needed a push out to
-        twice the margin that a pair the joints barely move (two links meeting near a
-        joint axis) could never reach: Unitree Z1 folded at its zero pose."""
-        constraints = self._constraints if constraints is None else constraints
-        qs = np.atleast_2d(qs)
-        out = np.full(len(qs), CLEARANCE_CAP)
-        if not constraints:
-            return out
-        frames = self.chain.frames(qs)
-        for c in constraints:
-            if hasattr(c, 'distances'):
-                d = c.distances(frames, search=(CLEARANCE_CAP,),
-                                credit=CLEARANCE_CAP).distance
-                out = np.minimum(out, d)
-            else:
-                out[np.asarray(c.violated(frames), dtype=bool)] = -np.inf
-        return out
-
     def _version(self):
         versions = []
-        for c in self._constraints:
+        for c in self.planner.constraints:
             scene = getattr(c, 'scene', None)
             versions.append(None if scene is None else getattr(scene, 'version', None))
         return tuple(versions)
@@ -619,15 +323,7 @@ class Detour:
         (runs to completion: called once after a scene change)."""
         legs = [(q, self.path[self.index])] + [
             (self.path[k], self.path[k + 1]) for k in range(self.index, len(self.path) - 1)]
-        for a, b in legs:
-            work = self._leg(np.asarray(a, dtype=float), np.asarray(b, dtype=float))
-            try:
-                while True:
-                    next(work)
-            except StopIteration as result:
-                if not result.value:
-                    return False
-        return True
+        return all(self.planner.certify(a, b) for a, b in legs)
 
     def complete(self, now):
         """Mark the detour done (the goal configuration is reached; the solver takes over)."""
@@ -676,13 +372,122 @@ class Detour:
         }
 
 
-def _nearest(nodes, q):
-    return int(np.argmin(np.max(np.abs(np.asarray(nodes) - q), axis=1)))
+class DetourDrive:
+    """The control loop's side of a detour: what to command while one is planned or followed.
 
+    detour: a Detour (None: off; settable); shaper, guard, stepper: the loop's
+    CommandShaper, MotionGuard and SolverStepper; report: callable(level, key, text, ...).
+    Every cancel brakes (the caller) and restarts the solver at the braking stop.
+    """
 
-def _branch(nodes, parents, k):
-    out = []
-    while k >= 0:
-        out.append(nodes[k])
-        k = parents[k]
-    return out
+    _OFF = {'detour': 'off', 'detour_text': '', 'detour_waypoints': None,
+            'detour_plan_ms': None, 'detour_plan_tick_ms': None, 'detours': None}
+
+    def __init__(self, detour, shaper, guard, stepper, report):
+        self.detour = detour
+        self.shaper = shaper
+        self.guard = guard
+        self.stepper = stepper
+        self.report = report
+        self._cancel = None         # a reason to cancel the detour at the next tick
+
+    @property
+    def active(self):
+        """True while a detour is planned or followed (the loop does not follow the solver)."""
+        return self.detour is not None and self.detour.active
+
+    def cancel_later(self, reason):
+        """Cancel a detour in progress at the next tick (``cancel_requested``)."""
+        self._cancel = str(reason)
+
+    def cancel_requested(self, now, q, v):
+        """Cancel the detour for the reason ``cancel_later`` gave, if any."""
+        if self._cancel is not None:
+            reason, self._cancel = self._cancel, None
+            self.cancel(reason, now, q, v)
+
+    def cancel(self, reason, now, q, v, reset=True):
+        """Cancel a detour in progress (a new goal, stop, stale, resync, solver switch); the
+        solver restarts at the braking stop of the command q, v (n,) (``reset``)."""
+        if not self.active:
+            return
+        self.detour.cancel(reason, now if now is not None else 0.0)
+        self.report('info', 'detour:cancelled', f'detour cancelled: {reason}', interval=1.0)
+        if reset and q is not None:
+            self.stepper.reset(self.shaper.stopping_point(q, v))
+
+    def set_enabled(self, enabled, now, q, v):
+        """Switch the detour on or off; off cancels one in progress."""
+        if self.detour is None:
+            return
+        if not enabled:
+            self.cancel('collision_detour was switched off', now, q, v)
+        self.detour.set_enabled(enabled)
+
+    def observe(self, loop, now):
+        """After a normal tick of ``loop``: start planning when the arm is blocked."""
+        detour = self.detour
+        if detour is None or not detour.observe(loop, now):
+            return
+        detour.start(loop, None, now, exact=lambda a, b: self.guard.refuses(a, b) is None)
+        self.report('info', 'detour:start', (
+            f'goal {loop.goal.sequence}: blocked at the collision margin '
+            f'({detour.trigger}): planning a detour'), interval=1.0)
+
+    def command(self, q, v, dt, lead_box, now, goal, tick):
+        """Return the ShapedCommand of tick ``tick`` at ``now`` [s] while the detour is
+        planned or followed, from the command q, v (n,) over dt [s].
+
+        Planning: the arm brakes (on the validated line); the plan starts where it rests.
+        Following: the command is shaped towards the next waypoint and validated like any
+        other; a refusal, or a scene change whose remaining path is no longer free, cancels
+        the detour (brake, the solver restarts at the stop). At the goal configuration the
+        solver restarts there and takes over.
+        """
+        detour = self.detour
+        if detour.state == 'planning':
+            detour.plan(now, None if np.any(v) else q)
+            if detour.state == 'failed':
+                self.report('warn', 'detour:failed', (
+                    f'goal {goal.sequence}: detour failed ({detour.reason}); holding, '
+                    'the solver carries on from the stop'), interval=1.0)
+                shaped = self.guard.brake(q, v, dt, lead_box)
+                self.stepper.reset(self.shaper.stopping_point(shaped.q, shaped.v))
+                return shaped
+            if detour.state != 'following':
+                return self.guard.brake(q, v, dt, lead_box)
+            self.report('info', 'detour:planned', (
+                f'goal {goal.sequence}: following a detour ({detour.reason})'), interval=1.0)
+        if detour.scene_changed() and not detour.remaining_free(q):
+            return self._abort('the obstacles changed and the detour is no longer free',
+                               q, v, dt, lead_box, now)
+        target = detour.target(q, v)
+        if target is None:
+            detour.complete(now)
+            self.stepper.reset(q)
+            self.report('info', 'detour:done', (
+                f'goal {goal.sequence}: detour complete, the solver takes over at the '
+                'goal configuration'), interval=1.0)
+            return ShapedCommand(q.copy(), np.zeros_like(q), 'target')
+        shaped = self.shaper.step(q, v, dt, target, lead_box)
+        stop = self.shaper.stopping_point(shaped.q, shaped.v)
+        refused = self.guard.refuses(q, stop)
+        if refused is not None:
+            reason = self.guard.note_hold(refused, tick)
+            return self._abort(f'a validator refused the path ({reason})', q, v, dt,
+                               lead_box, now)
+        self.guard.validated = (q.copy(), stop)
+        return shaped
+
+    def _abort(self, reason, q, v, dt, lead_box, now):
+        """Cancel the detour, brake on the validated line, restart the solver at the stop."""
+        self.detour.cancel(reason, now)
+        self.report('warn', 'detour:cancelled', f'detour cancelled: {reason}; braking',
+                    interval=1.0)
+        shaped = self.guard.brake(q, v, dt, lead_box)
+        self.stepper.reset(self.shaper.stopping_point(shaped.q, shaped.v))
+        return shaped
+
+    def status(self):
+        """Return the detour's part of ~/status (JSON-ready)."""
+        return self._OFF if self.detour is None else self.detour.status()

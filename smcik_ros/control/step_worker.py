@@ -61,7 +61,6 @@ class StepWorker:
         self._dropped = None          # the last discarded step's future
         self._dropped_errors = []
         self.calls = 0
-        self.side_calls = 0
         self.cpu_time = 0.0
 
     # ------------------------------------------------------------------ state
@@ -111,7 +110,6 @@ class StepWorker:
         if self._side is not None and not self._side.done():
             return False
         self._side = self._submit(self._run_side, fn)
-        self.side_calls += 1
         return True
 
     def _timed(self, fn, *args):

@@ -16,7 +16,7 @@ from rclpy.time import Time
 from sensor_msgs.msg import JointState
 from std_msgs.msg import UInt32
 
-from ..control.loop import Reporter
+from ..control.reporter import Reporter
 from ..errors import GoalError, SmcIkError
 from ..rotations import quat_to_matrix
 from .conversions import (goal_pose_to_matrix, joint_state_positions, point_to_array,

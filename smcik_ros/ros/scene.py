@@ -20,7 +20,7 @@ from std_msgs.msg import String
 from visualization_msgs.msg import MarkerArray
 
 from ..collision import parse_srdf
-from ..control.loop import Reporter
+from ..control.reporter import Reporter
 from ..errors import GoalError, ParameterError, SmcIkError
 from .conversions import obstacle_updates, pointcloud2_to_xyz
 from .description import SEMANTIC_TOPIC

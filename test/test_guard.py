@@ -1,0 +1,178 @@
+"""The tick's guard alone (control/guard.py), property-tested over random limits, states and
+refusals: a brake never leaves the motions the validators accepted and keeps every limit,
+and a refused estimate is replaced by a motion every validator accepted that takes the tool
+no farther from the goal, or by a brake with the solver restarted at its stop. The loop's
+end-to-end tests (test_control_loop.py) check the same through the SMC."""
+
+from hypothesis import given, strategies as st
+import numpy as np
+import pytest
+
+from smcik_ros.control.goal_inbox import Goal
+from smcik_ros.control.guard import MotionGuard
+from smcik_ros.control.shaping import CommandShaper
+from smcik_ros.goals import PositionTarget
+from smcik_ros.kinematics import Chain
+
+from test_command_shaping import PROPERTY, RATE_DT, TIGHT, judge, make_limits
+
+ON_LINE = 1e-7          # [rad] a point this close to a segment lies on it
+
+
+class Stepper:
+    """What the guard uses of the SolverStepper: the last answer's info, restarts, forgets."""
+
+    def __init__(self, step_info=None):
+        self.step_info = step_info or {}
+        self.resets = []
+        self.forgotten = 0
+
+    def reset(self, q):
+        self.resets.append(np.array(q, dtype=float))
+
+    def forget_answer(self):
+        self.forgotten += 1
+
+
+class Refusing:
+    """A validator that refuses a seeded share of the motions and records what it accepted;
+    ``batched``: it also has ``check_many``; ``refuse_next``: refuse the next motion."""
+
+    def __init__(self, seed, share, batched=False):
+        self.rng = np.random.default_rng(seed)
+        self.share = share
+        self.accepted = []
+        self.refuse_next = False
+        self.reason = 'refused at random'
+        if batched:
+            self.check_many = lambda q, q_tos: np.array([self(q, b) for b in q_tos])
+
+    def __call__(self, q_from, q_to):
+        ok = not self.refuse_next and self.rng.uniform() >= self.share
+        self.refuse_next = False
+        if ok:
+            self.accepted.append((np.array(q_from, float), np.array(q_to, float)))
+        return ok
+
+    def accepts(self, q_from, q_to):
+        return any(np.array_equal(q_from, a) and np.array_equal(q_to, b)
+                   for a, b in self.accepted)
+
+
+def _on_segment(point, segment, tol=ON_LINE):
+    a, b = segment
+    span = b - a
+    length2 = float(span @ span)
+    t = 0.0 if length2 == 0.0 else float((point - a) @ span) / length2
+    return -tol <= t <= 1.0 + tol and np.max(np.abs(point - a - t * span)) <= tol
+
+
+def _quiet(*args, **kwargs):
+    pass
+
+
+@PROPERTY
+@given(seed=st.integers(0, 2 ** 31 - 1), n=st.integers(1, 7), jitter=st.floats(0.0, 0.5),
+       cruise=st.integers(1, 60), share=st.sampled_from([0.0, 0.5, 1.0]),
+       shift=st.floats(0.0, 0.3))
+def test_a_brake_stays_on_the_accepted_motions_and_within_the_limits(seed, n, jitter, cruise,
+                                                                     share, shift):
+    """A command cruises (its motions admitted while nothing refuses), then the arm freezes,
+    its lead box shifted back by ``shift``, and the validators refuse ``share`` of the
+    motions while the guard brakes: every step lies on the last motion validated before it
+    or on one a validator accepted (the shaper's brake on the line, its bent path accepted,
+    else the line brake), velocities and accelerations from the positions and stamps stay
+    within the limits, and the command comes to rest, inside the lead box unless a line
+    brake was needed (at rest outside it, the command moves back in, along the validated
+    line or on a path a validator accepts)."""
+    rng = np.random.default_rng(seed)
+    limits = make_limits(n, rng, span=(1.0, 3.0))
+    shaper = CommandShaper(limits)
+    guard = MotionGuard(None, limits, shaper, Stepper(), _quiet)
+    q = rng.uniform(0.5 * limits.lower, 0.5 * limits.upper)
+    v = np.zeros(n)
+    guard.validated = (q.copy(), q.copy())
+    desired = rng.uniform(1.2 * limits.lower, 1.2 * limits.upper)
+    max_lead = 0.15
+    times, qs = [0.0], [q.copy()]
+
+    def tick(shaped, dt):
+        times.append(times[-1] + dt)
+        qs.append(shaped.q.copy())
+        return shaped.q, shaped.v
+
+    for _ in range(cruise):
+        dt = RATE_DT * (1.0 + rng.uniform(-jitter, jitter))
+        box = (q - max_lead, q + max_lead)
+        shaped = shaper.step(q, v, dt, desired, box)
+        q, v = tick(guard.admit(q, v, dt, box, shaped, desired, None, 0), dt)
+    validator = Refusing(seed, share)
+    guard.validators.append(validator)
+    arm = q - shift * np.sign(v)
+    box = (arm - max_lead, arm + max_lead)
+    inside = lambda q: np.all(q >= box[0] - 1e-9) and np.all(q <= box[1] + 1e-9)
+    for _ in range(2000):
+        dt = RATE_DT * (1.0 + rng.uniform(-jitter, jitter))
+        before = guard.validated
+        q_new, v_new = tick(guard.brake(q, v, dt, box), dt)
+        after = guard.validated
+        assert after is before or validator.accepts(*after), 'validated without a check'
+        assert _on_segment(q, after) and _on_segment(q_new, after), 'left the validated line'
+        q, v = q_new, v_new
+        if not np.any(v) and (guard.line_brakes or inside(q)):
+            break
+    assert not np.any(v) and (guard.line_brakes or inside(q)), 'not at rest'
+    v_ratio, a_ratio, excess = judge(np.array(times), np.array(qs), limits)
+    assert v_ratio <= 1 + TIGHT and a_ratio <= 1 + TIGHT and excess <= 1e-12
+
+
+@pytest.fixture(scope='module')
+def arm7():
+    return Chain.from_urdf('urdf/smcik_arm.urdf')
+
+
+@PROPERTY
+@given(seed=st.integers(0, 2 ** 31 - 1), share=st.sampled_from([0.0, 0.3, 0.8]),
+       batched=st.booleans(), candidates=st.integers(0, 12), moving=st.booleans())
+def test_a_refused_estimate_is_replaced_by_an_accepted_motion_no_farther_or_a_brake(
+        arm7, seed, share, batched, candidates, moving):
+    """The estimate's motion is refused. Either the guard falls back: the command's motion
+    to its stop was accepted by every validator, and the tool ends no farther from the goal
+    than at the current command; or it holds: a brake on the validated line, the answer
+    forgotten and the solver restarted at the brake's stop."""
+    rng = np.random.default_rng(seed)
+    chain = arm7
+    limits = make_limits(chain.n, rng, span=(2.5, 3.0))
+    shaper = CommandShaper(limits)
+    particles = chain.clip(rng.uniform(-1.5, 1.5, (40, chain.n)))
+    info = {'map': particles[0], 'particles': particles, 'weights': rng.uniform(size=40)}
+    stepper = Stepper(info)
+    validators = [Refusing(seed, share, batched), Refusing(seed + 1, share / 2, not batched)]
+    guard = MotionGuard(chain, limits, shaper, stepper, _quiet, validators, candidates)
+    q = chain.clip(rng.uniform(-1.0, 1.0, chain.n))
+    v = rng.uniform(-0.3, 0.3, chain.n) * moving
+    q_prev = q - v * RATE_DT
+    dt = RATE_DT
+    guard.validated = (q_prev, shaper.stopping_point(q, v))
+    goal_point = chain.fk(chain.clip(rng.uniform(-1.5, 1.5, chain.n)))[:3, 3]
+    goal = Goal(terms=(PositionTarget(goal_point),), display=goal_point, source='test',
+                stamp=None, received=0.0, sequence=1)
+    desired = chain.clip(rng.uniform(-1.5, 1.5, chain.n))
+    box = (q - 0.15, q + 0.15)
+    shaped = shaper.step(q, v, dt, desired, box)
+    validators[0].refuse_next = True
+    out = guard.admit(q, v, dt, box, shaped, desired, goal, 7)
+    stop = shaper.stopping_point(out.q, out.v)
+    if guard.fallbacks:
+        assert guard.last_refusal['outcome'] == 'fallback' and candidates > 0
+        assert all(validator.accepts(q, stop) for validator in validators)
+        assert guard.validated[0] is not q and np.array_equal(guard.validated[0], q)
+        assert np.array_equal(guard.validated[1], stop)
+        tool = [np.linalg.norm(chain.fk(c)[:3, 3] - goal_point) for c in (q, out.q)]
+        assert tool[1] <= tool[0] + guard.FALLBACK_SLACK
+    else:
+        assert guard.holds == 1 and guard.last_refusal['outcome'] == 'hold'
+        assert _on_segment(out.q, guard.validated) and _on_segment(stop, guard.validated)
+        assert stepper.forgotten == 1 and len(stepper.resets) == 1
+        np.testing.assert_array_equal(stepper.resets[0], stop)
+    assert guard.refusal(7 + 3)['ticks_ago'] == 3 and guard.refusal(7 + 3, within=2) is None
