@@ -10,8 +10,8 @@ from smcik_ros.collision import conventional_srdf_path
 from smcik_ros.control.alternatives import AlternativesBook
 from smcik_ros.control.arm_state import ArmSettings
 from smcik_ros.control.collision_guard import CollisionGuard
-from smcik_ros.control.command_shaping import limits_for_chain
-from smcik_ros.control.loop import ControlLoop
+from smcik_ros.control.limits import limits_for_chain
+from smcik_ros.control.tick import ControlLoop
 from smcik_ros.control.tick_timing import TickTiming
 from smcik_ros.ros.health import ERROR, OK, STALE, WARN, Health, Timings
 from smcik_ros.solvers import make_solver

@@ -7,9 +7,9 @@ import types
 import numpy as np
 import pytest
 
-from smcik_ros.control.command_shaping import limits_for_chain
+from smcik_ros.control.limits import limits_for_chain
 from smcik_ros.control.detour import Detour, DetourSettings
-from smcik_ros.control.loop import ControlLoop
+from smcik_ros.control.tick import ControlLoop
 from smcik_ros.ros.schedule import (STEP_BUDGET, MarkerSchedule, RateGate, apply_loop_settings,
                                     marker_key, step_budget, step_interval)
 from smcik_ros.solvers import make_solver
