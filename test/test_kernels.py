@@ -74,7 +74,8 @@ def test_sincos_is_within_an_ulp_of_libm_and_covers_every_quadrant():
     rng = np.random.default_rng(0)
     x = np.concatenate([rng.uniform(-7.0, 7.0, 4000), rng.uniform(-1e5, 1e5, 4000),
                         np.arange(-8, 9) * np.pi / 4, [0.0, -0.0, 1e-300]])
-    out = np.array([kernels._sincos(v) for v in x])
+    from smcik_ros.kernels.fk import _sincos
+    out = np.array([_sincos(v) for v in x])
     assert np.max(np.abs(out[:, 0] - np.sin(x))) <= 2.3e-16
     assert np.max(np.abs(out[:, 1] - np.cos(x))) <= 2.3e-16
 
@@ -194,9 +195,10 @@ def test_warm_up_loads_every_kernel_it_checks_for_a_cold_cache():
     import subprocess
     import sys
     code = ('from smcik_ros import kernels; from smcik_ros.kinematics import Chain; '
+            'from smcik_ros.kernels.warm import _cache_is_warm; '
             f'kernels.warm_up(Chain.from_urdf({CASES[0][0]!r}, "base_link", "tool0")); '
             'print(",".join(n for n in kernels.WARM_UP_KERNELS '
-            'if not getattr(kernels, n).signatures or not kernels._cache_is_warm('
+            'if not getattr(kernels, n).signatures or not _cache_is_warm('
             'getattr(kernels, n))))')
     env = dict(os.environ, PYTHONPATH=ROOT)
     out = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True,
@@ -254,13 +256,13 @@ def test_read_only_package_caches_under_the_home_directory(tmp_path):
     package = os.path.join(ROOT, 'smcik_ros')
     code = ('import os, sys; real = os.access; '
             f'os.access = lambda p, m: False if str(p).startswith({package!r}) else real(p, m); '
-            'sys.modules.pop("numba", None); import smcik_ros._jit; '
+            'sys.modules.pop("numba", None); import smcik_ros.kernels.jit; '
             'print(os.environ.get("NUMBA_CACHE_DIR"))')
     out = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == str(tmp_path / '.cache' / 'smcik_ros' / 'numba')
     # A writable package keeps numba's default (the cache beside the modules).
-    code = 'import os, smcik_ros._jit; print(os.environ.get("NUMBA_CACHE_DIR"))'
+    code = 'import os, smcik_ros.kernels.jit; print(os.environ.get("NUMBA_CACHE_DIR"))'
     out = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == 'None'

@@ -1,4 +1,5 @@
-"""The ``njit`` decorator of the compiled kernels, or a no-op when numba is unavailable.
+"""The ``njit`` decorator of the compiled kernels (a no-op when numba is unavailable), and
+the row form the kernels take (``as_rows``).
 
 numba compiles the kernels of ``smcik_ros.kernels`` (nopython, releasing the GIL, cached on
 disk). Without numba, or with the environment variable ``SMCIK_NO_JIT=1``, ``njit`` returns
@@ -15,7 +16,9 @@ pointed at ``~/.cache/smcik_ros/numba`` (``$XDG_CACHE_HOME`` honoured) before nu
 import os
 import sys
 
-__all__ = ['ENABLED', 'njit']
+import numpy as np
+
+__all__ = ['ENABLED', 'as_rows', 'njit']
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -60,3 +63,19 @@ if not _disabled_by_env():
             thread (kernels share no state: every buffer is allocated per call)."""
             kwargs.setdefault('nogil', True)
             return _numba.njit(*args, **kwargs)
+
+
+_FLOAT = np.dtype(float)
+
+
+def as_rows(a, width):
+    """Return ``a`` (..., width) as writable, C-ordered float (M, width) rows: what the row
+    kernels take (a read-only, broadcast or strided array would compile another
+    specialisation at its first call, in a tick). ``a`` itself (a view of it) when it
+    already is such an array: the check costs a fifth of ``np.require``'s, called ~10 times
+    a step."""
+    rows = np.reshape(a, (-1, width))
+    flags = rows.flags
+    if rows.dtype == _FLOAT and flags.c_contiguous and flags.writeable:
+        return rows
+    return np.array(rows, dtype=float, order='C')
