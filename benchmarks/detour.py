@@ -34,7 +34,7 @@ from smcik_ros.control.collision_guard import CollisionGuard  # noqa: E402
 from smcik_ros.control.command_shaping import limits_for_chain  # noqa: E402
 from smcik_ros.control.detour import Detour, DetourSettings  # noqa: E402
 from smcik_ros.control.loop import ControlLoop, HardConstraintValidator  # noqa: E402
-from smcik_ros.kinematics import Chain  # noqa: E402
+from smcik_ros.model import Chain  # noqa: E402
 from smcik_ros.solvers import make_solver  # noqa: E402
 
 RATE = 100.0

@@ -19,7 +19,7 @@ import numpy as np
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 
-from smcik_ros.kinematics import Chain
+from smcik_ros.model import Chain
 from smcik_ros.ros_conversions import JointStateWriter
 from smcik_ros.ros_interface import COMMAND_QOS, JOINT_STATES_QOS
 from smcik_ros.ros_runner import run_node

@@ -54,7 +54,6 @@ from std_msgs.msg import String, UInt32
 from trajectory_msgs.msg import JointTrajectory
 from visualization_msgs.msg import MarkerArray
 
-from . import kernels
 from .collision import DEFAULT_TOLERANCE, MIN_TOLERANCE, parse_srdf
 from .control import (ArmSettings, ControlLoop, FrameResolver, GoalInbox,
                       HardConstraintValidator, Reporter, limits_for_chain,
@@ -68,7 +67,7 @@ from .control.tick_timing import TickTiming
 from .control.detour import Detour, DetourSettings
 from .control.constraints import ConstraintSet
 from .errors import GoalError, ModelError, ParameterError, SmcIkError
-from .kinematics import Chain
+from .model import Chain
 from .markers import (alternative_markers, build_marker_array, collision_markers,
                       link_segments, particle_marker, particle_vertices, select_particles)
 from .robot_description import load_robot_description, read_urdf_file, resolve_path
@@ -86,6 +85,7 @@ from .solver_parameters import (make_solver_from, settings_changes, solver_param
                                 solver_settings_yaml)
 from .solvers import available_solvers
 from .solvers.base import StateKey
+from .warmup import warm_up
 
 __all__ = ['SmcIkNode', 'main', 'NODE_PARAMETERS', 'ARRAY_PARAMETERS', 'COMMAND_TYPES',
            'load_robot_description', 'resolve_path', 'solver_settings_yaml']
@@ -386,7 +386,7 @@ class SmcIkNode(Node):
             f'{self.chain.tip_link}, joints {", ".join(self.chain.joint_names)}')
         # Compile the kernels (first run) or load them from the on-disk cache now, before
         # any solver or timer exists: no tick pays for it, and a cold cache says so.
-        kernels.warm_up(self.chain, self.get_logger().info)
+        warm_up(self.chain, self.get_logger().info)
         self._segments = link_segments(self.urdf_xml, self.chain.link_names)
         self._tf_buffer = self._make_tf_buffer() if self._param('use_tf') else None
         self._urdf_file = self._urdf_file_of(source)

@@ -17,7 +17,7 @@ from sensor_msgs.msg import JointState
 
 from .control.loop import initial_configuration
 from .errors import GoalError
-from .kinematics import Chain
+from .model import Chain
 from .robot_description import load_robot_description
 from .ros_conversions import command_to_positions, make_joint_state
 from .ros_interface import COMMAND_QOS, COMMAND_TYPES

@@ -12,8 +12,9 @@ from arm_urdfs import ur5_like_urdf
 from smcik_ros.control.arm_state import ArmSettings, ArmState
 from smcik_ros.control.command_shaping import limits_for_chain
 from smcik_ros.control.loop import ControlLoop, HardConstraintValidator, Reporter
-from smcik_ros.goals import Constraint, KeepOutSphere
-from smcik_ros.kinematics import Chain
+from smcik_ros.collision import KeepOutSphere
+from smcik_ros.goals import Constraint
+from smcik_ros.model import Chain
 from smcik_ros.solvers import make_solver
 from smcik_ros.solvers.base import StateKey
 from smcik_ros.solvers.smc import SmcSolver

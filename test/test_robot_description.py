@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from smcik_ros.errors import ModelError
-from smcik_ros.kinematics import Chain
+from smcik_ros.model import Chain
 from smcik_ros.robot_description import read_urdf_file, resolve_path
 
 ROOT = Path(__file__).resolve().parents[1]

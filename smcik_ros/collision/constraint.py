@@ -46,8 +46,8 @@ import weakref
 
 import numpy as np
 
-from .. import kernels
 from ..errors import GoalError
+from ..kernels.collision import distance_gradients
 from ..goals import Constraint
 from ..rotations import quat_conjugate, quat_multiply, quat_slerp, quat_to_rotvec
 from . import engine, shapes
@@ -131,7 +131,6 @@ class CollisionConstraint(Constraint):
         self.sigma = np.full(self.max_rows, self.clearance_sigma)
         self._robot = engine.RobotGeometry(model, part_size)
         chain = model.chain
-        self._body_mask = _body_column_mask(chain)
         self._body_lever = engine.lever_matrix(chain, model)
         self._lever = self._body_lever[1:]
         self.self_collision = bool(self_collision)
@@ -307,13 +306,9 @@ class CollisionConstraint(Constraint):
         """Return the cached evaluation ``entry`` with the ``changed`` rows replaced: taken
         from other cached evaluations holding the same configurations (the SMC's redraws
         were just evaluated), computed for the rest."""
-        _, threshold, _, old, world = entry
+        _, threshold, _, old, _ = entry
         rows = np.flatnonzero(changed)
         q = frames.q
-        # Compiled: the World of ``frames`` itself (positions computed only when asked for);
-        # numpy: the cached positions with the changed rows replaced.
-        lazy = world.rot is not None
-        xyz = None if lazy else world.xyz.reshape(3, world.n, world.rows).copy()
         parts = [old.select(~changed[old.n])]
         todo = rows
         for other in others:
@@ -325,21 +320,15 @@ class CollisionConstraint(Constraint):
                 continue
             src_rows, dst_rows = source[found], todo[found]
             parts.append(_leaves_of_rows(other, src_rows, dst_rows, threshold))
-            if not lazy:
-                oxyz = other[4].xyz.reshape(3, other[4].n, other[4].rows)
-                xyz[:, dst_rows] = oxyz[:, src_rows]
             todo = todo[~found]
         if len(todo):
-            sub_world, new = self._run(frames.subset(todo), threshold, per_pair=True)
+            _, new = self._run(frames.subset(todo), threshold, per_pair=True)
             new.n = todo[new.n]
             parts.append(new)
-            if not lazy:
-                xyz[:, todo] = sub_world.xyz.reshape(3, len(todo), world.rows)
         leaves = engine.Leaves(*(np.concatenate([getattr(p, f) for p in parts])
                                  for f in ('n', 'pair', 'a', 'b', 'd', 'is_self')), old.count)
-        if lazy:
-            return leaves, self._robot.world(frames)
-        return leaves, engine.World(xyz.reshape(3, -1), world.rows, world.n)
+        # The World of ``frames`` itself (positions computed only when asked for).
+        return leaves, self._robot.world(frames)
 
     def _run(self, frames, threshold, nearest=False, per_pair=False):
         """Return (World, leaves below ``threshold``) of ``frames`` (no cache; ``nearest``:
@@ -556,26 +545,15 @@ class CollisionConstraint(Constraint):
             m = leaves.b[o]
             grad[o] = shapes.point_primitive_gradient(ca[o], obs.kind[m], obs.rot[m],
                                                       obs.trans[m], obs.size[m])
-        body_a = robot.sphere_body[leaves.a]
-        chain = frames.chain
-        if kernels.ENABLED and len(chain.column_body):
-            # The same products in one compiled loop (a leaf at a time, no (R, 3, nv) stacks).
-            body_b = np.full(len(leaves), -2, dtype=np.int64)
-            body_b[s] = robot.sphere_body[leaves.b[s]]
-            return kernels.distance_gradients(
-                np.ascontiguousarray(frames.rot), np.ascontiguousarray(frames.pos),
-                np.ascontiguousarray(leaves.n, dtype=np.int64),
-                np.ascontiguousarray(body_a, dtype=np.int64),
-                np.ascontiguousarray(ca), body_b, cb, grad,
-                np.ascontiguousarray(self._body_mask), *chain.kernel_columns(0)[1:], chain.nv)
-        ja = point_jacobians(frames, leaves.n, body_a, ca, self._body_mask)
-        out = np.einsum('rk,rkv->rv', grad, ja)
-        if s.any():
-            idx = np.flatnonzero(s)
-            body_b = robot.sphere_body[leaves.b[idx]]
-            jb = point_jacobians(frames, leaves.n[idx], body_b, cb[idx], self._body_mask)
-            out[idx] -= np.einsum('rk,rkv->rv', grad[idx], jb)
-        return out
+        body_b = np.full(len(leaves), -2, dtype=np.int64)      # < -1: an obstacle (no b term)
+        body_b[s] = robot.sphere_body[leaves.b[s]]
+        # grad . (J_a - J_b) a leaf at a time, in one compiled loop.
+        return distance_gradients(
+            frames.chain.records, np.ascontiguousarray(frames.rot),
+            np.ascontiguousarray(frames.pos),
+            (np.ascontiguousarray(leaves.n, dtype=np.int64),
+             np.ascontiguousarray(robot.sphere_body[leaves.a], dtype=np.int64),
+             np.ascontiguousarray(ca), body_b, cb, grad))
 
     # ------------------------------------------------------------------ gradient solvers
     def inequality_rows(self, frames, influence, per_pair=3):
@@ -1037,39 +1015,6 @@ def _match_rows(rows, table):
     pos = np.minimum(pos, len(ref) - 1)
     found = ref[order][pos] == key
     return found, order[pos]
-
-
-def _body_column_mask(chain):
-    """Return (B + 1, C) bool: Jacobian column c moves body b (row b + 1; row 0: the base)."""
-    C = len(chain.column_body)
-    mask = np.zeros((chain.num_bodies + 1, C), dtype=bool)
-    for b in range(chain.num_bodies):
-        mask[b + 1, chain.columns_of_body[b]] = True
-    return mask
-
-
-def point_jacobians(frames, n, body, points, body_mask):
-    """Return (R, 3, nv) linear Jacobians of points (R, 3) [m] moving with ``body`` (R,),
-    at configurations ``n`` (R,) of ``frames`` (columns as ``Frames.jacobian_at``)."""
-    chain = frames.chain
-    nv = chain.nv
-    R = len(n)
-    if R == 0 or not len(chain.column_body):
-        return np.zeros((R, 3, nv))
-    cb = chain.column_body
-    uniq, inv = np.unique(n, return_inverse=True)
-    rot = frames.rot[cb][:, uniq]                                        # (C, U, 3, 3)
-    axes = np.einsum('cuij,cj->cui', rot, chain.column_axis)
-    origins = frames.pos[cb][:, uniq]
-    a = axes[:, inv].transpose(1, 0, 2)                                  # (R, C, 3)
-    lever = points[:, None, :] - origins[:, inv].transpose(1, 0, 2)
-    cross = np.empty_like(a)
-    cross[..., 0] = a[..., 1] * lever[..., 2] - a[..., 2] * lever[..., 1]
-    cross[..., 1] = a[..., 2] * lever[..., 0] - a[..., 0] * lever[..., 2]
-    cross[..., 2] = a[..., 0] * lever[..., 1] - a[..., 1] * lever[..., 0]
-    lin = np.where(chain.column_is_rotation[None, :, None], cross, a)
-    lin = lin * body_mask[body + 1][:, :, None]
-    return np.einsum('rck,cv->rkv', lin, chain.column_scatter)
 
 
 def _tangent_delta(chain, qa, qb):

@@ -1,4 +1,11 @@
-"""Collision kernels: the three-level broad phase and the distance gradients."""
+"""Collision kernels: the three-level broad phase and the distance gradients.
+
+Records (``records``): the chain's (``Chain.records``); ``robot`` the robot's spheres,
+parts and link bounds (``records.ROBOT``, ``RobotGeometry.record``); ``self_pairs`` the
+self-collision pairs and their lookup tables (``records.PAIRS``); ``obstacles`` the scene
+(``records.OBSTACLES``, ``ObstacleGeometry.record``). Frames: rot (B, N, 3, 3), pos
+(B, N, 3) of ``fk``.
+"""
 
 import math
 
@@ -10,10 +17,10 @@ __all__ = ['collision_query', 'distance_gradients', 'leaf_buffers']
 
 
 @njit(cache=True)
-def _point_gradient(rot, pos, i, body, point, grad, body_mask, col_body, col_axis, col_rot,
-                    col_v, col_mult, out):
+def _point_gradient(columns, rot, pos, i, body, point, grad, out):
     """Add grad . J(point) (3,) . (3, nv) into out (nv,): J the linear Jacobian of ``point``
-    (base frame) moving with ``body`` at configuration i (``point_jacobians``' columns)."""
+    (base frame) moving with ``body`` at configuration i (the chain's columns record)."""
+    col_body, col_axis, col_rot, col_v, col_mult, body_mask, _ = columns
     m = body + 1
     for c in range(col_body.shape[0]):
         if not body_mask[m, c]:
@@ -39,30 +46,28 @@ def _point_gradient(rot, pos, i, body, point, grad, body_mask, col_body, col_axi
 
 
 @njit(cache=True)
-def distance_gradients(rot, pos, n, body_a, point_a, body_b, point_b, grad, body_mask,
-                       col_body, col_axis, col_rot, col_v, col_mult, nv):
+def distance_gradients(chain, rot, pos, leaves):
     """Return (R, nv): d distance / d tangent step of R leaves, ``grad . (J_a - J_b)``.
 
-    rot (B, N, 3, 3), pos (B, N, 3): the frames; n (R,): each leaf's configuration;
-    body_a (R,), point_a (R, 3): its robot sphere's body and centre (base frame); body_b,
-    point_b: the other sphere's for a self pair, body_b < -1 for an obstacle (no second
-    term); grad (R, 3): the distance's gradient in point a; body_mask (B + 1, C): which
-    columns move which body (row 0: the base); columns as ``Chain.kernel_columns``.
+    leaves: (n (R,) each leaf's configuration; body_a (R,), point_a (R, 3) its robot
+    sphere's body and centre (base frame); body_b (R,), point_b (R, 3) the other sphere's
+    for a self pair, body_b < -1 for an obstacle (no second term); grad (R, 3) the
+    distance's gradient in point a).
     """
+    n, body_a, point_a, body_b, point_b, grad = leaves
+    nv = chain[1][6]
     out = np.zeros((n.shape[0], nv))
     ta = np.empty(nv)
     tb = np.empty(nv)
     for r in range(n.shape[0]):
         ta[:] = 0.0
-        _point_gradient(rot, pos, n[r], body_a[r], point_a[r], grad[r], body_mask, col_body,
-                        col_axis, col_rot, col_v, col_mult, ta)
+        _point_gradient(chain[1], rot, pos, n[r], body_a[r], point_a[r], grad[r], ta)
         if body_b[r] < -1:
             for v in range(nv):
                 out[r, v] = ta[v]
             continue
         tb[:] = 0.0
-        _point_gradient(rot, pos, n[r], body_b[r], point_b[r], grad[r], body_mask, col_body,
-                        col_axis, col_rot, col_v, col_mult, tb)
+        _point_gradient(chain[1], rot, pos, n[r], body_b[r], point_b[r], grad[r], tb)
         for v in range(nv):
             out[r, v] = ta[v] - tb[v]
     return out
@@ -86,16 +91,19 @@ _PART_SLACK = 1e-9
 
 
 @njit(cache=True)
-def _near_spheres(rot, pos, row_body, row_local, n, sph_row, radii, sphere_index, indexed,
-                  start, count, center, radius, limit, keep, points, sphere_part, rpart_local,
-                  rpart_body, rpart_radius):
-    """Keep the spheres start..start+count (through ``sphere_index`` when ``indexed``) whose
-    distance to the sphere (center, radius) is below ``limit``: their indices to keep[:k],
-    their base-frame centres to points[:k]; return k. A run of spheres of one part (the
-    spheres are stored part by part) is skipped when the part's bounding sphere is clear,
-    so a large link (a torso of 1800 spheres) costs its parts, not its spheres; the spheres
-    kept and their order are those of the sphere-by-sphere test. (The arithmetic is written
-    out here: a call per sphere or part, with its array arguments, costs more than it.)"""
+def _near_spheres(robot, rot, pos, n, spheres, center, radius, limit, keep, points):
+    """Keep the robot spheres ``spheres`` (sphere_index, indexed, start, count: the spheres
+    start..start+count, through ``sphere_index`` when ``indexed``) whose distance to the
+    sphere (center, radius) is below ``limit`` at configuration n: their indices to
+    keep[:k], their base-frame centres to points[:k]; return k. A run of spheres of one part
+    (the spheres are stored part by part) is skipped when the part's bounding sphere is
+    clear, so a large link (a torso of 1800 spheres) costs its parts, not its spheres; the
+    spheres kept and their order are those of the sphere-by-sphere test. (The arithmetic is
+    written out here: a call per sphere or part, with its array arguments, costs more than
+    it.)"""
+    (row_body, row_local, radii, sph_row, _, _, _, _, sphere_part, rpart_local, rpart_body,
+     rpart_radius) = robot
+    sphere_index, indexed, start, count = spheres
     k = 0
     current, clear = -1, False
     cx, cy, cz = center[0], center[1], center[2]
@@ -137,27 +145,21 @@ def _near_spheres(rot, pos, row_body, row_local, n, sph_row, radii, sphere_index
 
 
 @njit(cache=True)
-def _put(out_n, out_p, out_a, out_b, out_d, out_s, m, n, pair, a, b, d, is_self):
-    """Write leaf m (n, pair, a, b, d, is_self) into the output arrays when it fits (the
-    caller counts every leaf and calls again with room for all when some did not fit)."""
+def _put(out, m, n, pair, a, b, d, is_self):
+    """Write leaf m (n, pair, a, b, d, is_self) into the output arrays ``out`` when it fits
+    (the caller counts every leaf and calls again with room for all when some did not fit)."""
+    out_n, out_p, out_a, out_b, out_d, out_s = out
     if m < out_d.shape[0]:
         out_n[m], out_p[m], out_a[m], out_b[m], out_d[m], out_s[m] = n, pair, a, b, d, is_self
 
 
 @njit(cache=True)
-def collision_query(rot, pos, row_body, row_local, q, threshold, padding, radii, sph_row,
-                    link_row, link_radius, link_sphere_start, link_sphere_count, sphere_part,
-                    rpart_local, rpart_body, rpart_radius, pairs,
-                    table_of_pair, t_qcols, t_low, t_step, t_size, t_offset, t_values,
-                    subset_limit, sphere_index, sphere_ranges, full_ranges, pair_link,
-                    pair_obj, obj_center, obj_radius, obj_part_start, obj_part_count,
-                    part_center, part_radius, part_start, part_count, prim_kind, prim_rot,
-                    prim_trans, prim_size, mode, out_n, out_p, out_a, out_b, out_d, out_s):
-    """Write the leaf pairs of ``engine.query`` below ``threshold`` to out_n, out_p, out_a,
-    out_b, out_d, out_s (n, pair, a, b, d, is_self; as many as fit) and return their count
-    (the caller calls again with room for all when it exceeds the arrays' length: growing
-    arrays inside the loops would cost reference counting on every sphere pair), the same
-    three-level broad phase in one pass per configuration.
+def collision_query(robot, self_pairs, obstacles, rot, pos, q, threshold, padding, mode, out):
+    """Write the leaf pairs of ``engine.query`` below ``threshold`` [m] to the output arrays
+    ``out`` (n, pair, a, b, d, is_self: ``leaf_buffers``; as many as fit) and return their
+    count (the caller calls again with room for all when it exceeds the arrays' length:
+    growing arrays inside the loops would cost reference counting on every sphere pair),
+    the same three-level broad phase in one pass per configuration.
 
     mode: 0 every leaf below ``threshold``; 1 (nearest) only each configuration's closest
     leaf; 2 (per pair) only the closest leaf of each (configuration, object pair). Modes 1
@@ -166,20 +168,20 @@ def collision_query(rot, pos, row_body, row_local, q, threshold, padding, radii,
     cannot be closer. Ties keep the first leaf found, as a stable sort of mode 0's leaves
     by distance would.
 
-    rot (B, N, 3, 3), pos (B, N, 3): the body frames of N configurations; row_body (T,),
-    row_local (T, 3): the ``RobotGeometry`` rows (each sphere centre and link centre: its
-    body, -1 for the base, and its position there [m]), moved to the base frame only when
-    the broad phase reaches them; q (N, nq): the configurations (for the pair tables);
-    radii, sph_row, link_row, link_radius, link_sphere_start/count: the ``RobotGeometry``;
-    sphere_part (S,), rpart_local (Q, 3), rpart_body (Q,), rpart_radius (Q,): its parts (each
-    sphere's part; each part's bounding sphere in its body's frame), which skip the spheres
-    of a part whose bound is clear;
-    pairs (P, 2): self pairs; table_of_pair (P,): each pair's table (-1: none; all -1
-    without tables) and the ``PairTables`` arrays (t_*: qcols, low, step, size, offset,
-    values of the tables; subset_limit, sphere_index, sphere_ranges, full_ranges);
-    pair_link, pair_obj and the rest: the ``ObstacleGeometry`` (empty without obstacles).
-    The leaves come configuration by configuration, self pairs before obstacle pairs.
+    rot, pos: the body frames of N configurations; q (N, nq): the configurations (for the
+    pair tables); padding [m]: subtracted from every distance. The robot's rows (sphere
+    centres and link centres) are moved to the base frame only when the broad phase reaches
+    them; a part's spheres are skipped when the part's bound is clear. The leaves come
+    configuration by configuration, self pairs before obstacle pairs.
     """
+    (row_body, row_local, radii, sph_row, link_row, link_radius, link_sphere_start,
+     link_sphere_count, _, _, _, _) = robot
+    (pairs, table_of_pair, t_qcols, t_low, t_step, t_size, t_offset, t_values, subset_limit,
+     sphere_index, sphere_ranges, full_ranges) = self_pairs
+    (pair_link, pair_obj, obj_center, obj_radius, obj_part_start, obj_part_count,
+     part_center, part_radius, part_start, part_count, prim_kind, prim_rot, prim_trans,
+     prim_size) = obstacles
+    out_n, out_p, out_a, out_b, out_d, out_s = out
     m = 0
     cap = out_d.shape[0]
     n_spheres = radii.shape[0]
@@ -226,16 +228,12 @@ def collision_query(rot, pos, row_body, row_local, q, threshold, padding, radii,
                 a_start, a_count = link_sphere_start[la], link_sphere_count[la]
                 b_start, b_count = link_sphere_start[lb], link_sphere_count[lb]
             # Each side's spheres against the other link's bounding sphere.
-            na = _near_spheres(rot, pos, row_body, row_local, n, sph_row, radii, sphere_index,
-                               indexed, a_start, a_count, wl[lb], link_radius[lb],
-                               lim + padding, keep_a, point_a,
-                               sphere_part, rpart_local, rpart_body, rpart_radius)
+            na = _near_spheres(robot, rot, pos, n, (sphere_index, indexed, a_start, a_count),
+                               wl[lb], link_radius[lb], lim + padding, keep_a, point_a)
             if na == 0:
                 continue
-            nb = _near_spheres(rot, pos, row_body, row_local, n, sph_row, radii, sphere_index,
-                               indexed, b_start, b_count, wl[la], link_radius[la],
-                               lim + padding, keep_b, point_b,
-                               sphere_part, rpart_local, rpart_body, rpart_radius)
+            nb = _near_spheres(robot, rot, pos, n, (sphere_index, indexed, b_start, b_count),
+                               wl[la], link_radius[la], lim + padding, keep_b, point_b)
             for i in range(na):
                 sa = keep_a[i]
                 for j in range(nb):
@@ -255,8 +253,7 @@ def collision_query(rot, pos, row_body, row_local, q, threshold, padding, radii,
                             pair_a, pair_b, pair_d, lim = sa, sb, d3, d3
             if pair_a >= 0:
                 if mode == 2:
-                    _put(out_n, out_p, out_a, out_b, out_d, out_s, m, n, p, pair_a, pair_b,
-                         pair_d, True)
+                    _put(out, m, n, p, pair_a, pair_b, pair_d, True)
                     m += 1
                 else:
                     best_p, best_a, best_b, best_d, best_s = p, pair_a, pair_b, pair_d, True
@@ -272,10 +269,10 @@ def collision_query(rot, pos, row_body, row_local, q, threshold, padding, radii,
             if not d1 < lim:
                 continue
             # The link's spheres against the obstacle's bounding sphere.
-            na = _near_spheres(rot, pos, row_body, row_local, n, sph_row, radii, sphere_index,
-                               False, link_sphere_start[link], link_sphere_count[link],
-                               obj_center[o], obj_radius[o], lim + padding, keep_a, point_a,
-                               sphere_part, rpart_local, rpart_body, rpart_radius)
+            na = _near_spheres(robot, rot, pos, n,
+                               (sphere_index, False, link_sphere_start[link],
+                                link_sphere_count[link]),
+                               obj_center[o], obj_radius[o], lim + padding, keep_a, point_a)
             multi = obj_part_count[o] != 1
             for i in range(na):
                 s = keep_a[i]
@@ -326,23 +323,22 @@ def collision_query(rot, pos, row_body, row_local, q, threshold, padding, radii,
                                 pair_a, pair_b, pair_d, lim = s, g, d3, d3
             if pair_a >= 0:
                 if mode == 2:
-                    _put(out_n, out_p, out_a, out_b, out_d, out_s, m, n, k + n_pairs, pair_a,
-                         pair_b, pair_d, False)
+                    _put(out, m, n, k + n_pairs, pair_a, pair_b, pair_d, False)
                     m += 1
                 else:
                     best_p, best_a, best_b, best_d = k + n_pairs, pair_a, pair_b, pair_d
                     best_s = False
                     thr = pair_d
         if mode == 1 and best_p >= 0:
-            _put(out_n, out_p, out_a, out_b, out_d, out_s, m, n, best_p, best_a, best_b,
-                 best_d, best_s)
+            _put(out, m, n, best_p, best_a, best_b, best_d, best_s)
             m += 1
     return m
 
 
+
 def leaf_buffers(size):
-    """Return the six output arrays of ``collision_query`` with room for ``size`` leaves
-    (n, pair, a, b: int64; d: float; is_self: bool)."""
+    """Return the output arrays of ``collision_query`` (a tuple) with room for ``size``
+    leaves: n, pair, a, b (int64), d (float), is_self (bool)."""
     return (np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64),
             np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64), np.empty(size),
             np.empty(size, dtype=np.bool_))

@@ -1,7 +1,8 @@
 """Forward kinematics kernels: body frames, link poses, Jacobian columns, body points.
 
-Array conventions are those of ``smcik_ros.kinematics``: body frames are body-major,
-rot (B, N, 3, 3) and pos (B, N, 3) in the base frame [m].
+Every kernel reads the chain record (``Chain.records``: bodies, columns, links, joints;
+``records.CHAIN``). Body frames are body-major: rot (B, N, 3, 3) and pos (B, N, 3) in the
+base frame [m], B bodies (one per movable joint, tree order) at N configurations.
 """
 
 import math
@@ -10,19 +11,22 @@ import numpy as np
 
 from .jit import njit
 
-__all__ = ['FAST_TRIG_LIMIT', 'body_points_world', 'fk', 'jacobian_at', 'link_pose_path']
+__all__ = ['FAST_TRIG_LIMIT', 'body_points_world', 'fk', 'jacobian_at', 'link_pose']
+
+_REVOLUTE, _PRISMATIC, _BALL = 0, 1, 2
 
 
 @njit(cache=True)
-def fk(q, parent, kind, qi, mult, add, rot0, terms, offset, axis):
+def fk(chain, q):
     """Return (rot (B, N, 3, 3), pos (B, N, 3)): the body frames of configurations q (N, nq).
 
-    Per body b (tree order): parent[b] (-1: base); kind[b] 0 revolute, 1 prismatic, 2 ball;
-    qi[b] its first configuration index; joint value mult[b] * q + add[b] (mimic joints);
-    rot0 (B, 3, 3) and offset (B, 3) the joint frame in the parent frame; terms (B, 2, 9)
-    R0 K and R0 K^2 (K = skew(axis), so that R0 Rot(axis, t) = R0 + sin t R0 K
-    + (1 - cos t) R0 K^2); axis (B, 3) the prismatic axes.
+    Per body b (tree order), from the chain's bodies record: the joint value
+    mimic_mult[b] * q[q_index[b]] + mimic_add[b]; a revolute joint turns by it (R0 Rot(axis,
+    t) = R0 + sin t R0 K + (1 - cos t) R0 K^2, the record's ``terms``), a prismatic one
+    slides along its axis, a ball joint turns by the quaternion q[q_index[b]:+4]. Joint
+    values beyond FAST_TRIG_LIMIT (or NaN) take libm's sin and cos.
     """
+    parent, kind, qi, mult, add, rot0, terms, offset, axis = chain[0]
     n = q.shape[0]
     nb = parent.shape[0]
     rot = np.empty((nb, n, 3, 3))
@@ -30,10 +34,9 @@ def fk(q, parent, kind, qi, mult, add, rot0, terms, offset, axis):
     loc = np.empty((3, 3))
     t = np.empty(3)
     for b in range(nb):
-        if kind[b] != 0:                # prismatic or ball bodies: row by row
+        if kind[b] != _REVOLUTE:        # prismatic or ball bodies: row by row
             for i in range(n):
-                _fk_row(q[i], parent, kind, qi, mult, add, rot0, terms, offset, axis, rot,
-                        pos, i, loc, t)
+                _fk_row(chain[0], q[i], rot, pos, i, loc, t)
             return rot, pos
     # Revolute bodies only: body by body over all rows, the sines and cosines in a loop of
     # their own (it vectorises; libm's are calls), then the frame products (2-2.5x faster
@@ -76,12 +79,22 @@ def fk(q, parent, kind, qi, mult, add, rot0, terms, offset, axis):
 
 
 @njit(cache=True)
-def _fk_row(qrow, parent, kind, qi, mult, add, rot0, terms, offset, axis, rot, pos, i, loc, t):
-    """Write the body frames of one configuration qrow (nq,) to rot[:, i], pos[:, i]."""
+def _quat_matrix(w, x, y, z):
+    """Return the rotation matrix of the unit quaternion (w, x, y, z) as a row-major 9-tuple."""
+    return (1.0 - 2.0 * (y * y + z * z), 2.0 * (x * y - w * z), 2.0 * (x * z + w * y),
+            2.0 * (x * y + w * z), 1.0 - 2.0 * (x * x + z * z), 2.0 * (y * z - w * x),
+            2.0 * (x * z - w * y), 2.0 * (y * z + w * x), 1.0 - 2.0 * (x * x + y * y))
+
+
+@njit(cache=True)
+def _fk_row(bodies, qrow, rot, pos, i, loc, t):
+    """Write the body frames of one configuration qrow (nq,) to rot[:, i], pos[:, i]
+    (loc (3, 3), t (3,): work arrays)."""
+    parent, kind, qi, mult, add, rot0, terms, offset, axis = bodies
     nb = parent.shape[0]
     for b in range(nb):
         k = kind[b]
-        if k == 0:
+        if k == _REVOLUTE:
             v = qrow[qi[b]] * mult[b] + add[b]
             s = math.sin(v)
             c1 = 1.0 - math.cos(v)
@@ -91,7 +104,7 @@ def _fk_row(qrow, parent, kind, qi, mult, add, rot0, terms, offset, axis, rot, p
                                  + c1 * terms[b, 1, 3 * r + c])
             for r in range(3):
                 t[r] = offset[b, r]
-        elif k == 1:
+        elif k == _PRISMATIC:
             v = qrow[qi[b]] * mult[b] + add[b]
             for r in range(3):
                 for c in range(3):
@@ -102,16 +115,8 @@ def _fk_row(qrow, parent, kind, qi, mult, add, rot0, terms, offset, axis, rot, p
                                            + rot0[b, r, 2] * axis[b, 2])
         else:
             j = qi[b]
-            w, x, y, z = qrow[j], qrow[j + 1], qrow[j + 2], qrow[j + 3]
-            m00 = 1.0 - 2.0 * (y * y + z * z)
-            m01 = 2.0 * (x * y - w * z)
-            m02 = 2.0 * (x * z + w * y)
-            m10 = 2.0 * (x * y + w * z)
-            m11 = 1.0 - 2.0 * (x * x + z * z)
-            m12 = 2.0 * (y * z - w * x)
-            m20 = 2.0 * (x * z - w * y)
-            m21 = 2.0 * (y * z + w * x)
-            m22 = 1.0 - 2.0 * (x * x + y * y)
+            m00, m01, m02, m10, m11, m12, m20, m21, m22 = _quat_matrix(
+                qrow[j], qrow[j + 1], qrow[j + 2], qrow[j + 3])
             for r in range(3):
                 a0, a1, a2 = rot0[b, r, 0], rot0[b, r, 1], rot0[b, r, 2]
                 loc[r, 0] = a0 * m00 + a1 * m10 + a2 * m20
@@ -212,15 +217,56 @@ def _prismatic_chain(R, P, v, r0, o, d, first):
 
 
 @njit(cache=True)
-def link_pose_path(q, path, kind, qi, mult, add, rot0, terms, offset, axis, off, out):
-    """Write the base-frame poses (N, 4, 4) of one link for configurations q (N, nq) to out.
+def _ball_chain(R, P, q, j, r0, o, first):
+    """Chain a ball body onto R (9, N), P (3, N) in place (``first``: set them): rotation
+    r0 (9-tuple) times the quaternion q[:, j:j + 4] of each row, origin o (3-tuple)."""
+    for i in range(q.shape[0]):
+        m = _quat_matrix(q[i, j], q[i, j + 1], q[i, j + 2], q[i, j + 3])
+        l0 = r0[0] * m[0] + r0[1] * m[3] + r0[2] * m[6]
+        l1 = r0[0] * m[1] + r0[1] * m[4] + r0[2] * m[7]
+        l2 = r0[0] * m[2] + r0[1] * m[5] + r0[2] * m[8]
+        l3 = r0[3] * m[0] + r0[4] * m[3] + r0[5] * m[6]
+        l4 = r0[3] * m[1] + r0[4] * m[4] + r0[5] * m[7]
+        l5 = r0[3] * m[2] + r0[4] * m[5] + r0[5] * m[8]
+        l6 = r0[6] * m[0] + r0[7] * m[3] + r0[8] * m[6]
+        l7 = r0[6] * m[1] + r0[7] * m[4] + r0[8] * m[7]
+        l8 = r0[6] * m[2] + r0[7] * m[5] + r0[8] * m[8]
+        if first:
+            R[0, i], R[1, i], R[2, i] = l0, l1, l2
+            R[3, i], R[4, i], R[5, i] = l3, l4, l5
+            R[6, i], R[7, i], R[8, i] = l6, l7, l8
+            P[0, i], P[1, i], P[2, i] = o[0], o[1], o[2]
+            continue
+        for r in range(3):
+            a0, a1, a2 = R[3 * r, i], R[3 * r + 1, i], R[3 * r + 2, i]
+            R[3 * r, i] = a0 * l0 + a1 * l3 + a2 * l6
+            R[3 * r + 1, i] = a0 * l1 + a1 * l4 + a2 * l7
+            R[3 * r + 2, i] = a0 * l2 + a1 * l5 + a2 * l8
+            P[r, i] += a0 * o[0] + a1 * o[1] + a2 * o[2]
 
-    Only the bodies of ``path`` (int64, root first: the link's body and its ancestors) are
-    chained, as a structure of arrays over the configurations (the loops vectorise);
-    revolute and prismatic bodies only (ball joints: ``fk``). off (3, 4): the link in its
-    body's frame; the other arguments as ``fk``'s. Joint values beyond FAST_TRIG_LIMIT (or
-    NaN) take libm's sin and cos.
+
+@njit(cache=True)
+def link_pose(chain, q, link, out):
+    """Write the base-frame poses (N, 4, 4) of link ``link`` (its index in the chain's
+    links) for configurations q (N, nq) to out.
+
+    Only the link's body and its ancestors are chained, as a structure of arrays over the
+    configurations (the loops vectorise), root first; the joints as in ``fk``.
     """
+    parent, kind, qi, mult, add, rot0, terms, offset, axis = chain[0]
+    link_body, link_offset = chain[2]
+    body = link_body[link]
+    depth = 0
+    b = body
+    while b >= 0:
+        depth += 1
+        b = parent[b]
+    path = np.empty(depth, dtype=np.int64)
+    b = body
+    for k in range(depth - 1, -1, -1):
+        path[k] = b
+        b = parent[b]
+    off = link_offset[link]
     n = q.shape[0]
     R = np.empty((9, n))
     P = np.empty((3, n))
@@ -229,15 +275,18 @@ def link_pose_path(q, path, kind, qi, mult, add, rot0, terms, offset, axis, off,
     D = np.empty(n)
     for step in range(path.shape[0]):
         b = path[step]
+        m = rot0[b]
+        r0 = (m[0, 0], m[0, 1], m[0, 2], m[1, 0], m[1, 1], m[1, 2], m[2, 0], m[2, 1], m[2, 2])
+        o = (offset[b, 0], offset[b, 1], offset[b, 2])
+        if kind[b] == _BALL:
+            _ball_chain(R, P, q, qi[b], r0, o, step == 0)
+            continue
         fast = True
         for i in range(n):
             v[i] = q[i, qi[b]] * mult[b] + add[b]
             if not abs(v[i]) <= FAST_TRIG_LIMIT:
                 fast = False
-        m = rot0[b]
-        r0 = (m[0, 0], m[0, 1], m[0, 2], m[1, 0], m[1, 1], m[1, 2], m[2, 0], m[2, 1], m[2, 2])
-        o = (offset[b, 0], offset[b, 1], offset[b, 2])
-        if kind[b] == 1:
+        if kind[b] == _PRISMATIC:
             x = axis[b]
             d = (m[0, 0] * x[0] + m[0, 1] * x[1] + m[0, 2] * x[2],
                  m[1, 0] * x[0] + m[1, 1] * x[1] + m[1, 2] * x[2],
@@ -277,9 +326,14 @@ def link_pose_path(q, path, kind, qi, mult, add, rot0, terms, offset, axis, off,
 
 
 @njit(cache=True)
-def _add_columns(jac, rot, pos, i, point, cols, col_body, col_axis, col_rot, col_v, col_mult):
-    """Add the columns ``cols`` at configuration i for the point (3,) to jac (N, 6, nv)."""
-    for c in cols:
+def _add_columns(columns, jac, rot, pos, i, body, point):
+    """Add the columns moving ``body`` (-1: the base, none) at configuration i for the
+    base-frame point (3,) to jac (N, 6, nv)."""
+    col_body, col_axis, col_rot, col_v, col_mult, moves, nv = columns
+    row = body + 1
+    for c in range(col_body.shape[0]):
+        if not moves[row, c]:
+            continue
         cb = col_body[c]
         ax = col_axis[c]
         a0 = rot[cb, i, 0, 0] * ax[0] + rot[cb, i, 0, 1] * ax[1] + rot[cb, i, 0, 2] * ax[2]
@@ -304,23 +358,32 @@ def _add_columns(jac, rot, pos, i, point, cols, col_body, col_axis, col_rot, col
 
 
 @njit(cache=True)
-def jacobian_at(rot, pos, point, cols, col_body, col_axis, col_rot, col_v, col_mult, nv):
-    """Return the (N, 6, nv) Jacobians of base-frame points (N, 3) moved by columns ``cols``.
-
-    Column c turns (col_rot[c]) or slides along col_axis[c] (in the frame of body
-    col_body[c]) and drives tangent entry col_v[c] with the factor col_mult[c].
+def jacobian_at(chain, rot, pos, body, point):
+    """Return the (N, 6, nv) Jacobians of base-frame points (N, 3) moving with ``body``
+    (-1: the base: zeros). Rows 0-2: the points' linear velocity, 3-5: the body's angular
+    velocity, per tangent entry; the columns from the chain's columns record (each turns or
+    slides about its axis in its body's frame and drives one tangent entry by its factor).
     """
     n = point.shape[0]
-    jac = np.zeros((n, 6, nv))
+    jac = np.zeros((n, 6, chain[1][6]))
     for i in range(n):
-        _add_columns(jac, rot, pos, i, point[i], cols, col_body, col_axis, col_rot, col_v,
-                     col_mult)
+        _add_columns(chain[1], jac, rot, pos, i, body, point[i])
     return jac
 
 
 @njit(cache=True)
-def _link_pose(rot, pos, body, off, i, lr, lp):
-    """Write the base-frame rotation lr (3, 3) and origin lp (3,) of a link at row i."""
+def _link_pose(links, rot, pos, link, i, lr, lp):
+    """Write the base-frame rotation lr (3, 3) and origin lp (3,) of link ``link`` (its
+    index in the links record) at configuration i."""
+    link_body, link_offset = links
+    body = link_body[link]
+    off = link_offset[link]
+    if body < 0:
+        for r in range(3):
+            for c in range(3):
+                lr[r, c] = off[r, c]
+            lp[r] = off[r, 3]
+        return
     for r in range(3):
         a0, a1, a2 = rot[body, i, r, 0], rot[body, i, r, 1], rot[body, i, r, 2]
         for c in range(3):

@@ -1,11 +1,10 @@
-"""The ``njit`` decorator of the compiled kernels (a no-op when numba is unavailable), and
-the row form the kernels take (``as_rows``).
+"""The ``njit`` decorator of the kernels, and the row form the kernels take (``as_rows``).
 
 numba compiles the kernels of ``smcik_ros.kernels`` (nopython, releasing the GIL, cached on
-disk). Without numba, or with the environment variable ``SMCIK_NO_JIT=1``, ``njit`` returns
-the function unchanged and ``ENABLED`` is False: the kernels then run as plain Python (tests
-use that to check them against the numpy reference), and the library's hot paths keep their
-numpy implementation, which is much faster than uncompiled Python loops.
+disk); it is a required dependency. ``NUMBA_DISABLE_JIT=1`` (numba's own switch) runs the
+same functions uncompiled, as plain Python, for debugging (slow: minutes for what takes
+seconds compiled). ``ENABLED`` is always True: the solvers' remaining branches on it go with
+their numpy twins.
 
 The on-disk cache lives beside the modules (``__pycache__``) when that directory is
 writable; numba itself falls back to a user-wide directory when it is not. When the package
@@ -23,10 +22,6 @@ __all__ = ['ENABLED', 'as_rows', 'njit']
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _disabled_by_env():
-    return os.environ.get('SMCIK_NO_JIT', '').strip().lower() not in ('', '0', 'false', 'no')
-
-
 def _cache_dir():
     """Return a writable numba cache directory for a read-only package, or None."""
     pycache = os.path.join(_HERE, '__pycache__')
@@ -37,32 +32,21 @@ def _cache_dir():
     return os.path.join(base, 'smcik_ros', 'numba')
 
 
-def _shim(*args, **kwargs):
-    """Return the function unchanged (``@njit`` and ``@njit(...)`` forms)."""
-    if len(args) == 1 and callable(args[0]) and not kwargs:
-        return args[0]
-    return lambda func: func
+_CACHE_DIR = _cache_dir()
+if _CACHE_DIR is not None and 'numba' not in sys.modules:
+    os.environ['NUMBA_CACHE_DIR'] = _CACHE_DIR
+
+import numba  # noqa: E402  (after NUMBA_CACHE_DIR is set)
+
+ENABLED = True
 
 
-ENABLED = False
-njit = _shim
-if not _disabled_by_env():
-    _dir = _cache_dir()
-    if _dir is not None and 'numba' not in sys.modules:
-        os.environ['NUMBA_CACHE_DIR'] = _dir
-    try:
-        import numba as _numba
-    except ImportError:     # pragma: no cover - depends on the installation
-        pass
-    else:
-        ENABLED = True
-
-        def njit(*args, **kwargs):
-            """numba's ``njit`` with ``nogil=True``: a kernel releases the GIL while it runs,
-            so the control tick's thread is not held up by a solver step in the worker
-            thread (kernels share no state: every buffer is allocated per call)."""
-            kwargs.setdefault('nogil', True)
-            return _numba.njit(*args, **kwargs)
+def njit(*args, **kwargs):
+    """numba's ``njit`` with ``nogil=True``: a kernel releases the GIL while it runs, so the
+    control tick's thread is not held up by a solver step in the worker thread (kernels
+    share no state: every buffer is allocated per call)."""
+    kwargs.setdefault('nogil', True)
+    return numba.njit(*args, **kwargs)
 
 
 _FLOAT = np.dtype(float)

@@ -1,24 +1,25 @@
-"""Joint-space kernels: motion distances, the random walk, blocked joints, ball
-joint clipping."""
+"""Joint-space kernels: motion distances, the random walk, blocked joints, ball joint
+clipping. The joints come from the chain record's joints (``records.JOINTS``)."""
 
 import math
 
 import numpy as np
 
 from .jit import njit
-from .quat import _hamilton_row
+from .quat import W_FLOOR, _hamilton_row
 
 __all__ = ['blocked_joints', 'clip_ball_rows', 'motion_distances', 'random_walk']
 
 
 @njit(cache=True)
-def motion_distances(q, ref, sq, sv, cont, bq, bv, w, eps):
+def motion_distances(chain, q, ref, w):
     """Return (norm (N,), peak (N,)): the weighted tangent differences ``ref - q_i`` of
     configuration rows q (N, nq) from ref (nq,), as their 2-norm and their largest
     magnitude: ``MinimalMotion.distance`` and ``jump`` in one pass, without the (N, nv)
-    difference array. Scalar joints sq -> sv (continuous ones, ``cont``, wrapped to
-    [-pi, pi)); ball joints bq (B, 4) -> bv (B, 3) the rotation vector 2 log(conj(q) ref),
-    the arithmetic of ``quat_relative_rotvecs``; w (nv,) the weights. NaN propagates."""
+    difference array. Scalar joints: ref - q (continuous ones wrapped to [-pi, pi)); ball
+    joints: the rotation vector 2 log(conj(q) ref), the arithmetic of
+    ``quat_relative_rotvecs``; w (nv,) the weights. NaN propagates."""
+    _, _, sq, sv, cont, bq, bv, _ = chain[3]
     n = q.shape[0]
     nv = w.shape[0]
     norm = np.empty(n)
@@ -38,7 +39,7 @@ def motion_distances(q, ref, sq, sv, cont, bq, bv, w, eps):
             sign = -1.0 if rel[0, 0] < 0.0 else 1.0
             rw, rx, ry, rz = sign * rel[0, 0], sign * rel[0, 1], sign * rel[0, 2], sign * rel[0, 3]
             r = math.sqrt(rx * rx + ry * ry + rz * rz)
-            scale = 2.0 / max(rw, eps) if r < 1e-9 else 2.0 * math.atan2(r, rw) / r
+            scale = 2.0 / max(rw, W_FLOOR) if r < 1e-9 else 2.0 * math.atan2(r, rw) / r
             d[bv[b, 0]] = rx * scale
             d[bv[b, 1]] = ry * scale
             d[bv[b, 2]] = rz * scale
@@ -56,11 +57,12 @@ def motion_distances(q, ref, sq, sv, cont, bq, bv, w, eps):
 
 
 @njit(cache=True)
-def clip_ball_rows(quat, limits):
+def clip_ball_rows(chain, quat):
     """Return the (N, 4) rows of ``quat`` (N, 4) normalised, in the hemisphere w >= 0, and
     turned back onto their joint's angle limit where they exceed it (about the same axis):
-    ``kinematics._clip_ball`` row by row. limits (B,) [rad], B dividing N (the particles'
-    ball joints, joint-minor)."""
+    ``Chain.clip``'s ball joints. The rows are the chain's K ball joints, joint-minor (row i
+    is ball joint i % K)."""
+    limits = chain[3][7]
     out = np.empty((quat.shape[0], 4))
     count = limits.shape[0]
     for i in range(quat.shape[0]):
@@ -79,9 +81,10 @@ def clip_ball_rows(quat, limits):
 
 
 @njit(cache=True)
-def blocked_joints(q, dv, sq, sv, lower, upper):
+def blocked_joints(chain, q, dv):
     """Return (any, mask (K, nv) bool): 1-DOF joints at a limit that dv (K, nv) pushes
-    outwards, as ``smc_policies._blocked_joints``. sq, sv: the scalar joints' indices."""
+    outwards from the configurations q (K, nq)."""
+    lower, upper, sq, sv, _, _, _, _ = chain[3]
     k_count, nv = dv.shape
     mask = np.zeros((k_count, nv), dtype=np.bool_)
     found = False
@@ -100,16 +103,17 @@ def blocked_joints(q, dv, sq, sv, lower, upper):
 
 
 @njit(cache=True)
-def random_walk(prev, z, scale, noise, sq, lower, upper, out, bad, keep):
+def random_walk(chain, prev, z, scale, noise, out, bad, keep):
     """Draw (or redraw) the 1-DOF joints of the SMC random walk, as ``FilterModel.propagate``.
 
-    For each entry (i, j) flagged in ``bad`` (N, S), in row-major order: out[i, sq[j]] =
-    prev[i, sq[j]] + z[next] * noise[j] * scale[i] (z: one standard normal per flagged
-    entry, consumed in that order, so the draws are NumPy's for the same stream), then
-    bad[i, j] = the value is outside [lower[sq[j]], upper[sq[j]]]. keep: instead of drawing,
-    put the flagged entries back to ``prev`` (the fallback after the last redraw). Returns
-    how many entries are still flagged.
+    For each entry (i, j) flagged in ``bad`` (N, S), in row-major order, with sq the
+    chain's scalar joints: out[i, sq[j]] = prev[i, sq[j]] + z[next] * noise[j] * scale[i]
+    (z: one standard normal per flagged entry, consumed in that order, so the draws are
+    NumPy's for the same stream), then bad[i, j] = the value is outside the joint's limits.
+    keep: instead of drawing, put the flagged entries back to ``prev`` (the fallback after
+    the last redraw). Returns how many entries are still flagged.
     """
+    lower, upper, sq, _, _, _, _, _ = chain[3]
     n = prev.shape[0]
     s = sq.shape[0]
     used = 0

@@ -1,4 +1,7 @@
-"""Quaternion row kernels (w, x, y, z): products, logs, exponential steps, slerps."""
+"""Quaternion row kernels (w, x, y, z): products, logs, exponential steps, slerps.
+
+Rows are (N, 4) float arrays (``jit.as_rows``); ``rotations`` reshapes any batch to rows.
+"""
 
 import math
 
@@ -6,8 +9,11 @@ import numpy as np
 
 from .jit import njit
 
-__all__ = ['quat_exp_products', 'quat_pair_rotvecs', 'quat_products',
+__all__ = ['W_FLOOR', 'quat_exp_products', 'quat_pair_rotvecs', 'quat_products',
            'quat_relative_rotvecs', 'quat_rotvecs', 'quat_slerps']
+
+# The floor of w in the log map's small-angle branch (2 / max(w, W_FLOOR)).
+W_FLOOR = 1e-12
 
 
 @njit(cache=True)
@@ -32,15 +38,15 @@ def quat_products(a, b):
 
 
 @njit(cache=True)
-def quat_rotvecs(q, eps):
+def quat_rotvecs(q):
     """Return the (N, 3) rotation vectors 2 log(q) of (N, 4) unit quaternion rows, angle in
-    [0, pi]: ``rotations.quat_to_rotvec`` (the hemisphere w >= 0; eps: its floor of w)."""
+    [0, pi]: ``rotations.quat_to_rotvec`` (the hemisphere w >= 0)."""
     out = np.empty((q.shape[0], 3))
     for i in range(q.shape[0]):
         sign = -1.0 if q[i, 0] < 0.0 else 1.0
         w, x, y, z = sign * q[i, 0], sign * q[i, 1], sign * q[i, 2], sign * q[i, 3]
         s = math.sqrt(x * x + y * y + z * z)
-        scale = 2.0 / max(w, eps) if s < 1e-9 else 2.0 * math.atan2(s, w) / s
+        scale = 2.0 / max(w, W_FLOOR) if s < 1e-9 else 2.0 * math.atan2(s, w) / s
         out[i, 0] = x * scale
         out[i, 1] = y * scale
         out[i, 2] = z * scale
@@ -48,7 +54,7 @@ def quat_rotvecs(q, eps):
 
 
 @njit(cache=True)
-def quat_relative_rotvecs(q, ref, eps):
+def quat_relative_rotvecs(q, ref):
     """Return the (N, 3) rotation vectors 2 log(conj(q_i) ref_(i mod R)) of (N, 4) unit
     quaternion rows q and (R, 4) rows ref, R dividing N (particles' ball joints against one
     reference): ``rotations.quat_relative_rotvecs``, the arithmetic of ``quat_products`` and
@@ -59,7 +65,7 @@ def quat_relative_rotvecs(q, ref, eps):
         r = i % count
         _hamilton_row(q[i, 0], -q[i, 1], -q[i, 2], -q[i, 3],
                       ref[r, 0], ref[r, 1], ref[r, 2], ref[r, 3], rel, i)
-    return quat_rotvecs(rel, eps)
+    return quat_rotvecs(rel)
 
 
 @njit(cache=True)
@@ -84,21 +90,24 @@ def quat_exp_products(q, v):
 
 @njit(cache=True)
 def quat_slerps(a, b, t):
-    """Return the (N, 4) slerps of (N, 4) unit quaternion rows a and b at the scalar t along
-    the shorter arc: ``rotations.quat_slerp`` (the arithmetic of its numpy form, row by row;
-    the SMC solver's branch memory averages every ball joint with it each step)."""
+    """Return the (N, 4) slerps of (N, 4) unit quaternion rows a and b along the shorter arc
+    at fractions t (T,), T dividing N (row i at t[i % T]; one fraction for all: T = 1):
+    ``rotations.quat_slerp`` (the SMC solver's branch memory averages every ball joint with
+    it each step)."""
     out = np.empty((a.shape[0], 4))
+    count = t.shape[0]
     for i in range(a.shape[0]):
+        f = t[i % count]
         dot = a[i, 0] * b[i, 0] + a[i, 1] * b[i, 1] + a[i, 2] * b[i, 2] + a[i, 3] * b[i, 3]
         sign = -1.0 if dot < 0.0 else 1.0
         dot = abs(dot)
         theta = math.acos(min(max(dot, -1.0), 1.0))
         sin_theta = math.sin(theta)
         if sin_theta < 1e-6:
-            wa, wb = 1.0 - t, t
+            wa, wb = 1.0 - f, f
         else:
-            wa = math.sin((1.0 - t) * theta) / sin_theta
-            wb = math.sin(t * theta) / sin_theta
+            wa = math.sin((1.0 - f) * theta) / sin_theta
+            wb = math.sin(f * theta) / sin_theta
         norm2 = 0.0
         for k in range(4):
             out[i, k] = wa * a[i, k] + wb * (sign * b[i, k])
@@ -110,7 +119,7 @@ def quat_slerps(a, b, t):
 
 
 @njit(cache=True)
-def quat_pair_rotvecs(q, first, second, eps):
+def quat_pair_rotvecs(q, first, second):
     """Return the (N, 3 P) rotation vectors 2 log(conj(q_a) q_b) of P pairs of quaternions
     inside each configuration row of q (N, nq): pair p's quaternions start at columns
     first[p] and second[p]. ``goals.ChainSmoothness``'s residual without gathering the
@@ -122,4 +131,4 @@ def quat_pair_rotvecs(q, first, second, eps):
             a, b = first[p], second[p]
             _hamilton_row(q[i, a], -q[i, a + 1], -q[i, a + 2], -q[i, a + 3],
                           q[i, b], q[i, b + 1], q[i, b + 2], q[i, b + 3], rel, i * pairs + p)
-    return quat_rotvecs(rel, eps).reshape(n, 3 * pairs)
+    return quat_rotvecs(rel).reshape(n, 3 * pairs)

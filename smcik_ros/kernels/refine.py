@@ -1,4 +1,11 @@
-"""The SMC refinement's fused kernels: LM steps on one pose target, row by row."""
+"""The SMC refinement's fused kernels: LM steps on one pose target, row by row.
+
+Records (``records``): the chain's (``Chain.records``); ``goal`` a pose goal (link index,
+(4, 4) pose, weight, sigma_position [m], sigma_orientation [rad], the position and
+orientation tolerances); ``lm`` the refinement's steps (steps, alphas (A,), damping,
+max_step); ``motion`` the minimal-motion prior (``records.MOTION``). For chains without
+ball joints (nq == nv) and one plain pose target (no covariance, no hard constraints).
+"""
 
 import math
 
@@ -8,37 +15,51 @@ from .fk import _fk_row
 from .jit import njit
 from .lm import _chol_solve, _lm_row, lm_null_step, lm_spring_step
 from .motion import _motion_d2, _motion_diff, blocked_joints
-from .residuals import _pose_rj_row, _row_pose_errors
+from .residuals import _pose_rj_row, _row_pose_errors, _row_work
 
 __all__ = ['first_solution', 'refine_pose', 'refine_pose_motion']
 
 
 @njit(cache=True)
-def refine_pose(q, cost, steps, alphas, damping, max_step, lower, upper, scale, weight,
-                sigma_p, sigma_o, parent, kind, qi, mult, add, rot0, terms, offset, axis,
-                body, off, target, cols, col_body, col_axis, col_rot, col_v, col_mult):
+def _scale(goal):
+    """Return the (6,) whitening of the pose residual: sqrt(weight) / sigma per row."""
+    _, _, weight, sigma_p, sigma_o, _, _ = goal
+    scale = np.empty(6)
+    root = math.sqrt(weight)
+    for r in range(3):
+        scale[r] = root / sigma_p
+        scale[r + 3] = root / sigma_o
+    return scale
+
+
+@njit(cache=True)
+def _goal_cost(goal, pe, oe):
+    """Return the cost weight ((pe / sigma_p)^2 + (oe / sigma_o)^2) of pose errors."""
+    _, _, weight, sigma_p, sigma_o, _, _ = goal
+    return weight * ((pe / sigma_p) ** 2 + (oe / sigma_o) ** 2)
+
+
+@njit(cache=True)
+def refine_pose(chain, goal, lm, q, cost):
     """Run the SMC refinement's LM steps on one pose target, each row on its own.
 
-    The fused form of ``Refinement.move`` without motion prior, guard or hard constraints,
-    for chains without ball joints (nq == nv): per step, the whitened residual r and
-    Jacobian J (rows times scale (6,) = sqrt(weight) / sigma), lam = cost / 2 + damping, the
-    LM step (again with the columns of the joints it pushes out of their limits removed),
-    capped to max_step; the trials clip(q + alpha dv) for each alpha; the lowest-cost trial
-    is taken when it lowers the cost weight ((p / sigma_p)^2 + (o / sigma_o)^2), else the
-    row stops. q (K, nq) and cost (K,) are updated in place; returns improved (K,) bool.
+    The fused form of ``Refinement.move`` without motion prior, guard or hard constraints:
+    per step, the whitened residual r and Jacobian J (rows times sqrt(weight) / sigma),
+    lam = cost / 2 + damping, the LM step (again with the columns of the joints it pushes
+    out of their limits removed), capped to max_step; the trials clip(q + alpha dv) for
+    each alpha; the lowest-cost trial is taken when it lowers the cost weight
+    ((p / sigma_p)^2 + (o / sigma_o)^2), else the row stops. q (K, nq) and cost (K,) are
+    updated in place; returns improved (K,) bool.
     """
+    steps, alphas, damping, max_step = lm
+    lower, upper = chain[3][0], chain[3][1]
+    link, target = goal[0], goal[1]
+    scale = _scale(goal)
     k_count, nq = q.shape
-    nb = parent.shape[0]
     nv = nq
     n_alpha = alphas.shape[0]
-    rot = np.empty((nb, 1, 3, 3))
-    pos = np.empty((nb, 1, 3))
-    loc = np.empty((3, 3))
-    t = np.empty(3)
-    lr = np.empty((3, 3))
-    lp = np.empty(3)
-    rel = np.empty((3, 3))
-    tmp = np.empty((3, nv))
+    work = _row_work(chain)
+    rot, pos, loc, t = work[0]
     res = np.empty(6)
     jac = np.zeros((1, 6, nv))
     jm = np.empty((6, nv))
@@ -51,11 +72,9 @@ def refine_pose(q, cost, steps, alphas, damping, max_step, lower, upper, scale, 
     improved = np.zeros(k_count, dtype=np.bool_)
     for k in range(k_count):
         for _ in range(steps):
-            _fk_row(q[k], parent, kind, qi, mult, add, rot0, terms, offset, axis, rot, pos, 0,
-                    loc, t)
+            _fk_row(chain[0], q[k], rot, pos, 0, loc, t)
             jac[:] = 0.0
-            _pose_rj_row(rot, pos, 0, body, off, target, cols, col_body, col_axis, col_rot,
-                         col_v, col_mult, res, jac, lr, lp, rel, tmp)
+            _pose_rj_row(chain, rot, pos, 0, link, target, res, jac, work[1])
             for r in range(6):
                 res[r] *= scale[r]
                 for v in range(nv):
@@ -86,9 +105,8 @@ def refine_pose(q, cost, steps, alphas, damping, max_step, lower, upper, scale, 
                 for v in range(nv):
                     x = q[k, v] + alphas[j] * dv[v]
                     trial[v] = min(max(x, lower[v]), upper[v])
-                pe, oe = _row_pose_errors(trial, parent, kind, qi, mult, add, rot0, terms, offset,
-                                          axis, body, off, target, rot, pos, loc, t, lr, lp, rel)
-                c = weight * ((pe / sigma_p) ** 2 + (oe / sigma_o) ** 2)
+                pe, oe = _row_pose_errors(chain, trial, link, target, work)
+                c = _goal_cost(goal, pe, oe)
                 if c != c:              # NaN: numpy's argmin picks the first one
                     best = c
                     break
@@ -104,74 +122,52 @@ def refine_pose(q, cost, steps, alphas, damping, max_step, lower, upper, scale, 
 
 
 @njit(cache=True)
-def first_solution(q, steps, alphas, damping, max_step, lower, upper, scale, weight, sigma_p,
-                   sigma_o, pos_tol, ori_tol, parent, kind, qi, mult, add, rot0, terms, offset,
-                   axis, body, off, target, cols, col_body, col_axis, col_rot, col_v,
-                   col_mult):
+def first_solution(chain, goal, lm, q):
     """Refine the rows of ``q`` (K, nq) one after another, each alone by ``refine_pose``'s LM
-    steps, until one meets the tolerance; return its index (-1: none did).
+    steps, until one meets the goal's tolerance; return its index (-1: none did).
 
     The SMC ``solve``'s first stage (``SmcSolver._seed_stage``): row 0 is the seed, the others
     draws of the filter's proposal. q is updated in place (refined rows); rows after the
-    returned one are untouched. pos_tol [m], ori_tol [rad]; the other arguments as
-    ``refine_pose`` (a plain pose target on a chain without ball joints). Returns (index,
-    position error [m], orientation error [rad]) of that row (errors NaN when none).
+    returned one are untouched. Returns (index, position error [m], orientation error [rad])
+    of that row (errors NaN when none).
     """
-    nb = parent.shape[0]
-    rot = np.empty((nb, 1, 3, 3))
-    pos = np.empty((nb, 1, 3))
-    loc = np.empty((3, 3))
-    t = np.empty(3)
-    lr = np.empty((3, 3))
-    lp = np.empty(3)
-    rel = np.empty((3, 3))
+    link, target, _, _, _, pos_tol, ori_tol = goal
+    work = _row_work(chain)
     cost = np.empty(1)
     for r in range(q.shape[0]):
         row = q[r:r + 1]
-        pe, oe = _row_pose_errors(row[0], parent, kind, qi, mult, add, rot0, terms, offset,
-                                  axis, body, off, target, rot, pos, loc, t, lr, lp, rel)
+        pe, oe = _row_pose_errors(chain, row[0], link, target, work)
         if pe <= pos_tol and oe <= ori_tol:
             return r, pe, oe
-        cost[0] = weight * ((pe / sigma_p) ** 2 + (oe / sigma_o) ** 2)
-        refine_pose(row, cost, steps, alphas, damping, max_step, lower, upper, scale, weight,
-                    sigma_p, sigma_o, parent, kind, qi, mult, add, rot0, terms, offset, axis,
-                    body, off, target, cols, col_body, col_axis, col_rot, col_v, col_mult)
-        pe, oe = _row_pose_errors(row[0], parent, kind, qi, mult, add, rot0, terms, offset,
-                                  axis, body, off, target, rot, pos, loc, t, lr, lp, rel)
+        cost[0] = _goal_cost(goal, pe, oe)
+        refine_pose(chain, goal, lm, row, cost)
+        pe, oe = _row_pose_errors(chain, row[0], link, target, work)
         if pe <= pos_tol and oe <= ori_tol:
             return r, pe, oe
     return -1, math.nan, math.nan
 
 
 @njit(cache=True)
-def refine_pose_motion(q, cost, guard, steps, alphas, damping, max_step, lower, upper, scale,
-                       weight, sigma_p, sigma_o, tol_p, tol_o, precise_fraction, tol_cost,
-                       spring_w, spring_fade, slide_min, gain, w, ref, cont,
-                       parent, kind, qi, mult, add, rot0, terms, offset, axis,
-                       body, off, target, cols, col_body, col_axis, col_rot, col_v, col_mult):
+def refine_pose_motion(chain, goal, lm, motion, q, cost, guard):
     """``Refinement.move`` with the minimal-motion prior on one pose target, row by row.
 
-    The fused form for chains without ball joints (nq == nv), no hard constraints, one
-    plain ``PoseTarget``: coarse rows take the LM step with the prior's spring, precise rows
-    the task step plus shares (1, 1/4, 1/16, 0) of the null-space pull, with the
-    Gauss-Newton corrector on slides; the trial is picked as in ``move``. q (K, nq), cost
-    (K,) and guard (K,; inf: none) are updated in place. spring_w = SPRING * spring,
-    w (nv,) the prior's weights, ref (nv,) its reference, cont (nv,) continuous joints.
-    Returns (improved (K,) bool, gained (K,) [rad^2]).
+    The fused form for one plain ``PoseTarget`` without hard constraints: coarse rows take
+    the LM step with the prior's spring, precise rows the task step plus shares (1, 1/4,
+    1/16, 0) of the null-space pull, with the Gauss-Newton corrector on slides; the trial
+    is picked as in ``move``. q (K, nq), cost (K,) and guard (K,; inf: none) are updated in
+    place. Returns (improved (K,) bool, gained (K,) [rad^2]).
     """
+    steps, alphas, damping, max_step = lm
+    spring_w, spring_fade, tol_cost, gain, slide_min, precise_fraction, w, ref = motion
+    lower, upper, _, _, cont, _, _, _ = chain[3]
+    link, target, weight, sigma_p, sigma_o, tol_p, tol_o = goal
+    scale = _scale(goal)
     k_count, nq = q.shape
     nv = nq
-    nb = parent.shape[0]
     n_alpha = alphas.shape[0]
     n_trials = n_alpha + 1
-    rot = np.empty((nb, 1, 3, 3))
-    pos = np.empty((nb, 1, 3))
-    loc = np.empty((3, 3))
-    t = np.empty(3)
-    lr = np.empty((3, 3))
-    lp = np.empty(3)
-    rel = np.empty((3, 3))
-    tmp3 = np.empty((3, nv))
+    work = _row_work(chain)
+    rot, pos, loc, t = work[0]
     res = np.empty(6)
     res1 = np.empty(6)
     jac = np.zeros((1, 6, nv))
@@ -200,19 +196,15 @@ def refine_pose_motion(q, cost, guard, steps, alphas, damping, max_step, lower, 
     y = np.empty(6)
     improved = np.zeros(k_count, dtype=np.bool_)
     gained = np.zeros(k_count)
-    every = np.arange(nv)            # nq == nv: every joint is a scalar one
     for k in range(k_count):
         # Start: distance to the reference and precision of the row.
-        pe, oe = _row_pose_errors(q[k], parent, kind, qi, mult, add, rot0, terms, offset,
-                                  axis, body, off, target, rot, pos, loc, t, lr, lp, rel)
+        pe, oe = _row_pose_errors(chain, q[k], link, target, work)
         precise = pe <= precise_fraction * tol_p and oe <= precise_fraction * tol_o
         dist2 = _motion_d2(q[k], ref, cont, w, tmpv)
         for _ in range(steps):
-            _fk_row(q[k], parent, kind, qi, mult, add, rot0, terms, offset, axis, rot, pos,
-                    0, loc, t)
+            _fk_row(chain[0], q[k], rot, pos, 0, loc, t)
             jac[:] = 0.0
-            _pose_rj_row(rot, pos, 0, body, off, target, cols, col_body, col_axis, col_rot,
-                         col_v, col_mult, res, jac, lr, lp, rel, tmp3)
+            _pose_rj_row(chain, rot, pos, 0, link, target, res, jac, work[1])
             for r in range(6):
                 r2[0, r] = res[r] * scale[r]
                 for v in range(nv):
@@ -224,8 +216,7 @@ def refine_pose_motion(q, cost, guard, steps, alphas, damping, max_step, lower, 
             _motion_diff(q[k], ref, cont, diff[0])
             if not precise:
                 dv_c = lm_spring_step(jm, r2, one, one_mu, w, diff)
-                found, mask = blocked_joints(q[k:k + 1], dv_c, every, every,
-                                             lower, upper)
+                found, mask = blocked_joints(chain, q[k:k + 1], dv_c)
                 if found:
                     for r in range(6):
                         for v in range(nv):
@@ -240,8 +231,7 @@ def refine_pose_motion(q, cost, guard, steps, alphas, damping, max_step, lower, 
             dv_t, dv_p = lm_null_step(jm, r2, one, d0, winv2, damping)
             for v in range(nv):
                 dsum[0, v] = dv_t[0, v] + dv_p[0, v]
-            found, mask = blocked_joints(q[k:k + 1], dsum, every, every,
-                                         lower, upper)
+            found, mask = blocked_joints(chain, q[k:k + 1], dsum)
             if found:
                 for r in range(6):
                     for v in range(nv):
@@ -278,11 +268,9 @@ def refine_pose_motion(q, cost, guard, steps, alphas, damping, max_step, lower, 
             for j in range(n_trials):
                 if slide and j < 3:
                     # Gauss-Newton task correction with the step's Jacobian (jm, masked).
-                    _fk_row(trials[j], parent, kind, qi, mult, add, rot0, terms, offset, axis,
-                            rot, pos, 0, loc, t)
+                    _fk_row(chain[0], trials[j], rot, pos, 0, loc, t)
                     jac1[:] = 0.0
-                    _pose_rj_row(rot, pos, 0, body, off, target, cols, col_body, col_axis,
-                                 col_rot, col_v, col_mult, res1, jac1, lr, lp, rel, tmp3)
+                    _pose_rj_row(chain, rot, pos, 0, link, target, res1, jac1, work[1])
                     for r in range(6):
                         res1[r] *= scale[r]
                     for i in range(6):
@@ -299,9 +287,7 @@ def refine_pose_motion(q, cost, guard, steps, alphas, damping, max_step, lower, 
                             s += jm[0, i, v] * winv2[v] * y[i]
                         x = trials[j, v] + (-s)
                         trials[j, v] = min(max(x, lower[v]), upper[v])
-                pe, oe = _row_pose_errors(trials[j], parent, kind, qi, mult, add, rot0, terms,
-                                          offset, axis, body, off, target, rot, pos, loc, t, lr,
-                                          lp, rel)
+                pe, oe = _row_pose_errors(chain, trials[j], link, target, work)
                 c = weight * ((pe / sigma_p) ** 2 + (oe / sigma_o) ** 2)
                 if not pe <= guard[k] + 1e-12:
                     c = np.inf

@@ -1,4 +1,12 @@
-"""Compile (or load from the on-disk cache) every kernel before a real-time loop starts."""
+"""Compile (or load from the on-disk cache) every kernel before a real-time loop starts.
+
+``compile_kernels(chain)`` calls each kernel once, on small inputs of the argument types its
+callers pass (float64, int64 or bool, C-contiguous; the pose goal read-only, as
+``PoseTarget`` keeps it), so that the specialisations the library uses exist, compiled or
+loaded, before a first tick or a first timed ``solve``. ``ensure_ready`` does it once per
+process (the SMC solver's constructor calls it); ``smcik_ros.warmup.warm_up`` does it with
+messages and a short solve, before the node's timer starts.
+"""
 
 import logging
 import time
@@ -6,151 +14,151 @@ import time
 import numpy as np
 
 from .collision import collision_query, distance_gradients, leaf_buffers
-from .fk import body_points_world, fk, jacobian_at, link_pose_path
-from .jit import ENABLED
+from .fk import body_points_world, fk, jacobian_at, link_pose
 from .lm import lm_null_step, lm_spring_step, lm_step
 from .motion import blocked_joints, clip_ball_rows, motion_distances, random_walk
 from .quat import (quat_exp_products, quat_pair_rotvecs, quat_products, quat_relative_rotvecs,
                    quat_rotvecs, quat_slerps)
+from .records import LM, MOTION, OBSTACLES, PAIRS, POSE_GOAL, ROBOT
 from .refine import first_solution, refine_pose, refine_pose_motion
 from .residuals import pose_errors, pose_residual_jacobian
 
-__all__ = ['WARM_UP_KERNELS', 'ensure_ready', 'warm_up']
+__all__ = ['KERNELS', 'cache_is_warm', 'compile_kernels', 'ensure_ready']
 
+# Every kernel a caller outside the kernels calls: ``compile_kernels`` calls each of them
+# itself, so each one has its own cache index, which is what tells a warm start from a cold
+# one (a kernel reached only inside another is not cached on its own).
+KERNELS = (fk, link_pose, jacobian_at, pose_residual_jacobian, pose_errors, lm_step,
+           lm_null_step, lm_spring_step, blocked_joints, refine_pose, refine_pose_motion,
+           first_solution, body_points_world, random_walk, collision_query,
+           distance_gradients, quat_products, quat_rotvecs, quat_relative_rotvecs,
+           quat_exp_products, quat_slerps, clip_ball_rows, quat_pair_rotvecs, motion_distances)
 
-def _cache_is_warm(func):
-    """Return whether numba's on-disk cache holds an index for ``func`` (best effort)."""
-    try:
-        return bool(func._cache._cache_file._load_index())
-    except Exception:
-        return False
-
-
-def _warm_collision_query(frames):
-    """Compile ``collision_query`` for the argument types the collision engine passes (one
-    robot sphere and link, one self pair with a table, one sphere obstacle)."""
-    i1 = np.zeros(1, dtype=np.int64)
-    i2 = np.zeros((1, 2), dtype=np.int64)
-    i4 = np.zeros((1, 4), dtype=np.int64)
-    f1, f2, f3 = np.zeros(1), np.zeros((1, 2)), np.zeros((1, 3))
-    collision_query(np.array(frames.rot, order='C'), np.array(frames.pos, order='C'),
-                    np.array([-1, -1], dtype=np.int64), np.zeros((2, 3)),
-                    np.zeros((len(frames), 1)), 0.01, 0.0, np.ones(1), i1.copy(),
-                    np.ones(1, dtype=np.int64), np.ones(1), i1.copy(), np.ones(1, np.int64),
-                    i1.copy(), f3.copy(), np.full(1, -1, dtype=np.int64), np.ones(1),
-                    i2.copy(), np.full(1, -1, dtype=np.int64), i2.copy(), f2.copy(), f2 + 1.0,
-                    i2 + 1, i1.copy(), f1.copy(), f1.copy(), i1.copy(), i4.copy(), i4.copy(),
-                    i1.copy(), i1.copy(), f3.copy(), np.ones(1), i1.copy(),
-                    np.ones(1, np.int64), f3.copy(), np.ones(1), i1.copy(),
-                    np.ones(1, np.int64), i1.copy(), np.eye(3)[None].copy(), f3.copy(),
-                    f3 + 0.1, 0, *leaf_buffers(1))
-
-
+_LOG = logging.getLogger('smcik_ros.kernels')
 _READY = False
 
 
-_LOG = logging.getLogger('smcik_ros.kernels')
+def cache_is_warm():
+    """Return whether numba's on-disk cache holds an index for every kernel (best effort:
+    False where it cannot tell, as with ``NUMBA_DISABLE_JIT=1``)."""
+    for func in KERNELS:
+        try:
+            if not func._cache._cache_file._load_index():
+                return False
+        except Exception:
+            return False
+    return True
 
 
 def ensure_ready(chain):
-    """Run ``warm_up(chain)`` once per process (the SMC solver's constructor calls it).
-
-    The kernels' types do not depend on the chain, so one warm-up serves every chain. The
-    messages go to the ``smcik_ros.kernels`` logger (level INFO).
-    """
+    """Run ``compile_kernels(chain)`` once per process (the SMC solver's constructor calls
+    it, so that a library user's first timed solve does not compile). The kernels' types do
+    not depend on the chain, so one call serves every chain. chain: ``Chain.records``.
+    A failure is logged on the ``smcik_ros.kernels`` logger: the kernels then compile at
+    their first use."""
     global _READY
-    if _READY or not ENABLED:
+    if _READY:
         return
-    _READY = True           # first: warm_up builds an SMC solver itself
+    _READY = True
     try:
-        warm_up(chain, _LOG.info)
+        compile_kernels(chain)
     except Exception as exc:    # the warm-up is an optimisation: the kernels compile lazily
         _LOG.warning('kernel warm-up failed (%s: %s); kernels compile on first use',
                      type(exc).__name__, exc)
 
 
-# The kernels warm_up calls itself (each one then has its on-disk cache index, which is what
-# tells a warm start from a cold one): every kernel a solver or the collision engine calls.
-WARM_UP_KERNELS = ('fk', 'link_pose_path', 'jacobian_at', 'pose_residual_jacobian',
-                   'pose_errors', 'lm_step', 'lm_null_step', 'lm_spring_step',
-                   'blocked_joints', 'refine_pose', 'refine_pose_motion', 'first_solution',
-                   'body_points_world', 'random_walk', 'collision_query',
-                   'distance_gradients', 'quat_products',
-                   'quat_rotvecs', 'quat_relative_rotvecs', 'quat_exp_products',
-                   'quat_slerps', 'clip_ball_rows', 'quat_pair_rotvecs', 'motion_distances')
-
-
-def warm_up(chain, log=None):
-    """Compile (or load from the on-disk cache) every kernel for ``chain``'s arrays.
-
-    Call it once before a real-time loop starts (the node: after building the chain, before
-    its solver and its timer; otherwise the SMC solver's constructor runs it once per
-    process, logging to ``smcik_ros.kernels``): it runs FK, Jacobians, the pose kernels and
-    a short SMC solve and steps, so that every specialisation the solvers use exists before
-    the first tick. log: optional
-    callable taking a message; it gets 'compiling kernels (first run) ...' before a cold
-    compilation and the time it took after. Returns the seconds spent; does nothing
-    (returns 0.0) when the kernels are not compiled (SMCIK_NO_JIT=1 or no numba).
-    """
+def compile_kernels(chain):
+    """Call every kernel once for the chain record ``chain`` (``Chain.records``) and small
+    inputs of its callers' types; return the seconds spent."""
     global _READY
-    if not ENABLED:
-        return 0.0
     _READY = True
     start = time.perf_counter()
-    cold = not all(_cache_is_warm(globals()[name]) for name in WARM_UP_KERNELS)
-    if cold and log is not None:
-        log('compiling kernels (first run; later starts load them from the on-disk cache)')
-    from ..goals import PoseTarget
-    from ..solvers import make_solver
-    q = chain.neutral_configuration()
-    frames = chain.frames(np.atleast_2d(q))
-    body_points_world(np.ascontiguousarray(frames.rot), np.ascontiguousarray(frames.pos),
-                      np.array([-1, chain.num_bodies - 1], dtype=np.int64), np.zeros((2, 3)),
-                      np.empty((3, 2)))
-    _warm_collision_query(frames)
-    if len(chain.column_body):
-        two = np.zeros((2, 3))
-        distance_gradients(np.ascontiguousarray(frames.rot), np.ascontiguousarray(frames.pos),
-                           np.zeros(2, dtype=np.int64), np.array([0, -1], dtype=np.int64),
-                           two.copy(), np.array([-1, -2], dtype=np.int64), two.copy(),
-                           two.copy(), np.ones((chain.num_bodies + 1, len(chain.column_body)),
-                                               dtype=np.bool_),
-                           *chain.kernel_columns(0)[1:], chain.nv)
-    frames.jacobian()
-    chain.fk(q)
-    chain.fk(np.atleast_2d(q))
-    pose = frames.link_pose()[0]
-    term = PoseTarget(pose)
-    term.residual_jacobian(frames)
-    term.errors(frames)
-    jac = frames.jacobian()
-    lm_step(jac, np.zeros((1, 6)), np.ones(1))
-    lm_null_step(jac, np.zeros((1, 6)), np.ones(1), np.zeros((1, chain.nv)),
-                 np.ones(chain.nv), 1e-6)
-    lm_spring_step(jac, np.zeros((1, 6)), np.ones(1), np.ones(1), np.ones(chain.nv),
-                   np.zeros((1, chain.nv)))
-    blocked_joints(np.atleast_2d(q), np.zeros((1, chain.nv)), chain.scalar_q, chain.scalar_v,
-                   chain.lower, chain.upper)
-    quat_rotvecs(quat_products(np.eye(1, 4), np.eye(1, 4)), 1e-12)
-    quat_relative_rotvecs(np.eye(1, 4), np.eye(1, 4), 1e-12)
-    quat_exp_products(np.eye(1, 4), np.zeros((1, 3)))
-    quat_slerps(np.eye(1, 4), np.eye(1, 4), 0.5)
-    clip_ball_rows(np.eye(1, 4), np.ones(1))
-    quat_pair_rotvecs(np.eye(1, 8), np.zeros(1, dtype=np.int64), np.full(1, 4), 1e-12)
-    index = np.zeros(1, dtype=np.int64)
-    motion_distances(np.eye(1, 5), np.eye(1, 5)[0], index, index, np.zeros(1, dtype=np.bool_),
-                     np.arange(1, 5).reshape(1, 4), np.arange(1, 4).reshape(1, 3), np.ones(4),
-                     1e-12)
-    # A goal a little away from the seed: the solve and the steps refine.
-    goal = chain.fk(chain.clip(chain.integrate(q, np.full(chain.nv, 0.2))))
-    solver = make_solver('smc', chain, seed=0, num_particles=8)
-    solver.solve(goal, q, max_iters=3)
-    # Without the seed-first stage, solve() refines in the filter (refine_pose).
-    make_solver('smc', chain, seed=0, num_particles=8, seed_rows=0).solve(goal, q, max_iters=2)
-    solver.reset(q)
-    for _ in range(3):
-        solver.step(goal)
-    elapsed = time.perf_counter() - start
-    if cold and log is not None:
-        log(f'kernels ready ({elapsed:.1f} s)')
-    return elapsed
+    _frames_kernels(chain)
+    _refinement_kernels(chain)
+    _joint_kernels(chain)
+    _collision_kernels(chain)
+    return time.perf_counter() - start
+
+
+def _frames_kernels(chain):
+    lower, upper = chain[3][0], chain[3][1]
+    q = np.atleast_2d(0.5 * (lower + upper))
+    rot, pos = fk(chain, q)
+    link_pose(chain, q, 0, np.empty((1, 4, 4)))
+    jacobian_at(chain, rot, pos, rot.shape[0] - 1, np.zeros((1, 3)))
+    body_points_world(rot, pos, np.array([-1, rot.shape[0] - 1], dtype=np.int64),
+                      np.zeros((2, 3)), np.empty((3, 2)))
+    target = _read_only(np.eye(4))
+    pose_residual_jacobian(chain, rot, pos, 0, target)
+    pose_errors(chain, rot, pos, 0, target)
+
+
+def _refinement_kernels(chain):
+    nv = chain[1][6]
+    lower, upper = chain[3][0], chain[3][1]
+    jac, r, one = np.zeros((1, 6, nv)), np.zeros((1, 6)), np.ones(1)
+    lm_step(jac, r, one)
+    lm_null_step(jac, r, one, np.zeros((1, nv)), np.ones(nv), 1e-6)
+    lm_spring_step(jac, r, one, one, np.ones(nv), np.zeros((1, nv)))
+    q = np.atleast_2d(0.5 * (lower + upper))
+    goal = POSE_GOAL.pack(link=0, pose=np.eye(4), weight=1.0, sigma_position=1.0,
+                          sigma_orientation=1.0, position_tolerance=0.0,
+                          orientation_tolerance=0.0)
+    steps = LM.pack(steps=1, alphas=np.ones(1), damping=1e-3, max_step=0.1)
+    motion = MOTION.pack(spring=1.0, spring_fade=1.0, tolerance_cost=1.0, gain=0.5,
+                         slide_min=0.1, precise_fraction=0.5, weights=np.ones(nv),
+                         reference=q[0])
+    if q.shape[1] == nv:        # the fused refinement is for chains without ball joints
+        refine_pose(chain, goal, steps, q.copy(), np.ones(1))
+        refine_pose_motion(chain, goal, steps, motion, q.copy(), np.ones(1), np.ones(1))
+        first_solution(chain, goal, steps, q.copy())
+
+
+def _joint_kernels(chain):
+    nv = chain[1][6]
+    lower, upper, scalar_q = chain[3][0], chain[3][1], chain[3][2]
+    q = np.atleast_2d(0.5 * (lower + upper))
+    blocked_joints(chain, q, np.zeros((1, nv)))
+    bad = np.ones((1, len(scalar_q)), dtype=np.bool_)
+    random_walk(chain, q, np.zeros(bad.size), np.ones(1), np.ones(len(scalar_q)), q.copy(), bad,
+                False)
+    motion_distances(chain, q, q[0], np.ones(nv))
+    unit = np.eye(1, 4)
+    quat_rotvecs(quat_products(unit, unit))
+    quat_relative_rotvecs(unit, unit)
+    quat_exp_products(unit, np.zeros((1, 3)))
+    quat_slerps(unit, unit, np.full(1, 0.5))
+    clip_ball_rows(chain, np.zeros((0, 4)))        # no rows: a chain may have no ball joint
+    quat_pair_rotvecs(np.eye(1, 8), np.zeros(1, dtype=np.int64), np.full(1, 4))
+
+
+def _collision_kernels(chain):
+    """Compile the collision kernels for the records the collision engine builds (one robot
+    sphere and link, one self pair with a table, one sphere obstacle)."""
+    lower, upper = chain[3][0], chain[3][1]
+    q = np.atleast_2d(0.5 * (lower + upper))
+    rot, pos = fk(chain, q)
+    i1, i2, i4 = np.zeros(1, np.int64), np.zeros((1, 2), np.int64), np.zeros((1, 4), np.int64)
+    f1, f2, f3 = np.zeros(1), np.zeros((1, 2)), np.zeros((1, 3))
+    robot = ROBOT.pack(row_body=[-1, -1], row_local=np.zeros((2, 3)), radii=np.ones(1),
+                       sphere_row=i1, link_row=[1], link_radius=np.ones(1),
+                       link_sphere_start=i1, link_sphere_count=[1], sphere_part=i1,
+                       part_local=f3, part_body=[-1], part_radius=np.ones(1))
+    pairs = PAIRS.pack(pairs=i2, table_of_pair=[-1], qcols=i2, low=f2, step=f2 + 1.0,
+                       size=i2 + 1, offset=i1, values=f1, subset_limit=f1, sphere_index=i1,
+                       sphere_ranges=i4, full_ranges=i4)
+    obstacles = OBSTACLES.pack(pair_link=i1, pair_obj=i1, obj_center=f3, obj_radius=np.ones(1),
+                               obj_part_start=i1, obj_part_count=[1], part_center=f3,
+                               part_radius=np.ones(1), part_start=i1, part_count=[1],
+                               kind=i1, rot=np.eye(3)[None], trans=f3, size=f3 + 0.1)
+    collision_query(robot, pairs, obstacles, rot, pos, np.zeros((1, 1)), 0.01, 0.0, 0,
+                    leaf_buffers(1))
+    two = np.zeros((2, 3))
+    distance_gradients(chain, rot, pos, (np.zeros(2, np.int64), np.array([0, -1], np.int64),
+                                         two.copy(), np.array([-1, -2], np.int64), two.copy(),
+                                         two.copy()))
+
+
+def _read_only(arr):
+    arr.setflags(write=False)
+    return arr

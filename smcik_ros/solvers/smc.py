@@ -230,14 +230,16 @@ class FilterModel:
         if len(sq) and kernels.ENABLED:
             # The same draws in the same order, without numpy's per-round index arrays.
             bad = np.ones((len(prev), len(sq)), dtype=bool)
-            walk = (scale, self.scalar_noise, sq, chain.lower, chain.upper, out, bad)
-            left = kernels.random_walk(prev, rng.standard_normal(bad.size), *walk, False)
+            walk = (scale, self.scalar_noise, out, bad)
+            left = kernels.random_walk(chain.records, prev, rng.standard_normal(bad.size),
+                                       *walk, False)
             for _ in range(self.max_redraws):
                 if not left:
                     break
-                left = kernels.random_walk(prev, rng.standard_normal(left), *walk, False)
+                left = kernels.random_walk(chain.records, prev, rng.standard_normal(left),
+                                           *walk, False)
             if left:        # fallback after max_redraws: those joints stay where they were
-                kernels.random_walk(prev, _EMPTY, *walk, True)
+                kernels.random_walk(chain.records, prev, _EMPTY, *walk, True)
         elif len(sq):
             base = prev[:, sq]
             sigma = self.scalar_noise * scale[:, None]
@@ -687,7 +689,7 @@ class SmcSolver(Solver):
     def __init__(self, chain, settings=None):
         super().__init__(chain, settings)
         # Compile (or load) the kernels now, not inside the first timed solve or tick.
-        kernels.ensure_ready(chain)
+        kernels.ensure_ready(chain.records)
         self._configure()
         self._reset(self._q)
 
@@ -856,13 +858,10 @@ class SmcSolver(Solver):
         rows[0] = q_seed
         if s.seed_rows > 1:
             rows[1:] = chain.random_configuration(self.rng, s.seed_rows - 1)
-        body, off = chain.link_anchor(term.link)
         index, pos, ori = kernels.first_solution(
-            rows, s.seed_steps, refinement.alphas, refinement.damping, refinement.max_step,
-            chain.lower, chain.upper, np.sqrt(term.weight) / term.sigma, float(term.weight),
-            float(term.sigma[0]), float(term.sigma[3]), float(tolerance[0]),
-            float(tolerance[1]), *chain.kernel_bodies(), body, off, term.pose,
-            *chain.kernel_columns(body))
+            chain.records, term.goal_record(chain, tolerance),
+            (int(s.seed_steps), refinement.alphas, refinement.damping, refinement.max_step),
+            rows)
         if index < 0:
             return None
         q = rows[index]

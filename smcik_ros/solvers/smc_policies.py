@@ -31,11 +31,6 @@ __all__ = ['Policies', 'MinimalMotion', 'NearestSearch', 'Refinement', 'Restarts
            'BranchHold', 'sample_qutem']
 
 TWO_PI = 2.0 * np.pi
-_ROTVEC_EPS = 1e-12     # rotations.quat_to_rotvec's floor of w (the kernels take it)
-
-
-def _int64(a):
-    return np.ascontiguousarray(a, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -93,9 +88,7 @@ class MinimalMotion:
         # The compiled distance and jump: one pass per row, without the difference array
         # (a plain arm's numpy form is still a handful of calls, 5-14 us for 100 rows).
         # (The layout only: the weights are read at each call.)
-        self._k_motion = None if not _kernels.ENABLED else (
-            _int64(sq), _int64(chain.scalar_v), np.array(continuous, dtype=np.bool_),
-            _int64(chain.ball_q_index).reshape(-1, 4), _int64(chain.ball_v_index).reshape(-1, 3))
+        self._k_motion = None if not _kernels.ENABLED else chain.records
         self.reference = None
         self.turn_reference = None
         self.weighted = True        # the prior is a factor of the weights
@@ -154,8 +147,8 @@ class MinimalMotion:
         nq = self.chain.nq
         ref = self.reference if ref is None else ref
         weights = np.ascontiguousarray(self.weights, dtype=float)
-        return _kernels.motion_distances(_kernels.as_rows(q, nq), _kernels.as_rows(ref, nq)[0],
-                                         *self._k_motion, weights, _ROTVEC_EPS)
+        return _kernels.motion_distances(self._k_motion, _kernels.as_rows(q, nq),
+                                         _kernels.as_rows(ref, nq)[0], weights)
 
     def log_prior(self, q=None, distance=None):
         """Return the (N,) log prior ``-(distance / motion_sigma)^2`` of configurations q
@@ -552,14 +545,11 @@ class Refinement:
         """``move`` without motion prior or guard, in one compiled kernel (same steps)."""
         chain = self.chain
         term = problem.terms[0]
-        body, off = chain.link_anchor(term.link)
         q = np.array(frames.q, dtype=float)
         cost = np.array(cost, dtype=float)
-        scale = np.sqrt(term.weight) / term.sigma
         improved = _kernels.refine_pose(
-            q, cost, self.steps, self.alphas, self.damping, self.max_step, chain.lower,
-            chain.upper, scale, float(term.weight), float(term.sigma[0]), float(term.sigma[3]),
-            *chain.kernel_bodies(), body, off, term.pose, *chain.kernel_columns(body))
+            chain.records, term.goal_record(chain, problem.tolerance),
+            (self.steps, self.alphas, self.damping, self.max_step), q, cost)
         if improved.any():
             idx = np.flatnonzero(improved)
             frames.assign(idx, chain.frames(q[idx]))
@@ -569,19 +559,16 @@ class Refinement:
         """``move`` with the minimal-motion prior, in one compiled kernel (same steps)."""
         chain = self.chain
         term = problem.terms[0]
-        body, off = chain.link_anchor(term.link)
         q = np.array(frames.q, dtype=float)
         cost = np.array(cost, dtype=float)
         guard = np.full(len(q), np.inf) if guard is None else np.array(guard, dtype=float)
-        scale = np.sqrt(term.weight) / term.sigma
         improved, gained = _kernels.refine_pose_motion(
-            q, cost, guard, self.steps, self.alphas, self.damping, self.max_step, chain.lower,
-            chain.upper, scale, float(term.weight), float(term.sigma[0]), float(term.sigma[3]),
-            float(problem.tolerance[0]), float(problem.tolerance[1]), self.PRECISE_FRACTION,
-            float(problem.tolerance_cost), self.SPRING * motion.spring, self.SPRING_FADE,
-            self.SLIDE_CORRECTION, float(motion.gain), np.array(motion.weights, dtype=float),
-            np.array(motion.reference, dtype=float), np.array(motion._continuous, dtype=bool),
-            *chain.kernel_bodies(), body, off, term.pose, *chain.kernel_columns(body))
+            chain.records, term.goal_record(chain, problem.tolerance),
+            (self.steps, self.alphas, self.damping, self.max_step),
+            (float(self.SPRING * motion.spring), float(self.SPRING_FADE),
+             float(problem.tolerance_cost), float(motion.gain), float(self.SLIDE_CORRECTION),
+             float(self.PRECISE_FRACTION), np.array(motion.weights, dtype=float),
+             np.array(motion.reference, dtype=float)), q, cost, guard)
         if improved.any():
             idx = np.flatnonzero(improved)
             frames.assign(idx, chain.frames(q[idx]))
@@ -697,8 +684,8 @@ def _blocked_joints(chain, q, dv):
     if not len(sq):
         return None
     if _kernels.ENABLED:
-        found, mask = _kernels.blocked_joints(np.ascontiguousarray(q), np.ascontiguousarray(dv),
-                                              sq, sv, chain.lower, chain.upper)
+        found, mask = _kernels.blocked_joints(chain.records, np.ascontiguousarray(q),
+                                              np.ascontiguousarray(dv))
         return mask if found else None
     span = chain.upper[sq] - chain.lower[sq]
     eps = 1e-9 * np.maximum(span, 1.0)
