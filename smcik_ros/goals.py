@@ -255,7 +255,8 @@ class PoseTarget(Target):
         """
         chain = frames.chain
         # C-contiguous frames (subsets may be views): one compiled specialisation.
-        return pose_residual_jacobian(chain.records, np.ascontiguousarray(frames.rot),
+        return pose_residual_jacobian(chain.records.columns, chain.records.links,
+                                      np.ascontiguousarray(frames.rot),
                                       np.ascontiguousarray(frames.pos),
                                       chain.link_index(self.link), self.pose)
 
@@ -284,7 +285,7 @@ class PoseTarget(Target):
 
     def errors(self, frames):
         chain = frames.chain
-        return pose_errors(chain.records, np.ascontiguousarray(frames.rot),
+        return pose_errors(chain.records.links, np.ascontiguousarray(frames.rot),
                            np.ascontiguousarray(frames.pos), chain.link_index(self.link),
                            self.pose)
 

@@ -83,13 +83,14 @@ def test_fk_and_link_pose_kernels_match_yourdfpy(path, tip):
     also for joint values beyond the fast sine's range (3e5 rad: libm's then); a NaN joint
     value gives NaN in its row only."""
     chain = Chain.from_urdf(path, 'base_link', tip)
+    rec = chain.records
     ref = yourdfpy.URDF.load(path, build_scene_graph=True, load_meshes=False)
     rng = np.random.default_rng(1)
     q = chain.random_configuration(rng, 12)
     far = q.copy()
     far[:, chain.joint_types.index('revolute')] += 3e5
     for batch in (q, far):
-        rot, pos = kernels.fk(chain.records, batch)
+        rot, pos = kernels.fk(chain.records.bodies, batch)
         for i, row in enumerate(batch):
             ref.update_cfg(dict(zip(chain.joint_names, row)))
             for k, link in enumerate(chain.link_names):
@@ -99,15 +100,15 @@ def test_fk_and_link_pose_kernels_match_yourdfpy(path, tip):
                     np.testing.assert_allclose(rot[body, i], want[:3, :3], atol=1e-9)
                     np.testing.assert_allclose(pos[body, i], want[:3, 3], atol=1e-9)
                 out = np.empty((1, 4, 4))
-                kernels.link_pose(chain.records, batch[i:i + 1], k, out)
+                kernels.link_pose(rec.bodies, rec.links, batch[i:i + 1], k, out)
                 np.testing.assert_allclose(out[0], want, atol=1e-9)
         for k, link in enumerate(chain.link_names):
             out = np.empty((len(batch), 4, 4))
-            kernels.link_pose(chain.records, batch, k, out)
+            kernels.link_pose(rec.bodies, rec.links, batch, k, out)
             np.testing.assert_allclose(chain.fk(batch, link), out, atol=0.0)
     bad = q[:3].copy()
     bad[1, 0] = np.nan
-    rot, _ = kernels.fk(chain.records, bad)
+    rot, _ = kernels.fk(chain.records.bodies, bad)
     assert np.isnan(rot[:, 1]).any() and np.isfinite(rot[:, [0, 2]]).all()
     poses = chain.fk(bad)
     assert np.isnan(poses[1]).any() and np.isfinite(poses[[0, 2]]).all()
@@ -169,7 +170,7 @@ def test_jacobian_kernel_matches_finite_differences(chain):
     tangent direction (ball joints: steps in the joint's frame, ``Chain.integrate``)."""
     rng = np.random.default_rng(3)
     q = chain.clip(chain.random_configuration(rng, 3) * 0.8)
-    rot, pos = kernels.fk(chain.records, q)
+    rot, pos = kernels.fk(chain.records.bodies, q)
     h = 1e-6
     for body in range(-1, chain.num_bodies):
         local = rng.normal(size=3) * 0.2
@@ -177,15 +178,15 @@ def test_jacobian_kernel_matches_finite_differences(chain):
             point = np.tile(local, (len(q), 1))
         else:
             point = pos[body] + rot[body] @ local
-        jac = kernels.jacobian_at(chain.records, rot, pos, body, point)
+        jac = kernels.jacobian_at(chain.records.columns, rot, pos, body, point)
         if body < 0:
             np.testing.assert_array_equal(jac, 0.0)
             continue
         for v in range(chain.nv):
             step = np.zeros(chain.nv)
             step[v] = h
-            rp, pp = kernels.fk(chain.records, chain.integrate(q, step))
-            rm, pm = kernels.fk(chain.records, chain.integrate(q, -step))
+            rp, pp = kernels.fk(chain.records.bodies, chain.integrate(q, step))
+            rm, pm = kernels.fk(chain.records.bodies, chain.integrate(q, -step))
             lin = ((pp[body] + rp[body] @ local) - (pm[body] + rm[body] @ local)) / (2.0 * h)
             ang = (Rotation.from_matrix(rp[body] @ np.swapaxes(rm[body], 1, 2)).as_rotvec()
                    / (2.0 * h))
@@ -196,7 +197,7 @@ def test_jacobian_kernel_matches_finite_differences(chain):
 def test_body_points_kernel_is_the_rigid_motion_of_each_point():
     chain = _urdf_chains()[0]
     rng = np.random.default_rng(4)
-    rot, pos = kernels.fk(chain.records, chain.random_configuration(rng, 5))
+    rot, pos = kernels.fk(chain.records.bodies, chain.random_configuration(rng, 5))
     body = np.array([-1, 0, 3, chain.num_bodies - 1, 2], dtype=np.int64)
     local = rng.normal(size=(5, 3))
     out = np.empty((3, 5 * 5))
@@ -230,11 +231,12 @@ def test_pose_kernels_match_scipy_and_finite_differences(chain):
         for target in (goal, goal @ flip):
             t = PoseTarget(target, link=link)
             frames = chain.frames(q)
-            r, jac = kernels.pose_residual_jacobian(chain.records, frames.rot, frames.pos,
-                                                    chain.link_index(link), t.pose)
+            r, jac = kernels.pose_residual_jacobian(
+                chain.records.columns, chain.records.links, frames.rot, frames.pos,
+                chain.link_index(link), t.pose)
             want = _residual(chain, q, link, target)
             np.testing.assert_allclose(r, want, atol=1e-10)
-            pe, oe = kernels.pose_errors(chain.records, frames.rot, frames.pos,
+            pe, oe = kernels.pose_errors(chain.records.links, frames.rot, frames.pos,
                                          chain.link_index(link), t.pose)
             np.testing.assert_allclose(pe, np.linalg.norm(want[:, :3], axis=1), atol=1e-13)
             np.testing.assert_allclose(oe, np.linalg.norm(want[:, 3:], axis=1), atol=1e-10)
@@ -308,14 +310,14 @@ def test_blocked_joints_kernel_flags_the_joints_pushed_out_of_their_limits():
         q[:3, sq] = chain.lower[sq]
         q[3:5, sq] = chain.upper[sq] - 1e-12
         dv = rng.normal(size=(8, chain.nv))
-        found, mask = kernels.blocked_joints(chain.records, q, dv)
+        found, mask = kernels.blocked_joints(chain.records.joints, q, dv)
         want = np.zeros_like(mask)
         want[:3, sv] = dv[:3, sv] < 0.0
         want[3:5, sv] = dv[3:5, sv] > 0.0
         np.testing.assert_array_equal(mask, want)
         assert found == bool(want.any()) and found
         inside = np.tile(chain.neutral_configuration(), (8, 1))
-        assert not kernels.blocked_joints(chain.records, inside, dv)[0]
+        assert not kernels.blocked_joints(chain.records.joints, inside, dv)[0]
 
 
 # ---------------------------------------------------------------------------- random walk
@@ -343,7 +345,7 @@ def test_random_walk_draws_in_the_documented_order(redraws):
             keep = attempt == redraws + 1
             z = np.zeros(0) if keep else rng.standard_normal(count)
             if use_kernel:
-                count = kernels.random_walk(chain.records, prev, z, scale, noise, out, bad,
+                count = kernels.random_walk(chain.records.joints, prev, z, scale, noise, out, bad,
                                             keep)
             else:
                 used = count = 0
@@ -431,7 +433,7 @@ def test_ball_clip_kernel_keeps_the_axis_and_caps_the_angle():
     rng = np.random.default_rng(16)
     quat = rng.normal(size=(50, 4, 4)) * rng.uniform(0.5, 2.0, size=(50, 4, 1))
     quat[0, 0], quat[0, 2], quat[1, 0] = (1.0, 0.0, 0.0, 0.0), (0.0, 0.0, 1.0, 0.0), (-2, 0, 0, 0)
-    got = kernels.clip_ball_rows(chain.records, quat.reshape(-1, 4)).reshape(quat.shape)
+    got = kernels.clip_ball_rows(chain.records.joints, quat.reshape(-1, 4)).reshape(quat.shape)
     unit = _hemisphere(quat / np.linalg.norm(quat, axis=-1, keepdims=True))
     angle = 2.0 * np.arccos(np.clip(unit[..., 0], -1.0, 1.0))
     limit = np.minimum(limits, np.pi)
@@ -445,7 +447,7 @@ def test_ball_clip_kernel_keeps_the_axis_and_caps_the_angle():
     np.testing.assert_allclose(got_axis, axis, atol=1e-12)
     assert (~within).sum() > 20 and np.all(got[..., 0] >= 0.0)
     # Chain.clip: each entry into [-1, 1] first, then these rows.
-    clipped = kernels.clip_ball_rows(chain.records, np.clip(quat, -1.0, 1.0).reshape(-1, 4))
+    clipped = kernels.clip_ball_rows(chain.records.joints, np.clip(quat, -1.0, 1.0).reshape(-1, 4))
     np.testing.assert_array_equal(chain.clip(quat.reshape(50, -1)), clipped.reshape(50, -1))
 
 
@@ -468,7 +470,7 @@ def test_motion_distance_kernel_is_the_weighted_tangent_difference():
         if chain is mixed:
             c = chain.joint_index('c2')
             q[1:5, c] = ref[c] + np.array([7.0, -7.0, np.pi - 1e-9, 20.0])
-        norm, peak = kernels.motion_distances(chain.records, q, ref, w)
+        norm, peak = kernels.motion_distances(chain.records.joints, q, ref, w)
         d = np.zeros((len(q), chain.nv))
         sq, sv = chain.scalar_q, chain.scalar_v
         d[:, sv] = ref[sq] - q[:, sq]
@@ -482,7 +484,7 @@ def test_motion_distance_kernel_is_the_weighted_tangent_difference():
         assert norm[0] <= 1e-12 and np.all(norm[1:] > 1e-3)
         bad = q.copy()
         bad[3, 2] = np.nan
-        got = kernels.motion_distances(chain.records, bad, ref, w)
+        got = kernels.motion_distances(chain.records.joints, bad, ref, w)
         assert np.isnan(got[0][3]) and np.isnan(got[1][3])
         keep = np.arange(len(q)) != 3
         np.testing.assert_array_equal(got[0][keep], norm[keep])
@@ -510,7 +512,7 @@ def test_refine_pose_kernel_lowers_the_cost_within_the_limits():
     q[20:] = chain.clip(solution + rng.normal(0.0, 0.05, (20, chain.nq)))
     cost = term.cost(chain.frames(q))
     start = cost.copy()
-    improved = kernels.refine_pose(chain.records, goal, (8,) + lm[1:], q, cost)
+    improved = kernels.refine_pose(*chain.records, goal, (8,) + lm[1:], q, cost)
     np.testing.assert_allclose(cost, term.cost(chain.frames(q)), rtol=1e-9, atol=1e-15)
     assert np.all(cost <= start) and np.all(improved == (cost < start)) and improved.sum() > 30
     assert chain.within_limits(q, tol=0.0).all()
@@ -530,14 +532,14 @@ def test_first_solution_kernel_returns_the_first_row_within_the_tolerance():
     rows = np.vstack([chain.random_configuration(rng, 3),
                       chain.clip(solution + 0.02), chain.random_configuration(rng, 3)])
     before = rows.copy()
-    index, pe, oe = kernels.first_solution(chain.records, goal, (10,) + lm[1:], rows)
+    index, pe, oe = kernels.first_solution(*chain.records, goal, (10,) + lm[1:], rows)
     assert 0 <= index <= 3
     want = term.errors(chain.frames(rows[index]))
     assert pe == pytest.approx(want[0][0], abs=1e-12) and pe <= 1e-4
     assert oe == pytest.approx(want[1][0], abs=1e-12) and oe <= 1e-3
     np.testing.assert_array_equal(rows[index + 1:], before[index + 1:])
     far = term.goal_record(chain, (0.0, 0.0))
-    index, pe, oe = kernels.first_solution(chain.records, far, (1,) + lm[1:], before[:2].copy())
+    index, pe, oe = kernels.first_solution(*chain.records, far, (1,) + lm[1:], before[:2].copy())
     assert index == -1 and np.isnan(pe) and np.isnan(oe)
 
 
@@ -558,7 +560,7 @@ def test_refine_pose_motion_kernel_keeps_precise_rows_and_pulls_them_nearer():
     cost = term.cost(chain.frames(q))
     guard = np.full(len(q), np.inf)
     dist = np.linalg.norm((reference - q) * w, axis=1)
-    improved, gained = kernels.refine_pose_motion(chain.records, goal, (4,) + lm[1:], motion,
+    improved, gained = kernels.refine_pose_motion(*chain.records, goal, (4,) + lm[1:], motion,
                                                   q, cost, guard)
     after = np.linalg.norm((reference - q) * w, axis=1)
     pe, oe = term.errors(chain.frames(q))
@@ -779,12 +781,13 @@ def test_as_rows_passes_kernel_ready_arrays_through_and_copies_the_rest():
 
 
 def test_records_are_plain_tuples_of_the_kernels_types():
-    """A chain's records (and a pose goal's) are plain tuples (numba types them in C) whose
-    arrays are float64, int64 or bool, C-contiguous and writable, in the layouts' order; a
-    record missing a field or of the wrong rank is refused, naming what it expected."""
+    """A chain's four records (and a pose goal's) are plain tuples (numba types them in C)
+    whose arrays are float64, int64 or bool, C-contiguous and writable, in the layouts'
+    order; a record missing a field or of the wrong rank is refused, naming what it
+    expected."""
     from smcik_ros.kernels import records
     chain = _chains()[-1]
-    assert type(chain.records) is tuple and len(chain.records) == 4
+    assert chain.records._fields == ('bodies', 'columns', 'links', 'joints')
     for layout, record in zip((records.BODIES, records.COLUMNS, records.LINKS, records.JOINTS),
                               chain.records):
         assert type(record) is tuple and len(record) == len(layout.fields)
@@ -792,9 +795,9 @@ def test_records_are_plain_tuples_of_the_kernels_types():
             if rank:
                 assert value.dtype == kind and value.ndim == rank, name
                 assert value.flags.c_contiguous and value.flags.writeable, name
-    view = records.JOINTS.view(chain.records[3])
+    view = records.JOINTS.view(chain.records.joints)
     np.testing.assert_array_equal(view.lower, chain.lower)
-    assert records.COLUMNS.view(chain.records[1]).nv == chain.nv
+    assert records.COLUMNS.view(chain.records.columns).nv == chain.nv
     goal = PoseTarget(chain.fk(chain.neutral_configuration())).goal_record(chain)
     assert type(goal) is tuple and goal[0] == chain.link_index(None)
     with pytest.raises(TypeError, match=r"missing \['max_step'\], unknown \['max_stp'\]"):
@@ -894,13 +897,13 @@ from smcik_ros.goals import PoseTarget
 from smcik_ros.model import Chain
 chain = Chain.from_urdf(ARM7, 'base_link', 'tool0')
 q = chain.random_configuration(np.random.default_rng(0), 4)
-rot, pos = kernels.fk(chain.records, q)
-jac = kernels.jacobian_at(chain.records, rot, pos, chain.num_bodies - 1, pos[-1])
+rot, pos = kernels.fk(chain.records.bodies, q)
+jac = kernels.jacobian_at(chain.records.columns, rot, pos, chain.num_bodies - 1, pos[-1])
 term = PoseTarget(chain.fk(q[0] + 0.1))
 errors = term.errors(chain.frames(q))
 cost = term.cost(chain.frames(q))
 lm = (3, np.array([1.0, 0.5, 0.25]), 1e-3, 0.3)
-kernels.refine_pose(chain.records, term.goal_record(chain), lm, q, cost)
+kernels.refine_pose(*chain.records, term.goal_record(chain), lm, q, cost)
 prod = kernels.quat_products(np.eye(2, 4), np.eye(2, 4)[::-1].copy())
 print(json.dumps({'compiled': hasattr(kernels.fk, 'signatures'), 'rot': rot.tolist(),
                   'jac': jac.tolist(), 'errors': [e.tolist() for e in errors],

@@ -244,7 +244,7 @@ class CollisionEvaluation:
         body_b[s] = robot.sphere_body[leaves.b[s]]
         # grad . (J_a - J_b) a leaf at a time, in one compiled loop.
         return distance_gradients(
-            frames.chain.records, np.ascontiguousarray(frames.rot),
+            frames.chain.records.columns, np.ascontiguousarray(frames.rot),
             np.ascontiguousarray(frames.pos),
             (np.ascontiguousarray(leaves.n, dtype=np.int64),
              np.ascontiguousarray(robot.sphere_body[leaves.a], dtype=np.int64),

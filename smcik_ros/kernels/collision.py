@@ -1,6 +1,6 @@
 """Collision kernels: the three-level broad phase and the distance gradients.
 
-Records (``records``): the chain's (``Chain.records``); ``robot`` the robot's spheres,
+Records (``records``): the chain's columns (``Chain.records``); ``robot`` the robot's spheres,
 parts and link bounds (``records.ROBOT``, ``RobotGeometry.record``); ``self_pairs`` the
 self-collision pairs and their lookup tables (``records.PAIRS``); ``obstacles`` the scene
 (``records.OBSTACLES``, ``ObstacleGeometry.record``). Frames: rot (B, N, 3, 3), pos
@@ -16,7 +16,7 @@ from .jit import njit
 __all__ = ['collision_query', 'distance_gradients', 'leaf_buffers']
 
 
-@njit(cache=True)
+@njit(cache=True, inline='always')
 def _point_gradient(columns, rot, pos, i, body, point, grad, out):
     """Add grad . J(point) (3,) . (3, nv) into out (nv,): J the linear Jacobian of ``point``
     (base frame) moving with ``body`` at configuration i (the chain's columns record)."""
@@ -46,7 +46,7 @@ def _point_gradient(columns, rot, pos, i, body, point, grad, out):
 
 
 @njit(cache=True)
-def distance_gradients(chain, rot, pos, leaves):
+def distance_gradients(columns, rot, pos, leaves):
     """Return (R, nv): d distance / d tangent step of R leaves, ``grad . (J_a - J_b)``.
 
     leaves: (n (R,) each leaf's configuration; body_a (R,), point_a (R, 3) its robot
@@ -55,19 +55,19 @@ def distance_gradients(chain, rot, pos, leaves):
     distance's gradient in point a).
     """
     n, body_a, point_a, body_b, point_b, grad = leaves
-    nv = chain[1][6]
+    nv = columns[6]
     out = np.zeros((n.shape[0], nv))
     ta = np.empty(nv)
     tb = np.empty(nv)
     for r in range(n.shape[0]):
         ta[:] = 0.0
-        _point_gradient(chain[1], rot, pos, n[r], body_a[r], point_a[r], grad[r], ta)
+        _point_gradient(columns, rot, pos, n[r], body_a[r], point_a[r], grad[r], ta)
         if body_b[r] < -1:
             for v in range(nv):
                 out[r, v] = ta[v]
             continue
         tb[:] = 0.0
-        _point_gradient(chain[1], rot, pos, n[r], body_b[r], point_b[r], grad[r], tb)
+        _point_gradient(columns, rot, pos, n[r], body_b[r], point_b[r], grad[r], tb)
         for v in range(nv):
             out[r, v] = ta[v] - tb[v]
     return out
@@ -144,7 +144,7 @@ def _near_spheres(robot, rot, pos, n, spheres, center, radius, limit, keep, poin
     return k
 
 
-@njit(cache=True)
+@njit(cache=True, inline='always')
 def _put(out, m, n, pair, a, b, d, is_self):
     """Write leaf m (n, pair, a, b, d, is_self) into the output arrays ``out`` when it fits
     (the caller counts every leaf and calls again with room for all when some did not fit)."""

@@ -17,16 +17,16 @@ _REVOLUTE, _PRISMATIC, _BALL = 0, 1, 2
 
 
 @njit(cache=True)
-def fk(chain, q):
+def fk(bodies, q):
     """Return (rot (B, N, 3, 3), pos (B, N, 3)): the body frames of configurations q (N, nq).
 
-    Per body b (tree order), from the chain's bodies record: the joint value
+    Per body b (tree order), from the chain's bodies record (``records.BODIES``): the joint value
     mimic_mult[b] * q[q_index[b]] + mimic_add[b]; a revolute joint turns by it (R0 Rot(axis,
     t) = R0 + sin t R0 K + (1 - cos t) R0 K^2, the record's ``terms``), a prismatic one
     slides along its axis, a ball joint turns by the quaternion q[q_index[b]:+4]. Joint
     values beyond FAST_TRIG_LIMIT (or NaN) take libm's sin and cos.
     """
-    parent, kind, qi, mult, add, rot0, terms, offset, axis = chain[0]
+    parent, kind, qi, mult, add, rot0, terms, offset, axis = bodies
     n = q.shape[0]
     nb = parent.shape[0]
     rot = np.empty((nb, n, 3, 3))
@@ -36,7 +36,7 @@ def fk(chain, q):
     for b in range(nb):
         if kind[b] != _REVOLUTE:        # prismatic or ball bodies: row by row
             for i in range(n):
-                _fk_row(chain[0], q[i], rot, pos, i, loc, t)
+                _fk_row(bodies, q[i], rot, pos, i, loc, t)
             return rot, pos
     # Revolute bodies only: body by body over all rows, the sines and cosines in a loop of
     # their own (it vectorises; libm's are calls), then the frame products (2-2.5x faster
@@ -78,7 +78,7 @@ def fk(chain, q):
     return rot, pos
 
 
-@njit(cache=True)
+@njit(cache=True, inline='always')
 def _quat_matrix(w, x, y, z):
     """Return the rotation matrix of the unit quaternion (w, x, y, z) as a row-major 9-tuple."""
     return (1.0 - 2.0 * (y * y + z * z), 2.0 * (x * y - w * z), 2.0 * (x * z + w * y),
@@ -246,15 +246,15 @@ def _ball_chain(R, P, q, j, r0, o, first):
 
 
 @njit(cache=True)
-def link_pose(chain, q, link, out):
+def link_pose(bodies, links, q, link, out):
     """Write the base-frame poses (N, 4, 4) of link ``link`` (its index in the chain's
     links) for configurations q (N, nq) to out.
 
     Only the link's body and its ancestors are chained, as a structure of arrays over the
     configurations (the loops vectorise), root first; the joints as in ``fk``.
     """
-    parent, kind, qi, mult, add, rot0, terms, offset, axis = chain[0]
-    link_body, link_offset = chain[2]
+    parent, kind, qi, mult, add, rot0, terms, offset, axis = bodies
+    link_body, link_offset = links
     body = link_body[link]
     depth = 0
     b = body
@@ -325,7 +325,7 @@ def link_pose(chain, q, link, out):
         out[i, 3, 3] = 1.0
 
 
-@njit(cache=True)
+@njit(cache=True, inline='always')
 def _add_columns(columns, jac, rot, pos, i, body, point):
     """Add the columns moving ``body`` (-1: the base, none) at configuration i for the
     base-frame point (3,) to jac (N, 6, nv)."""
@@ -358,26 +358,24 @@ def _add_columns(columns, jac, rot, pos, i, body, point):
 
 
 @njit(cache=True)
-def jacobian_at(chain, rot, pos, body, point):
+def jacobian_at(columns, rot, pos, body, point):
     """Return the (N, 6, nv) Jacobians of base-frame points (N, 3) moving with ``body``
     (-1: the base: zeros). Rows 0-2: the points' linear velocity, 3-5: the body's angular
     velocity, per tangent entry; the columns from the chain's columns record (each turns or
     slides about its axis in its body's frame and drives one tangent entry by its factor).
     """
     n = point.shape[0]
-    jac = np.zeros((n, 6, chain[1][6]))
+    jac = np.zeros((n, 6, columns[6]))
     for i in range(n):
-        _add_columns(chain[1], jac, rot, pos, i, body, point[i])
+        _add_columns(columns, jac, rot, pos, i, body, point[i])
     return jac
 
 
-@njit(cache=True)
-def _link_pose(links, rot, pos, link, i, lr, lp):
-    """Write the base-frame rotation lr (3, 3) and origin lp (3,) of link ``link`` (its
-    index in the links record) at configuration i."""
-    link_body, link_offset = links
-    body = link_body[link]
-    off = link_offset[link]
+@njit(cache=True, inline='always')
+def _link_pose(rot, pos, body, off, i, lr, lp):
+    """Write the base-frame rotation lr (3, 3) and origin lp (3,) at configuration i of a
+    link fixed to ``body`` (-1: the base) with the pose ``off`` (4, 4) in that body's frame
+    (the caller reads both from the links record once, not per row)."""
     if body < 0:
         for r in range(3):
             for c in range(3):

@@ -12,14 +12,14 @@ __all__ = ['blocked_joints', 'clip_ball_rows', 'motion_distances', 'random_walk'
 
 
 @njit(cache=True)
-def motion_distances(chain, q, ref, w):
+def motion_distances(joints, q, ref, w):
     """Return (norm (N,), peak (N,)): the weighted tangent differences ``ref - q_i`` of
     configuration rows q (N, nq) from ref (nq,), as their 2-norm and their largest
     magnitude: ``MinimalMotion.distance`` and ``jump`` in one pass, without the (N, nv)
     difference array. Scalar joints: ref - q (continuous ones wrapped to [-pi, pi)); ball
     joints: the rotation vector 2 log(conj(q) ref), the arithmetic of
     ``quat_relative_rotvecs``; w (nv,) the weights. NaN propagates."""
-    _, _, sq, sv, cont, bq, bv, _ = chain[3]
+    _, _, sq, sv, cont, bq, bv, _ = joints
     n = q.shape[0]
     nv = w.shape[0]
     norm = np.empty(n)
@@ -57,12 +57,12 @@ def motion_distances(chain, q, ref, w):
 
 
 @njit(cache=True)
-def clip_ball_rows(chain, quat):
+def clip_ball_rows(joints, quat):
     """Return the (N, 4) rows of ``quat`` (N, 4) normalised, in the hemisphere w >= 0, and
     turned back onto their joint's angle limit where they exceed it (about the same axis):
     ``Chain.clip``'s ball joints. The rows are the chain's K ball joints, joint-minor (row i
     is ball joint i % K)."""
-    limits = chain[3][7]
+    limits = joints[7]
     out = np.empty((quat.shape[0], 4))
     count = limits.shape[0]
     for i in range(quat.shape[0]):
@@ -81,10 +81,10 @@ def clip_ball_rows(chain, quat):
 
 
 @njit(cache=True)
-def blocked_joints(chain, q, dv):
+def blocked_joints(joints, q, dv):
     """Return (any, mask (K, nv) bool): 1-DOF joints at a limit that dv (K, nv) pushes
     outwards from the configurations q (K, nq)."""
-    lower, upper, sq, sv, _, _, _, _ = chain[3]
+    lower, upper, sq, sv, _, _, _, _ = joints
     k_count, nv = dv.shape
     mask = np.zeros((k_count, nv), dtype=np.bool_)
     found = False
@@ -103,7 +103,7 @@ def blocked_joints(chain, q, dv):
 
 
 @njit(cache=True)
-def random_walk(chain, prev, z, scale, noise, out, bad, keep):
+def random_walk(joints, prev, z, scale, noise, out, bad, keep):
     """Draw (or redraw) the 1-DOF joints of the SMC random walk, as ``FilterModel.propagate``.
 
     For each entry (i, j) flagged in ``bad`` (N, S), in row-major order, with sq the
@@ -113,7 +113,7 @@ def random_walk(chain, prev, z, scale, noise, out, bad, keep):
     keep: instead of drawing, put the flagged entries back to ``prev`` (the fallback after
     the last redraw). Returns how many entries are still flagged.
     """
-    lower, upper, sq, _, _, _, _, _ = chain[3]
+    lower, upper, sq, _, _, _, _, _ = joints
     n = prev.shape[0]
     s = sq.shape[0]
     used = 0

@@ -8,8 +8,13 @@ model feature (a tip, a floating base) changes a record, not every signature.
 
 A record is a plain tuple, not a namedtuple: numba's dispatcher types a tuple of arrays in
 its C fast path and a namedtuple through Python (0.7 us more per call, measured with numba
-0.68). The layouts below name the fields in order; a kernel unpacks a record in one line
-(``parent, kind, q_index, ... = bodies``) and ``Layout.pack`` builds one from named fields,
+0.68), and a kernel takes only the records it reads (typing an argument costs ~0.1 us per
+array in it, every call). The chain's four records come in a namedtuple for Python
+(``Chain.records.bodies``; ``*chain.records`` for a kernel that reads all four). The
+layouts below name the fields in order; a kernel unpacks a record once, at its entry
+(``parent, kind, q_index, ... = bodies``); a helper it calls per row takes the record with
+``inline='always'`` (a call with tuple arguments costs their unpacking every time), and
+``Layout.pack`` builds a record from named fields,
 each converted to the type the kernels are compiled for: float64, int64 or bool arrays of
 the layout's rank, C-contiguous and writable (another array type would compile another
 specialisation at its first call, in a tick), Python int or float scalars.
@@ -102,8 +107,9 @@ JOINTS = Layout('joints', [
     ('ball_v', _I, 2),        # (K, 3) their tangent entries
     ('ball_limit', _F, 1),    # (K,) their angle limits [rad]
 ])
-CHAIN = Layout('chain', [('bodies', BODIES, 0), ('columns', COLUMNS, 0), ('links', LINKS, 0),
-                         ('joints', JOINTS, 0)])
+# Chain.records: CHAIN.view(...), a namedtuple of the four (kernels take the ones they read).
+CHAIN = Layout('chain records', [('bodies', BODIES, 0), ('columns', COLUMNS, 0),
+                                 ('links', LINKS, 0), ('joints', JOINTS, 0)])
 
 # ---------------------------------------------------------------------------- the refinement
 POSE_GOAL = Layout('pose goal', [

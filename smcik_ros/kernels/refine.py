@@ -1,6 +1,7 @@
 """The SMC refinement's fused kernels: LM steps on one pose target, row by row.
 
-Records (``records``): the chain's (``Chain.records``); ``goal`` a pose goal (link index,
+Records (``records``): the chain's bodies, columns, links and joints (``*Chain.records``);
+``goal`` a pose goal (link index,
 (4, 4) pose, weight, sigma_position [m], sigma_orientation [rad], the position and
 orientation tolerances); ``lm`` the refinement's steps (steps, alphas (A,), damping,
 max_step); ``motion`` the minimal-motion prior (``records.MOTION``). For chains without
@@ -20,7 +21,7 @@ from .residuals import _pose_rj_row, _row_pose_errors, _row_work
 __all__ = ['first_solution', 'refine_pose', 'refine_pose_motion']
 
 
-@njit(cache=True)
+@njit(cache=True, inline='always')
 def _scale(goal):
     """Return the (6,) whitening of the pose residual: sqrt(weight) / sigma per row."""
     _, _, weight, sigma_p, sigma_o, _, _ = goal
@@ -32,7 +33,7 @@ def _scale(goal):
     return scale
 
 
-@njit(cache=True)
+@njit(cache=True, inline='always')
 def _goal_cost(goal, pe, oe):
     """Return the cost weight ((pe / sigma_p)^2 + (oe / sigma_o)^2) of pose errors."""
     _, _, weight, sigma_p, sigma_o, _, _ = goal
@@ -40,7 +41,7 @@ def _goal_cost(goal, pe, oe):
 
 
 @njit(cache=True)
-def refine_pose(chain, goal, lm, q, cost):
+def refine_pose(bodies, columns, links, joints, goal, lm, q, cost):
     """Run the SMC refinement's LM steps on one pose target, each row on its own.
 
     The fused form of ``Refinement.move`` without motion prior, guard or hard constraints:
@@ -52,13 +53,14 @@ def refine_pose(chain, goal, lm, q, cost):
     updated in place; returns improved (K,) bool.
     """
     steps, alphas, damping, max_step = lm
-    lower, upper = chain[3][0], chain[3][1]
+    lower, upper = joints[0], joints[1]
     link, target = goal[0], goal[1]
+    body, off = links[0][link], links[1][link]
     scale = _scale(goal)
     k_count, nq = q.shape
     nv = nq
     n_alpha = alphas.shape[0]
-    work = _row_work(chain)
+    work = _row_work(bodies, nv)
     rot, pos, loc, t = work[0]
     res = np.empty(6)
     jac = np.zeros((1, 6, nv))
@@ -72,9 +74,9 @@ def refine_pose(chain, goal, lm, q, cost):
     improved = np.zeros(k_count, dtype=np.bool_)
     for k in range(k_count):
         for _ in range(steps):
-            _fk_row(chain[0], q[k], rot, pos, 0, loc, t)
+            _fk_row(bodies, q[k], rot, pos, 0, loc, t)
             jac[:] = 0.0
-            _pose_rj_row(chain, rot, pos, 0, link, target, res, jac, work[1])
+            _pose_rj_row(columns, rot, pos, 0, body, off, target, res, jac, work[1])
             for r in range(6):
                 res[r] *= scale[r]
                 for v in range(nv):
@@ -105,7 +107,7 @@ def refine_pose(chain, goal, lm, q, cost):
                 for v in range(nv):
                     x = q[k, v] + alphas[j] * dv[v]
                     trial[v] = min(max(x, lower[v]), upper[v])
-                pe, oe = _row_pose_errors(chain, trial, link, target, work)
+                pe, oe = _row_pose_errors(bodies, trial, body, off, target, work)
                 c = _goal_cost(goal, pe, oe)
                 if c != c:              # NaN: numpy's argmin picks the first one
                     best = c
@@ -122,7 +124,7 @@ def refine_pose(chain, goal, lm, q, cost):
 
 
 @njit(cache=True)
-def first_solution(chain, goal, lm, q):
+def first_solution(bodies, columns, links, joints, goal, lm, q):
     """Refine the rows of ``q`` (K, nq) one after another, each alone by ``refine_pose``'s LM
     steps, until one meets the goal's tolerance; return its index (-1: none did).
 
@@ -132,23 +134,24 @@ def first_solution(chain, goal, lm, q):
     of that row (errors NaN when none).
     """
     link, target, _, _, _, pos_tol, ori_tol = goal
-    work = _row_work(chain)
+    body, off = links[0][link], links[1][link]
+    work = _row_work(bodies, columns[6])
     cost = np.empty(1)
     for r in range(q.shape[0]):
         row = q[r:r + 1]
-        pe, oe = _row_pose_errors(chain, row[0], link, target, work)
+        pe, oe = _row_pose_errors(bodies, row[0], body, off, target, work)
         if pe <= pos_tol and oe <= ori_tol:
             return r, pe, oe
         cost[0] = _goal_cost(goal, pe, oe)
-        refine_pose(chain, goal, lm, row, cost)
-        pe, oe = _row_pose_errors(chain, row[0], link, target, work)
+        refine_pose(bodies, columns, links, joints, goal, lm, row, cost)
+        pe, oe = _row_pose_errors(bodies, row[0], body, off, target, work)
         if pe <= pos_tol and oe <= ori_tol:
             return r, pe, oe
     return -1, math.nan, math.nan
 
 
 @njit(cache=True)
-def refine_pose_motion(chain, goal, lm, motion, q, cost, guard):
+def refine_pose_motion(bodies, columns, links, joints, goal, lm, motion, q, cost, guard):
     """``Refinement.move`` with the minimal-motion prior on one pose target, row by row.
 
     The fused form for one plain ``PoseTarget`` without hard constraints: coarse rows take
@@ -159,14 +162,15 @@ def refine_pose_motion(chain, goal, lm, motion, q, cost, guard):
     """
     steps, alphas, damping, max_step = lm
     spring_w, spring_fade, tol_cost, gain, slide_min, precise_fraction, w, ref = motion
-    lower, upper, _, _, cont, _, _, _ = chain[3]
+    lower, upper, _, _, cont, _, _, _ = joints
     link, target, weight, sigma_p, sigma_o, tol_p, tol_o = goal
+    body, off = links[0][link], links[1][link]
     scale = _scale(goal)
     k_count, nq = q.shape
     nv = nq
     n_alpha = alphas.shape[0]
     n_trials = n_alpha + 1
-    work = _row_work(chain)
+    work = _row_work(bodies, nv)
     rot, pos, loc, t = work[0]
     res = np.empty(6)
     res1 = np.empty(6)
@@ -198,13 +202,13 @@ def refine_pose_motion(chain, goal, lm, motion, q, cost, guard):
     gained = np.zeros(k_count)
     for k in range(k_count):
         # Start: distance to the reference and precision of the row.
-        pe, oe = _row_pose_errors(chain, q[k], link, target, work)
+        pe, oe = _row_pose_errors(bodies, q[k], body, off, target, work)
         precise = pe <= precise_fraction * tol_p and oe <= precise_fraction * tol_o
         dist2 = _motion_d2(q[k], ref, cont, w, tmpv)
         for _ in range(steps):
-            _fk_row(chain[0], q[k], rot, pos, 0, loc, t)
+            _fk_row(bodies, q[k], rot, pos, 0, loc, t)
             jac[:] = 0.0
-            _pose_rj_row(chain, rot, pos, 0, link, target, res, jac, work[1])
+            _pose_rj_row(columns, rot, pos, 0, body, off, target, res, jac, work[1])
             for r in range(6):
                 r2[0, r] = res[r] * scale[r]
                 for v in range(nv):
@@ -216,7 +220,7 @@ def refine_pose_motion(chain, goal, lm, motion, q, cost, guard):
             _motion_diff(q[k], ref, cont, diff[0])
             if not precise:
                 dv_c = lm_spring_step(jm, r2, one, one_mu, w, diff)
-                found, mask = blocked_joints(chain, q[k:k + 1], dv_c)
+                found, mask = blocked_joints(joints, q[k:k + 1], dv_c)
                 if found:
                     for r in range(6):
                         for v in range(nv):
@@ -231,7 +235,7 @@ def refine_pose_motion(chain, goal, lm, motion, q, cost, guard):
             dv_t, dv_p = lm_null_step(jm, r2, one, d0, winv2, damping)
             for v in range(nv):
                 dsum[0, v] = dv_t[0, v] + dv_p[0, v]
-            found, mask = blocked_joints(chain, q[k:k + 1], dsum)
+            found, mask = blocked_joints(joints, q[k:k + 1], dsum)
             if found:
                 for r in range(6):
                     for v in range(nv):
@@ -268,9 +272,9 @@ def refine_pose_motion(chain, goal, lm, motion, q, cost, guard):
             for j in range(n_trials):
                 if slide and j < 3:
                     # Gauss-Newton task correction with the step's Jacobian (jm, masked).
-                    _fk_row(chain[0], trials[j], rot, pos, 0, loc, t)
+                    _fk_row(bodies, trials[j], rot, pos, 0, loc, t)
                     jac1[:] = 0.0
-                    _pose_rj_row(chain, rot, pos, 0, link, target, res1, jac1, work[1])
+                    _pose_rj_row(columns, rot, pos, 0, body, off, target, res1, jac1, work[1])
                     for r in range(6):
                         res1[r] *= scale[r]
                     for i in range(6):
@@ -287,7 +291,7 @@ def refine_pose_motion(chain, goal, lm, motion, q, cost, guard):
                             s += jm[0, i, v] * winv2[v] * y[i]
                         x = trials[j, v] + (-s)
                         trials[j, v] = min(max(x, lower[v]), upper[v])
-                pe, oe = _row_pose_errors(chain, trials[j], link, target, work)
+                pe, oe = _row_pose_errors(bodies, trials[j], body, off, target, work)
                 c = weight * ((pe / sigma_p) ** 2 + (oe / sigma_o) ** 2)
                 if not pe <= guard[k] + 1e-12:
                     c = np.inf

@@ -1,8 +1,8 @@
 """Pose residual kernels: a link's pose errors, its pose residual (position error and the
 rotation vector of R_link R_goal^T) and the residual's exact Jacobian.
 
-The link is given by its index in the chain's links record (``Chain.link_index``); the
-frames are ``fk``'s (rot (B, N, 3, 3), pos (B, N, 3)); target: the (4, 4) goal pose in the
+Records: the chain's columns and links (``Chain.records``); the link is given by its index
+in the links (``Chain.link_index``); the frames are ``fk``'s (rot (B, N, 3, 3), pos (B, N, 3)); target: the (4, 4) goal pose in the
 base frame [m].
 """
 
@@ -65,19 +65,20 @@ def _rotvec(rel, out):
 
 
 @njit(cache=True)
-def pose_residual_jacobian(chain, rot, pos, link, target):
+def pose_residual_jacobian(columns, links, rot, pos, link, target):
     """Return (r (N, 6), jac (N, 6, nv)) of a pose target on link ``link``.
 
     r: position error [m] then the rotation vector of R_link target_R^T; jac: its exact
     Jacobian (orientation rows J_l^-1(r) J_w), as ``goals.PoseTarget.residual_jacobian``.
     """
     n = rot.shape[1]
-    nv = chain[1][6]
+    nv = columns[6]
     res = np.empty((n, 6))
     jac = np.zeros((n, 6, nv))
     work = _pose_work(nv)
+    body, off = links[0][link], links[1][link]
     for i in range(n):
-        _pose_rj_row(chain, rot, pos, i, link, target, res[i], jac, work)
+        _pose_rj_row(columns, rot, pos, i, body, off, target, res[i], jac, work)
     return res, jac
 
 
@@ -89,17 +90,17 @@ def _pose_work(nv):
 
 
 @njit(cache=True)
-def _pose_rj_row(chain, rot, pos, i, link, target, res, jac, work):
-    """Write row i of ``pose_residual_jacobian``: res (6,), jac[i] (jac zeroed by the
-    caller); work: ``_pose_work``'s arrays."""
+def _pose_rj_row(columns, rot, pos, i, body, off, target, res, jac, work):
+    """Write row i of ``pose_residual_jacobian`` for the link fixed to ``body`` at ``off``:
+    res (6,), jac[i] (jac zeroed by the caller); work: ``_pose_work``'s arrays."""
     lr, lp, rel, tmp = work
     nv = jac.shape[2]
-    _link_pose(chain[2], rot, pos, link, i, lr, lp)
+    _link_pose(rot, pos, body, off, i, lr, lp)
     for r in range(3):
         res[r] = lp[r] - target[r, 3]
     _relative(lr, target, rel)
     _rotvec(rel, res[3:])
-    _add_columns(chain[1], jac, rot, pos, i, chain[2][0][link], lp)
+    _add_columns(columns, jac, rot, pos, i, body, lp)
     # J_l^-1(r) = I - K / 2 + coeff K^2, K = skew(r), K @ K = r r^T - th2 I.
     x, y, z = res[3], res[4], res[5]
     th2 = x * x + y * y + z * z
@@ -129,23 +130,25 @@ def _pose_rj_row(chain, rot, pos, i, link, target, res, jac, work):
 
 
 @njit(cache=True)
-def pose_errors(chain, rot, pos, link, target):
+def pose_errors(links, rot, pos, link, target):
     """Return (position error [m] (N,), rotation angle [rad] (N,)) of link ``link`` to the
     pose target (4, 4), as ``goals.PoseTarget.errors``."""
     n = rot.shape[1]
     perr = np.empty(n)
     angle = np.empty(n)
     work = _pose_work(0)
+    body, off = links[0][link], links[1][link]
     for i in range(n):
-        perr[i], angle[i] = _pose_errors_row(chain[2], rot, pos, i, link, target, work)
+        perr[i], angle[i] = _pose_errors_row(rot, pos, i, body, off, target, work)
     return perr, angle
 
 
-@njit(cache=True)
-def _pose_errors_row(links, rot, pos, i, link, target, work):
-    """Return (position error, rotation angle) of row i (see ``pose_errors``)."""
+@njit(cache=True, inline='always')
+def _pose_errors_row(rot, pos, i, body, off, target, work):
+    """Return (position error, rotation angle) of row i (see ``pose_errors``) of the link
+    fixed to ``body`` at ``off``."""
     lr, lp, rel, _ = work
-    _link_pose(links, rot, pos, link, i, lr, lp)
+    _link_pose(rot, pos, body, off, i, lr, lp)
     d0 = lp[0] - target[0, 3]
     d1 = lp[1] - target[1, 3]
     d2 = lp[2] - target[2, 3]
@@ -159,19 +162,20 @@ def _pose_errors_row(links, rot, pos, i, link, target, work):
 
 
 @njit(cache=True)
-def _row_work(chain):
+def _row_work(bodies, nv):
     """Return the work arrays of one configuration's FK and pose kernels: (rot (B, 1, 3, 3),
     pos (B, 1, 3), loc (3, 3), t (3,)) and ``_pose_work``'s."""
-    nb = chain[0][0].shape[0]
+    nb = bodies[0].shape[0]
     frame = (np.empty((nb, 1, 3, 3)), np.empty((nb, 1, 3)), np.empty((3, 3)), np.empty(3))
-    return frame, _pose_work(chain[1][6])
+    return frame, _pose_work(nv)
 
 
-@njit(cache=True)
-def _row_pose_errors(chain, qrow, link, target, work):
-    """Return (position error, rotation angle) of one configuration's link to the pose
-    target: its FK into row 0 of the work arrays (``_row_work``), then ``_pose_errors_row``."""
+@njit(cache=True, inline='always')
+def _row_pose_errors(bodies, qrow, body, off, target, work):
+    """Return (position error, rotation angle) of one configuration's link (fixed to
+    ``body`` at ``off``) to the pose target: its FK into row 0 of the work arrays
+    (``_row_work``), then ``_pose_errors_row``."""
     frame, pose = work
     rot, pos, loc, t = frame
-    _fk_row(chain[0], qrow, rot, pos, 0, loc, t)
-    return _pose_errors_row(chain[2], rot, pos, 0, link, target, pose)
+    _fk_row(bodies, qrow, rot, pos, 0, loc, t)
+    return _pose_errors_row(rot, pos, 0, body, off, target, pose)

@@ -50,10 +50,10 @@ def cache_is_warm():
     return True
 
 
-def ensure_ready(chain):
-    """Run ``compile_kernels(chain)`` once per process (the SMC solver's constructor calls
+def ensure_ready(records):
+    """Run ``compile_kernels(records)`` once per process (the SMC solver's constructor calls
     it, so that a library user's first timed solve does not compile). The kernels' types do
-    not depend on the chain, so one call serves every chain. chain: ``Chain.records``.
+    not depend on the chain, so one call serves every chain. records: ``Chain.records``.
     A failure is logged on the ``smcik_ros.kernels`` logger: the kernels then compile at
     their first use."""
     global _READY
@@ -61,46 +61,44 @@ def ensure_ready(chain):
         return
     _READY = True
     try:
-        compile_kernels(chain)
+        compile_kernels(records)
     except Exception as exc:    # the warm-up is an optimisation: the kernels compile lazily
         _LOG.warning('kernel warm-up failed (%s: %s); kernels compile on first use',
                      type(exc).__name__, exc)
 
 
-def compile_kernels(chain):
-    """Call every kernel once for the chain record ``chain`` (``Chain.records``) and small
-    inputs of its callers' types; return the seconds spent."""
+def compile_kernels(records):
+    """Call every kernel once for a chain's records (``Chain.records``: bodies, columns,
+    links, joints) and small inputs of its callers' types; return the seconds spent."""
     global _READY
     _READY = True
     start = time.perf_counter()
-    _frames_kernels(chain)
-    _refinement_kernels(chain)
-    _joint_kernels(chain)
-    _collision_kernels(chain)
+    bodies, columns, links, joints = records
+    q = np.atleast_2d(0.5 * (joints[0] + joints[1]))       # mid-range (lower + upper) / 2
+    _frames_kernels(bodies, columns, links, q)
+    _refinement_kernels(records, q)
+    _joint_kernels(joints, columns[6], q)
+    _collision_kernels(bodies, columns, q)
     return time.perf_counter() - start
 
 
-def _frames_kernels(chain):
-    lower, upper = chain[3][0], chain[3][1]
-    q = np.atleast_2d(0.5 * (lower + upper))
-    rot, pos = fk(chain, q)
-    link_pose(chain, q, 0, np.empty((1, 4, 4)))
-    jacobian_at(chain, rot, pos, rot.shape[0] - 1, np.zeros((1, 3)))
+def _frames_kernels(bodies, columns, links, q):
+    rot, pos = fk(bodies, q)
+    link_pose(bodies, links, q, 0, np.empty((1, 4, 4)))
+    jacobian_at(columns, rot, pos, rot.shape[0] - 1, np.zeros((1, 3)))
     body_points_world(rot, pos, np.array([-1, rot.shape[0] - 1], dtype=np.int64),
                       np.zeros((2, 3)), np.empty((3, 2)))
     target = _read_only(np.eye(4))
-    pose_residual_jacobian(chain, rot, pos, 0, target)
-    pose_errors(chain, rot, pos, 0, target)
+    pose_residual_jacobian(columns, links, rot, pos, 0, target)
+    pose_errors(links, rot, pos, 0, target)
 
 
-def _refinement_kernels(chain):
-    nv = chain[1][6]
-    lower, upper = chain[3][0], chain[3][1]
+def _refinement_kernels(records, q):
+    nv = records[1][6]
     jac, r, one = np.zeros((1, 6, nv)), np.zeros((1, 6)), np.ones(1)
     lm_step(jac, r, one)
     lm_null_step(jac, r, one, np.zeros((1, nv)), np.ones(nv), 1e-6)
     lm_spring_step(jac, r, one, one, np.ones(nv), np.zeros((1, nv)))
-    q = np.atleast_2d(0.5 * (lower + upper))
     goal = POSE_GOAL.pack(link=0, pose=np.eye(4), weight=1.0, sigma_position=1.0,
                           sigma_orientation=1.0, position_tolerance=0.0,
                           orientation_tolerance=0.0)
@@ -109,35 +107,31 @@ def _refinement_kernels(chain):
                          slide_min=0.1, precise_fraction=0.5, weights=np.ones(nv),
                          reference=q[0])
     if q.shape[1] == nv:        # the fused refinement is for chains without ball joints
-        refine_pose(chain, goal, steps, q.copy(), np.ones(1))
-        refine_pose_motion(chain, goal, steps, motion, q.copy(), np.ones(1), np.ones(1))
-        first_solution(chain, goal, steps, q.copy())
+        refine_pose(*records, goal, steps, q.copy(), np.ones(1))
+        refine_pose_motion(*records, goal, steps, motion, q.copy(), np.ones(1), np.ones(1))
+        first_solution(*records, goal, steps, q.copy())
 
 
-def _joint_kernels(chain):
-    nv = chain[1][6]
-    lower, upper, scalar_q = chain[3][0], chain[3][1], chain[3][2]
-    q = np.atleast_2d(0.5 * (lower + upper))
-    blocked_joints(chain, q, np.zeros((1, nv)))
-    bad = np.ones((1, len(scalar_q)), dtype=np.bool_)
-    random_walk(chain, q, np.zeros(bad.size), np.ones(1), np.ones(len(scalar_q)), q.copy(), bad,
+def _joint_kernels(joints, nv, q):
+    blocked_joints(joints, q, np.zeros((1, nv)))
+    scalar = len(joints[2])
+    bad = np.ones((1, scalar), dtype=np.bool_)
+    random_walk(joints, q, np.zeros(bad.size), np.ones(1), np.ones(scalar), q.copy(), bad,
                 False)
-    motion_distances(chain, q, q[0], np.ones(nv))
+    motion_distances(joints, q, q[0], np.ones(nv))
     unit = np.eye(1, 4)
     quat_rotvecs(quat_products(unit, unit))
     quat_relative_rotvecs(unit, unit)
     quat_exp_products(unit, np.zeros((1, 3)))
     quat_slerps(unit, unit, np.full(1, 0.5))
-    clip_ball_rows(chain, np.zeros((0, 4)))        # no rows: a chain may have no ball joint
+    clip_ball_rows(joints, np.zeros((0, 4)))        # no rows: a chain may have no ball joint
     quat_pair_rotvecs(np.eye(1, 8), np.zeros(1, dtype=np.int64), np.full(1, 4))
 
 
-def _collision_kernels(chain):
+def _collision_kernels(bodies, columns, q):
     """Compile the collision kernels for the records the collision engine builds (one robot
     sphere and link, one self pair with a table, one sphere obstacle)."""
-    lower, upper = chain[3][0], chain[3][1]
-    q = np.atleast_2d(0.5 * (lower + upper))
-    rot, pos = fk(chain, q)
+    rot, pos = fk(bodies, q)
     i1, i2, i4 = np.zeros(1, np.int64), np.zeros((1, 2), np.int64), np.zeros((1, 4), np.int64)
     f1, f2, f3 = np.zeros(1), np.zeros((1, 2)), np.zeros((1, 3))
     robot = ROBOT.pack(row_body=[-1, -1], row_local=np.zeros((2, 3)), radii=np.ones(1),
@@ -154,9 +148,9 @@ def _collision_kernels(chain):
     collision_query(robot, pairs, obstacles, rot, pos, np.zeros((1, 1)), 0.01, 0.0, 0,
                     leaf_buffers(1))
     two = np.zeros((2, 3))
-    distance_gradients(chain, rot, pos, (np.zeros(2, np.int64), np.array([0, -1], np.int64),
-                                         two.copy(), np.array([-1, -2], np.int64), two.copy(),
-                                         two.copy()))
+    distance_gradients(columns, rot, pos, (np.zeros(2, np.int64), np.array([0, -1], np.int64),
+                                           two.copy(), np.array([-1, -2], np.int64), two.copy(),
+                                           two.copy()))
 
 
 def _read_only(arr):

@@ -329,7 +329,8 @@ def _masses(model, masses):
 
 
 def _records(model):
-    """Return the chain's records for the kernels (``kernels.records.CHAIN``)."""
+    """Return the chain's records for the kernels: a namedtuple of the bodies, columns,
+    links and joints records (``kernels.records.CHAIN``)."""
     B = model['num_bodies']
     origins = model['body_origin']
     terms = np.array([np.stack([o[:3, :3] @ skew(a), o[:3, :3] @ skew(a) @ skew(a)])
@@ -339,7 +340,7 @@ def _records(model):
     for b in range(B):
         moves[b + 1, model['columns_of_body'][b]] = True
     scalar_q = model['scalar_q']
-    return CHAIN.pack(
+    return CHAIN.view(CHAIN.pack(
         bodies=BODIES.pack(
             parent=np.array(model['body_parent'], dtype=np.int64).reshape(-1),
             kind=np.array(model['body_kind'], dtype=np.int64).reshape(-1),
@@ -359,7 +360,7 @@ def _records(model):
             lower=model['lower'], upper=model['upper'], scalar_q=scalar_q,
             scalar_v=model['scalar_v'], continuous=model['continuous'][scalar_q],
             ball_q=model['ball_q_index'], ball_v=model['ball_v_index'],
-            ball_limit=model['ball_limits']))
+            ball_limit=model['ball_limits'])))
 
 
 # ---------------------------------------------------------------------- helpers

@@ -133,7 +133,7 @@ class Frames:
         """Return the (N, 6, nv) Jacobian of base-frame points (N, 3) moving with ``body``."""
         # C-contiguous arguments (subsets may be views): one compiled specialisation, none
         # compiled inside a real-time tick.
-        return _jacobian_kernel(self.chain.records, np.ascontiguousarray(self.rot),
+        return _jacobian_kernel(self.chain.records.columns, np.ascontiguousarray(self.rot),
                                 np.ascontiguousarray(self.pos), int(body),
                                 np.ascontiguousarray(point, float))
 
@@ -189,7 +189,8 @@ class Chain:
     body_joint, body_q, body_mimic, body_origin, body_offset, body_axis, descendants,
     prismatic_bodies, ball_bodies), Jacobian columns (column_body, column_axis,
     column_is_rotation, column_scatter, columns_of_body), total_mass, length_scale, and
-    ``records``: the same packed for the compiled kernels (``kernels.records.CHAIN``).
+    ``records``: the same packed for the compiled kernels, a namedtuple of the bodies,
+    columns, links and joints records (``kernels.records.CHAIN``).
     """
 
     def __init__(self, joints, base_link, tip_links, robot_name='robot', link_inertials=None):
@@ -381,7 +382,7 @@ class Chain:
         np.clip(q2, self.lower, self.upper, out=q2)
         if self.has_ball_joints:
             quat = q2[:, self.ball_q_index]
-            q2[:, self.ball_q_index] = clip_ball_rows(self.records,
+            q2[:, self.ball_q_index] = clip_ball_rows(self.records.joints,
                                                       as_rows(quat, 4)).reshape(quat.shape)
         return q2[0] if single else q2
 
@@ -415,7 +416,7 @@ class Chain:
         """Return the ``Frames`` (cached forward kinematics) of (nq,) or (N, nq) configurations."""
         q, q2 = self._rows(q)
         # C-contiguous and writable (one compiled specialisation for every caller).
-        rot, pos = _fk_kernel(self.records, as_rows(q2, self.nq))
+        rot, pos = _fk_kernel(self.records.bodies, as_rows(q2, self.nq))
         return Frames(self, q2, rot, pos, q.ndim == 1)
 
     def fk(self, q, link=None):
@@ -426,7 +427,9 @@ class Chain:
         """
         q, q2 = self._rows(q)
         out = np.empty((q2.shape[0], 4, 4))
-        _link_pose_kernel(self.records, as_rows(q2, self.nq), self.link_index(link), out)
+        records = self.records
+        _link_pose_kernel(records.bodies, records.links, as_rows(q2, self.nq),
+                          self.link_index(link), out)
         return out[0] if q.ndim == 1 else out
 
     def _rows(self, q):

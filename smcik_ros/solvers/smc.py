@@ -231,15 +231,15 @@ class FilterModel:
             # The same draws in the same order, without numpy's per-round index arrays.
             bad = np.ones((len(prev), len(sq)), dtype=bool)
             walk = (scale, self.scalar_noise, out, bad)
-            left = kernels.random_walk(chain.records, prev, rng.standard_normal(bad.size),
-                                       *walk, False)
+            left = kernels.random_walk(chain.records.joints, prev,
+                                       rng.standard_normal(bad.size), *walk, False)
             for _ in range(self.max_redraws):
                 if not left:
                     break
-                left = kernels.random_walk(chain.records, prev, rng.standard_normal(left),
-                                           *walk, False)
+                left = kernels.random_walk(chain.records.joints, prev,
+                                           rng.standard_normal(left), *walk, False)
             if left:        # fallback after max_redraws: those joints stay where they were
-                kernels.random_walk(chain.records, prev, _EMPTY, *walk, True)
+                kernels.random_walk(chain.records.joints, prev, _EMPTY, *walk, True)
         elif len(sq):
             base = prev[:, sq]
             sigma = self.scalar_noise * scale[:, None]
@@ -859,7 +859,7 @@ class SmcSolver(Solver):
         if s.seed_rows > 1:
             rows[1:] = chain.random_configuration(self.rng, s.seed_rows - 1)
         index, pos, ori = kernels.first_solution(
-            chain.records, term.goal_record(chain, tolerance),
+            *chain.records, term.goal_record(chain, tolerance),
             (int(s.seed_steps), refinement.alphas, refinement.damping, refinement.max_step),
             rows)
         if index < 0:

@@ -88,7 +88,7 @@ class MinimalMotion:
         # The compiled distance and jump: one pass per row, without the difference array
         # (a plain arm's numpy form is still a handful of calls, 5-14 us for 100 rows).
         # (The layout only: the weights are read at each call.)
-        self._k_motion = None if not _kernels.ENABLED else chain.records
+        self._k_motion = None if not _kernels.ENABLED else chain.records.joints
         self.reference = None
         self.turn_reference = None
         self.weighted = True        # the prior is a factor of the weights
@@ -548,7 +548,7 @@ class Refinement:
         q = np.array(frames.q, dtype=float)
         cost = np.array(cost, dtype=float)
         improved = _kernels.refine_pose(
-            chain.records, term.goal_record(chain, problem.tolerance),
+            *chain.records, term.goal_record(chain, problem.tolerance),
             (self.steps, self.alphas, self.damping, self.max_step), q, cost)
         if improved.any():
             idx = np.flatnonzero(improved)
@@ -563,7 +563,7 @@ class Refinement:
         cost = np.array(cost, dtype=float)
         guard = np.full(len(q), np.inf) if guard is None else np.array(guard, dtype=float)
         improved, gained = _kernels.refine_pose_motion(
-            chain.records, term.goal_record(chain, problem.tolerance),
+            *chain.records, term.goal_record(chain, problem.tolerance),
             (self.steps, self.alphas, self.damping, self.max_step),
             (float(self.SPRING * motion.spring), float(self.SPRING_FADE),
              float(problem.tolerance_cost), float(motion.gain), float(self.SLIDE_CORRECTION),
@@ -684,7 +684,7 @@ def _blocked_joints(chain, q, dv):
     if not len(sq):
         return None
     if _kernels.ENABLED:
-        found, mask = _kernels.blocked_joints(chain.records, np.ascontiguousarray(q),
+        found, mask = _kernels.blocked_joints(chain.records.joints, np.ascontiguousarray(q),
                                               np.ascontiguousarray(dv))
         return mask if found else None
     span = chain.upper[sq] - chain.lower[sq]
