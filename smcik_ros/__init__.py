@@ -1,7 +1,7 @@
 """smcik_ros: online inverse kinematics with a Sequential Monte Carlo filter.
 
-The core (``kinematics``, ``goals``, ``solvers``) is pure numpy and imports no ROS
-module; the rclpy layer (``node``, ``sim_arm``, ``markers``, ``ros_conversions``) sits
+The core (``model``, ``kernels``, ``goals``, ``collision``, ``solvers``: numpy and numba)
+imports no ROS module; the rclpy layer (``node``, ``sim_arm``, ``markers``, ``ros_conversions``) sits
 on top of it.
 """
 
