@@ -664,13 +664,13 @@ def test_collision_query_kernel_finds_the_brute_force_leaves():
     from smcik_ros.collision import engine
     chain, constraint = _collision_scene()
     rng = np.random.default_rng(7)
-    q = chain.clip(np.concatenate([chain.random_configuration(rng, 8),
-                                   chain.neutral_configuration() + rng.normal(0.0, 0.3, (8, 7))]))
+    q = chain.clip(np.concatenate([chain.random_configuration(rng, 16),
+                                   chain.neutral_configuration() + rng.normal(0.0, 0.3, (16, 7))]))
     frames = chain.frames(q)
     robot, geometry = constraint._robot, constraint._obstacles()
     world = robot.world(frames)
     seen = set()
-    for threshold in (0.0, 0.05):
+    for threshold in (0.0, 0.01, 0.05):
         want = _brute_force_leaves(constraint, frames, threshold + _FCL_INSIDE)
         for tables in (constraint._tables, None):
             for capacity in (None, 1):
