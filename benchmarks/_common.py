@@ -158,7 +158,7 @@ def thirdparty_panda(directory):
     """Return (urdf, srdf, package_dir, chain) of MoveIt's Panda under ``directory`` (by hand
     only: panda_description and panda_moveit_config there, never in the repository);
     package_dir holds ``moveit_resources_panda_description`` for its package:// meshes."""
-    from smcik_ros.kinematics import Chain
+    from smcik_ros.model import Chain
     urdf = os.path.join(directory, 'panda_description', 'urdf', 'panda.urdf')
     srdf = os.path.join(directory, 'panda_moveit_config', 'config', 'panda.srdf')
     package_dir = tempfile.mkdtemp(prefix='smcik-bench-pkgs-')

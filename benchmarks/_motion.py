@@ -23,7 +23,7 @@ import numpy as np
 from scipy.optimize import least_squares, minimize
 from scipy.spatial.transform import Rotation
 
-from smcik_ros.kinematics import Chain
+from smcik_ros.model import Chain
 
 import _common as C
 

@@ -31,7 +31,7 @@ import _common as C  # noqa: I100  (first: pins BLAS to one thread)
 import numpy as np
 
 from smcik_ros.goals import CenterOfMassLine, ChainSmoothness, PositionTarget
-from smcik_ros.kinematics import Chain
+from smcik_ros.model import Chain
 from smcik_ros.solvers import make_solver
 
 TARGET = np.array([0.8, 0.5, 2.0])

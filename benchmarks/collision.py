@@ -30,7 +30,7 @@ from smcik_ros.collision import (CollisionConstraint, CollisionModel, Obstacle, 
                                  Scene, conventional_srdf_path, pose_matrix,
                                  self_collision_pairs)
 from smcik_ros.goals import PositionTarget  # noqa: E402
-from smcik_ros.kinematics import Chain  # noqa: E402
+from smcik_ros.model import Chain  # noqa: E402
 from smcik_ros.solvers import make_solver  # noqa: E402
 
 ARMS = {'arm7': (_common.ARM7, 'base_link', 'tool0', {'joint4': -1.57, 'joint6': 1.57}),

@@ -89,7 +89,7 @@ def draw_goals(chain, count, rng, box_center, box_size, contacts, clearance, min
 
 
 def run(args):
-    from smcik_ros.kinematics import Chain
+    from smcik_ros.model import Chain
 
     if args.thirdparty:
         urdf, srdf, package_dir, chain = C.thirdparty_panda(args.thirdparty)

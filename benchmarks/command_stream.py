@@ -28,8 +28,8 @@ from dh_round_trip import arms as dh_arms
 from smcik_ros.control import (ArmMonitor, ArmSettings, CommandShaper, ControlLoop,
                                FrameResolver, GoalInbox, HardConstraintValidator,
                                limits_for_chain)
-from smcik_ros.goals import KeepOutSphere
-from smcik_ros.kinematics import Chain
+from smcik_ros.collision import KeepOutSphere
+from smcik_ros.model import Chain
 from smcik_ros.solvers import make_solver
 
 DT = 0.01

@@ -35,7 +35,7 @@ from smcik_ros.control.limits import limits_for_chain  # noqa: E402
 from smcik_ros.control.detour import Detour, DetourSettings  # noqa: E402
 from smcik_ros.control.guard import HardConstraintValidator  # noqa: E402
 from smcik_ros.control.tick import ControlLoop  # noqa: E402
-from smcik_ros.kinematics import Chain  # noqa: E402
+from smcik_ros.model import Chain  # noqa: E402
 from smcik_ros.solvers import make_solver  # noqa: E402
 
 RATE = 100.0

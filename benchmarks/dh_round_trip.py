@@ -24,7 +24,7 @@ import argparse
 import _common as C  # noqa: I100  (first: pins BLAS to one thread)
 import numpy as np
 
-from smcik_ros.kinematics import Chain
+from smcik_ros.model import Chain
 from smcik_ros.solvers import make_solver
 
 PI = np.pi

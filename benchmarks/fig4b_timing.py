@@ -30,7 +30,7 @@ import _common as C  # noqa: I100  (first: pins BLAS to one thread)
 import numpy as np
 
 from smcik_ros.goals import PositionTarget
-from smcik_ros.kinematics import Chain
+from smcik_ros.model import Chain
 from smcik_ros.rotations import quat_from_rotvec
 from smcik_ros.solvers import make_solver
 

@@ -17,7 +17,7 @@ import numpy as np
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 
-from smcik_ros.kinematics import Chain
+from smcik_ros.model import Chain
 from smcik_ros.ros.conversions import make_joint_state, nanoseconds_to_stamp
 from smcik_ros.ros.interface import COMMAND_QOS, JOINT_STATES_QOS
 from smcik_ros.ros.runner import run_node

@@ -114,7 +114,7 @@ def main(argv=None):
     from sensor_msgs.msg import JointState
     from std_msgs.msg import String
 
-    from smcik_ros.kinematics import Chain
+    from smcik_ros.model import Chain
     from smcik_ros.ros.conversions import matrix_to_pose
 
     from visualization_msgs.msg import Marker, MarkerArray

@@ -30,7 +30,7 @@ import _common as C  # noqa: I100  (first: pins BLAS to one thread)
 import numpy as np
 
 from smcik_ros.errors import ParameterError
-from smcik_ros.kinematics import Chain
+from smcik_ros.model import Chain
 from smcik_ros.solvers import make_solver
 
 ARMS = {'arm7': C.ARM7, 'arm6': C.ARM6}

@@ -56,7 +56,7 @@ import _common as C  # noqa: I100  (first: pins BLAS to one thread)
 import numpy as np
 
 from smcik_ros.goals import CenterOfMassLine, ChainSmoothness, PoseTarget, PositionTarget
-from smcik_ros.kinematics import Chain
+from smcik_ros.model import Chain
 from smcik_ros.solvers import make_solver
 
 
@@ -344,9 +344,9 @@ def plot(rows):
 
 def measure(args):
     """Return this process's rows (the numpy or the kernel path, from SMCIK_NO_JIT)."""
-    from smcik_ros import kernels
-    kernels.warm_up(C_arm7(), print)
-    kernels.warm_up(chain90()[0], print)
+    from smcik_ros.warmup import warm_up
+    warm_up(C_arm7(), print)
+    warm_up(chain90()[0], print)
     rows, _ = bench_arm_step(args.steps)
     rows += bench_chain90(max(100, args.steps // 4))
     rows += bench_fk(args.repeats)

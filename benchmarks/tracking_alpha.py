@@ -12,7 +12,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common  # noqa: F401,E402  (pins BLAS to one thread)
 import numpy as np  # noqa: E402
 from tracking import PATHS, make_path  # noqa: E402
-from smcik_ros.kinematics import Chain  # noqa: E402
+from smcik_ros.model import Chain  # noqa: E402
 from smcik_ros.solvers import make_solver  # noqa: E402
 from smcik_ros.goals import PoseTarget, task_errors  # noqa: E402
 

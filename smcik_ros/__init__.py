@@ -1,7 +1,8 @@
 """smcik_ros: online inverse kinematics with a Sequential Monte Carlo filter.
 
-The core (``kinematics``, ``goals``, ``solvers``) is pure numpy and imports no ROS
-module; the rclpy layer (``node``, ``sim_arm`` and the ``ros`` package) sits on top of it.
+The core (``model``, ``kernels``, ``goals``, ``collision``, ``solvers``, ``control``: numpy and
+numba) imports no ROS module; the rclpy layer (``node``, ``sim_arm`` and the ``ros`` package)
+sits on top of it.
 """
 
 from .errors import GoalError, ModelError, ParameterError, SmcIkError

@@ -239,7 +239,7 @@ def main(argv=None):
     import rclpy
     from rclpy.node import Node
 
-    from .kinematics import Chain
+    from .model import Chain
 
     chain = Chain.from_urdf(str(DEFAULT_URDF), 'base_link', 'tool0')
     out_dir = Path(args.out)

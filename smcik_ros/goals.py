@@ -15,7 +15,8 @@ Each term is a small object with one job:
   covariance given in another frame).
 
 Targets (pose, position, orientation) are what "solved" is judged on; constraints
-(keep-out spheres, centre of mass, smoothness, posture, plane contact, coupling) shape the
+(centre of mass, smoothness, posture, plane contact, coupling; keep-out spheres and
+obstacles live in ``collision``, built on its constraint) shape the
 solution. ``hard = True`` constraints are enforced by the SMC filter by accept/reject
 (see ``solvers.smc``) and reported as violated by ``violated(frames)``.
 
@@ -26,21 +27,20 @@ import math
 
 import numpy as np
 
-from . import kernels as _kernels
 from .errors import GoalError
+from .kernels.jit import as_rows
+from .kernels.quat import quat_pair_rotvecs
+from .kernels.records import POSE_GOAL
+from .kernels.residuals import pose_errors, pose_residual_jacobian
 from .rotations import (left_jacobian_inverse, matrix_to_rotvec, quat_conjugate,
                         quat_multiply, quat_to_rotvec)
 
 __all__ = [
     'Target', 'PoseTarget', 'PositionTarget', 'OrientationTarget', 'Constraint',
-    'KeepOutSphere', 'CenterOfMassLine', 'ChainSmoothness', 'PosturePreference',
+    'CenterOfMassLine', 'ChainSmoothness', 'PosturePreference',
     'PlaneContact', 'JointCoupling', 'as_goal', 'check_terms', 'task_errors',
     'covariance_to_base', 'symmetric_positive_definite',
 ]
-
-# rotations.quat_to_rotvec's floor of w (the kernel path of ChainSmoothness's residual).
-_ROTVEC_EPS = 1e-12
-
 
 def _finite_array(value, shape, what):
     arr = np.array(value, dtype=float)
@@ -230,6 +230,7 @@ class PoseTarget(Target):
         if max(abs(v - w) for v, w in zip(pose[3].tolist(), (0.0, 0.0, 0.0, 1.0))) > 1e-9:
             raise GoalError(f'pose target bottom row must be [0, 0, 0, 1]; got {pose[3].tolist()}')
         self.pose = pose
+        self._pose_rows = pose.copy()       # the kernels' records take writable arrays
         self.link = link
         self.sigma = np.array([_positive(sigma_position, 'sigma_position')] * 3
                               + [_positive(sigma_orientation, 'sigma_orientation')] * 3)
@@ -253,21 +254,21 @@ class PoseTarget(Target):
         The orientation rows are J_l^-1(r) J_w: exact, not only near the target.
         """
         chain = frames.chain
-        if _kernels.ENABLED:
-            body, off = chain.link_anchor(self.link)
-            if body >= 0:
-                # C-contiguous frames (subsets may be views): one compiled specialisation.
-                return _kernels.pose_residual_jacobian(
-                    np.ascontiguousarray(frames.rot), np.ascontiguousarray(frames.pos), body,
-                    off, self.pose, *chain.kernel_columns(body), chain.nv)
-        rot, pos = frames.link_transform(self.link)
-        out = np.empty((len(frames), 6))
-        out[:, :3] = pos - self.pose[:3, 3]
-        out[:, 3:] = matrix_to_rotvec(rot @ self.pose[:3, :3].T)
-        body, _ = frames.chain.link_anchor(self.link)
-        jac = frames.jacobian_at(body, pos)
-        jac[:, 3:] = left_jacobian_inverse(out[:, 3:]) @ jac[:, 3:]
-        return out, jac
+        # C-contiguous frames (subsets may be views): one compiled specialisation.
+        return pose_residual_jacobian(chain.records.columns, chain.records.links,
+                                      np.ascontiguousarray(frames.rot),
+                                      np.ascontiguousarray(frames.pos),
+                                      chain.link_index(self.link), self.pose)
+
+    def goal_record(self, chain, tolerance=(0.0, 0.0)):
+        """Return this target as the refinement kernels' pose goal (``records.POSE_GOAL``) on
+        ``chain``; tolerance: (position [m], orientation [rad]) of a solution. The sigmas
+        only: a full covariance is not the kernels' case."""
+        return POSE_GOAL.pack(link=chain.link_index(self.link), pose=self._pose_rows,
+                              weight=self.weight, sigma_position=self.sigma[0],
+                              sigma_orientation=self.sigma[3],
+                              position_tolerance=tolerance[0],
+                              orientation_tolerance=tolerance[1])
 
     def cost(self, frames):
         if self._whitener is not None:
@@ -283,15 +284,10 @@ class PoseTarget(Target):
         return self.weight * ((pos / self.sigma[0]) ** 2 + (ori / self.sigma[3]) ** 2), pos, ori
 
     def errors(self, frames):
-        if _kernels.ENABLED:
-            body, off = frames.chain.link_anchor(self.link)
-            if body >= 0:
-                return _kernels.pose_errors(np.ascontiguousarray(frames.rot),
-                                            np.ascontiguousarray(frames.pos), body, off,
-                                            self.pose)
-        rot, pos = frames.link_transform(self.link)
-        diff = pos - self.pose[:3, 3]
-        return np.sqrt(np.einsum('ni,ni->n', diff, diff)), _rotation_angle(rot, self.pose[:3, :3])
+        chain = frames.chain
+        return pose_errors(chain.records.links, np.ascontiguousarray(frames.rot),
+                           np.ascontiguousarray(frames.pos), chain.link_index(self.link),
+                           self.pose)
 
 
 class PositionTarget(Target):
@@ -454,14 +450,8 @@ class ChainSmoothness(Constraint):
             self.bind(frames.chain)
         q = frames.q
         parts = []
-        if self._ball_pairs and _kernels.ENABLED:
-            rows = _kernels.as_rows(q, q.shape[-1])
-            parts.append(_kernels.quat_pair_rotvecs(rows, *self._ball_first, _ROTVEC_EPS))
-        elif self._ball_pairs:
-            qa = q[:, self._ball_q[0]]
-            qb = q[:, self._ball_q[1]]
-            rel = quat_multiply(quat_conjugate(qa), qb)
-            parts.append(quat_to_rotvec(rel).reshape(len(q), -1))
+        if self._ball_pairs:
+            parts.append(quat_pair_rotvecs(as_rows(q, q.shape[-1]), *self._ball_first))
         if self._scalar_pairs:
             ia = np.array([p[0][0] for p in self._scalar_pairs])
             ib = np.array([p[1][0] for p in self._scalar_pairs])
@@ -696,12 +686,3 @@ def task_errors(targets, frames):
             ori = np.maximum(ori, o)
     return pos, ori
 
-
-def __getattr__(name):
-    """Resolve ``KeepOutSphere`` lazily from ``smcik_ros.collision``: keep-out spheres are
-    sphere obstacles of the collision constraint (one mechanism), and that module imports
-    this one for the Constraint base class."""
-    if name == 'KeepOutSphere':
-        from .collision import KeepOutSphere
-        return KeepOutSphere
-    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

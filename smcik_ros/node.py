@@ -37,8 +37,8 @@ from .control.detour import Detour, DetourSettings
 from .control.side_work import SideWork
 from .control.step_worker import SWITCH_INTERVAL
 from .control.tick_timing import TickTiming
-from .kernels import warm_up
-from .kinematics import Chain
+from .warmup import warm_up
+from .model import Chain
 from .ros.conversions import LoopTime
 from .ros.description import SrdfSources, load_robot_description, resolve_path, urdf_file_of
 from .ros.health import Health, Timings

@@ -2,12 +2,16 @@
 
 All functions take a leading batch shape ``(...)`` and never loop over it.
 Quaternions use the scalar-first (w, x, y, z) order; the ROS layer
-converts from geometry_msgs' (x, y, z, w).
+converts from geometry_msgs' (x, y, z, w). The quaternion products, logs, exponential
+steps and slerps run in the compiled row kernels (``kernels.quat``): these functions
+broadcast their arguments and reshape them to rows.
 """
 
 import numpy as np
 
-from . import kernels as _kernels
+from .kernels.jit import as_rows
+from .kernels.quat import (quat_exp_products, quat_products, quat_relative_rotvecs as _relative,
+                           quat_rotvecs, quat_slerps)
 
 __all__ = [
     'skew', 'quat_to_matrix', 'quat_multiply', 'quat_conjugate', 'quat_from_rotvec',
@@ -15,8 +19,6 @@ __all__ = [
     'matrix_to_rotvec', 'matrix_to_quat', 'rotvec_to_matrix', 'left_jacobian_inverse',
 ]
 
-_EPS = 1e-12
-_rows = _kernels.as_rows     # (..., k) arrays as the rows the kernels take
 
 
 def skew(v):
@@ -52,19 +54,9 @@ def quat_to_matrix(q):
 
 
 def quat_multiply(a, b):
-    """Return the Hamilton products a * b of (..., 4) quaternions."""
-    a = np.asarray(a, dtype=float)
-    b = np.asarray(b, dtype=float)
-    if _kernels.ENABLED and a.shape == b.shape and a.ndim >= 1:
-        return _kernels.quat_products(_rows(a, 4), _rows(b, 4)).reshape(a.shape)
-    aw, ax, ay, az = np.moveaxis(a, -1, 0)
-    bw, bx, by, bz = np.moveaxis(b, -1, 0)
-    return np.stack([
-        aw * bw - ax * bx - ay * by - az * bz,
-        aw * bx + ax * bw + ay * bz - az * by,
-        aw * by - ax * bz + ay * bw + az * bx,
-        aw * bz + ax * by - ay * bx + az * bw,
-    ], axis=-1)
+    """Return the Hamilton products a * b of (..., 4) quaternions (broadcast)."""
+    a, b = _broadcast(a, b)
+    return quat_products(as_rows(a, 4), as_rows(b, 4)).reshape(a.shape)
 
 
 def quat_conjugate(q):
@@ -88,42 +80,32 @@ def quat_from_rotvec(v):
 
 def quat_times_exp(q, v):
     """Return the unit quaternions q * exp(v / 2) of (..., 4) unit quaternions q and (..., 3)
-    rotation vectors v [rad] of the same batch shape, in the hemisphere w >= 0 (a step of
+    rotation vectors v [rad] (batch shapes broadcast), in the hemisphere w >= 0 (a step of
     v in q's frame: QuTem sampling, ``smc_policies.sample_qutem``)."""
     q = np.asarray(q, dtype=float)
     v = np.asarray(v, dtype=float)
-    if _kernels.ENABLED and q.ndim >= 1 and q.shape[:-1] == v.shape[:-1]:
-        return _kernels.quat_exp_products(_rows(q, 4), _rows(v, 3)).reshape(q.shape)
-    out = quat_multiply(q, quat_from_rotvec(v))
-    return np.where(out[..., :1] < 0.0, -out, out)
+    if q.shape[:-1] != v.shape[:-1]:
+        batch = np.broadcast_shapes(q.shape[:-1], v.shape[:-1])
+        q, v = np.broadcast_to(q, batch + (4,)), np.broadcast_to(v, batch + (3,))
+    return quat_exp_products(as_rows(q, 4), as_rows(v, 3)).reshape(q.shape)
 
 
 def quat_to_rotvec(q):
     """Return the (..., 3) rotation vectors 2 log(q) of unit quaternions, angle in [0, pi]."""
     q = np.asarray(q, dtype=float)
-    if _kernels.ENABLED and q.ndim >= 1:
-        return _kernels.quat_rotvecs(_rows(q, 4), _EPS).reshape(q.shape[:-1] + (3,))
-    # Take the hemisphere with w >= 0 so the angle is the shortest one.
-    q = np.where(q[..., :1] < 0.0, -q, q)
-    vec = q[..., 1:]
-    s = np.linalg.norm(vec, axis=-1)
-    angle = 2.0 * np.arctan2(s, q[..., 0])
-    small = s < 1e-9
-    scale = np.where(small, 2.0 / np.maximum(q[..., 0], _EPS), angle / np.where(small, 1.0, s))
-    return vec * scale[..., None]
+    return quat_rotvecs(as_rows(q, 4)).reshape(q.shape[:-1] + (3,))
 
 
 def quat_relative_rotvecs(q, ref):
-    """Return the (N, R, 3) rotation vectors 2 log(conj(q) ref) [rad] of (N, R, 4) unit
-    quaternions q and (R, 4) ``ref``: the rotations from q to ref in q's frame, angle in
-    [0, pi] (what ``quat_to_rotvec(quat_multiply(quat_conjugate(q), ref))`` gives, in one
-    kernel call)."""
+    """Return the (..., 3) rotation vectors 2 log(conj(q) ref) [rad] of (..., 4) unit
+    quaternions q and ``ref`` (broadcast; e.g. (N, R, 4) and (R, 4)): the rotations from q to
+    ref in q's frame, angle in [0, pi] (what ``quat_to_rotvec(quat_multiply(
+    quat_conjugate(q), ref))`` gives, in one kernel call)."""
     q = np.asarray(q, dtype=float)
     ref = np.asarray(ref, dtype=float)
-    if _kernels.ENABLED and q.ndim == 3 and ref.shape == q.shape[1:]:
-        return _kernels.quat_relative_rotvecs(_rows(q, 4), _rows(ref, 4),
-                                              _EPS).reshape(q.shape[:-1] + (3,))
-    return quat_to_rotvec(quat_multiply(quat_conjugate(q), ref))
+    if ref.ndim == 0 or ref.ndim > q.ndim or ref.shape != q.shape[q.ndim - ref.ndim:]:
+        q, ref = _broadcast(q, ref)     # else ref's R rows repeat in q's rows (N, R, 4)
+    return _relative(as_rows(q, 4), as_rows(ref, 4)).reshape(q.shape[:-1] + (3,))
 
 
 def quat_angle(a, b):
@@ -133,23 +115,26 @@ def quat_angle(a, b):
 
 
 def quat_slerp(a, b, t):
-    """Return slerp(a, b, t) of (..., 4) unit quaternions along the shorter arc."""
+    """Return slerp(a, b, t) of (..., 4) unit quaternions along the shorter arc; t: a
+    fraction, or fractions of the batch shape (broadcast)."""
+    a, b = _broadcast(a, b)
+    t = np.asarray(t, dtype=float)
+    if t.ndim:
+        batch = np.broadcast_shapes(a.shape[:-1], t.shape)
+        a, b = np.broadcast_to(a, batch + (4,)), np.broadcast_to(b, batch + (4,))
+        t = np.broadcast_to(t, batch)
+    return quat_slerps(as_rows(a, 4), as_rows(b, 4),
+                       np.array(t, dtype=float).reshape(-1)).reshape(a.shape)
+
+
+def _broadcast(a, b):
+    """Return float arrays a and b broadcast to one shape."""
     a = np.asarray(a, dtype=float)
     b = np.asarray(b, dtype=float)
-    if _kernels.ENABLED and np.ndim(t) == 0 and a.shape == b.shape and a.ndim >= 1:
-        return _kernels.quat_slerps(_rows(a, 4), _rows(b, 4), float(t)).reshape(a.shape)
-    t = np.asarray(t, dtype=float)[..., None]
-    dot = np.sum(a * b, axis=-1, keepdims=True)
-    b = np.where(dot < 0.0, -b, b)
-    dot = np.abs(dot)
-    theta = np.arccos(np.clip(dot, -1.0, 1.0))
-    sin_theta = np.sin(theta)
-    near = sin_theta < 1e-6
-    safe = np.where(near, 1.0, sin_theta)
-    wa = np.where(near, 1.0 - t, np.sin((1.0 - t) * theta) / safe)
-    wb = np.where(near, t, np.sin(t * theta) / safe)
-    out = wa * a + wb * b
-    return out / np.linalg.norm(out, axis=-1, keepdims=True)
+    if a.shape == b.shape:
+        return a, b
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    return np.broadcast_to(a, shape), np.broadcast_to(b, shape)
 
 
 def rotvec_to_matrix(v):

@@ -18,7 +18,7 @@ from sensor_msgs.msg import JointState
 from .collision import conventional_srdf_path, parse_srdf
 from .control.arm_state import initial_configuration
 from .errors import GoalError
-from .kinematics import Chain
+from .model import Chain
 from .ros.conversions import command_to_positions, make_joint_state
 from .ros.description import load_robot_description, resolve_path
 from .ros.interface import COMMAND_QOS, COMMAND_TYPES

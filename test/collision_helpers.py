@@ -22,7 +22,7 @@ import trimesh
 import yourdfpy
 
 from smcik_ros.collision import CollisionModel
-from smcik_ros.kinematics import Chain
+from smcik_ros.model import Chain
 
 _CACHE_DIR = tempfile.mkdtemp(prefix='smcik-test-covers-')
 atexit.register(shutil.rmtree, _CACHE_DIR, ignore_errors=True)

@@ -11,7 +11,7 @@ os.environ.setdefault('OPENBLAS_NUM_THREADS', '1')
 
 import pytest  # noqa: E402
 
-from smcik_ros.kinematics import Chain  # noqa: E402
+from smcik_ros.model import Chain  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARM7_URDF = os.path.join(ROOT, 'urdf', 'smcik_arm.urdf')
@@ -50,5 +50,5 @@ def compiled_kernels():
     """Compile the numba kernels (or load them from the cache) once, before any test: node
     processes started by the DDS tests then load them from the on-disk cache instead of
     compiling during their first ticks (a clean clone has a cold cache)."""
-    from smcik_ros import kernels
-    kernels.warm_up(Chain.from_urdf(ARM7_URDF))
+    from smcik_ros.warmup import warm_up
+    warm_up(Chain.from_urdf(ARM7_URDF))

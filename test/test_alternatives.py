@@ -22,7 +22,7 @@ from smcik_ros.control.frames import FrameResolver
 from smcik_ros.control.goal_inbox import GoalInbox
 from smcik_ros.errors import GoalError, ParameterError
 from smcik_ros.goals import PoseTarget, PositionTarget
-from smcik_ros.kinematics import Chain
+from smcik_ros.model import Chain
 from smcik_ros.rotations import quat_to_matrix, rotvec_to_matrix
 from smcik_ros.solvers import make_solver
 

@@ -33,7 +33,7 @@ from visualization_msgs.msg import Marker  # noqa: E402
 from goal_helpers import free_configuration_near  # noqa: E402
 from ros_helpers import (REPO_ROOT, Probe, dds_fixtures, read_log,  # noqa: E402
                          start_node_process, stop_process, wait_for, wait_for_log)
-from smcik_ros.kinematics import Chain  # noqa: E402
+from smcik_ros.model import Chain  # noqa: E402
 from smcik_ros.ros.conversions import matrix_to_pose  # noqa: E402
 
 pytestmark = pytest.mark.ros

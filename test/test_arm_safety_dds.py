@@ -26,7 +26,7 @@ from arm_urdfs import ur5_like_urdf  # noqa: E402
 from ros_helpers import (REPO_ROOT, ArmPlayer, dds_fixtures, get_parameters,  # noqa: E402
                          read_log, start_node_process, stop_process, stream_ratios, wait_for,
                          wait_for_log)
-from smcik_ros.kinematics import Chain  # noqa: E402
+from smcik_ros.model import Chain  # noqa: E402
 from smcik_ros.ros.conversions import matrix_to_pose  # noqa: E402
 
 pytestmark = pytest.mark.ros

@@ -30,7 +30,7 @@ from collision_helpers import FclArm, substeps, write_two_link_urdf  # noqa: E40
 from conftest import assert_in_fresh_interpreter  # noqa: E402
 from ros_helpers import (REPO_ROOT, ArmPlayer, dds_fixtures, read_log,  # noqa: E402
                          start_node_process, stop_process, stream_ratios, wait_for, wait_for_log)
-from smcik_ros.kinematics import Chain  # noqa: E402
+from smcik_ros.model import Chain  # noqa: E402
 
 pytestmark = pytest.mark.ros
 

@@ -22,7 +22,7 @@ SRDF = conventional_srdf_path(ARM7_URDF)
 
 @pytest.fixture(scope='module')
 def guard_and_chain():
-    from smcik_ros.kinematics import Chain
+    from smcik_ros.model import Chain
     chain = Chain.from_urdf(ARM7_URDF)
     guard, notes = CollisionGuard.from_urdf(chain, ARM7_URDF, urdf_path=ARM7_URDF, srdf=SRDF,
                                             cache_dir=cover_cache_dir())
@@ -81,7 +81,7 @@ def test_a_broken_explicit_srdf_is_an_error_a_conventional_one_a_warning(guard_a
 
 
 def test_no_geometry_gives_a_skeleton_and_refuses_self_collision():
-    from smcik_ros.kinematics import Chain
+    from smcik_ros.model import Chain
     urdf = ur5_like_urdf()
     chain = Chain.from_urdf(urdf, 'base_link', 'tool0')
     guard, notes = CollisionGuard.from_urdf(chain, urdf, cache_dir=cover_cache_dir())

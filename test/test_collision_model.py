@@ -12,7 +12,7 @@ import trimesh
 from smcik_ros.collision import (CollisionConstraint, CollisionModel, KeepOutSphere,
                                  conventional_srdf_path, resolve_mesh_uri)
 from smcik_ros.errors import ModelError
-from smcik_ros.kinematics import Chain
+from smcik_ros.model import Chain
 
 from collision_helpers import (FclRobot, cover_cache_dir, inside_cover, surface_points,
                                write_two_link_urdf)

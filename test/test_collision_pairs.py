@@ -8,7 +8,7 @@ import pytest
 from smcik_ros.collision import (CollisionModel, conventional_srdf_path, parse_srdf,
                                  self_collision_pairs)
 from smcik_ros.errors import ModelError
-from smcik_ros.kinematics import Chain
+from smcik_ros.model import Chain
 
 from collision_helpers import cover_cache_dir, demo_model
 from conftest import ARM6_URDF, ARM7_URDF

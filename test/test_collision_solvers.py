@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize, nnls as scipy_nnls
 
-from smcik_ros import kernels
 from smcik_ros.collision import (CollisionConstraint, Obstacle, Scene, conventional_srdf_path,
                                  pose_matrix, self_collision_pairs)
 from smcik_ros.goals import PositionTarget
@@ -290,14 +289,6 @@ def test_every_cached_query_of_an_smc_run_equals_a_fresh_query(setup, monkeypatc
     seen = {'calls': 0, 'wrong': 0, 'reused': 0, 'updated': 0}
     query, update = CollisionConstraint._query, CollisionConstraint._update_rows
 
-    def distances_agree(d, fresh_d):
-        # The compiled query is a scalar loop: bit for bit. Without numba the same query
-        # runs through numpy, whose vectorised sums round by the batch they run in (4e-17 m
-        # measured between a row taken from another evaluation and a fresh one).
-        if kernels.ENABLED:
-            return np.array_equal(d, fresh_d)
-        return np.allclose(d, fresh_d, rtol=0.0, atol=1e-12)
-
     def leaf_table(leaves):
         table = np.stack([leaves.n, leaves.pair, leaves.a, leaves.b], axis=1)
         order = np.lexsort(table.T[::-1])
@@ -311,7 +302,7 @@ def test_every_cached_query_of_an_smc_run_equals_a_fresh_query(setup, monkeypatc
         (table, d), (fresh_table, fresh_d) = (
             leaf_table(leaves), leaf_table(self._run(frames, threshold, per_pair=True)[1]))
         if table.shape != fresh_table.shape or not (
-                np.array_equal(table, fresh_table) and distances_agree(d, fresh_d)):
+                np.array_equal(table, fresh_table) and np.array_equal(d, fresh_d)):
             seen['wrong'] += 1
         return leaves, world
 
@@ -343,7 +334,6 @@ def test_every_cached_query_of_an_smc_run_equals_a_fresh_query(setup, monkeypatc
     assert seen['updated'] > 0 and seen['reused'] > 0, seen
 
 
-@pytest.mark.skipif(not kernels.ENABLED, reason='the compiled refinement needs numba')
 @pytest.mark.parametrize('motion', [False, True])
 def test_refinement_where_the_constraint_is_inactive_is_the_compiled_pose_step(setup, motion):
     """``Refinement.move`` with a pose target and the collision constraint (the node's

@@ -17,7 +17,7 @@ from smcik_ros.control.limits import (
     read_joint_limits_yaml, to_solver_range, wrap_to_pi)
 from smcik_ros.control.shaping import LANDING, LIMITERS, CommandShaper, allowed_speed, brake_speed
 from smcik_ros.errors import ParameterError
-from smcik_ros.kinematics import Chain, JointSpec
+from smcik_ros.model import Chain, JointSpec
 
 RATE_DT = 0.01      # [s] nominal tick
 TIGHT = 1e-9        # relative slack for floating point in the limit checks

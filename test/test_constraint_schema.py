@@ -8,8 +8,9 @@ import yaml
 
 from smcik_ros import constraint_schema as cs
 from smcik_ros.errors import GoalError
-from smcik_ros.goals import JointCoupling, KeepOutSphere, PlaneContact, PosturePreference
-from smcik_ros.kinematics import Chain
+from smcik_ros.collision import KeepOutSphere
+from smcik_ros.goals import JointCoupling, PlaneContact, PosturePreference
+from smcik_ros.model import Chain
 
 URDF = Path(__file__).resolve().parents[1] / 'urdf' / 'smcik_arm.urdf'
 JOINTS = [f'joint{i}' for i in range(1, 8)]

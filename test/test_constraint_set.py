@@ -8,7 +8,7 @@ from smcik_ros.control.constraints import ConstraintSet
 from smcik_ros.control.frames import FrameResolver
 from smcik_ros.errors import GoalError
 from smcik_ros.goals import PosturePreference
-from smcik_ros.kinematics import Chain
+from smcik_ros.model import Chain
 
 from arm_urdfs import ur5_like_urdf
 from collision_helpers import demo_model

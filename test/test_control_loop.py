@@ -15,8 +15,9 @@ from smcik_ros.control.guard import HardConstraintValidator
 from smcik_ros.control.limits import limits_for_chain
 from smcik_ros.control.reporter import Reporter
 from smcik_ros.control.tick import ControlLoop, LoopSettings
-from smcik_ros.goals import Constraint, KeepOutSphere
-from smcik_ros.kinematics import Chain
+from smcik_ros.collision import KeepOutSphere
+from smcik_ros.goals import Constraint
+from smcik_ros.model import Chain
 from smcik_ros.solvers import make_solver
 from smcik_ros.solvers.base import StateKey
 from smcik_ros.solvers.smc import SmcSolver

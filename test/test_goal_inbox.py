@@ -12,7 +12,7 @@ from smcik_ros.control.frames import FrameResolver
 from smcik_ros.control.goal_inbox import GoalInbox
 from smcik_ros.errors import GoalError, ParameterError
 from smcik_ros.goals import PoseTarget, PositionTarget
-from smcik_ros.kinematics import Chain
+from smcik_ros.model import Chain
 
 
 @pytest.fixture(scope='module')

@@ -5,10 +5,11 @@ import numpy as np
 import pytest
 
 from smcik_ros.errors import GoalError
-from smcik_ros.goals import (CenterOfMassLine, ChainSmoothness, JointCoupling, KeepOutSphere,
+from smcik_ros.collision import KeepOutSphere
+from smcik_ros.goals import (CenterOfMassLine, ChainSmoothness, JointCoupling,
                              OrientationTarget, PlaneContact, PoseTarget, PositionTarget,
                              PosturePreference, as_goal, task_errors)
-from smcik_ros.kinematics import Chain
+from smcik_ros.model import Chain
 
 
 

@@ -1,659 +1,585 @@
-"""The compiled kernels (smcik_ros.kernels) against the numpy reference and finite differences.
+"""The compiled kernels (smcik_ros.kernels) against independent references: yourdfpy's forward
+kinematics, finite differences, closed forms (scipy's rotations, dense linear algebra, the
+documented draw order) and python-fcl.
 
-With numba the kernels are compiled; with SMCIK_NO_JIT=1 (or numba missing) the same
-functions run as plain Python: both ways they must give the numpy implementation's numbers.
+The kernels are the only implementation; ``NUMBA_DISABLE_JIT=1`` runs the same functions as
+plain Python (``test_the_kernels_run_uncompiled_under_numba_disable_jit``).
 """
 
+import json
 import os
+import subprocess
+import sys
 
+import fcl
 import numpy as np
 import pytest
+import yourdfpy
+from scipy.spatial.transform import Rotation, Slerp
 
 from smcik_ros import kernels
 from smcik_ros.errors import ModelError
-from smcik_ros.goals import PoseTarget
-from smcik_ros.kinematics import Chain
-from smcik_ros.rotations import quat_from_rotvec
-from smcik_ros.solvers import make_solver, smc_policies
+from smcik_ros.goals import PoseTarget, PositionTarget
+from smcik_ros.model import Chain, JointSpec
+from smcik_ros.solvers import available_solvers, make_solver
+from smcik_ros.solvers.smc_policies import Refinement
 
 HERE = os.path.dirname(__file__)
 ROOT = os.path.dirname(HERE)
-CASES = [
-    (os.path.join(ROOT, 'urdf', 'smcik_arm.urdf'), 'tool0'),
-    (os.path.join(ROOT, 'urdf', 'smcik_arm6.urdf'), 'tool0'),
-    (os.path.join(HERE, 'urdf', 'mimic_prismatic.urdf'), 'tool0'),
-]
+ARM7 = os.path.join(ROOT, 'urdf', 'smcik_arm.urdf')
+URDFS = [(ARM7, 'tool0'), (os.path.join(ROOT, 'urdf', 'smcik_arm6.urdf'), 'tool0'),
+         (os.path.join(HERE, 'urdf', 'mimic_prismatic.urdf'), 'tool0'),
+         (os.path.join(HERE, 'urdf', 'two_tips.urdf'), ['left_tool', 'right_tool'])]
+
+
+def _urdf_chains():
+    return [Chain.from_urdf(path, 'base_link', tip) for path, tip in URDFS]
 
 
 def _chains():
-    out = [Chain.from_urdf(path, 'base_link', tip) for path, tip in CASES]
-    out.append(Chain.ball_chain(4, max_angle=2.0))
+    mixed = Chain.from_joints([
+        JointSpec('b0', 'base', 'l0', 'ball', upper=1.0, origin=_translation(0.0, 0.0, 0.1)),
+        JointSpec('r1', 'l0', 'l1', 'revolute', axis=(0.0, 1.0, 0.0), lower=-1.0, upper=1.0,
+                  origin=_translation(0.0, 0.1, 0.3)),
+        JointSpec('p2', 'l1', 'l2', 'prismatic', axis=(1.0, 0.0, 0.0), lower=-0.2, upper=0.3,
+                  origin=_translation(0.2, 0.0, 0.0)),
+        JointSpec('b3', 'l2', 'l3', 'ball', upper=2.5, origin=_translation(0.0, 0.0, 0.2)),
+        JointSpec('t', 'l3', 'tip', 'fixed', origin=_translation(0.05, 0.0, 0.1))],
+        'base', 'tip')
+    return _urdf_chains() + [Chain.ball_chain(4, max_angle=2.0), mixed]
+
+
+def _translation(x, y, z):
+    out = np.eye(4)
+    out[:3, 3] = (x, y, z)
     return out
 
 
-@pytest.fixture
-def numpy_path(monkeypatch):
-    """Run the library's numpy implementation (the reference) inside the fixture's scope."""
-    def run(func, *args):
-        with monkeypatch.context() as m:
-            m.setattr(kernels, 'ENABLED', False)
-            return func(*args)
-    return run
+def _unit(rng, shape):
+    q = rng.normal(size=shape + (4,))
+    return q / np.linalg.norm(q, axis=-1, keepdims=True)
 
 
-@pytest.mark.parametrize('chain', _chains(), ids=lambda c: c.robot_name)
-def test_fk_and_jacobian_kernels_match_numpy(chain, numpy_path):
-    rng = np.random.default_rng(3)
-    q = chain.random_configuration(rng, 9)
-    ref = numpy_path(chain.frames, q)
-    rot, pos = kernels.fk(q, *chain.kernel_bodies())
-    np.testing.assert_allclose(rot, ref.rot, atol=1e-13)
-    np.testing.assert_allclose(pos, ref.pos, atol=1e-13)
-    for body in range(chain.num_bodies):
-        point = rng.normal(size=(9, 3))
-        jac = kernels.jacobian_at(rot, pos, point, *chain.kernel_columns(body), chain.nv)
-        np.testing.assert_allclose(jac, numpy_path(ref.jacobian_at, body, point), atol=1e-13)
-    # The library path (compiled when numba is on) agrees too.
-    frames = chain.frames(q)
-    np.testing.assert_allclose(frames.rot, ref.rot, atol=1e-13)
-    np.testing.assert_allclose(frames.jacobian(), numpy_path(ref.jacobian), atol=1e-13)
-    # Joint values beyond the fast sine's range (libm for that body) and NaN (NaN out).
-    if chain.has_ball_joints:
-        return
+def _scipy(q):
+    """scipy Rotation of (..., 4) quaternions (w, x, y, z)."""
+    return Rotation.from_quat(np.asarray(q).reshape(-1, 4)[:, [1, 2, 3, 0]])
+
+
+def _quat(rot):
+    """(N, 4) quaternions (w, x, y, z), w >= 0, of a scipy Rotation."""
+    q = rot.as_quat()[:, [3, 0, 1, 2]]
+    return np.where(q[:, :1] < 0.0, -q, q)
+
+
+def _hemisphere(q):
+    return np.where(q[..., :1] < 0.0, -q, q)
+
+
+# ---------------------------------------------------------------------------- forward kinematics
+@pytest.mark.parametrize('path,tip', URDFS, ids=lambda v: os.path.basename(str(v)))
+def test_fk_and_link_pose_kernels_match_yourdfpy(path, tip):
+    """Every body frame (``kernels.fk``) and every link pose (``kernels.link_pose``, behind
+    ``Chain.fk``) equals yourdfpy's FK, for 12 configurations in one call and one alone,
+    also for joint values beyond the fast sine's range (3e5 rad: libm's then); a NaN joint
+    value gives NaN in its row only."""
+    chain = Chain.from_urdf(path, 'base_link', tip)
+    rec = chain.records
+    ref = yourdfpy.URDF.load(path, build_scene_graph=True, load_meshes=False)
+    rng = np.random.default_rng(1)
+    q = chain.random_configuration(rng, 12)
     far = q.copy()
-    far[0, 0] = 3.0e5
-    far[1, -1] = np.nan
-    ref = numpy_path(chain.frames, far)
-    rot, pos = kernels.fk(far, *chain.kernel_bodies())
-    np.testing.assert_allclose(rot, ref.rot, atol=1e-9)
-    np.testing.assert_allclose(pos, ref.pos, atol=1e-9)
-    assert np.isnan(rot[:, 1]).any() and np.isfinite(rot[:, [0] + list(range(2, 9))]).all()
+    far[:, chain.joint_types.index('revolute')] += 3e5
+    for batch in (q, far):
+        rot, pos = kernels.fk(chain.records.bodies, batch)
+        for i, row in enumerate(batch):
+            ref.update_cfg(dict(zip(chain.joint_names, row)))
+            for k, link in enumerate(chain.link_names):
+                want = ref.get_transform(link, 'base_link')
+                body, offset = chain.link_anchor(link)
+                if chain.is_body_frame(link):
+                    np.testing.assert_allclose(rot[body, i], want[:3, :3], atol=1e-9)
+                    np.testing.assert_allclose(pos[body, i], want[:3, 3], atol=1e-9)
+                out = np.empty((1, 4, 4))
+                kernels.link_pose(rec.bodies, rec.links, batch[i:i + 1], k, out)
+                np.testing.assert_allclose(out[0], want, atol=1e-9)
+        for k, link in enumerate(chain.link_names):
+            out = np.empty((len(batch), 4, 4))
+            kernels.link_pose(rec.bodies, rec.links, batch, k, out)
+            np.testing.assert_allclose(chain.fk(batch, link), out, atol=0.0)
+    bad = q[:3].copy()
+    bad[1, 0] = np.nan
+    rot, _ = kernels.fk(chain.records.bodies, bad)
+    assert np.isnan(rot[:, 1]).any() and np.isfinite(rot[:, [0, 2]]).all()
+    poses = chain.fk(bad)
+    assert np.isnan(poses[1]).any() and np.isfinite(poses[[0, 2]]).all()
+    with pytest.raises(ModelError, match=f'{chain.nq} entries'):
+        chain.fk(np.zeros(chain.nq + 1))
+
+
+def _ball_chain_reference(chain, q):
+    """Return (N, L, 4, 4) link poses of ``chain`` composed from its JointSpecs with scipy
+    (joint origin, then the joint's motion), independently of the chain's model."""
+    out = np.empty((len(q), len(chain.link_names), 4, 4))
+    joints = {j.child: j for j in chain.tree_joints}
+    for n, row in enumerate(q):
+        pose = {chain.base_link: np.eye(4)}
+        for link in chain.link_names[1:]:
+            j = joints[link]
+            motion = np.eye(4)
+            if j.type == 'ball':
+                qi = chain.joint_index(j.name)
+                motion[:3, :3] = _scipy(row[qi:qi + 4]).as_matrix()[0]
+            elif j.type == 'revolute':
+                value = row[chain.joint_index(j.name)]
+                motion[:3, :3] = Rotation.from_rotvec(np.asarray(j.axis) * value).as_matrix()
+            elif j.type == 'prismatic':
+                motion[:3, 3] = np.asarray(j.axis) * row[chain.joint_index(j.name)]
+            pose[link] = pose[j.parent] @ np.asarray(j.origin) @ motion
+        out[n] = [pose[link] for link in chain.link_names]
+    return out
+
+
+def test_fk_kernels_on_ball_joints_match_composed_rotations():
+    """Ball, revolute and prismatic joints mixed (and a ball chain): every link pose, from
+    the body frames and from the link-pose kernel, equals the composition of the joint specs'
+    origins and motions with scipy's rotations; a quaternion of any length is its
+    normalised rotation's only after clipping (the kernels read unit quaternions)."""
+    rng = np.random.default_rng(2)
+    for chain in _chains()[-2:]:
+        q = chain.random_configuration(rng, 9)
+        want = _ball_chain_reference(chain, q)
+        np.testing.assert_allclose(chain.link_poses(q), want, atol=1e-12)
+        for k, link in enumerate(chain.link_names):
+            np.testing.assert_allclose(chain.fk(q, link), want[:, k], atol=1e-12)
 
 
 def test_sincos_is_within_an_ulp_of_libm_and_covers_every_quadrant():
+    from smcik_ros.kernels.fk import _sincos
     rng = np.random.default_rng(0)
     x = np.concatenate([rng.uniform(-7.0, 7.0, 4000), rng.uniform(-1e5, 1e5, 4000),
                         np.arange(-8, 9) * np.pi / 4, [0.0, -0.0, 1e-300]])
-    out = np.array([kernels._sincos(v) for v in x])
+    out = np.array([_sincos(v) for v in x])
     assert np.max(np.abs(out[:, 0] - np.sin(x))) <= 2.3e-16
     assert np.max(np.abs(out[:, 1] - np.cos(x))) <= 2.3e-16
 
 
 @pytest.mark.parametrize('chain', _chains(), ids=lambda c: c.robot_name)
-def test_fk_of_every_link_matches_the_frames(chain, numpy_path):
-    """Chain.fk (the link-path kernel, or frames for a ball joint on the path) equals the
-    numpy frames' link pose for every link, one configuration or many, also for joint values
-    beyond the fast sine's range and NaN (NaN in, NaN out)."""
+def test_jacobian_kernel_matches_finite_differences(chain):
+    """``kernels.jacobian_at`` of a point fixed to each body (and the base: zeros) equals the
+    central differences of that point's position and of its body's rotation along each
+    tangent direction (ball joints: steps in the joint's frame, ``Chain.integrate``)."""
+    rng = np.random.default_rng(3)
+    q = chain.clip(chain.random_configuration(rng, 3) * 0.8)
+    rot, pos = kernels.fk(chain.records.bodies, q)
+    h = 1e-6
+    for body in range(-1, chain.num_bodies):
+        local = rng.normal(size=3) * 0.2
+        if body < 0:
+            point = np.tile(local, (len(q), 1))
+        else:
+            point = pos[body] + rot[body] @ local
+        jac = kernels.jacobian_at(chain.records.columns, rot, pos, body, point)
+        if body < 0:
+            np.testing.assert_array_equal(jac, 0.0)
+            continue
+        for v in range(chain.nv):
+            step = np.zeros(chain.nv)
+            step[v] = h
+            rp, pp = kernels.fk(chain.records.bodies, chain.integrate(q, step))
+            rm, pm = kernels.fk(chain.records.bodies, chain.integrate(q, -step))
+            lin = ((pp[body] + rp[body] @ local) - (pm[body] + rm[body] @ local)) / (2.0 * h)
+            ang = (Rotation.from_matrix(rp[body] @ np.swapaxes(rm[body], 1, 2)).as_rotvec()
+                   / (2.0 * h))
+            np.testing.assert_allclose(jac[:, :3, v], lin, atol=1e-6)
+            np.testing.assert_allclose(jac[:, 3:, v], ang, atol=1e-6)
+
+
+def test_body_points_kernel_is_the_rigid_motion_of_each_point():
+    chain = _urdf_chains()[0]
     rng = np.random.default_rng(4)
-    q = chain.random_configuration(rng, 50)
-    far = q.copy()
-    far[:, chain.scalar_q] += 3e5
-    for link in chain.link_names:
-        for batch in (q, far):
-            ref = numpy_path(chain.frames, batch).link_pose(link)
-            np.testing.assert_allclose(chain.fk(batch, link), ref, atol=1e-12)
-            np.testing.assert_allclose(chain.fk(batch[7], link), ref[7], atol=1e-12)
-    bad = q[:2].copy()
-    bad[0, 0] = np.nan
-    poses = chain.fk(bad)
-    assert np.isnan(poses[0, :3]).any() and np.all(np.isfinite(poses[1]))
-    with pytest.raises(ModelError, match=f'{chain.nq} entries'):
-        chain.fk(np.zeros(chain.nq + 1))
+    rot, pos = kernels.fk(chain.records.bodies, chain.random_configuration(rng, 5))
+    body = np.array([-1, 0, 3, chain.num_bodies - 1, 2], dtype=np.int64)
+    local = rng.normal(size=(5, 3))
+    out = np.empty((3, 5 * 5))
+    kernels.body_points_world(rot, pos, body, local, out)
+    for n in range(5):
+        for r in range(5):
+            want = local[r] if body[r] < 0 else rot[body[r], n] @ local[r] + pos[body[r], n]
+            np.testing.assert_allclose(out[:, n * 5 + r], want, atol=1e-15)
+
+
+# ---------------------------------------------------------------------------- pose residuals
+def _residual(chain, q, link, goal):
+    """(N, 6) pose residual from FK with scipy's log map (the reference)."""
+    poses = chain.link_poses(q)[:, chain.link_index(link)]
+    rel = poses[:, :3, :3] @ goal[:3, :3].T
+    return np.concatenate([poses[:, :3, 3] - goal[:3, 3], Rotation.from_matrix(rel).as_rotvec()],
+                          axis=1)
 
 
 @pytest.mark.parametrize('chain', _chains(), ids=lambda c: c.robot_name)
-def test_pose_kernels_match_numpy_including_near_pi(chain, numpy_path):
-    rng = np.random.default_rng(4)
-    q = chain.random_configuration(rng, 12)
-    frames = numpy_path(chain.frames, q)
-    goal = frames.link_pose()[0].copy()
-    # A goal turned by nearly pi from row 0 exercises the near-pi branch of the log map.
-    flip = np.eye(4)
-    a = np.pi - 0.05         # near pi, not at it (where the sign of the axis is arbitrary)
-    flip[:3, :3] = np.array([[1.0, 0.0, 0.0], [0.0, np.cos(a), -np.sin(a)],
-                             [0.0, np.sin(a), np.cos(a)]])
-    for target_pose in (goal, goal @ flip):
-        target = PoseTarget(target_pose)
-        r_ref, j_ref = numpy_path(target.residual_jacobian, frames)
-        e_ref = numpy_path(target.errors, frames)
-        body, off = chain.link_anchor(None)
-        r, j = kernels.pose_residual_jacobian(frames.rot, frames.pos, body, off, target.pose,
-                                              *chain.kernel_columns(body), chain.nv)
-        np.testing.assert_allclose(r, r_ref, atol=1e-10)
-        np.testing.assert_allclose(j, j_ref, atol=1e-9)
-        pe, oe = kernels.pose_errors(frames.rot, frames.pos, body, off, target.pose)
-        np.testing.assert_allclose(pe, e_ref[0], atol=1e-13)
-        np.testing.assert_allclose(oe, e_ref[1], atol=1e-12)
-
-
-def test_pose_residual_jacobian_matches_finite_differences():
-    chain = Chain.from_urdf(CASES[0][0], 'base_link', 'tool0')
+def test_pose_kernels_match_scipy_and_finite_differences(chain):
+    """The pose residual (position error, rotation vector of R_link R_goal^T) equals scipy's
+    log map, near pi too; its Jacobian the residual's central differences; the pose errors
+    the residual's norms; for the tip and for a link fixed to the base (zero Jacobian)."""
     rng = np.random.default_rng(5)
-    q = chain.random_configuration(rng)
-    goal = chain.fk(chain.random_configuration(rng))
-    target = PoseTarget(goal)
-    body, off = chain.link_anchor(None)
-
-    def residual(x):
-        f = chain.frames(x[None])
-        return kernels.pose_residual_jacobian(f.rot, f.pos, body, off, goal,
-                                              *chain.kernel_columns(body), chain.nv)[0][0]
-
-    _, jac = target.residual_jacobian(chain.frames(q[None]))
-    h = 1e-6
-    fd = np.empty((6, chain.nv))
-    for v in range(chain.nv):
-        e = np.zeros(chain.nv)
-        e[v] = h
-        fd[:, v] = (residual(q + e) - residual(q - e)) / (2.0 * h)
-    np.testing.assert_allclose(jac[0], fd, atol=1e-6)
-
-
-def test_lm_step_kernel_matches_the_dense_solve():
-    rng = np.random.default_rng(6)
-    jac = rng.normal(size=(5, 6, 7))
-    r = rng.normal(size=(5, 6))
-    lam = rng.uniform(1e-6, 1.0, size=5)
-    dv = kernels.lm_step(jac, r, lam)
-    for k in range(5):
-        a = jac[k] @ jac[k].T + lam[k] * np.eye(6)
-        np.testing.assert_allclose(dv[k], -jac[k].T @ np.linalg.solve(a, r[k]), atol=1e-10)
-    # The refinement's entry point gives the same step whichever path runs.
-    np.testing.assert_allclose(smc_policies._lm_step(jac, r, lam), dv, atol=1e-10)
-
-
-def test_ball_chain_fk_kernel_with_unnormalised_tangent_moves():
-    chain = Chain.ball_chain(3)
-    q = np.tile(chain.neutral_configuration(), (2, 1))
-    q[1, 4:8] = quat_from_rotvec(np.array([0.0, 0.5 * np.pi, 0.0]))
-    rot, pos = kernels.fk(q, *chain.kernel_bodies())
-    # The second segment turns by 90 degrees about y: the tip leaves the z axis along x.
-    np.testing.assert_allclose(pos[2, 1], (1.0, 0.0, 1.0), atol=1e-12)
-    np.testing.assert_allclose(pos[2, 0], (0.0, 0.0, 2.0), atol=1e-12)
+    q = chain.clip(chain.random_configuration(rng, 6) * 0.8)
+    goal = chain.fk(q[0])
+    flip = np.eye(4)
+    flip[:3, :3] = Rotation.from_rotvec([np.pi - 0.05, 0.0, 0.0]).as_matrix()
+    for link in (None, chain.base_link):
+        for target in (goal, goal @ flip):
+            t = PoseTarget(target, link=link)
+            frames = chain.frames(q)
+            r, jac = kernels.pose_residual_jacobian(
+                chain.records.columns, chain.records.links, frames.rot, frames.pos,
+                chain.link_index(link), t.pose)
+            want = _residual(chain, q, link, target)
+            np.testing.assert_allclose(r, want, atol=1e-10)
+            pe, oe = kernels.pose_errors(chain.records.links, frames.rot, frames.pos,
+                                         chain.link_index(link), t.pose)
+            np.testing.assert_allclose(pe, np.linalg.norm(want[:, :3], axis=1), atol=1e-13)
+            np.testing.assert_allclose(oe, np.linalg.norm(want[:, 3:], axis=1), atol=1e-10)
+            r2, j2 = t.residual_jacobian(frames)
+            np.testing.assert_array_equal(r2, r)
+            np.testing.assert_array_equal(j2, jac)
+            if link is not None:
+                np.testing.assert_array_equal(jac, 0.0)
+                continue
+            h = 1e-6
+            for v in range(chain.nv):
+                step = np.zeros(chain.nv)
+                step[v] = h
+                fd = (_residual(chain, chain.integrate(q, step), link, target)
+                      - _residual(chain, chain.integrate(q, -step), link, target)) / (2.0 * h)
+                np.testing.assert_allclose(jac[:, :, v], fd, atol=2e-6)
 
 
-def test_warm_up_reports_and_the_env_switch_is_honoured():
-    messages = []
-    spent = kernels.warm_up(Chain.ball_chain(2), messages.append)
-    if kernels.ENABLED:
-        assert os.environ.get('SMCIK_NO_JIT', '') in ('', '0')
-        # A cold cache announces the compilation before it and reports after it; a warm one
-        # says nothing.
-        assert messages == [] or (messages[0].startswith('compiling kernels')
-                                  and messages[-1].startswith('kernels ready'))
-    else:
-        assert spent == 0.0 and messages == []
+# ---------------------------------------------------------------------------- LM steps
+def _lm_reference(jac, r, lam):
+    return np.array([-j.T @ np.linalg.solve(j @ j.T + lk * np.eye(len(j)), rk)
+                     for j, rk, lk in zip(jac, r, lam)])
 
 
-@pytest.mark.skipif(not kernels.ENABLED, reason='numba is off: no kernel is compiled or cached')
-def test_warm_up_loads_every_kernel_it_checks_for_a_cold_cache():
-    """warm_up calls every kernel whose cache index decides 'cold' itself, so each one has
-    its index afterwards: otherwise every later start says it is compiling (refine_pose was
-    only reached inside first_solution, where numba does not cache it on its own). A fresh
-    interpreter: a kernel another test called does not count."""
-    import subprocess
-    import sys
-    code = ('from smcik_ros import kernels; from smcik_ros.kinematics import Chain; '
-            f'kernels.warm_up(Chain.from_urdf({CASES[0][0]!r}, "base_link", "tool0")); '
-            'print(",".join(n for n in kernels.WARM_UP_KERNELS '
-            'if not getattr(kernels, n).signatures or not kernels._cache_is_warm('
-            'getattr(kernels, n))))')
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    out = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True,
-                         check=True, timeout=600).stdout.strip()
-    assert out == ''
-    njit_names = [n for n in kernels.__all__ if hasattr(getattr(kernels, n), 'signatures')]
-    assert sorted(njit_names) == sorted(kernels.WARM_UP_KERNELS)
-
-
-def test_fused_refinement_matches_the_numpy_refinement(numpy_path):
-    """Refinement.move in one kernel takes the same steps as its numpy form."""
-    chain = Chain.from_urdf(CASES[0][0], 'base_link', 'tool0')
-    refine = smc_policies.Refinement(chain, make_solver('smc', chain).settings)
-    rng = np.random.default_rng(7)
-    term = PoseTarget(chain.fk(chain.random_configuration(rng)))
-
-    class Problem:
-        hard = []
-        terms = [term]
-
-        def cost(self, frames):
-            return term.cost(frames)
-
-    q = chain.random_configuration(rng, 40)
-    q[:6] = chain.lower          # rows at the limits: the blocked-joint step
-    q[6:9] = chain.upper
-    cost = numpy_path(term.cost, chain.frames(q))
-    fused_q = q.copy()
-    fused_cost = cost.copy()
-    improved = kernels.refine_pose(
-        fused_q, fused_cost, refine.steps, refine.alphas, refine.damping, refine.max_step,
-        chain.lower, chain.upper, np.sqrt(term.weight) / term.sigma, term.weight,
-        term.sigma[0], term.sigma[3], *chain.kernel_bodies(), *chain.link_anchor(None),
-        term.pose, *chain.kernel_columns(chain.link_anchor(None)[0]))
-    frames, ref_cost, ref_improved, _ = numpy_path(refine.move, Problem(),
-                                                   numpy_path(chain.frames, q.copy()), cost, None)
-    assert ref_improved.sum() > 30
-    np.testing.assert_array_equal(improved, ref_improved)
-    np.testing.assert_allclose(fused_q, frames.q, atol=1e-12)
-    np.testing.assert_allclose(fused_cost, ref_cost, rtol=1e-9, atol=1e-15)
-    assert np.all(fused_cost <= cost)
-
-
-def test_read_only_package_caches_under_the_home_directory(tmp_path):
-    """An installed (read-only) package points numba's cache at ~/.cache/smcik_ros/numba.
-
-    The package directory reads as not writable (os.access patched in a fresh interpreter:
-    chmod does not stop root, which runs CI here).
+@pytest.mark.parametrize('k,m,nv', [(5, 6, 7), (2, 6, 3), (4, 92, 90), (2, 32, 32),
+                                    (2, 31, 33), (3, 33, 30)])
+def test_lm_kernels_match_the_dense_solves(k, m, nv):
+    """The LM step, the task and null-space pull steps, and the spring step equal their
+    definitions solved densely (numpy): small systems (the loops) and large ones (BLAS and
+    LAPACK from kernels.LARGE_SYSTEM, m * nv), either side of the switch. The spring step
+    is the minimiser of |r + J dv|^2 + mu |W (dv - diff)|^2 + lam |W dv|^2 (least squares).
     """
-    import subprocess
-    import sys
-    env = {k: v for k, v in os.environ.items()
-           if k not in ('SMCIK_NO_JIT', 'NUMBA_CACHE_DIR', 'XDG_CACHE_HOME')}
-    env['HOME'] = str(tmp_path)
-    package = os.path.join(ROOT, 'smcik_ros')
-    code = ('import os, sys; real = os.access; '
-            f'os.access = lambda p, m: False if str(p).startswith({package!r}) else real(p, m); '
-            'sys.modules.pop("numba", None); import smcik_ros._jit; '
-            'print(os.environ.get("NUMBA_CACHE_DIR"))')
-    out = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True,
-                         check=True).stdout.strip()
-    assert out == str(tmp_path / '.cache' / 'smcik_ros' / 'numba')
-    # A writable package keeps numba's default (the cache beside the modules).
-    code = 'import os, smcik_ros._jit; print(os.environ.get("NUMBA_CACHE_DIR"))'
-    out = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True,
-                         check=True).stdout.strip()
-    assert out == 'None'
+    rng = np.random.default_rng(6 + m)
+    jac = rng.normal(size=(k, m, nv))
+    r = rng.normal(size=(k, m))
+    lam = rng.uniform(1e-3, 1.0, size=k)
+    np.testing.assert_allclose(kernels.lm_step(jac, r, lam), _lm_reference(jac, r, lam),
+                               atol=1e-9)
+    w = rng.uniform(0.5, 2.0, size=nv)
+    d0 = rng.normal(size=(k, nv))
+    task, pull = kernels.lm_null_step(jac, r, lam, d0, 1.0 / w**2, 1e-3)
+    for i in range(k):
+        jw = jac[i] / w**2
+        a = jw @ jac[i].T
+        want_task = -jw.T @ np.linalg.solve(a + lam[i] * np.eye(m), r[i])
+        want_pull = d0[i] - jw.T @ np.linalg.solve(a + 1e-3 * np.eye(m), jac[i] @ d0[i])
+        np.testing.assert_allclose(task[i], want_task, atol=1e-8)
+        np.testing.assert_allclose(pull[i], want_pull, atol=1e-8)
+    mu = rng.uniform(0.0, 2.0, size=k)
+    diff = rng.normal(size=(k, nv))
+    spring = kernels.lm_spring_step(jac, r, lam, mu, w, diff)
+    for i in range(k):
+        stacked = np.vstack([jac[i], np.sqrt(mu[i]) * np.diag(w), np.sqrt(lam[i]) * np.diag(w)])
+        rhs = np.concatenate([-r[i], np.sqrt(mu[i]) * w * diff[i], np.zeros(nv)])
+        np.testing.assert_allclose(spring[i], np.linalg.lstsq(stacked, rhs, rcond=None)[0],
+                                   atol=1e-8)
+    # A matrix LAPACK refuses (a zero Jacobian, no damping): the clamped factorisation.
+    zero = np.zeros((1, m, nv))
+    task, pull = kernels.lm_null_step(zero, np.zeros((1, m)), np.zeros(1), np.ones((1, nv)),
+                                      np.ones(nv), 0.0)
+    assert np.all(np.isfinite(task)) and np.all(np.isfinite(pull))
 
 
-def test_lm_null_step_kernel_matches_numpy(numpy_path):
-    rng = np.random.default_rng(8)
-    jac = rng.normal(size=(6, 6, 7))
-    r = rng.normal(size=(6, 6))
-    lam = rng.uniform(1e-6, 1.0, size=6)
-    d0 = rng.normal(size=(6, 7))
-    winv2 = rng.uniform(0.5, 2.0, size=7)
-    task, pull = kernels.lm_null_step(jac, r, lam, d0, winv2, 1e-6)
-    ref_task, ref_pull = numpy_path(smc_policies._lm_null_step, jac, r, lam, d0, winv2, 1e-6)
-    np.testing.assert_allclose(task, ref_task, atol=1e-9)
-    np.testing.assert_allclose(pull, ref_pull, atol=1e-9)
-    # The pull lies in the task's null space (up to the damping floor).
-    assert np.abs(np.einsum('kmv,kv->km', jac, pull)).max() < 1e-4
+def test_blocked_joints_kernel_flags_the_joints_pushed_out_of_their_limits():
+    """A 1-DOF joint at (within 1e-9 of) its limit with a step pushing outwards is blocked;
+    inward steps, joints inside their range and ball joints never are."""
+    for chain in (_urdf_chains()[2], _chains()[-1]):
+        rng = np.random.default_rng(9)
+        q = chain.random_configuration(rng, 8)
+        sq, sv = chain.scalar_q, chain.scalar_v
+        q[:3, sq] = chain.lower[sq]
+        q[3:5, sq] = chain.upper[sq] - 1e-12
+        dv = rng.normal(size=(8, chain.nv))
+        found, mask = kernels.blocked_joints(chain.records.joints, q, dv)
+        want = np.zeros_like(mask)
+        want[:3, sv] = dv[:3, sv] < 0.0
+        want[3:5, sv] = dv[3:5, sv] > 0.0
+        np.testing.assert_array_equal(mask, want)
+        assert found == bool(want.any()) and found
+        inside = np.tile(chain.neutral_configuration(), (8, 1))
+        assert not kernels.blocked_joints(chain.records.joints, inside, dv)[0]
 
 
-def test_spring_step_and_blocked_joints_kernels_match_numpy(numpy_path):
-    rng = np.random.default_rng(9)
-    jac = rng.normal(size=(5, 6, 7))
-    r = rng.normal(size=(5, 6))
-    lam = rng.uniform(1e-6, 1.0, size=5)
-    mu = rng.uniform(0.0, 2.0, size=5)
-    w = rng.uniform(0.5, 2.0, size=7)
-    diff = rng.normal(size=(5, 7))
-    np.testing.assert_allclose(kernels.lm_spring_step(jac, r, lam, mu, w, diff),
-                               numpy_path(smc_policies._lm_spring_step, jac, r, lam, mu, w,
-                                          diff), atol=1e-9)
-    chain = Chain.from_urdf(CASES[2][0], 'base_link', 'tool0')
-    q = chain.random_configuration(rng, 8)
-    q[:3] = chain.lower
-    q[3:5] = chain.upper
-    dv = rng.normal(size=(8, chain.nv))
-    found, mask = kernels.blocked_joints(q, dv, chain.scalar_q, chain.scalar_v, chain.lower,
-                                         chain.upper)
-    ref = numpy_path(smc_policies._blocked_joints, chain, q, dv)
-    assert found and ref is not None
-    np.testing.assert_array_equal(mask, ref)
-    inside = chain.clip(0.5 * (chain.lower + chain.upper) + 0.0 * q)
-    assert not kernels.blocked_joints(inside, dv, chain.scalar_q, chain.scalar_v, chain.lower,
-                                      chain.upper)[0]
-    assert numpy_path(smc_policies._blocked_joints, chain, inside, dv) is None
-
-
-@pytest.mark.parametrize('max_redraws', [0, 1, 3])
-def test_random_walk_draws_what_the_numpy_walk_draws(numpy_path, max_redraws):
-    """The compiled random walk (redraws and fallback included) takes the same normals from
-    the generator in the same order as the numpy walk: the same particles, bit for bit, and
-    the stream left at the same place (seeded runs stay reproducible across both paths)."""
-    chain = Chain.from_urdf(CASES[2][0], 'base_link', 'tool0')     # prismatic and mimic
-    solver = make_solver('smc', chain, seed=0, max_redraws=max_redraws)
-    model = solver._model(solver._make_goal(chain.fk(chain.neutral_configuration())))
+# ---------------------------------------------------------------------------- random walk
+@pytest.mark.parametrize('redraws', [0, 1, 3])
+def test_random_walk_draws_in_the_documented_order(redraws):
+    """The random walk kernel takes one standard normal per flagged entry in row-major order
+    (so seeded runs are reproducible and the stream is left where the draws end): what the
+    loop of its documentation computes, redraws of the entries outside the limits and the
+    fallback to the previous value included. Every result is within the limits; rows with
+    a zero scale stay where they were."""
+    chain = _urdf_chains()[2]                       # prismatic and mimic joints
+    sq = chain.scalar_q
+    noise = np.random.default_rng(3).uniform(0.05, 0.3, size=len(sq))
     prev = chain.random_configuration(np.random.default_rng(4), 60)
-    prev[:20] = chain.lower                 # at a limit: half the draws land outside
+    prev[:20] = chain.lower                          # at a limit: half the draws land outside
     prev[20:30] = chain.upper
     scale = np.random.default_rng(5).uniform(0.0, 3.0, size=60)
-    scale[::7] = 0.0                        # carried over unchanged
-    out = {}
-    for path in ('kernel', 'numpy'):
-        rng = np.random.default_rng(11)
-        if path == 'numpy':
-            q = numpy_path(model.propagate, prev, scale, rng)
-        else:
-            q = model.propagate(prev, scale, rng)
-        out[path] = (q, rng.random())
-    np.testing.assert_array_equal(out['kernel'][0], out['numpy'][0])
-    assert out['kernel'][1] == out['numpy'][1]
-    q = out['kernel'][0]
-    assert np.all((q >= chain.lower) & (q <= chain.upper))
-    np.testing.assert_array_equal(q[::7], prev[::7])
-    # Without redraws, the draws outside the limits fall back to where they were.
-    if max_redraws == 0:
-        assert (q == prev)[:30][scale[:30] > 0.0].any()
-    assert not np.array_equal(q, prev)
+    scale[::7] = 0.0
+
+    def walk(rng, use_kernel):
+        out = prev.copy()
+        bad = np.ones((len(prev), len(sq)), dtype=bool)
+        count = bad.size
+        for attempt in range(redraws + 2):
+            keep = attempt == redraws + 1
+            z = np.zeros(0) if keep else rng.standard_normal(count)
+            if use_kernel:
+                count = kernels.random_walk(chain.records.joints, prev, z, scale, noise, out, bad,
+                                            keep)
+            else:
+                used = count = 0
+                for i, j in zip(*np.nonzero(bad)):
+                    c = sq[j]
+                    if keep:
+                        out[i, c], bad[i, j] = prev[i, c], False
+                        continue
+                    out[i, c] = prev[i, c] + z[used] * (noise[j] * scale[i])
+                    used += 1
+                    bad[i, j] = not chain.lower[c] <= out[i, c] <= chain.upper[c]
+                    count += bad[i, j]
+            if not count:
+                break
+        return out, rng.random()
+
+    got, after = walk(np.random.default_rng(11), True)
+    want, want_after = walk(np.random.default_rng(11), False)
+    np.testing.assert_array_equal(got, want)
+    assert after == want_after
+    assert np.all((got >= chain.lower) & (got <= chain.upper))
+    np.testing.assert_array_equal(got[::7], prev[::7])
+    assert not np.array_equal(got, prev)
 
 
-def test_quaternion_kernels_match_numpy(numpy_path):
-    """rotations.quat_multiply / quat_to_rotvec through the kernels equal their numpy
-    implementation: batch shapes of every rank, both hemispheres, angles near 0 and pi, a
-    read-only input; broadcast shapes keep the numpy path."""
-    from smcik_ros import rotations
+# ---------------------------------------------------------------------------- quaternions
+def test_quaternion_kernels_match_scipy():
+    """Products, logs, relative logs, exponential steps, pair logs and slerps of quaternion
+    rows against scipy's rotations (the same rotation; logs in [0, pi], exp steps in the
+    hemisphere w >= 0), with edge cases: the identity, both signs of one rotation, angles
+    near 0 and pi, rotation vectors of zero, tiny and beyond-pi length."""
+    from smcik_ros.kernels.quat import (quat_exp_products, quat_pair_rotvecs, quat_products,
+                                        quat_relative_rotvecs, quat_rotvecs, quat_slerps)
     rng = np.random.default_rng(12)
-    for shape in ((4,), (7, 4), (3, 5, 4)):
-        a = rng.normal(size=shape)
-        a /= np.linalg.norm(a, axis=-1, keepdims=True)
-        b = rng.normal(size=shape)
-        b /= np.linalg.norm(b, axis=-1, keepdims=True)
-        np.testing.assert_allclose(rotations.quat_multiply(a, b),
-                                   numpy_path(rotations.quat_multiply, a, b), atol=1e-15)
-        np.testing.assert_allclose(rotations.quat_to_rotvec(a),
-                                   numpy_path(rotations.quat_to_rotvec, a), atol=1e-13)
-    edge = np.array([[1.0, 0.0, 0.0, 0.0], [-1.0, 1e-12, 0.0, 0.0], [1e-10, 1.0, 0.0, 0.0],
-                     [-1e-10, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 1.0]])
-    edge /= np.linalg.norm(edge, axis=-1, keepdims=True)
-    edge.setflags(write=False)
-    np.testing.assert_allclose(rotations.quat_to_rotvec(edge),
-                               numpy_path(rotations.quat_to_rotvec, edge), atol=1e-12)
-    assert np.allclose(np.linalg.norm(rotations.quat_to_rotvec(edge[2:]), axis=-1), np.pi)
-    wide = rng.normal(size=(2, 3, 4))
-    np.testing.assert_array_equal(rotations.quat_multiply(wide, wide[0]),
-                                  numpy_path(rotations.quat_multiply, wide, wide[0]))
+    a, b = _unit(rng, (40,)), _unit(rng, (40,))
+    a[0], b[0] = (1.0, 0.0, 0.0, 0.0), (-1.0, 0.0, 0.0, 0.0)
+    b[1] = -a[1]                                    # the same rotation, other sign
+    b[2] = [-a[2, 1], a[2, 0], -a[2, 3], a[2, 2]]   # a turned by pi
+    a[3] = [1e-10, 1.0, 0.0, 0.0]                   # angle pi itself
+    prod = quat_products(a, b)
+    same = np.abs(np.sum(prod * _quat(_scipy(a) * _scipy(b)), axis=1))     # up to the sign
+    np.testing.assert_allclose(same, 1.0, atol=1e-14)
+    np.testing.assert_allclose(np.linalg.norm(prod, axis=1), 1.0, atol=1e-14)
+    logs = quat_rotvecs(a)
+    want = _scipy(a).as_rotvec()
+    np.testing.assert_allclose(logs[4:], want[4:], atol=1e-12)
+    np.testing.assert_allclose(np.linalg.norm(logs[3]), np.pi, atol=1e-9)
+    rel = quat_relative_rotvecs(a, b)
+    np.testing.assert_allclose(rel[4:], (_scipy(a).inv() * _scipy(b)).as_rotvec()[4:],
+                               atol=1e-12)
+    np.testing.assert_allclose(rel[1], 0.0, atol=1e-15)
+    np.testing.assert_allclose(np.linalg.norm(rel[2]), np.pi, atol=1e-12)
+    # One reference row per joint, repeated over the rows (particles x joints).
+    ref = _unit(rng, (5,))
+    q = _unit(rng, (8, 5)).reshape(-1, 4)
+    got = quat_relative_rotvecs(q, ref)
+    np.testing.assert_allclose(got, (_scipy(q).inv() * _scipy(np.tile(ref, (8, 1)))).as_rotvec(),
+                               atol=1e-12)
+    v = rng.normal(size=(40, 3)) * rng.choice([0.0, 1e-8, 0.1, 1.0, 4.0], size=(40, 1))
+    step = quat_exp_products(a, v)
+    same = np.abs(np.sum(step * _quat(_scipy(a) * Rotation.from_rotvec(v)), axis=1))
+    np.testing.assert_allclose(same, 1.0, atol=1e-14)
+    assert np.all(step[:, 0] >= 0.0)
+    rows = np.concatenate([a, b], axis=1)
+    pair = quat_pair_rotvecs(rows, np.zeros(1, dtype=np.int64), np.full(1, 4))
+    np.testing.assert_allclose(pair, quat_relative_rotvecs(a, b), atol=0.0)
+    for t in (0.0, 0.25, 0.5, 1.0):
+        got = quat_slerps(a[4:], b[4:], np.full(1, t))
+        for i in range(len(got)):
+            ra, rb = _scipy(a[4 + i]), _scipy(b[4 + i])
+            want = Slerp([0.0, 1.0], Rotation.concatenate([ra, rb]))([t])
+            angle = (want.inv() * _scipy(got[i])).magnitude()
+            assert angle[0] < 1e-7, (t, i, angle)
+    ts = rng.uniform(size=36)
+    got = quat_slerps(a[4:], b[4:], ts)
+    np.testing.assert_allclose(got[5], quat_slerps(a[9:10], b[9:10], ts[5:6])[0], atol=0.0)
 
 
-def test_relative_rotvecs_kernel_is_the_numpy_composition(numpy_path):
-    """rotations.quat_relative_rotvecs (the motion prior's ball-joint differences) in one
-    kernel equals quat_to_rotvec(quat_multiply(quat_conjugate(q), ref)) as computed before
-    it (numpy products, the rotvec kernel) bit for bit, so seeded runs are unchanged; the
-    numpy implementation to rounding (its norm and arctan2 are numpy's): particles against
-    one reference per joint, both hemispheres, q equal to ref (angle 0), opposite rotations
-    (angle pi); other shapes keep the numpy path."""
-    from smcik_ros import rotations
-
-    def composed(q, ref):
-        return rotations.quat_to_rotvec(
-            rotations.quat_multiply(rotations.quat_conjugate(q), ref))
-    rng = np.random.default_rng(13)
-    for n, joints in ((1, 1), (50, 30), (7, 3)):
-        ref = rng.normal(size=(joints, 4))
-        ref /= np.linalg.norm(ref, axis=-1, keepdims=True)
-        q = rng.normal(size=(n, joints, 4))
-        q /= np.linalg.norm(q, axis=-1, keepdims=True)
-        q[0] = ref                                      # angle 0
-        q[-1, 0] = -ref[0]                              # the same rotation, other sign
-        if joints > 1:
-            q[-1, 1] = [-ref[1, 1], ref[1, 0], -ref[1, 3], ref[1, 2]]    # angle pi
-        got = rotations.quat_relative_rotvecs(q, ref)
-        assert got.shape == (n, joints, 3)
-        np.testing.assert_array_equal(got, composed(q, ref))
-        np.testing.assert_allclose(got, numpy_path(composed, q, ref), atol=1e-13)
-        np.testing.assert_array_equal(numpy_path(rotations.quat_relative_rotvecs, q, ref),
-                                      numpy_path(composed, q, ref))
-        assert np.all(np.linalg.norm(got, axis=-1) <= np.pi + 1e-12)
-        np.testing.assert_allclose(got[0], 0.0, atol=1e-15)
-    single = rotations.quat_relative_rotvecs(q[0, 0], ref[0])       # (4,) rows: numpy path
-    np.testing.assert_array_equal(single, numpy_path(composed, q[0, 0], ref[0]))
-
-
-def test_qutem_step_kernel_matches_numpy(numpy_path):
-    """rotations.quat_times_exp (QuTem's step q * exp(v / 2) of every ball joint of every
-    particle) through its kernel equals the numpy composition to rounding: batch shapes of
-    every rank, rotation vectors of zero, tiny (the series branch), ordinary and beyond pi
-    length, inputs in both hemispheres and read-only; results are unit and have w >= 0."""
-    from smcik_ros import rotations
-    rng = np.random.default_rng(14)
-    for shape in ((), (9,), (50, 30), (3, 4, 5)):
-        q = rng.normal(size=shape + (4,))
-        q /= np.linalg.norm(q, axis=-1, keepdims=True)
-        v = rng.normal(size=shape + (3,)) * rng.choice([0.0, 1e-8, 0.1, 1.0, 4.0],
-                                                       size=shape + (1,))
-        q.setflags(write=False)
-        v.setflags(write=False)
-        got = rotations.quat_times_exp(q, v)
-        assert got.shape == q.shape
-        np.testing.assert_allclose(got, numpy_path(rotations.quat_times_exp, q, v),
-                                   atol=1e-15)
-        np.testing.assert_allclose(np.linalg.norm(got, axis=-1), 1.0, atol=1e-14)
-        assert np.all(got[..., 0] >= 0.0)
-        # The step is the rotation v in q's frame: conj(q) * result is exp(v / 2), up to sign.
-        back = rotations.quat_multiply(rotations.quat_conjugate(q), got)
-        ref = rotations.quat_from_rotvec(v)
-        assert np.allclose(np.abs(np.sum(back * ref, axis=-1)), 1.0, atol=1e-12)
-
-
-def test_slerp_kernel_matches_numpy(numpy_path):
-    """rotations.quat_slerp at a scalar t (the SMC branch memory) through its kernel equals
-    the numpy form to rounding: batch shapes of every rank, t at 0, 1, inside and outside
-    [0, 1], b in the other hemisphere (the shorter arc), a equal to b and nearly so (the
-    linear branch); an array of t keeps the numpy path."""
-    from smcik_ros import rotations
-    rng = np.random.default_rng(15)
-    for shape in ((), (30,), (4, 5)):
-        a = rng.normal(size=shape + (4,))
-        a /= np.linalg.norm(a, axis=-1, keepdims=True)
-        b = rng.normal(size=shape + (4,))
-        b /= np.linalg.norm(b, axis=-1, keepdims=True)
-        if shape:
-            b.reshape(-1, 4)[0] = -a.reshape(-1, 4)[0]
-            b.reshape(-1, 4)[-1] = a.reshape(-1, 4)[-1] + 1e-9
-        for t in (0.0, 0.05, 0.5, 1.0, 1.5):
-            got = rotations.quat_slerp(a, b, t)
-            assert got.shape == a.shape
-            np.testing.assert_allclose(got, numpy_path(rotations.quat_slerp, a, b, t),
-                                       atol=1e-14)
-            np.testing.assert_allclose(np.linalg.norm(got, axis=-1), 1.0, atol=1e-14)
-        np.testing.assert_allclose(np.abs(np.sum(rotations.quat_slerp(a, b, 1.0) * b, -1)),
-                                   1.0, atol=1e-12)
-    t = rng.uniform(size=(4, 5))
-    np.testing.assert_array_equal(rotations.quat_slerp(a, b, t),
-                                  numpy_path(rotations.quat_slerp, a, b, t))
-
-
-def test_ball_clip_kernel_matches_numpy(numpy_path):
-    """Chain.clip's ball-joint part (normalise, w >= 0, back onto the angle limit about the
-    same axis) through its kernel equals the numpy form to rounding: rows within and beyond
-    their limit, in the other hemisphere, not unit length, the identity and a rotation of pi
-    (limits of pi and beyond: nothing to clip), particles x joints and a single row."""
-    from smcik_ros.kinematics import _clip_ball
+def test_ball_clip_kernel_keeps_the_axis_and_caps_the_angle():
+    """Chain.clip's ball joints: unit, w >= 0, unchanged (normalised) within the limit, and
+    beyond it the same axis at the limit angle; limits of pi and beyond clip nothing."""
+    limits = (0.3, 1.0, np.pi, 2.5)
+    chain = Chain.from_joints([JointSpec(f'b{k}', f'l{k}', f'l{k + 1}', 'ball', upper=lim)
+                               for k, lim in enumerate(limits)], 'l0', 'l4')
     rng = np.random.default_rng(16)
-    limits = np.array([0.3, 1.0, np.pi, 4.0])
-    for shape in ((1, 4), (50, 4), (3, 2, 4)):
-        quat = rng.normal(size=shape + (4,)) * rng.uniform(0.5, 2.0, size=shape + (1,))
-        flat = quat.reshape(-1, 4, 4)
-        flat[0, 0] = [1.0, 0.0, 0.0, 0.0]
-        flat[0, 2] = [0.0, 0.0, 1.0, 0.0]
-        flat[-1, 0] = [-0.999, 0.01, 0.0, 0.0]
-        got = _clip_ball(quat, limits)
-        np.testing.assert_allclose(got, numpy_path(_clip_ball, quat, limits), atol=1e-15)
-        angle = 2.0 * np.arccos(np.clip(got[..., 0], -1.0, 1.0))
-        assert np.all(angle <= np.minimum(limits, np.pi) + 1e-9)
-        assert np.all(got[..., 0] >= 0.0)
-        np.testing.assert_allclose(np.linalg.norm(got, axis=-1), 1.0, atol=1e-14)
+    quat = rng.normal(size=(50, 4, 4)) * rng.uniform(0.5, 2.0, size=(50, 4, 1))
+    quat[0, 0], quat[0, 2], quat[1, 0] = (1.0, 0.0, 0.0, 0.0), (0.0, 0.0, 1.0, 0.0), (-2, 0, 0, 0)
+    got = kernels.clip_ball_rows(chain.records.joints, quat.reshape(-1, 4)).reshape(quat.shape)
+    unit = _hemisphere(quat / np.linalg.norm(quat, axis=-1, keepdims=True))
+    angle = 2.0 * np.arccos(np.clip(unit[..., 0], -1.0, 1.0))
+    limit = np.minimum(limits, np.pi)
+    within = angle <= limit
+    np.testing.assert_allclose(got[within], unit[within], atol=1e-15)
+    got_angle = 2.0 * np.arccos(np.clip(got[..., 0], -1.0, 1.0))
+    np.testing.assert_allclose(got_angle[~within], np.broadcast_to(limit, angle.shape)[~within],
+                               atol=1e-7)
+    axis = unit[~within, 1:] / np.linalg.norm(unit[~within, 1:], axis=-1, keepdims=True)
+    got_axis = got[~within, 1:] / np.linalg.norm(got[~within, 1:], axis=-1, keepdims=True)
+    np.testing.assert_allclose(got_axis, axis, atol=1e-12)
+    assert (~within).sum() > 20 and np.all(got[..., 0] >= 0.0)
+    # Chain.clip: each entry into [-1, 1] first, then these rows.
+    clipped = kernels.clip_ball_rows(chain.records.joints, np.clip(quat, -1.0, 1.0).reshape(-1, 4))
+    np.testing.assert_array_equal(chain.clip(quat.reshape(50, -1)), clipped.reshape(50, -1))
 
 
-def test_smoothness_residual_kernel_matches_numpy(numpy_path):
-    """ChainSmoothness's ball-pair residual through quat_pair_rotvecs equals the composition
-    it replaces (quaternion products, then the rotvec kernel) bit for bit and the numpy form
-    to rounding: neighbours 1 and 2, a chain with a 1-DOF joint among the balls, equal and
-    opposite neighbours (angle 0), a read-only configuration array."""
-    from smcik_ros import rotations
-    from smcik_ros.goals import ChainSmoothness
-    from smcik_ros.kinematics import JointSpec
-    rng = np.random.default_rng(17)
+def test_motion_distance_kernel_is_the_weighted_tangent_difference():
+    """``kernels.motion_distances``: the 2-norm and the largest magnitude of the weighted
+    tangent difference ref - q (continuous joints wrapped to [-pi, pi), ball joints scipy's
+    relative rotation vector), on a ball chain, a mixed chain with a continuous joint a
+    whole turn and more away, and a URDF arm; NaN in a row gives NaN in that row only."""
+    rng = np.random.default_rng(23)
     mixed = Chain.from_joints([
         JointSpec('b0', 'base', 'l0', 'ball', upper=1.0),
         JointSpec('r1', 'l0', 'l1', 'revolute', lower=-1.0, upper=1.0),
-        JointSpec('b2', 'l1', 'l2', 'ball', upper=1.0),
-        JointSpec('b3', 'l2', 'l3', 'ball', upper=1.0)], 'base', 'l3')
-    for chain, neighbours in ((Chain.ball_chain(6, 0.1), 1), (Chain.ball_chain(6, 0.1), 2),
-                              (mixed, 1)):
-        term = ChainSmoothness(neighbours=neighbours).bind(chain)
-        frames = chain.frames(chain.random_configuration(rng, 9))
-        q = frames.q
-        first, second = term._ball_first
-        q[0, second[0]:second[0] + 4] = q[0, first[0]:first[0] + 4]
-        q[1, second[0]:second[0] + 4] = -q[1, first[0]:first[0] + 4]
-        q.setflags(write=False)
-        got = term.residual(frames)
-        qa, qb = q[:, term._ball_q[0]], q[:, term._ball_q[1]]
-        composed = rotations.quat_to_rotvec(
-            rotations.quat_multiply(rotations.quat_conjugate(qa), qb)).reshape(len(q), -1)
-        np.testing.assert_array_equal(got[:, :composed.shape[1]], composed)
-        np.testing.assert_allclose(got, numpy_path(term.residual, frames), atol=1e-13)
-        np.testing.assert_allclose(got[:2, :3], 0.0, atol=1e-15)
+        JointSpec('c2', 'l1', 'l2', 'continuous'),
+        JointSpec('b3', 'l2', 'l3', 'ball', upper=2.5)], 'base', 'l3')
+    for chain in (Chain.ball_chain(30, 0.1, max_angle=1.0), mixed, _urdf_chains()[0]):
+        w = rng.uniform(0.5, 3.0, size=chain.nv)
+        ref = chain.random_configuration(rng)
+        q = chain.random_configuration(rng, 40)
+        q[0] = ref
+        if chain is mixed:
+            c = chain.joint_index('c2')
+            q[1:5, c] = ref[c] + np.array([7.0, -7.0, np.pi - 1e-9, 20.0])
+        norm, peak = kernels.motion_distances(chain.records.joints, q, ref, w)
+        d = np.zeros((len(q), chain.nv))
+        sq, sv = chain.scalar_q, chain.scalar_v
+        d[:, sv] = ref[sq] - q[:, sq]
+        cont = chain.continuous[sq]
+        d[:, sv[cont]] = (d[:, sv[cont]] + np.pi) % (2.0 * np.pi) - np.pi
+        for bq, bv in zip(chain.ball_q_index, chain.ball_v_index):
+            d[:, bv] = (_scipy(q[:, bq]).inv() * _scipy(np.tile(ref[bq], (len(q), 1)))
+                        ).as_rotvec()
+        np.testing.assert_allclose(norm, np.linalg.norm(d * w, axis=1), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(peak, np.abs(d * w).max(axis=1), rtol=1e-12, atol=1e-12)
+        assert norm[0] <= 1e-12 and np.all(norm[1:] > 1e-3)
+        bad = q.copy()
+        bad[3, 2] = np.nan
+        got = kernels.motion_distances(chain.records.joints, bad, ref, w)
+        assert np.isnan(got[0][3]) and np.isnan(got[1][3])
+        keep = np.arange(len(q)) != 3
+        np.testing.assert_array_equal(got[0][keep], norm[keep])
 
 
-def test_lm_kernels_of_large_systems_match_numpy(numpy_path):
-    """At and above kernels.LARGE_SYSTEM (m * nv) the LM kernels take BLAS products and
-    LAPACK's Cholesky: the same steps as numpy's dense solves (a 90-DOF chain's 92 x 90
-    systems, and sizes either side of the switch); a matrix LAPACK refuses (not positive
-    definite: no damping, a zero Jacobian) falls back to the clamped factorisation."""
-    rng = np.random.default_rng(10)
-    for k, m, nv in ((4, 92, 90), (2, 32, 32), (2, 31, 33), (3, 33, 30)):
-        assert (m * nv >= kernels.LARGE_SYSTEM) == (m * nv >= 1024)
-        jac = rng.normal(size=(k, m, nv))
-        r = rng.normal(size=(k, m))
-        lam = rng.uniform(1e-4, 1.0, size=k)
-        mu = rng.uniform(0.0, 2.0, size=k)
-        d0 = rng.normal(size=(k, nv))
-        w = rng.uniform(0.5, 2.0, size=nv)
-        diff = rng.normal(size=(k, nv))
-        task, pull = kernels.lm_null_step(jac, r, lam, d0, 1.0 / w**2, 1e-3)
-        ref_task, ref_pull = numpy_path(smc_policies._lm_null_step, jac, r, lam, d0,
-                                        1.0 / w**2, 1e-3)
-        np.testing.assert_allclose(task, ref_task, atol=1e-8)
-        np.testing.assert_allclose(pull, ref_pull, atol=1e-8)
-        np.testing.assert_allclose(kernels.lm_spring_step(jac, r, lam, mu, w, diff),
-                                   numpy_path(smc_policies._lm_spring_step, jac, r, lam, mu,
-                                              w, diff), atol=1e-8)
-    zero = np.zeros((1, 92, 90))
-    task, pull = kernels.lm_null_step(zero, np.zeros((1, 92)), np.zeros(1), np.ones((1, 90)),
-                                      np.ones(90), 0.0)
-    assert np.all(task == 0.0) and np.all(pull == 1.0)     # no task directions: d0 as it is
+# ---------------------------------------------------------------------------- refinement
+def _refinement_records(chain, term, tolerance=(1e-4, 1e-3)):
+    refine = Refinement(chain, make_solver('smc', chain).settings)
+    return (term.goal_record(chain, tolerance),
+            (refine.steps, refine.alphas, refine.damping, refine.max_step))
 
 
-@pytest.mark.parametrize('online', [True, False], ids=['step', 'solve'])
-def test_solver_runs_the_same_with_and_without_kernels(monkeypatch, online):
-    """step() (minimal-motion refinement) and solve() give the numpy path's configurations.
-
-    Without numba the kernels run here as plain Python (slow, hence few particles and
-    iterations): either way they must reproduce the numpy implementation step for step.
-    """
-    chain = Chain.from_urdf(CASES[0][0], 'base_link', 'tool0')
-    rng = np.random.default_rng(10)
-    pose = chain.fk(chain.random_configuration(rng))
-    goals = []
-    for k in range(12):
-        p = pose.copy()
-        p[:3, 3] += 0.02 * np.array([np.cos(0.3 * k) - 1.0, np.sin(0.3 * k), 0.0])
-        goals.append(p)
-
-    calls = {'refine_pose': 0, 'refine_pose_motion': 0}
-
-    def counted(name):
-        func = getattr(kernels, name)
-
-        def wrapper(*args):
-            calls[name] += 1
-            return func(*args)
-        return wrapper
-
-    def run(enabled):
-        with monkeypatch.context() as m:
-            m.setattr(kernels, 'ENABLED', enabled)
-            for name in calls:
-                m.setattr(kernels, name, counted(name))
-            # seed_rows=0: the filter's own path (the seed-first stage runs only compiled;
-            # test_smc checks it)
-            solver = make_solver('smc', chain, num_particles=24, seed=3, seed_rows=0)
-            if not online:
-                seed = chain.neutral_configuration()
-                return np.array([solver.solve(g, seed, max_iters=6).q for g in goals[:3]])
-            solver.reset(chain.neutral_configuration())
-            return np.array([solver.step(goals[min(k // 4, 11)]) for k in range(20)])
-
-    fused = run(True)
-    assert calls['refine_pose_motion' if online else 'refine_pose'] > 0
-    calls.update(refine_pose=0, refine_pose_motion=0)
-    np.testing.assert_allclose(fused, run(False), atol=1e-9)
-    assert calls == {'refine_pose': 0, 'refine_pose_motion': 0}
+def test_refine_pose_kernel_lowers_the_cost_within_the_limits():
+    """``refine_pose``: every row's cost is the pose target's cost of its new configuration,
+    never higher than before; rows stay within their limits, rows at a limit included; rows
+    started near the goal's configuration reach it (most of them, by 1e-6)."""
+    chain = _urdf_chains()[0]
+    rng = np.random.default_rng(7)
+    solution = chain.random_configuration(rng)
+    term = PoseTarget(chain.fk(solution))
+    goal, lm = _refinement_records(chain, term)
+    q = chain.random_configuration(rng, 40)
+    q[:6] = chain.lower
+    q[6:9] = chain.upper
+    q[20:] = chain.clip(solution + rng.normal(0.0, 0.05, (20, chain.nq)))
+    cost = term.cost(chain.frames(q))
+    start = cost.copy()
+    improved = kernels.refine_pose(*chain.records, goal, (8,) + lm[1:], q, cost)
+    np.testing.assert_allclose(cost, term.cost(chain.frames(q)), rtol=1e-9, atol=1e-15)
+    assert np.all(cost <= start) and np.all(improved == (cost < start)) and improved.sum() > 30
+    assert chain.within_limits(q, tol=0.0).all()
+    pe, _ = term.errors(chain.frames(q[20:]))
+    assert np.sum(pe < 1e-6) >= 15
 
 
-@pytest.mark.skipif(not kernels.ENABLED, reason='numba is off (SMCIK_NO_JIT=1 or not '
-                    'installed): nothing is compiled')
-def test_every_solver_path_uses_the_warmed_up_specialisations():
-    """After warm_up, no solver compiles a new kernel specialisation (which would stall a
-    real-time tick for seconds): views, read-only and strided inputs are normalised."""
-    from smcik_ros.goals import PositionTarget
-    from smcik_ros.solvers import available_solvers
-    chain = Chain.from_urdf(CASES[0][0], 'base_link', 'tool0')
-    kernels.warm_up(chain)
-    names = ['fk', 'jacobian_at', 'pose_residual_jacobian', 'pose_errors', 'lm_step',
-             'lm_null_step', 'lm_spring_step', 'blocked_joints', 'refine_pose', 'quat_products',
-             'quat_rotvecs', 'quat_exp_products', 'quat_slerps', 'refine_pose_motion',
-             'first_solution',
-             'distance_gradients']
-    before = {n: len(getattr(kernels, n).signatures) for n in names}
-    q0 = chain.neutral_configuration()
-    goal = chain.fk(chain.clip(q0 + 0.3))
-    for name in available_solvers():
-        if name == 'fabrik':
-            continue            # ball chains only
-        solver = make_solver(name, chain)
-        solver.solve(goal, q0, max_iters=5)
-        solver.reset(q0)
-        for _ in range(4):
-            solver.step(goal)
-            solver.step(PositionTarget(goal[:3, 3]))
-    read_only = chain.neutral_configuration()
-    read_only.setflags(write=False)
-    frames = chain.frames(read_only)
-    view = frames.subset(slice(0, 1))
-    view.jacobian()
-    PoseTarget(goal).residual_jacobian(view)
-    PoseTarget(goal).errors(view)
-    chain.frames(np.tile(q0, (3, 2))[:, ::2]).jacobian()
-    assert {n: len(getattr(kernels, n).signatures) for n in names} == before
+def test_first_solution_kernel_returns_the_first_row_within_the_tolerance():
+    """``first_solution``: the first row (refined alone) within the tolerance, its errors
+    those of the pose target at the refined row, the later rows untouched; -1 and NaN when
+    no row gets there."""
+    chain = _urdf_chains()[0]
+    rng = np.random.default_rng(8)
+    solution = chain.random_configuration(rng)
+    term = PoseTarget(chain.fk(solution))
+    goal, lm = _refinement_records(chain, term)
+    rows = np.vstack([chain.random_configuration(rng, 3),
+                      chain.clip(solution + 0.02), chain.random_configuration(rng, 3)])
+    before = rows.copy()
+    index, pe, oe = kernels.first_solution(*chain.records, goal, (10,) + lm[1:], rows)
+    assert 0 <= index <= 3
+    want = term.errors(chain.frames(rows[index]))
+    assert pe == pytest.approx(want[0][0], abs=1e-12) and pe <= 1e-4
+    assert oe == pytest.approx(want[1][0], abs=1e-12) and oe <= 1e-3
+    np.testing.assert_array_equal(rows[index + 1:], before[index + 1:])
+    far = term.goal_record(chain, (0.0, 0.0))
+    index, pe, oe = kernels.first_solution(*chain.records, far, (1,) + lm[1:], before[:2].copy())
+    assert index == -1 and np.isnan(pe) and np.isnan(oe)
 
 
-def test_collision_world_positions_match_the_matrix_product(monkeypatch):
-    """The compiled sphere positions equal the engine's block-matrix product."""
-    from smcik_ros.collision import CollisionModel
-    from smcik_ros.collision.engine import RobotGeometry
-    urdf = CASES[0][0]
-    chain = Chain.from_urdf(urdf, 'base_link', 'tool0')
-    geometry = RobotGeometry(CollisionModel.from_urdf(chain, urdf, urdf_path=urdf))
-    frames = chain.frames(chain.random_configuration(np.random.default_rng(4), 7))
-    with monkeypatch.context() as m:
-        m.setattr(kernels, 'ENABLED', False)
-        reference = geometry.world(frames).xyz
-    m_enabled = geometry.world(frames).xyz if kernels.ENABLED else None
-    xyz = np.empty_like(reference)
-    kernels.body_points_world(np.ascontiguousarray(frames.rot), np.ascontiguousarray(frames.pos),
-                              geometry.row_body, geometry.row_local, xyz)
-    np.testing.assert_allclose(xyz, reference, atol=1e-12)
-    if m_enabled is not None:
-        np.testing.assert_allclose(m_enabled, reference, atol=1e-12)
+def test_refine_pose_motion_kernel_keeps_precise_rows_and_pulls_them_nearer():
+    """``refine_pose_motion`` with the minimal-motion prior: rows already within the
+    tolerance stay within it and move nearer the reference (the null-space pull; gained is
+    the drop of the squared weighted distance); coarse rows lower cost + spring merit; all
+    rows stay within their limits."""
+    chain = _urdf_chains()[0]
+    rng = np.random.default_rng(9)
+    solution = chain.random_configuration(rng)
+    term = PoseTarget(chain.fk(solution))
+    goal, lm = _refinement_records(chain, term, (1e-3, 1e-2))
+    reference = chain.clip(solution + 0.4)
+    w = np.ones(chain.nv)
+    motion = (10.0, 1.0, 1.0, 0.5, 0.1, 0.5, w, reference.copy())
+    q = np.vstack([np.tile(solution, (10, 1)), chain.random_configuration(rng, 10)])
+    cost = term.cost(chain.frames(q))
+    guard = np.full(len(q), np.inf)
+    dist = np.linalg.norm((reference - q) * w, axis=1)
+    improved, gained = kernels.refine_pose_motion(*chain.records, goal, (4,) + lm[1:], motion,
+                                                  q, cost, guard)
+    after = np.linalg.norm((reference - q) * w, axis=1)
+    pe, oe = term.errors(chain.frames(q))
+    assert np.all(pe[:10] <= 0.5e-3 + 1e-12) and np.all(oe[:10] <= 0.5e-2 + 1e-12)
+    assert np.all(after[:10] < dist[:10] - 1e-3) and improved[:10].all()
+    np.testing.assert_allclose(gained, dist**2 - after**2, atol=1e-9)
+    np.testing.assert_allclose(cost, term.cost(chain.frames(q)), rtol=1e-9, atol=1e-15)
+    assert chain.within_limits(q, tol=0.0).all() and improved[10:].sum() >= 8
 
 
+# ---------------------------------------------------------------------------- collision
 def _collision_scene(seed=3, cloud_points=60):
     """The demo arm's CollisionConstraint (SRDF pairs, pair tables) in a scene of every
     primitive kind, rotated, and a point-cloud sphere set of several parts."""
-    from scipy.spatial.transform import Rotation
-
     from smcik_ros.collision import (CollisionConstraint, CollisionModel, Obstacle, Scene,
                                      conventional_srdf_path, self_collision_pairs)
-    urdf = CASES[0][0]
-    chain = Chain.from_urdf(urdf, 'base_link', 'tool0')
-    model = CollisionModel.from_urdf(chain, urdf, urdf_path=urdf)
+    chain = _urdf_chains()[0]
+    model = CollisionModel.from_urdf(chain, ARM7, urdf_path=ARM7)
     rng = np.random.default_rng(seed)
-    scene = Scene()
     items = []
     for i in range(9):
         pose = np.eye(4)
@@ -664,186 +590,172 @@ def _collision_scene(seed=3, cloud_points=60):
                                        Obstacle('cylinder', (0.05, 0.15), pose))[i % 3]))
     cloud = rng.uniform([-0.6, -0.6, 0.0], [0.6, 0.6, 0.9], (cloud_points, 3))
     items.append(('add', ('cloud', 0), Obstacle('spheres', (0.02,), np.eye(4), centers=cloud)))
+    scene = Scene()
     scene.apply(items, 'test')
-    pairs = self_collision_pairs(model, conventional_srdf_path(urdf))
+    pairs = self_collision_pairs(model, conventional_srdf_path(ARM7))
     return chain, CollisionConstraint(model, scene, pairs=pairs)
 
 
-def test_compiled_collision_query_finds_the_numpy_leaves(numpy_path):
-    """``kernels.collision_query`` (through ``engine._query_compiled``) returns the same leaf
-    pairs and distances as the numpy broad phase, with and without the pair tables, over
-    seeded configurations of which many collide (self and scene), also when its output
-    arrays are too small at first."""
+# How close a reference distance is [m]: closed forms, and python-fcl's distance of a box or
+# cylinder to a sphere apart from it, to rounding; its signed distance in penetration (EPA,
+# asked for only there: GJK's signed distance of separate shapes is 1e-4 off) to 1e-6.
+_EXACT, _FCL_INSIDE = 1e-12, 1e-5
+
+
+def _brute_force_leaves(constraint, frames, threshold):
+    """Every leaf below ``threshold`` by brute force: all sphere pairs of each self pair
+    (centre distance minus radii), every robot sphere against every primitive (spheres:
+    closed form; boxes and cylinders: python-fcl's signed distance). Returns
+    {(n, pair, a, b): (d, how close d is)}."""
+    robot, obstacles = constraint._robot, constraint._obstacles()
+    pad = constraint.padding
+    body = robot.sphere_body
+    centres = np.where((body >= 0)[None, :, None],
+                       np.einsum('snij,sj->nsi', frames.rot[body], robot.centers)
+                       + np.swapaxes(frames.pos[body], 0, 1), robot.centers[None])
+    sphere_link = robot.sphere_link
+    out = {}
+    for p, (la, lb) in enumerate(constraint.pairs):
+        sa, sb = np.flatnonzero(sphere_link == la), np.flatnonzero(sphere_link == lb)
+        d = np.linalg.norm(centres[:, sa, None] - centres[:, None, sb], axis=-1) - (
+            robot.radii[sa][:, None] + robot.radii[sb][None] + pad)
+        for n, i, j in zip(*np.nonzero(d < threshold)):
+            out[(n, p, sa[i], sb[j])] = (d[n, i, j], _EXACT)
+    reach = np.linalg.norm(obstacles.size, axis=1)
+    for k, (link, o) in enumerate(zip(obstacles.pair_link, obstacles.pair_obj)):
+        spheres = np.flatnonzero(sphere_link == link)
+        prims = [g for part in range(obstacles.obj_part_start[o], obstacles.obj_part_start[o]
+                                     + obstacles.obj_part_count[o])
+                 for g in range(obstacles.part_start[part],
+                                obstacles.part_start[part] + obstacles.part_count[part])]
+        for g in prims:
+            gap = np.linalg.norm(centres[:, spheres] - obstacles.trans[g], axis=-1) - (
+                robot.radii[spheres] + reach[g] + pad)
+            for n, i in zip(*np.nonzero(gap < threshold)):
+                s = spheres[i]
+                kind, size = obstacles.kind[g], obstacles.size[g]
+                if kind == 0:
+                    d = np.linalg.norm(centres[n, s] - obstacles.trans[g]) - size[0]
+                    tol = _EXACT
+                else:
+                    shape = fcl.Box(*(2.0 * size)) if kind == 1 else \
+                        fcl.Cylinder(size[0], 2.0 * size[1])
+                    prim = fcl.CollisionObject(shape, fcl.Transform(obstacles.rot[g],
+                                                                    obstacles.trans[g]))
+                    ball = fcl.CollisionObject(fcl.Sphere(robot.radii[s]),
+                                               fcl.Transform(np.eye(3), centres[n, s]))
+                    inside = fcl.collide(prim, ball, fcl.CollisionRequest(),
+                                         fcl.CollisionResult()) > 0
+                    request = fcl.DistanceRequest(enable_signed_distance=inside)
+                    d = fcl.distance(prim, ball, request, fcl.DistanceResult()) + robot.radii[s]
+                    tol = _FCL_INSIDE if inside else _EXACT
+                d -= robot.radii[s] + pad
+                if d < threshold:
+                    out[(n, len(constraint.pairs) + k, s, g)] = (d, tol)
+    return out
+
+
+def test_collision_query_kernel_finds_the_brute_force_leaves():
+    """``kernels.collision_query`` (``engine.query``) against brute force with python-fcl:
+    the same leaf pairs below each threshold and their distances, with and without the
+    pair tables, also when its output arrays are too small at first; the nearest query
+    each configuration's closest leaf, the per-pair query each pair's; over seeded
+    configurations of which many collide (self and scene)."""
     from smcik_ros.collision import engine
     chain, constraint = _collision_scene()
     rng = np.random.default_rng(7)
-    q = np.concatenate([chain.random_configuration(rng, 24),
-                        chain.neutral_configuration() + rng.normal(0.0, 0.3, (24, chain.n))])
-    q = chain.clip(q)
+    q = chain.clip(np.concatenate([chain.random_configuration(rng, 16),
+                                   chain.neutral_configuration() + rng.normal(0.0, 0.3, (16, 7))]))
     frames = chain.frames(q)
     robot, geometry = constraint._robot, constraint._obstacles()
-    eager = numpy_path(robot.world, frames)
-    lazy = engine.World(None, robot.num_rows, len(q), np.array(frames.rot), np.array(frames.pos),
-                        robot)
-    np.testing.assert_allclose(lazy.xyz, eager.xyz, atol=1e-12)
+    world = robot.world(frames)
     seen = set()
     for threshold in (0.0, 0.01, 0.05):
+        want = _brute_force_leaves(constraint, frames, threshold + _FCL_INSIDE)
         for tables in (constraint._tables, None):
-            ref = numpy_path(engine.query, robot, eager, constraint.pairs, geometry, threshold,
-                             constraint.padding, tables, q)
-            got = engine._query_compiled(robot, lazy, constraint.pairs, geometry, threshold,
-                                         constraint.padding, tables, q)
-            assert len(ref) > 0 and got.count == ref.count == len(q)
-
-            def table(leaves):
-                return {(int(n), int(p), int(a), int(b), bool(s)): d for n, p, a, b, s, d in
-                        zip(leaves.n, leaves.pair, leaves.a, leaves.b, leaves.is_self,
-                            leaves.d)}
-            want, have = table(ref), table(got)
-            assert set(have) == set(want), (threshold, tables is not None)
-            keys = list(want)
-            np.testing.assert_allclose([have[k] for k in keys], [want[k] for k in keys],
-                                       rtol=0.0, atol=1e-12)
-            assert np.all(got.d < threshold)
-            # Output arrays too small for the leaves: the kernel is called again with room.
-            small = engine._query_compiled(robot, lazy, constraint.pairs, geometry, threshold,
-                                           constraint.padding, tables, q, capacity=1)
-            assert table(small) == have
-            seen.update((bool(s), bool(d < 0.0)) for s, d in zip(ref.is_self, ref.d))
+            for capacity in (None, 1):
+                got = engine.query(robot, world, constraint.pairs, geometry, threshold,
+                                   constraint.padding, tables, q, capacity=capacity)
+                have = {(n, p, a, b): d for n, p, a, b, d in
+                        zip(got.n, got.pair, got.a, got.b, got.d)}
+                assert {k for k, (d, tol) in want.items() if d < threshold - tol} <= set(have)
+                for key, d in have.items():
+                    ref, tol = want[key]
+                    assert d < threshold and abs(ref - d) < tol, (key, d, ref)
+            for mode, group in (('nearest', lambda k: k[0]), ('per_pair', lambda k: k[:2])):
+                got = engine.query(robot, world, constraint.pairs, geometry, threshold,
+                                   constraint.padding, tables, q, **{mode: True})
+                best = {}
+                for key, (d, _) in want.items():
+                    best[group(key)] = min(best.get(group(key), np.inf), d)
+                have = {group(k): d for k, d in
+                        zip(zip(got.n, got.pair, got.a, got.b), got.d)}
+                assert len(have) == len(got) and set(have) <= set(best)
+                assert {g for g, d in best.items() if d < threshold - _FCL_INSIDE} <= set(have)
+                for g, d in have.items():
+                    assert abs(best[g] - d) < _FCL_INSIDE, (mode, g)
+        seen.update((p < len(constraint.pairs), d < 0.0)
+                    for (n, p, a, b), (d, _) in want.items())
     assert seen == {(True, True), (True, False), (False, True), (False, False)}, \
         'the draw should hold colliding and free leaves, self and scene'
 
 
-@pytest.mark.parametrize('case', ['demo arm', 'mimic and prismatic', 'ball chain'])
-def test_collision_gradient_kernel_matches_the_point_jacobians(numpy_path, case):
-    """The clearance rows' gradients (``CollisionConstraint._distance_gradients``, behind
-    ``jacobian`` and ``inequality_rows``) from ``kernels.distance_gradients`` equal the numpy
-    point Jacobians': self pairs and every obstacle kind on the demo arm (SRDF pairs), and
-    obstacles on the skeleton covers of a chain with mimic and prismatic joints and of a
-    ball-joint chain, over seeded configurations of which many are within the clearance.
-    Without numba the kernel runs as plain Python and is compared all the same."""
+def _leaf_distance(constraint, q, leaf):
+    """Return the padded distance of one leaf (n, pair, a, b, is_self) at q (nq,), computed
+    from FK with closed-form sphere distances and the library's exact primitive distance."""
+    from smcik_ros.collision import shapes
+    robot, obstacles = constraint._robot, constraint._obstacles()
+    frames = constraint.model.chain.frames(q)
+
+    def centre(s):
+        b = robot.sphere_body[s]
+        return robot.centers[s] if b < 0 else frames.rot[b, 0] @ robot.centers[s] + \
+            frames.pos[b, 0]
+    _, _, a, b, is_self = leaf
+    if is_self:
+        return np.linalg.norm(centre(a) - centre(b)) - robot.radii[a] - robot.radii[b]
+    return shapes.point_primitive_distance(
+        centre(a)[None], obstacles.kind[[b]], obstacles.rot[[b]], obstacles.trans[[b]],
+        obstacles.size[[b]])[0] - robot.radii[a]
+
+
+def test_distance_gradient_kernel_matches_finite_differences():
+    """The clearance rows' gradients (``kernels.distance_gradients``, behind the collision
+    constraint's ``jacobian`` and ``inequality_rows``): d distance / d tangent step of each
+    leaf equals the central differences of that leaf's distance, self pairs and every
+    obstacle kind on the demo arm, and obstacles on a ball-joint chain's skeleton covers."""
     from smcik_ros.collision import CollisionConstraint, CollisionModel, Obstacle, Scene
     rng = np.random.default_rng(11)
-    if case == 'demo arm':
-        chain, constraint = _collision_scene()
-        q = chain.clip(chain.neutral_configuration() + rng.normal(0.0, 0.4, (40, chain.n)))
-    else:
-        chain = (Chain.from_urdf(CASES[2][0], 'base_link', 'tool0') if case.startswith('mimic')
-                 else Chain.ball_chain(4, max_angle=2.0))
-        q = chain.random_configuration(rng, 40)
-        tips = chain.frames(q).link_pose()[:, :3, 3]
-        scene = Scene({('o', k): Obstacle.sphere(tips[k] + rng.normal(0.0, 0.02, 3), 0.05)
-                       for k in range(0, 40, 2)})
-        constraint = CollisionConstraint(CollisionModel.skeleton(chain), scene,
-                                         self_collision=False, clearance=0.05)
-    frames = chain.frames(q)
-    # The clearance rows' leaves from the numpy engine, then their gradients both ways (the
-    # kernel runs as plain Python without numba: the test holds either way).
-    leaves, world, rows, _, _, _ = numpy_path(constraint._rows, frames)
-    picked = leaves.select(rows)
-    assert len(picked) >= 20, 'the draw should put many rows within the clearance'
-    reference = numpy_path(constraint._distance_gradients, frames, world, picked)
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(kernels, 'ENABLED', True)
-        got = constraint._distance_gradients(frames, world, picked)
-    assert np.abs(reference).max() > 0.1
-    np.testing.assert_allclose(got, reference, rtol=1e-12, atol=1e-15)
-
-
-def _query_scene(numpy_path, seed):
-    """Return (constraint, q, frames, eager World, lazy World) of ``_collision_scene``: 24
-    random configurations and 24 near the neutral one (many in contact), seeded."""
-    from smcik_ros.collision import engine
-    chain, constraint = _collision_scene()
-    rng = np.random.default_rng(seed)
-    q = chain.clip(np.concatenate([chain.random_configuration(rng, 24),
-                                   chain.neutral_configuration()
-                                   + rng.normal(0.0, 0.3, (24, chain.n))]))
-    frames = chain.frames(q)
-    robot = constraint._robot
-    eager = numpy_path(robot.world, frames)
-    lazy = engine.World(None, robot.num_rows, len(q), np.array(frames.rot), np.array(frames.pos),
-                        robot)
-    return constraint, q, frames, eager, lazy
-
-
-def test_the_nearest_query_returns_each_configurations_closest_leaf(numpy_path):
-    """``nearest`` (the branch-and-bound query behind ``CollisionConstraint.distances``):
-    exactly one leaf per configuration that has any below the threshold, the closest of the
-    numpy query's leaves (distance equal; the pair may differ only on a tie), and distances()
-    equal to the numpy engine's, at thresholds from contact to 20 cm."""
-    from smcik_ros.collision import engine
-    constraint, q, frames, eager, lazy = _query_scene(numpy_path, seed=8)
-    robot, geometry = constraint._robot, constraint._obstacles()
-    for threshold in (0.0, 0.01, 0.05, 0.2):
-        ref = numpy_path(engine.query, robot, eager, constraint.pairs, geometry, threshold,
-                         constraint.padding, constraint._tables, q)
-        got = engine._query_compiled(robot, lazy, constraint.pairs, geometry, threshold,
-                                     constraint.padding, constraint._tables, q, mode=1)
-        assert len(got) == len(np.unique(ref.n)) and len(np.unique(got.n)) == len(got)
-        for n, d in zip(got.n, got.d):
-            np.testing.assert_allclose(d, ref.d[ref.n == n].min(), rtol=0.0, atol=1e-12)
-    want = numpy_path(constraint.distances, frames).distance
-    np.testing.assert_allclose(constraint.distances(frames).distance, want, rtol=0.0,
-                               atol=1e-12)
-
-
-def test_the_per_pair_query_returns_each_pairs_closest_leaf(numpy_path):
-    """``per_pair`` (the query behind the constraint's checks and clearance rows): the
-    kernel's branch and bound (mode 2) returns exactly ``min_per_pair`` of its full leaf set
-    (the same leaves, ties included; compiled or run as Python), and the numpy path the same
-    pairs at the same distances (1e-12), with and without the pair tables, at thresholds
-    from contact to 20 cm."""
-    from smcik_ros.collision import engine
-    constraint, q, frames, eager, lazy = _query_scene(numpy_path, seed=9)
-    robot, geometry = constraint._robot, constraint._obstacles()
-    fields = ('n', 'pair', 'a', 'b', 'd', 'is_self')
-    several = 0
-    for threshold in (0.0, 0.01, 0.05, 0.2):
-        for tables in (constraint._tables, None):
-            full = engine._query_compiled(robot, lazy, constraint.pairs, geometry, threshold,
-                                          constraint.padding, tables, q)
-            want = full.select(engine.min_per_pair(full)[0])
-            got = engine._query_compiled(robot, lazy, constraint.pairs, geometry, threshold,
-                                         constraint.padding, tables, q, mode=2)
-            for f in fields:
-                np.testing.assert_array_equal(getattr(got, f), getattr(want, f), err_msg=f)
-            several += len(full) > len(got) > 0
-            ref = numpy_path(lambda *a: engine.query(*a, per_pair=True), robot, eager,
-                             constraint.pairs, geometry, threshold, constraint.padding, tables, q)
-            np.testing.assert_array_equal(ref.n, got.n)
-            np.testing.assert_array_equal(ref.pair, got.pair)
-            np.testing.assert_allclose(ref.d, got.d, rtol=0.0, atol=1e-12)
-    assert several >= 4, 'the draw should hold pairs with several leaves below the threshold'
-
-
-def test_collision_constraint_answers_alike_compiled_and_numpy(numpy_path):
-    """violated, residual, jacobian and the motion check of the collision constraint agree
-    between the compiled query (lazy sphere positions) and the numpy engine."""
-    chain, constraint = _collision_scene(seed=5, cloud_points=6)
-    rng = np.random.default_rng(11)
+    chain, scene_constraint = _collision_scene()
+    constraint = CollisionConstraint(scene_constraint.model, scene_constraint.scene,
+                                     pairs=scene_constraint.pairs, clearance=0.05)
     q = chain.clip(chain.neutral_configuration() + rng.normal(0.0, 0.4, (40, chain.n)))
-    step = rng.normal(0.0, 0.03, q.shape)
+    ball = Chain.ball_chain(4, max_angle=2.0)
+    qb = ball.random_configuration(rng, 30)
+    tips = ball.frames(qb).link_pose()[:, :3, 3]
+    scene = Scene({('o', k): Obstacle.sphere(tips[k] + rng.normal(0.0, 0.02, 3), 0.05)
+                   for k in range(0, 30, 2)})
+    skeleton = CollisionConstraint(CollisionModel.skeleton(ball), scene, self_collision=False,
+                                   clearance=0.05)
+    for c, rows in ((constraint, q), (skeleton, qb)):
+        frames = c.model.chain.frames(rows)
+        leaves, world, picked, _, _, _ = c._rows(frames)
+        leaves = leaves.select(picked[:25])
+        grad = c._distance_gradients(frames, world, leaves)
+        assert len(leaves) >= 12 and np.abs(grad).max() > 0.1
+        h = 1e-6
+        for r in range(len(leaves)):
+            leaf = (leaves.n[r], leaves.pair[r], leaves.a[r], leaves.b[r], leaves.is_self[r])
+            for v in range(c.model.chain.nv):
+                step = np.zeros(c.model.chain.nv)
+                step[v] = h
+                x = rows[leaves.n[r]]
+                fd = (_leaf_distance(c, c.model.chain.integrate(x, step), leaf)
+                      - _leaf_distance(c, c.model.chain.integrate(x, -step), leaf)) / (2 * h)
+                assert abs(grad[r, v] - fd) < 1e-5, (r, v, grad[r, v], fd)
 
-    def answers():
-        constraint._cache = None
-        frames = chain.frames(q)
-        constraint.set_reference(q[0])
-        out = [constraint.violated(frames), constraint.residual(frames),
-               constraint.jacobian(frames)]
-        out.append([constraint.check_motion(a, b)[0] for a, b in zip(q, q + step)])
-        out.append(constraint.distances(frames).distance)
-        return out
 
-    ref = numpy_path(answers)
-    got = answers()
-    assert np.array_equal(got[0], ref[0]) and 0 < ref[0].sum() < len(q)
-    np.testing.assert_allclose(got[1], ref[1], atol=1e-12)
-    np.testing.assert_allclose(got[2], ref[2], atol=1e-9)
-    assert got[3] == ref[3] and 0 < sum(ref[3]) < len(ref[3])
-    np.testing.assert_allclose(got[4], ref[4], atol=1e-12)
-
-
+# ---------------------------------------------------------------------------- calling them
 def test_as_rows_passes_kernel_ready_arrays_through_and_copies_the_rest():
     """What the row kernels take: float64, C-ordered, writable (M, width) rows. An array that
     already is one comes back as a view of the same memory; any other (read-only, strided,
@@ -868,57 +780,147 @@ def test_as_rows_passes_kernel_ready_arrays_through_and_copies_the_rest():
         np.testing.assert_array_equal(np.array(case, dtype=float), before)
 
 
-def test_motion_distance_and_jump_kernel_match_numpy(numpy_path):
-    """MinimalMotion's distance and jump go through one pass of motion_distances: the numpy
-    difference's norms and largest entries to rounding, on a ball chain, on one with
-    revolute, continuous and ball joints mixed (the continuous joint a whole turn and more
-    away: wrapped) and on a URDF arm; rows equal to the reference (0), a read-only
-    population, and a NaN row (NaN out, the other rows untouched)."""
-    from smcik_ros.kinematics import JointSpec
-    rng = np.random.default_rng(23)
-    mixed = Chain.from_joints([
-        JointSpec('b0', 'base', 'l0', 'ball', upper=1.0),
-        JointSpec('r1', 'l0', 'l1', 'revolute', lower=-1.0, upper=1.0),
-        JointSpec('c2', 'l1', 'l2', 'continuous'),
-        JointSpec('b3', 'l2', 'l3', 'ball', upper=2.5)], 'base', 'l3')
-    arm = Chain.from_urdf(CASES[0][0], 'base_link', CASES[0][1])
-    for chain in (Chain.ball_chain(30, 0.1, max_angle=1.0), mixed, arm):
-        motion = make_solver('smc', chain, seed=0).policies.minimal_motion
-        assert motion is not None and (motion._k_motion is not None) == kernels.ENABLED
-        cont = np.array([t == 'continuous' for t in chain.joint_types if t != 'ball'])
-        layout = (chain.scalar_q.astype(np.int64), chain.scalar_v.astype(np.int64), cont,
-                  chain.ball_q_index.astype(np.int64).reshape(-1, 4),
-                  chain.ball_v_index.astype(np.int64).reshape(-1, 3), motion.weights)
-        ref, other = chain.random_configuration(rng), chain.random_configuration(rng)
-        q = chain.random_configuration(rng, 40)
-        q[0] = ref
-        if chain is mixed:
-            q[1:5, 4] = ref[4] + np.array([7.0, -7.0, np.pi - 1e-9, 20.0])
-        q.setflags(write=False)
-        motion.reference = ref
+def test_records_are_plain_tuples_of_the_kernels_types():
+    """A chain's four records (and a pose goal's) are plain tuples (numba types them in C)
+    whose arrays are float64, int64 or bool, C-contiguous and writable, in the layouts'
+    order; a record missing a field or of the wrong rank is refused, naming what it
+    expected."""
+    from smcik_ros.kernels import records
+    chain = _chains()[-1]
+    assert chain.records._fields == ('bodies', 'columns', 'links', 'joints')
+    for layout, record in zip((records.BODIES, records.COLUMNS, records.LINKS, records.JOINTS),
+                              chain.records):
+        assert type(record) is tuple and len(record) == len(layout.fields)
+        for (name, kind, rank), value in zip(layout.fields, record):
+            if rank:
+                assert value.dtype == kind and value.ndim == rank, name
+                assert value.flags.c_contiguous and value.flags.writeable, name
+    view = records.JOINTS.view(chain.records.joints)
+    np.testing.assert_array_equal(view.lower, chain.lower)
+    assert records.COLUMNS.view(chain.records.columns).nv == chain.nv
+    goal = PoseTarget(chain.fk(chain.neutral_configuration())).goal_record(chain)
+    assert type(goal) is tuple and goal[0] == chain.link_index(None)
+    with pytest.raises(TypeError, match=r"missing \['max_step'\], unknown \['max_stp'\]"):
+        records.LM.pack(steps=1, alphas=np.ones(1), damping=0.1, max_stp=0.1)
+    with pytest.raises(ValueError, match='alphas must have 1 dimensions'):
+        records.LM.pack(steps=1, alphas=np.ones((1, 1)), damping=0.1, max_step=0.1)
 
-        def reference(q, ref, other):
-            d = motion.difference(q, ref) * motion.weights
-            e = motion.difference(q, other) * motion.weights
-            return np.sqrt(np.sum(d * d, axis=1)), np.max(np.abs(e), axis=1)
 
-        distance, jump = motion.distance(q), motion.jump(q, other)
-        want_distance, want_jump = numpy_path(reference, q, ref, other)
-        np.testing.assert_allclose(distance, want_distance, rtol=1e-13, atol=1e-13)
-        np.testing.assert_allclose(jump, want_jump, rtol=1e-13, atol=1e-13)
-        # the kernel itself (compiled, or as plain Python without numba)
-        rows = np.array(q)
-        direct = kernels.motion_distances(rows, ref, *layout, 1e-12)
-        np.testing.assert_allclose(direct[0], want_distance, rtol=1e-13, atol=1e-13)
-        np.testing.assert_allclose(kernels.motion_distances(rows, other, *layout, 1e-12)[1],
-                                   want_jump, rtol=1e-13, atol=1e-13)
-        assert distance[0] <= 1e-12 and np.all(distance[1:] > 1e-3) and np.all(jump > 1e-3)
-        bad = q.copy()
-        bad[3, 2] = np.nan
-        got_distance, got_jump = motion.distance(bad), motion.jump(bad, other)
-        assert np.isnan(got_distance[3]) and np.isnan(got_jump[3])
-        keep = np.arange(len(q)) != 3
-        np.testing.assert_array_equal(got_distance[keep], distance[keep])
-        np.testing.assert_array_equal(got_jump[keep], jump[keep])
-        motion.weights = 2.0 * motion.weights           # read at each call, not kept
-        np.testing.assert_allclose(motion.distance(q), 2.0 * distance, rtol=1e-14)
+def test_warm_up_reports_a_cold_cache_and_the_kernels_it_compiled():
+    from smcik_ros.warmup import warm_up
+    messages = []
+    spent = warm_up(Chain.ball_chain(2), messages.append)
+    # A cold cache announces the compilation before it and reports after it; a warm one
+    # says nothing.
+    assert spent > 0.0
+    assert messages == [] or (messages[0].startswith('compiling kernels')
+                              and messages[-1].startswith('kernels ready'))
+    assert all(func.signatures for func in kernels.KERNELS)
+
+
+def test_warm_up_loads_every_kernel_it_checks_for_a_cold_cache():
+    """warm_up compiles every kernel whose cache index decides 'cold' itself, so each one
+    has its index afterwards: otherwise every later start says it is compiling (a kernel
+    reached only inside another is not cached on its own). A fresh interpreter: a kernel
+    another test called does not count. Every kernel the package exports is one of them."""
+    code = ('from smcik_ros import kernels; from smcik_ros.model import Chain; '
+            'from smcik_ros.warmup import warm_up; '
+            f'warm_up(Chain.from_urdf({ARM7!r}, "base_link", "tool0")); '
+            'print(kernels.cache_is_warm(), all(f.signatures for f in kernels.KERNELS))')
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    out = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True,
+                         check=True, timeout=600).stdout.strip()
+    assert out == 'True True'
+    exported = [getattr(kernels, n) for n in kernels.__all__
+                if hasattr(getattr(kernels, n), 'signatures')]
+    assert {f.__name__ for f in exported} == {f.__name__ for f in kernels.KERNELS}
+
+
+def test_every_solver_path_uses_the_warmed_up_specialisations():
+    """After the kernel warm-up alone (the SMC solver's constructor's), every solver
+    (solve and step, pose and position goals) and the frames of read-only, strided and
+    subset configurations run on the specialisations already compiled: none compiles in
+    a real-time tick."""
+    chain = _urdf_chains()[0]
+    kernels.compile_kernels(chain.records)
+    before = {f.__name__: len(f.signatures) for f in kernels.KERNELS}
+    q0 = chain.neutral_configuration()
+    goal = chain.fk(chain.clip(q0 + 0.3))
+    for name in available_solvers():
+        if name == 'fabrik':
+            continue            # ball chains only
+        solver = make_solver(name, chain)
+        solver.solve(goal, q0, max_iters=5)
+        solver.reset(q0)
+        for _ in range(4):
+            solver.step(goal)
+            solver.step(PositionTarget(goal[:3, 3]))
+    read_only = chain.neutral_configuration()
+    read_only.setflags(write=False)
+    frames = chain.frames(read_only)
+    view = frames.subset(slice(0, 1))
+    view.jacobian()
+    PoseTarget(goal).residual_jacobian(view)
+    PoseTarget(goal).errors(view)
+    chain.frames(np.tile(q0, (3, 2))[:, ::2]).jacobian()
+    chain.fk(read_only)
+    assert {f.__name__: len(f.signatures) for f in kernels.KERNELS} == before
+
+
+def test_read_only_package_caches_under_the_home_directory(tmp_path):
+    """An installed (read-only) package points numba's cache at ~/.cache/smcik_ros/numba.
+
+    The package directory reads as not writable (os.access patched in a fresh interpreter:
+    chmod does not stop root, which runs CI here).
+    """
+    env = {k: v for k, v in os.environ.items() if k not in ('NUMBA_CACHE_DIR', 'XDG_CACHE_HOME')}
+    env['HOME'] = str(tmp_path)
+    package = os.path.join(ROOT, 'smcik_ros')
+    code = ('import os, sys; real = os.access; '
+            f'os.access = lambda p, m: False if str(p).startswith({package!r}) else real(p, m); '
+            'sys.modules.pop("numba", None); import smcik_ros.kernels.jit; '
+            'print(os.environ.get("NUMBA_CACHE_DIR"))')
+    out = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == str(tmp_path / '.cache' / 'smcik_ros' / 'numba')
+    # A writable package keeps numba's default (the cache beside the modules).
+    code = 'import os, smcik_ros.kernels.jit; print(os.environ.get("NUMBA_CACHE_DIR"))'
+    out = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == 'None'
+
+
+_UNCOMPILED = '''
+import json, numpy as np
+from smcik_ros import kernels
+from smcik_ros.goals import PoseTarget
+from smcik_ros.model import Chain
+chain = Chain.from_urdf(ARM7, 'base_link', 'tool0')
+q = chain.random_configuration(np.random.default_rng(0), 4)
+rot, pos = kernels.fk(chain.records.bodies, q)
+jac = kernels.jacobian_at(chain.records.columns, rot, pos, chain.num_bodies - 1, pos[-1])
+term = PoseTarget(chain.fk(q[0] + 0.1))
+errors = term.errors(chain.frames(q))
+cost = term.cost(chain.frames(q))
+lm = (3, np.array([1.0, 0.5, 0.25]), 1e-3, 0.3)
+kernels.refine_pose(*chain.records, term.goal_record(chain), lm, q, cost)
+prod = kernels.quat_products(np.eye(2, 4), np.eye(2, 4)[::-1].copy())
+print(json.dumps({'compiled': hasattr(kernels.fk, 'signatures'), 'rot': rot.tolist(),
+                  'jac': jac.tolist(), 'errors': [e.tolist() for e in errors],
+                  'refined': q.tolist(), 'prod': prod.tolist()}))
+'''
+
+
+def test_the_kernels_run_uncompiled_under_numba_disable_jit():
+    """``NUMBA_DISABLE_JIT=1`` (numba's own switch) runs the very same kernels as plain
+    Python: FK, a Jacobian, the pose errors, the fused refinement and a quaternion product
+    give what the compiled kernels give (to rounding: libm's sin against the fast one)."""
+    outputs = {}
+    for disable in ('1', '0'):
+        env = dict(os.environ, PYTHONPATH=ROOT, NUMBA_DISABLE_JIT=disable)
+        out = subprocess.run([sys.executable, '-c', _UNCOMPILED.replace('ARM7', repr(ARM7))],
+                             env=env, capture_output=True, text=True, check=True, timeout=600)
+        outputs[disable] = json.loads(out.stdout.strip().splitlines()[-1])
+    assert outputs['1'].pop('compiled') is False and outputs['0'].pop('compiled') is True
+    for key, value in outputs['0'].items():
+        np.testing.assert_allclose(outputs['1'][key], value, atol=1e-9, err_msg=key)

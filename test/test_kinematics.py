@@ -8,7 +8,7 @@ import yourdfpy
 
 from smcik_ros.collision.model import CollisionModel
 from smcik_ros.errors import ModelError
-from smcik_ros.kinematics import BODY_BALL, BODY_PRISMATIC, Chain, JointSpec
+from smcik_ros.model import BODY_BALL, BODY_PRISMATIC, Chain, JointSpec
 
 HERE = os.path.dirname(__file__)
 ROOT = os.path.dirname(HERE)

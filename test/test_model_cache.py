@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import trimesh
 
-from smcik_ros import kinematics
 from smcik_ros.collision import model as collision_model
 from smcik_ros.collision.model import CollisionModel
 from smcik_ros.errors import ModelError
-from smcik_ros.kinematics import Chain
+from smcik_ros.model import Chain
+from smcik_ros.model import urdf as model_urdf
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -105,7 +105,7 @@ def test_a_cached_chain_is_the_parsed_chain(tmp_path, monkeypatch, urdf, base, t
 
     def no_parse(*args):
         raise AssertionError('the URDF was parsed although its entry is in the cache')
-    monkeypatch.setattr(kinematics, '_parse_urdf_text', no_parse)
+    monkeypatch.setattr(model_urdf, '_parse_urdf_text', no_parse)
     cached = Chain.from_urdf(urdf, base, tip, cache_dir=str(tmp_path))
     for chain in (stored, cached):
         assert sorted(vars(chain)) == sorted(vars(parsed))
@@ -154,13 +154,13 @@ def test_an_unreadable_entry_is_parsed_again_and_replaced(tmp_path, caplog):
     (entry,) = _entries(cache, 'urdf')
     with open(entry, 'wb') as f:
         f.write(b'not an npz file')
-    with caplog.at_level(logging.WARNING, logger='smcik_ros.model_cache'):
+    with caplog.at_level(logging.WARNING, logger='smcik_ros.model.cache'):
         again = Chain.from_urdf(ARM, cache_dir=cache)
     assert 'ignoring unreadable model cache file' in caplog.text
     np.testing.assert_array_equal(again.upper, parsed.upper)
     assert os.path.getsize(entry) > 100      # written again, readable
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger='smcik_ros.model_cache'):
+    with caplog.at_level(logging.WARNING, logger='smcik_ros.model.cache'):
         Chain.from_urdf(ARM, cache_dir=cache)
     assert caplog.text == ''
 
@@ -227,7 +227,7 @@ def test_a_warm_start_imports_neither_yourdfpy_nor_trimesh(tmp_path):
     fresh interpreter: the first start fills the cache, the second reads it without
     importing the URDF parser or the mesh library (about 1 s of a start)."""
     urdf, packages = _mesh_robot(str(tmp_path / 'robot'))
-    code = ('import sys; from smcik_ros.kinematics import Chain; '
+    code = ('import sys; from smcik_ros.model import Chain; '
             'from smcik_ros.control.collision_guard import CollisionGuard; '
             f'chain = Chain.from_urdf({urdf!r}, "base_link", "tool0"); '
             f'guard, _ = CollisionGuard.from_urdf(chain, {urdf!r}, urdf_path={urdf!r}, '

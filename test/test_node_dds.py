@@ -32,7 +32,7 @@ from goal_helpers import free_configuration_near  # noqa: E402
 from ros_helpers import (REPO_ROOT, Probe, dds_fixtures, read_log,  # noqa: E402
                          start_node_process, stop_process, wait_for, wait_for_log)
 from smcik_ros import kernels  # noqa: E402
-from smcik_ros.kinematics import Chain  # noqa: E402
+from smcik_ros.model import Chain  # noqa: E402
 from smcik_ros.ros.markers import link_segments  # noqa: E402
 from smcik_ros.ros.conversions import matrix_to_pose, stamp_to_nanoseconds  # noqa: E402
 from smcik_ros.errors import SmcIkError  # noqa: E402

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from smcik_ros.errors import ModelError
-from smcik_ros.kinematics import Chain
+from smcik_ros.model import Chain
 from smcik_ros.ros.description import (SEMANTIC_TOPIC, SrdfSources, read_urdf_file,
                                        resolve_path, urdf_file_of)
 

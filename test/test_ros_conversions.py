@@ -14,7 +14,7 @@ from visualization_msgs.msg import Marker, MarkerArray
 from smcik_ros.ros import conversions as rc
 from smcik_ros.ros import markers
 from smcik_ros.errors import GoalError
-from smcik_ros.kinematics import Chain
+from smcik_ros.model import Chain
 from smcik_ros.rotations import quat_to_matrix
 
 URDF = Path(__file__).resolve().parents[1] / 'urdf' / 'smcik_arm.urdf'

@@ -16,7 +16,7 @@ from rclpy.parameter import Parameter  # noqa: E402
 from ros_helpers import REPO_ROOT  # noqa: E402
 from smcik_ros.control.arm_state import initial_configuration  # noqa: E402
 from smcik_ros.errors import GoalError, SmcIkError  # noqa: E402
-from smcik_ros.kinematics import Chain  # noqa: E402
+from smcik_ros.model import Chain  # noqa: E402
 from smcik_ros.sim_arm import SimArm  # noqa: E402
 
 DOMAIN_ID = 1 + (os.getpid() + 53) % 100

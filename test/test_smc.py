@@ -7,10 +7,10 @@ from scipy.optimize import least_squares, minimize
 from scipy.spatial.transform import Rotation
 
 from smcik_ros import kernels
+from smcik_ros.collision import KeepOutSphere
 from smcik_ros.errors import GoalError, ParameterError
-from smcik_ros.goals import (Constraint, KeepOutSphere, PoseTarget, PositionTarget,
-                             PosturePreference)
-from smcik_ros.kinematics import Chain
+from smcik_ros.goals import Constraint, PoseTarget, PositionTarget, PosturePreference
+from smcik_ros.model import Chain
 from smcik_ros.rotations import quat_conjugate, quat_multiply, quat_to_rotvec, quat_from_rotvec
 from smcik_ros.solvers import available_solvers, make_solver
 from smcik_ros.solvers.smc import FilterModel, FilterState, Policies, filter_step, sample_qutem

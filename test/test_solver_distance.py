@@ -13,7 +13,7 @@ import pytest
 from smcik_ros.errors import GoalError, ParameterError
 from smcik_ros.goals import (OrientationTarget, PoseTarget, PositionTarget, as_goal,
                              task_errors)
-from smcik_ros.kinematics import Chain
+from smcik_ros.model import Chain
 from smcik_ros.solvers import make_solver
 from smcik_ros.solvers.distance import (FreePointDistanceSolver, PointDistance,
                                         reference_anchors)

@@ -14,7 +14,7 @@ import pytest
 
 from smcik_ros.errors import GoalError, ParameterError
 from smcik_ros.goals import OrientationTarget, PoseTarget, PositionTarget
-from smcik_ros.kinematics import Chain, JointSpec
+from smcik_ros.model import Chain, JointSpec
 from smcik_ros.solvers import make_solver
 from smcik_ros.solvers.ccd import _best_angle
 from smcik_ros.solvers.fabrik import _fabrik_pass

@@ -14,7 +14,7 @@ import pytest
 from smcik_ros.errors import ParameterError
 from smcik_ros.goals import (JointCoupling, OrientationTarget, PoseTarget, PositionTarget,
                              PosturePreference, task_errors)
-from smcik_ros.kinematics import Chain
+from smcik_ros.model import Chain
 from smcik_ros.solvers import make_solver
 from smcik_ros.solvers.base import stack_terms
 from smcik_ros.solvers.jacobian import (finite_difference_jacobian, limit_push,

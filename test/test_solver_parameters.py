@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from smcik_ros.errors import ParameterError
-from smcik_ros.kinematics import Chain
+from smcik_ros.model import Chain
 from smcik_ros.ros.solver_parameters import (SolverChoice, make_solver_from, settings_changes,
                                              solver_parameters, solver_settings_yaml)
 from smcik_ros.solvers import available_solvers, settings_type

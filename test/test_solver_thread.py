@@ -14,7 +14,7 @@ from smcik_ros.collision import CollisionConstraint, Obstacle, Scene, self_colli
 from smcik_ros.control.tick import ControlLoop
 from smcik_ros.control.side_work import SideWork
 from smcik_ros.control.step_worker import SWITCH_INTERVAL, StepWorker
-from smcik_ros.goals import KeepOutSphere
+from smcik_ros.collision import KeepOutSphere
 from smcik_ros.solvers import make_solver
 from smcik_ros.solvers.smc import SmcSettings, SmcSolver
 

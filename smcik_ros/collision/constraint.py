@@ -46,13 +46,13 @@ import weakref
 
 import numpy as np
 
-from .. import kernels
 from ..errors import GoalError
 from ..goals import Constraint
 from ..rotations import quat_conjugate, quat_multiply, quat_slerp, quat_to_rotvec
-from . import engine, shapes
+from .engine import min_per_pair
+from .evaluation import CollisionEvaluation
 from .model import CollisionModel
-from .pairs import SelfCollisionPairs, self_collision_pairs
+from .pairs import self_collision_pairs
 from .scene import Obstacle, Scene
 
 __all__ = ['CollisionConstraint', 'CollisionReport', 'KeepOutObstacle', 'KeepOutSphere',
@@ -93,7 +93,7 @@ class CollisionReport:
         return f'CollisionReport(distance={self.distance[:3]}, closest={first})'
 
 
-class CollisionConstraint(Constraint):
+class CollisionConstraint(CollisionEvaluation, Constraint):
     """Self- and scene-collision avoidance over a ``CollisionModel`` (see the module doc).
 
     Its soft clearance is a ``preference``: it weighs the SMC's particles (eq. 14) but never
@@ -108,6 +108,11 @@ class CollisionConstraint(Constraint):
     clearance_sigma; clearance 0: off); max_rows: soft rows per configuration; hard: refuse
     violating configurations (SMC, refinement, gradient solvers); motion_resolution [m]:
     sub-step spacing of ``check_motion`` (None: the padding, or 2 mm without padding).
+
+    The distances come from ``CollisionEvaluation`` (its geometry, pairs, scene and cache);
+    this class adds the constraint: the allowances of the pairs in contact at the
+    reference, the hard check, the soft clearance rows, the gradient solvers' inequality
+    rows, the reports and the motion checks of the command stream.
     """
 
     def __init__(self, model, scene=None, self_collision=True, pairs=None,
@@ -116,7 +121,6 @@ class CollisionConstraint(Constraint):
         if not isinstance(model, CollisionModel):
             raise GoalError(f'CollisionConstraint needs a CollisionModel; got '
                             f'{type(model).__name__}')
-        self.model = model
         self.scene = scene if scene is not None else Scene()
         if not isinstance(self.scene, Scene):
             raise GoalError(f'scene must be a collision.Scene; got {type(scene).__name__}')
@@ -134,21 +138,15 @@ class CollisionConstraint(Constraint):
             resolution = self.padding if self.padding > 0.0 else 0.002
         self.motion_resolution = _positive(resolution, 'motion_resolution')
         self.sigma = np.full(self.max_rows, self.clearance_sigma)
-        self._robot = engine.RobotGeometry(model, part_size)
-        chain = model.chain
-        self._body_mask = _body_column_mask(chain)
-        self._body_lever = engine.lever_matrix(chain, model)
-        self._lever = self._body_lever[1:]
         self.self_collision = bool(self_collision)
         if pairs is None and self.self_collision and model.has_geometry:
             pairs = self_collision_pairs(model, padding=self.padding)
-        self.set_pairs(pairs if self.self_collision else None)
         self._reference_q = None
         self._reference = None
         self._allowance = None       # (state key, pair ids, allowed distances) (module doc)
-        self._obstacle_cache = (None, None)
-        self._cache = None
-        self._rows_cache = None
+        CollisionEvaluation.__init__(self, model, self.scene,
+                                     pairs if self.self_collision else None, self.padding,
+                                     part_size)
 
     # ------------------------------------------------------------------ configuration
     def bind(self, chain):
@@ -161,36 +159,6 @@ class CollisionConstraint(Constraint):
                             f'{list(chain.link_names)})')
         return self
 
-    def set_pairs(self, pairs):
-        """Replace the self-collision pairs (a SelfCollisionPairs, (P, 2) indices or names)."""
-        if pairs is None:
-            arr = np.zeros((0, 2), dtype=np.int64)
-        elif isinstance(pairs, SelfCollisionPairs):
-            arr = pairs.pairs
-        else:
-            rows = []
-            for pair in pairs:
-                a, b = pair
-                a = self.model.link_index(a) if isinstance(a, str) else int(a)
-                b = self.model.link_index(b) if isinstance(b, str) else int(b)
-                if a == b:
-                    raise GoalError(f'self-collision pair ({a}, {b}) names one link twice')
-                rows.append((min(a, b), max(a, b)))
-            arr = np.array(sorted(set(rows)), dtype=np.int64).reshape(-1, 2)
-        self.pairs = arr
-        self.pairs.setflags(write=False)
-        self._tables = engine.PairTables(self._robot, self.model.chain, arr, self._body_lever,
-                                         cache_dir=getattr(self.model, 'cache_dir', '')) \
-            if len(arr) else None
-        self._pairs_version = getattr(self, '_pairs_version', 0) + 1
-        self._cache = None
-        self._reference = None
-
-    def set_padding(self, padding):
-        """Change the padding [m] (and the default motion resolution with it)."""
-        self.padding = _non_negative(padding, 'padding')
-        self._cache = None
-        self._reference = None
 
     def set_reference(self, q):
         """Set the configuration (nq,) whose penetrations may persist but not deepen (None:
@@ -244,116 +212,6 @@ class CollisionConstraint(Constraint):
         """The reference configuration (nq,) or None."""
         return None if self._reference_q is None else self._reference_q.copy()
 
-    # ------------------------------------------------------------------ the engine
-    def _obstacles(self):
-        version = self.scene.version
-        cached_version, geometry = self._obstacle_cache
-        if cached_version != version or geometry is None:
-            geometry = engine.ObstacleGeometry(self.scene.items(), self.model.link_names)
-            self._obstacle_cache = (version, geometry)
-        return geometry
-
-    def _state_key(self):
-        return (self.scene.version, self._pairs_version, self.padding)
-
-    @property
-    def lever(self):
-        """(B, nv): per body, the largest speed of any of its cover points per unit of each
-        tangent coordinate [m/rad or m/m] (``engine.lever_matrix``): a joint step dv moves
-        no cover point of body b more than ``(lever @ |dv|)[b]``."""
-        return self._lever
-
-    @property
-    def version(self):
-        """What a check depends on besides the configuration: (scene version, pairs version,
-        padding); equal versions of the same object give the same verdicts."""
-        return self._state_key()
-
-    def _query(self, frames, threshold):
-        """Return (leaves with d < threshold, World) of ``frames``, cached: only each
-        (configuration, object pair)'s closest leaf, which is all that the checks (per-pair
-        allowances), the clearance rows and the keep-out terms read.
-
-        A few recent evaluations are kept: a call on the same configurations reuses one,
-        and a call where only some rows changed (the SMC redraws rejected particles, then
-        asks for the cost of the whole set) recomputes those rows only.
-        """
-        q = frames.q
-        state = (id(frames.chain), self._state_key())
-        entries = [e for e in (self._cache or []) if e[0] == state]
-        for k, entry in enumerate(entries):
-            if entry[1] < threshold or entry[2].shape != q.shape:
-                continue
-            changed = np.any(entry[2] != q, axis=1)
-            if not changed.any():
-                leaves, world = entry[3], entry[4]
-            elif 2 * np.count_nonzero(changed) <= len(changed):
-                leaves, world = self._update_rows(frames, entry, changed, entries)
-                entries[k] = (state, entry[1], q.copy(), leaves, world)
-            else:
-                continue
-            entries.insert(0, entries.pop(k))
-            self._cache = entries
-            if entry[1] > threshold:
-                leaves = leaves.select(leaves.d < threshold)
-            return leaves, world
-        world, leaves = self._run(frames, threshold, per_pair=True)
-        # Keep the newest entries, and always the largest batch (the SMC's particle set,
-        # whose rejected rows are redrawn through several smaller calls in between, and
-        # whose rows come back when a particle falls back to its previous state).
-        entries = [(state, threshold, q.copy(), leaves, world)] + entries
-        keep = entries[:6]
-        largest = sorted(entries, key=lambda e: -e[2].shape[0])[:3]
-        keep += [e for e in largest if not any(e is k for k in keep)]
-        self._cache = keep
-        return leaves, world
-
-    def _update_rows(self, frames, entry, changed, others=()):
-        """Return the cached evaluation ``entry`` with the ``changed`` rows replaced: taken
-        from other cached evaluations holding the same configurations (the SMC's redraws
-        were just evaluated), computed for the rest."""
-        _, threshold, _, old, world = entry
-        rows = np.flatnonzero(changed)
-        q = frames.q
-        # Compiled: the World of ``frames`` itself (positions computed only when asked for);
-        # numpy: the cached positions with the changed rows replaced.
-        lazy = world.rot is not None
-        xyz = None if lazy else world.xyz.reshape(3, world.n, world.rows).copy()
-        parts = [old.select(~changed[old.n])]
-        todo = rows
-        for other in others:
-            if not len(todo) or other is entry or other[1] < threshold or \
-                    other[2].shape[1] != q.shape[1]:
-                continue
-            found, source = _match_rows(q[todo], other[2])
-            if not found.any():
-                continue
-            src_rows, dst_rows = source[found], todo[found]
-            parts.append(_leaves_of_rows(other, src_rows, dst_rows, threshold))
-            if not lazy:
-                oxyz = other[4].xyz.reshape(3, other[4].n, other[4].rows)
-                xyz[:, dst_rows] = oxyz[:, src_rows]
-            todo = todo[~found]
-        if len(todo):
-            sub_world, new = self._run(frames.subset(todo), threshold, per_pair=True)
-            new.n = todo[new.n]
-            parts.append(new)
-            if not lazy:
-                xyz[:, todo] = sub_world.xyz.reshape(3, len(todo), world.rows)
-        leaves = engine.Leaves(*(np.concatenate([getattr(p, f) for p in parts])
-                                 for f in ('n', 'pair', 'a', 'b', 'd', 'is_self')), old.count)
-        if lazy:
-            return leaves, self._robot.world(frames)
-        return leaves, engine.World(xyz.reshape(3, -1), world.rows, world.n)
-
-    def _run(self, frames, threshold, nearest=False, per_pair=False):
-        """Return (World, leaves below ``threshold``) of ``frames`` (no cache; ``nearest``:
-        at least each configuration's closest leaf; ``per_pair``: only each (configuration,
-        object pair)'s closest leaf; see ``engine.query``)."""
-        world = self._robot.world(frames)
-        leaves = engine.query(self._robot, world, self.pairs, self._obstacles(), threshold,
-                              self.padding, self._tables, frames.q, nearest, per_pair)
-        return world, leaves
 
     def _eval_threshold(self):
         return max(self.clearance, 0.0) + 1e-12
@@ -412,16 +270,6 @@ class CollisionConstraint(Constraint):
         self._reference = (key, table, lasting[keep])
         return table
 
-    def _pair_depths(self, q, threshold):
-        """Return (sorted pair ids, smallest padded distance) of the object pairs closer
-        than ``threshold`` [m] at the configuration q (nq,)."""
-        _, leaves = self._run(self.model.chain.frames(np.asarray(q, dtype=float)), threshold,
-                              per_pair=True)
-        order = np.lexsort((leaves.d, leaves.pair))
-        pairs, depth = leaves.pair[order], leaves.d[order]
-        first = np.ones(len(pairs), dtype=bool)
-        first[1:] = pairs[1:] != pairs[:-1]
-        return pairs[first], depth[first]
 
     def allowances(self):
         """Return (pair ids, allowed padded distances [m] < 0) of the pairs resting in
@@ -435,15 +283,6 @@ class CollisionConstraint(Constraint):
         lasting = self._reference[2]
         return table[0][lasting], table[1][lasting]
 
-    def _lasting(self, pairs):
-        """Return (K,) bool: which object pairs (ids) may rest in contact: self pairs, and
-        obstacle pairs whose link no joint moves."""
-        out = pairs < len(self.pairs)
-        rest = np.flatnonzero(~out)
-        if len(rest):
-            links = self._obstacles().pair_link[pairs[rest] - len(self.pairs)]
-            out[rest] = self.model.link_body[links] < 0
-        return out
 
     def _violating(self, leaves, reference=None, play=None):
         """Return the (K,) mask of leaves that violate: d < 0 and deeper than their pair's
@@ -507,7 +346,7 @@ class CollisionConstraint(Constraint):
 
     def _top_rows(self, leaves, world):
         limit = self.clearance
-        rows, n, _ = engine.min_per_pair(leaves)
+        rows, n, _ = min_per_pair(leaves)
         if not len(rows):
             e = np.zeros(0, dtype=np.int64)
             return leaves, world, e, e, e, np.zeros(0)
@@ -543,44 +382,6 @@ class CollisionConstraint(Constraint):
             out[n, slot] = -self._distance_gradients(frames, world, leaves.select(rows))
         return out
 
-    def _distance_gradients(self, frames, world, leaves):
-        """Return (R, nv): d distance / d tangent step of each leaf."""
-        robot = self._robot
-        ca = world.points(leaves.n, robot.sph_row[leaves.a])
-        grad = np.zeros((len(leaves), 3))
-        cb = np.zeros((len(leaves), 3))
-        s = leaves.is_self
-        if s.any():
-            cb[s] = world.points(leaves.n[s], robot.sph_row[leaves.b[s]])
-            diff = ca[s] - cb[s]
-            norm = np.linalg.norm(diff, axis=1, keepdims=True)
-            grad[s] = np.where(norm > 1e-12, diff / np.maximum(norm, 1e-300), (0.0, 0.0, 1.0))
-        o = ~s
-        if o.any():
-            obs = self._obstacles()
-            m = leaves.b[o]
-            grad[o] = shapes.point_primitive_gradient(ca[o], obs.kind[m], obs.rot[m],
-                                                      obs.trans[m], obs.size[m])
-        body_a = robot.sphere_body[leaves.a]
-        chain = frames.chain
-        if kernels.ENABLED and len(chain.column_body):
-            # The same products in one compiled loop (a leaf at a time, no (R, 3, nv) stacks).
-            body_b = np.full(len(leaves), -2, dtype=np.int64)
-            body_b[s] = robot.sphere_body[leaves.b[s]]
-            return kernels.distance_gradients(
-                np.ascontiguousarray(frames.rot), np.ascontiguousarray(frames.pos),
-                np.ascontiguousarray(leaves.n, dtype=np.int64),
-                np.ascontiguousarray(body_a, dtype=np.int64),
-                np.ascontiguousarray(ca), body_b, cb, grad,
-                np.ascontiguousarray(self._body_mask), *chain.kernel_columns(0)[1:], chain.nv)
-        ja = point_jacobians(frames, leaves.n, body_a, ca, self._body_mask)
-        out = np.einsum('rk,rkv->rv', grad, ja)
-        if s.any():
-            idx = np.flatnonzero(s)
-            body_b = robot.sphere_body[leaves.b[idx]]
-            jb = point_jacobians(frames, leaves.n[idx], body_b, cb[idx], self._body_mask)
-            out[idx] -= np.einsum('rk,rkv->rv', grad[idx], jb)
-        return out
 
     # ------------------------------------------------------------------ gradient solvers
     def inequality_rows(self, frames, influence, per_pair=3):
@@ -663,39 +464,6 @@ class CollisionConstraint(Constraint):
             dist[todo] = search[-1]
         return CollisionReport(dist, names, pa, pb)
 
-    def pair_names(self, pair):
-        """Return the (name a, name b) of a global object-pair index."""
-        P = len(self.pairs)
-        links = self.model.link_names
-        if pair < P:
-            return links[self.pairs[pair, 0]], links[self.pairs[pair, 1]]
-        obs = self._obstacles()
-        k = pair - P
-        ns, oid = obs.keys[obs.pair_obj[k]]
-        return links[obs.pair_link[k]], f'{ns}/{oid}'
-
-    def _closest_points(self, world, leaves):
-        robot = self._robot
-        ca = world.points(leaves.n, robot.sph_row[leaves.a])
-        ra = robot.radii[leaves.a]
-        pa, pb = np.empty_like(ca), np.empty_like(ca)
-        s = leaves.is_self
-        if s.any():
-            cb = world.points(leaves.n[s], robot.sph_row[leaves.b[s]])
-            u = ca[s] - cb
-            u /= np.maximum(np.linalg.norm(u, axis=1, keepdims=True), 1e-12)
-            pa[s] = ca[s] - ra[s, None] * u
-            pb[s] = cb + robot.radii[leaves.b[s], None] * u
-        o = ~s
-        if o.any():
-            obs = self._obstacles()
-            m = leaves.b[o]
-            args = (obs.kind[m], obs.rot[m], obs.trans[m], obs.size[m])
-            g = shapes.point_primitive_gradient(ca[o], *args)
-            phi = shapes.point_primitive_distance(ca[o], *args)
-            pa[o] = ca[o] - ra[o, None] * g
-            pb[o] = ca[o] - phi[:, None] * g
-        return pa, pb
 
     def status(self, q):
         """Return a dict for a status message at configuration q (nq,): min_distance [m],
@@ -708,39 +476,6 @@ class CollisionConstraint(Constraint):
                 'points': None if pair is None else np.stack([report.point_a[0],
                                                               report.point_b[0]])}
 
-    def contacts(self, q):
-        """Return [((name a, name b), padded distance [m] < 0)] of the object pairs that
-        penetrate at the configuration q (nq,), deepest first."""
-        pairs, depth = self._pair_depths(q, 0.0)
-        order = np.argsort(depth, kind='stable')
-        return [(self.pair_names(int(pairs[k])), float(depth[k])) for k in order]
-
-    def cover_spheres(self, q, padded=False):
-        """Return (centres (S, 3) [m] in the base frame, radii (S,), link names (S,)) at q."""
-        frames = self.model.chain.frames(np.asarray(q, dtype=float))
-        robot = self._robot
-        world = robot.world(frames).grid(robot.sph_row)[0]
-        links = np.array(self.model.link_names, dtype=object)[robot.sphere_link] \
-            if len(robot.radii) else np.zeros(0, dtype=object)
-        return (world, robot.radii + (self.padding if padded else 0.0), links)
-
-    def points_on_robot(self, points, q, margin=0.0, point_radius=0.0):
-        """Return (P,) bool: points within the robot's cover + padding + margin at q.
-
-        point_radius [m] treats each point as a sphere of that radius.
-        """
-        points = np.asarray(points, dtype=float).reshape(-1, 3)
-        out = np.zeros(len(points), dtype=bool)
-        if not len(points) or not len(self._robot.radii):
-            return out
-        from scipy.spatial import cKDTree
-
-        centers, radii, _ = self.cover_spheres(q)
-        reach = radii + self.padding + float(margin) + float(point_radius)
-        tree = cKDTree(points)
-        for hits in tree.query_ball_point(centers, reach):
-            out[hits] = True
-        return out
 
     # ------------------------------------------------------------------ the command stream
     def motion_substeps(self, q_from, q_to, resolution=None):
@@ -1016,65 +751,6 @@ def _merge_min(a, b):
     first = np.ones(len(pairs), dtype=bool)
     first[1:] = pairs[1:] != pairs[:-1]
     return pairs[first], values[first]
-
-
-def _leaves_of_rows(entry, src, dst, threshold):
-    """Return the leaves below ``threshold`` of the rows ``src`` of a cached evaluation
-    ``entry``, renumbered as rows ``dst``. A source row may be taken for several rows:
-    the particle set holds copies of one configuration (resampling, fallbacks)."""
-    leaves = entry[3]
-    order = np.argsort(leaves.n, kind='stable')
-    count = np.bincount(leaves.n, minlength=len(entry[2]))
-    start = np.cumsum(count) - count
-    row, index = engine._ranges(start[src], count[src])
-    leaves = leaves.select(order[index])
-    leaves.n = np.asarray(dst)[row]
-    return leaves.select(leaves.d < threshold) if entry[1] > threshold else leaves
-
-
-def _match_rows(rows, table):
-    """Return (found (R,), index (R,)): where each row of ``rows`` occurs in ``table``."""
-    width = rows.shape[1] * rows.dtype.itemsize
-    key = np.ascontiguousarray(rows).view(np.dtype((np.void, width))).ravel()
-    ref = np.ascontiguousarray(table).view(np.dtype((np.void, width))).ravel()
-    order = np.argsort(ref)
-    pos = np.searchsorted(ref[order], key)
-    pos = np.minimum(pos, len(ref) - 1)
-    found = ref[order][pos] == key
-    return found, order[pos]
-
-
-def _body_column_mask(chain):
-    """Return (B + 1, C) bool: Jacobian column c moves body b (row b + 1; row 0: the base)."""
-    C = len(chain.column_body)
-    mask = np.zeros((chain.num_bodies + 1, C), dtype=bool)
-    for b in range(chain.num_bodies):
-        mask[b + 1, chain.columns_of_body[b]] = True
-    return mask
-
-
-def point_jacobians(frames, n, body, points, body_mask):
-    """Return (R, 3, nv) linear Jacobians of points (R, 3) [m] moving with ``body`` (R,),
-    at configurations ``n`` (R,) of ``frames`` (columns as ``Frames.jacobian_at``)."""
-    chain = frames.chain
-    nv = chain.nv
-    R = len(n)
-    if R == 0 or not len(chain.column_body):
-        return np.zeros((R, 3, nv))
-    cb = chain.column_body
-    uniq, inv = np.unique(n, return_inverse=True)
-    rot = frames.rot[cb][:, uniq]                                        # (C, U, 3, 3)
-    axes = np.einsum('cuij,cj->cui', rot, chain.column_axis)
-    origins = frames.pos[cb][:, uniq]
-    a = axes[:, inv].transpose(1, 0, 2)                                  # (R, C, 3)
-    lever = points[:, None, :] - origins[:, inv].transpose(1, 0, 2)
-    cross = np.empty_like(a)
-    cross[..., 0] = a[..., 1] * lever[..., 2] - a[..., 2] * lever[..., 1]
-    cross[..., 1] = a[..., 2] * lever[..., 0] - a[..., 0] * lever[..., 2]
-    cross[..., 2] = a[..., 0] * lever[..., 1] - a[..., 1] * lever[..., 0]
-    lin = np.where(chain.column_is_rotation[None, :, None], cross, a)
-    lin = lin * body_mask[body + 1][:, :, None]
-    return np.einsum('rck,cv->rkv', lin, chain.column_scatter)
 
 
 def _tangent_delta(chain, qa, qb):

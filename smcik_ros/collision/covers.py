@@ -43,7 +43,7 @@ import os
 
 import numpy as np
 
-from ..model_cache import default_cache_dir   # the cover cache shares its directory
+from ..model.cache import default_cache_dir   # the cover cache shares its directory
 
 __all__ = ['SphereCover', 'COVER_VERSION', 'default_cache_dir', 'cover_mesh', 'cover_box',
            'cover_cylinder', 'cover_sphere', 'bisect_triangles', 'cylinder_sections',

@@ -12,11 +12,11 @@ against a primitive) whose padded signed distance is below a threshold, for all
 configurations at once: level-1 bounds for every (configuration, link pair) and (link,
 obstacle) pair, then only the children of pairs whose bound is below the threshold. A bound
 is never larger than any distance below it (bounding spheres contain their children), so
-nothing below the threshold is missed. The numpy form runs no Python loop over
-configurations, pairs or spheres (each level is a few gathers and one distance kernel,
-``shapes``); with numba the same levels run as one compiled kernel per query
+nothing below the threshold is missed. The levels run as one compiled kernel per query
 (``kernels.collision_query``) that moves only the spheres its bounds reach to the base frame
-(``World`` then computes positions lazily).
+(``World`` computes positions lazily). The robot, the scene and the pair tables come to it
+as records built once (``RobotGeometry.record``, ``ObstacleGeometry.record``,
+``pair_record``).
 
 Distances are padded: ``d = gap - padding`` (robot against robot: the gap between the two
 spheres; robot against obstacles: the signed distance of the sphere to the primitive).
@@ -31,12 +31,13 @@ the larger of that bound and the bounding spheres' one.
 
 import numpy as np
 
-from .. import kernels
-from . import shapes
+from ..kernels.collision import collision_query, leaf_buffers
+from ..kernels.fk import body_points_world
+from ..kernels.records import OBSTACLES, PAIRS, ROBOT
+from .shapes import primitive_bounding_radius
 
 __all__ = ['RobotGeometry', 'ObstacleGeometry', 'World', 'Leaves', 'PairTables', 'query',
-           'lever_matrix', 'split_groups',
-           'bounding_sphere']
+           'lever_matrix', 'min_per_pair', 'pair_record', 'split_groups', 'bounding_sphere']
 
 
 def bounding_sphere(centers, radii):
@@ -71,8 +72,10 @@ def split_groups(centers, size):
 class RobotGeometry:
     """The model's spheres regrouped per link (and in parts), with bounding spheres.
 
-    Sphere k here is model sphere ``order[k]``. ``world(frames)`` moves every sphere and
-    link centre (rows ``sph_row``, ``link_row``) to the base frame in one matrix product.
+    Sphere k here is model sphere ``order[k]``. Rows: the sphere centres then the link
+    centres (``sph_row``, ``link_row``), each with its body and its point there;
+    ``world(frames)`` moves them to the base frame. ``record``: the same for the kernels
+    (``kernels.records.ROBOT``).
     """
 
     def __init__(self, model, part_size=8):
@@ -123,126 +126,85 @@ class RobotGeometry:
                                                                              self.radii[s])
         self.link_body = np.asarray(model.link_body, dtype=np.int64)
         self.part_body = self.link_body[self.part_link] if Q else np.zeros(0, dtype=np.int64)
-        # Rows of the world array: spheres then link centres. World positions come from one
-        # matrix product: [R_b | t_b] of every body (and the identity for the base) times a
-        # block matrix holding each row's local coordinates (and a 1) under its body.
-        local = np.concatenate([self.centers, self.link_center])
-        body = np.concatenate([self.sphere_body, self.link_body])
         S = len(self.radii)
         self.sph_row = np.arange(S)
         self.link_row = S + np.arange(L)
-        self.bodies = np.unique(body) if len(body) else np.zeros(0, dtype=np.int64)
-        slot = {int(b): k for k, b in enumerate(self.bodies)}
-        block = np.zeros((4 * len(self.bodies), len(local)))
-        for row, (b, point) in enumerate(zip(body, local)):
-            k = slot[int(b)]
-            block[4 * k:4 * k + 3, row] = point
-            block[4 * k + 3, row] = 1.0
-        self.block = block
-        self.num_rows = len(local)
-        # The same rows for the compiled path: each row's body and local point.
-        self.row_body = np.ascontiguousarray(body, dtype=np.int64)
-        self.row_local = np.ascontiguousarray(local, dtype=float).reshape(-1, 3)
+        self.num_rows = S + L
+        self.row_body = np.concatenate([self.sphere_body, self.link_body]).astype(np.int64)
+        self.row_local = np.concatenate([self.centers, self.link_center]).reshape(-1, 3)
         for arr in (self.centers, self.radii, self.part_center, self.part_radius,
-                    self.link_center, self.link_radius, self.block):
+                    self.link_center, self.link_radius):
             arr.setflags(write=False)
+        self.record = ROBOT.pack(
+            row_body=self.row_body, row_local=self.row_local, radii=self.radii,
+            sphere_row=self.sph_row, link_row=self.link_row, link_radius=self.link_radius,
+            link_sphere_start=self.link_sphere_start, link_sphere_count=self.link_sphere_count,
+            sphere_part=np.repeat(np.arange(Q), self.part_count),
+            part_local=self.part_center.reshape(-1, 3), part_body=self.part_body,
+            part_radius=self.part_radius)
 
     @property
     def num_spheres(self):
         return len(self.radii)
 
     def world(self, frames):
-        """Return the ``World`` of ``frames``: every sphere and link centre in the base frame.
-
-        With the compiled kernels the positions are computed when first asked for (the
-        compiled query moves only the rows its broad phase reaches); the World keeps a copy
-        of the frames, so later changes to ``frames`` do not reach it.
-        """
-        n = len(frames)
-        if kernels.ENABLED:
-            return World(None, self.num_rows, n, np.array(frames.rot, order='C'),
-                         np.array(frames.pos, order='C'), self)
-        k = len(self.bodies)
-        stack = np.empty((3, n, k, 4))
-        moving = self.bodies >= 0
-        if moving.any():
-            b = self.bodies[moving]
-            stack[:, :, moving, :3] = frames.rot[b].transpose(2, 1, 0, 3)
-            stack[:, :, moving, 3] = frames.pos[b].transpose(2, 1, 0)
-        if not moving.all():
-            stack[:, :, ~moving, :3] = np.eye(3)[:, None, None, :]
-            stack[:, :, ~moving, 3] = 0.0
-        xyz = stack.reshape(3 * n, 4 * k) @ self.block
-        return World(xyz.reshape(3, n * self.num_rows), self.num_rows, n)
+        """Return the ``World`` of ``frames``: every sphere and link centre in the base frame,
+        computed when first asked for (the compiled query moves only the rows its broad
+        phase reaches). The World keeps a copy of the frames, so later changes to
+        ``frames`` do not reach it."""
+        return World(self, np.array(frames.rot, order='C'), np.array(frames.pos, order='C'))
 
 
 class World:
     """Base-frame positions of a RobotGeometry's rows at N configurations.
 
-    xyz: (3, N * T): x, y and z planes, row r of configuration n at column n * T + r. Built
-    from the body frames (rot (B, N, 3, 3), pos (B, N, 3) and the ``geometry``) instead,
-    ``xyz`` is computed on first use and ``points`` computes only the rows asked for.
+    From the body frames (rot (B, N, 3, 3), pos (B, N, 3)) and the ``geometry``: ``points``
+    computes only the rows asked for; ``xyz`` (3, N * T): x, y and z planes, row r of
+    configuration n at column n * T + r, is computed on first use.
     """
 
     __slots__ = ('_xyz', 'rows', 'n', 'rot', 'pos', 'geometry')
 
-    def __init__(self, xyz, rows, n, rot=None, pos=None, geometry=None):
-        self._xyz, self.rows, self.n = xyz, rows, n
-        self.rot, self.pos, self.geometry = rot, pos, geometry
+    def __init__(self, geometry, rot, pos):
+        self.geometry, self.rot, self.pos = geometry, rot, pos
+        self.rows, self.n = geometry.num_rows, rot.shape[1]
+        self._xyz = None
 
     @property
     def xyz(self):
         if self._xyz is None:
             g = self.geometry
             xyz = np.empty((3, self.n * self.rows))
-            kernels.body_points_world(self.rot, self.pos, g.row_body, g.row_local, xyz)
+            body_points_world(self.rot, self.pos, g.record[0], g.record[1], xyz)
             self._xyz = xyz
         return self._xyz
 
     def points(self, n, rows):
         """Return (K, 3) positions of rows (K,) at configurations n (K,)."""
-        if self._xyz is None and self.rot is not None:
-            g = self.geometry
-            body, local = g.row_body[rows], g.row_local[rows]
-            out = local.astype(float, copy=True).reshape(-1, 3)
-            moving = body >= 0
-            if moving.any():
-                b, m = body[moving], np.asarray(n)[moving]
-                out[moving] = np.einsum('kij,kj->ki', self.rot[b, m], local[moving]) + \
-                    self.pos[b, m]
-            return out
-        idx = n * self.rows + rows
-        xyz = self.xyz
-        return np.stack([xyz[0].take(idx), xyz[1].take(idx), xyz[2].take(idx)], axis=-1)
+        if self._xyz is not None:
+            idx = n * self.rows + rows
+            xyz = self._xyz
+            return np.stack([xyz[0].take(idx), xyz[1].take(idx), xyz[2].take(idx)], axis=-1)
+        g = self.geometry
+        body, local = g.row_body[rows], g.row_local[rows]
+        out = local.astype(float, copy=True).reshape(-1, 3)
+        moving = body >= 0
+        if moving.any():
+            b, m = body[moving], np.asarray(n)[moving]
+            out[moving] = np.einsum('kij,kj->ki', self.rot[b, m], local[moving]) + \
+                self.pos[b, m]
+        return out
 
     def grid(self, rows):
         """Return (N, R, 3) positions of ``rows`` (R,) at every configuration."""
         return self.xyz.reshape(3, self.n, self.rows)[:, :, rows].transpose(1, 2, 0)
 
-    def distance(self, n, rows_a, rows_b):
-        """Return (K,) distances between rows_a and rows_b (K,) at configurations n (K,)."""
-        ia = n * self.rows + rows_a
-        ib = n * self.rows + rows_b
-        x, y, z = self.xyz
-        dx = x.take(ia) - x.take(ib)
-        dy = y.take(ia) - y.take(ib)
-        dz = z.take(ia) - z.take(ib)
-        return np.sqrt(dx * dx + dy * dy + dz * dz)
-
-    def distance_to(self, n, rows, points):
-        """Return (K,) distances between rows (K,) at configurations n and points (K, 3)."""
-        idx = n * self.rows + rows
-        x, y, z = self.xyz
-        dx = x.take(idx) - points[:, 0]
-        dy = y.take(idx) - points[:, 1]
-        dz = z.take(idx) - points[:, 2]
-        return np.sqrt(dx * dx + dy * dy + dz * dz)
-
 
 class ObstacleGeometry:
     """Scene obstacles compiled to primitives, parts and objects, with bounding spheres.
 
-    keys: the (ns, id) of each object; link_mask (O, L): which robot links each applies to.
+    keys: the (ns, id) of each object; link_mask (O, L): which robot links each applies to;
+    record: the same for the kernels (``kernels.records.OBSTACLES``).
     """
 
     def __init__(self, items, link_names, part_size=16):
@@ -286,7 +248,7 @@ class ObstacleGeometry:
         self.trans = cat(transs, (0, 3))
         self.size = cat(sizes, (0, 3))
         self.prim_obj = cat(prim_obj, (0,), np.int64)
-        self.prim_radius = shapes.primitive_bounding_radius(self.kind, self.size)
+        self.prim_radius = primitive_bounding_radius(self.kind, self.size)
         self.part_start = np.array(part_start, dtype=np.int64)
         self.part_count = np.array(part_count, dtype=np.int64)
         self.obj_part_start = np.array(obj_part_start, dtype=np.int64)
@@ -309,6 +271,14 @@ class ObstacleGeometry:
         pl, po = np.nonzero(self.link_mask.T)          # link-major pairs
         self.pair_link = pl.astype(np.int64)
         self.pair_obj = po.astype(np.int64)
+        self.record = OBSTACLES.pack(
+            pair_link=self.pair_link, pair_obj=self.pair_obj,
+            obj_center=self.obj_center.reshape(-1, 3), obj_radius=self.obj_radius,
+            obj_part_start=self.obj_part_start, obj_part_count=self.obj_part_count,
+            part_center=self.part_center.reshape(-1, 3), part_radius=self.part_radius,
+            part_start=self.part_start, part_count=self.part_count, kind=self.kind,
+            rot=self.rot.reshape(-1, 3, 3), trans=self.trans.reshape(-1, 3),
+            size=self.size.reshape(-1, 3))
 
     @property
     def num_primitives(self):
@@ -579,270 +549,76 @@ def _ranges(start, count):
     return row, np.arange(total) + shift
 
 
-def _expand(a_start, a_count, b_start, b_count):
-    """Return (row, a, b): all child pairs of each row (ranges a and b), as flat arrays."""
-    ra, a = _ranges(a_start, a_count)
-    rb, b = _ranges(b_start[ra], b_count[ra])
-    return ra[rb], a[rb], b
-
-
-def _norm(v):
-    return np.sqrt(np.einsum('...k,...k->...', v, v))
-
-
-def _filter(n, a_start, a_count, radii, rows_of, world, other_center, other_radius, padding,
-            threshold, index=None):
-    """Expand each row into its spheres and keep those whose distance to the other side's
-    bounding sphere is below the threshold. Returns (row, sphere, flat world index) of the
-    kept ones (``World.xyz[:, flat]`` are their positions).
-
-    other_center: (R, 3) per row; other_radius: (R,); index: the ranges index this array of
-    sphere numbers (None: they are sphere numbers). Written with ``take`` on flat arrays
-    (faster than fancy indexing of (K, 3) arrays).
-    """
-    row, sphere = _ranges(a_start, a_count)
-    if index is not None:
-        sphere = index.take(sphere)
-    flat = n.take(row) * world.rows + rows_of.take(sphere)
-    x, y, z = world.xyz
-    dx = x.take(flat) - other_center[:, 0].take(row)
-    dy = y.take(flat) - other_center[:, 1].take(row)
-    dz = z.take(flat) - other_center[:, 2].take(row)
-    d = np.sqrt(dx * dx + dy * dy + dz * dz) - radii.take(sphere) - other_radius.take(row)
-    keep = np.flatnonzero(d < threshold + padding)
-    return row.take(keep), sphere.take(keep), flat.take(keep)
-
-
-def _group_ranges(row, count):
-    """Return (start, count) per group for a sorted group index ``row`` over ``count`` groups."""
-    sizes = np.bincount(row, minlength=count)
-    return np.cumsum(sizes) - sizes, sizes
-
-
 def query(robot, world, self_pairs, obstacles, threshold, padding, tables=None, q=None,
-          nearest=False, per_pair=False):
+          nearest=False, per_pair=False, capacity=None):
     """Return the ``Leaves`` with padded distance < ``threshold`` [m] (see the module doc).
 
     robot: RobotGeometry; world: the ``World`` from ``robot.world``; self_pairs: (P, 2) link
     index pairs; obstacles: ObstacleGeometry or None; tables: ``PairTables`` of these
     self_pairs (with q (N, nq), the configurations of ``world``) or None; nearest: only each
-    configuration's closest leaf is needed (the compiled query then prunes by branch and
-    bound and returns just that one; the numpy path returns them all); per_pair: only the
+    configuration's closest leaf (the query prunes by branch and bound); per_pair: only the
     closest leaf of each (configuration, object pair), sorted by configuration then pair
     (what a check against per-pair allowances and the clearance rows need: one leaf per
-    pair instead of every overlapping sphere pair of a contact; the compiled query prunes
-    by branch and bound per pair, the numpy path reduces its leaves with ``min_per_pair``).
+    pair instead of every overlapping sphere pair of a contact). capacity: room for this
+    many leaves in the kernel's first call (default 32 per configuration + 256); it is
+    called again with room for all when more are found.
 
     Levels: (1) link/link and link/obstacle bounding spheres; (2) each sphere of one side
     against the other side's bounding sphere (both ways for link pairs); (3) the surviving
     spheres pairwise (for point-cloud sets: against the obstacle's parts, then primitives).
+    Ties keep the first leaf found, as a stable sort of all leaves by distance would.
     """
-    if kernels.ENABLED and world.rot is not None:
-        return _query_compiled(robot, world, self_pairs, obstacles, threshold, padding, tables,
-                               q, 2 if per_pair else 1 if nearest else 0)
-    leaves = _query_numpy(robot, world, self_pairs, obstacles, threshold, padding, tables, q)
-    if per_pair:
-        leaves = leaves.select(min_per_pair(leaves)[0])
-    return leaves
-
-
-def _query_numpy(robot, world, self_pairs, obstacles, threshold, padding, tables, q):
-    """``query`` by numpy levels: every leaf below ``threshold``."""
-    n_cfg = world.n
-    parts = []
-    wl = world.grid(robot.link_row)                                   # (N, L, 3)
-    P = len(self_pairs)
-    if P:
-        la, lb = self_pairs[:, 0], self_pairs[:, 1]
-        d1 = _norm(wl[:, la] - wl[:, lb]) - (robot.link_radius[la] + robot.link_radius[lb]
-                                             + padding)
-        if tables is not None and len(tables):
-            np.maximum(d1, tables.bound(q) - padding, out=d1)
-        elif tables is not None and not len(tables):
-            tables = None
-        n1, p1 = np.nonzero(d1 < threshold)
-        if len(n1):
-            a1, b1 = la[p1], lb[p1]
-            g = len(n1)
-            if tables is not None:
-                rng = tables.ranges(p1, threshold + padding)
-                starts = np.concatenate([rng[:, 0], rng[:, 2]])
-                counts = np.concatenate([rng[:, 1], rng[:, 3]])
-                index = tables.sphere_index
-            else:
-                starts = robot.link_sphere_start[np.concatenate([a1, b1])]
-                counts = robot.link_sphere_count[np.concatenate([a1, b1])]
-                index = None
-            # Both sides in one pass: rows 0..g-1 are the a-sides, g..2g-1 the b-sides.
-            r, s, pts = _filter(np.concatenate([n1, n1]), starts, counts, robot.radii,
-                                robot.sph_row, world, np.concatenate([wl[n1, b1], wl[n1, a1]]),
-                                robot.link_radius[np.concatenate([b1, a1])], padding, threshold,
-                                index)
-            side_b = r >= g
-            ra, sa, fa = r[~side_b], s[~side_b], pts[~side_b]
-            rb, sb, fb = r[side_b] - g, s[side_b], pts[side_b]
-            start_a, count_a = _group_ranges(ra, g)
-            start_b, count_b = _group_ranges(rb, g)
-            r, ia, ib = _expand(start_a, count_a, start_b, count_b)
-            sa, sb = sa.take(ia), sb.take(ib)
-            n3, p3 = n1.take(r), p1.take(r)
-            fa, fb = fa.take(ia), fb.take(ib)
-            x, y, z = world.xyz
-            dx = x.take(fa) - x.take(fb)
-            dy = y.take(fa) - y.take(fb)
-            dz = z.take(fa) - z.take(fb)
-            d3 = np.sqrt(dx * dx + dy * dy + dz * dz) - (
-                robot.radii.take(sa) + robot.radii.take(sb) + padding)
-            keep = d3 < threshold
-            parts.append((n3[keep], p3[keep], sa[keep], sb[keep], d3[keep], True))
-    if obstacles is not None and len(obstacles.pair_link):
-        ol, oo = obstacles.pair_link, obstacles.pair_obj
-        d1 = _norm(wl[:, ol] - obstacles.obj_center[oo]) - (
-            robot.link_radius[ol] + obstacles.obj_radius[oo] + padding)
-        n1, p1 = np.nonzero(d1 < threshold)
-        if len(n1):
-            l1, o1 = ol[p1], oo[p1]
-            r, sa, flat = _filter(n1, robot.link_sphere_start[l1], robot.link_sphere_count[l1],
-                                  robot.radii, robot.sph_row, world, obstacles.obj_center[o1],
-                                  obstacles.obj_radius[o1], padding, threshold)
-            n2, p2, o2 = n1[r], p1[r], o1[r]
-            pts = world.xyz[:, flat].T
-            single = obstacles.obj_part_count[o2] == 1
-            if not single.all():
-                # Sphere sets: the robot sphere against the set's parts first.
-                multi = ~single
-                r, q = _ranges(obstacles.obj_part_start[o2[multi]],
-                               obstacles.obj_part_count[o2[multi]])
-                nm, pm, sm, ptm = n2[multi][r], p2[multi][r], sa[multi][r], pts[multi][r]
-                diff = ptm - obstacles.part_center[q]
-                d2 = np.sqrt(np.einsum('ij,ij->i', diff, diff)) - (
-                    robot.radii[sm] + obstacles.part_radius[q] + padding)
-                keep = d2 < threshold
-                nm, pm, sm, q, ptm = nm[keep], pm[keep], sm[keep], q[keep], ptm[keep]
-                qs = obstacles.obj_part_start[o2[single]]
-                n2 = np.concatenate([n2[single], nm])
-                p2 = np.concatenate([p2[single], pm])
-                sa = np.concatenate([sa[single], sm])
-                pts = np.concatenate([pts[single], ptm])
-                q = np.concatenate([qs, q])
-            else:
-                q = obstacles.obj_part_start[o2]
-            r, m = _ranges(obstacles.part_start[q], obstacles.part_count[q])
-            n3, p3, s3 = n2[r], p2[r], sa[r]
-            centers = pts[r]
-            d3 = shapes.point_primitive_distance(
-                centers, obstacles.kind[m], obstacles.rot[m], obstacles.trans[m],
-                obstacles.size[m]) - (robot.radii[s3] + padding)
-            keep = d3 < threshold
-            parts.append((n3[keep], p3[keep] + P, s3[keep], m[keep], d3[keep], False))
-    if not parts:
-        e = np.zeros(0, dtype=np.int64)
-        return Leaves(e, e, e, e, np.zeros(0), np.zeros(0, dtype=bool), n_cfg)
-    return Leaves(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
-                  np.concatenate([p[2] for p in parts]), np.concatenate([p[3] for p in parts]),
-                  np.concatenate([p[4] for p in parts]),
-                  np.concatenate([np.full(len(p[0]), p[5]) for p in parts]), n_cfg)
-
-
-_EMPTY_I = np.zeros(0, dtype=np.int64)
-
-
-def _contiguous(arr, dtype):
-    """Return a writable C-contiguous copy of ``arr`` (one array type per kernel argument:
-    read-only arrays would compile another specialisation)."""
-    return np.array(arr, dtype=dtype, order='C', copy=True)
-
-
-def _robot_arrays(robot):
-    packed = getattr(robot, '_kernel_arrays', None)
-    if packed is None:
-        packed = tuple(_contiguous(a, t) for a, t in (
-            (robot.radii, float), (robot.sph_row, np.int64), (robot.link_row, np.int64),
-            (robot.link_radius, float), (robot.link_sphere_start, np.int64),
-            (robot.link_sphere_count, np.int64),
-            (np.repeat(np.arange(len(robot.part_count)), robot.part_count), np.int64),
-            (robot.part_center.reshape(-1, 3), float), (robot.part_body, np.int64),
-            (robot.part_radius, float)))
-        robot._kernel_arrays = packed
-    return packed
-
-
-def _pair_arrays(self_pairs, tables, robot):
-    """Return (pairs, table_of_pair, the PairTables arrays) for the kernel (cached on the
-    tables, or on the robot without tables; empty tables when there are none)."""
-    holder = tables if tables is not None else robot
-    packed = getattr(holder, '_kernel_pairs', None)
-    if packed is not None and packed[0] is self_pairs:
-        return packed[1]
-    P = len(self_pairs)
-    pairs = _contiguous(np.asarray(self_pairs).reshape(-1, 2), np.int64)
-    if tables is None or not len(tables):
-        arrays = (pairs, np.full(P, -1, dtype=np.int64), np.zeros((0, 2), dtype=np.int64),
-                  np.zeros((0, 2)), np.zeros((0, 2)), np.zeros((0, 2), dtype=np.int64),
-                  _EMPTY_I.copy(), np.zeros(0), np.zeros(0), _EMPTY_I.copy(),
-                  np.zeros((0, 4), dtype=np.int64), np.zeros((0, 4), dtype=np.int64))
-    else:
-        table_of_pair = np.full(P, -1, dtype=np.int64)
-        table_of_pair[tables.pair_index] = np.arange(len(tables.pair_index))
-        arrays = (pairs, table_of_pair, _contiguous(tables.qcols, np.int64),
-                  _contiguous(tables.low, float), _contiguous(tables.step, float),
-                  _contiguous(tables.size, np.int64), _contiguous(tables.offset, np.int64),
-                  _contiguous(tables.values, float), _contiguous(tables.subset_limit, float),
-                  _contiguous(tables.sphere_index, np.int64),
-                  _contiguous(tables.sphere_ranges, np.int64),
-                  _contiguous(tables.full_ranges, np.int64))
-    holder._kernel_pairs = (self_pairs, arrays)
-    return arrays
-
-
-_NO_OBSTACLES = None
-
-
-def _obstacle_arrays(obstacles):
-    global _NO_OBSTACLES
-    if obstacles is None:
-        if _NO_OBSTACLES is None:
-            _NO_OBSTACLES = (_EMPTY_I.copy(), _EMPTY_I.copy(), np.zeros((0, 3)), np.zeros(0),
-                             _EMPTY_I.copy(), _EMPTY_I.copy(), np.zeros((0, 3)), np.zeros(0),
-                             _EMPTY_I.copy(), _EMPTY_I.copy(), _EMPTY_I.copy(),
-                             np.zeros((0, 3, 3)), np.zeros((0, 3)), np.zeros((0, 3)))
-        return _NO_OBSTACLES
-    packed = getattr(obstacles, '_kernel_arrays', None)
-    if packed is None:
-        packed = tuple(_contiguous(a, t) for a, t in (
-            (obstacles.pair_link, np.int64), (obstacles.pair_obj, np.int64),
-            (obstacles.obj_center.reshape(-1, 3), float), (obstacles.obj_radius, float),
-            (obstacles.obj_part_start, np.int64), (obstacles.obj_part_count, np.int64),
-            (obstacles.part_center.reshape(-1, 3), float), (obstacles.part_radius, float),
-            (obstacles.part_start, np.int64), (obstacles.part_count, np.int64),
-            (obstacles.kind, np.int64), (obstacles.rot.reshape(-1, 3, 3), float),
-            (obstacles.trans.reshape(-1, 3), float), (obstacles.size.reshape(-1, 3), float)))
-        obstacles._kernel_arrays = packed
-    return packed
-
-
-def _query_compiled(robot, world, self_pairs, obstacles, threshold, padding, tables, q,
-                    mode=0, capacity=None):
-    """``query`` by the compiled kernel (``kernels.collision_query``): the same leaves (mode
-    1: each configuration's closest one; 2: each (configuration, pair)'s closest one).
-    capacity: room for this many leaves in the first call (default 32 per configuration +
-    256); the kernel is called again with room for all when more are found."""
     if q is None:          # the tables need the configurations
         tables = None
-    pairs = _pair_arrays(self_pairs, tables, robot)
     if tables is None:
         q_arr = np.zeros((world.n, 1))
     else:
         q_arr = np.array(q, dtype=float, order='C').reshape(world.n, -1)   # writable
-    args = (world.rot, world.pos, robot.row_body, robot.row_local, q_arr, float(threshold),
-            float(padding), *_robot_arrays(robot), *pairs, *_obstacle_arrays(obstacles),
-            int(mode))
-    out = kernels.leaf_buffers(32 * world.n + 256 if capacity is None else int(capacity))
-    count = kernels.collision_query(*args, *out)
+    args = (robot.record, pair_record(self_pairs, tables, robot),
+            _NO_OBSTACLES if obstacles is None else obstacles.record, world.rot, world.pos,
+            q_arr, float(threshold), float(padding), 2 if per_pair else 1 if nearest else 0)
+    out = leaf_buffers(32 * world.n + 256 if capacity is None else int(capacity))
+    count = collision_query(*args, out)
     if count > len(out[0]):           # more leaves than room: again with room for all
-        out = kernels.leaf_buffers(count)
-        count = kernels.collision_query(*args, *out)
+        out = leaf_buffers(count)
+        count = collision_query(*args, out)
     return Leaves(*(x[:count] for x in out), world.n)
+
+
+_EMPTY_I = np.zeros(0, dtype=np.int64)
+_NO_OBSTACLES = OBSTACLES.pack(
+    pair_link=_EMPTY_I, pair_obj=_EMPTY_I, obj_center=np.zeros((0, 3)), obj_radius=np.zeros(0),
+    obj_part_start=_EMPTY_I, obj_part_count=_EMPTY_I, part_center=np.zeros((0, 3)),
+    part_radius=np.zeros(0), part_start=_EMPTY_I, part_count=_EMPTY_I, kind=_EMPTY_I,
+    rot=np.zeros((0, 3, 3)), trans=np.zeros((0, 3)), size=np.zeros((0, 3)))
+
+
+def pair_record(self_pairs, tables, robot):
+    """Return the kernels' record of the self pairs (P, 2) and their ``PairTables`` (or None:
+    no tables; ``kernels.records.PAIRS``), cached on the tables (or on the robot without
+    them) while the pairs are the same array."""
+    holder = tables if tables is not None else robot
+    packed = getattr(holder, '_pair_record', None)
+    if packed is not None and packed[0] is self_pairs:
+        return packed[1]
+    pairs = np.asarray(self_pairs).reshape(-1, 2)
+    if tables is None or not len(tables):
+        i2, f2 = np.zeros((0, 2), dtype=np.int64), np.zeros((0, 2))
+        record = PAIRS.pack(
+            pairs=pairs, table_of_pair=np.full(len(pairs), -1), qcols=i2, low=f2, step=f2,
+            size=i2, offset=_EMPTY_I, values=np.zeros(0), subset_limit=np.zeros(0),
+            sphere_index=_EMPTY_I, sphere_ranges=np.zeros((0, 4), dtype=np.int64),
+            full_ranges=np.zeros((0, 4), dtype=np.int64))
+    else:
+        table_of_pair = np.full(len(pairs), -1, dtype=np.int64)
+        table_of_pair[tables.pair_index] = np.arange(len(tables.pair_index))
+        record = PAIRS.pack(
+            pairs=pairs, table_of_pair=table_of_pair, qcols=tables.qcols, low=tables.low,
+            step=tables.step, size=tables.size, offset=tables.offset, values=tables.values,
+            subset_limit=tables.subset_limit, sphere_index=tables.sphere_index,
+            sphere_ranges=tables.sphere_ranges, full_ranges=tables.full_ranges)
+    holder._pair_record = (self_pairs, record)
+    return record
 
 
 def min_per_pair(leaves):

@@ -34,9 +34,10 @@ import xml.etree.ElementTree as ElementTree
 
 import numpy as np
 
-from .. import model_cache
+from ..model import cache as model_cache
 from ..errors import ModelError
-from ..kinematics import joints_to_records, require_robot_name
+from ..model.urdf import SOURCES as _MODEL_SOURCES
+from ..model.urdf import joints_to_records, require_robot_name
 from .covers import (SphereCover, before_first_compute, bisect_triangles, cached_cover,
                      cover_box, cover_cylinder, cover_mesh, cover_sphere, cylinder_sections,
                      default_cache_dir)
@@ -960,8 +961,7 @@ def _model_key(chain, text, base_dir, package_paths, tolerance, item_edge):
     the URDF or a mesh it names cannot be read here (the build then reports it)."""
     here = os.path.dirname(os.path.abspath(__file__))
     code = model_cache.source_digest(
-        os.path.abspath(__file__), os.path.join(here, 'covers.py'),
-        os.path.join(os.path.dirname(here), 'kinematics.py'))
+        os.path.abspath(__file__), os.path.join(here, 'covers.py'), *_MODEL_SOURCES)
     if code is None:
         return None
     try:

@@ -24,7 +24,7 @@ import xml.etree.ElementTree as ElementTree
 import numpy as np
 
 from ..errors import ModelError
-from . import engine
+from .engine import RobotGeometry, query
 
 __all__ = ['Srdf', 'parse_srdf', 'SelfCollisionPairs', 'self_collision_pairs']
 
@@ -139,7 +139,7 @@ def self_collision_pairs(model, srdf=None, padding=0.002, always_samples=100, ne
     chain = model.chain
     if candidates and (always_samples > 0 or never_samples > 0):
         rng = np.random.default_rng(seed)
-        robot = engine.RobotGeometry(model)
+        robot = RobotGeometry(model)
         pairs = np.array(candidates, dtype=np.int64).reshape(-1, 2)
         if always_samples > 0:
             q = [chain.neutral_configuration()[None],
@@ -190,7 +190,7 @@ def _colliding_counts(robot, chain, q, pairs, threshold, padding, chunk=256):
     counts = np.zeros(len(pairs), dtype=np.int64)
     for start in range(0, len(q), chunk):
         frames = chain.frames(q[start:start + chunk])
-        leaves = engine.query(robot, robot.world(frames), pairs, None, threshold, padding)
+        leaves = query(robot, robot.world(frames), pairs, None, threshold, padding)
         if len(leaves):
             key = np.unique(leaves.n * len(pairs) + leaves.pair)
             counts += np.bincount(key % len(pairs), minlength=len(pairs))

@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from ..errors import GoalError
-from . import shapes
+from .shapes import BOX, CYLINDER, SPHERE
 
 __all__ = ['Obstacle', 'Scene', 'MARKER_SPHERE', 'MARKER_CUBE', 'MARKER_CYLINDER',
            'MARKER_ADD', 'MARKER_DELETE', 'MARKER_DELETEALL', 'obstacle_from_marker',
@@ -150,15 +150,15 @@ class Obstacle:
         rot, trans = self.pose[:3, :3], self.pose[:3, 3]
         if self.shape == 'spheres':
             m = len(self.centers)
-            return (np.full(m, shapes.SPHERE), np.broadcast_to(rot, (m, 3, 3)).copy(),
+            return (np.full(m, SPHERE), np.broadcast_to(rot, (m, 3, 3)).copy(),
                     self.centers @ rot.T + trans,
                     np.tile([self.size[0], 0.0, 0.0], (m, 1)))
         if self.shape == 'sphere':
-            kind, size = shapes.SPHERE, (self.size[0], 0.0, 0.0)
+            kind, size = SPHERE, (self.size[0], 0.0, 0.0)
         elif self.shape == 'box':
-            kind, size = shapes.BOX, tuple(0.5 * v for v in self.size)
+            kind, size = BOX, tuple(0.5 * v for v in self.size)
         else:
-            kind, size = shapes.CYLINDER, (self.size[0], 0.5 * self.size[1], 0.0)
+            kind, size = CYLINDER, (self.size[0], 0.5 * self.size[1], 0.0)
         return (np.array([kind]), rot[None].copy(), trans[None].copy(), np.array([size]))
 
     def transformed(self, pose):

@@ -34,7 +34,7 @@ import numpy as np
 
 from ..errors import GoalError, ParameterError
 from ..goals import OrientationTarget, PoseTarget, PositionTarget
-from ..kinematics import BODY_BALL, BODY_PRISMATIC
+from ..model.builder import BODY_BALL, BODY_PRISMATIC
 from ..rotations import matrix_to_quat, quat_multiply, quat_to_matrix
 from .base import Solver, SolverSettings, _check, register
 from .jacobian import StallMonitor

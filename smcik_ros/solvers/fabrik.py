@@ -30,7 +30,7 @@ import numpy as np
 
 from ..errors import GoalError, ParameterError
 from ..goals import PoseTarget, PositionTarget
-from ..kinematics import BODY_BALL
+from ..model.builder import BODY_BALL
 from ..rotations import matrix_to_quat, quat_slerp, quat_to_matrix
 from .base import Solver, SolverSettings, _check, register
 from .jacobian import StallMonitor

@@ -305,14 +305,14 @@ class FilterModel:
         if len(sq):
             # Redraws of the joints outside their limits, in the kernel, then the fallback.
             bad = np.ones((len(prev), len(sq)), dtype=bool)
-            walk = (scale, self.scalar_noise, sq, chain.lower, chain.upper, out, bad)
-            left = random_walk(prev, rng.standard_normal(bad.size), *walk, False)
+            joints, walk = chain.records.joints, (scale, self.scalar_noise, out, bad)
+            left = random_walk(joints, prev, rng.standard_normal(bad.size), *walk, False)
             for _ in range(self.max_redraws):
                 if not left:
                     break
-                left = random_walk(prev, rng.standard_normal(left), *walk, False)
+                left = random_walk(joints, prev, rng.standard_normal(left), *walk, False)
             if left:        # after max_redraws: those joints stay where they were
-                random_walk(prev, _EMPTY, *walk, True)
+                random_walk(joints, prev, _EMPTY, *walk, True)
         if chain.has_ball_joints:
             bq = chain.ball_q_index
             out[:, bq] = self._propagate_balls(prev[:, bq], scale, rng)

@@ -36,7 +36,7 @@ class SmcSolver(Solver):
     def __init__(self, chain, settings=None):
         super().__init__(chain, settings)
         # Compile (or load) the kernels now, not inside the first timed solve or tick.
-        kernels.ensure_ready(chain)
+        kernels.ensure_ready(chain.records)
         self._configure()
         self._reset(self._q)
 

@@ -20,11 +20,6 @@ from ..filter import sample_qutem
 __all__ = ['MinimalMotion']
 
 TWO_PI = 2.0 * np.pi
-_ROTVEC_EPS = 1e-12     # rotations.quat_to_rotvec's floor of w (the kernels take it)
-
-
-def _int64(a):
-    return np.ascontiguousarray(a, dtype=np.int64)
 
 
 class MinimalMotion:
@@ -69,9 +64,7 @@ class MinimalMotion:
         # The compiled distance and jump: one pass per row, without the difference array
         # (a plain arm's numpy form is still a handful of calls, 5-14 us for 100 rows).
         # (The layout only: the weights are read at each call.)
-        self._k_motion = (
-            _int64(sq), _int64(chain.scalar_v), np.array(continuous, dtype=np.bool_),
-            _int64(chain.ball_q_index).reshape(-1, 4), _int64(chain.ball_v_index).reshape(-1, 3))
+        self._k_motion = chain.records.joints
         self.reference = None
         self.turn_reference = None
         self.weighted = True        # the prior is a factor of the weights
@@ -125,8 +118,8 @@ class MinimalMotion:
         nq = self.chain.nq
         ref = self.reference if ref is None else ref
         weights = np.ascontiguousarray(self.weights, dtype=float)
-        return _kernels.motion_distances(_kernels.as_rows(q, nq), _kernels.as_rows(ref, nq)[0],
-                                         *self._k_motion, weights, _ROTVEC_EPS)
+        return _kernels.motion_distances(self._k_motion, _kernels.as_rows(q, nq),
+                                         _kernels.as_rows(ref, nq)[0], weights)
 
     def log_prior(self, q=None, distance=None):
         """Return the (N,) log prior ``-(distance / motion_sigma)^2`` of configurations q

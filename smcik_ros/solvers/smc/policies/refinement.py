@@ -350,14 +350,11 @@ class Refinement:
         """``move`` without motion prior or guard, in one compiled kernel (same steps)."""
         chain = self.chain
         term = problem.terms[0]
-        body, off = chain.link_anchor(term.link)
         q = np.array(frames.q, dtype=float)
         cost = np.array(cost, dtype=float)
-        scale = np.sqrt(term.weight) / term.sigma
         improved = _kernels.refine_pose(
-            q, cost, self.steps, self.alphas, self.damping, self.max_step, chain.lower,
-            chain.upper, scale, float(term.weight), float(term.sigma[0]), float(term.sigma[3]),
-            *chain.kernel_bodies(), body, off, term.pose, *chain.kernel_columns(body))
+            *chain.records, term.goal_record(chain, problem.tolerance),
+            (self.steps, self.alphas, self.damping, self.max_step), q, cost)
         if improved.any():
             idx = np.flatnonzero(improved)
             frames.assign(idx, chain.frames(q[idx]))
@@ -367,19 +364,16 @@ class Refinement:
         """``move`` with the minimal-motion prior, in one compiled kernel (same steps)."""
         chain = self.chain
         term = problem.terms[0]
-        body, off = chain.link_anchor(term.link)
         q = np.array(frames.q, dtype=float)
         cost = np.array(cost, dtype=float)
         guard = np.full(len(q), np.inf) if guard is None else np.array(guard, dtype=float)
-        scale = np.sqrt(term.weight) / term.sigma
         improved, gained = _kernels.refine_pose_motion(
-            q, cost, guard, self.steps, self.alphas, self.damping, self.max_step, chain.lower,
-            chain.upper, scale, float(term.weight), float(term.sigma[0]), float(term.sigma[3]),
-            float(problem.tolerance[0]), float(problem.tolerance[1]), self.PRECISE_FRACTION,
-            float(problem.tolerance_cost), self.SPRING * motion.spring, self.SPRING_FADE,
-            self.SLIDE_CORRECTION, float(motion.gain), np.array(motion.weights, dtype=float),
-            np.array(motion.reference, dtype=float), np.array(motion._continuous, dtype=bool),
-            *chain.kernel_bodies(), body, off, term.pose, *chain.kernel_columns(body))
+            *chain.records, term.goal_record(chain, problem.tolerance),
+            (self.steps, self.alphas, self.damping, self.max_step),
+            (float(self.SPRING * motion.spring), float(self.SPRING_FADE),
+             float(problem.tolerance_cost), float(motion.gain), float(self.SLIDE_CORRECTION),
+             float(self.PRECISE_FRACTION), np.array(motion.weights, dtype=float),
+             np.array(motion.reference, dtype=float)), q, cost, guard)
         if improved.any():
             idx = np.flatnonzero(improved)
             frames.assign(idx, chain.frames(q[idx]))
@@ -486,9 +480,8 @@ def _lm_null_step(jac, r, lam, d0, winv2, lam0):
 
 def _blocked_joints(chain, q, dv):
     """Return a (K, nv) mask of 1-DOF joints at a limit that ``dv`` pushes outwards, or None."""
-    sq, sv = chain.scalar_q, chain.scalar_v
-    if not len(sq):
+    if not len(chain.scalar_q):
         return None
-    found, mask = _kernels.blocked_joints(np.ascontiguousarray(q), np.ascontiguousarray(dv),
-                                          sq, sv, chain.lower, chain.upper)
+    found, mask = _kernels.blocked_joints(chain.records.joints, np.ascontiguousarray(q),
+                                          np.ascontiguousarray(dv))
     return mask if found else None

@@ -36,13 +36,9 @@ class SeedFirst:
         rows[0] = q_seed
         if self.rows > 1:
             rows[1:] = chain.random_configuration(rng, self.rows - 1)
-        body, off = chain.link_anchor(term.link)
         index, pos, ori = kernels.first_solution(
-            rows, self.steps, refinement.alphas, refinement.damping, refinement.max_step,
-            chain.lower, chain.upper, np.sqrt(term.weight) / term.sigma, float(term.weight),
-            float(term.sigma[0]), float(term.sigma[3]), float(tolerance[0]),
-            float(tolerance[1]), *chain.kernel_bodies(), body, off, term.pose,
-            *chain.kernel_columns(body))
+            *chain.records, term.goal_record(chain, tolerance),
+            (self.steps, refinement.alphas, refinement.damping, refinement.max_step), rows)
         if index < 0:
             return None
         return rows[index], float(pos), float(ori)

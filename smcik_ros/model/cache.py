@@ -32,7 +32,7 @@ import numpy as np
 __all__ = ['CACHE_VERSION', 'default_cache_dir', 'digest', 'load', 'source_digest', 'store',
            'versions']
 
-_LOG = logging.getLogger('smcik_ros.model_cache')
+_LOG = logging.getLogger(__name__)
 CACHE_VERSION = 1     # the entries' layout; a new layout ignores the old files
 _META = '__meta__'
 

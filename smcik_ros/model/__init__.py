@@ -1,0 +1,14 @@
+"""The robot model: the kinematic chain (URDF -> tree, limits, inertia), its packed records
+for the compiled kernels, and the start-up cache.
+
+- ``chain``: ``Chain`` (batched FK, Jacobians, centre of mass, configurations) and
+  ``Frames`` (the chain at a batch of configurations);
+- ``builder``: joint specs -> the chain's structure and records (``JointSpec``);
+- ``urdf``: URDF parsing (yourdfpy), joint specs as plain data;
+- ``cache``: the disk cache of what start-up derives from a URDF.
+"""
+
+from .builder import BODY_BALL, BODY_PRISMATIC, BODY_REVOLUTE, JointSpec
+from .chain import Chain, Frames
+
+__all__ = ['BODY_BALL', 'BODY_PRISMATIC', 'BODY_REVOLUTE', 'Chain', 'Frames', 'JointSpec']
