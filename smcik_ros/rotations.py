@@ -81,7 +81,7 @@ def quat_from_rotvec(v):
 def quat_times_exp(q, v):
     """Return the unit quaternions q * exp(v / 2) of (..., 4) unit quaternions q and (..., 3)
     rotation vectors v [rad] (batch shapes broadcast), in the hemisphere w >= 0 (a step of
-    v in q's frame: QuTem sampling, ``smc_policies.sample_qutem``)."""
+    v in q's frame: QuTem sampling, ``solvers.smc.filter.sample_qutem``)."""
     q = np.asarray(q, dtype=float)
     v = np.asarray(v, dtype=float)
     if q.shape[:-1] != v.shape[:-1]:

@@ -22,7 +22,7 @@ from smcik_ros.errors import ModelError
 from smcik_ros.goals import PoseTarget, PositionTarget
 from smcik_ros.model import Chain, JointSpec
 from smcik_ros.solvers import available_solvers, make_solver
-from smcik_ros.solvers.smc_policies import Refinement
+from smcik_ros.solvers.smc.policies import Refinement
 
 HERE = os.path.dirname(__file__)
 ROOT = os.path.dirname(HERE)

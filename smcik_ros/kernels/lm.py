@@ -122,7 +122,7 @@ def _lm_null_step_large(jac, r, lam, d0, winv2, lam0):
 
 @njit(cache=True)
 def lm_null_step(jac, r, lam, d0, winv2, lam0):
-    """Return (task (K, nv), pull (K, nv)) of ``smc_policies._lm_null_step``.
+    """Return (task (K, nv), pull (K, nv)) of the SMC refinement (``solvers/smc/policies/refinement.py``).
 
     task = -W^-2 J^T (J W^-2 J^T + lam I)^-1 r; pull = d0 - W^-2 J^T (J W^-2 J^T + lam0 I)^-1
     J d0, for jac (K, m, nv), r (K, m), lam (K,), d0 (K, nv), winv2 (nv,).
@@ -188,7 +188,7 @@ def _lm_spring_step_large(jac, r, lam, mu, w, diff):
 
 @njit(cache=True)
 def lm_spring_step(jac, r, lam, mu, w, diff):
-    """Return the (K, nv) steps of ``smc_policies._lm_spring_step``: the minimiser of
+    """Return the (K, nv) steps of the SMC refinement: the minimiser of
     |r + J dv|^2 + mu |W (dv - diff)|^2 + lam |W dv|^2 by the push-through identity (one
     m x m solve per row). jac (K, m, nv), r (K, m), lam, mu (K,), w (nv,), diff (K, nv)."""
     k_count, m, nv = jac.shape
