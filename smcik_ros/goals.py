@@ -30,7 +30,6 @@ import numpy as np
 from .errors import GoalError
 from .kernels.jit import as_rows
 from .kernels.quat import quat_pair_rotvecs
-from .kernels.records import POSE_GOAL
 from .kernels.residuals import pose_errors, pose_residual_jacobian
 from .rotations import (left_jacobian_inverse, matrix_to_rotvec, quat_conjugate,
                         quat_multiply, quat_to_rotvec)
@@ -230,7 +229,6 @@ class PoseTarget(Target):
         if max(abs(v - w) for v, w in zip(pose[3].tolist(), (0.0, 0.0, 0.0, 1.0))) > 1e-9:
             raise GoalError(f'pose target bottom row must be [0, 0, 0, 1]; got {pose[3].tolist()}')
         self.pose = pose
-        self._pose_rows = pose.copy()       # the kernels' records take writable arrays
         self.link = link
         self.sigma = np.array([_positive(sigma_position, 'sigma_position')] * 3
                               + [_positive(sigma_orientation, 'sigma_orientation')] * 3)
@@ -259,16 +257,6 @@ class PoseTarget(Target):
                                       np.ascontiguousarray(frames.rot),
                                       np.ascontiguousarray(frames.pos),
                                       chain.link_index(self.link), self.pose)
-
-    def goal_record(self, chain, tolerance=(0.0, 0.0)):
-        """Return this target as the refinement kernels' pose goal (``records.POSE_GOAL``) on
-        ``chain``; tolerance: (position [m], orientation [rad]) of a solution. The sigmas
-        only: a full covariance is not the kernels' case."""
-        return POSE_GOAL.pack(link=chain.link_index(self.link), pose=self._pose_rows,
-                              weight=self.weight, sigma_position=self.sigma[0],
-                              sigma_orientation=self.sigma[3],
-                              position_tolerance=tolerance[0],
-                              orientation_tolerance=tolerance[1])
 
     def cost(self, frames):
         if self._whitener is not None:

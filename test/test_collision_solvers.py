@@ -336,12 +336,13 @@ def test_every_cached_query_of_an_smc_run_equals_a_fresh_query(setup, monkeypatc
 
 @pytest.mark.parametrize('motion', [False, True])
 def test_refinement_where_the_constraint_is_inactive_is_the_compiled_pose_step(setup, motion):
-    """``Refinement.move`` with a pose target and the collision constraint (the node's
-    default problem): a particle on which the constraint is inactive (no clearance cost, no
-    violation) where it starts and where the compiled pose-only refinement ends gets that
-    result bit for bit; one that starts within the clearance, or whose pose-only result
-    ends in the wall or another link, takes the stepwise move with the collision rows
-    instead (a different result, checked); no result is violating where its start was not."""
+    """``Refinement.refine`` with a pose target and the collision constraint (the node's
+    default problem): a particle on which the constraint is inactive (no violation: its
+    clearance is a preference the refinement leaves out) where it starts and where the
+    compiled refinement of the target alone ends gets that result bit for bit; one that
+    starts in collision, or whose target-only result ends in the wall or another link, takes
+    the steps one at a time with every trial checked (the same result when refined alone:
+    rows are independent); no result is violating where its start was not."""
     from smcik_ros.goals import PoseTarget
     from smcik_ros.solvers.smc import FilterModel
     from smcik_ros.solvers.smc.policies.refinement import _constrained
@@ -367,7 +368,6 @@ def test_refinement_where_the_constraint_is_inactive_is_the_compiled_pose_step(s
         return FilterModel(chain, solver.settings, solver._scalar_noise, solver._ball_noise,
                            [PoseTarget(goal)], constraints, 1.0, (1e-3, 1e-2))
     constrained, plain = problem([constraint]), problem([])
-    assert refine._fusable(constrained, constrained=True) and refine._fusable(plain)
     start_q = chain.random_configuration(rng, 60)
     start = chain.frames(start_q)
     out, cost, improved, _ = refine.refine(constrained, chain.frames(start_q.copy()),
@@ -380,8 +380,8 @@ def test_refinement_where_the_constraint_is_inactive_is_the_compiled_pose_step(s
     assert busy.sum() >= 5 and (~busy & ends_busy & alone_improved).sum() >= 5
     np.testing.assert_array_equal(out.q[fused], alone.q[fused])
     stepped = np.flatnonzero(~fused)
-    steps = refine._move_steps(constrained, start.subset(stepped), constrained.cost(start)[
-        stepped], pull, None)
+    steps = refine.refine(constrained, start.subset(stepped), constrained.cost(start)[stepped],
+                          pull)
     np.testing.assert_array_equal(out.q[stepped], steps[0].q)
     np.testing.assert_array_equal(improved[stepped], steps[2])
     was = constraint.violated(start)

@@ -19,7 +19,8 @@ from scipy.spatial.transform import Rotation, Slerp
 
 from smcik_ros import kernels
 from smcik_ros.errors import ModelError
-from smcik_ros.goals import PoseTarget, PositionTarget
+from smcik_ros.goals import OrientationTarget, PoseTarget, PositionTarget
+from smcik_ros.kernels import records
 from smcik_ros.model import Chain, JointSpec
 from smcik_ros.solvers import available_solvers, make_solver
 from smcik_ros.solvers.smc.policies import Refinement
@@ -491,33 +492,68 @@ def test_motion_distance_kernel_is_the_weighted_tangent_difference():
 
 
 # ---------------------------------------------------------------------------- refinement
-def _refinement_records(chain, term, tolerance=(1e-4, 1e-3)):
+def _refinement_records(chain, terms, tolerance=(1e-4, 1e-3), steps=None, motion=None):
+    """Return the refinement kernels' records (bodies, columns, joints, targets, lm, motion)
+    of ``terms`` (the targets), as the SMC builds them."""
     refine = Refinement(chain, make_solver('smc', chain).settings)
-    return (term.goal_record(chain, tolerance),
-            (refine.steps, refine.alphas, refine.damping, refine.max_step))
+    bodies, columns, joints, targets, lm, plain = refine.records(terms, tolerance)
+    if steps is not None:
+        lm = (steps,) + lm[1:]
+    return bodies, columns, joints, targets, lm, plain if motion is None else motion
 
 
-def test_refine_pose_kernel_lowers_the_cost_within_the_limits():
-    """``refine_pose``: every row's cost is the pose target's cost of its new configuration,
-    never higher than before; rows stay within their limits, rows at a limit included; rows
-    started near the goal's configuration reach it (most of them, by 1e-6)."""
+def _total_cost(terms, frames):
+    return sum(t.cost(frames) for t in terms)
+
+
+def test_refine_kernel_lowers_the_cost_within_the_limits():
+    """``refine`` with the plain LM step: every row's cost is the targets' cost of its new
+    configuration, never higher than before; rows stay within their limits, rows at a limit
+    included; rows started near the goal's configuration reach it (most of them, by 1e-6).
+    Pose, position (with a point offset) and orientation targets on two links at once."""
     chain = _urdf_chains()[0]
     rng = np.random.default_rng(7)
     solution = chain.random_configuration(rng)
-    term = PoseTarget(chain.fk(solution))
-    goal, lm = _refinement_records(chain, term)
+    frames = chain.frames(solution)
+    terms = [PoseTarget(frames.link_pose()[0]),
+             PositionTarget(frames.point('link5', (0.01, 0.02, 0.0))[0], link='link5',
+                            offset=(0.01, 0.02, 0.0)),
+             OrientationTarget(frames.link_pose('link3')[0, :3, :3], link='link3')]
+    records = _refinement_records(chain, terms, steps=8)
     q = chain.random_configuration(rng, 40)
     q[:6] = chain.lower
     q[6:9] = chain.upper
     q[20:] = chain.clip(solution + rng.normal(0.0, 0.05, (20, chain.nq)))
-    cost = term.cost(chain.frames(q))
+    cost = _total_cost(terms, chain.frames(q))
     start = cost.copy()
-    improved = kernels.refine_pose(*chain.records, goal, (8,) + lm[1:], q, cost)
-    np.testing.assert_allclose(cost, term.cost(chain.frames(q)), rtol=1e-9, atol=1e-15)
+    state = kernels.state_of(cost, np.full(len(q), np.inf))
+    kernels.refine(*records, q, state)
+    improved = state[4]
+    np.testing.assert_allclose(cost, _total_cost(terms, chain.frames(q)), rtol=1e-9,
+                               atol=1e-15)
     assert np.all(cost <= start) and np.all(improved == (cost < start)) and improved.sum() > 30
     assert chain.within_limits(q, tol=0.0).all()
-    pe, _ = term.errors(chain.frames(q[20:]))
+    pe = np.max([t.errors(chain.frames(q[20:]))[0] for t in terms], axis=0)
     assert np.sum(pe < 1e-6) >= 15
+
+
+def test_refine_kernel_with_a_covariance_target_lowers_its_whitened_cost():
+    """A pose target with a full covariance: the kernel's cost is the whitened residual's
+    squared norm (``Term.cost``), lowered by every accepted step."""
+    chain = _urdf_chains()[0]
+    rng = np.random.default_rng(17)
+    solution = chain.random_configuration(rng)
+    a = rng.normal(size=(6, 6))
+    cov = a @ a.T * 1e-4 + np.diag([1e-4] * 3 + [1e-3] * 3)
+    term = PoseTarget(chain.fk(solution), covariance=cov)
+    records = _refinement_records(chain, [term], steps=6)
+    q = chain.clip(solution + rng.normal(0.0, 0.1, (20, chain.nq)))
+    cost = term.cost(chain.frames(q))
+    start = cost.copy()
+    state = kernels.state_of(cost, np.full(len(q), np.inf))
+    kernels.refine(*records, q, state)
+    np.testing.assert_allclose(cost, term.cost(chain.frames(q)), rtol=1e-9, atol=1e-15)
+    assert np.all(cost <= start) and state[4].sum() >= 15
 
 
 def test_first_solution_kernel_returns_the_first_row_within_the_tolerance():
@@ -528,40 +564,42 @@ def test_first_solution_kernel_returns_the_first_row_within_the_tolerance():
     rng = np.random.default_rng(8)
     solution = chain.random_configuration(rng)
     term = PoseTarget(chain.fk(solution))
-    goal, lm = _refinement_records(chain, term)
+    records = _refinement_records(chain, [term], steps=10)
     rows = np.vstack([chain.random_configuration(rng, 3),
                       chain.clip(solution + 0.02), chain.random_configuration(rng, 3)])
     before = rows.copy()
-    index, pe, oe = kernels.first_solution(*chain.records, goal, (10,) + lm[1:], rows)
+    index, pe, oe = kernels.first_solution(*records, rows)
     assert 0 <= index <= 3
     want = term.errors(chain.frames(rows[index]))
     assert pe == pytest.approx(want[0][0], abs=1e-12) and pe <= 1e-4
     assert oe == pytest.approx(want[1][0], abs=1e-12) and oe <= 1e-3
     np.testing.assert_array_equal(rows[index + 1:], before[index + 1:])
-    far = term.goal_record(chain, (0.0, 0.0))
-    index, pe, oe = kernels.first_solution(*chain.records, far, (1,) + lm[1:], before[:2].copy())
+    far = _refinement_records(chain, [term], (0.0, 0.0), steps=1)
+    index, pe, oe = kernels.first_solution(*far, before[:2].copy())
     assert index == -1 and np.isnan(pe) and np.isnan(oe)
 
 
-def test_refine_pose_motion_kernel_keeps_precise_rows_and_pulls_them_nearer():
-    """``refine_pose_motion`` with the minimal-motion prior: rows already within the
-    tolerance stay within it and move nearer the reference (the null-space pull; gained is
-    the drop of the squared weighted distance); coarse rows lower cost + spring merit; all
-    rows stay within their limits."""
+def test_refine_kernel_with_the_prior_keeps_precise_rows_and_pulls_them_nearer():
+    """``refine`` with the minimal-motion prior: rows already within the tolerance stay
+    within it and move nearer the reference (the null-space pull; gained is the drop of the
+    squared weighted distance); coarse rows lower cost + spring merit; all rows stay within
+    their limits."""
     chain = _urdf_chains()[0]
     rng = np.random.default_rng(9)
     solution = chain.random_configuration(rng)
     term = PoseTarget(chain.fk(solution))
-    goal, lm = _refinement_records(chain, term, (1e-3, 1e-2))
     reference = chain.clip(solution + 0.4)
     w = np.ones(chain.nv)
-    motion = (10.0, 1.0, 1.0, 0.5, 0.1, 0.5, w, reference.copy())
+    motion = records.MOTION.pack(spring=10.0, spring_fade=1.0, tolerance_cost=1.0, gain=0.5,
+                                 slide_min=0.1, precise_fraction=0.5, weights=w,
+                                 reference=reference.copy())
+    refined = _refinement_records(chain, [term], (1e-3, 1e-2), steps=4, motion=motion)
     q = np.vstack([np.tile(solution, (10, 1)), chain.random_configuration(rng, 10)])
     cost = term.cost(chain.frames(q))
-    guard = np.full(len(q), np.inf)
     dist = np.linalg.norm((reference - q) * w, axis=1)
-    improved, gained = kernels.refine_pose_motion(*chain.records, goal, (4,) + lm[1:], motion,
-                                                  q, cost, guard)
+    state = kernels.state_of(cost, np.full(len(q), np.inf))
+    kernels.refine(*refined, q, state)
+    improved, gained = state[4], state[5]
     after = np.linalg.norm((reference - q) * w, axis=1)
     pe, oe = term.errors(chain.frames(q))
     assert np.all(pe[:10] <= 0.5e-3 + 1e-12) and np.all(oe[:10] <= 0.5e-2 + 1e-12)
@@ -569,6 +607,58 @@ def test_refine_pose_motion_kernel_keeps_precise_rows_and_pulls_them_nearer():
     np.testing.assert_allclose(gained, dist**2 - after**2, atol=1e-9)
     np.testing.assert_allclose(cost, term.cost(chain.frames(q)), rtol=1e-9, atol=1e-15)
     assert chain.within_limits(q, tol=0.0).all() and improved[10:].sum() >= 8
+
+
+def test_refine_kernel_moves_ball_joints_on_the_sphere_within_their_limits():
+    """A chain of ball joints (the papers' figures): the kernel integrates the tangent steps
+    as rotations (unit quaternions, w >= 0, within the angle limits) and lowers the cost."""
+    chain = Chain.ball_chain(6, segment_length=0.2, max_angle=1.2)
+    rng = np.random.default_rng(10)
+    solution = chain.random_configuration(rng)
+    term = PositionTarget(chain.fk(solution)[:3, 3], link='tip')
+    refined = _refinement_records(chain, [term], steps=5)
+    q = chain.random_configuration(rng, 20)
+    cost = term.cost(chain.frames(q))
+    start = cost.copy()
+    state = kernels.state_of(cost, np.full(len(q), np.inf))
+    kernels.refine(*refined, q, state)
+    assert np.all(cost <= start) and state[4].sum() >= 15
+    np.testing.assert_allclose(cost, term.cost(chain.frames(q)), rtol=1e-9, atol=1e-15)
+    assert chain.within_limits(q).all()
+
+
+def test_propose_and_choose_are_refine_one_step_at_a_time():
+    """The stepwise form (a problem with terms the kernels do not evaluate): ``propose`` then
+    ``choose`` with no other term repeat ``refine``'s steps exactly."""
+    chain = _urdf_chains()[0]
+    rng = np.random.default_rng(11)
+    solution = chain.random_configuration(rng)
+    term = PoseTarget(chain.fk(solution))
+    motion = records.MOTION.pack(spring=10.0, spring_fade=1.0, tolerance_cost=1.0, gain=0.5,
+                                 slide_min=0.1, precise_fraction=0.25, weights=np.ones(chain.nv),
+                                 reference=chain.clip(solution + 0.3))
+    for prior in (None, motion):
+        refined = _refinement_records(chain, [term], (1e-3, 1e-2), steps=3, motion=prior)
+        q0 = np.vstack([chain.clip(solution + rng.normal(0.0, 0.02, (6, chain.nq))),
+                        chain.random_configuration(rng, 6)])
+        q1, q2 = q0.copy(), q0.copy()
+        s1 = kernels.state_of(term.cost(chain.frames(q0)), np.full(12, np.inf))
+        kernels.refine(*refined, q1, s1)
+        s2 = kernels.state_of(term.cost(chain.frames(q0)), np.full(12, np.inf))
+        none = (np.zeros((12, 0)), np.zeros((12, 0, chain.nv)))
+        _start_state(refined, q2, s2)
+        for _ in range(3):
+            trials, mu = kernels.propose(*refined, none, q2, s2)
+            kernels.choose(*refined[:4], refined[5], q2, s2, trials, mu,
+                           np.zeros(trials.shape[:2]))
+        np.testing.assert_array_equal(q1, q2)
+        for a, b in zip(s1, s2):
+            np.testing.assert_array_equal(a, b)
+
+
+def _start_state(refined, q, state):
+    """Set the state's precise flags and distances as ``refine`` does before its steps."""
+    kernels.begin(*refined, q, state)
 
 
 # ---------------------------------------------------------------------------- collision
@@ -798,8 +888,6 @@ def test_records_are_plain_tuples_of_the_kernels_types():
     view = records.JOINTS.view(chain.records.joints)
     np.testing.assert_array_equal(view.lower, chain.lower)
     assert records.COLUMNS.view(chain.records.columns).nv == chain.nv
-    goal = PoseTarget(chain.fk(chain.neutral_configuration())).goal_record(chain)
-    assert type(goal) is tuple and goal[0] == chain.link_index(None)
     with pytest.raises(TypeError, match=r"missing \['max_step'\], unknown \['max_stp'\]"):
         records.LM.pack(steps=1, alphas=np.ones(1), damping=0.1, max_stp=0.1)
     with pytest.raises(ValueError, match='alphas must have 1 dimensions'):
@@ -902,8 +990,10 @@ jac = kernels.jacobian_at(chain.records.columns, rot, pos, chain.num_bodies - 1,
 term = PoseTarget(chain.fk(q[0] + 0.1))
 errors = term.errors(chain.frames(q))
 cost = term.cost(chain.frames(q))
-lm = (3, np.array([1.0, 0.5, 0.25]), 1e-3, 0.3)
-kernels.refine_pose(*chain.records, term.goal_record(chain), lm, q, cost)
+from smcik_ros.solvers import make_solver
+from smcik_ros.solvers.smc.policies import Refinement
+refine = Refinement(chain, make_solver('smc', chain).settings)
+kernels.refine(*refine.records([term], (0.0, 0.0)), q, kernels.state_of(cost, cost * 0 + 1e9))
 prod = kernels.quat_products(np.eye(2, 4), np.eye(2, 4)[::-1].copy())
 print(json.dumps({'compiled': hasattr(kernels.fk, 'signatures'), 'rot': rot.tolist(),
                   'jac': jac.tolist(), 'errors': [e.tolist() for e in errors],

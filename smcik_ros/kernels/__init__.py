@@ -11,7 +11,7 @@ above this package imports numba.
 Modules by topic: ``fk`` (body frames, link poses, Jacobian columns, body points),
 ``residuals`` (pose errors and residuals), ``lm`` (the LM/Cholesky steps), ``quat``,
 ``motion`` (motion distances, random walk, blocked joints, ball clipping), ``refine`` (the
-fused refinement), ``collision`` (the broad phase and distance gradients), ``records``
+SMC refinement's move step), ``collision`` (the broad phase and distance gradients), ``records``
 (the record layouts), ``warm`` (compile every kernel before a real-time loop), ``jit``.
 """
 
@@ -22,7 +22,7 @@ from .lm import LARGE_SYSTEM, lm_null_step, lm_spring_step, lm_step
 from .motion import blocked_joints, clip_ball_rows, motion_distances, random_walk
 from .quat import (W_FLOOR, quat_exp_products, quat_pair_rotvecs, quat_products,
                    quat_relative_rotvecs, quat_rotvecs, quat_slerps)
-from .refine import first_solution, refine_pose, refine_pose_motion
+from .refine import begin, choose, first_solution, propose, refine, state_of
 from .residuals import pose_errors, pose_residual_jacobian
 from .warm import KERNELS, cache_is_warm, compile_kernels, ensure_ready
 
@@ -32,5 +32,5 @@ __all__ = ['ENABLED', 'FAST_TRIG_LIMIT', 'KERNELS', 'LARGE_SYSTEM', 'W_FLOOR', '
            'first_solution', 'fk', 'jacobian_at', 'leaf_buffers', 'link_pose', 'lm_null_step',
            'lm_spring_step', 'lm_step', 'motion_distances', 'pose_errors',
            'pose_residual_jacobian', 'quat_exp_products', 'quat_pair_rotvecs', 'quat_products',
-           'quat_relative_rotvecs', 'quat_rotvecs', 'quat_slerps', 'random_walk',
-           'refine_pose', 'refine_pose_motion']
+           'quat_relative_rotvecs', 'quat_rotvecs', 'quat_slerps', 'random_walk', 'refine',
+           'begin', 'propose', 'choose', 'state_of']

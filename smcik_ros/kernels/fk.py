@@ -372,21 +372,23 @@ def jacobian_at(columns, rot, pos, body, point):
 
 
 @njit(cache=True, inline='always')
-def _link_pose(rot, pos, body, off, i, lr, lp):
+def _link_pose(rot, pos, body, offs, j, i, lr, lp):
     """Write the base-frame rotation lr (3, 3) and origin lp (3,) at configuration i of a
-    link fixed to ``body`` (-1: the base) with the pose ``off`` (4, 4) in that body's frame
-    (the caller reads both from the links record once, not per row)."""
+    link fixed to ``body`` (-1: the base) with the pose ``offs[j]`` (4, 4) in that body's
+    frame (offs: the links record's offsets, or a target record's: indexed here, not sliced
+    per row by the caller)."""
     if body < 0:
         for r in range(3):
             for c in range(3):
-                lr[r, c] = off[r, c]
-            lp[r] = off[r, 3]
+                lr[r, c] = offs[j, r, c]
+            lp[r] = offs[j, r, 3]
         return
     for r in range(3):
         a0, a1, a2 = rot[body, i, r, 0], rot[body, i, r, 1], rot[body, i, r, 2]
         for c in range(3):
-            lr[r, c] = a0 * off[0, c] + a1 * off[1, c] + a2 * off[2, c]
-        lp[r] = pos[body, i, r] + a0 * off[0, 3] + a1 * off[1, 3] + a2 * off[2, 3]
+            lr[r, c] = a0 * offs[j, 0, c] + a1 * offs[j, 1, c] + a2 * offs[j, 2, c]
+        lp[r] = (pos[body, i, r] + a0 * offs[j, 0, 3] + a1 * offs[j, 1, 3]
+                 + a2 * offs[j, 2, 3])
 
 
 @njit(cache=True)

@@ -25,7 +25,7 @@ from collections import namedtuple
 import numpy as np
 
 __all__ = ['BODIES', 'CHAIN', 'COLUMNS', 'JOINTS', 'LINKS', 'LM', 'Layout', 'MOTION',
-           'OBSTACLES', 'PAIRS', 'POSE_GOAL', 'ROBOT']
+           'OBSTACLES', 'PAIRS', 'ROBOT', 'TARGETS']
 
 _F, _I, _B = np.dtype(np.float64), np.dtype(np.int64), np.dtype(np.bool_)
 
@@ -112,14 +112,20 @@ CHAIN = Layout('chain records', [('bodies', BODIES, 0), ('columns', COLUMNS, 0),
                                  ('links', LINKS, 0), ('joints', JOINTS, 0)])
 
 # ---------------------------------------------------------------------------- the refinement
-POSE_GOAL = Layout('pose goal', [
-    ('link', int, 0),                     # the link's index in the chain's links
-    ('pose', _F, 2),                      # (4, 4) its goal pose in the base frame [m]
-    ('weight', float, 0),                 # cost = weight ((p / sigma_p)^2 + (o / sigma_o)^2)
-    ('sigma_position', float, 0),         # [m]
-    ('sigma_orientation', float, 0),      # [rad]
+TARGETS = Layout('targets', [          # T targets, m whitened residual rows in all
+    ('body', _I, 1),                      # (T,) the body each target frame is fixed to (-1: base)
+    ('offset', _F, 3),                    # (T, 4, 4) the target frame in that body's frame
+    ('kind', _I, 1),                      # (T,) 0 pose (6 rows), 1 position (3), 2 orientation (3)
+    ('goal', _F, 3),                      # (T, 4, 4) the goal pose in the base frame [m]
+    ('whiten', _F, 3),                    # (T, 6, 6) residual -> whitened rows (diagonal: the
+                                          # sigmas' sqrt(weight) / sigma; full: sqrt(w) L^-1)
+    ('full', _B, 1),                      # (T,) a full covariance (else the diagonal)
+    ('weight', _F, 1),                    # (T,) cost = weight ((p / sigma_p)^2 + (o / sigma_o)^2)
+    ('sigma_position', _F, 1),            # (T,) [m]
+    ('sigma_orientation', _F, 1),         # (T,) [rad]
     ('position_tolerance', float, 0),     # [m] the solution tolerance
     ('orientation_tolerance', float, 0),  # [rad]
+    ('rows', int, 0),                     # m
 ])
 LM = Layout('lm', [
     ('steps', int, 0),                    # LM steps per row

@@ -1,11 +1,25 @@
-"""The SMC refinement's fused kernels: LM steps on one pose target, row by row.
+"""The SMC refinement: Levenberg-Marquardt move steps of a few particles, row by row.
 
-Records (``records``): the chain's bodies, columns, links and joints (``*Chain.records``);
-``goal`` a pose goal (link index,
-(4, 4) pose, weight, sigma_position [m], sigma_orientation [rad], the position and
-orientation tolerances); ``lm`` the refinement's steps (steps, alphas (A,), damping,
-max_step); ``motion`` the minimal-motion prior (``records.MOTION``). For chains without
-ball joints (nq == nv) and one plain pose target (no covariance, no hard constraints).
+One implementation of the move step (``solvers/smc/policies/refinement.py`` describes it):
+``_trials`` writes a row's trial configurations and judges each (``_judge``), ``_pick`` picks
+and ``_accept`` accepts one. ``refine`` runs every step of every row in here, for problems
+whose terms the kernels evaluate: the targets (pose, position, orientation on any link, with
+sigmas or a full covariance). A problem with other terms (constraints written in Python: the
+collision model, the YAML constraints) runs the same functions one step at a time from
+Python: ``begin``, then per step ``propose`` (with the other terms' whitened rows at the
+row's configuration), Python adds their costs at the trials and the hard constraints'
+verdicts, and ``choose`` judges, picks and accepts.
+
+Records: the chain's bodies, columns and joints (``Chain.records``); ``targets``
+(``records.TARGETS``); ``lm`` the steps (steps, alphas (A,), damping, max_step); ``motion``
+the minimal-motion prior (``records.MOTION``; precise_fraction < 0: none, the plain LM
+step). ``state``: per row (cost (K,), guard (K,; inf: none), precise (K,), dist2 (K,),
+improved (K,), gained (K,), active (K,)), updated in place with q (K, nq).
+
+Written for speed the way the fused kernels before it were: the records unpacked where a
+kernel starts, buffers allocated once per call (``_workspace``), no array view per trial
+(each costs a reference count; 1-D buffers are copied instead), and the scalar joints'
+integration and clipping inline (ball joints through ``motion``'s helpers).
 """
 
 import math
@@ -15,327 +29,557 @@ import numpy as np
 from .fk import _fk_row
 from .jit import njit
 from .lm import _chol_solve, _lm_row, lm_null_step, lm_spring_step
-from .motion import _motion_d2, _motion_diff, blocked_joints
-from .residuals import _pose_rj_row, _row_pose_errors, _row_work
+from .motion import _clip_row, _integrate_row, _tangent_diff, blocked_joints
+from .residuals import _pose_errors_row, _pose_rj_row, _row_work
 
-__all__ = ['first_solution', 'refine_pose', 'refine_pose_motion']
+__all__ = ['PULL_SHARES', 'begin', 'choose', 'first_solution', 'propose', 'refine',
+           'state_of']
 
-
-@njit(cache=True, inline='always')
-def _scale(goal):
-    """Return the (6,) whitening of the pose residual: sqrt(weight) / sigma per row."""
-    _, _, weight, sigma_p, sigma_o, _, _ = goal
-    scale = np.empty(6)
-    root = math.sqrt(weight)
-    for r in range(3):
-        scale[r] = root / sigma_p
-        scale[r + 3] = root / sigma_o
-    return scale
-
-
-@njit(cache=True, inline='always')
-def _goal_cost(goal, pe, oe):
-    """Return the cost weight ((pe / sigma_p)^2 + (oe / sigma_o)^2) of pose errors."""
-    _, _, weight, sigma_p, sigma_o, _, _ = goal
-    return weight * ((pe / sigma_p) ** 2 + (oe / sigma_o) ** 2)
+PULL_SHARES = np.array([1.0, 0.25, 0.0625, 0.0])    # precise rows: shares of the pull tried
 
 
 @njit(cache=True)
-def refine_pose(bodies, columns, links, joints, goal, lm, q, cost):
-    """Run the SMC refinement's LM steps on one pose target, each row on its own.
+def state_of(cost, guard):
+    """Return a fresh state record for rows with costs (K,) and guards (K,)."""
+    k_count = cost.shape[0]
+    return (cost, guard, np.zeros(k_count, dtype=np.bool_), np.zeros(k_count),
+            np.zeros(k_count, dtype=np.bool_), np.zeros(k_count),
+            np.ones(k_count, dtype=np.bool_))
 
-    The fused form of ``Refinement.move`` without motion prior, guard or hard constraints:
-    per step, the whitened residual r and Jacobian J (rows times sqrt(weight) / sigma),
-    lam = cost / 2 + damping, the LM step (again with the columns of the joints it pushes
-    out of their limits removed), capped to max_step; the trials clip(q + alpha dv) for
-    each alpha; the lowest-cost trial is taken when it lowers the cost weight
-    ((p / sigma_p)^2 + (o / sigma_o)^2), else the row stops. q (K, nq) and cost (K,) are
-    updated in place; returns improved (K,) bool.
-    """
-    steps, alphas, damping, max_step = lm
+
+@njit(cache=True)
+def _workspace(bodies, columns, targets, extra_rows, nq):
+    """Return the buffers of one kernel call: (FK and pose work, res6 (6,), jac6 (1, 6, nv),
+    r (1, m), jac (1, m, nv), a (m, m), y (m,), dv (nv,), step (nv,), cand (nq,),
+    diff (1, nv), tmp (nv,), blocked (nv,), r1 (m,)); m: the targets' rows and ``extra_rows``."""
+    nv = columns[6]
+    m = targets[11] + extra_rows
+    return (_row_work(bodies, nv), np.empty(6), np.zeros((1, 6, nv)), np.empty((1, m)),
+            np.empty((1, m, nv)), np.empty((m, m)), np.empty(m), np.empty(nv), np.empty(nv),
+            np.empty(nq), np.zeros((1, nv)), np.empty(nv), np.zeros(nv, dtype=np.bool_),
+            np.empty(m))
+
+
+@njit(cache=True)
+def _judged(count):
+    """Return the judgement of ``count`` trials: cost, position error, squared distance
+    from the reference, precise."""
+    return (np.empty(count), np.empty(count), np.empty(count),
+            np.zeros(count, dtype=np.bool_))
+
+
+# ---------------------------------------------------------------------------- the targets
+@njit(cache=True, inline='always')
+def _target_rows(columns, targets, rot, pos, work, res6, jac6, r, jac):
+    """Write the targets' whitened residual rows r[0, :m] and Jacobian rows jac[0, :m] at
+    the frames in row 0 of rot, pos."""
+    body, offset, kind, goal, whiten, full, _, _, _, _, _, _ = targets
+    nv = jac.shape[2]
+    m0 = 0
+    for i in range(body.shape[0]):
+        jac6[:] = 0.0
+        _pose_rj_row(columns, rot, pos, 0, body[i], offset, i, goal, i, res6, jac6, work)
+        lo = 3 if kind[i] == 2 else 0
+        hi = 3 if kind[i] == 1 else 6
+        for a in range(lo, hi):
+            row = m0 + a - lo
+            if full[i]:
+                s = 0.0
+                for b in range(lo, hi):
+                    s += whiten[i, a, b] * res6[b]
+                r[0, row] = s
+                for v in range(nv):
+                    s = 0.0
+                    for b in range(lo, hi):
+                        s += whiten[i, a, b] * jac6[0, b, v]
+                    jac[0, row, v] = s
+            else:
+                scale = whiten[i, a, a]
+                r[0, row] = res6[a] * scale
+                for v in range(nv):
+                    jac[0, row, v] = jac6[0, a, v] * scale
+        m0 += hi - lo
+
+
+@njit(cache=True, inline='always')
+def _errors(bodies, frame, pose, tgt, qrow):
+    """Return (cost, worst position error [m], worst orientation error [rad]) of the
+    targets at configuration qrow, its FK into row 0 of ``frame`` (rot, pos, loc, t); tgt:
+    the targets' arrays (body, offset, kind, goal, full, weight, sigma_position,
+    sigma_orientation), unpacked once by the caller. Targets with a full covariance are left
+    out of the cost (``_full_costs``)."""
+    body, offset, kind, goal, full, weight, sigma_p, sigma_o = tgt
+    rot, pos, loc, t = frame
+    _fk_row(bodies, qrow, rot, pos, 0, loc, t)
+    cost, worst_p, worst_o = 0.0, 0.0, 0.0
+    for i in range(body.shape[0]):
+        pe, oe = _pose_errors_row(rot, pos, 0, body[i], offset, i, goal, i, pose)
+        if kind[i] == 2:
+            pe = 0.0
+        if kind[i] == 1:
+            oe = 0.0
+        if not full[i]:
+            cost += weight[i] * ((pe / sigma_p[i]) ** 2 + (oe / sigma_o[i]) ** 2)
+        if pe > worst_p or pe != pe:        # a NaN error stays NaN
+            worst_p = pe
+        if oe > worst_o or oe != oe:
+            worst_o = oe
+    return cost, worst_p, worst_o
+
+
+@njit(cache=True)
+def _hot(targets):
+    """Return the targets' arrays the trials read (``_errors``' tgt) and whether any has a
+    full covariance."""
+    body, offset, kind, goal, _, full, weight, sigma_p, sigma_o, _, _, _ = targets
+    return (body, offset, kind, goal, full, weight, sigma_p, sigma_o), bool(full.any())
+
+
+@njit(cache=True)
+def _full_costs(columns, targets, rot, pos, work, res6, jac6):
+    """Return the summed cost |W r|^2 of the targets with a full covariance (kept out of
+    the targets' loop above: a call inside it slowed every trial)."""
+    body, offset, kind, goal, whiten, full, _, _, _, _, _, _ = targets
+    cost = 0.0
+    for i in range(body.shape[0]):
+        if not full[i]:
+            continue
+        jac6[:] = 0.0
+        _pose_rj_row(columns, rot, pos, 0, body[i], offset, i, goal, i, res6, jac6, work)
+        lo = 3 if kind[i] == 2 else 0
+        hi = 3 if kind[i] == 1 else 6
+        for a in range(lo, hi):
+            s = 0.0
+            for b in range(lo, hi):
+                s += whiten[i, a, b] * res6[b]
+            cost += s * s
+    return cost
+
+
+@njit(cache=True, inline='always')
+def _costs(bodies, columns, targets, tgt, qrow, ws):
+    """Return (cost, worst position error, worst orientation error) of the targets at
+    qrow, full covariances included; tgt: ``_hot(targets)``."""
+    hot, any_full = tgt
+    work = ws[0]
+    frame = work[0]
+    c, pe, oe = _errors(bodies, frame, work[1], hot, qrow)
+    if any_full:
+        c += _full_costs(columns, targets, frame[0], frame[1], work[1], ws[1], ws[2])
+    return c, pe, oe
+
+
+# ---------------------------------------------------------------------------- one step
+@njit(cache=True, inline='always')
+def _cap(step, max_step):
+    """Scale ``step`` (nv,) in place to at most ``max_step`` per joint."""
+    biggest = 0.0
+    for v in range(step.shape[0]):
+        biggest = max(biggest, abs(step[v]))
+    f = min(1.0, max_step / max(biggest, 1e-12))
+    for v in range(step.shape[0]):
+        step[v] *= f
+
+
+@njit(cache=True, inline='always')
+def _moved(joints, qrow, step, cand):
+    """Write clip(integrate(qrow, step)) into cand (nq,): inline for scalar joints, through
+    ``motion``'s helpers for ball joints."""
     lower, upper = joints[0], joints[1]
-    link, target = goal[0], goal[1]
-    body, off = links[0][link], links[1][link]
-    scale = _scale(goal)
-    k_count, nq = q.shape
-    nv = nq
-    n_alpha = alphas.shape[0]
-    work = _row_work(bodies, nv)
+    if joints[5].shape[0]:
+        _integrate_row(joints, qrow, step, cand)
+        _clip_row(joints, cand)
+        return
+    for v in range(cand.shape[0]):
+        x = qrow[v] + step[v]
+        cand[v] = min(max(x, lower[v]), upper[v])
+
+
+@njit(cache=True, inline='always')
+def _blocked(joints, qrow, dv, blocked):
+    """Flag in ``blocked`` (nv,) the 1-DOF joints at a limit that dv (nv,) pushes outwards;
+    return whether any is."""
+    lower, upper, sq, sv, _, _, _, _ = joints
+    found = False
+    for j in range(sq.shape[0]):
+        c, v = sq[j], sv[j]
+        span = upper[c] - lower[c]
+        eps = 1e-9 * (span if span > 1.0 else 1.0)
+        blocked[v] = ((qrow[c] <= lower[c] + eps and dv[v] < 0.0)
+                      or (qrow[c] >= upper[c] - eps and dv[v] > 0.0))
+        found = found or blocked[v]
+    return found
+
+
+@njit(cache=True, inline='always')
+def _rows(bodies, columns, targets, extra_r, extra_j, qrow, ws):
+    """Write the whitened rows of a row's step into ws's r (1, m) and jac (1, m, nv): the
+    targets', then ``extra`` rows (another term's, linearised at qrow)."""
+    work, res6, jac6, r, jac = ws[0], ws[1], ws[2], ws[3], ws[4]
     rot, pos, loc, t = work[0]
-    res = np.empty(6)
-    jac = np.zeros((1, 6, nv))
-    jm = np.empty((6, nv))
-    a = np.empty((6, 6))
-    y = np.empty(6)
-    dv = np.empty(nv)
-    best_q = np.empty(nq)
-    trial = np.empty(nq)
-    blocked = np.zeros(nv, dtype=np.bool_)
-    improved = np.zeros(k_count, dtype=np.bool_)
-    for k in range(k_count):
-        for _ in range(steps):
-            _fk_row(bodies, q[k], rot, pos, 0, loc, t)
-            jac[:] = 0.0
-            _pose_rj_row(columns, rot, pos, 0, body, off, target, res, jac, work[1])
-            for r in range(6):
-                res[r] *= scale[r]
-                for v in range(nv):
-                    jm[r, v] = jac[0, r, v] * scale[r]
-            lam = 0.5 * cost[k] + damping
-            _lm_row(jm, res, lam, a, y, dv)
-            any_blocked = False
-            for v in range(nv):
-                span = upper[v] - lower[v]
-                eps = 1e-9 * (span if span > 1.0 else 1.0)
-                blocked[v] = ((q[k, v] <= lower[v] + eps and dv[v] < 0.0)
-                              or (q[k, v] >= upper[v] - eps and dv[v] > 0.0))
-                any_blocked = any_blocked or blocked[v]
-            if any_blocked:
-                for r in range(6):
-                    for v in range(nv):
-                        if blocked[v]:
-                            jm[r, v] = 0.0
-                _lm_row(jm, res, lam, a, y, dv)
-            biggest = 0.0
-            for v in range(nv):
-                biggest = max(biggest, abs(dv[v]))
-            f = min(1.0, max_step / max(biggest, 1e-12))
-            for v in range(nv):
-                dv[v] *= f
-            best = np.inf
-            for j in range(n_alpha):
-                for v in range(nv):
-                    x = q[k, v] + alphas[j] * dv[v]
-                    trial[v] = min(max(x, lower[v]), upper[v])
-                pe, oe = _row_pose_errors(bodies, trial, body, off, target, work)
-                c = _goal_cost(goal, pe, oe)
-                if c != c:              # NaN: numpy's argmin picks the first one
-                    best = c
-                    break
-                if c < best:
-                    best = c
-                    best_q[:] = trial
-            if not best < cost[k]:
-                break
-            improved[k] = True
-            cost[k] = best
-            q[k] = best_q
-    return improved
+    _fk_row(bodies, qrow, rot, pos, 0, loc, t)
+    _target_rows(columns, targets, rot, pos, work[1], res6, jac6, r, jac)
+    m_t = targets[11]
+    for i in range(extra_r.shape[0]):
+        r[0, m_t + i] = extra_r[i]
+        for v in range(jac.shape[2]):
+            jac[0, m_t + i, v] = extra_j[i, v]
 
 
-@njit(cache=True)
-def first_solution(bodies, columns, links, joints, goal, lm, q):
-    """Refine the rows of ``q`` (K, nq) one after another, each alone by ``refine_pose``'s LM
-    steps, until one meets the goal's tolerance; return its index (-1: none did).
-
-    The SMC ``solve``'s first stage (``SmcSolver._seed_stage``): row 0 is the seed, the others
-    draws of the filter's proposal. q is updated in place (refined rows); rows after the
-    returned one are untouched. Returns (index, position error [m], orientation error [rad])
-    of that row (errors NaN when none).
-    """
-    link, target, _, _, _, pos_tol, ori_tol = goal
-    body, off = links[0][link], links[1][link]
-    work = _row_work(bodies, columns[6])
-    cost = np.empty(1)
-    for r in range(q.shape[0]):
-        row = q[r:r + 1]
-        pe, oe = _row_pose_errors(bodies, row[0], body, off, target, work)
-        if pe <= pos_tol and oe <= ori_tol:
-            return r, pe, oe
-        cost[0] = _goal_cost(goal, pe, oe)
-        refine_pose(bodies, columns, links, joints, goal, lm, row, cost)
-        pe, oe = _row_pose_errors(bodies, row[0], body, off, target, work)
-        if pe <= pos_tol and oe <= ori_tol:
-            return r, pe, oe
-    return -1, math.nan, math.nan
-
-
-@njit(cache=True)
-def refine_pose_motion(bodies, columns, links, joints, goal, lm, motion, q, cost, guard):
-    """``Refinement.move`` with the minimal-motion prior on one pose target, row by row.
-
-    The fused form for one plain ``PoseTarget`` without hard constraints: coarse rows take
-    the LM step with the prior's spring, precise rows the task step plus shares (1, 1/4,
-    1/16, 0) of the null-space pull, with the Gauss-Newton corrector on slides; the trial
-    is picked as in ``move``. q (K, nq), cost (K,) and guard (K,; inf: none) are updated in
-    place. Returns (improved (K,) bool, gained (K,) [rad^2]).
-    """
+@njit(cache=True, inline='always')
+def _plain_trials(bodies, columns, joints, targets, lm, qrow, cost, trials, ws):
+    """Write the plain LM step's trials of a row (the step capped to max_step, at each
+    alpha), the joints it pushes out of their limits left out of it."""
     steps, alphas, damping, max_step = lm
-    spring_w, spring_fade, tol_cost, gain, slide_min, precise_fraction, w, ref = motion
-    lower, upper, _, _, cont, _, _, _ = joints
-    link, target, weight, sigma_p, sigma_o, tol_p, tol_o = goal
-    body, off = links[0][link], links[1][link]
-    scale = _scale(goal)
-    k_count, nq = q.shape
-    nv = nq
+    r, jac, a, y, dv, step, cand, blocked = ws[3], ws[4], ws[5], ws[6], ws[7], ws[8], ws[9], \
+        ws[12]
+    lam = 0.5 * cost + damping
+    jm, rm = jac[0], r[0]
+    _lm_row(jm, rm, lam, a, y, dv)
+    if _blocked(joints, qrow, dv, blocked):
+        for v in range(jm.shape[1]):
+            if blocked[v]:
+                for i in range(jm.shape[0]):
+                    jm[i, v] = 0.0
+        _lm_row(jm, rm, lam, a, y, dv)
+    _cap(dv, max_step)
+    for j in range(alphas.shape[0]):
+        for v in range(dv.shape[0]):
+            step[v] = alphas[j] * dv[v]
+        _moved(joints, qrow, step, cand)
+        for v in range(cand.shape[0]):
+            trials[j, v] = cand[v]
+
+
+@njit(cache=True)
+def _prior_trials(bodies, columns, joints, targets, lm, motion, extra, qrow, cost, precise,
+                  trials, ws):
+    """Write the trials of a row's step with the minimal-motion prior; return mu, the
+    spring's weight. Coarse rows: the LM step with the prior's spring at each alpha, then
+    the task step alone. Precise rows: the task step plus shares (PULL_SHARES) of the pull
+    d0 = gain (x_ref - q) projected on the task's null space, each slide of more than
+    slide_min corrected by one Gauss-Newton task step (the step's Jacobian reused). Each
+    step capped to max_step; joints at a limit a step pushes outwards left out of it."""
+    steps, alphas, damping, max_step = lm
+    spring_w, spring_fade, tol_cost, gain, slide_min, fraction, w, ref = motion
+    r, jac, step, cand, diff = ws[3], ws[4], ws[8], ws[9], ws[10]
+    nq, nv = qrow.shape[0], jac.shape[2]
+    lam = 0.5 * cost + damping
+    one = np.full(1, lam)
+    mu = spring_w * min(1.0, cost / (spring_fade * tol_cost))
+    _tangent_diff(joints, qrow, ref, diff[0])
     n_alpha = alphas.shape[0]
-    n_trials = n_alpha + 1
-    work = _row_work(bodies, nv)
-    rot, pos, loc, t = work[0]
-    res = np.empty(6)
-    res1 = np.empty(6)
-    jac = np.zeros((1, 6, nv))
-    jac1 = np.zeros((1, 6, nv))
-    jm = np.empty((1, 6, nv))
-    jb = np.empty((1, 6, nv))
-    r2 = np.empty((1, 6))
-    one = np.empty(1)
-    one_mu = np.empty(1)
-    diff = np.empty((1, nv))
-    diffb = np.empty((1, nv))
-    d0 = np.empty((1, nv))
-    dsum = np.empty((1, nv))
+    if not precise:
+        dv_c = lm_spring_step(jac, r, one, np.full(1, mu), w, diff)
+        found, mask = blocked_joints(joints, qrow.reshape(1, nq), dv_c)
+        if found:
+            jb = jac.copy()
+            db = diff.copy()
+            for v in range(nv):
+                if mask[0, v]:
+                    db[0, v] = 0.0
+                    for i in range(jac.shape[1]):
+                        jb[0, i, v] = 0.0
+            dv_c = lm_spring_step(jb, r, one, np.full(1, mu), w, db)
+        for j in range(n_alpha):
+            for v in range(nv):
+                step[v] = alphas[j] * dv_c[0, v]
+            _cap(step, max_step)
+            _moved(joints, qrow, step, cand)
+            for v in range(nq):
+                trials[j, v] = cand[v]
     winv2 = np.empty(nv)
+    d0 = np.empty((1, nv))
     for v in range(nv):
         winv2[v] = 1.0 / (w[v] * w[v])
-    tmpv = np.empty(nv)
-    steps_k = np.empty((n_trials, nv))
-    trials = np.empty((n_trials, nq))
-    t_cost = np.empty(n_trials)
-    t_pos = np.empty(n_trials)
-    t_d2 = np.empty(n_trials)
-    t_prec = np.zeros(n_trials, dtype=np.bool_)
-    pull_share = np.array([1.0, 0.25, 0.0625, 0.0])
-    a = np.empty((6, 6))
-    y = np.empty(6)
-    improved = np.zeros(k_count, dtype=np.bool_)
-    gained = np.zeros(k_count)
-    for k in range(k_count):
-        # Start: distance to the reference and precision of the row.
-        pe, oe = _row_pose_errors(bodies, q[k], body, off, target, work)
-        precise = pe <= precise_fraction * tol_p and oe <= precise_fraction * tol_o
-        dist2 = _motion_d2(q[k], ref, cont, w, tmpv)
-        for _ in range(steps):
-            _fk_row(bodies, q[k], rot, pos, 0, loc, t)
-            jac[:] = 0.0
-            _pose_rj_row(columns, rot, pos, 0, body, off, target, res, jac, work[1])
-            for r in range(6):
-                r2[0, r] = res[r] * scale[r]
-                for v in range(nv):
-                    jm[0, r, v] = jac[0, r, v] * scale[r]
-            lam = 0.5 * cost[k] + damping
-            one[0] = lam
-            mu = spring_w * min(1.0, cost[k] / (spring_fade * tol_cost))
-            one_mu[0] = mu
-            _motion_diff(q[k], ref, cont, diff[0])
-            if not precise:
-                dv_c = lm_spring_step(jm, r2, one, one_mu, w, diff)
-                found, mask = blocked_joints(joints, q[k:k + 1], dv_c)
-                if found:
-                    for r in range(6):
-                        for v in range(nv):
-                            jb[0, r, v] = 0.0 if mask[0, v] else jm[0, r, v]
-                    for v in range(nv):
-                        diffb[0, v] = 0.0 if mask[0, v] else diff[0, v]
-                    dv_c = lm_spring_step(jb, r2, one, one_mu, w, diffb)
-            else:
-                dv_c = np.zeros((1, nv))
+        d0[0, v] = gain * diff[0, v]
+    dv_t, dv_p = lm_null_step(jac, r, one, d0, winv2, damping)
+    found, mask = blocked_joints(joints, qrow.reshape(1, nq), dv_t + dv_p)
+    if found:
+        for v in range(nv):
+            if mask[0, v]:
+                d0[0, v] = 0.0
+                for i in range(jac.shape[1]):
+                    jac[0, i, v] = 0.0
+        dv_t, dv_p = lm_null_step(jac, r, one, d0, winv2, damping)
+    _cap(dv_p[0], max_step)
+    if not precise:         # the coarse row's last trial: the task step alone
+        for v in range(nv):
+            step[v] = dv_t[0, v]
+        _cap(step, max_step)
+        _moved(joints, qrow, step, cand)
+        for v in range(nq):
+            trials[n_alpha, v] = cand[v]
+        return mu
+    pull = 0.0
+    for v in range(nv):
+        pull = max(pull, abs(dv_p[0, v]))
+    for j in range(PULL_SHARES.shape[0]):
+        for v in range(nv):
+            step[v] = dv_t[0, v] + PULL_SHARES[j] * dv_p[0, v]
+        _cap(step, max_step)
+        _moved(joints, qrow, step, cand)
+        if pull > slide_min and PULL_SHARES[j] > 0.0:
+            _correct(bodies, columns, joints, targets, extra, qrow, winv2, damping, cand, ws)
+        for v in range(nq):
+            trials[j, v] = cand[v]
+    return mu
+
+
+@njit(cache=True)
+def _correct(bodies, columns, joints, targets, extra, qrow, winv2, damping, cand, ws):
+    """One Gauss-Newton task step on the trial ``cand`` with the step's Jacobian (ws's jac,
+    as masked): a slide along a curved solution set leaves it by a second-order error,
+    corrected here so long slides stay precise (another term's rows: linearised at qrow)."""
+    extra_r, extra_j = extra
+    work, res6, jac6, jac, a, y, step, r1 = ws[0], ws[1], ws[2], ws[4], ws[5], ws[6], \
+        ws[7], ws[13]
+    m_t = targets[11]
+    m, nv = jac.shape[1], jac.shape[2]
+    rot, pos, loc, t = work[0]
+    _fk_row(bodies, cand, rot, pos, 0, loc, t)
+    rows = r1.reshape(1, m)
+    spare = np.empty((1, m_t, nv))
+    _target_rows(columns, targets, rot, pos, work[1], res6, jac6, rows, spare)
+    if extra_r.shape[0]:
+        dq = np.empty(nv)
+        _tangent_diff(joints, qrow, cand, dq)        # cand - qrow in the tangent space
+        for i in range(extra_r.shape[0]):
+            s = extra_r[i]
             for v in range(nv):
-                d0[0, v] = gain * diff[0, v]
-            dv_t, dv_p = lm_null_step(jm, r2, one, d0, winv2, damping)
+                s += extra_j[i, v] * dq[v]
+            r1[m_t + i] = s
+    for i in range(m):
+        for j in range(i + 1):
+            s = 0.0
             for v in range(nv):
-                dsum[0, v] = dv_t[0, v] + dv_p[0, v]
-            found, mask = blocked_joints(joints, q[k:k + 1], dsum)
-            if found:
-                for r in range(6):
-                    for v in range(nv):
-                        if mask[0, v]:
-                            jm[0, r, v] = 0.0
-                for v in range(nv):
-                    if mask[0, v]:
-                        d0[0, v] = 0.0
-                dv_t, dv_p = lm_null_step(jm, r2, one, d0, winv2, damping)
-            biggest = 0.0
-            for v in range(nv):
-                biggest = max(biggest, abs(dv_p[0, v]))
-            f = min(1.0, max_step / max(biggest, 1e-12))
-            pull_size = 0.0
-            for v in range(nv):
-                dv_p[0, v] *= f
-                pull_size = max(pull_size, abs(dv_p[0, v]))
-            for j in range(n_trials):
-                for v in range(nv):
-                    if precise:
-                        steps_k[j, v] = dv_t[0, v] + pull_share[j] * dv_p[0, v]
-                    elif j < n_alpha:
-                        steps_k[j, v] = alphas[j] * dv_c[0, v]
-                    else:
-                        steps_k[j, v] = dv_t[0, v]
-                big = 0.0
-                for v in range(nv):
-                    big = max(big, abs(steps_k[j, v]))
-                fs = min(1.0, max_step / max(big, 1e-12))
-                for v in range(nv):
-                    x = q[k, v] + steps_k[j, v] * fs
-                    trials[j, v] = min(max(x, lower[v]), upper[v])
-            slide = precise and pull_size > slide_min
-            for j in range(n_trials):
-                if slide and j < 3:
-                    # Gauss-Newton task correction with the step's Jacobian (jm, masked).
-                    _fk_row(bodies, trials[j], rot, pos, 0, loc, t)
-                    jac1[:] = 0.0
-                    _pose_rj_row(columns, rot, pos, 0, body, off, target, res1, jac1, work[1])
-                    for r in range(6):
-                        res1[r] *= scale[r]
-                    for i in range(6):
-                        for jj in range(i + 1):
-                            s = 0.0
-                            for v in range(nv):
-                                s += jm[0, i, v] * winv2[v] * jm[0, jj, v]
-                            a[i, jj] = s
-                        a[i, i] += damping
-                    _chol_solve(a, res1, y)
-                    for v in range(nv):
-                        s = 0.0
-                        for i in range(6):
-                            s += jm[0, i, v] * winv2[v] * y[i]
-                        x = trials[j, v] + (-s)
-                        trials[j, v] = min(max(x, lower[v]), upper[v])
-                pe, oe = _row_pose_errors(bodies, trials[j], body, off, target, work)
-                c = weight * ((pe / sigma_p) ** 2 + (oe / sigma_o) ** 2)
-                if not pe <= guard[k] + 1e-12:
-                    c = np.inf
-                t_cost[j] = c
-                t_pos[j] = pe
-                t_d2[j] = _motion_d2(trials[j], ref, cont, w, tmpv)
-                t_prec[j] = (pe <= precise_fraction * tol_p and oe <= precise_fraction * tol_o
-                             and math.isfinite(c))
-            lowest_merit = 0
-            lowest = 0
-            nearest = -1
-            best_merit = np.inf
-            best_cost = np.inf
-            best_d2 = np.inf
-            for j in range(n_trials):
-                m = t_cost[j] + mu * t_d2[j]
-                if j == 0 or m < best_merit:
-                    best_merit = m
-                    lowest_merit = j
-                if j == 0 or t_cost[j] < best_cost:
-                    best_cost = t_cost[j]
-                    lowest = j
-                dj = t_d2[j] if t_prec[j] else np.inf
-                if nearest < 0 or dj < best_d2:
-                    best_d2 = dj
-                    nearest = j
-            moves_nearer = t_prec[nearest] and t_d2[nearest] < dist2 - 1e-12
-            if precise:
-                pick = nearest if moves_nearer else lowest
-            else:
-                pick = lowest_merit
-            new_cost = t_cost[pick]
-            if precise:
-                ok = moves_nearer or (t_prec[pick] and new_cost < cost[k])
-            else:
-                ok = t_cost[pick] + mu * t_d2[pick] < cost[k] + mu * dist2
-            if not ok:
+                s += jac[0, i, v] * winv2[v] * jac[0, j, v]
+            a[i, j] = s
+        a[i, i] += damping
+    _chol_solve(a, r1, y)
+    for v in range(nv):
+        s = 0.0
+        for i in range(m):
+            s += jac[0, i, v] * winv2[v] * y[i]
+        step[v] = -s
+    moved = np.empty(cand.shape[0])
+    _moved(joints, cand, step, moved)
+    cand[:] = moved
+
+
+@njit(cache=True, inline='always')
+def _judge(bodies, columns, joints, targets, tgt, motion, cand, extra_cost, guard, judged, j,
+           ws):
+    """Judge the trial ``cand`` as number j: cost (targets + ``extra_cost``, inf where the
+    guard or a hard constraint refuses), position error, squared distance from the
+    reference, precise. tgt: ``_hot(targets)``."""
+    c, pe, oe = _costs(bodies, columns, targets, tgt, cand, ws)
+    c += extra_cost
+    if not pe <= guard + 1e-12:
+        c = np.inf
+    t_cost, t_pos, t_d2, t_prec = judged
+    t_cost[j] = c
+    t_pos[j] = pe
+    fraction = motion[5]
+    if fraction < 0.0:
+        t_d2[j] = 0.0
+        t_prec[j] = False
+        return
+    w, ref, tmp = motion[6], motion[7], ws[11]
+    _tangent_diff(joints, cand, ref, tmp)
+    s = 0.0
+    for v in range(tmp.shape[0]):
+        x = tmp[v] * w[v]
+        s += x * x
+    t_d2[j] = math.sqrt(s) ** 2         # MinimalMotion.distance squared, in its arithmetic
+    t_prec[j] = pe <= fraction * targets[9] and oe <= fraction * targets[10] \
+        and math.isfinite(c)
+
+
+@njit(cache=True, inline='always')
+def _pick(plain, precise, cost, dist2, mu, count, judged):
+    """Return the trial to accept, or -1. Plain and coarse rows: the lowest cost (with the
+    prior: cost + mu d2), if lower than the row's. Precise rows: the nearest trial that stays
+    precise if it is nearer, else the lowest cost if precise and lower."""
+    t_cost, _, t_d2, t_prec = judged
+    lowest, lowest_merit, nearest = 0, 0, -1
+    best_cost, best_merit, best_d2 = np.inf, np.inf, np.inf
+    for j in range(count):
+        m = t_cost[j] + mu * t_d2[j]
+        if j == 0 or m < best_merit:
+            best_merit, lowest_merit = m, j
+        if j == 0 or t_cost[j] < best_cost:
+            best_cost, lowest = t_cost[j], j
+        dj = t_d2[j] if t_prec[j] else np.inf
+        if nearest < 0 or dj < best_d2:
+            best_d2, nearest = dj, j
+    if plain:
+        return lowest if t_cost[lowest] < cost else -1
+    if precise:
+        if t_prec[nearest] and t_d2[nearest] < dist2 - 1e-12:
+            return nearest
+        return lowest if (t_prec[lowest] and t_cost[lowest] < cost) else -1
+    return lowest_merit if t_cost[lowest_merit] + mu * t_d2[lowest_merit] < \
+        cost + mu * dist2 else -1
+
+
+@njit(cache=True, inline='always')
+def _accept(k, pick, q, state, trials, judged):
+    """Move row k to its trial ``pick``; stop the row when none was accepted."""
+    cost, guard, precise, dist2, improved, gained, active = state
+    t_cost, t_pos, t_d2, t_prec = judged
+    if pick < 0:
+        active[k] = False
+        return
+    improved[k] = True
+    for v in range(q.shape[1]):
+        q[k, v] = trials[pick, v]
+    cost[k] = t_cost[pick]
+    gained[k] += dist2[k] - t_d2[pick]
+    dist2[k] = t_d2[pick]
+    precise[k] = precise[k] or t_prec[pick]
+    if math.isfinite(guard[k]):
+        guard[k] = t_pos[pick]
+
+
+@njit(cache=True, inline='always')
+def _trials(bodies, columns, joints, targets, lm, motion, extra, qrow, cost, precise,
+            trials, ws):
+    """Write a row's trials for one step (its rows first); return (their count, mu)."""
+    _rows(bodies, columns, targets, extra[0], extra[1], qrow, ws)
+    if motion[5] < 0.0:
+        _plain_trials(bodies, columns, joints, targets, lm, qrow, cost, trials, ws)
+        return lm[1].shape[0], 0.0
+    mu = _prior_trials(bodies, columns, joints, targets, lm, motion, extra, qrow, cost,
+                       precise, trials, ws)
+    return lm[1].shape[0] + 1, mu
+
+
+# ---------------------------------------------------------------------------- the kernels
+@njit(cache=True)
+def begin(bodies, columns, joints, targets, lm, motion, q, state):
+    """Set the rows' precise flags and squared distances from the reference (before the
+    first step: ``refine`` does it, the stepwise form calls it)."""
+    fraction = motion[5]
+    if fraction < 0.0:
+        return
+    _, _, precise, dist2, _, _, _ = state
+    ws = _workspace(bodies, columns, targets, 0, q.shape[1])
+    judged = _judged(1)
+    tgt = _hot(targets)
+    for k in range(q.shape[0]):
+        _judge(bodies, columns, joints, targets, tgt, motion, q[k], 0.0, np.inf, judged, 0,
+               ws)
+        precise[k] = judged[3][0]
+        dist2[k] = judged[2][0]
+
+
+@njit(cache=True)
+def refine(bodies, columns, joints, targets, lm, motion, q, state):
+    """Run every step of the refinement on the rows of q (K, nq), each on its own, for a
+    problem of targets alone; q and ``state`` are updated in place."""
+    count = lm[1].shape[0] + (0 if motion[5] < 0.0 else 1)
+    ws = _workspace(bodies, columns, targets, 0, q.shape[1])
+    _refine_rows(bodies, columns, joints, targets, lm, motion, q, state, ws,
+                 np.empty((count, q.shape[1])), _judged(count))
+
+
+@njit(cache=True)
+def _refine_rows(bodies, columns, joints, targets, lm, motion, q, state, ws, trials, judged):
+    """``refine`` with its buffers given (``first_solution`` reuses them row after row)."""
+    plain = motion[5] < 0.0
+    none = (np.empty(0), np.empty((0, ws[7].shape[0])))
+    cost, guard, precise, dist2, _, _, active = state
+    begin(bodies, columns, joints, targets, lm, motion, q, state)
+    cand = ws[9]
+    tgt = _hot(targets)
+    for k in range(q.shape[0]):
+        for _ in range(lm[0]):
+            if not active[k]:
                 break
-            improved[k] = True
-            q[k] = trials[pick]
-            cost[k] = new_cost
-            gained[k] += dist2 - t_d2[pick]
-            dist2 = t_d2[pick]
-            precise = precise or t_prec[pick]
-            if math.isfinite(guard[k]):
-                guard[k] = t_pos[pick]
-    return improved, gained
+            count, mu = _trials(bodies, columns, joints, targets, lm, motion, none, q[k],
+                                cost[k], precise[k], trials, ws)
+            for j in range(count):
+                for v in range(cand.shape[0]):
+                    cand[v] = trials[j, v]
+                _judge(bodies, columns, joints, targets, tgt, motion, cand, 0.0, guard[k],
+                       judged, j, ws)
+            pick = _pick(plain, precise[k], cost[k], dist2[k], mu, count, judged)
+            _accept(k, pick, q, state, trials, judged)
+
+
+@njit(cache=True)
+def propose(bodies, columns, joints, targets, lm, motion, extra, q, state):
+    """Return (trials (K, T, nq), mu (K,)): one step's trials of the active rows (the others'
+    are copies of their row), with ``extra`` (r (K, m), J (K, m, nv)): the whitened rows of
+    the terms the kernels do not evaluate, at q."""
+    extra_r, extra_j = extra
+    count = lm[1].shape[0] + (0 if motion[5] < 0.0 else 1)
+    k_count, nq = q.shape
+    trials = np.empty((k_count, count, nq))
+    mu = np.zeros(k_count)
+    ws = _workspace(bodies, columns, targets, extra_r.shape[1], nq)
+    cost, _, precise, _, _, _, active = state
+    for k in range(k_count):
+        if not active[k]:
+            for j in range(count):
+                trials[k, j] = q[k]
+            continue
+        _, mu[k] = _trials(bodies, columns, joints, targets, lm, motion,
+                           (extra_r[k], extra_j[k]), q[k], cost[k], precise[k], trials[k], ws)
+    return trials, mu
+
+
+@njit(cache=True)
+def choose(bodies, columns, joints, targets, motion, q, state, trials, mu, extra_cost):
+    """Judge ``propose``'s trials with the other terms' costs ``extra_cost`` (K, T; inf where
+    a hard constraint refuses the trial), pick and accept one per active row."""
+    plain = motion[5] < 0.0
+    k_count, count, nq = trials.shape
+    judged = _judged(count)
+    ws = _workspace(bodies, columns, targets, 0, nq)
+    cand = ws[9]
+    tgt = _hot(targets)
+    cost, guard, precise, dist2, _, _, active = state
+    for k in range(k_count):
+        if not active[k]:
+            continue
+        for j in range(count):
+            for v in range(nq):
+                cand[v] = trials[k, j, v]
+            _judge(bodies, columns, joints, targets, tgt, motion, cand, extra_cost[k, j],
+                   guard[k], judged, j, ws)
+        pick = _pick(plain, precise[k], cost[k], dist2[k], mu[k], count, judged)
+        _accept(k, pick, q, state, trials[k], judged)
+
+
+@njit(cache=True)
+def first_solution(bodies, columns, joints, targets, lm, motion, q):
+    """Refine the rows of ``q`` (K, nq) one after another, each alone by ``refine`` (plain
+    ``motion``), until one meets the targets' tolerance; return (its index, position error
+    [m], orientation error [rad]), or (-1, NaN, NaN) when none did.
+
+    The SMC ``solve``'s first stage (``policies/seed_first.py``): row 0 is the seed, the
+    others draws of the filter's proposal. q is updated in place (refined rows); rows after
+    the returned one are untouched."""
+    tol_p, tol_o = targets[9], targets[10]
+    nq = q.shape[1]
+    count = lm[1].shape[0] + (0 if motion[5] < 0.0 else 1)
+    ws = _workspace(bodies, columns, targets, 0, nq)
+    trials, judged = np.empty((count, nq)), _judged(count)
+    state = state_of(np.empty(1), np.full(1, np.inf))
+    tgt = _hot(targets)
+    for r in range(q.shape[0]):
+        row = q[r:r + 1]
+        c, pe, oe = _costs(bodies, columns, targets, tgt, row[0], ws)
+        if pe <= tol_p and oe <= tol_o:
+            return r, pe, oe
+        state[0][0] = c
+        state[4][0] = False
+        state[6][0] = True
+        _refine_rows(bodies, columns, joints, targets, lm, motion, row, state, ws, trials,
+                     judged)
+        c, pe, oe = _costs(bodies, columns, targets, tgt, row[0], ws)
+        if pe <= tol_p and oe <= tol_o:
+            return r, pe, oe
+    return -1, math.nan, math.nan

@@ -16,12 +16,13 @@ from .jit import njit
 __all__ = ['pose_errors', 'pose_residual_jacobian']
 
 
-@njit(cache=True)
-def _relative(lr, target, rel):
-    """Write rel = lr @ target[:3, :3]^T."""
+@njit(cache=True, inline='always')
+def _relative(lr, goals, g, rel):
+    """Write rel = lr @ goals[g, :3, :3]^T."""
     for r in range(3):
         for c in range(3):
-            rel[r, c] = lr[r, 0] * target[c, 0] + lr[r, 1] * target[c, 1] + lr[r, 2] * target[c, 2]
+            rel[r, c] = (lr[r, 0] * goals[g, c, 0] + lr[r, 1] * goals[g, c, 1]
+                         + lr[r, 2] * goals[g, c, 2])
 
 
 @njit(cache=True)
@@ -76,9 +77,10 @@ def pose_residual_jacobian(columns, links, rot, pos, link, target):
     res = np.empty((n, 6))
     jac = np.zeros((n, 6, nv))
     work = _pose_work(nv)
-    body, off = links[0][link], links[1][link]
+    goals = target.reshape(1, 4, 4)
     for i in range(n):
-        _pose_rj_row(columns, rot, pos, i, body, off, target, res[i], jac, work)
+        _pose_rj_row(columns, rot, pos, i, links[0][link], links[1], link, goals, 0, res[i],
+                     jac, work)
     return res, jac
 
 
@@ -90,15 +92,16 @@ def _pose_work(nv):
 
 
 @njit(cache=True)
-def _pose_rj_row(columns, rot, pos, i, body, off, target, res, jac, work):
-    """Write row i of ``pose_residual_jacobian`` for the link fixed to ``body`` at ``off``:
-    res (6,), jac[i] (jac zeroed by the caller); work: ``_pose_work``'s arrays."""
+def _pose_rj_row(columns, rot, pos, i, body, offs, j, goals, g, res, jac, work):
+    """Write row i of ``pose_residual_jacobian`` for the link fixed to ``body`` at
+    ``offs[j]`` towards the goal pose ``goals[g]``: res (6,), jac[i] (jac zeroed by the
+    caller); work: ``_pose_work``'s arrays."""
     lr, lp, rel, tmp = work
     nv = jac.shape[2]
-    _link_pose(rot, pos, body, off, i, lr, lp)
+    _link_pose(rot, pos, body, offs, j, i, lr, lp)
     for r in range(3):
-        res[r] = lp[r] - target[r, 3]
-    _relative(lr, target, rel)
+        res[r] = lp[r] - goals[g, r, 3]
+    _relative(lr, goals, g, rel)
     _rotvec(rel, res[3:])
     _add_columns(columns, jac, rot, pos, i, body, lp)
     # J_l^-1(r) = I - K / 2 + coeff K^2, K = skew(r), K @ K = r r^T - th2 I.
@@ -137,22 +140,23 @@ def pose_errors(links, rot, pos, link, target):
     perr = np.empty(n)
     angle = np.empty(n)
     work = _pose_work(0)
-    body, off = links[0][link], links[1][link]
+    goals = target.reshape(1, 4, 4)
     for i in range(n):
-        perr[i], angle[i] = _pose_errors_row(rot, pos, i, body, off, target, work)
+        perr[i], angle[i] = _pose_errors_row(rot, pos, i, links[0][link], links[1], link,
+                                             goals, 0, work)
     return perr, angle
 
 
 @njit(cache=True, inline='always')
-def _pose_errors_row(rot, pos, i, body, off, target, work):
+def _pose_errors_row(rot, pos, i, body, offs, j, goals, g, work):
     """Return (position error, rotation angle) of row i (see ``pose_errors``) of the link
-    fixed to ``body`` at ``off``."""
+    fixed to ``body`` at ``offs[j]`` from the goal pose ``goals[g]``."""
     lr, lp, rel, _ = work
-    _link_pose(rot, pos, body, off, i, lr, lp)
-    d0 = lp[0] - target[0, 3]
-    d1 = lp[1] - target[1, 3]
-    d2 = lp[2] - target[2, 3]
-    _relative(lr, target, rel)
+    _link_pose(rot, pos, body, offs, j, i, lr, lp)
+    d0 = lp[0] - goals[g, 0, 3]
+    d1 = lp[1] - goals[g, 1, 3]
+    d2 = lp[2] - goals[g, 2, 3]
+    _relative(lr, goals, g, rel)
     x = rel[2, 1] - rel[1, 2]
     y = rel[0, 2] - rel[2, 0]
     z = rel[1, 0] - rel[0, 1]
@@ -168,14 +172,3 @@ def _row_work(bodies, nv):
     nb = bodies[0].shape[0]
     frame = (np.empty((nb, 1, 3, 3)), np.empty((nb, 1, 3)), np.empty((3, 3)), np.empty(3))
     return frame, _pose_work(nv)
-
-
-@njit(cache=True, inline='always')
-def _row_pose_errors(bodies, qrow, body, off, target, work):
-    """Return (position error, rotation angle) of one configuration's link (fixed to
-    ``body`` at ``off``) to the pose target: its FK into row 0 of the work arrays
-    (``_row_work``), then ``_pose_errors_row``."""
-    frame, pose = work
-    rot, pos, loc, t = frame
-    _fk_row(bodies, qrow, rot, pos, 0, loc, t)
-    return _pose_errors_row(rot, pos, 0, body, off, target, pose)

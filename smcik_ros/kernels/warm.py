@@ -1,8 +1,7 @@
 """Compile (or load from the on-disk cache) every kernel before a real-time loop starts.
 
 ``compile_kernels(chain)`` calls each kernel once, on small inputs of the argument types its
-callers pass (float64, int64 or bool, C-contiguous; the pose goal read-only, as
-``PoseTarget`` keeps it), so that the specialisations the library uses exist, compiled or
+callers pass (float64, int64 or bool, C-contiguous), so that the specialisations the library uses exist, compiled or
 loaded, before a first tick or a first timed ``solve``. ``ensure_ready`` does it once per
 process (the SMC solver's constructor calls it); ``smcik_ros.warmup.warm_up`` does it with
 messages and a short solve, before the node's timer starts.
@@ -19,8 +18,8 @@ from .lm import lm_null_step, lm_spring_step, lm_step
 from .motion import blocked_joints, clip_ball_rows, motion_distances, random_walk
 from .quat import (quat_exp_products, quat_pair_rotvecs, quat_products, quat_relative_rotvecs,
                    quat_rotvecs, quat_slerps)
-from .records import LM, MOTION, OBSTACLES, PAIRS, POSE_GOAL, ROBOT
-from .refine import first_solution, refine_pose, refine_pose_motion
+from .records import LM, MOTION, OBSTACLES, PAIRS, ROBOT, TARGETS
+from .refine import begin, choose, first_solution, propose, refine, state_of
 from .residuals import pose_errors, pose_residual_jacobian
 
 __all__ = ['KERNELS', 'cache_is_warm', 'compile_kernels', 'ensure_ready']
@@ -29,7 +28,7 @@ __all__ = ['KERNELS', 'cache_is_warm', 'compile_kernels', 'ensure_ready']
 # itself, so each one has its own cache index, which is what tells a warm start from a cold
 # one (a kernel reached only inside another is not cached on its own).
 KERNELS = (fk, link_pose, jacobian_at, pose_residual_jacobian, pose_errors, lm_step,
-           lm_null_step, lm_spring_step, blocked_joints, refine_pose, refine_pose_motion,
+           lm_null_step, lm_spring_step, blocked_joints, refine, begin, propose, choose, state_of,
            first_solution, body_points_world, random_walk, collision_query,
            distance_gradients, quat_products, quat_rotvecs, quat_relative_rotvecs,
            quat_exp_products, quat_slerps, clip_ball_rows, quat_pair_rotvecs, motion_distances)
@@ -99,17 +98,25 @@ def _refinement_kernels(records, q):
     lm_step(jac, r, one)
     lm_null_step(jac, r, one, np.zeros((1, nv)), np.ones(nv), 1e-6)
     lm_spring_step(jac, r, one, one, np.ones(nv), np.zeros((1, nv)))
-    goal = POSE_GOAL.pack(link=0, pose=np.eye(4), weight=1.0, sigma_position=1.0,
-                          sigma_orientation=1.0, position_tolerance=0.0,
-                          orientation_tolerance=0.0)
-    steps = LM.pack(steps=1, alphas=np.ones(1), damping=1e-3, max_step=0.1)
-    motion = MOTION.pack(spring=1.0, spring_fade=1.0, tolerance_cost=1.0, gain=0.5,
-                         slide_min=0.1, precise_fraction=0.5, weights=np.ones(nv),
-                         reference=q[0])
-    if q.shape[1] == nv:        # the fused refinement is for chains without ball joints
-        refine_pose(*records, goal, steps, q.copy(), np.ones(1))
-        refine_pose_motion(*records, goal, steps, motion, q.copy(), np.ones(1), np.ones(1))
-        first_solution(*records, goal, steps, q.copy())
+    bodies, columns, _, joints = records
+    targets = TARGETS.pack(body=[-1], offset=np.eye(4)[None], kind=[0], goal=np.eye(4)[None],
+                           whiten=np.eye(6)[None], full=[False], weight=[1.0],
+                           sigma_position=[1.0], sigma_orientation=[1.0],
+                           position_tolerance=0.0, orientation_tolerance=0.0, rows=6)
+    steps = LM.pack(steps=1, alphas=np.ones(3), damping=1e-3, max_step=0.1)
+    for fraction in (0.5, -1.0):        # with the motion prior, and the plain LM step
+        motion = MOTION.pack(spring=1.0, spring_fade=1.0, tolerance_cost=1.0, gain=0.5,
+                             slide_min=0.1, precise_fraction=fraction,
+                             weights=np.ones(nv), reference=q[0])
+        refine(bodies, columns, joints, targets, steps, motion, q.copy(),
+               state_of(np.ones(1), np.ones(1)))
+        state = state_of(np.ones(1), np.ones(1))
+        begin(bodies, columns, joints, targets, steps, motion, q.copy(), state)
+        trials, mu = propose(bodies, columns, joints, targets, steps, motion,
+                             (np.zeros((1, 0)), np.zeros((1, 0, nv))), q.copy(), state)
+        choose(bodies, columns, joints, targets, motion, q.copy(), state, trials, mu,
+               np.zeros(trials.shape[:2]))
+    first_solution(bodies, columns, joints, targets, steps, motion, q.copy())
 
 
 def _joint_kernels(joints, nv, q):

@@ -10,7 +10,8 @@ has converged (``settled``): the online filter then keeps it as it is.
 import numpy as np
 
 from .... import kernels as _kernels
-from ....goals import PoseTarget
+from ....goals import OrientationTarget, PoseTarget, PositionTarget
+from ....kernels.records import LM, MOTION, TARGETS
 from ...base import stack_terms
 
 __all__ = ['Refinement']
@@ -59,6 +60,9 @@ class Refinement:
         self.max_step = float(settings.max_step)
         self.min_cost = float(settings.refine_min_cost)
         self.alphas = np.array([1.0, 0.5, 0.25])
+        self.lm = LM.pack(steps=self.steps, alphas=self.alphas, damping=self.damping,
+                          max_step=self.max_step)
+        self._targets_key = self._targets_record = None
         self.reset()
 
     def choose(self, rank, held, searchers=()):
@@ -146,256 +150,103 @@ class Refinement:
     def refine(self, problem, frames, cost, motion, guard=None):
         """Refine the configurations of ``frames`` (K rows) with costs ``cost`` (K,).
 
-        problem: has ``terms``, ``hard``, ``cost(frames)``, ``cost_and_errors(frames)``,
-        ``precise(frames, fraction, errors)``; motion: a ``MinimalMotion`` or None;
-        guard: None or (K,) largest position errors [m] a step may end at (inf: no guard;
-        the held particle of a still goal out of reach gets its current error: its tool
-        never moves away from the target). Returns (frames, cost, improved (K,) bool,
-        motion_gain (K,): how much nearer the reference each got [rad^2]).
+        problem: has ``terms`` (targets first), ``hard``, ``tolerance``, ``tolerance_cost``;
+        motion: a ``MinimalMotion`` or None; guard: None or (K,) largest position errors [m]
+        a step may end at (inf: no guard; the held particle of a still goal out of reach
+        gets its current error: its tool never moves away from the target). Returns
+        (frames, cost, improved (K,) bool, motion_gain (K,): how much nearer the reference
+        each got [rad^2]).
+
+        The steps run in ``kernels.refine`` for the targets; where another term is active
+        (a constraint with a cost, or a hard one violated, where the row starts or where
+        its refinement ends) that row takes the same steps one at a time with the term's
+        rows (``_stepwise``). The trials in between are not checked where no term is active:
+        a refinement's intermediate trials are never commanded, only its result is, and that
+        is checked like any trial of the stepwise move (far from obstacles this replaces
+        ~18 collision queries per iteration by two: docs/benchmarks.md, speed (a)).
         """
-        if self._fusable(problem):
-            if motion is None and guard is None:
-                return self._move_fused(problem, frames, cost)
-            if motion is not None and motion._plain:
-                return self._move_fused_motion(problem, frames, cost, motion, guard)
-        elif (motion is None and guard is None) or (motion is not None and motion._plain):
-            if self._fusable(problem, constrained=True):
-                return self._move_fused_where_free(problem, frames, cost, motion, guard)
-        return self._move_steps(problem, frames, cost, motion, guard)
-
-    def _move_fused_where_free(self, problem, frames, cost, motion, guard):
-        """``move`` for one plain pose target with constraints (the node's collision
-        avoidance): the particles on which every constraint is inactive where they start
-        (no cost, no hard violation) take the compiled pose-only refinement, and keep its
-        result where every constraint is inactive where they end too; the others, from their
-        start, take the stepwise ``move`` with the constraints' rows.
-
-        The trials in between are not checked against the constraints: a refinement's
-        intermediate trials are never commanded, only its result is, and that is checked
-        like any trial of the stepwise move (a hard constraint never violated; a soft one,
-        zero there, adds nothing to the cost). Far from obstacles this replaces ~18
-        collision queries per iteration by two (the demo arm with self-collision:
-        docs/benchmarks.md, speed (a))."""
-        extra, hard = problem.terms[1:], problem.hard
-        free = ~_constrained(extra, hard, frames)
-        if not free.any():
-            return self._move_steps(problem, frames, cost, motion, guard)
-        k_count = len(frames)
-        idx = np.flatnonzero(free)
-        sub = frames.subset(idx)
-        view = _PoseProblem(problem)
-        start = problem.terms[0].cost(sub)
-        if motion is None:
-            sub, new_cost, moved, gain = self._move_fused(view, sub, start)
-        else:
-            sub, new_cost, moved, gain = self._move_fused_motion(
-                view, sub, start, motion, None if guard is None else guard[idx])
-        cost = np.array(cost, dtype=float)
-        improved = np.zeros(k_count, dtype=bool)
-        gained = np.zeros(k_count)
-        if moved.any():
-            at = np.flatnonzero(moved)
-            blocked = _constrained(extra, hard, sub.subset(at))
-            keep = at[~blocked]
-            rows = idx[keep]
-            frames.assign(rows, sub.subset(keep))
-            cost[rows], improved[rows], gained[rows] = new_cost[keep], True, gain[keep]
-            free[idx[at[blocked]]] = False       # ends inside a constraint: the steps
-        rest = np.flatnonzero(~free)
-        if len(rest):
-            part, part_cost, part_improved, part_gained = self._move_steps(
-                problem, frames.subset(rest), cost[rest], motion,
-                None if guard is None else guard[rest])
-            frames.assign(rest, part)
-            cost[rest], improved[rest], gained[rest] = part_cost, part_improved, part_gained
-        return frames, cost, improved, gained
-
-    def _move_steps(self, problem, frames, cost, motion, guard):
-        """``move`` step by step in numpy, for any terms and constraints."""
         chain = self.chain
-        k_count, nv = len(frames), chain.nv
-        cols = np.arange(k_count)
-        cost = cost.copy()
-        improved = np.zeros(k_count, dtype=bool)
-        gained = np.zeros(k_count)
-        n_trials = len(self.alphas) + (motion is not None)
-        if motion is not None:
-            winv2 = 1.0 / (motion.weights * motion.weights)
-            dist2 = motion.distance(frames.q) ** 2
-            precise = problem.precise(frames, self.PRECISE_FRACTION)
-            pulled = np.array([True, True, True, False])
-            pull_share = np.array([1.0, 0.25, 0.0625, 0.0])
+        targets, extra = _split(problem.terms)
+        records = self.records(targets, problem.tolerance, motion, problem.tolerance_cost)
+        q = np.array(frames.q, dtype=float)
+        state = _kernels.state_of(np.array(cost, dtype=float),
+                                  np.full(len(q), np.inf) if guard is None
+                                  else np.array(guard, dtype=float))
+        busy = _constrained(extra, problem.hard, frames) if extra or problem.hard else None
+        free = np.flatnonzero(~busy) if busy is not None else np.arange(len(q))
+        if len(free):
+            part = _rows(state, free)
+            qf = q[free]
+            _kernels.refine(*records, qf, part)
+            if busy is not None:        # ends where a term is active: stepwise instead
+                moved = np.flatnonzero(part[4])
+                ends = moved[_constrained(extra, problem.hard, chain.frames(qf[moved]))]
+                busy[free[ends]] = True
+                keep = np.setdiff1d(np.arange(len(free)), ends)
+                free, qf, part = free[keep], qf[keep], _rows(part, keep)
+            q[free] = qf
+            _put(state, free, part)
+        if busy is not None and busy.any():
+            rows = np.flatnonzero(busy)
+            part = _rows(state, rows)
+            qs = q[rows]
+            self._stepwise(problem, extra, records, qs, part)
+            q[rows] = qs
+            _put(state, rows, part)
+        improved = state[4]
+        if improved.any():
+            idx = np.flatnonzero(improved)
+            frames.assign(idx, chain.frames(q[idx]))
+        return frames, state[0], improved, state[5]
+
+    def _stepwise(self, problem, extra, records, q, state):
+        """The refinement's steps one at a time for rows where a term the kernels do not
+        evaluate is active: its whitened rows at each row's configuration join the targets'
+        (``kernels.propose``), its costs at the trials and the hard constraints' verdicts
+        join their judgement (``kernels.choose``)."""
+        chain = self.chain
+        nv = chain.nv
+        _kernels.begin(*records, q, state)
         for _ in range(self.steps):
-            r, jac = stack_terms(problem.terms, frames)
-            lam = 0.5 * cost + self.damping
-            if motion is not None:
-                # The motion prior's spring (a share of its weight 1 / motion_sigma^2),
-                # fading out once the cost nears the tolerance's: no bias at the end.
-                mu = self.SPRING * motion.spring * np.minimum(
-                    1.0, cost / (self.SPRING_FADE * problem.tolerance_cost))
-            if motion is None:
-                dv = _lm_step(jac, r, lam)
-                blocked = _blocked_joints(chain, frames.q, dv)
-                if blocked is not None:
-                    dv = _lm_step(jac * ~blocked[:, None, :], r, lam)
-                dv *= np.minimum(1.0, self.max_step
-                                 / np.maximum(np.max(np.abs(dv), axis=1), 1e-12))[:, None]
-                steps = self.alphas[:, None, None] * dv[None]
-            else:
-                diff = motion.difference(frames.q)
-                if precise.all():
-                    dv_c = np.zeros((k_count, nv))
-                else:
-                    # Coarse: LM on the task and the motion prior's spring
-                    # mu |W (q - x_ref)|^2.
-                    dv_c = _lm_spring_step(jac, r, lam, mu, motion.weights, diff)
-                    blocked = _blocked_joints(chain, frames.q, dv_c)
-                    if blocked is not None:
-                        dv_c = _lm_spring_step(jac * ~blocked[:, None, :], r, lam, mu,
-                                               motion.weights, diff * ~blocked)
-                # Precise: the task step and the pull d0 projected on the task's null space
-                # (also the coarse particles' task-only trial).
-                d0 = motion.gain * diff
-                dv_t, dv_p = _lm_null_step(jac, r, lam, d0, winv2, self.damping)
-                blocked = _blocked_joints(chain, frames.q, dv_t + dv_p)
-                if blocked is not None:
-                    jac = jac * ~blocked[:, None, :]
-                    dv_t, dv_p = _lm_null_step(jac, r, lam, d0 * ~blocked, winv2, self.damping)
-                # The pull is capped to max_step before its shares are taken: a slide along
-                # a curved solution set may need short steps (the corrector keeps them exact).
-                dv_p *= np.minimum(1.0, self.max_step
-                                   / np.maximum(np.max(np.abs(dv_p), axis=1), 1e-12))[:, None]
-                coarse_steps = np.concatenate([self.alphas[:, None, None] * dv_c[None],
-                                               dv_t[None]])
-                precise_steps = dv_t[None] + pull_share[:, None, None] * dv_p[None]
-                steps = np.where(precise[None, :, None], precise_steps, coarse_steps)
-                biggest = np.max(np.abs(steps), axis=2)
-                steps = steps * np.minimum(1.0, self.max_step
-                                           / np.maximum(biggest, 1e-12))[..., None]
-            trial = chain.clip(chain.integrate(np.tile(frames.q, (n_trials, 1)),
-                                               steps.reshape(-1, nv)))
-            trial_frames = chain.frames(trial)
-            if motion is not None:
-                # Slides of precise particles leave the curved solution set by a second-order
-                # error: one more task step (the Jacobian reused) corrects it before the
-                # trial is judged, so long slides stay precise.
-                slide = precise & (np.max(np.abs(dv_p), axis=1) > self.SLIDE_CORRECTION)
-                if slide.any():
-                    self._correct(problem, trial_frames, jac, winv2, slide, pulled)
-            trial_errors = None
-            if motion is not None or guard is not None:
-                trial_cost, *trial_errors = problem.cost_and_errors(trial_frames)
-            else:
-                trial_cost = problem.cost(trial_frames)
-            for c in problem.hard:
-                trial_cost = np.where(c.violated(trial_frames), np.inf, trial_cost)
-            trial_cost = trial_cost.reshape(n_trials, k_count)
-            if guard is not None:
-                pos = trial_errors[0].reshape(n_trials, k_count)
-                trial_cost = np.where(pos <= guard[None, :] + 1e-12, trial_cost, np.inf)
-            if motion is None:
-                pick = np.argmin(trial_cost, axis=0)
-                new_cost = trial_cost[pick, cols]
-                ok = new_cost < cost
-            else:
-                trial_d2 = (motion.distance(trial) ** 2).reshape(n_trials, k_count)
-                trial_precise = problem.precise(trial_frames, self.PRECISE_FRACTION,
-                                                trial_errors) \
-                    .reshape(n_trials, k_count) & np.isfinite(trial_cost)
-                # Coarse particles: the lowest cost + spring. Precise ones: the nearest trial
-                # that stays precise if it is nearer, else the lowest cost if lower.
-                merit = trial_cost + mu[None, :] * trial_d2
-                lowest_merit = np.argmin(merit, axis=0)
-                lowest = np.argmin(trial_cost, axis=0)
-                nearest = np.argmin(np.where(trial_precise, trial_d2, np.inf), axis=0)
-                moves_nearer = (trial_precise[nearest, cols]
-                                & (trial_d2[nearest, cols] < dist2 - 1e-12))
-                pick = np.where(precise, np.where(moves_nearer, nearest, lowest), lowest_merit)
-                new_cost = trial_cost[pick, cols]
-                new_d2 = trial_d2[pick, cols]
-                new_precise = trial_precise[pick, cols]
-                ok = np.where(precise, moves_nearer | (new_precise & (new_cost < cost)),
-                              merit[pick, cols] < cost + mu * dist2)
-            if not ok.any():
+            if not state[6].any():
                 break
-            improved |= ok
-            rows = (pick * k_count + cols)[ok]
-            frames.assign(np.flatnonzero(ok), trial_frames.subset(rows))
-            cost[ok] = new_cost[ok]
-            if motion is not None:
-                gained[ok] += dist2[ok] - new_d2[ok]
-                dist2[ok] = new_d2[ok]
-                precise = precise | (ok & new_precise)
-            if guard is not None:
-                guard = np.where(ok & np.isfinite(guard),
-                                 trial_errors[0].reshape(n_trials, k_count)[pick, cols], guard)
-        return frames, cost, improved, gained
+            frames = chain.frames(q)
+            if extra:
+                extra_rows = stack_terms(extra, frames)
+            else:
+                extra_rows = (np.zeros((len(q), 0)), np.zeros((len(q), 0, nv)))
+            trials, mu = _kernels.propose(*records[:4], records[4], records[5],
+                                          tuple(np.ascontiguousarray(a) for a in extra_rows),
+                                          q, state)
+            k_count, count, nq = trials.shape
+            flat = chain.frames(trials.reshape(-1, nq))
+            extra_cost = _terms_cost(extra, flat) if extra else np.zeros(len(flat))
+            for c in problem.hard:
+                extra_cost = np.where(c.violated(flat), np.inf, extra_cost)
+            _kernels.choose(*records[:4], records[5], q, state, trials, mu,
+                            extra_cost.reshape(k_count, count))
 
-    def _fusable(self, problem, constrained=False):
-        """Return whether ``move`` may run as the compiled kernel: one plain pose target, no
-        hard constraints, no ball joints, the kernels compiled. ``constrained``: the same
-        target first, then only constraints (``_move_fused_where_free``)."""
-        if self.chain.has_ball_joints:
-            return False
-        terms = problem.terms
-        if constrained:
-            if len(terms) < 2 and not problem.hard or len(getattr(problem, 'targets', ())) != 1:
-                return False
-        elif problem.hard or len(terms) != 1:
-            return False
-        return (type(terms[0]) is PoseTarget and terms[0].covariance is None
-                and self.chain.link_anchor(terms[0].link)[0] >= 0)
-
-    def _move_fused(self, problem, frames, cost):
-        """``move`` without motion prior or guard, in one compiled kernel (same steps)."""
+    def records(self, targets, tolerance, motion=None, tolerance_cost=1.0):
+        """Return the kernels' records of a refinement: the chain's bodies, columns and
+        joints, the ``targets`` (with the solution ``tolerance``: position [m], orientation
+        [rad]), the steps, and the motion prior (None: the plain LM step)."""
         chain = self.chain
-        term = problem.terms[0]
-        q = np.array(frames.q, dtype=float)
-        cost = np.array(cost, dtype=float)
-        improved = _kernels.refine_pose(
-            *chain.records, term.goal_record(chain, problem.tolerance),
-            (self.steps, self.alphas, self.damping, self.max_step), q, cost)
-        if improved.any():
-            idx = np.flatnonzero(improved)
-            frames.assign(idx, chain.frames(q[idx]))
-        return frames, cost, improved, np.zeros(len(q))
-
-    def _move_fused_motion(self, problem, frames, cost, motion, guard):
-        """``move`` with the minimal-motion prior, in one compiled kernel (same steps)."""
-        chain = self.chain
-        term = problem.terms[0]
-        q = np.array(frames.q, dtype=float)
-        cost = np.array(cost, dtype=float)
-        guard = np.full(len(q), np.inf) if guard is None else np.array(guard, dtype=float)
-        improved, gained = _kernels.refine_pose_motion(
-            *chain.records, term.goal_record(chain, problem.tolerance),
-            (self.steps, self.alphas, self.damping, self.max_step),
-            (float(self.SPRING * motion.spring), float(self.SPRING_FADE),
-             float(problem.tolerance_cost), float(motion.gain), float(self.SLIDE_CORRECTION),
-             float(self.PRECISE_FRACTION), np.array(motion.weights, dtype=float),
-             np.array(motion.reference, dtype=float)), q, cost, guard)
-        if improved.any():
-            idx = np.flatnonzero(improved)
-            frames.assign(idx, chain.frames(q[idx]))
-        return frames, cost, improved, gained
-
-    def _correct(self, problem, trial_frames, jac, winv2, slide, pulled):
-        """Apply one Gauss-Newton task correction (Jacobian of the step's start) to the
-        ``pulled`` trials (T,) bool of the ``slide`` particles (K,) bool, in place."""
-        chain = self.chain
-        k_count = len(slide)
-        t_idx, k_idx = np.nonzero(pulled[:, None] & slide[None, :])
-        rows = t_idx * k_count + k_idx
-        sub = trial_frames.subset(rows)
-        r1 = stack_terms(problem.terms, sub, with_jacobian=False)
-        j = jac[k_idx]
-        jw = j * winv2
-        a = jw @ np.swapaxes(j, 1, 2)
-        m = a.shape[-1]
-        a[:, np.arange(m), np.arange(m)] += self.damping
-        y = np.linalg.solve(a, r1[..., None])[..., 0]
-        q = chain.clip(chain.integrate(sub.q, -np.einsum('kmv,km->kv', jw, y)))
-        trial_frames.assign(rows, chain.frames(q))
+        key = (tuple(map(id, targets)), tuple(tolerance))
+        if self._targets_key != key:
+            self._targets_record = _targets_record(chain, targets, tolerance)
+            self._targets_key = key
+        if motion is None:
+            prior = MOTION.pack(spring=0.0, spring_fade=1.0, tolerance_cost=1.0, gain=0.0,
+                                slide_min=0.0, precise_fraction=-1.0,
+                                weights=np.ones(chain.nv), reference=np.zeros(chain.nq))
+        else:
+            prior = MOTION.pack(spring=self.SPRING * motion.spring,
+                                spring_fade=self.SPRING_FADE, tolerance_cost=tolerance_cost,
+                                gain=motion.gain, slide_min=self.SLIDE_CORRECTION,
+                                precise_fraction=self.PRECISE_FRACTION,
+                                weights=motion.weights, reference=motion.reference)
+        bodies, columns, _, joints = chain.records
+        return (bodies, columns, joints, self._targets_record, self.lm, prior)
 
 
 def _no_progress(before, q, cost, resting=False):
@@ -422,13 +273,69 @@ def _held_position_error(model, frames, held):
     return float(pos[0]) if not model.precise(frames.subset([held]))[0] else np.inf
 
 
-class _PoseProblem:
-    """The pose target of a ``move`` problem alone (what the compiled kernels read)."""
+def _split(terms):
+    """Return (the targets the kernels evaluate, the other terms)."""
+    targets = [t for t in terms if type(t) in _KINDS]
+    return targets, [t for t in terms if type(t) not in _KINDS]
 
-    def __init__(self, problem):
-        self.terms = problem.terms[:1]
-        self.tolerance = problem.tolerance
-        self.tolerance_cost = problem.tolerance_cost
+
+_KINDS = {PoseTarget: 0, PositionTarget: 1, OrientationTarget: 2}
+
+
+def _targets_record(chain, targets, tolerance):
+    """Return the targets as the kernels' record (``records.TARGETS``)."""
+    count = len(targets)
+    body, offset = np.empty(count, dtype=np.int64), np.empty((count, 4, 4))
+    goal, whiten = np.tile(np.eye(4), (count, 1, 1)), np.zeros((count, 6, 6))
+    full = np.zeros(count, dtype=bool)
+    kind = np.array([_KINDS[type(t)] for t in targets], dtype=np.int64)
+    weight, sigma_p, sigma_o = np.empty(count), np.ones(count), np.ones(count)
+    rows = 0
+    for i, t in enumerate(targets):
+        body[i], offset[i] = chain.link_anchor(t.link)
+        lo = 3 if kind[i] == 2 else 0
+        hi = 3 if kind[i] == 1 else 6
+        if kind[i] == 0:
+            goal[i] = t.pose
+        elif kind[i] == 1:
+            goal[i, :3, 3] = t.position
+            if t.offset is not None:
+                offset[i, :3, 3] += offset[i, :3, :3] @ t.offset
+        else:
+            goal[i, :3, :3] = t.rotation
+        weight[i] = t.weight
+        if kind[i] != 2:
+            sigma_p[i] = t.sigma[0]
+        if kind[i] != 1:
+            sigma_o[i] = t.sigma[-1]
+        if t.covariance is not None:
+            full[i] = True
+            whiten[i, lo:hi, lo:hi] = t.whiten(np.eye(hi - lo)).T
+        else:
+            whiten[i, np.arange(lo, hi), np.arange(lo, hi)] = np.sqrt(t.weight) / t.sigma
+        rows += hi - lo
+    return TARGETS.pack(body=body, offset=offset, kind=kind, goal=goal, whiten=whiten,
+                        full=full, weight=weight, sigma_position=sigma_p,
+                        sigma_orientation=sigma_o, position_tolerance=tolerance[0],
+                        orientation_tolerance=tolerance[1], rows=rows)
+
+
+def _rows(state, index):
+    """Return the state record of the rows ``index``."""
+    return tuple(np.ascontiguousarray(a[index]) for a in state)
+
+
+def _put(state, index, part):
+    """Write the state record ``part`` back into the rows ``index`` of ``state``."""
+    for a, b in zip(state, part):
+        a[index] = b
+
+
+def _terms_cost(terms, frames):
+    total = np.zeros(len(frames))
+    for t in terms:
+        total = total + t.cost(frames)
+    return total
 
 
 def _constrained(terms, hard, frames):
@@ -440,48 +347,3 @@ def _constrained(terms, hard, frames):
     for c in hard:
         out |= np.asarray(c.violated(frames), dtype=bool)
     return out
-
-
-def _lm_step(jac, r, lam):
-    """Return dv = -J^T (J J^T + lam I)^-1 r for stacks jac (K, m, nv), r (K, m), lam (K,)."""
-    return _kernels.lm_step(np.ascontiguousarray(jac), np.ascontiguousarray(r),
-                            np.ascontiguousarray(lam, dtype=float))
-
-
-def _lm_spring_step(jac, r, lam, mu, w, diff):
-    """Return the LM step on the residual r plus the spring mu |W (q - x_ref)|^2.
-
-    The minimiser of |r + J dv|^2 + mu |W (dv - diff)|^2 + lam |W dv|^2 (diff = x_ref - q):
-    in u = W dv with J_s = J W^-1 and c = lam + mu, by the push-through identity
-    du = -J_s^T A^-1 r + (mu / c) (g - J_s^T A^-1 J_s g), g = W diff, A = J_s J_s^T + c I:
-    an m x m solve (m task rows) even for long chains. Stacks: jac (K, m, nv), r (K, m),
-    lam, mu (K,), w (nv,), diff (K, nv).
-    """
-    return _kernels.lm_spring_step(
-        np.ascontiguousarray(jac), np.ascontiguousarray(r),
-        np.ascontiguousarray(lam, dtype=float), np.ascontiguousarray(mu, dtype=float),
-        np.ascontiguousarray(w, dtype=float), np.ascontiguousarray(diff, dtype=float))
-
-
-def _lm_null_step(jac, r, lam, d0, winv2, lam0):
-    """Return (task step, pull step): the W-weighted LM step on r, and the pull d0 projected
-    on the null space of J.
-
-    task = -W^-2 J^T (J W^-2 J^T + lam I)^-1 r; pull = d0 - W^-2 J^T (J W^-2 J^T + lam0 I)^-1 J d0
-    for stacks jac (K, m, nv), r (K, m), lam (K,), d0 (K, nv); winv2 (nv,) = 1 / w^2. The
-    projector uses only the damping floor lam0 (the LM damping lam grows with the cost and
-    would let the pull leak into the task directions).
-    """
-    return _kernels.lm_null_step(np.ascontiguousarray(jac), np.ascontiguousarray(r),
-                                 np.ascontiguousarray(lam, dtype=float),
-                                 np.ascontiguousarray(d0, dtype=float),
-                                 np.ascontiguousarray(winv2, dtype=float), float(lam0))
-
-
-def _blocked_joints(chain, q, dv):
-    """Return a (K, nv) mask of 1-DOF joints at a limit that ``dv`` pushes outwards, or None."""
-    if not len(chain.scalar_q):
-        return None
-    found, mask = _kernels.blocked_joints(chain.records.joints, np.ascontiguousarray(q),
-                                          np.ascontiguousarray(dv))
-    return mask if found else None

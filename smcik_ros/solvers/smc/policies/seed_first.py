@@ -13,6 +13,7 @@ import numpy as np
 
 from .... import kernels
 from ....goals import PoseTarget
+from ....kernels.records import LM
 
 __all__ = ['SeedFirst']
 
@@ -30,15 +31,14 @@ class SeedFirst:
         ``tolerance`` (position [m], orientation [rad]), or None (the filter runs)."""
         if not _fast_pose_goal(chain, targets, constraints):
             return None
-        refinement = self.refinement
-        term = targets[0]
         rows = np.empty((self.rows, chain.nq))
         rows[0] = q_seed
         if self.rows > 1:
             rows[1:] = chain.random_configuration(rng, self.rows - 1)
-        index, pos, ori = kernels.first_solution(
-            *chain.records, term.goal_record(chain, tolerance),
-            (self.steps, refinement.alphas, refinement.damping, refinement.max_step), rows)
+        bodies, columns, joints, record, lm, plain = self.refinement.records(targets, tolerance)
+        steps = LM.pack(steps=self.steps, alphas=lm[1], damping=lm[2], max_step=lm[3])
+        index, pos, ori = kernels.first_solution(bodies, columns, joints, record, steps, plain,
+                                                 rows)
         if index < 0:
             return None
         return rows[index], float(pos), float(ori)
