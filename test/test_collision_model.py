@@ -253,7 +253,7 @@ def test_off_chain_fingers_are_covered_over_their_whole_range(gripper):
                     assert inside_cover(pts, centers[sel], radii[sel]).all(), (link, finger)
 
 
-def test_a_high_poly_swept_finger_is_covered_through_a_convex_proxy(tmp_path, caplog):
+def test_a_high_poly_swept_finger_is_covered_through_a_convex_proxy(tmp_path, logged):
     """A 20480-face finger on an off-chain revolute joint (the pieces times the steps exceed
     SWEPT_PIECES: before, millions of pieces and an out-of-memory kill on Unitree Z1's
     gripper): the poses are thinned to a tolerance-sized chord, a lattice-hull proxy is
@@ -274,10 +274,10 @@ def test_a_high_poly_swept_finger_is_covered_through_a_convex_proxy(tmp_path, ca
       </collision></link>""")
     urdf = write_two_link_urdf(str(tmp_path), 'part.stl', extra_links=extra, name='hinged')
     chain = Chain.from_urdf(urdf, 'base_link', 'tool0')
-    with caplog.at_level(logging.INFO, logger='smcik_ros.collision'):
-        model = CollisionModel.from_urdf(chain, urdf, cache_dir='')
+    log = logged('smcik_ros.collision', logging.INFO)
+    model = CollisionModel.from_urdf(chain, urdf, cache_dir='')
     assert 'finger' in model.swept_links
-    text = caplog.text
+    text = log.text
     assert re.search(r'swept finger.stl \(20480 faces, \d+ poses\): covering a convex proxy',
                      text), text
     poses = int(re.search(r'20480 faces, (\d+) poses', text).group(1))
@@ -329,7 +329,7 @@ def test_the_sweep_travel_is_the_longest_vertex_path_found_on_the_hull(tmp_path)
         assert travel == pytest.approx(brute, rel=1e-12, abs=1e-15), trial
 
 
-def test_a_link_over_the_sphere_budget_is_covered_coarser(tmp_path, caplog, monkeypatch):
+def test_a_link_over_the_sphere_budget_is_covered_coarser(tmp_path, logged, monkeypatch):
     """A link whose cover exceeds LINK_SPHERES is covered again at twice the tolerance (up
     to 8x), logged; its cover still contains the geometry, with the larger excess
     recorded (Baxter's 0.9 m pedestal from example-robot-data: about 19 000
@@ -344,12 +344,12 @@ def test_a_link_over_the_sphere_budget_is_covered_coarser(tmp_path, caplog, monk
     counts = dict(zip(fine.link_names, fine.link_count))
     budget = int(min(counts.values())) - 1          # both links over it
     monkeypatch.setattr(collision_model, 'LINK_SPHERES', budget)
-    with caplog.at_level(logging.INFO, logger='smcik_ros.collision'):
-        coarse = CollisionModel.from_urdf(chain, urdf, cache_dir='')
+    log = logged('smcik_ros.collision', logging.INFO)
+    coarse = CollisionModel.from_urdf(chain, urdf, cache_dir='')
     assert re.search(r"link 'link1': its cover at tolerance 0.01 m has more than \d+ "
-                     r'spheres; covered at 0.0[248] m', caplog.text), caplog.text
+                     r'spheres; covered at 0.0[248] m', log.text), log.text
     for name, count, excess in zip(coarse.link_names, coarse.link_count, coarse.link_excess):
-        assert count <= budget or 'at 0.08 m' in caplog.text
+        assert count <= budget or 'at 0.08 m' in log.text
         assert count < counts[name] and excess > fine.link_excess[
             fine.link_names.index(name)]
     constraint = CollisionConstraint(coarse, self_collision=False)
@@ -438,19 +438,18 @@ def test_keep_out_sphere_works_on_a_urdf_without_collision_geometry(tmp_path):
 
 
 
-def test_computing_covers_is_announced_once_and_not_when_cached(tmp_path, caplog):
+def test_computing_covers_is_announced_once_and_not_when_cached(tmp_path, logged):
     """The first start with a robot computes its covers (seconds): one log line says so
     before the work, naming the cache; a start from the cache says nothing of it."""
     from conftest import ARM7_URDF
     chain = Chain.from_urdf(ARM7_URDF)
-    caplog.set_level(logging.INFO, logger='smcik_ros.collision')
+    log = logged('smcik_ros.collision', logging.INFO)
     CollisionModel.from_urdf(chain, ARM7_URDF, cache_dir=str(tmp_path))
-    said = [r.getMessage() for r in caplog.records if 'computing the sphere covers' in
-            r.getMessage()]
+    said = [m for m in log.messages if 'computing the sphere covers' in m]
     assert len(said) == 1 and str(tmp_path) in said[0], said
-    caplog.clear()
+    log.clear()
     CollisionModel.from_urdf(chain, ARM7_URDF, cache_dir=str(tmp_path))
-    assert not [r for r in caplog.records if 'computing the sphere covers' in r.getMessage()]
+    assert not [m for m in log.messages if 'computing the sphere covers' in m]
 
 def test_refined_covers_are_finer_contain_the_mesh_and_leave_the_other_links(tmp_path):
     """``CollisionModel.refined`` (the node's contact refinement): the named links' covers

@@ -147,22 +147,21 @@ def test_a_changed_urdf_is_parsed_again_and_a_broken_one_never_cached(tmp_path):
     assert len(_entries(cache, 'urdf')) == 2
 
 
-def test_an_unreadable_entry_is_parsed_again_and_replaced(tmp_path, caplog):
+def test_an_unreadable_entry_is_parsed_again_and_replaced(tmp_path, logged):
     cache = str(tmp_path)
     parsed = Chain.from_urdf(ARM, cache_dir='')
     Chain.from_urdf(ARM, cache_dir=cache)
     (entry,) = _entries(cache, 'urdf')
     with open(entry, 'wb') as f:
         f.write(b'not an npz file')
-    with caplog.at_level(logging.WARNING, logger='smcik_ros.model_cache'):
-        again = Chain.from_urdf(ARM, cache_dir=cache)
-    assert 'ignoring unreadable model cache file' in caplog.text
+    log = logged('smcik_ros.model_cache', logging.WARNING)
+    again = Chain.from_urdf(ARM, cache_dir=cache)
+    assert 'ignoring unreadable model cache file' in log.text
     np.testing.assert_array_equal(again.upper, parsed.upper)
     assert os.path.getsize(entry) > 100      # written again, readable
-    caplog.clear()
-    with caplog.at_level(logging.WARNING, logger='smcik_ros.model_cache'):
-        Chain.from_urdf(ARM, cache_dir=cache)
-    assert caplog.text == ''
+    log.clear()
+    Chain.from_urdf(ARM, cache_dir=cache)
+    assert log.text == ''
 
 
 def _model_fields(model):
