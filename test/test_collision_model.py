@@ -165,21 +165,87 @@ def test_urdf_text_with_urdf_path_resolves_relative_meshes(tmp_path):
     chain = Chain.from_urdf(xml, 'base_link', 'tool0')
     model = CollisionModel.from_urdf(chain, xml, urdf_path=urdf, cache_dir=cover_cache_dir())
     assert model.link_names == ('link1', 'link2')
-    with pytest.raises(ModelError, match='part.stl'):
-        CollisionModel.from_urdf(chain, xml, urdf_path=str(tmp_path / 'elsewhere' / 'x.urdf'))
+    elsewhere = CollisionModel.from_urdf(chain, xml, cache_dir='',
+                                         urdf_path=str(tmp_path / 'elsewhere' / 'x.urdf'))
+    assert elsewhere.link_names == ()
+    assert all('part.stl' in w for w in elsewhere.warnings), elsewhere.warnings
 
 
-def test_missing_mesh_names_the_uri_and_every_place_looked(tmp_path, monkeypatch):
+def test_a_missing_mesh_leaves_its_link_out_with_one_warning(tmp_path, monkeypatch, logged):
+    """A collision mesh that cannot be found never stops the model: one warning (in
+    ``warnings`` and on the smcik_ros.collision logger, also where that logger does not
+    propagate, as under launch) names the link, the URI and every place looked; the other
+    links keep their covers."""
     monkeypatch.delenv('AMENT_PREFIX_PATH', raising=False)
-    urdf = write_two_link_urdf(str(tmp_path), 'package://no_such_pkg/meshes/part.stl',
-                               name='missing')
+    monkeypatch.setattr(logging.getLogger('smcik_ros.collision'), 'propagate', False)
+    _write_mesh(str(tmp_path / 'part.stl'), _mesh())
+    extra = textwrap.dedent("""
+      <joint name="flange" type="fixed"><parent link="link2"/><child link="hand"/>
+        <origin xyz="0 0 0.3"/></joint>
+      <link name="hand"><collision><geometry>
+        <mesh filename="package://no_such_pkg/meshes/hand.stl"/></geometry></collision>
+        <collision><geometry><box size="0.05 0.05 0.05"/></geometry></collision></link>""")
+    urdf = write_two_link_urdf(str(tmp_path), 'part.stl', extra_links=extra, name='missing')
     chain = Chain.from_urdf(urdf, 'base_link', 'tool0')
+    log = logged('smcik_ros.collision', logging.WARNING)
+    model = CollisionModel.from_urdf(chain, urdf, package_paths=[str(tmp_path / 'ws')],
+                                     cache_dir='')
+    assert model.link_names == ('link1', 'link2')
+    assert 'hand' not in model.geometry
+    (warning,) = [w for w in model.warnings if 'hand' in w]
+    assert log.messages == [warning]
+    assert "link 'hand'" in warning and 'package://no_such_pkg/meshes/hand.stl' in warning
+    assert 'no collision checks for it' in warning
+    assert 'ament index' in warning and str(tmp_path / 'ws') in warning
+    assert f'no ancestor of {str(tmp_path)!r}' in warning and 'package_paths' in warning
+    # The same robot through the model cache: still one warning, still without the hand.
+    cache = str(tmp_path / 'cache')
+    log.clear()
+    first = CollisionModel.from_urdf(chain, urdf, cache_dir=cache)
+    second = CollisionModel.from_urdf(chain, urdf, cache_dir=cache)
+    assert first.link_names == second.link_names == ('link1', 'link2')
+    assert sum('hand.stl' in m for m in log.messages) == 2       # once per build
+
+
+def test_a_mesh_that_cannot_be_read_leaves_its_link_out(tmp_path, logged):
+    """A mesh file that is there but is no mesh (empty, or not a format trimesh reads):
+    its link is left out with one warning naming the link and the URI."""
+    _write_mesh(str(tmp_path / 'part.stl'), _mesh())
+    (tmp_path / 'broken.stl').write_bytes(b'')
+    extra = textwrap.dedent("""
+      <joint name="flange" type="fixed"><parent link="link2"/><child link="hand"/>
+        <origin xyz="0 0 0.3"/></joint>
+      <link name="hand"><collision><geometry><mesh filename="broken.stl"/></geometry>
+        </collision></link>""")
+    urdf = write_two_link_urdf(str(tmp_path), 'part.stl', extra_links=extra, name='broken')
+    chain = Chain.from_urdf(urdf, 'base_link', 'tool0')
+    log = logged('smcik_ros.collision', logging.WARNING)
+    model = CollisionModel.from_urdf(chain, urdf, cache_dir=str(tmp_path / 'cache'))
+    assert model.link_names == ('link1', 'link2')
+    assert [m for m in log.messages if 'hand' in m] == [
+        w for w in model.warnings if 'hand' in w]
+    (warning,) = [w for w in model.warnings if 'hand' in w]
+    assert "link 'hand'" in warning and "'broken.stl'" in warning
+
+
+def test_resolve_mesh_uri_still_names_every_place_looked(tmp_path, monkeypatch):
+    monkeypatch.delenv('AMENT_PREFIX_PATH', raising=False)
     with pytest.raises(ModelError) as err:
-        CollisionModel.from_urdf(chain, urdf, package_paths=[str(tmp_path / 'ws')])
+        resolve_mesh_uri('package://no_such_pkg/meshes/part.stl', str(tmp_path),
+                         [str(tmp_path / 'ws')])
     text = str(err.value)
     assert "package://no_such_pkg/meshes/part.stl" in text
     assert 'ament index' in text and str(tmp_path / 'ws') in text
-    assert f'no ancestor of {str(tmp_path)!r}' in text and 'package_paths' in text
+
+
+def test_package_uris_with_three_slashes_resolve(tmp_path, monkeypatch):
+    """``package:///NAME/rest``, as some exporters write it, is ``package://NAME/rest``."""
+    monkeypatch.delenv('AMENT_PREFIX_PATH', raising=False)
+    root = _package(tmp_path / 'src', name='gen_description', dirname=None, package_xml=False)
+    path = str(root / 'meshes' / 'part.stl')
+    _write_mesh(path, _mesh())
+    assert resolve_mesh_uri('package:///gen_description/meshes/part.stl', str(tmp_path),
+                            [str(tmp_path / 'src')]) == path
 
 
 GRIPPER = '''
