@@ -4,14 +4,17 @@ import os
 import threading
 
 import pytest
-import rclpy
-from rclpy.executors import SingleThreadedExecutor
-from rclpy.node import Node
-from rclpy.parameter import Parameter
 
-from conftest import thread_policy
-from smcik_ros.errors import SmcIkError
-from smcik_ros.ros_runner import _apply_priority, _make_executor, set_realtime_priority
+rclpy = pytest.importorskip('rclpy', reason='rclpy is needed to run nodes')
+
+from rclpy.executors import SingleThreadedExecutor  # noqa: E402
+from rclpy.node import Node  # noqa: E402
+from rclpy.parameter import Parameter  # noqa: E402
+
+from conftest import thread_policy  # noqa: E402
+from smcik_ros.errors import SmcIkError  # noqa: E402
+from smcik_ros.ros_runner import (  # noqa: E402
+    _apply_priority, _make_executor, set_realtime_priority)
 
 try:
     from rclpy.experimental import EventsExecutor  # noqa: F401
