@@ -19,6 +19,7 @@ import difflib
 import os
 import re
 import shlex
+import signal
 
 from .errors import ParameterError
 from .robot_description import read_urdf_file, resolve_path
@@ -337,10 +338,12 @@ class ExitWatch:
     ``expect(name)`` for each process; ``output(name, data)`` with what it printed;
     ``shutdown(reason, due_to_sigint)`` when the launch shuts down; ``exited(name, code)``
     returns the failure message once every expected process has exited and one of them
-    failed, else None. A process fails when it exits non-zero, except when it was ended by
-    a signal (negative code) after the launch was asked to stop (Ctrl-C: launch's SIGINT,
-    then its SIGTERM/SIGKILL). The reason is the process's last FATAL line, else its last
-    ERROR line, else the last line it printed (a Python traceback's last line).
+    failed, else None. A process fails when it exits with a code > 0, or is ended by a
+    signal other than a request to stop: SIGINT and SIGTERM never count (Ctrl-C reaches the
+    processes from the terminal too, maybe before launch handles it), SIGKILL not after the
+    launch was asked to stop (launch's escalation); SIGSEGV, SIGABRT, an OOM kill do. The
+    reason is the process's last FATAL line, else its last ERROR line, else the last line it
+    printed (a Python traceback's last line).
     """
 
     def __init__(self):
@@ -388,8 +391,10 @@ class ExitWatch:
     def exited(self, name, returncode):
         if name in self._running:
             self._running.remove(name)
-        killed_on_request = returncode is not None and returncode < 0 and self.stopping
-        if returncode and not killed_on_request:
+        stop_requests = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGKILL,) if self.stopping
+                                                           else ())
+        stopped = returncode is not None and returncode < 0 and -returncode in stop_requests
+        if returncode and not stopped:
             self.failures.append((name, returncode, self.reason(name)))
         if self._running or not self.failures:
             return None

@@ -224,6 +224,13 @@ def test_ctrl_c_is_no_failure_and_a_crash_names_its_last_line():
     assert watch.exited('rviz2', -2) is None                 # ended by launch's SIGINT
     assert watch.exited('smcik_node', 0) is None
     assert watch.message() is None
+    watch = la.ExitWatch()                      # the terminal's SIGINT came before launch's
+    for name in ('robot_state_publisher', 'smcik_node', 'sim_arm'):
+        watch.expect(name)
+    assert watch.exited('robot_state_publisher', -2) is None
+    watch.shutdown('ctrl-c (SIGINT)', True)
+    assert watch.exited('sim_arm', -9) is None               # launch's escalation
+    assert watch.exited('smcik_node', -11) == 'smcik_node exited with code -11'   # SIGSEGV
     watch = la.ExitWatch()
     watch.expect('sim_arm')
     watch.output('sim_arm', 'Traceback (most recent call last):\n  File "x"\n'
