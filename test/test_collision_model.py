@@ -517,6 +517,34 @@ def test_computing_covers_is_announced_once_and_not_when_cached(tmp_path, logged
     CollisionModel.from_urdf(chain, ARM7_URDF, cache_dir=str(tmp_path))
     assert not [m for m in log.messages if 'computing the sphere covers' in m]
 
+def test_computing_covers_says_how_far_it_is_every_period(tmp_path, logged, monkeypatch):
+    """A long first computation is not silent: every PROGRESS_PERIOD a line names the link
+    being covered and how many are done (and none once it is over, nor from the cache)."""
+    import time
+    from smcik_ros.collision import model as collision_model
+    assert collision_model.PROGRESS_PERIOD == 3.0
+    monkeypatch.setattr(collision_model, 'PROGRESS_PERIOD', 0.05)
+    slow = collision_model._link_cover
+
+    def slow_cover(*args, **kwargs):
+        time.sleep(0.3)
+        return slow(*args, **kwargs)
+    monkeypatch.setattr(collision_model, '_link_cover', slow_cover)
+    from conftest import ARM7_URDF
+    chain = Chain.from_urdf(ARM7_URDF)
+    log = logged('smcik_ros.collision', logging.INFO)
+    model = CollisionModel.from_urdf(chain, ARM7_URDF, cache_dir=str(tmp_path))
+    said = [m for m in log.messages if m.startswith('still computing the sphere covers')]
+    assert len(said) >= len(model.link_names), log.text
+    assert all(re.search(r"link '\w+', \d+ of \d+ links with <collision> done", m)
+               for m in said), said
+    assert {re.search(r"link '(\w+)'", m).group(1) for m in said} <= set(model.link_names)
+    log.clear()
+    time.sleep(0.2)
+    CollisionModel.from_urdf(chain, ARM7_URDF, cache_dir=str(tmp_path))
+    assert not [m for m in log.messages if 'computing the sphere covers' in m], log.text
+
+
 def test_refined_covers_are_finer_contain_the_mesh_and_leave_the_other_links(tmp_path):
     """``CollisionModel.refined`` (the node's contact refinement): the named links' covers
     are computed again at the finer tolerance, from a model loaded from the disk cache too

@@ -33,6 +33,8 @@ import logging
 import math
 import os
 import re
+import threading
+import time
 import xml.etree.ElementTree as ElementTree
 
 import numpy as np
@@ -191,17 +193,21 @@ class CollisionModel:
         geometry, link_covers = {}, []
         where = ('not cached' if cache_dir == '' else
                  f'cached afterwards in {cache_dir or default_cache_dir()}')
-        announce = (lambda: _LOG.info(
-            f'computing the sphere covers of the collision geometry (tolerance {tolerance:g} '
-            f'm): seconds to a minute on the first start with this robot and tolerance, '
-            f'{where}'))
-        with before_first_compute(announce):
+        progress = _CoverProgress(sum(1 for link in robot.links if link.collisions))
+
+        def announce():
+            _LOG.info(f'computing the sphere covers of the collision geometry (tolerance '
+                      f'{tolerance:g} m): seconds to a minute on the first start with this '
+                      f'robot and tolerance, {where}')
+            progress.start()
+        with before_first_compute(announce), progress:
             for link in robot.links:
                 items, unreadable = _link_geometry(link, raw_links.get(link.name), base_dir,
                                                    package_paths)
                 att = attachments.get(link.name)
                 if not items or att is None:
                     continue
+                progress.link = link.name
                 try:
                     if unreadable is not None:
                         raise unreadable
@@ -222,6 +228,8 @@ class CollisionModel:
                         f'the link has no collision geometry (no collision checks for it): '
                         f'{exc.reason}')
                     continue
+                finally:
+                    progress.done += 1
                 geometry[link.name] = items
                 link_covers.append((link.name, cover))
         for name in attachments:
@@ -637,6 +645,42 @@ def _parse(text, path):
                 unsupported.append(str(tag))
         raw[link.get('name')] = {'collisions': kinds, 'unsupported': ', '.join(unsupported)}
     return robot, raw
+
+
+PROGRESS_PERIOD = 3.0   # [s] while covers are computed, a line says how far, this often
+
+
+class _CoverProgress:
+    """While ``from_urdf`` computes covers (from ``start()``, its announcement, to the end of
+    the ``with`` block), log every PROGRESS_PERIOD [s] the link being covered and how many
+    are done: a first start that takes a minute does not look like a hang."""
+
+    def __init__(self, total):
+        self.total, self.done, self.link = total, 0, None
+        self._stop = threading.Event()
+        self._thread = None
+        self._started = None
+
+    def start(self):
+        if self._thread is None:
+            self._started = time.monotonic()
+            self._thread = threading.Thread(target=self._run, name='smcik-cover-progress',
+                                            daemon=True)
+            self._thread.start()
+
+    def _run(self):
+        while not self._stop.wait(PROGRESS_PERIOD):
+            _LOG.info(f'still computing the sphere covers '
+                      f'({time.monotonic() - self._started:.0f} s): link {self.link!r}, '
+                      f'{self.done} of {self.total} links with <collision> done')
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
 
 
 class _MeshUnreadable(ModelError):
