@@ -19,8 +19,9 @@
 geometry (a thin skeleton of the chain when there is none: self-collision is then off and
 obstacles still work), the self-collision pairs from the SRDF (``choose_srdf``: the XML text
 of ``robot_description_semantic``, else ``srdf_path``, else the SRDF found beside the URDF by
-convention), the settings. A missing mesh raises ModelError naming the URI and every place
-looked. ``start_srdf_update`` (another SRDF) and ``start_contact_refinement`` (finer covers
+convention), the settings. A collision mesh that cannot be found or read leaves its link
+out of the model, with a warning naming the link, the URI and every place looked.
+``start_srdf_update`` (another SRDF) and ``start_contact_refinement`` (finer covers
 where the arm rests in contact) compute a new model or pairs in a background thread
 (``cover_updates``); ``poll`` swaps the new constraint in at the next tick. Most motions are
 proved free without a query (``free_motion``).
