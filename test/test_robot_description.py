@@ -114,6 +114,13 @@ def test_the_urdf_file_is_kept_only_for_the_same_robot(tmp_path):
     path, note = urdf_file_of(str(ROOT / 'urdf' / 'smcik_arm6.urdf'), xml, 'the topic')
     assert path is None and 'describes another robot than the XML from the topic' in note
     assert urdf_file_of(str(tmp_path / 'missing.urdf'), xml, 'the topic') == (None, None)
+    # A .xacro is judged by its unexpanded robot name: another literal name is another robot;
+    # a name its arguments decide (the launch file expanded it with xacro_args) is taken.
+    path, note = urdf_file_of(str(other), xml, 'the robot_description parameter')
+    assert path is None and 'describes another robot' in note
+    named = tmp_path / 'named.urdf.xacro'
+    named.write_text(XACRO.replace('name="two"', 'name="$(arg name)"'))
+    assert urdf_file_of(str(named), xml, 'the robot_description parameter') == (str(named), None)
 
 
 def test_the_srdf_parameters_win_over_the_topic_and_the_convention():

@@ -138,7 +138,7 @@ def load_robot_description(node, timeout, keep_waiting=lambda: True,
 
 
 def _robot_name(urdf_xml):
-    return ElementTree.fromstring(urdf_xml).get('name')
+    return ElementTree.fromstring(urdf_xml).get('name') or ''
 
 
 def urdf_file_of(urdf_path, urdf_xml, source):
@@ -146,7 +146,9 @@ def urdf_file_of(urdf_path, urdf_xml, source):
 
     The file gives relative mesh paths and the SRDF beside it: ``urdf_path`` (the parameter)
     when the XML was read from it (``source`` starts with 'urdf_path'), or when the XML came
-    from elsewhere (e.g. the launch file passes both) and the file describes the same robot.
+    from elsewhere (e.g. the launch file passes both) and the file describes the same robot
+    (a ``.xacro`` whose robot name is a xacro expression, such as ``$(arg name)``, is taken
+    to: its arguments are the launch file's, not known here).
     """
     text = urdf_path.strip()
     if not text:
@@ -158,8 +160,12 @@ def urdf_file_of(urdf_path, urdf_xml, source):
     if source.startswith('urdf_path'):
         return path, None
     try:
-        same = _robot_name(read_urdf_file(path)) == _robot_name(urdf_xml)
-    except (ModelError, ElementTree.ParseError):
+        if path.endswith('.xacro'):     # its name read unexpanded: no xacro arguments here
+            name = _robot_name(Path(path).read_text())
+            same = '$' in name or name == _robot_name(urdf_xml)
+        else:
+            same = _robot_name(read_urdf_file(path)) == _robot_name(urdf_xml)
+    except (ModelError, OSError, ElementTree.ParseError):
         same = False
     if not same:
         return None, (f'urdf_path {path!r} describes another robot than the XML from {source}: '
