@@ -219,10 +219,6 @@ class Solver:
         self._q = chain.neutral_configuration()
         self._estimate = self._q.copy()
 
-    @property
-    def settings_type(self):
-        return type(self.settings)
-
     # ------------------------------------------------------------------ configuration
     def set_constraints(self, constraints):
         """Replace the constraint set (GoalError if one does not fit the chain)."""
@@ -283,10 +279,7 @@ class Solver:
 
     def _make_goal(self, goal):
         """Return the Target list of ``goal`` (solvers may set defaults, e.g. sigmas)."""
-        return self._as_goal(goal)
-
-    def _as_goal(self, goal, **defaults):
-        return as_goal(goal, self.chain, **defaults)
+        return as_goal(goal, self.chain)
 
     # ------------------------------------------------------------------ loops
     def step(self, goal):
@@ -296,7 +289,8 @@ class Solver:
             self._on_goal_changed(targets)
         q, frames = self._iterate(targets, online=True)
         self._estimate = self._smooth(self._estimate, q)
-        self._record(targets, frames)
+        pos, ori = task_errors(targets, frames)
+        self.last_info.update(position_error=float(pos[0]), orientation_error=float(ori[0]))
         return self._estimate.copy()
 
     def _smooth(self, previous, candidate):
@@ -304,10 +298,6 @@ class Solver:
 
     def _on_goal_changed(self, targets):
         pass
-
-    def _record(self, targets, frames):
-        pos, ori = task_errors(targets, frames)
-        self.last_info.update(position_error=float(pos[0]), orientation_error=float(ori[0]))
 
     def solve(self, goal, q_seed, max_iters=300, tol=1e-3, timeout=None):
         """Solve ``goal`` from ``q_seed`` and return an ``IKResult``.
@@ -342,25 +332,20 @@ class Solver:
         if q_seed.ndim != 1:
             raise GoalError(f'q_seed must have shape ({self.chain.nq},); got {q_seed.shape}')
         q_seed = self.chain.clip(q_seed)
-        first = self._first_stage(targets, q_seed, (pos_tol, ori_tol)) if max_iters > 0 \
-            else None
+        first = self._start_solve(q_seed, targets, first_stage=max_iters > 0)
+        self._targets = targets
         if first is not None:
             q, pos, ori = first
-            # The first stage's rows are finite already: reset without checking them again.
-            self._reset_checked(self.chain.clip(q))
-            self._targets = targets
             self.last_info = {'first_stage': True}
             return IKResult(q=q.copy(), success=True, position_error=pos,
                             orientation_error=ori, iterations=1,
                             elapsed=time.perf_counter() - start, constraints_ok=True)
-        self._start_solve(q_seed, targets)
-        self._targets = targets
         q = self._q
         frames = self.chain.frames(q)
         best = None
         iterations = 0
         while True:
-            score = self._score(targets, frames, pos_tol, ori_tol)
+            score = _score(self, targets, frames, pos_tol, ori_tol)
             if best is None or score[0] < best[0]:
                 best = score + (q.copy(),)
             if best[1] or iterations >= max_iters:
@@ -376,32 +361,19 @@ class Solver:
         if not np.array_equal(chosen, q):
             # Another success (nearer the seed) or the same one turned by whole turns: report
             # the errors of the configuration returned.
-            _, success, pos, ori, ok = self._score(targets, self.chain.frames(chosen),
-                                                   pos_tol, ori_tol)
+            _, success, pos, ori, ok = _score(self, targets, self.chain.frames(chosen),
+                                              pos_tol, ori_tol)
             q = chosen
         return IKResult(q=q, success=bool(success), position_error=float(pos),
                         orientation_error=float(ori), iterations=iterations,
                         elapsed=time.perf_counter() - start, constraints_ok=bool(ok))
 
-    def _score(self, targets, frames, pos_tol, ori_tol):
-        """Return (rank, success, pos_err, ori_err, constraints_ok) of a one-row Frames."""
-        pos, ori = task_errors(targets, frames)
-        pos, ori = float(pos[0]), float(ori[0])
-        ok = not any(bool(c.violated(frames)[0]) for c in self.constraints if c.hard)
-        success = pos <= pos_tol and ori <= ori_tol and ok
-        # Rank: solved first, then by normalised error, constraint violations last.
-        rank = 0.0 if success else (1.0 + pos / self.chain.length_scale + ori / np.pi
-                                    + (0.0 if ok else 10.0))
-        return rank, success, pos, ori, ok
-
-    def _first_stage(self, targets, q_seed, tolerance):
-        """Return (q, position error, orientation error) of a solution found before the
-        iterations start (counted as the first), or None: solvers with a cheap first try
-        override it (the SMC's seed stage). tolerance: (position [m], orientation [rad])."""
-        return None
-
-    def _start_solve(self, q_seed, targets):
+    def _start_solve(self, q_seed, targets, first_stage):
+        """Start a solve from ``q_seed`` (nq,), in the limits; return (q, position error,
+        orientation error) of a solution found before the iterations start (counted as the
+        first; only when ``first_stage``), or None. The SMC overrides it (its seed stage)."""
         self.reset(q_seed)
+        return None
 
     def _solve_result(self, q, solved):
         """Return the configuration ``solve`` returns for its best ``q`` (a solver may prefer
@@ -467,6 +439,16 @@ class Solver:
     def _iterate(self, targets, online):  # pragma: no cover - interface
         raise NotImplementedError
 
+def _score(solver, targets, frames, pos_tol, ori_tol):
+    """Return (rank, success, pos_err, ori_err, constraints_ok) of a one-row Frames."""
+    pos, ori = task_errors(targets, frames)
+    pos, ori = float(pos[0]), float(ori[0])
+    ok = not any(bool(c.violated(frames)[0]) for c in solver.constraints if c.hard)
+    success = pos <= pos_tol and ori <= ori_tol and ok
+    # Rank: solved first, then by normalised error, constraint violations last.
+    rank = 0.0 if success else (1.0 + pos / solver.chain.length_scale + ori / np.pi
+                                + (0.0 if ok else 10.0))
+    return rank, success, pos, ori, ok
 
 
 class StateKey:
@@ -488,6 +470,7 @@ class StateKey:
         return (isinstance(other, StateKey) and len(self.objects) == len(other.objects)
                 and all(a is b for a, b in zip(self.objects, other.objects))
                 and self.values == other.values)
+
 
 def goal_signature(goal):
     """Return a value signature of a goal (array, Target or list of Targets), or None when
@@ -544,8 +527,3 @@ def stack_terms(terms, frames, with_jacobian=True):
         return (res[0], jac[0]) if with_jacobian else res[0]
     r = np.concatenate(res, axis=1)
     return (r, np.concatenate(jac, axis=1)) if with_jacobian else r
-
-
-def target_terms(terms):
-    """Return the Target objects among ``terms``."""
-    return [t for t in terms if isinstance(t, Target)]

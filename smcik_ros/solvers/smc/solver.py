@@ -14,7 +14,7 @@ import numpy as np
 
 from ... import kernels
 from ...errors import ParameterError
-from ...goals import task_errors
+from ...goals import as_goal, task_errors
 from ...rotations import quat_slerp
 from ..base import Solver, StateKey, register
 from .branches import Branches
@@ -146,8 +146,8 @@ class SmcSolver(Solver):
 
     # ------------------------------------------------------------------ goal handling
     def _make_goal(self, goal):
-        return self._as_goal(goal, sigma_position=self.settings.sigma_position,
-                             sigma_orientation=self.settings.sigma_orientation)
+        return as_goal(goal, self.chain, sigma_position=self.settings.sigma_position,
+                       sigma_orientation=self.settings.sigma_orientation)
 
     def _on_goal_changed(self, targets, force=False):
         """Re-arm on a new goal: reference, annealing, the policies' bookkeeping, and (a goal
@@ -260,7 +260,20 @@ class SmcSolver(Solver):
         return model
 
     # ------------------------------------------------------------------ solve()
-    def _start_solve(self, q_seed, targets):
+    def _start_solve(self, q_seed, targets, first_stage):
+        """Try the first stage (``policies/seed_first.py``; whole turns mapped towards the
+        seed); without a solution there, start the filter at the seed with
+        ``init_uniform_fraction`` of the particles drawn uniformly."""
+        stage = self._seed_first if first_stage else None
+        found = stage and stage.solve(self.chain, targets, self.constraints, q_seed,
+                                      self._solve_tolerance, self.rng)
+        if found is not None:
+            q, pos, ori = found
+            if self._selection is not None and self._selection.has_turns:
+                q = self._selection.map_turns(q[None], q_seed)[0]
+            # The first stage's rows are finite already: reset without checking them again.
+            self._reset_checked(self.chain.clip(q))
+            return q, pos, ori
         self.reset(q_seed)
         s = self.settings
         n = s.num_particles
@@ -273,21 +286,7 @@ class SmcSolver(Solver):
             self.state.particles[n - k:] = fresh
         self._tolerance = self._solve_tolerance
         self._on_goal_changed(targets, force=True)
-
-    def _first_stage(self, targets, q_seed, tolerance):
-        """solve()'s first stage (``policies/seed_first.py``), whole turns mapped towards
-        the seed."""
-        if self._seed_first is None:
-            return None
-        found = self._seed_first.solve(self.chain, targets, self.constraints, q_seed,
-                                       tolerance, self.rng)
-        if found is None:
-            return None
-        q, pos, ori = found
-        motion = self._selection
-        if motion is not None and motion.has_turns:
-            q = motion.map_turns(q[None], q_seed)[0]
-        return q, pos, ori
+        return None
 
     def _solve_result(self, q, solved):
         """Return the success nearest the seed among the 16 best particles of the last
