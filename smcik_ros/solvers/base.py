@@ -90,6 +90,32 @@ def _check(cond, message):
         raise ParameterError(message)
 
 
+def check_fields(settings, rule, *names, note=''):
+    """Raise ParameterError unless each field ``names`` of ``settings`` satisfies ``rule``:
+    '> a', '>= a' or an interval such as '(0, 1]' (a bracket closes its end); ``note``
+    follows the rule in the message (a unit, what 0 means)."""
+    interval = rule[0] in '(['
+    if interval:
+        low, high = (float(v) for v in rule[1:-1].split(','))
+    else:
+        op, low = rule.split()
+        low = float(low)
+    for name in names:
+        value = getattr(settings, name)
+        if interval:
+            ok = ((low < value if rule[0] == '(' else low <= value)
+                  and (value < high if rule[-1] == ')' else value <= high))
+        else:
+            ok = value > low if op == '>' else value >= low
+        _check(ok, f'{name} must be {"in " if interval else ""}{rule}{note}; got {value}')
+
+
+def check_choice(settings, name, choices):
+    """Raise ParameterError unless field ``name`` of ``settings`` is one of ``choices``."""
+    value = getattr(settings, name)
+    _check(value in choices, f'{name} must be one of {", ".join(choices)}; got {value!r}')
+
+
 def build_settings(cls, values):
     """Return ``cls(**values)``; unknown names or wrong types raise ParameterError."""
     fields = {f.name: f for f in dataclasses.fields(cls)}

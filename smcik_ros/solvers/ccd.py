@@ -36,7 +36,7 @@ from ..errors import GoalError, ParameterError
 from ..goals import OrientationTarget, PoseTarget, PositionTarget
 from ..model.builder import BODY_BALL, BODY_PRISMATIC
 from ..rotations import matrix_to_quat, quat_multiply, quat_to_matrix
-from .base import Solver, SolverSettings, _check, register
+from .base import Solver, SolverSettings, check_fields, register
 from .jacobian import StallMonitor
 
 __all__ = ['CcdSettings', 'CcdSolver']
@@ -55,15 +55,11 @@ class CcdSettings(SolverSettings):
     seed: int = -1                    # random seed of the restarts; -1: fresh entropy
 
     def validate(self):
-        for name in ('gain', 'online_gain'):
-            _check(0.0 < getattr(self, name) <= 1.0,
-                   f'{name} must be in (0, 1]; got {getattr(self, name)}')
-        _check(self.max_step > 0.0, f'max_step must be > 0 [rad or m]; got {self.max_step}')
-        _check(self.orientation_weight >= 0.0,
-               f'orientation_weight must be >= 0; got {self.orientation_weight}')
-        _check(self.restart_after >= 0,
-               f'restart_after must be >= 0 (0: never restart); got {self.restart_after}')
-        _check(self.seed >= -1, f'seed must be >= 0, or -1 for a random seed; got {self.seed}')
+        check_fields(self, '(0, 1]', 'gain', 'online_gain')
+        check_fields(self, '> 0', 'max_step', note=' [rad or m]')
+        check_fields(self, '>= 0', 'orientation_weight')
+        check_fields(self, '>= 0', 'restart_after', note=' (0: never restart)')
+        check_fields(self, '>= -1', 'seed', note=' (-1: fresh entropy)')
 
 
 @register('ccd')

@@ -41,9 +41,10 @@ import numpy as np
 from ..errors import GoalError, ParameterError
 from ..goals import (Constraint, OrientationTarget, PoseTarget, PositionTarget,
                      _check_link, _finite_array, _positive)
-from .base import Solver, SolverSettings, _check, register, stack_terms
-from .inequality import constrained_step, inequality_constraints
-from .jacobian import (StallMonitor, _check_dampers, limit_push, limited_step,
+from .base import (Solver, SolverSettings, _check, check_choice, check_fields, register,
+                   stack_terms)
+from .inequality import check_damper_settings, constrained_step, inequality_constraints
+from .jacobian import (StallMonitor, limit_push, limited_step,
                        nullspace_projector, random_free_configuration)
 
 __all__ = ['DistanceSettings', 'DistanceSolver', 'PointDistance', 'FreePointSettings',
@@ -157,42 +158,21 @@ class DistanceSettings(SolverSettings):
     collision_damper_gain: float = 0.5   # xi: share of the margin d - d_s closable per step
 
     def validate(self):
-        _check_dampers(self)
-        for name in ('gain', 'online_gain'):
-            _check(0.0 < getattr(self, name) <= 1.0,
-                   f'{name} must be in (0, 1]; got {getattr(self, name)}')
-        _check(self.secondary in SECONDARY_FORMS,
-               f'secondary must be one of {", ".join(SECONDARY_FORMS)}; got {self.secondary!r}')
-        _check(0.0 < self.soft_decay <= 1.0,
-               f'soft_decay must be in (0, 1]; got {self.soft_decay}')
-        _check(self.soft_max_step > 0.0,
-               f'soft_max_step must be > 0 [rad or m]; got {self.soft_max_step}')
-        for name in ('soft_gain', 'limit_gain'):
-            _check(0.0 <= getattr(self, name) <= 1.0,
-                   f'{name} must be in [0, 1]; got {getattr(self, name)}')
-        _check(self.max_step > 0.0, f'max_step must be > 0 [rad or m]; got {self.max_step}')
-        _check(0.0 <= self.singular_value_cutoff < 1.0,
-               f'singular_value_cutoff must be in [0, 1); got {self.singular_value_cutoff}')
-        _check(self.point_offset > 0.0,
-               f'point_offset must be > 0 [m]; got {self.point_offset}')
+        check_damper_settings(self)
+        check_choice(self, 'secondary', SECONDARY_FORMS)
+        check_choice(self, 'soft_reference', SOFT_REFERENCES)
+        check_choice(self, 'reference_posture', REFERENCE_POSTURES)
+        check_fields(self, '(0, 1]', 'gain', 'online_gain', 'soft_decay')
+        check_fields(self, '[0, 1]', 'soft_gain', 'limit_gain')
+        check_fields(self, '> 0', 'max_step', 'soft_max_step', note=' [rad or m]')
+        check_fields(self, '> 0', 'point_offset', 'reference_sigma', note=' [m]')
+        check_fields(self, '[0, 1)', 'singular_value_cutoff')
         _check(self.orientation_points in (2, 3),
                f'orientation_points must be 2 or 3; got {self.orientation_points}')
-        _check(self.soft_reference in SOFT_REFERENCES,
-               f'soft_reference must be one of {", ".join(SOFT_REFERENCES)}; '
-               f'got {self.soft_reference!r}')
-        _check(self.reference_posture in REFERENCE_POSTURES,
-               f'reference_posture must be one of {", ".join(REFERENCE_POSTURES)}; '
-               f'got {self.reference_posture!r}')
-        _check(self.anchor_scale >= 0.0,
-               f'anchor_scale must be >= 0 [m] (0: chain length scale); got {self.anchor_scale}')
-        _check(self.reference_sigma > 0.0,
-               f'reference_sigma must be > 0 [m]; got {self.reference_sigma}')
-        _check(0.0 <= self.limit_margin <= 0.5,
-               f'limit_margin must be in [0, 0.5] (share of the joint range); '
-               f'got {self.limit_margin}')
-        _check(self.restart_after >= 0,
-               f'restart_after must be >= 0 (0: never restart); got {self.restart_after}')
-        _check(self.seed >= -1, f'seed must be >= 0, or -1 for a random seed; got {self.seed}')
+        check_fields(self, '>= 0', 'anchor_scale', note=' [m] (0: the chain length scale)')
+        check_fields(self, '[0, 0.5]', 'limit_margin', note=' (share of the joint range)')
+        check_fields(self, '>= 0', 'restart_after', note=' (0: never restart)')
+        check_fields(self, '>= -1', 'seed', note=' (-1: fresh entropy)')
 
 
 @register('distance')
@@ -465,19 +445,11 @@ class FreePointSettings(SolverSettings):
     structured: bool = True              # block-sparse solve (eqs. 12-13) instead of dense SVD
 
     def validate(self):
-        _check(0.0 < self.gain <= 1.0, f'gain must be in (0, 1]; got {self.gain}')
-        _check(0.0 <= self.soft_gain <= 1.0, f'soft_gain must be in [0, 1]; got {self.soft_gain}')
-        _check(0.0 < self.soft_decay <= 1.0,
-               f'soft_decay must be in (0, 1]; got {self.soft_decay}')
-        _check(self.soft_step_fraction > 0.0,
-               f'soft_step_fraction must be > 0 (share of the shortest segment); '
-               f'got {self.soft_step_fraction}')
-        _check(self.max_step >= 0.0, f'max_step must be >= 0 [m] (0: no limit); '
-                                     f'got {self.max_step}')
-        _check(0.0 <= self.singular_value_cutoff < 1.0,
-               f'singular_value_cutoff must be in [0, 1); got {self.singular_value_cutoff}')
-        _check(0.0 <= self.regularization < 1.0,
-               f'regularization must be in [0, 1); got {self.regularization}')
+        check_fields(self, '(0, 1]', 'gain', 'soft_decay')
+        check_fields(self, '[0, 1]', 'soft_gain')
+        check_fields(self, '> 0', 'soft_step_fraction', note=' (share of the shortest segment)')
+        check_fields(self, '>= 0', 'max_step', note=' [m] (0: no limit)')
+        check_fields(self, '[0, 1)', 'singular_value_cutoff', 'regularization')
 
 
 @dataclass(frozen=True)

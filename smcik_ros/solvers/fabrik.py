@@ -32,7 +32,7 @@ from ..errors import GoalError, ParameterError
 from ..goals import PoseTarget, PositionTarget
 from ..model.builder import BODY_BALL
 from ..rotations import matrix_to_quat, quat_slerp, quat_to_matrix
-from .base import Solver, SolverSettings, _check, register
+from .base import Solver, SolverSettings, check_fields, register
 from .jacobian import StallMonitor
 
 __all__ = ['FabrikSettings', 'FabrikSolver']
@@ -49,12 +49,10 @@ class FabrikSettings(SolverSettings):
     seed: int = -1                    # random seed of the restarts; -1: fresh entropy
 
     def validate(self):
-        _check(self.passes >= 1, f'passes must be >= 1; got {self.passes}')
-        _check(0.0 < self.online_gain <= 1.0,
-               f'online_gain must be in (0, 1]; got {self.online_gain}')
-        _check(self.restart_after >= 0,
-               f'restart_after must be >= 0 (0: never restart); got {self.restart_after}')
-        _check(self.seed >= -1, f'seed must be >= 0, or -1 for a random seed; got {self.seed}')
+        check_fields(self, '>= 1', 'passes')
+        check_fields(self, '(0, 1]', 'online_gain')
+        check_fields(self, '>= 0', 'restart_after', note=' (0: never restart)')
+        check_fields(self, '>= -1', 'seed', note=' (-1: fresh entropy)')
 
 
 @register('fabrik')

@@ -44,8 +44,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..goals import PosturePreference
-from .base import Solver, SolverSettings, _check, register, stack_terms
-from .inequality import constrained_step, inequality_constraints
+from .base import Solver, SolverSettings, check_choice, check_fields, register, stack_terms
+from .inequality import check_damper_settings, constrained_step, inequality_constraints
 
 __all__ = ['JacobianSettings', 'JacobianSolver', 'METHODS', 'finite_difference_jacobian',
            'nullspace_projector', 'limit_push', 'limited_step', 'StallMonitor',
@@ -86,31 +86,19 @@ class JacobianSettings(SolverSettings):
     collision_damper_gain: float = 0.5   # xi: share of the margin d - d_s closable per step
 
     def validate(self):
-        _check_dampers(self)
-        _check(self.method in METHODS,
-               f'method must be one of {", ".join(METHODS)}; got {self.method!r}')
-        _check(self.sr_measure in SR_MEASURES,
-               f'sr_measure must be one of {", ".join(SR_MEASURES)}; got {self.sr_measure!r}')
-        _check(0.0 < self.gain <= 1.0, f'gain must be in (0, 1]; got {self.gain}')
-        _check(0.0 < self.online_gain <= 1.0,
-               f'online_gain must be in (0, 1]; got {self.online_gain}')
-        _check(self.max_step > 0.0, f'max_step must be > 0 [rad or m]; got {self.max_step}')
-        _check(0.0 <= self.singular_value_cutoff < 1.0,
-               f'singular_value_cutoff must be in [0, 1); got {self.singular_value_cutoff}')
-        for name in ('damping', 'sr_threshold', 'sr_max_damping'):
-            _check(getattr(self, name) >= 0.0,
-                   f'{name} must be >= 0 [task sigmas per rad]; got {getattr(self, name)}')
-        for name in ('posture_gain', 'limit_gain', 'constraint_gain'):
-            _check(0.0 <= getattr(self, name) <= 1.0,
-                   f'{name} must be in [0, 1]; got {getattr(self, name)}')
-        _check(0.0 <= self.limit_margin <= 0.5,
-               f'limit_margin must be in [0, 0.5] (share of the joint range); '
-               f'got {self.limit_margin}')
-        _check(0.0 < self.fd_step <= 1e-2,
-               f'fd_step must be in (0, 0.01] [rad or m]; got {self.fd_step}')
-        _check(self.restart_after >= 0,
-               f'restart_after must be >= 0 (0: never restart); got {self.restart_after}')
-        _check(self.seed >= -1, f'seed must be >= 0, or -1 for a random seed; got {self.seed}')
+        check_damper_settings(self)
+        check_choice(self, 'method', METHODS)
+        check_choice(self, 'sr_measure', SR_MEASURES)
+        check_fields(self, '(0, 1]', 'gain', 'online_gain')
+        check_fields(self, '> 0', 'max_step', note=' [rad or m]')
+        check_fields(self, '[0, 1)', 'singular_value_cutoff')
+        check_fields(self, '>= 0', 'damping', 'sr_threshold', 'sr_max_damping',
+                     note=' [task sigmas per rad]')
+        check_fields(self, '[0, 1]', 'posture_gain', 'limit_gain', 'constraint_gain')
+        check_fields(self, '[0, 0.5]', 'limit_margin', note=' (share of the joint range)')
+        check_fields(self, '(0, 0.01]', 'fd_step', note=' [rad or m]')
+        check_fields(self, '>= 0', 'restart_after', note=' (0: never restart)')
+        check_fields(self, '>= -1', 'seed', note=' (-1: fresh entropy)')
 
 
 @register('jacobian')
@@ -233,19 +221,6 @@ class JacobianSolver(Solver):
 
 
 # ---------------------------------------------------------------------- shared helpers
-def _check_dampers(settings):
-    """Validate the collision damper fields shared by the jacobian and distance settings."""
-    _check(settings.collision_security_distance >= 0.0,
-           f'collision_security_distance must be >= 0 [m]; got '
-           f'{settings.collision_security_distance}')
-    _check(settings.collision_influence_distance > settings.collision_security_distance,
-           f'collision_influence_distance must be > collision_security_distance '
-           f'({settings.collision_security_distance}) [m]; got '
-           f'{settings.collision_influence_distance}')
-    _check(0.0 < settings.collision_damper_gain <= 1.0,
-           f'collision_damper_gain must be in (0, 1]; got {settings.collision_damper_gain}')
-
-
 def random_free_configuration(chain, rng, constraints, tries=20):
     """Return a random in-limit configuration that violates none of ``constraints``.
 
