@@ -75,11 +75,15 @@ def test_fabrik_joints_reproduce_the_fabrik_points():
     chain = Chain.ball_chain(5, 0.3)
     solver = make_solver('fabrik', chain, online_gain=1.0)
     rng = np.random.default_rng(2)
-    solver.reset(chain.random_configuration(rng))
-    goal = PositionTarget(chain.fk(chain.random_configuration(rng))[:3, 3])
-    solver.step(goal)
-    points = solver.last_info['points']
-    np.testing.assert_allclose(np.linalg.norm(np.diff(points, axis=0), axis=1), 0.3, atol=1e-9)
+    for _ in range(10):
+        q0 = chain.random_configuration(rng)
+        solver.reset(q0)
+        goal = PositionTarget(chain.fk(chain.random_configuration(rng))[:3, 3])
+        wanted = _fabrik_pass(solver._points(chain.frames(q0)), solver._lengths,
+                              chain.num_bodies, goal.position)
+        q = solver.step(goal)
+        np.testing.assert_allclose(solver._points(chain.frames(q)), wanted, atol=1e-9)
+        assert np.linalg.norm(wanted - solver._points(chain.frames(q0))) > 0.05
 
 
 def test_fabrik_point_target_on_an_inner_link():

@@ -17,9 +17,9 @@ import numpy as np
 from ..errors import GoalError, ParameterError
 from ..goals import Target, Term, as_goal, check_terms, task_errors
 
-__all__ = ['IKResult', 'Alternative', 'Solver', 'SolverSettings', 'StateKey', 'goal_signature',
-           'register',
-           'make_solver', 'available_solvers', 'settings_type', 'parse_tolerance', 'stack_terms']
+__all__ = ['IKResult', 'Alternative', 'Solver', 'LocalSolver', 'StallMonitor', 'SolverSettings',
+           'StateKey', 'goal_signature', 'register', 'make_solver', 'available_solvers',
+           'settings_type', 'parse_tolerance', 'stack_terms', 'check_fields', 'check_choice']
 
 _REGISTRY = {}
 
@@ -464,6 +464,79 @@ class Solver:
 
     def _iterate(self, targets, online):  # pragma: no cover - interface
         raise NotImplementedError
+
+class LocalSolver(Solver):
+    """A solver that improves one configuration per iteration: jacobian, distance, ccd, fabrik.
+
+    Subclasses implement ``_task(targets) -> (cost, task)``, the cost (a float) of the current
+    configuration ``self._q`` (FK ``self._frames``) and what the step needs, and
+    ``_update(targets, task, online) -> q`` (nq,), the next configuration. In ``solve``,
+    ``restart_after`` iterations without progress of the cost (``StallMonitor``) restart
+    from a random configuration (``_restart``); ``solve`` keeps the best iterate, so a
+    restart never loses the best answer. Their settings have ``seed`` and ``restart_after``.
+    """
+
+    def __init__(self, chain, settings=None):
+        super().__init__(chain, settings)
+        self._configure()
+        self._on_constraints_changed()
+        self._reset(self._q)
+
+    def _configure(self):
+        """Set up what the settings decide: the restarts' random generator."""
+        self._rng = np.random.default_rng(None if self.settings.seed < 0 else self.settings.seed)
+
+    def _on_settings_changed(self):
+        self._configure()
+
+    def _reset(self, q):
+        self._frames = self.chain.frames(q)
+        self._stall_monitor = StallMonitor(self.settings.restart_after)
+
+    def _iterate(self, targets, online):
+        cost, task = self._task(targets)
+        if not online and self._stall_monitor.stalled(cost, self.last_info):
+            q = self._restart()     # stuck in a local minimum (often at joint limits)
+        else:
+            q = self._update(targets, task, online)
+        self._q = q
+        self._frames = self.chain.frames(q)
+        return q, self._frames
+
+    def _restart(self):
+        """Return the configuration (nq,) a restart starts from: uniform in the limits."""
+        return self.chain.random_configuration(self._rng)
+
+
+class StallMonitor:
+    """Count iterations without progress of a cost; say when a restart is due.
+
+    Progress is a drop of more than 0.1 % below the best cost so far; ``restart_after``
+    iterations without it trigger a restart (0: never).
+    """
+
+    def __init__(self, restart_after):
+        self.restart_after = int(restart_after)
+        self.best = np.inf
+        self.count = 0
+
+    def stalled(self, cost, info):
+        """Record ``cost``; return True (and start over, counted in the dict ``info``) when
+        a restart is due."""
+        if self.restart_after <= 0:
+            return False
+        if cost < self.best * (1.0 - 1e-3):
+            self.best = cost
+            self.count = 0
+            return False
+        self.count += 1
+        if self.count < self.restart_after:
+            return False
+        self.best = np.inf
+        self.count = 0
+        info['restarts'] = info.get('restarts', 0) + 1
+        return True
+
 
 def _score(solver, targets, frames, pos_tol, ori_tol):
     """Return (rank, success, pos_err, ori_err, constraints_ok) of a one-row Frames."""

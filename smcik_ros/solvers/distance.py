@@ -41,11 +41,10 @@ import numpy as np
 from ..errors import GoalError, ParameterError
 from ..goals import (Constraint, OrientationTarget, PoseTarget, PositionTarget,
                      _check_link, _finite_array, _positive)
-from .base import (Solver, SolverSettings, _check, check_choice, check_fields, register,
-                   stack_terms)
-from .inequality import check_damper_settings, constrained_step, inequality_constraints
-from .jacobian import (StallMonitor, limit_push, limited_step,
-                       nullspace_projector, random_free_configuration)
+from ..rotations import skew
+from .base import SolverSettings, _check, check_choice, check_fields, register, stack_terms
+from .inequality import check_damper_settings, inequality_constraints
+from .jacobian import JacobianSolver, limit_push, nullspace_projector, pinv_step
 
 __all__ = ['DistanceSettings', 'DistanceSolver', 'PointDistance', 'FreePointSettings',
            'FreePointDistanceSolver', 'FreePointResult', 'reference_anchors']
@@ -176,13 +175,14 @@ class DistanceSettings(SolverSettings):
 
 
 @register('distance')
-class DistanceSolver(Solver):
-    """Distance-constraint IK in the chain's joint space (see the module docstring)."""
+class DistanceSolver(JacobianSolver):
+    """Distance-constraint IK in the chain's joint space (see the module docstring): the
+    Jacobian solver's iteration (``limited_step``, dampers) on point rows, with the pseudo-
+    inverse as primary step and the reference distances as secondary task."""
 
     Settings = DistanceSettings
 
     def __init__(self, chain, settings=None):
-        super().__init__(chain, settings)
         # The moving link origins: the points whose reference distances are kept.
         bodies, offsets = [], []
         seen = set()
@@ -197,19 +197,17 @@ class DistanceSolver(Solver):
         self._ref_bodies = np.array(bodies, dtype=int)
         self._ref_offsets = np.array(offsets, dtype=float).reshape(-1, 3)
         self._point_cols = _column_masks(chain, self._ref_bodies)
-        self._configure()
-        self._on_constraints_changed()
-        self._reset(self._q)
+        super().__init__(chain, settings)
 
     # ------------------------------------------------------------------ setup
     def _configure(self):
+        super()._configure()
         s = self.settings
-        self._rng = np.random.default_rng(None if s.seed < 0 else s.seed)
-        scale = s.anchor_scale if s.anchor_scale > 0.0 else self.chain.length_scale
-        self._anchors = reference_anchors(scale)
+        self._anchors = reference_anchors(s.anchor_scale if s.anchor_scale > 0.0
+                                          else self.chain.length_scale)
 
     def _on_settings_changed(self):
-        self._configure()
+        super()._on_settings_changed()
         self._set_reference(self._reference_q)
 
     def _on_constraints_changed(self):
@@ -220,13 +218,16 @@ class DistanceSolver(Solver):
         self._soft = [c for c in self.constraints if not c.hard]
 
     def _reset(self, q):
-        self._frames = self.chain.frames(q)
-        self._stall_monitor = StallMonitor(self.settings.restart_after)
+        super()._reset(q)
         self._set_reference(q if self.settings.reference_posture == 'reset' else None)
         self._secondary_scale = 1.0
 
     def _on_goal_changed(self, targets):
         self._secondary_scale = 1.0
+
+    def _restart(self):
+        self._secondary_scale = 1.0
+        return super()._restart()
 
     def _set_reference(self, q):
         """Store the reference posture's link points and their anchor distances."""
@@ -287,7 +288,7 @@ class DistanceSolver(Solver):
         goal_arms = a * goal_rot @ axes.T
         for k in range(axes.shape[0]):
             res.append(arms[:, k] - goal_arms[:, k])
-            rows.append(-_skew(arms[:, k]) @ jac6[3:])
+            rows.append(-skew(arms[:, k]) @ jac6[3:])
         return np.concatenate(res), np.concatenate(rows, axis=0)
 
     def soft_terms(self, frames):
@@ -318,43 +319,33 @@ class DistanceSolver(Solver):
         return np.concatenate(res), np.concatenate(jac, axis=0)
 
     # ------------------------------------------------------------------ one iteration
-    def _iterate(self, targets, online):
-        s = self.settings
-        chain = self.chain
-        q, frames = self._q, self._frames
-        f, j0 = self.hard_terms(targets, frames)
-        if not online and self._stall_monitor.stalled(float(f @ f), self.last_info):
-            q_new = random_free_configuration(chain, self._rng, self._inequalities)
-            self._secondary_scale = 1.0
-        else:
-            gain = s.online_gain if online else s.gain
-            z = np.zeros(chain.nv)
-            scale = self._secondary_scale
-            self._secondary_scale *= s.soft_decay
-            g, j1 = self.soft_terms(frames)
-            if s.soft_gain * scale > 1e-6 and g.size:
-                z -= s.soft_gain * self._secondary_step(f, j0, g, j1, gain)
-                biggest = np.max(np.abs(z))
-                if biggest > s.soft_max_step:
-                    z *= s.soft_max_step / biggest
-            if s.limit_gain > 0.0 and s.limit_margin > 0.0 and len(chain.scalar_q):
-                sq = chain.scalar_q
-                z[chain.scalar_v] += s.limit_gain * limit_push(
-                    q[sq], chain.lower[sq], chain.upper[sq], s.limit_margin)
-            # The paper's "parameter ... to limit the involvement of the secondary task at
-            # the end of the iteration": the secondary guides the first steps, then fades,
-            # so the hard constraints converge to zero rather than to a second-order error.
-            z *= scale
-            dv = limited_step(chain, q, j0, -gain * f, z, s, _pinv_step(s.singular_value_cutoff))
-            if self._inequalities:
-                dv, info = constrained_step(chain, q, dv, frames, self._inequalities, j0, s,
-                                            s.max_step, motion=online)
-                self.last_info.update(info)
-            q_new = chain.clip(chain.integrate(q, dv))
-        self._q = q_new
-        self._frames = chain.frames(q_new)
+    def _task(self, targets):
+        """Return (|F|^2, (F, J0)): the hard rows (``hard_terms``)."""
+        f, j0 = self.hard_terms(targets, self._frames)
         self.last_info['hard_error'] = float(np.sqrt(f @ f))
-        return q_new, self._frames
+        return float(f @ f), (f, j0)
+
+    def _method_step(self, jac, e, svd):
+        return pinv_step(jac, e, svd, max(self.settings.singular_value_cutoff, 1e-12))
+
+    def _secondary(self, task, gain):
+        """Return the (nv,) secondary step z: the soft rows' correction (at most
+        ``soft_max_step``) and the joint-limit push, times ``soft_decay`` ** (iterations
+        since the goal, a reset or a restart): the paper's "parameter ... to limit the
+        involvement of the secondary task at the end of the iteration", so the hard
+        constraints converge to zero rather than to a second-order error."""
+        s = self.settings
+        z = np.zeros(self.chain.nv)
+        scale = self._secondary_scale
+        self._secondary_scale *= s.soft_decay
+        g, j1 = self.soft_terms(self._frames)
+        if s.soft_gain * scale > 1e-6 and g.size:
+            z -= s.soft_gain * self._secondary_step(*task, g, j1, gain)
+            biggest = np.max(np.abs(z))
+            if biggest > s.soft_max_step:
+                z *= s.soft_max_step / biggest
+        z += limit_push(self.chain, self._q, s)
+        return z * scale
 
     def _secondary_step(self, f, j0, g, j1, gain):
         """Return the (unscaled) soft correction: minus the step that reduces G.
@@ -370,9 +361,8 @@ class DistanceSolver(Solver):
         if self.settings.secondary == 'paper':
             return _least_squares(j1, g)
         u, sv, vt = np.linalg.svd(j0, full_matrices=False)
-        cutoff = self.settings.singular_value_cutoff
-        dx0 = _pinv_step(cutoff)(j0, -gain * f, (u, sv, vt))
-        proj = nullspace_projector(vt, sv, cutoff)
+        dx0 = self._method_step(j0, -gain * f, (u, sv, vt))
+        proj = nullspace_projector(vt, sv, self.settings.singular_value_cutoff)
         return proj @ _least_squares(j1 @ proj, g + j1 @ dx0)
 
 
@@ -388,21 +378,6 @@ def _least_squares(jac, res, ridge=1e-2):
     ridge = ridge * (np.trace(jtj) / max(len(jtj), 1) + 1e-300)
     jtj[np.diag_indices_from(jtj)] += ridge
     return np.linalg.solve(jtj, jac.T @ res)
-
-
-def _pinv_step(cutoff):
-    def step(jac, e, svd):
-        u, sv, vt = svd
-        if sv.size == 0:
-            return np.zeros(jac.shape[1])
-        keep = sv > max(cutoff, 1e-12) * sv[0]
-        inv = np.where(keep, 1.0 / np.where(keep, sv, 1.0), 0.0)
-        return vt.T @ (inv * (u.T @ e))
-    return step
-
-
-def _skew(v):
-    return np.array([[0.0, -v[2], v[1]], [v[2], 0.0, -v[0]], [-v[1], v[0], 0.0]])
 
 
 def _column_masks(chain, bodies):

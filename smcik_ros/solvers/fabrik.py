@@ -32,8 +32,7 @@ from ..errors import GoalError, ParameterError
 from ..goals import PoseTarget, PositionTarget
 from ..model.builder import BODY_BALL
 from ..rotations import matrix_to_quat, quat_slerp, quat_to_matrix
-from .base import Solver, SolverSettings, check_fields, register
-from .jacobian import StallMonitor
+from .base import LocalSolver, SolverSettings, check_fields, register
 
 __all__ = ['FabrikSettings', 'FabrikSolver']
 
@@ -56,26 +55,17 @@ class FabrikSettings(SolverSettings):
 
 
 @register('fabrik')
-class FabrikSolver(Solver):
+class FabrikSolver(LocalSolver):
     """FABRIK on serial ball-joint chains (see the module docstring)."""
 
     Settings = FabrikSettings
 
     def __init__(self, chain, settings=None):
         self._segments = _check_chain(chain)
-        super().__init__(chain, settings)
         self._lengths = np.linalg.norm(self._segments, axis=1)
-        self._rng = np.random.default_rng(None if self.settings.seed < 0 else self.settings.seed)
         self._qi = [qi for _, qi in chain.ball_bodies]
         self._origin_rot = [chain.body_origin[b][:3, :3] for b in range(chain.num_bodies)]
-        self._reset(self._q)
-
-    def _on_settings_changed(self):
-        self._rng = np.random.default_rng(None if self.settings.seed < 0 else self.settings.seed)
-
-    def _reset(self, q):
-        self._frames = self.chain.frames(q)
-        self._stall_monitor = StallMonitor(self.settings.restart_after)
+        super().__init__(chain, settings)
 
     # ------------------------------------------------------------------ the task
     def _goal(self, targets):
@@ -106,27 +96,27 @@ class FabrikSolver(Solver):
         return body, t.pose[:3, 3] - body_rot @ local, body_rot
 
     # ------------------------------------------------------------------ one iteration
-    def _iterate(self, targets, online):
-        chain = self.chain
+    def _task(self, targets):
+        """Return (squared miss of the target point (and body rotation), the goal and the
+        chain points)."""
         frames = self._frames
         index, goal, body_rot = self._goal(targets)
         points = self._points(frames)
         miss = float(np.sum((points[index] - goal) ** 2))
         if body_rot is not None:
             miss += float(np.sum((frames.rot[index, 0] - body_rot) ** 2))
-        if not online and self._stall_monitor.stalled(miss, self.last_info):
-            q = chain.random_configuration(self._rng)
-        else:
-            for _ in range(self.settings.passes):
-                points = _fabrik_pass(points, self._lengths, index, goal)
-            q = self._joints_from_points(frames, points, index, body_rot)
-            q = chain.clip(q)
-            if online and self.settings.online_gain < 1.0:
-                q = self._blend(self._q, q, self.settings.online_gain)
-        self._q = q
-        self._frames = chain.frames(q)
-        self.last_info['points'] = self._points(self._frames)
-        return q, self._frames
+        return miss, (index, goal, body_rot, points)
+
+    def _update(self, targets, task, online):
+        """Return the configuration after ``passes`` FABRIK passes (slerped part of the way
+        online)."""
+        index, goal, body_rot, points = task
+        for _ in range(self.settings.passes):
+            points = _fabrik_pass(points, self._lengths, index, goal)
+        q = self.chain.clip(self._joints_from_points(self._frames, points, index, body_rot))
+        if online and self.settings.online_gain < 1.0:
+            q = self._blend(self._q, q, self.settings.online_gain)
+        return q
 
     def _points(self, frames):
         """Return the (B + 1, 3) chain points: each ball joint's centre, then the tip."""
