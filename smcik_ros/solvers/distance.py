@@ -514,41 +514,39 @@ class FreePointDistanceSolver:
         return np.array(idx, dtype=int), np.array(pos, dtype=float).reshape(-1, 3)
 
     def hard_rows(self, x, targets):
-        """Return F (m0,) and the row structure of J0.
+        """Return F (m0,) and the row structure of J0: the segments, then the targets.
 
         Each row touches at most two points: (coef_a (m0, 3), point_a (m0,),
         coef_b (m0, 3), point_b (m0,), point_b = -1 where only one point is touched).
         """
         ti, tp = targets
         e = self.edges
-        diff = x[e[:, 0]] - x[e[:, 1]]
-        d = self.lengths
-        f_seg = (np.einsum('mk,mk->m', diff, diff) - d * d) / (2.0 * d)
-        g_seg = diff / d[:, None]
+        f_seg, g_seg = _distance_rows(x[e[:, 0]] - x[e[:, 1]], self.lengths)
         k = len(ti)
-        f_tgt = (x[ti] - tp).ravel()
-        eye = np.tile(np.eye(3), (k, 1))
-        f = np.concatenate([f_seg, f_tgt])
-        coef_a = np.concatenate([g_seg, eye])
-        pa = np.concatenate([e[:, 0], np.repeat(ti, 3)])
-        coef_b = np.concatenate([-g_seg, np.zeros((3 * k, 3))])
-        pb = np.concatenate([e[:, 1], np.full(3 * k, -1)])
-        return f, (coef_a, pa, coef_b, pb)
+        return (np.concatenate([f_seg, (x[ti] - tp).ravel()]),
+                (np.concatenate([g_seg, np.tile(np.eye(3), (k, 1))]),
+                 np.concatenate([e[:, 0], np.repeat(ti, 3)]),
+                 np.concatenate([-g_seg, np.zeros((3 * k, 3))]),
+                 np.concatenate([e[:, 1], np.full(3 * k, -1)])))
 
     def soft_anchor_rows(self, x):
         """Return G (n, 4) and the per-point (n, 4, 3) blocks of the anchor rows (eq. 13)."""
-        diff = x[:, None, :] - self.anchors[None]
-        d = self.anchor_dist
-        g = (np.einsum('nak,nak->na', diff, diff) - d * d) / (2.0 * d)
-        return g, diff / d[..., None]
+        return _distance_rows(x[:, None, :] - self.anchors[None], self.anchor_dist)
 
-    def soft_pair_rows(self, x):
-        """Return G (s,) and the two-point row structure of the soft pair distances."""
+    def soft_rows(self, x):
+        """Return G (m1,) and the row structure of J1 (as ``hard_rows``): each point's
+        distances to the anchors (one-point rows), then the soft pairs."""
         p = self.soft_pairs
-        diff = x[p[:, 0]] - x[p[:, 1]]
-        d = self.pair_dist
-        g = (np.einsum('mk,mk->m', diff, diff) - d * d) / (2.0 * d)
-        return g, (diff / d[:, None], p[:, 0], -diff / d[:, None], p[:, 1])
+        g, grad = _distance_rows(x[p[:, 0]] - x[p[:, 1]], self.pair_dist)
+        if self.soft != 'anchors':
+            return g, (grad, p[:, 0], -grad, p[:, 1])
+        n = self.num_points
+        ga, blocks = self.soft_anchor_rows(x)
+        return (np.concatenate([ga.ravel(), g]),
+                (np.concatenate([blocks.reshape(-1, 3), grad]),
+                 np.concatenate([np.repeat(np.arange(n), 4), p[:, 0]]),
+                 np.concatenate([np.zeros((4 * n, 3)), -grad]),
+                 np.concatenate([np.full(4 * n, -1), p[:, 1]])))
 
     # ------------------------------------------------------------------ one Newton step
     def step(self, targets=None):
@@ -595,51 +593,18 @@ class FreePointDistanceSolver:
         the whole (m1, 3n) matrix.
         """
         s = self.settings
-        n = self.num_points
-        n3 = 3 * n
         if self.soft != 'anchors' and not len(self.soft_pairs):
-            return np.zeros(n3)
-        if not structured:
-            g, j1 = self._soft_dense(x)
-            return -s.soft_gain * (np.linalg.pinv(j1, rcond=max(s.singular_value_cutoff,
-                                                                 1e-15)) @ g)
-        if not len(self.soft_pairs):
+            return np.zeros(3 * self.num_points)
+        if structured and not len(self.soft_pairs):
             g, blocks = self.soft_anchor_rows(x)                  # (n, 4), (n, 4, 3)
             return -s.soft_gain * np.einsum('nka,na->nk', np.linalg.pinv(blocks), g).ravel()
-        import scipy.sparse as sp
-        from scipy.sparse.linalg import splu
-
-        parts_g, parts_j = [], []
-        if self.soft == 'anchors':
-            g, blocks = self.soft_anchor_rows(x)
-            rows = np.repeat(np.arange(4 * n), 3)
-            cols = (3 * np.repeat(np.arange(n), 4)[:, None] + np.arange(3)).ravel()
-            parts_j.append(sp.csr_matrix((blocks.ravel(), (rows, cols)), shape=(4 * n, n3)))
-            parts_g.append(g.ravel())
-        g, prow = self.soft_pair_rows(x)
-        parts_j.append(_sparse_rows(prow, n3))
-        parts_g.append(g)
-        j1 = sp.vstack(parts_j).tocsr()
-        ata = (j1.T @ j1).tocsc()
-        ridge = max(s.regularization, 1e-12) * (ata.diagonal().mean() + 1e-30)
-        lu = splu(ata + ridge * sp.identity(n3, format='csc'))
-        return -s.soft_gain * lu.solve(j1.T @ np.concatenate(parts_g))
-
-    def _soft_dense(self, x):
-        n3 = 3 * self.num_points
-        gs, js = [], []
-        if self.soft == 'anchors':
-            g, blocks = self.soft_anchor_rows(x)
-            jac = np.zeros((self.num_points, 4, n3))
-            for i in range(self.num_points):
-                jac[i, :, 3 * i:3 * i + 3] = blocks[i]
-            gs.append(g.ravel())
-            js.append(jac.reshape(-1, n3))
-        if len(self.soft_pairs):
-            g, rows = self.soft_pair_rows(x)
-            gs.append(g)
-            js.append(_dense_rows(rows, n3))
-        return np.concatenate(gs), np.concatenate(js, axis=0)
+        g, rows = self.soft_rows(x)
+        if not structured:
+            j1 = _dense_rows(rows, 3 * self.num_points)
+            return -s.soft_gain * (np.linalg.pinv(j1, rcond=max(s.singular_value_cutoff,
+                                                                 1e-15)) @ g)
+        j1 = _sparse_rows(rows, 3 * self.num_points)
+        return -s.soft_gain * _sparse_solve(j1.T @ j1, max(s.regularization, 1e-12), j1.T @ g)
 
     def _primary_dense(self, x, tg, z):
         """Eq. 11 with dense matrices and an SVD pseudo-inverse (the unoptimised version)."""
@@ -669,14 +634,9 @@ class FreePointDistanceSolver:
             jjt[np.diag_indices_from(jjt)] += s.regularization * (np.trace(jjt) / len(f)
                                                                    + 1e-30)
             y = np.linalg.solve(jjt, rhs + j0 @ z)
-            return (z - j0.T @ y).reshape(-1, 3)
-        import scipy.sparse as sp
-        from scipy.sparse.linalg import splu
-
-        j0 = _sparse_rows(rows, n3)
-        jjt = (j0 @ j0.T).tocsc()
-        ridge = s.regularization * (jjt.diagonal().mean() + 1e-30)
-        y = splu(jjt + ridge * sp.identity(jjt.shape[0], format='csc')).solve(rhs + j0 @ z)
+        else:
+            j0 = _sparse_rows(rows, n3)
+            y = _sparse_solve(j0 @ j0.T, s.regularization, rhs + j0 @ z)
         return (z - j0.T @ y).reshape(-1, 3)
 
     # ------------------------------------------------------------------ loop
@@ -684,14 +644,9 @@ class FreePointDistanceSolver:
         """Return (largest hard residual [m], RMS soft residual [m]) at points ``x``."""
         x = self.points if x is None else x
         f, _ = self.hard_rows(x, self._targets(targets))
-        g = []
-        if self.soft == 'anchors':
-            g.append(self.soft_anchor_rows(x)[0].ravel())
-        if len(self.soft_pairs):
-            g.append(self.soft_pair_rows(x)[0])
-        g = np.concatenate(g) if g else np.zeros(1)
+        g = self.soft_rows(x)[0]
         hard = float(np.max(np.abs(f))) if f.size else 0.0
-        return hard, float(np.sqrt(np.mean(g * g)))
+        return hard, float(np.sqrt(np.mean(g * g))) if g.size else 0.0
 
     def solve(self, targets=None, max_iters=100, tol=1e-6, points=None):
         """Iterate eq. 11 from ``points`` (default: the current points) until every hard
@@ -716,7 +671,6 @@ class FreePointDistanceSolver:
         q = chain.neutral_configuration() if q is None else q
         frames = chain.frames(q)
         pts = [frames.point(chain.base_link)[0]]
-        parent_of = {}
         index_of_body = {-1: 0}
         edges = []
         for link in chain.link_names[1:]:
@@ -730,7 +684,6 @@ class FreePointDistanceSolver:
             idx = len(pts) - 1
             edges.append((parent, idx))
             index_of_body[body] = idx
-            parent_of[idx] = parent
         kwargs.setdefault('pinned', (0,))
         return cls(np.array(pts), edges, **kwargs)
 
@@ -753,6 +706,24 @@ def _dense_rows(rows, n3):
         two = pb >= 0
         jac[r[two], 3 * pb[two] + k] += coef_b[two, k]
     return jac
+
+
+def _distance_rows(diff, d):
+    """Return the distance residuals g = (|diff|^2 - d^2) / (2 d) (...,) [m] of point
+    differences ``diff`` (..., 3) from reference distances ``d`` (...,), and their gradient
+    diff / d (..., 3) with respect to the first point."""
+    g = (np.einsum('...k,...k->...', diff, diff) - d * d) / (2.0 * d)
+    return g, diff / d[..., None]
+
+
+def _sparse_solve(a, relative_ridge, rhs):
+    """Return (A + mu I)^-1 rhs for a sparse symmetric A, mu = relative_ridge * mean diag A."""
+    import scipy.sparse as sp
+    from scipy.sparse.linalg import splu
+
+    a = a.tocsc()
+    ridge = relative_ridge * (a.diagonal().mean() + 1e-30)
+    return splu(a + ridge * sp.identity(a.shape[0], format='csc')).solve(rhs)
 
 
 def _sparse_rows(rows, n3):
