@@ -152,13 +152,9 @@ class SmcSolver(Solver):
     def _on_goal_changed(self, targets, force=False):
         """Re-arm on a new goal: reference, annealing, the policies' bookkeeping, and (a goal
         that moved beyond ``goal_change_threshold`` sigmas) the motion prior's proposal."""
-        vec = np.concatenate([_goal_vector(t) for t in targets])
         s, p = self.settings, self._policies
-        if force or self._last_goal_vec is None or vec.shape != self._last_goal_vec.shape:
-            moved = np.inf
-        else:
-            moved = np.max(np.abs(vec - self._last_goal_vec) / _goal_scale(targets, s))
-        far = moved > s.goal_change_threshold
+        vec, scale = _goal_vector(targets, s)
+        far = force or _moved(vec, self._last_goal_vec, scale, s.goal_change_threshold)
         self._last_goal_vec = vec
         self.goal_still = -1            # counted up to 0 by the coming step
         if p.restarts is not None:
@@ -178,8 +174,8 @@ class SmcSolver(Solver):
             # an excursion out of reach, the arm returns to the branch it left), unless the
             # goal is another than that estimate's: then from where the estimate is (after
             # a goal out of reach, the arm is there, not at the last estimate that reached).
-            self.reference = (self._estimate if far and self._new_to_anchor(vec, targets)
-                              else self.anchor).copy()
+            new = far and _moved(vec, self._anchor_goal, scale, s.goal_change_threshold)
+            self.reference = (self._estimate if new else self.anchor).copy()
         if far:
             self._anneal_level = s.anneal_initial
             for policy in (p.restarts, p.branch_hold):
@@ -187,15 +183,6 @@ class SmcSolver(Solver):
                     policy.reset()
             if p.minimal_motion is not None and not force and s.reseed_fraction > 0.0:
                 self.reseed()
-
-    def _new_to_anchor(self, vec, targets):
-        """Return whether the goal ``vec`` is farther than ``goal_change_threshold`` sigmas
-        from the goal the anchor satisfied."""
-        before = self._anchor_goal
-        if before is None or before.shape != vec.shape:
-            return True
-        scale = _goal_scale(targets, self.settings)
-        return np.max(np.abs(vec - before) / scale) > self.settings.goal_change_threshold
 
     def reseed(self, starts=(), spread=1.0):
         """Redraw ``reseed_fraction`` of the particles (lowest weights) around the reference:
@@ -455,24 +442,25 @@ def _noise(chain, s):
     return noise, ball
 
 
-def _goal_vector(target):
-    if getattr(target, 'pose', None) is not None:
-        return np.concatenate((target.pose[:3, :3].ravel(), target.pose[:3, 3]))
-    if getattr(target, 'position', None) is not None:
-        return np.asarray(target.position, dtype=float)
-    if getattr(target, 'rotation', None) is not None:
-        return np.ravel(target.rotation)
-    return np.zeros(0)
-
-
-def _goal_scale(targets, s):
-    """Return per-entry scales of the goal vectors: sigma_orientation for rotation entries."""
-    out = []
+def _goal_vector(targets, s):
+    """Return the goals' numbers (K,) (rotation entries, then positions) and their scales
+    (K,): ``sigma_orientation`` for rotation entries, ``sigma_position`` for positions."""
+    vec, scale = [np.zeros(0)], [np.ones(0)]
     for t in targets:
         if getattr(t, 'pose', None) is not None:
-            out.append(np.repeat((s.sigma_orientation, s.sigma_position), (9, 3)))
+            vec.append(np.concatenate((t.pose[:3, :3].ravel(), t.pose[:3, 3])))
+            scale.append(np.repeat((s.sigma_orientation, s.sigma_position), (9, 3)))
         elif getattr(t, 'position', None) is not None:
-            out.append(np.full(3, s.sigma_position))
+            vec.append(np.asarray(t.position, dtype=float))
+            scale.append(np.full(3, s.sigma_position))
         elif getattr(t, 'rotation', None) is not None:
-            out.append(np.full(9, s.sigma_orientation))
-    return np.concatenate(out) if out else np.ones(0)
+            vec.append(np.ravel(t.rotation))
+            scale.append(np.full(9, s.sigma_orientation))
+    return np.concatenate(vec), np.concatenate(scale)
+
+
+def _moved(vec, before, scale, threshold):
+    """Return whether goal numbers ``vec`` are more than ``threshold`` scales from
+    ``before`` (None, or another shape: another goal)."""
+    return (before is None or before.shape != vec.shape
+            or np.max(np.abs(vec - before) / scale) > threshold)
