@@ -43,8 +43,9 @@ from ..goals import (Constraint, OrientationTarget, PoseTarget, PositionTarget,
                      _check_link, _finite_array, _positive)
 from ..rotations import skew
 from .base import SolverSettings, _check, check_choice, check_fields, register, stack_terms
-from .inequality import check_damper_settings, inequality_constraints
-from .jacobian import JacobianSolver, limit_push, nullspace_projector, pinv_step
+from .inequality import inequality_constraints
+from .jacobian import (DescentSettings, JacobianSolver, limit_push, nullspace_projector,
+                       pinv_step)
 
 __all__ = ['DistanceSettings', 'DistanceSolver', 'PointDistance', 'FreePointSettings',
            'FreePointDistanceSolver', 'FreePointResult', 'reference_anchors']
@@ -129,49 +130,34 @@ class PointDistance(Constraint):
 
 # ---------------------------------------------------------------------- joint-space solver
 @dataclass(frozen=True)
-class DistanceSettings(SolverSettings):
-    """Settings of the distance solver (field names are the ROS parameter names)."""
+class DistanceSettings(DescentSettings):
+    """Settings of the distance solver: the iteration's (``DescentSettings``: ``gain`` is
+    the fraction of the hard-constraint Newton step), then the distance task's."""
 
-    gain: float = 1.0                    # fraction of the hard-constraint Newton step (solve)
-    online_gain: float = 0.5             # the same for step() (online use)
     soft_gain: float = 0.3               # eq. 11 secondary-task gain (limits its involvement)
     soft_max_step: float = 0.1           # [rad or m] largest joint change of the soft step
     secondary: str = 'priority'          # soft step: 'priority' (Nakamura) or 'paper' (eq. 11)
     soft_decay: float = 0.95             # per-iteration factor on the secondary task after a
     #                                      new goal (1: constant): it guides, then fades
-    max_step: float = 0.5                # [rad or m] largest joint change of one iteration
-    singular_value_cutoff: float = 1e-4  # pseudo-inverse: singular values < cutoff * largest -> 0
     point_offset: float = 0.1            # [m] distance of the orientation points from the tool
     orientation_points: int = 3          # points along the tool axes per orientation (2 or 3)
     soft_reference: str = 'anchors'      # 'anchors', 'points' or 'none' (see the docs)
     reference_posture: str = 'neutral'   # posture whose distances are kept: 'neutral' or 'reset'
     anchor_scale: float = 0.0            # [m] anchor spacing; 0: the chain's length scale
     reference_sigma: float = 0.05        # [m] soft reference rows are divided by this
-    limit_gain: float = 0.2              # null-space push out of the joint-limit margins
-    limit_margin: float = 0.1            # share of each joint range where that push acts
-    restart_after: int = 10              # solve(): iterations without progress before a
-    #                                      random restart (0: never)
-    seed: int = -1                       # random seed of the restarts; -1: fresh entropy
-    collision_influence_distance: float = 0.05  # [m] d_i: pairs closer than this get a damper
-    collision_security_distance: float = 0.002  # [m] d_s: the (padded) distance dampers keep
-    collision_damper_gain: float = 0.5   # xi: share of the margin d - d_s closable per step
 
     def validate(self):
-        check_damper_settings(self)
+        super().validate()
         check_choice(self, 'secondary', SECONDARY_FORMS)
         check_choice(self, 'soft_reference', SOFT_REFERENCES)
         check_choice(self, 'reference_posture', REFERENCE_POSTURES)
-        check_fields(self, '(0, 1]', 'gain', 'online_gain', 'soft_decay')
-        check_fields(self, '[0, 1]', 'soft_gain', 'limit_gain')
-        check_fields(self, '> 0', 'max_step', 'soft_max_step', note=' [rad or m]')
+        check_fields(self, '(0, 1]', 'soft_decay')
+        check_fields(self, '[0, 1]', 'soft_gain')
+        check_fields(self, '> 0', 'soft_max_step', note=' [rad or m]')
         check_fields(self, '> 0', 'point_offset', 'reference_sigma', note=' [m]')
-        check_fields(self, '[0, 1)', 'singular_value_cutoff')
         _check(self.orientation_points in (2, 3),
                f'orientation_points must be 2 or 3; got {self.orientation_points}')
         check_fields(self, '>= 0', 'anchor_scale', note=' [m] (0: the chain length scale)')
-        check_fields(self, '[0, 0.5]', 'limit_margin', note=' (share of the joint range)')
-        check_fields(self, '>= 0', 'restart_after', note=' (0: never restart)')
-        check_fields(self, '>= -1', 'seed', note=' (-1: fresh entropy)')
 
 
 @register('distance')

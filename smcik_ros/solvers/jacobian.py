@@ -47,7 +47,7 @@ from ..goals import PosturePreference
 from .base import LocalSolver, SolverSettings, check_choice, check_fields, register, stack_terms
 from .inequality import check_damper_settings, constrained_step, inequality_constraints
 
-__all__ = ['JacobianSettings', 'JacobianSolver', 'METHODS', 'finite_difference_jacobian',
+__all__ = ['DescentSettings', 'JacobianSettings', 'JacobianSolver', 'METHODS', 'finite_difference_jacobian',
            'nullspace_projector', 'limit_push', 'limited_step', 'pinv_step',
            'random_free_configuration']
 
@@ -56,28 +56,16 @@ SR_MEASURES = ('singular_value', 'manipulability')
 
 
 @dataclass(frozen=True)
-class JacobianSettings(SolverSettings):
-    """Settings of the Jacobian IK solver (field names are the ROS parameter names).
+class DescentSettings(SolverSettings):
+    """What the Jacobian solver's iteration reads: the settings 'jacobian' and 'distance'
+    share (field names are the ROS parameter names)."""
 
-    Damping values and singular-value thresholds are in the units of the weighted
-    Jacobian: task sigmas (residual / sigma, e.g. 1 cm or 0.05 rad) per rad of joint motion.
-    """
-
-    method: str = 'dls'                  # 'transpose', 'pinv', 'dls' or 'sr'
     gain: float = 1.0                    # fraction of the task error corrected per solve() step
     online_gain: float = 0.5             # the same for step() (online use): smoother motion
     max_step: float = 0.5                # [rad or m] largest joint change of one iteration
     singular_value_cutoff: float = 1e-4  # singular values < cutoff * largest count as zero
-    damping: float = 1.0                 # dls: lambda [task sigmas per rad]
-    sr_threshold: float = 5.0            # sr: damping starts below this measure [sigmas/rad]
-    sr_max_damping: float = 5.0          # sr: lambda at a singularity [sigmas/rad]
-    sr_measure: str = 'singular_value'   # sr: 'singular_value' (smallest) or 'manipulability'
-    posture_gain: float = 0.05           # null-space pull towards the posture, per iteration
     limit_gain: float = 0.2              # null-space push out of the limit margins, per iteration
     limit_margin: float = 0.1            # share of each joint range where the limit cost acts
-    constraint_gain: float = 0.5         # share of the soft-constraint step taken per iteration
-    finite_difference: bool = False      # J by central FK differences instead of analytic
-    fd_step: float = 1e-6                # [rad or m] finite-difference step
     restart_after: int = 10              # solve(): iterations without progress before a
     #                                      restart from a random configuration (0: never)
     seed: int = -1                       # random seed of the restarts; -1: fresh entropy
@@ -87,18 +75,41 @@ class JacobianSettings(SolverSettings):
 
     def validate(self):
         check_damper_settings(self)
-        check_choice(self, 'method', METHODS)
-        check_choice(self, 'sr_measure', SR_MEASURES)
         check_fields(self, '(0, 1]', 'gain', 'online_gain')
         check_fields(self, '> 0', 'max_step', note=' [rad or m]')
         check_fields(self, '[0, 1)', 'singular_value_cutoff')
-        check_fields(self, '>= 0', 'damping', 'sr_threshold', 'sr_max_damping',
-                     note=' [task sigmas per rad]')
-        check_fields(self, '[0, 1]', 'posture_gain', 'limit_gain', 'constraint_gain')
+        check_fields(self, '[0, 1]', 'limit_gain')
         check_fields(self, '[0, 0.5]', 'limit_margin', note=' (share of the joint range)')
-        check_fields(self, '(0, 0.01]', 'fd_step', note=' [rad or m]')
         check_fields(self, '>= 0', 'restart_after', note=' (0: never restart)')
         check_fields(self, '>= -1', 'seed', note=' (-1: fresh entropy)')
+
+
+@dataclass(frozen=True)
+class JacobianSettings(DescentSettings):
+    """Settings of the Jacobian IK solver.
+
+    Damping values and singular-value thresholds are in the units of the weighted
+    Jacobian: task sigmas (residual / sigma, e.g. 1 cm or 0.05 rad) per rad of joint motion.
+    """
+
+    method: str = 'dls'                  # 'transpose', 'pinv', 'dls' or 'sr'
+    damping: float = 1.0                 # dls: lambda [task sigmas per rad]
+    sr_threshold: float = 5.0            # sr: damping starts below this measure [sigmas/rad]
+    sr_max_damping: float = 5.0          # sr: lambda at a singularity [sigmas/rad]
+    sr_measure: str = 'singular_value'   # sr: 'singular_value' (smallest) or 'manipulability'
+    posture_gain: float = 0.05           # null-space pull towards the posture, per iteration
+    constraint_gain: float = 0.5         # share of the soft-constraint step taken per iteration
+    finite_difference: bool = False      # J by central FK differences instead of analytic
+    fd_step: float = 1e-6                # [rad or m] finite-difference step
+
+    def validate(self):
+        super().validate()
+        check_choice(self, 'method', METHODS)
+        check_choice(self, 'sr_measure', SR_MEASURES)
+        check_fields(self, '>= 0', 'damping', 'sr_threshold', 'sr_max_damping',
+                     note=' [task sigmas per rad]')
+        check_fields(self, '[0, 1]', 'posture_gain', 'constraint_gain')
+        check_fields(self, '(0, 0.01]', 'fd_step', note=' [rad or m]')
 
 
 @register('jacobian')
