@@ -53,7 +53,6 @@ __all__ = ['DistanceSettings', 'DistanceSolver', 'PointDistance', 'FreePointSett
 SOFT_REFERENCES = ('anchors', 'points', 'none')
 _DENSE_ROWS = 150     # free-point solver: below this many hard rows, solve J0 J0^T densely
 REFERENCE_POSTURES = ('neutral', 'reset')
-SECONDARY_FORMS = ('priority', 'paper')
 
 
 def reference_anchors(scale, origin=(0.0, 0.0, 0.0)):
@@ -136,19 +135,16 @@ class DistanceSettings(DescentSettings):
 
     soft_gain: float = 0.3               # eq. 11 secondary-task gain (limits its involvement)
     soft_max_step: float = 0.1           # [rad or m] largest joint change of the soft step
-    secondary: str = 'priority'          # soft step: 'priority' (Nakamura) or 'paper' (eq. 11)
     soft_decay: float = 0.95             # per-iteration factor on the secondary task after a
     #                                      new goal (1: constant): it guides, then fades
     point_offset: float = 0.1            # [m] distance of the orientation points from the tool
     orientation_points: int = 3          # points along the tool axes per orientation (2 or 3)
     soft_reference: str = 'anchors'      # 'anchors', 'points' or 'none' (see the docs)
     reference_posture: str = 'neutral'   # posture whose distances are kept: 'neutral' or 'reset'
-    anchor_scale: float = 0.0            # [m] anchor spacing; 0: the chain's length scale
     reference_sigma: float = 0.05        # [m] soft reference rows are divided by this
 
     def validate(self):
         super().validate()
-        check_choice(self, 'secondary', SECONDARY_FORMS)
         check_choice(self, 'soft_reference', SOFT_REFERENCES)
         check_choice(self, 'reference_posture', REFERENCE_POSTURES)
         check_fields(self, '(0, 1]', 'soft_decay')
@@ -157,7 +153,6 @@ class DistanceSettings(DescentSettings):
         check_fields(self, '> 0', 'point_offset', 'reference_sigma', note=' [m]')
         _check(self.orientation_points in (2, 3),
                f'orientation_points must be 2 or 3; got {self.orientation_points}')
-        check_fields(self, '>= 0', 'anchor_scale', note=' [m] (0: the chain length scale)')
 
 
 @register('distance')
@@ -182,20 +177,13 @@ class DistanceSolver(JacobianSolver):
             offsets.append(off[:3, 3].copy())
         self._ref_bodies = np.array(bodies, dtype=int)
         self._ref_offsets = np.array(offsets, dtype=float).reshape(-1, 3)
-        self._point_cols = _column_masks(chain, self._ref_bodies)
+        self._point_cols = np.zeros((len(bodies), len(chain.column_body)), dtype=bool)
+        for p, b in enumerate(bodies):       # (P, C): Jacobian column c moves point p's body
+            self._point_cols[p, chain.columns_of_body[b]] = True
+        self._anchors = reference_anchors(chain.length_scale)
         super().__init__(chain, settings)
 
     # ------------------------------------------------------------------ setup
-    def _configure(self):
-        super()._configure()
-        s = self.settings
-        self._anchors = reference_anchors(s.anchor_scale if s.anchor_scale > 0.0
-                                          else self.chain.length_scale)
-
-    def _on_settings_changed(self):
-        super()._on_settings_changed()
-        self._set_reference(self._reference_q)
-
     def _on_constraints_changed(self):
         # Collision and keep-out constraints are inequalities with velocity dampers (see
         # solvers.inequality), not distance equalities.
@@ -205,7 +193,14 @@ class DistanceSolver(JacobianSolver):
 
     def _reset(self, q):
         super()._reset(q)
-        self._set_reference(q if self.settings.reference_posture == 'reset' else None)
+        # The reference posture's link points and their distances to the anchors; rows
+        # with a (near) zero reference distance carry no gradient: they are left out.
+        reference = q if self.settings.reference_posture == 'reset' else \
+            self.chain.neutral_configuration()
+        self._ref_points = self._link_points(self.chain.frames(reference))
+        self._ref_dist = np.linalg.norm(self._ref_points[:, None, :] - self._anchors[None],
+                                        axis=-1)                                   # (P, 4)
+        self._ref_rows = self._ref_dist > 1e-6
         self._secondary_scale = 1.0
 
     def _on_goal_changed(self, targets):
@@ -214,18 +209,6 @@ class DistanceSolver(JacobianSolver):
     def _restart(self):
         self._secondary_scale = 1.0
         return super()._restart()
-
-    def _set_reference(self, q):
-        """Store the reference posture's link points and their anchor distances."""
-        q_ref = self.chain.neutral_configuration() if q is None else np.array(q, dtype=float)
-        self._reference_q = q if q is None else q_ref
-        frames = self.chain.frames(q_ref)
-        pts = self._link_points(frames)
-        self._ref_points = pts
-        dist = np.linalg.norm(pts[:, None, :] - self._anchors[None], axis=-1)   # (P, 4)
-        self._ref_dist = dist
-        # Rows with a (near) zero reference distance carry no gradient: leave them out.
-        self._ref_rows = dist > 1e-6
 
     def _link_points(self, frames):
         """Return the (P, 3) reference link origins of the first configuration of frames."""
@@ -336,16 +319,13 @@ class DistanceSolver(JacobianSolver):
     def _secondary_step(self, f, j0, g, j1, gain):
         """Return the (unscaled) soft correction: minus the step that reduces G.
 
-        'paper' (eq. 11 as written): J1^+ G, later projected by (I - J0^+ J0). Projecting
-        a pseudo-inverse step is not always a descent direction for |G|^2 (J1 N J1^+ is
-        not positive semi-definite for a tall J1), and on the 7-DOF arm it raised the soft
-        error in 4 of 10 trials. 'priority' (the task-priority solution of Nakamura,
-        Hanafusa & Yoshikawa 1987): N (J1 N)^+ (G + J1 dx0) with dx0 = -gain J0^+ F,
-        the best soft correction that leaves the hard constraints alone to first order.
-        Both damped (``_least_squares``).
+        The task-priority solution (Nakamura, Hanafusa & Yoshikawa 1987)
+        N (J1 N)^+ (G + J1 dx0) with dx0 = -gain J0^+ F, damped (``_least_squares``): the
+        best soft correction that leaves the hard constraints alone to first order. Eq. 11's
+        projected J1^+ G is not always a descent direction for |G|^2 (J1 N J1^+ is not
+        positive semi-definite for a tall J1): on the 7-DOF arm it raised the soft error in
+        4 of 10 trials (docs/solvers.md).
         """
-        if self.settings.secondary == 'paper':
-            return _least_squares(j1, g)
         u, sv, vt = np.linalg.svd(j0, full_matrices=False)
         dx0 = self._method_step(j0, -gain * f, (u, sv, vt))
         proj = nullspace_projector(vt, sv, self.settings.singular_value_cutoff)
@@ -364,14 +344,6 @@ def _least_squares(jac, res, ridge=1e-2):
     ridge = ridge * (np.trace(jtj) / max(len(jtj), 1) + 1e-300)
     jtj[np.diag_indices_from(jtj)] += ridge
     return np.linalg.solve(jtj, jac.T @ res)
-
-
-def _column_masks(chain, bodies):
-    """Return (P, C) bool: Jacobian column c moves body ``bodies[p]``."""
-    mask = np.zeros((len(bodies), len(chain.column_body)), dtype=bool)
-    for p, b in enumerate(bodies):
-        mask[p, chain.columns_of_body[b]] = True
-    return mask
 
 
 def _point_jacobians(frames, bodies, points, masks):
@@ -400,7 +372,6 @@ class FreePointSettings(SolverSettings):
     soft_gain: float = 0.1               # eq. 11 secondary-task gain
     soft_step_fraction: float = 0.2      # largest soft-step point move / shortest segment
     soft_decay: float = 0.95             # per-step factor on the soft task since reset/solve
-    max_step: float = 0.0                # [m] largest point move per iteration; 0: no limit
     singular_value_cutoff: float = 1e-6  # dense pseudo-inverses: relative cut-off
     regularization: float = 1e-10        # structured solve: relative ridge on J0 J0^T
     structured: bool = True              # block-sparse solve (eqs. 12-13) instead of dense SVD
@@ -409,7 +380,6 @@ class FreePointSettings(SolverSettings):
         check_fields(self, '(0, 1]', 'gain', 'soft_decay')
         check_fields(self, '[0, 1]', 'soft_gain')
         check_fields(self, '> 0', 'soft_step_fraction', note=' (share of the shortest segment)')
-        check_fields(self, '>= 0', 'max_step', note=' [m] (0: no limit)')
         check_fields(self, '[0, 1)', 'singular_value_cutoff', 'regularization')
 
 
@@ -563,10 +533,6 @@ class FreePointDistanceSolver:
             dx = self._primary_structured(x, tg, z)
         else:
             dx = self._primary_dense(x, tg, z)
-        if s.max_step > 0.0:
-            biggest = np.max(np.linalg.norm(dx, axis=-1))
-            if biggest > s.max_step:
-                dx *= s.max_step / biggest
         self.points = x + dx
         return self.points.copy()
 
