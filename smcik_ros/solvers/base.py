@@ -465,6 +465,7 @@ class Solver:
     def _iterate(self, targets, online):  # pragma: no cover - interface
         raise NotImplementedError
 
+
 class LocalSolver(Solver):
     """A solver that improves one configuration per iteration: jacobian, distance, ccd, fabrik.
 

@@ -104,38 +104,29 @@ class CcdSolver(LocalSolver):
         """Return the task as vector pairs: moving (K, 3), goals (K, 3), weights (K,),
         is_point (K,) (a point, rotating about the joint centre, or a free frame axis) and
         the body each row rides on (K,)."""
-        s = self.settings
-        moving, goals, weights, is_point, bodies = [], [], [], [], []
+        blocks = []     # (moving (k, 3), goals (k, 3), weight, is_point, body)
         for t in targets:
             if not isinstance(t, (PoseTarget, PositionTarget, OrientationTarget)):
                 raise GoalError(f'ccd handles PoseTarget, PositionTarget and OrientationTarget; '
                                 f'got {type(t).__name__}')
             body, _ = self.chain.link_anchor(t.link)
+            point_weight = t.weight / t.sigma[0] ** 2
             if isinstance(t, PositionTarget):
-                moving.append(frames.point(t.link, t.offset)[:1])
-                goals.append(t.position[None])
-                weights.append([t.weight / t.sigma[0] ** 2])
-                is_point.append([True])
-                bodies.append([body])
+                blocks.append((frames.point(t.link, t.offset)[:1], t.position[None],
+                               point_weight, True, body))
                 continue
             pose = frames.link_pose(t.link)[0]
             if isinstance(t, PoseTarget):
-                moving.append(pose[None, :3, 3])
-                goals.append(t.pose[None, :3, 3])
-                weights.append([t.weight / t.sigma[0] ** 2])
-                is_point.append([True])
-                bodies.append([body])
-                goal_rot = t.pose[:3, :3]
-            else:
-                goal_rot = t.rotation
-            moving.append(pose[:3, :3].T)                     # rows: the frame's axes
-            goals.append(goal_rot.T)
-            weights.append([s.orientation_weight * t.weight / (2.0 * t.sigma[-1] ** 2)] * 3)
-            is_point.append([False] * 3)
-            bodies.append([body] * 3)
+                blocks.append((pose[None, :3, 3], t.pose[None, :3, 3], point_weight, True, body))
+            goal_rot = t.pose[:3, :3] if isinstance(t, PoseTarget) else t.rotation
+            blocks.append((pose[:3, :3].T, goal_rot.T,                # rows: the frame's axes
+                           self.settings.orientation_weight * t.weight / (2.0 * t.sigma[-1] ** 2),
+                           False, body))
+        moving, goals, weights, is_point, bodies = zip(*blocks)
+        counts = [len(m) for m in moving]
         return (np.concatenate(moving).astype(float), np.concatenate(goals).astype(float),
-                np.concatenate(weights).astype(float), np.concatenate(is_point),
-                np.concatenate(bodies).astype(int))
+                np.repeat(np.array(weights, dtype=float), counts), np.repeat(is_point, counts),
+                np.repeat(np.array(bodies, dtype=int), counts))
 
     def _update_joint(self, q, b, frames, rows, mask, gain):
         """Set joint ``b`` to its best value with the others held; move the rows with it."""

@@ -31,7 +31,7 @@ import numpy as np
 from ..errors import GoalError, ParameterError
 from ..goals import PoseTarget, PositionTarget
 from ..model.builder import BODY_BALL
-from ..rotations import matrix_to_quat, quat_slerp, quat_to_matrix
+from ..rotations import matrix_to_quat, quat_slerp, quat_to_matrix, skew
 from .base import LocalSolver, SolverSettings, check_fields, register
 
 __all__ = ['FabrikSettings', 'FabrikSolver']
@@ -239,5 +239,5 @@ def _shortest_arc(a, b):
         axis = np.cross(a, helper)
         axis /= np.linalg.norm(axis)
         return 2.0 * np.outer(axis, axis) - np.eye(3)
-    k = np.array([[0.0, -v[2], v[1]], [v[2], 0.0, -v[0]], [-v[1], v[0], 0.0]])
+    k = skew(v)
     return np.eye(3) + k + k @ k * ((1.0 - c) / s2)

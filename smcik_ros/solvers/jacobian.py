@@ -47,9 +47,9 @@ from ..goals import PosturePreference
 from .base import LocalSolver, SolverSettings, check_choice, check_fields, register, stack_terms
 from .inequality import check_damper_settings, constrained_step, inequality_constraints
 
-__all__ = ['DescentSettings', 'JacobianSettings', 'JacobianSolver', 'METHODS', 'finite_difference_jacobian',
-           'nullspace_projector', 'limit_push', 'limited_step', 'pinv_step',
-           'random_free_configuration']
+__all__ = ['DescentSettings', 'JacobianSettings', 'JacobianSolver', 'METHODS',
+           'finite_difference_jacobian', 'nullspace_projector', 'limit_push', 'limited_step',
+           'pinv_step', 'random_free_configuration']
 
 METHODS = ('transpose', 'pinv', 'dls', 'sr')
 SR_MEASURES = ('singular_value', 'manipulability')
