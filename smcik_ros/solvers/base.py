@@ -16,10 +16,12 @@ import numpy as np
 
 from ..errors import GoalError, ParameterError
 from ..goals import Target, Term, as_goal, check_terms, task_errors
+from ..rotations import quat_slerp
 
 __all__ = ['IKResult', 'Alternative', 'Solver', 'LocalSolver', 'StallMonitor', 'SolverSettings',
            'StateKey', 'goal_signature', 'register', 'make_solver', 'available_solvers',
-           'settings_type', 'parse_tolerance', 'stack_terms', 'check_fields', 'check_choice']
+           'settings_type', 'parse_tolerance', 'stack_terms', 'check_fields', 'check_choice',
+           'interpolate']
 
 _REGISTRY = {}
 
@@ -603,6 +605,17 @@ def _term_signature(term):
             value = value.tobytes()
         out.append(value)
     return tuple(out)
+
+
+def interpolate(chain, a, b, t):
+    """Return the configuration (nq,) a fraction ``t`` of the way from ``a`` to ``b`` (nq,):
+    linear for 1-DOF joints, slerp for ball joints; clipped into the limits (a convex
+    combination of in-limit points stays in the box: the clip guards rounding)."""
+    out = a + t * (b - a)
+    if chain.has_ball_joints:
+        bq = chain.ball_q_index
+        out[bq] = quat_slerp(a[bq], b[bq], t)
+    return chain.clip(out)
 
 
 def stack_terms(terms, frames, with_jacobian=True):

@@ -31,8 +31,8 @@ import numpy as np
 from ..errors import GoalError, ParameterError
 from ..goals import PoseTarget, PositionTarget
 from ..model.builder import BODY_BALL
-from ..rotations import matrix_to_quat, quat_slerp, quat_to_matrix, skew
-from .base import LocalSolver, SolverSettings, check_fields, register
+from ..rotations import matrix_to_quat, quat_to_matrix, skew
+from .base import LocalSolver, SolverSettings, check_fields, interpolate, register
 
 __all__ = ['FabrikSettings', 'FabrikSolver']
 
@@ -115,7 +115,7 @@ class FabrikSolver(LocalSolver):
             points = _fabrik_pass(points, self._lengths, index, goal)
         q = self.chain.clip(self._joints_from_points(self._frames, points, index, body_rot))
         if online and self.settings.online_gain < 1.0:
-            q = self._blend(self._q, q, self.settings.online_gain)
+            q = interpolate(self.chain, self._q, q, self.settings.online_gain)
         return q
 
     def _points(self, frames):
@@ -148,12 +148,6 @@ class FabrikSolver(LocalSolver):
         for b, i in enumerate(qi):
             q[i:i + 4] = quats[b]
         return q
-
-    def _blend(self, previous, candidate, alpha):
-        out = previous.copy()
-        for qi in self._qi:
-            out[qi:qi + 4] = quat_slerp(previous[qi:qi + 4], candidate[qi:qi + 4], alpha)
-        return self.chain.clip(out)
 
 
 # ---------------------------------------------------------------------- helpers

@@ -15,8 +15,7 @@ import numpy as np
 from ... import kernels
 from ...errors import ParameterError
 from ...goals import as_goal, task_errors
-from ...rotations import quat_slerp
-from ..base import Solver, StateKey, register
+from ..base import Solver, StateKey, interpolate, register
 from .branches import Branches
 from .filter import FilterModel, FilterState, Policies, feasible, filter_step, mean_log_weight
 from .policies import (BranchHold, MinimalMotion, NearestSearch, Recovery, Refinement,
@@ -359,8 +358,7 @@ class SmcSolver(Solver):
             out = candidate.copy()
             ok = self.within_tolerance
         else:
-            # A convex combination of in-limit points stays in the box; clip guards rounding.
-            out = self.interpolate(previous, candidate, alpha)
+            out = interpolate(self.chain, previous, candidate, alpha)
             ok = bool(self._model(self._targets).within_tolerance(self.chain.frames(out))[0])
         if ok:
             self.anchor = out.copy()
@@ -370,13 +368,8 @@ class SmcSolver(Solver):
         return out
 
     def interpolate(self, a, b, t):
-        """Return interpolate(a, b, t) (eq. 15): linear for 1-DOF joints, slerp for balls."""
-        chain = self.chain
-        out = a + t * (b - a)
-        if chain.has_ball_joints:
-            bq = chain.ball_q_index
-            out[bq] = quat_slerp(a[bq], b[bq], t)
-        return chain.clip(out)
+        """Return interpolate(a, b, t) of eq. 15 (``base.interpolate`` on this chain)."""
+        return interpolate(self.chain, a, b, t)
 
     # ------------------------------------------------------------------ alternatives
     def alternatives(self, max_count=5):
