@@ -18,7 +18,7 @@ from ..errors import GoalError, ParameterError
 from ..goals import Target, Term, as_goal, check_terms, task_errors
 from ..rotations import quat_slerp
 
-__all__ = ['IKResult', 'Alternative', 'Solver', 'LocalSolver', 'StallMonitor', 'SolverSettings',
+__all__ = ['IKResult', 'Alternative', 'Solver', 'LocalSolver', 'SolverSettings',
            'StateKey', 'goal_signature', 'register', 'make_solver', 'available_solvers',
            'settings_type', 'parse_tolerance', 'stack_terms', 'check_fields', 'check_choice',
            'interpolate']
@@ -474,7 +474,7 @@ class LocalSolver(Solver):
     Subclasses implement ``_task(targets) -> (cost, task)``, the cost (a float) of the current
     configuration ``self._q`` (FK ``self._frames``) and what the step needs, and
     ``_update(targets, task, online) -> q`` (nq,), the next configuration. In ``solve``,
-    ``restart_after`` iterations without progress of the cost (``StallMonitor``) restart
+    ``restart_after`` iterations without a 0.1 % drop below the best cost so far restart
     from a random configuration (``_restart``); ``solve`` keeps the best iterate, so a
     restart never loses the best answer. Their settings have ``seed`` and ``restart_after``.
     """
@@ -494,11 +494,12 @@ class LocalSolver(Solver):
 
     def _reset(self, q):
         self._frames = self.chain.frames(q)
-        self._stall_monitor = StallMonitor(self.settings.restart_after)
+        self._best_cost, self._stalled = np.inf, 0     # the restart's stall count
 
     def _iterate(self, targets, online):
         cost, task = self._task(targets)
-        if not online and self._stall_monitor.stalled(cost, self.last_info):
+        if not online and self._stall(cost):
+            self.last_info['restarts'] = self.last_info.get('restarts', 0) + 1
             q = self._restart()     # stuck in a local minimum (often at joint limits)
         else:
             q = self._update(targets, task, online)
@@ -506,39 +507,22 @@ class LocalSolver(Solver):
         self._frames = self.chain.frames(q)
         return q, self._frames
 
+    def _stall(self, cost):
+        """Record ``cost``; return True (and start counting again) when a restart is due."""
+        if self.settings.restart_after <= 0:
+            return False
+        if cost < self._best_cost * (1.0 - 1e-3):
+            self._best_cost, self._stalled = cost, 0
+            return False
+        self._stalled += 1
+        if self._stalled < self.settings.restart_after:
+            return False
+        self._best_cost, self._stalled = np.inf, 0
+        return True
+
     def _restart(self):
         """Return the configuration (nq,) a restart starts from: uniform in the limits."""
         return self.chain.random_configuration(self._rng)
-
-
-class StallMonitor:
-    """Count iterations without progress of a cost; say when a restart is due.
-
-    Progress is a drop of more than 0.1 % below the best cost so far; ``restart_after``
-    iterations without it trigger a restart (0: never).
-    """
-
-    def __init__(self, restart_after):
-        self.restart_after = int(restart_after)
-        self.best = np.inf
-        self.count = 0
-
-    def stalled(self, cost, info):
-        """Record ``cost``; return True (and start over, counted in the dict ``info``) when
-        a restart is due."""
-        if self.restart_after <= 0:
-            return False
-        if cost < self.best * (1.0 - 1e-3):
-            self.best = cost
-            self.count = 0
-            return False
-        self.count += 1
-        if self.count < self.restart_after:
-            return False
-        self.best = np.inf
-        self.count = 0
-        info['restarts'] = info.get('restarts', 0) + 1
-        return True
 
 
 def _score(solver, targets, frames, pos_tol, ori_tol):
