@@ -5,33 +5,27 @@ N(0, 0.3 rad) per joint) the joint-space solver reached 92-98 % without restarts
 free-point solver drives its hard constraints below 1e-9 m in a few tens of iterations.
 """
 
-import os
-
 import numpy as np
 import pytest
 
 from smcik_ros.errors import GoalError, ParameterError
 from smcik_ros.goals import (OrientationTarget, PoseTarget, PositionTarget, as_goal,
                              task_errors)
-from smcik_ros.model import Chain
 from smcik_ros.solvers import make_solver
 from smcik_ros.solvers.distance import (FreePointDistanceSolver, PointDistance,
                                         reference_anchors)
 from smcik_ros.solvers.jacobian import finite_difference_jacobian
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-URDFS = {'arm': os.path.join(ROOT, 'urdf', 'smcik_arm.urdf'),
-         'arm6': os.path.join(ROOT, 'urdf', 'smcik_arm6.urdf')}
 
-
-@pytest.fixture(scope='module', params=sorted(URDFS))
+@pytest.fixture(params=['arm7', 'arm6'])
 def chain(request):
-    return Chain.from_urdf(URDFS[request.param])
+    """Each demo arm (the session fixtures of conftest.py)."""
+    return request.getfixturevalue(request.param)
 
 
-@pytest.fixture(scope='module')
-def arm():
-    return Chain.from_urdf(URDFS['arm'])
+@pytest.fixture
+def arm(arm7):
+    return arm7
 
 
 def nearby_problems(chain, trials, seed=1, spread=0.3):

@@ -19,14 +19,11 @@ from smcik_ros.solvers import make_solver
 from smcik_ros.solvers.ccd import _best_angle
 from smcik_ros.solvers.fabrik import _fabrik_pass
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-URDFS = {'arm': os.path.join(ROOT, 'urdf', 'smcik_arm.urdf'),
-         'arm6': os.path.join(ROOT, 'urdf', 'smcik_arm6.urdf')}
 
-
-@pytest.fixture(scope='module', params=sorted(URDFS))
+@pytest.fixture(params=['arm7', 'arm6'])
 def chain(request):
-    return Chain.from_urdf(URDFS[request.param])
+    """Each demo arm (the session fixtures of conftest.py)."""
+    return request.getfixturevalue(request.param)
 
 
 def far_pose():
@@ -202,7 +199,7 @@ def test_ccd_prismatic_joint():
 
 
 def test_ccd_refuses_mimic_chains():
-    path = os.path.join(ROOT, 'test', 'urdf', 'mimic_prismatic.urdf')
+    path = os.path.join(os.path.dirname(__file__), 'urdf', 'mimic_prismatic.urdf')
     chain = Chain.from_urdf(path)
     assert any(chain.body_mimic[b] is not None for b in range(chain.num_bodies))
     with pytest.raises(ParameterError, match='mimic'):

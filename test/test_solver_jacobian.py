@@ -6,8 +6,6 @@ were solved 98-100 % by pinv/dls/sr, 96-100 % of position targets and 62-70 % of
 targets (300 iterations) by the transpose method.
 """
 
-import os
-
 import numpy as np
 import pytest
 
@@ -20,19 +18,16 @@ from smcik_ros.solvers.base import stack_terms
 from smcik_ros.solvers.jacobian import (JacobianSettings, finite_difference_jacobian,
                                         limit_push, nullspace_projector)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-URDFS = {'arm': os.path.join(ROOT, 'urdf', 'smcik_arm.urdf'),
-         'arm6': os.path.join(ROOT, 'urdf', 'smcik_arm6.urdf')}
 
-
-@pytest.fixture(scope='module', params=sorted(URDFS))
+@pytest.fixture(params=['arm7', 'arm6'])
 def chain(request):
-    return Chain.from_urdf(URDFS[request.param])
+    """Each demo arm (the session fixtures of conftest.py)."""
+    return request.getfixturevalue(request.param)
 
 
-@pytest.fixture(scope='module')
-def arm():
-    return Chain.from_urdf(URDFS['arm'])
+@pytest.fixture
+def arm(arm7):
+    return arm7
 
 
 def nearby_problems(chain, trials, seed=1, spread=0.3):
