@@ -18,7 +18,7 @@ from ..errors import GoalError, ParameterError
 from ..goals import Target, Term, as_goal, check_terms, task_errors
 from ..rotations import quat_slerp
 
-__all__ = ['IKResult', 'Alternative', 'Solver', 'LocalSolver', 'SolverSettings',
+__all__ = ['IKResult', 'Alternative', 'Solver', 'LocalSolver', 'LocalSettings', 'SolverSettings',
            'StateKey', 'goal_signature', 'register', 'make_solver', 'available_solvers',
            'settings_type', 'parse_tolerance', 'stack_terms', 'check_fields', 'check_choice',
            'interpolate']
@@ -468,6 +468,19 @@ class Solver:
         raise NotImplementedError
 
 
+@dataclass(frozen=True)
+class LocalSettings(SolverSettings):
+    """The settings every ``LocalSolver`` has: its restarts in ``solve``."""
+
+    restart_after: int = 10     # solve(): iterations without progress before a restart from
+    #                             a random configuration (0: never)
+    seed: int = -1              # random seed of the restarts; -1: fresh entropy
+
+    def validate(self):
+        check_fields(self, '>= 0', 'restart_after', note=' (0: never restart)')
+        check_fields(self, '>= -1', 'seed', note=' (-1: fresh entropy)')
+
+
 class LocalSolver(Solver):
     """A solver that improves one configuration per iteration: jacobian, distance, ccd, fabrik.
 
@@ -476,8 +489,10 @@ class LocalSolver(Solver):
     ``_update(targets, task, online) -> q`` (nq,), the next configuration. In ``solve``,
     ``restart_after`` iterations without a 0.1 % drop below the best cost so far restart
     from a random configuration (``_restart``); ``solve`` keeps the best iterate, so a
-    restart never loses the best answer. Their settings have ``seed`` and ``restart_after``.
+    restart never loses the best answer. Their settings extend ``LocalSettings``.
     """
+
+    Settings = LocalSettings
 
     def __init__(self, chain, settings=None):
         super().__init__(chain, settings)

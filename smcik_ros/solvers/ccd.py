@@ -37,29 +37,25 @@ from ..goals import OrientationTarget, PoseTarget, PositionTarget
 from ..model.builder import BODY_BALL, BODY_PRISMATIC
 from ..rotations import (matrix_to_quat, matrix_to_rotvec, quat_conjugate, quat_multiply,
                          quat_to_matrix, rotvec_to_matrix)
-from .base import LocalSolver, SolverSettings, check_fields, register
+from .base import LocalSettings, LocalSolver, check_fields, register
 
 __all__ = ['CcdSettings', 'CcdSolver']
 
 
 @dataclass(frozen=True)
-class CcdSettings(SolverSettings):
+class CcdSettings(LocalSettings):
     """Settings of the CCD solver (field names are the ROS parameter names)."""
 
     gain: float = 1.0                 # fraction of each joint's best change applied (solve)
     online_gain: float = 0.5          # the same for step() (online use)
     max_step: float = 3.2             # [rad or m] largest change of one joint update
     orientation_weight: float = 1.0   # multiplier on the orientation terms of pose targets
-    restart_after: int = 10           # solve(): sweeps without progress before a random
-    #                                   restart (0: never)
-    seed: int = -1                    # random seed of the restarts; -1: fresh entropy
 
     def validate(self):
+        super().validate()
         check_fields(self, '(0, 1]', 'gain', 'online_gain')
         check_fields(self, '> 0', 'max_step', note=' [rad or m]')
         check_fields(self, '>= 0', 'orientation_weight')
-        check_fields(self, '>= 0', 'restart_after', note=' (0: never restart)')
-        check_fields(self, '>= -1', 'seed', note=' (-1: fresh entropy)')
 
 
 @register('ccd')

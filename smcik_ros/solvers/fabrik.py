@@ -32,26 +32,22 @@ from ..errors import GoalError, ParameterError
 from ..goals import PoseTarget, PositionTarget
 from ..model.builder import BODY_BALL
 from ..rotations import matrix_to_quat, quat_to_matrix, skew
-from .base import LocalSolver, SolverSettings, check_fields, interpolate, register
+from .base import LocalSettings, LocalSolver, check_fields, interpolate, register
 
 __all__ = ['FabrikSettings', 'FabrikSolver']
 
 
 @dataclass(frozen=True)
-class FabrikSettings(SolverSettings):
+class FabrikSettings(LocalSettings):
     """Settings of the FABRIK solver (field names are the ROS parameter names)."""
 
     passes: int = 1                   # forward + backward passes per iteration
     online_gain: float = 0.5          # step(): slerp share of the way to the FABRIK result
-    restart_after: int = 10           # solve(): iterations without progress before a
-    #                                   random restart (0: never)
-    seed: int = -1                    # random seed of the restarts; -1: fresh entropy
 
     def validate(self):
+        super().validate()
         check_fields(self, '>= 1', 'passes')
         check_fields(self, '(0, 1]', 'online_gain')
-        check_fields(self, '>= 0', 'restart_after', note=' (0: never restart)')
-        check_fields(self, '>= -1', 'seed', note=' (-1: fresh entropy)')
 
 
 @register('fabrik')

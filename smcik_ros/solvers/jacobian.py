@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..goals import PosturePreference
-from .base import LocalSolver, SolverSettings, check_choice, check_fields, register, stack_terms
+from .base import LocalSettings, LocalSolver, check_choice, check_fields, register, stack_terms
 from .inequality import check_damper_settings, constrained_step, inequality_constraints
 
 __all__ = ['DescentSettings', 'JacobianSettings', 'JacobianSolver', 'METHODS',
@@ -56,7 +56,7 @@ SR_MEASURES = ('singular_value', 'manipulability')
 
 
 @dataclass(frozen=True)
-class DescentSettings(SolverSettings):
+class DescentSettings(LocalSettings):
     """What the Jacobian solver's iteration reads: the settings 'jacobian' and 'distance'
     share (field names are the ROS parameter names)."""
 
@@ -66,22 +66,18 @@ class DescentSettings(SolverSettings):
     singular_value_cutoff: float = 1e-4  # singular values < cutoff * largest count as zero
     limit_gain: float = 0.2              # null-space push out of the limit margins, per iteration
     limit_margin: float = 0.1            # share of each joint range where the limit cost acts
-    restart_after: int = 10              # solve(): iterations without progress before a
-    #                                      restart from a random configuration (0: never)
-    seed: int = -1                       # random seed of the restarts; -1: fresh entropy
     collision_influence_distance: float = 0.05  # [m] d_i: pairs closer than this get a damper
     collision_security_distance: float = 0.002  # [m] d_s: the (padded) distance dampers keep
     collision_damper_gain: float = 0.5   # xi: share of the margin d - d_s closable per step
 
     def validate(self):
+        super().validate()
         check_damper_settings(self)
         check_fields(self, '(0, 1]', 'gain', 'online_gain')
         check_fields(self, '> 0', 'max_step', note=' [rad or m]')
         check_fields(self, '[0, 1)', 'singular_value_cutoff')
         check_fields(self, '[0, 1]', 'limit_gain')
         check_fields(self, '[0, 0.5]', 'limit_margin', note=' (share of the joint range)')
-        check_fields(self, '>= 0', 'restart_after', note=' (0: never restart)')
-        check_fields(self, '>= -1', 'seed', note=' (-1: fresh entropy)')
 
 
 @dataclass(frozen=True)
