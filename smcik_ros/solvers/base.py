@@ -439,17 +439,18 @@ class Solver:
         """Move the estimate to a listed alternative: an index into the last
         ``alternatives()`` list, or a configuration (nq,). A single-answer solver restarts
         its online use there (``reset``). Returns the new estimate (nq,)."""
-        q = self._alternative_q(choice)
+        q = self._alternative_q(choice, self.alternatives)
         targets = self._targets
         self.reset(q)
         self._targets = targets
         self._goal_key = None
         return self._estimate.copy()
 
-    def _alternative_q(self, choice):
-        """Return the configuration of ``choice`` (index or (nq,) array), validated."""
+    def _alternative_q(self, choice, listed):
+        """Return the configuration of ``choice`` (index into ``listed()``, the last
+        ``alternatives()`` list, or (nq,) array), validated."""
         if isinstance(choice, (int, np.integer)) and not isinstance(choice, bool):
-            listed = getattr(self, '_alternatives', None) or self.alternatives()
+            listed = listed()
             if not 0 <= int(choice) < len(listed):
                 raise GoalError(f'alternative index {int(choice)} out of range: the last '
                                 f'alternatives() listed {len(listed)} (0..{len(listed) - 1})')

@@ -377,16 +377,11 @@ class SmcSolver(Solver):
         (``branches.Branches.list``); empty before the first step."""
         return self._branches.list(max_count)
 
-    @property
-    def _alternatives(self):
-        """The last ``alternatives()`` list (``select_alternative`` indexes it)."""
-        return self._branches.records
-
     def select_alternative(self, choice):
         """Move the estimate to a branch: an index into the last ``alternatives()`` list,
         or a configuration (nq,). From then on the held branch is that one (the next steps
         refine it towards the goal); ``last_info['branch_switch']`` records the move."""
-        q = self._alternative_q(choice)
+        q = self._alternative_q(choice, lambda: self._branches.records or self.alternatives())
         state, p = self.state, self._policies
         held = state.estimate if state.estimate >= 0 else int(np.argmin(state.logw))
         previous = self._estimate.copy()
