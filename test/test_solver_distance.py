@@ -5,33 +5,27 @@ N(0, 0.3 rad) per joint) the joint-space solver reached 92-98 % without restarts
 free-point solver drives its hard constraints below 1e-9 m in a few tens of iterations.
 """
 
-import os
-
 import numpy as np
 import pytest
 
 from smcik_ros.errors import GoalError, ParameterError
 from smcik_ros.goals import (OrientationTarget, PoseTarget, PositionTarget, as_goal,
                              task_errors)
-from smcik_ros.model import Chain
 from smcik_ros.solvers import make_solver
 from smcik_ros.solvers.distance import (FreePointDistanceSolver, PointDistance,
                                         reference_anchors)
 from smcik_ros.solvers.jacobian import finite_difference_jacobian
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-URDFS = {'arm': os.path.join(ROOT, 'urdf', 'smcik_arm.urdf'),
-         'arm6': os.path.join(ROOT, 'urdf', 'smcik_arm6.urdf')}
 
-
-@pytest.fixture(scope='module', params=sorted(URDFS))
+@pytest.fixture(params=['arm7', 'arm6'])
 def chain(request):
-    return Chain.from_urdf(URDFS[request.param])
+    """Each demo arm (the session fixtures of conftest.py)."""
+    return request.getfixturevalue(request.param)
 
 
-@pytest.fixture(scope='module')
-def arm():
-    return Chain.from_urdf(URDFS['arm'])
+@pytest.fixture
+def arm(arm7):
+    return arm7
 
 
 def nearby_problems(chain, trials, seed=1, spread=0.3):
@@ -157,8 +151,7 @@ def test_hard_point_distance_contact_is_met(arm):
     assert met >= 8
 
 
-@pytest.mark.parametrize('secondary', ['priority', 'paper'])
-def test_soft_reference_keeps_the_reference_style(arm, secondary):
+def test_soft_reference_keeps_the_reference_style(arm):
     """With the target reached, the 'points' soft task pulls link origins to the reference
     (7-DOF arm: a one-dimensional null space, so the pull is often small)."""
     rng = np.random.default_rng(8)
@@ -167,7 +160,7 @@ def test_soft_reference_keeps_the_reference_style(arm, secondary):
         q0 = 0.7 * arm.random_configuration(rng) + 0.3 * arm.neutral_configuration()
         goal = arm.fk(q0)
         solver = make_solver('distance', arm, soft_reference='points', limit_gain=0.0,
-                             secondary=secondary, restart_after=0)
+                             restart_after=0)
         solver.reset(q0)
         start = np.linalg.norm(solver._link_points(arm.frames(q0)) - solver._ref_points)
         for _ in range(60):
@@ -178,12 +171,8 @@ def test_soft_reference_keeps_the_reference_style(arm, secondary):
         gap = np.linalg.norm(solver._link_points(arm.frames(q)) - solver._ref_points)
         closer += gap < start - 1e-3
         worse += gap > start + 1e-3
-    if secondary == 'priority':
-        # The task-priority step is a descent direction of the soft error.
-        assert closer >= 5 and worse == 0
-    else:
-        # The paper's projected pseudo-inverse step is not always one (see docs).
-        assert closer >= 2
+    # The task-priority step is a descent direction of the soft error.
+    assert closer >= 5 and worse == 0
 
 
 def test_reference_anchors_are_origin_and_scaled_basis():
@@ -213,7 +202,6 @@ def test_unreachable_target_gives_best_effort(chain):
     ({'soft_gain': -0.1}, '[0, 1]'),
     ({'soft_max_step': 0.0}, '> 0'),
     ({'reference_sigma': 0.0}, '> 0'),
-    ({'secondary': 'nullspace'}, 'priority, paper'),
 ])
 def test_bad_settings_raise_parameter_error(arm, changes, words):
     with pytest.raises(ParameterError) as info:

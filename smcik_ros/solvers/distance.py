@@ -41,10 +41,11 @@ import numpy as np
 from ..errors import GoalError, ParameterError
 from ..goals import (Constraint, OrientationTarget, PoseTarget, PositionTarget,
                      _check_link, _finite_array, _positive)
-from .base import Solver, SolverSettings, _check, register, stack_terms
-from .inequality import constrained_step, inequality_constraints
-from .jacobian import (StallMonitor, _check_dampers, limit_push, limited_step,
-                       nullspace_projector, random_free_configuration)
+from ..rotations import skew
+from .base import SolverSettings, _check, check_choice, check_fields, register, stack_terms
+from .inequality import inequality_constraints
+from .jacobian import (DescentSettings, JacobianSolver, limit_push, nullspace_projector,
+                       pinv_step)
 
 __all__ = ['DistanceSettings', 'DistanceSolver', 'PointDistance', 'FreePointSettings',
            'FreePointDistanceSolver', 'FreePointResult', 'reference_anchors']
@@ -52,7 +53,6 @@ __all__ = ['DistanceSettings', 'DistanceSolver', 'PointDistance', 'FreePointSett
 SOFT_REFERENCES = ('anchors', 'points', 'none')
 _DENSE_ROWS = 150     # free-point solver: below this many hard rows, solve J0 J0^T densely
 REFERENCE_POSTURES = ('neutral', 'reset')
-SECONDARY_FORMS = ('priority', 'paper')
 
 
 def reference_anchors(scale, origin=(0.0, 0.0, 0.0)):
@@ -129,80 +129,41 @@ class PointDistance(Constraint):
 
 # ---------------------------------------------------------------------- joint-space solver
 @dataclass(frozen=True)
-class DistanceSettings(SolverSettings):
-    """Settings of the distance solver (field names are the ROS parameter names)."""
+class DistanceSettings(DescentSettings):
+    """Settings of the distance solver: the iteration's (``DescentSettings``: ``gain`` is
+    the fraction of the hard-constraint Newton step), then the distance task's."""
 
-    gain: float = 1.0                    # fraction of the hard-constraint Newton step (solve)
-    online_gain: float = 0.5             # the same for step() (online use)
     soft_gain: float = 0.3               # eq. 11 secondary-task gain (limits its involvement)
     soft_max_step: float = 0.1           # [rad or m] largest joint change of the soft step
-    secondary: str = 'priority'          # soft step: 'priority' (Nakamura) or 'paper' (eq. 11)
     soft_decay: float = 0.95             # per-iteration factor on the secondary task after a
     #                                      new goal (1: constant): it guides, then fades
-    max_step: float = 0.5                # [rad or m] largest joint change of one iteration
-    singular_value_cutoff: float = 1e-4  # pseudo-inverse: singular values < cutoff * largest -> 0
     point_offset: float = 0.1            # [m] distance of the orientation points from the tool
     orientation_points: int = 3          # points along the tool axes per orientation (2 or 3)
     soft_reference: str = 'anchors'      # 'anchors', 'points' or 'none' (see the docs)
     reference_posture: str = 'neutral'   # posture whose distances are kept: 'neutral' or 'reset'
-    anchor_scale: float = 0.0            # [m] anchor spacing; 0: the chain's length scale
     reference_sigma: float = 0.05        # [m] soft reference rows are divided by this
-    limit_gain: float = 0.2              # null-space push out of the joint-limit margins
-    limit_margin: float = 0.1            # share of each joint range where that push acts
-    restart_after: int = 10              # solve(): iterations without progress before a
-    #                                      random restart (0: never)
-    seed: int = -1                       # random seed of the restarts; -1: fresh entropy
-    collision_influence_distance: float = 0.05  # [m] d_i: pairs closer than this get a damper
-    collision_security_distance: float = 0.002  # [m] d_s: the (padded) distance dampers keep
-    collision_damper_gain: float = 0.5   # xi: share of the margin d - d_s closable per step
 
     def validate(self):
-        _check_dampers(self)
-        for name in ('gain', 'online_gain'):
-            _check(0.0 < getattr(self, name) <= 1.0,
-                   f'{name} must be in (0, 1]; got {getattr(self, name)}')
-        _check(self.secondary in SECONDARY_FORMS,
-               f'secondary must be one of {", ".join(SECONDARY_FORMS)}; got {self.secondary!r}')
-        _check(0.0 < self.soft_decay <= 1.0,
-               f'soft_decay must be in (0, 1]; got {self.soft_decay}')
-        _check(self.soft_max_step > 0.0,
-               f'soft_max_step must be > 0 [rad or m]; got {self.soft_max_step}')
-        for name in ('soft_gain', 'limit_gain'):
-            _check(0.0 <= getattr(self, name) <= 1.0,
-                   f'{name} must be in [0, 1]; got {getattr(self, name)}')
-        _check(self.max_step > 0.0, f'max_step must be > 0 [rad or m]; got {self.max_step}')
-        _check(0.0 <= self.singular_value_cutoff < 1.0,
-               f'singular_value_cutoff must be in [0, 1); got {self.singular_value_cutoff}')
-        _check(self.point_offset > 0.0,
-               f'point_offset must be > 0 [m]; got {self.point_offset}')
+        super().validate()
+        check_choice(self, 'soft_reference', SOFT_REFERENCES)
+        check_choice(self, 'reference_posture', REFERENCE_POSTURES)
+        check_fields(self, '(0, 1]', 'soft_decay')
+        check_fields(self, '[0, 1]', 'soft_gain')
+        check_fields(self, '> 0', 'soft_max_step', note=' [rad or m]')
+        check_fields(self, '> 0', 'point_offset', 'reference_sigma', note=' [m]')
         _check(self.orientation_points in (2, 3),
                f'orientation_points must be 2 or 3; got {self.orientation_points}')
-        _check(self.soft_reference in SOFT_REFERENCES,
-               f'soft_reference must be one of {", ".join(SOFT_REFERENCES)}; '
-               f'got {self.soft_reference!r}')
-        _check(self.reference_posture in REFERENCE_POSTURES,
-               f'reference_posture must be one of {", ".join(REFERENCE_POSTURES)}; '
-               f'got {self.reference_posture!r}')
-        _check(self.anchor_scale >= 0.0,
-               f'anchor_scale must be >= 0 [m] (0: chain length scale); got {self.anchor_scale}')
-        _check(self.reference_sigma > 0.0,
-               f'reference_sigma must be > 0 [m]; got {self.reference_sigma}')
-        _check(0.0 <= self.limit_margin <= 0.5,
-               f'limit_margin must be in [0, 0.5] (share of the joint range); '
-               f'got {self.limit_margin}')
-        _check(self.restart_after >= 0,
-               f'restart_after must be >= 0 (0: never restart); got {self.restart_after}')
-        _check(self.seed >= -1, f'seed must be >= 0, or -1 for a random seed; got {self.seed}')
 
 
 @register('distance')
-class DistanceSolver(Solver):
-    """Distance-constraint IK in the chain's joint space (see the module docstring)."""
+class DistanceSolver(JacobianSolver):
+    """Distance-constraint IK in the chain's joint space (see the module docstring): the
+    Jacobian solver's iteration (``limited_step``, dampers) on point rows, with the pseudo-
+    inverse as primary step and the reference distances as secondary task."""
 
     Settings = DistanceSettings
 
     def __init__(self, chain, settings=None):
-        super().__init__(chain, settings)
         # The moving link origins: the points whose reference distances are kept.
         bodies, offsets = [], []
         seen = set()
@@ -216,22 +177,13 @@ class DistanceSolver(Solver):
             offsets.append(off[:3, 3].copy())
         self._ref_bodies = np.array(bodies, dtype=int)
         self._ref_offsets = np.array(offsets, dtype=float).reshape(-1, 3)
-        self._point_cols = _column_masks(chain, self._ref_bodies)
-        self._configure()
-        self._on_constraints_changed()
-        self._reset(self._q)
+        self._point_cols = np.zeros((len(bodies), len(chain.column_body)), dtype=bool)
+        for p, b in enumerate(bodies):       # (P, C): Jacobian column c moves point p's body
+            self._point_cols[p, chain.columns_of_body[b]] = True
+        self._anchors = reference_anchors(chain.length_scale)
+        super().__init__(chain, settings)
 
     # ------------------------------------------------------------------ setup
-    def _configure(self):
-        s = self.settings
-        self._rng = np.random.default_rng(None if s.seed < 0 else s.seed)
-        scale = s.anchor_scale if s.anchor_scale > 0.0 else self.chain.length_scale
-        self._anchors = reference_anchors(scale)
-
-    def _on_settings_changed(self):
-        self._configure()
-        self._set_reference(self._reference_q)
-
     def _on_constraints_changed(self):
         # Collision and keep-out constraints are inequalities with velocity dampers (see
         # solvers.inequality), not distance equalities.
@@ -240,25 +192,23 @@ class DistanceSolver(Solver):
         self._soft = [c for c in self.constraints if not c.hard]
 
     def _reset(self, q):
-        self._frames = self.chain.frames(q)
-        self._stall_monitor = StallMonitor(self.settings.restart_after)
-        self._set_reference(q if self.settings.reference_posture == 'reset' else None)
+        super()._reset(q)
+        # The reference posture's link points and their distances to the anchors; rows
+        # with a (near) zero reference distance carry no gradient: they are left out.
+        reference = q if self.settings.reference_posture == 'reset' else \
+            self.chain.neutral_configuration()
+        self._ref_points = self._link_points(self.chain.frames(reference))
+        self._ref_dist = np.linalg.norm(self._ref_points[:, None, :] - self._anchors[None],
+                                        axis=-1)                                   # (P, 4)
+        self._ref_rows = self._ref_dist > 1e-6
         self._secondary_scale = 1.0
 
     def _on_goal_changed(self, targets):
         self._secondary_scale = 1.0
 
-    def _set_reference(self, q):
-        """Store the reference posture's link points and their anchor distances."""
-        q_ref = self.chain.neutral_configuration() if q is None else np.array(q, dtype=float)
-        self._reference_q = q if q is None else q_ref
-        frames = self.chain.frames(q_ref)
-        pts = self._link_points(frames)
-        self._ref_points = pts
-        dist = np.linalg.norm(pts[:, None, :] - self._anchors[None], axis=-1)   # (P, 4)
-        self._ref_dist = dist
-        # Rows with a (near) zero reference distance carry no gradient: leave them out.
-        self._ref_rows = dist > 1e-6
+    def _restart(self):
+        self._secondary_scale = 1.0
+        return super()._restart()
 
     def _link_points(self, frames):
         """Return the (P, 3) reference link origins of the first configuration of frames."""
@@ -307,7 +257,7 @@ class DistanceSolver(Solver):
         goal_arms = a * goal_rot @ axes.T
         for k in range(axes.shape[0]):
             res.append(arms[:, k] - goal_arms[:, k])
-            rows.append(-_skew(arms[:, k]) @ jac6[3:])
+            rows.append(-skew(arms[:, k]) @ jac6[3:])
         return np.concatenate(res), np.concatenate(rows, axis=0)
 
     def soft_terms(self, frames):
@@ -338,61 +288,47 @@ class DistanceSolver(Solver):
         return np.concatenate(res), np.concatenate(jac, axis=0)
 
     # ------------------------------------------------------------------ one iteration
-    def _iterate(self, targets, online):
-        s = self.settings
-        chain = self.chain
-        q, frames = self._q, self._frames
-        f, j0 = self.hard_terms(targets, frames)
-        if not online and self._stall_monitor.stalled(float(f @ f), self.last_info):
-            q_new = random_free_configuration(chain, self._rng, self._inequalities)
-            self._secondary_scale = 1.0
-        else:
-            gain = s.online_gain if online else s.gain
-            z = np.zeros(chain.nv)
-            scale = self._secondary_scale
-            self._secondary_scale *= s.soft_decay
-            g, j1 = self.soft_terms(frames)
-            if s.soft_gain * scale > 1e-6 and g.size:
-                z -= s.soft_gain * self._secondary_step(f, j0, g, j1, gain)
-                biggest = np.max(np.abs(z))
-                if biggest > s.soft_max_step:
-                    z *= s.soft_max_step / biggest
-            if s.limit_gain > 0.0 and s.limit_margin > 0.0 and len(chain.scalar_q):
-                sq = chain.scalar_q
-                z[chain.scalar_v] += s.limit_gain * limit_push(
-                    q[sq], chain.lower[sq], chain.upper[sq], s.limit_margin)
-            # The paper's "parameter ... to limit the involvement of the secondary task at
-            # the end of the iteration": the secondary guides the first steps, then fades,
-            # so the hard constraints converge to zero rather than to a second-order error.
-            z *= scale
-            dv = limited_step(chain, q, j0, -gain * f, z, s, _pinv_step(s.singular_value_cutoff))
-            if self._inequalities:
-                dv, info = constrained_step(chain, q, dv, frames, self._inequalities, j0, s,
-                                            s.max_step, motion=online)
-                self.last_info.update(info)
-            q_new = chain.clip(chain.integrate(q, dv))
-        self._q = q_new
-        self._frames = chain.frames(q_new)
+    def _task(self, targets):
+        """Return (|F|^2, (F, J0)): the hard rows (``hard_terms``)."""
+        f, j0 = self.hard_terms(targets, self._frames)
         self.last_info['hard_error'] = float(np.sqrt(f @ f))
-        return q_new, self._frames
+        return float(f @ f), (f, j0)
+
+    def _method_step(self, jac, e, svd):
+        return pinv_step(jac, e, svd, max(self.settings.singular_value_cutoff, 1e-12))
+
+    def _secondary(self, task, gain):
+        """Return the (nv,) secondary step z: the soft rows' correction (at most
+        ``soft_max_step``) and the joint-limit push, times ``soft_decay`` ** (iterations
+        since the goal, a reset or a restart): the paper's "parameter ... to limit the
+        involvement of the secondary task at the end of the iteration", so the hard
+        constraints converge to zero rather than to a second-order error."""
+        s = self.settings
+        z = np.zeros(self.chain.nv)
+        scale = self._secondary_scale
+        self._secondary_scale *= s.soft_decay
+        g, j1 = self.soft_terms(self._frames)
+        if s.soft_gain * scale > 1e-6 and g.size:
+            z -= s.soft_gain * self._secondary_step(*task, g, j1, gain)
+            biggest = np.max(np.abs(z))
+            if biggest > s.soft_max_step:
+                z *= s.soft_max_step / biggest
+        z += limit_push(self.chain, self._q, s)
+        return z * scale
 
     def _secondary_step(self, f, j0, g, j1, gain):
         """Return the (unscaled) soft correction: minus the step that reduces G.
 
-        'paper' (eq. 11 as written): J1^+ G, later projected by (I - J0^+ J0). Projecting
-        a pseudo-inverse step is not always a descent direction for |G|^2 (J1 N J1^+ is
-        not positive semi-definite for a tall J1), and on the 7-DOF arm it raised the soft
-        error in 4 of 10 trials. 'priority' (the task-priority solution of Nakamura,
-        Hanafusa & Yoshikawa 1987): N (J1 N)^+ (G + J1 dx0) with dx0 = -gain J0^+ F,
-        the best soft correction that leaves the hard constraints alone to first order.
-        Both damped (``_least_squares``).
+        The task-priority solution (Nakamura, Hanafusa & Yoshikawa 1987)
+        N (J1 N)^+ (G + J1 dx0) with dx0 = -gain J0^+ F, damped (``_least_squares``): the
+        best soft correction that leaves the hard constraints alone to first order. Eq. 11's
+        projected J1^+ G is not always a descent direction for |G|^2 (J1 N J1^+ is not
+        positive semi-definite for a tall J1): on the 7-DOF arm it raised the soft error in
+        4 of 10 trials (docs/solvers.md).
         """
-        if self.settings.secondary == 'paper':
-            return _least_squares(j1, g)
         u, sv, vt = np.linalg.svd(j0, full_matrices=False)
-        cutoff = self.settings.singular_value_cutoff
-        dx0 = _pinv_step(cutoff)(j0, -gain * f, (u, sv, vt))
-        proj = nullspace_projector(vt, sv, cutoff)
+        dx0 = self._method_step(j0, -gain * f, (u, sv, vt))
+        proj = nullspace_projector(vt, sv, self.settings.singular_value_cutoff)
         return proj @ _least_squares(j1 @ proj, g + j1 @ dx0)
 
 
@@ -408,29 +344,6 @@ def _least_squares(jac, res, ridge=1e-2):
     ridge = ridge * (np.trace(jtj) / max(len(jtj), 1) + 1e-300)
     jtj[np.diag_indices_from(jtj)] += ridge
     return np.linalg.solve(jtj, jac.T @ res)
-
-
-def _pinv_step(cutoff):
-    def step(jac, e, svd):
-        u, sv, vt = svd
-        if sv.size == 0:
-            return np.zeros(jac.shape[1])
-        keep = sv > max(cutoff, 1e-12) * sv[0]
-        inv = np.where(keep, 1.0 / np.where(keep, sv, 1.0), 0.0)
-        return vt.T @ (inv * (u.T @ e))
-    return step
-
-
-def _skew(v):
-    return np.array([[0.0, -v[2], v[1]], [v[2], 0.0, -v[0]], [-v[1], v[0], 0.0]])
-
-
-def _column_masks(chain, bodies):
-    """Return (P, C) bool: Jacobian column c moves body ``bodies[p]``."""
-    mask = np.zeros((len(bodies), len(chain.column_body)), dtype=bool)
-    for p, b in enumerate(bodies):
-        mask[p, chain.columns_of_body[b]] = True
-    return mask
 
 
 def _point_jacobians(frames, bodies, points, masks):
@@ -459,25 +372,15 @@ class FreePointSettings(SolverSettings):
     soft_gain: float = 0.1               # eq. 11 secondary-task gain
     soft_step_fraction: float = 0.2      # largest soft-step point move / shortest segment
     soft_decay: float = 0.95             # per-step factor on the soft task since reset/solve
-    max_step: float = 0.0                # [m] largest point move per iteration; 0: no limit
     singular_value_cutoff: float = 1e-6  # dense pseudo-inverses: relative cut-off
     regularization: float = 1e-10        # structured solve: relative ridge on J0 J0^T
     structured: bool = True              # block-sparse solve (eqs. 12-13) instead of dense SVD
 
     def validate(self):
-        _check(0.0 < self.gain <= 1.0, f'gain must be in (0, 1]; got {self.gain}')
-        _check(0.0 <= self.soft_gain <= 1.0, f'soft_gain must be in [0, 1]; got {self.soft_gain}')
-        _check(0.0 < self.soft_decay <= 1.0,
-               f'soft_decay must be in (0, 1]; got {self.soft_decay}')
-        _check(self.soft_step_fraction > 0.0,
-               f'soft_step_fraction must be > 0 (share of the shortest segment); '
-               f'got {self.soft_step_fraction}')
-        _check(self.max_step >= 0.0, f'max_step must be >= 0 [m] (0: no limit); '
-                                     f'got {self.max_step}')
-        _check(0.0 <= self.singular_value_cutoff < 1.0,
-               f'singular_value_cutoff must be in [0, 1); got {self.singular_value_cutoff}')
-        _check(0.0 <= self.regularization < 1.0,
-               f'regularization must be in [0, 1); got {self.regularization}')
+        check_fields(self, '(0, 1]', 'gain', 'soft_decay')
+        check_fields(self, '[0, 1]', 'soft_gain')
+        check_fields(self, '> 0', 'soft_step_fraction', note=' (share of the shortest segment)')
+        check_fields(self, '[0, 1)', 'singular_value_cutoff', 'regularization')
 
 
 @dataclass(frozen=True)
@@ -567,41 +470,39 @@ class FreePointDistanceSolver:
         return np.array(idx, dtype=int), np.array(pos, dtype=float).reshape(-1, 3)
 
     def hard_rows(self, x, targets):
-        """Return F (m0,) and the row structure of J0.
+        """Return F (m0,) and the row structure of J0: the segments, then the targets.
 
         Each row touches at most two points: (coef_a (m0, 3), point_a (m0,),
         coef_b (m0, 3), point_b (m0,), point_b = -1 where only one point is touched).
         """
         ti, tp = targets
         e = self.edges
-        diff = x[e[:, 0]] - x[e[:, 1]]
-        d = self.lengths
-        f_seg = (np.einsum('mk,mk->m', diff, diff) - d * d) / (2.0 * d)
-        g_seg = diff / d[:, None]
+        f_seg, g_seg = _distance_rows(x[e[:, 0]] - x[e[:, 1]], self.lengths)
         k = len(ti)
-        f_tgt = (x[ti] - tp).ravel()
-        eye = np.tile(np.eye(3), (k, 1))
-        f = np.concatenate([f_seg, f_tgt])
-        coef_a = np.concatenate([g_seg, eye])
-        pa = np.concatenate([e[:, 0], np.repeat(ti, 3)])
-        coef_b = np.concatenate([-g_seg, np.zeros((3 * k, 3))])
-        pb = np.concatenate([e[:, 1], np.full(3 * k, -1)])
-        return f, (coef_a, pa, coef_b, pb)
+        return (np.concatenate([f_seg, (x[ti] - tp).ravel()]),
+                (np.concatenate([g_seg, np.tile(np.eye(3), (k, 1))]),
+                 np.concatenate([e[:, 0], np.repeat(ti, 3)]),
+                 np.concatenate([-g_seg, np.zeros((3 * k, 3))]),
+                 np.concatenate([e[:, 1], np.full(3 * k, -1)])))
 
     def soft_anchor_rows(self, x):
         """Return G (n, 4) and the per-point (n, 4, 3) blocks of the anchor rows (eq. 13)."""
-        diff = x[:, None, :] - self.anchors[None]
-        d = self.anchor_dist
-        g = (np.einsum('nak,nak->na', diff, diff) - d * d) / (2.0 * d)
-        return g, diff / d[..., None]
+        return _distance_rows(x[:, None, :] - self.anchors[None], self.anchor_dist)
 
-    def soft_pair_rows(self, x):
-        """Return G (s,) and the two-point row structure of the soft pair distances."""
+    def soft_rows(self, x):
+        """Return G (m1,) and the row structure of J1 (as ``hard_rows``): each point's
+        distances to the anchors (one-point rows), then the soft pairs."""
         p = self.soft_pairs
-        diff = x[p[:, 0]] - x[p[:, 1]]
-        d = self.pair_dist
-        g = (np.einsum('mk,mk->m', diff, diff) - d * d) / (2.0 * d)
-        return g, (diff / d[:, None], p[:, 0], -diff / d[:, None], p[:, 1])
+        g, grad = _distance_rows(x[p[:, 0]] - x[p[:, 1]], self.pair_dist)
+        if self.soft != 'anchors':
+            return g, (grad, p[:, 0], -grad, p[:, 1])
+        n = self.num_points
+        ga, blocks = self.soft_anchor_rows(x)
+        return (np.concatenate([ga.ravel(), g]),
+                (np.concatenate([blocks.reshape(-1, 3), grad]),
+                 np.concatenate([np.repeat(np.arange(n), 4), p[:, 0]]),
+                 np.concatenate([np.zeros((4 * n, 3)), -grad]),
+                 np.concatenate([np.full(4 * n, -1), p[:, 1]])))
 
     # ------------------------------------------------------------------ one Newton step
     def step(self, targets=None):
@@ -632,10 +533,6 @@ class FreePointDistanceSolver:
             dx = self._primary_structured(x, tg, z)
         else:
             dx = self._primary_dense(x, tg, z)
-        if s.max_step > 0.0:
-            biggest = np.max(np.linalg.norm(dx, axis=-1))
-            if biggest > s.max_step:
-                dx *= s.max_step / biggest
         self.points = x + dx
         return self.points.copy()
 
@@ -648,51 +545,18 @@ class FreePointDistanceSolver:
         the whole (m1, 3n) matrix.
         """
         s = self.settings
-        n = self.num_points
-        n3 = 3 * n
         if self.soft != 'anchors' and not len(self.soft_pairs):
-            return np.zeros(n3)
-        if not structured:
-            g, j1 = self._soft_dense(x)
-            return -s.soft_gain * (np.linalg.pinv(j1, rcond=max(s.singular_value_cutoff,
-                                                                 1e-15)) @ g)
-        if not len(self.soft_pairs):
+            return np.zeros(3 * self.num_points)
+        if structured and not len(self.soft_pairs):
             g, blocks = self.soft_anchor_rows(x)                  # (n, 4), (n, 4, 3)
             return -s.soft_gain * np.einsum('nka,na->nk', np.linalg.pinv(blocks), g).ravel()
-        import scipy.sparse as sp
-        from scipy.sparse.linalg import splu
-
-        parts_g, parts_j = [], []
-        if self.soft == 'anchors':
-            g, blocks = self.soft_anchor_rows(x)
-            rows = np.repeat(np.arange(4 * n), 3)
-            cols = (3 * np.repeat(np.arange(n), 4)[:, None] + np.arange(3)).ravel()
-            parts_j.append(sp.csr_matrix((blocks.ravel(), (rows, cols)), shape=(4 * n, n3)))
-            parts_g.append(g.ravel())
-        g, prow = self.soft_pair_rows(x)
-        parts_j.append(_sparse_rows(prow, n3))
-        parts_g.append(g)
-        j1 = sp.vstack(parts_j).tocsr()
-        ata = (j1.T @ j1).tocsc()
-        ridge = max(s.regularization, 1e-12) * (ata.diagonal().mean() + 1e-30)
-        lu = splu(ata + ridge * sp.identity(n3, format='csc'))
-        return -s.soft_gain * lu.solve(j1.T @ np.concatenate(parts_g))
-
-    def _soft_dense(self, x):
-        n3 = 3 * self.num_points
-        gs, js = [], []
-        if self.soft == 'anchors':
-            g, blocks = self.soft_anchor_rows(x)
-            jac = np.zeros((self.num_points, 4, n3))
-            for i in range(self.num_points):
-                jac[i, :, 3 * i:3 * i + 3] = blocks[i]
-            gs.append(g.ravel())
-            js.append(jac.reshape(-1, n3))
-        if len(self.soft_pairs):
-            g, rows = self.soft_pair_rows(x)
-            gs.append(g)
-            js.append(_dense_rows(rows, n3))
-        return np.concatenate(gs), np.concatenate(js, axis=0)
+        g, rows = self.soft_rows(x)
+        if not structured:
+            j1 = _dense_rows(rows, 3 * self.num_points)
+            return -s.soft_gain * (np.linalg.pinv(j1, rcond=max(s.singular_value_cutoff,
+                                                                 1e-15)) @ g)
+        j1 = _sparse_rows(rows, 3 * self.num_points)
+        return -s.soft_gain * _sparse_solve(j1.T @ j1, max(s.regularization, 1e-12), j1.T @ g)
 
     def _primary_dense(self, x, tg, z):
         """Eq. 11 with dense matrices and an SVD pseudo-inverse (the unoptimised version)."""
@@ -722,14 +586,9 @@ class FreePointDistanceSolver:
             jjt[np.diag_indices_from(jjt)] += s.regularization * (np.trace(jjt) / len(f)
                                                                    + 1e-30)
             y = np.linalg.solve(jjt, rhs + j0 @ z)
-            return (z - j0.T @ y).reshape(-1, 3)
-        import scipy.sparse as sp
-        from scipy.sparse.linalg import splu
-
-        j0 = _sparse_rows(rows, n3)
-        jjt = (j0 @ j0.T).tocsc()
-        ridge = s.regularization * (jjt.diagonal().mean() + 1e-30)
-        y = splu(jjt + ridge * sp.identity(jjt.shape[0], format='csc')).solve(rhs + j0 @ z)
+        else:
+            j0 = _sparse_rows(rows, n3)
+            y = _sparse_solve(j0 @ j0.T, s.regularization, rhs + j0 @ z)
         return (z - j0.T @ y).reshape(-1, 3)
 
     # ------------------------------------------------------------------ loop
@@ -737,14 +596,9 @@ class FreePointDistanceSolver:
         """Return (largest hard residual [m], RMS soft residual [m]) at points ``x``."""
         x = self.points if x is None else x
         f, _ = self.hard_rows(x, self._targets(targets))
-        g = []
-        if self.soft == 'anchors':
-            g.append(self.soft_anchor_rows(x)[0].ravel())
-        if len(self.soft_pairs):
-            g.append(self.soft_pair_rows(x)[0])
-        g = np.concatenate(g) if g else np.zeros(1)
+        g = self.soft_rows(x)[0]
         hard = float(np.max(np.abs(f))) if f.size else 0.0
-        return hard, float(np.sqrt(np.mean(g * g)))
+        return hard, float(np.sqrt(np.mean(g * g))) if g.size else 0.0
 
     def solve(self, targets=None, max_iters=100, tol=1e-6, points=None):
         """Iterate eq. 11 from ``points`` (default: the current points) until every hard
@@ -769,7 +623,6 @@ class FreePointDistanceSolver:
         q = chain.neutral_configuration() if q is None else q
         frames = chain.frames(q)
         pts = [frames.point(chain.base_link)[0]]
-        parent_of = {}
         index_of_body = {-1: 0}
         edges = []
         for link in chain.link_names[1:]:
@@ -783,7 +636,6 @@ class FreePointDistanceSolver:
             idx = len(pts) - 1
             edges.append((parent, idx))
             index_of_body[body] = idx
-            parent_of[idx] = parent
         kwargs.setdefault('pinned', (0,))
         return cls(np.array(pts), edges, **kwargs)
 
@@ -806,6 +658,24 @@ def _dense_rows(rows, n3):
         two = pb >= 0
         jac[r[two], 3 * pb[two] + k] += coef_b[two, k]
     return jac
+
+
+def _distance_rows(diff, d):
+    """Return the distance residuals g = (|diff|^2 - d^2) / (2 d) (...,) [m] of point
+    differences ``diff`` (..., 3) from reference distances ``d`` (...,), and their gradient
+    diff / d (..., 3) with respect to the first point."""
+    g = (np.einsum('...k,...k->...', diff, diff) - d * d) / (2.0 * d)
+    return g, diff / d[..., None]
+
+
+def _sparse_solve(a, relative_ridge, rhs):
+    """Return (A + mu I)^-1 rhs for a sparse symmetric A, mu = relative_ridge * mean diag A."""
+    import scipy.sparse as sp
+    from scipy.sparse.linalg import splu
+
+    a = a.tocsc()
+    ridge = relative_ridge * (a.diagonal().mean() + 1e-30)
+    return splu(a + ridge * sp.identity(a.shape[0], format='csc')).solve(rhs)
 
 
 def _sparse_rows(rows, n3):
