@@ -447,7 +447,7 @@ def test_keep_out_sphere_on_the_skeleton_and_with_links():
     assert sphere.residual(chain.frames(q))[0, 0] > 0.0
 
 
-def test_batched_motion_checks_and_the_first_free_motion(arm):
+def test_batched_motion_checks_are_the_single_ones(arm):
     urdf, chain, model, pairs = arm
     rng = np.random.default_rng(9)
     c = CollisionConstraint(model, Scene(_random_obstacles(rng, 8)), pairs=pairs)
@@ -460,18 +460,7 @@ def test_batched_motion_checks_and_the_first_free_motion(arm):
     batched = c.check_motions(q0, targets)
     single = np.array([c.check_motion(q0, t)[0] for t in targets])
     np.testing.assert_array_equal(batched, single)
-    # The first free candidate in the given order, each clipped to the step bound.
-    delta = np.full(chain.nq, 0.05)
-    order = np.argsort(~batched, kind='stable')        # free ones first
-    index, q_to = c.first_free_motion(q0, targets[order], delta)
-    clipped = chain.clip(q0 + np.clip(targets[order] - q0, -delta, delta))
-    free = c.check_motions(q0, clipped)
-    if free.any():
-        assert index == int(np.flatnonzero(free)[0])
-        np.testing.assert_allclose(q_to, clipped[index])
-        assert c.check_motion(q0, q_to)[0]
-    else:
-        assert index is None and np.array_equal(q_to, q0)
+    assert batched.any() and not batched.all(), batched
 
 
 def test_pair_tables_are_cached_on_disk_and_identical(tmp_path):

@@ -49,7 +49,7 @@ import numpy as np
 from ..errors import GoalError
 from ..goals import Constraint
 from ..rotations import quat_conjugate, quat_multiply, quat_slerp, quat_to_rotvec
-from .engine import min_per_pair
+from .engine import smallest_per_group
 from .evaluation import CollisionEvaluation
 from .model import CollisionModel
 from .pairs import self_collision_pairs
@@ -76,17 +76,12 @@ _NO_SHIFT = np.zeros(0)
 
 class CollisionReport:
     """Closest pair per configuration: distance (N,) [m] (padded; inf when nothing is near),
-    names [(a, b) or None], point_a / point_b (N, 3) [m] (NaN when none), and whether each
-    configuration is in collision (distance < 0)."""
+    names [(a, b) or None], point_a / point_b (N, 3) [m] (NaN when none)."""
 
     __slots__ = ('distance', 'names', 'point_a', 'point_b')
 
     def __init__(self, distance, names, point_a, point_b):
         self.distance, self.names, self.point_a, self.point_b = distance, names, point_a, point_b
-
-    @property
-    def in_collision(self):
-        return self.distance < 0.0
 
     def __repr__(self):
         first = self.names[0] if self.names else None
@@ -124,8 +119,8 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
         self.scene = scene if scene is not None else Scene()
         if not isinstance(self.scene, Scene):
             raise GoalError(f'scene must be a collision.Scene; got {type(scene).__name__}')
-        self.padding = _non_negative(padding, 'padding')
-        self.clearance = _non_negative(clearance, 'clearance')
+        self.padding = _positive(padding, 'padding', zero=True)
+        self.clearance = _positive(clearance, 'clearance', zero=True)
         self.clearance_sigma = _positive(clearance_sigma, 'clearance_sigma')
         self.weight = _positive(weight, 'weight')
         self.max_rows = int(max_rows)
@@ -237,7 +232,7 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
         """Return the allowances (sorted pair ids, allowed padded distances) brought up to
         the stored reference, or None without one. Which of them last (``_lasting``) is
         kept with them: ``self._reference[2]``."""
-        key = self._state_key()
+        key = self.version
         if self._reference_q is None:
             return None
         if self._reference is not None and self._reference[0] == key:
@@ -345,22 +340,13 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
         return result
 
     def _top_rows(self, leaves, world):
-        limit = self.clearance
-        rows, n, _ = min_per_pair(leaves)
-        if not len(rows):
-            e = np.zeros(0, dtype=np.int64)
-            return leaves, world, e, e, e, np.zeros(0)
-        residual = limit - leaves.d[rows]
-        keep = residual > 0.0
-        rows, n, residual = rows[keep], n[keep], residual[keep]
-        order = np.lexsort((-residual, n))
-        rows, n, residual = rows[order], n[order], residual[order]
-        start = np.ones(len(n), dtype=bool)
-        start[1:] = n[1:] != n[:-1]
-        group_start = np.maximum.accumulate(np.where(start, np.arange(len(n)), 0))
-        slot = np.arange(len(n)) - group_start
-        keep = slot < self.max_rows
-        return leaves, world, rows[keep], n[keep], slot[keep], residual[keep]
+        rows = smallest_per_group(leaves.d, leaves.n, leaves.pair)     # one per object pair
+        residual = self.clearance - leaves.d[rows]
+        rows, residual = rows[residual > 0.0], residual[residual > 0.0]
+        top, slot = smallest_per_group(-residual, leaves.n[rows], count=self.max_rows,
+                                       rank=True)
+        rows = rows[top]
+        return leaves, world, rows, leaves.n[rows], slot, residual[top]
 
     def residual(self, frames):
         """Return (N, max_rows) clearance shortfalls [m], largest first (0 when clear)."""
@@ -397,13 +383,7 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
         world, leaves = self._run(first, float(influence))
         if not len(leaves):
             return np.zeros(0), np.zeros((0, nv))
-        order = np.lexsort((leaves.d, leaves.pair))
-        pair = leaves.pair[order]
-        start = np.ones(len(order), dtype=bool)
-        start[1:] = pair[1:] != pair[:-1]
-        group_start = np.maximum.accumulate(np.where(start, np.arange(len(order)), 0))
-        keep = order[(np.arange(len(order)) - group_start) < per_pair]
-        picked = leaves.select(keep)
+        picked = leaves.select(smallest_per_group(leaves.d, leaves.pair, count=per_pair))
         return picked.d.copy(), self._distance_gradients(first, world, picked)
 
     # ------------------------------------------------------------------ reports
@@ -444,10 +424,7 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
             if len(pairs):
                 pos = np.minimum(np.searchsorted(pairs, leaves.pair), len(pairs) - 1)
                 d = d + np.where(pairs[pos] == leaves.pair, shift[pos], 0.0)
-            order = np.lexsort((d, leaves.n))
-            first = np.ones(len(order), dtype=bool)
-            first[1:] = leaves.n[order][1:] != leaves.n[order][:-1]
-            pick = order[first]
+            pick = smallest_per_group(d, leaves.n)
             if len(pairs):
                 pick = pick[d[pick] < threshold]      # the rest: at least the threshold
                 if not len(pick):
@@ -494,36 +471,26 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
         no cover point moves more than the resolution between two; ok is False when any
         sub-step violates the constraint with q_from as the reference (it may not go deeper
         into what q_from already penetrates, nor below the allowances of the pairs in
-        contact, ``play`` as in ``check_motions``). info: substeps, bound [m] (largest cover-point
-        displacement of the whole motion), first_bad (fraction of the motion, or None),
-        distance [m] and pair (names) of the worst sub-step.
+        contact, ``play`` as in ``check_motions``). info: substeps, bound [m] (largest
+        cover-point displacement of the whole motion), first_bad (fraction of the motion, or
+        None), distance [m] and pair (names) of the worst sub-step.
         """
-        chain = self.model.chain
         q_from = np.asarray(q_from, dtype=float)
         q_to = np.asarray(q_to, dtype=float)
-        count, bound = self.motion_substeps(q_from, q_to, resolution)
-        s = np.arange(1, count + 1) / count
-        path = _interpolate(chain, q_from, q_to, s)
-        frames = chain.frames(path)
-        info = {'substeps': count, 'bound': bound, 'first_bad': None}
         if not len(self._robot.radii):
-            info.update(distance=np.inf, pair=None)
-            return True, info
-        leaves, _ = self._query(frames, self._eval_threshold())
-        bad = self._violating(leaves, q_from, play)
+            count, bound = self.motion_substeps(q_from, q_to, resolution)
+            return True, {'substeps': count, 'bound': bound, 'first_bad': None,
+                          'distance': np.inf, 'pair': None}
+        leaves, bad, _, s, [(count, bound)] = self._substeps(q_from, q_to[None], resolution,
+                                                             play)
+        info = {'substeps': count, 'bound': bound, 'first_bad': None,
+                'distance': float('inf'), 'pair': None}
         if bad.any():
-            first = int(leaves.n[bad].min())
-            info['first_bad'] = float(s[first])
-            worst = leaves.select(np.flatnonzero(bad))
-        else:
-            worst = leaves
-        if len(worst):
-            k = int(np.argmin(worst.d))
-            info['distance'] = float(worst.d[k])
-            info['pair'] = self.pair_names(int(worst.pair[k]))
-        else:
-            info['distance'] = float('inf')
-            info['pair'] = None
+            info['first_bad'] = float(s[int(leaves.n[bad].min())])
+            leaves = leaves.select(np.flatnonzero(bad))
+        if len(leaves):
+            k = int(np.argmin(leaves.d))
+            info.update(distance=float(leaves.d[k]), pair=self.pair_names(int(leaves.pair[k])))
         return not bad.any(), info
 
     def check_motions(self, q_from, q_tos, resolution=None, play=None):
@@ -532,45 +499,27 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
         below their allowances the pairs in contact may go (default ``CONTACT_PLAY``; a
         planner checks its plan with 0, so the command stream's own check of the same
         motion at other sub-steps finds it allowed)."""
-        chain = self.model.chain
         q_from = np.asarray(q_from, dtype=float)
         q_tos = np.atleast_2d(np.asarray(q_tos, dtype=float))
-        if not len(self._robot.radii) or not len(q_tos):
-            return np.ones(len(q_tos), dtype=bool)
-        paths, owner = [], []
-        for k, q_to in enumerate(q_tos):
-            count, _ = self.motion_substeps(q_from, q_to, resolution)
-            s = np.arange(1, count + 1) / count
-            paths.append(_interpolate(chain, q_from, q_to, s))
-            owner.append(np.full(count, k))
-        path = np.concatenate(paths)
-        owner = np.concatenate(owner)
-        leaves, _ = self._query(chain.frames(path), self._eval_threshold())
-        bad = self._violating(leaves, q_from, play)
         ok = np.ones(len(q_tos), dtype=bool)
-        ok[np.unique(owner[leaves.n[bad]])] = False
+        if len(self._robot.radii) and len(q_tos):
+            leaves, bad, owner, _, _ = self._substeps(q_from, q_tos, resolution, play)
+            ok[np.unique(owner[leaves.n[bad]])] = False
         return ok
 
-    def first_free_motion(self, q_from, candidates, max_delta=None, resolution=None):
-        """Return (index, q_to): the first candidate (K, nq), in the given order, whose motion
-        from q_from is free (``check_motion``), each first clipped to ``max_delta`` (nq,) per
-        joint [rad or m] (a velocity limit per tick); (None, q_from) when none is.
-
-        For a command stream that must not deadlock against an obstacle: when the filter's
-        estimate heads into an obstacle (its straight path cuts a corner), moving towards one
-        of its other particles (by weight) slides along it instead of holding forever.
-        """
+    def _substeps(self, q_from, q_tos, resolution, play):
+        """Return (leaves, their violation mask, owner (M,): the motion of each sub-step,
+        fraction (M,): how far along it, [(count, bound)] of each motion) of the sub-steps
+        of the straight motions q_from -> q_tos (K, nq) (``motion_substeps``)."""
         chain = self.model.chain
-        q_from = np.asarray(q_from, dtype=float)
-        cands = np.atleast_2d(np.asarray(candidates, dtype=float))
-        if max_delta is not None:
-            delta = np.broadcast_to(np.asarray(max_delta, dtype=float), q_from.shape)
-            cands = chain.clip(q_from + np.clip(cands - q_from, -delta, delta))
-        ok = self.check_motions(q_from, cands, resolution)
-        free = np.flatnonzero(ok)
-        if not len(free):
-            return None, q_from.copy()
-        return int(free[0]), cands[free[0]]
+        steps = [self.motion_substeps(q_from, q_to, resolution) for q_to in q_tos]
+        fractions = [np.arange(1, count + 1) / count for count, _ in steps]
+        path = np.concatenate([_interpolate(chain, q_from, q_to, f)
+                               for q_to, f in zip(q_tos, fractions)])
+        leaves, _ = self._query(chain.frames(path), self._eval_threshold())
+        owner = np.repeat(np.arange(len(q_tos)), [count for count, _ in steps])
+        return (leaves, self._violating(leaves, q_from, play), owner,
+                np.concatenate(fractions), steps)
 
     def __repr__(self):
         return (f'CollisionConstraint({len(self._robot.radii)} spheres, {len(self.pairs)} self '
@@ -609,7 +558,7 @@ class KeepOutObstacle(CollisionConstraint):
                                 links)
         self.obstacle = obstacle
         self.links = obstacle.links
-        self.margin = _non_negative(margin, 'margin')
+        self.margin = _positive(margin, 'margin', zero=True)
         self._settings = dict(padding=self.margin, clearance=0.0, clearance_sigma=sigma,
                               weight=weight, hard=hard, max_rows=1)
         self.hard = bool(hard)
@@ -660,10 +609,7 @@ class KeepOutObstacle(CollisionConstraint):
         out = np.zeros((len(frames), 1, nv))
         leaves, world = self._query(frames, 1e-12)
         if len(leaves):
-            order = np.lexsort((leaves.d, leaves.n))
-            first = np.ones(len(order), dtype=bool)
-            first[1:] = leaves.n[order][1:] != leaves.n[order][:-1]
-            worst = leaves.select(order[first])
+            worst = leaves.select(smallest_per_group(leaves.d, leaves.n))
             out[worst.n, 0] = -self._distance_gradients(frames, world, worst)
         return out
 
@@ -691,12 +637,10 @@ class KeepOutSphere(KeepOutObstacle):
     The same mechanism as every obstacle (a sphere ``Obstacle`` checked against the robot's
     cover); ``margin`` [m] is added clearance; ``links`` restricts which links are kept out;
     ``model``: the robot's CollisionModel (None: a thin skeleton of the chain's segments).
-    ``samples`` is accepted for compatibility and unused (the cover replaces the sampled
-    points of the earlier implementation).
     """
 
-    def __init__(self, center, radius, margin=0.0, hard=True, samples=3, sigma=0.005,
-                 links=None, weight=1.0, model=None):
+    def __init__(self, center, radius, margin=0.0, hard=True, sigma=0.005, links=None,
+                 weight=1.0, model=None):
         center = np.array(center, dtype=float)
         if center.shape != (3,):
             raise GoalError(f'keep-out sphere centre must have shape (3,); got {center.shape}')
@@ -712,23 +656,15 @@ class KeepOutSphere(KeepOutObstacle):
 
 
 # ---------------------------------------------------------------------- helpers
-def _positive(value, what):
+def _positive(value, what, zero=False):
+    """Return ``value`` as a finite float > 0 (>= 0 [m] with ``zero``); GoalError else."""
+    expected = 'a number >= 0 [m]' if zero else 'a positive number'
     try:
         value = float(value)
     except (TypeError, ValueError):
-        raise GoalError(f'{what} must be a positive number; got {value!r}') from None
-    if not math.isfinite(value) or value <= 0.0:
-        raise GoalError(f'{what} must be a positive number; got {value}')
-    return value
-
-
-def _non_negative(value, what):
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        raise GoalError(f'{what} must be a number >= 0 [m]; got {value!r}') from None
-    if not math.isfinite(value) or value < 0.0:
-        raise GoalError(f'{what} must be a number >= 0 [m]; got {value}')
+        raise GoalError(f'{what} must be {expected}; got {value!r}') from None
+    if not math.isfinite(value) or value < 0.0 or (value == 0.0 and not zero):
+        raise GoalError(f'{what} must be {expected}; got {value}')
     return value
 
 
@@ -746,11 +682,8 @@ def _merge_min(a, b):
     pair is in both."""
     pairs = np.concatenate([a[0], b[0]])
     values = np.concatenate([a[1], b[1]])
-    order = np.lexsort((values, pairs))
-    pairs, values = pairs[order], values[order]
-    first = np.ones(len(pairs), dtype=bool)
-    first[1:] = pairs[1:] != pairs[:-1]
-    return pairs[first], values[first]
+    rows = smallest_per_group(values, pairs)
+    return pairs[rows], values[rows]
 
 
 def _tangent_delta(chain, qa, qb):

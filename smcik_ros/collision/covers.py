@@ -29,28 +29,26 @@ range: the pieces are the triangles at consecutive sampled joint positions (a sp
 contains a triangle at two positions of a translation contains everything in between; for
 rotations the arc's sagitta is added to the radii).
 
-Computing a cover takes 0.1-1 s per mesh, so covers are cached on disk, keyed by a hash of
-the geometry and the settings (``default_cache_dir``; never inside the repository).
+Computing a cover takes 0.1-1 s per mesh, so covers are cached on disk (``model.cache``, in
+``default_cache_dir``; never inside the repository), keyed by a digest of the geometry and
+the settings.
 """
 
 import contextlib
 import dataclasses
-import hashlib
 import heapq
 import itertools
-import logging
-import os
 
 import numpy as np
 
+from ..model import cache as model_cache
 from ..model.cache import default_cache_dir   # the cover cache shares its directory
 
 __all__ = ['SphereCover', 'COVER_VERSION', 'default_cache_dir', 'cover_mesh', 'cover_box',
            'cover_cylinder', 'cover_sphere', 'bisect_triangles', 'cylinder_sections',
            'before_first_compute', 'cached_cover']
 
-COVER_VERSION = 3
-_LOG = logging.getLogger('smcik_ros.collision')
+COVER_VERSION = 3      # the covers' algorithm; a new one ignores the cached covers
 _before_compute = []     # callbacks of ``before_first_compute`` blocks, called once each
 
 
@@ -158,7 +156,8 @@ def cover_mesh(vertices, faces, tolerance, item_edge=None, poses=None, rotation_
         raise ValueError(f'cover tolerance must be > 0 [m]; got {tolerance}')
     item_edge = tolerance if item_edge is None else float(item_edge)
     poses = None if poses is None else np.ascontiguousarray(poses, dtype=float).reshape(-1, 4, 4)
-    key = _cache_key(vertices, faces, tolerance, item_edge, poses, rotation_sag)
+    key = model_cache.digest('cover', COVER_VERSION, vertices, faces, tolerance, item_edge,
+                             poses, float(rotation_sag))
     cached = _cache_load(cache_dir, key)
     if cached is not None:
         return cached
@@ -436,30 +435,12 @@ def _fit_radii(items, centers, depths, tolerance, pair_limit=2_000_000):
 
 
 # ---------------------------------------------------------------------- the disk cache
-def _cache_key(vertices, faces, tolerance, item_edge, poses, rotation_sag):
-    h = hashlib.sha256()
-    h.update(f'smcik_ros-cover-v{COVER_VERSION}:{tolerance!r}:{item_edge!r}:'
-             f'{float(rotation_sag)!r}'.encode())
-    h.update(vertices.tobytes())
-    h.update(faces.tobytes())
-    if poses is not None:
-        h.update(poses.tobytes())
-    return h.hexdigest()
-
-
 def cached_cover(cache_dir, compute, *parts):
-    """Return the cover stored under the hash of ``parts`` (arrays and settings), else
+    """Return the cover stored under the digest of ``parts`` (arrays and settings), else
     ``compute()``, stored there: for covers whose ``cover_mesh`` inputs come out of costly
     steps (a swept mesh's thinned poses and proxy), found before those steps. cache_dir as
     in ``cover_mesh`` ('' : no cache)."""
-    h = hashlib.sha256(f'smcik_ros-cover-v{COVER_VERSION}:derived'.encode())
-    for part in parts:
-        if isinstance(part, np.ndarray):
-            h.update(repr((part.dtype.str, part.shape)).encode())
-            h.update(np.ascontiguousarray(part).tobytes())
-        else:
-            h.update(repr(part).encode())
-    key = h.hexdigest()
+    key = model_cache.digest('cover', COVER_VERSION, 'derived', *parts)
     cover = _cache_load(cache_dir, key)
     if cover is None:
         cover = compute()
@@ -467,35 +448,14 @@ def cached_cover(cache_dir, compute, *parts):
     return cover
 
 
-def _cache_path(cache_dir, key):
-    if cache_dir == '':
-        return None
-    return os.path.join(cache_dir or default_cache_dir(), f'cover-{key}.npz')
-
-
 def _cache_load(cache_dir, key):
-    path = _cache_path(cache_dir, key)
-    if path is None or not os.path.isfile(path):
+    hit = model_cache.load(cache_dir, 'cover', key)
+    if hit is None:
         return None
-    try:
-        with np.load(path) as data:
-            return SphereCover(data['centers'], data['radii'], data['excess'],
-                               bool(data['hull']))
-    except (OSError, ValueError, KeyError) as exc:
-        _LOG.warning('ignoring unreadable cover cache file %s (%s)', path, exc)
-        return None
+    meta, arrays = hit
+    return SphereCover(arrays['centers'], arrays['radii'], arrays['excess'], meta['hull'])
 
 
 def _cache_store(cache_dir, key, cover):
-    path = _cache_path(cache_dir, key)
-    if path is None:
-        return
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f'{path}.{os.getpid()}.tmp.npz'
-        np.savez(tmp, centers=cover.centers, radii=cover.radii, excess=cover.excess,
-                 hull=np.array(cover.hull))
-        os.replace(tmp, path)
-    except OSError as exc:
-        _LOG.warning('cannot write the cover cache %s (%s): covers will be recomputed at the '
-                     'next start', path, exc)
+    model_cache.store(cache_dir, 'cover', key, {'hull': bool(cover.hull)},
+                      {'centers': cover.centers, 'radii': cover.radii, 'excess': cover.excess})

@@ -15,8 +15,8 @@ import numpy as np
 
 from ..errors import GoalError
 from ..kernels.collision import distance_gradients
-from .engine import (Leaves, ObstacleGeometry, PairTables, RobotGeometry, _ranges, lever_matrix,
-                     query)
+from .engine import (Leaves, ObstacleGeometry, PairTables, RobotGeometry, lever_matrix, query,
+                     smallest_per_group)
 from .pairs import SelfCollisionPairs
 from .shapes import point_primitive_distance, point_primitive_gradient
 
@@ -62,7 +62,7 @@ class CollisionEvaluation:
         self.pairs = arr
         self.pairs.setflags(write=False)
         self._tables = PairTables(self._robot, self.model.chain, arr, self._body_lever,
-                                         cache_dir=getattr(self.model, 'cache_dir', '')) \
+                                  cache_dir=getattr(self.model, 'cache_dir', '')) \
             if len(arr) else None
         self._pairs_version = getattr(self, '_pairs_version', 0) + 1
         self._cache = None
@@ -75,14 +75,11 @@ class CollisionEvaluation:
             self._obstacle_cache = (version, geometry)
         return geometry
 
-    def _state_key(self):
-        return (self.scene.version, self._pairs_version, self.padding)
-
     @property
     def version(self):
         """What a check depends on besides the configuration: (scene version, pairs version,
         padding); equal versions of the same object give the same verdicts."""
-        return self._state_key()
+        return (self.scene.version, self._pairs_version, self.padding)
 
     @property
     def lever(self):
@@ -101,7 +98,7 @@ class CollisionEvaluation:
         asks for the cost of the whole set) recomputes those rows only.
         """
         q = frames.q
-        state = (id(frames.chain), self._state_key())
+        state = (id(frames.chain), self.version)
         entries = [e for e in (self._cache or []) if e[0] == state]
         for k, entry in enumerate(entries):
             if entry[1] < threshold or entry[2].shape != q.shape:
@@ -154,7 +151,7 @@ class CollisionEvaluation:
             new.n = todo[new.n]
             parts.append(new)
         leaves = Leaves(*(np.concatenate([getattr(p, f) for p in parts])
-                                 for f in ('n', 'pair', 'a', 'b', 'd', 'is_self')), old.count)
+                          for f in ('n', 'pair', 'a', 'b', 'd', 'is_self')))
         # The World of ``frames`` itself (positions computed only when asked for).
         return leaves, self._robot.world(frames)
 
@@ -164,7 +161,7 @@ class CollisionEvaluation:
         object pair)'s closest leaf; see ``engine.query``)."""
         world = self._robot.world(frames)
         leaves = query(self._robot, world, self.pairs, self._obstacles(), threshold,
-                              self.padding, self._tables, frames.q, nearest, per_pair)
+                       self.padding, self._tables, frames.q, nearest, per_pair)
         return world, leaves
 
     def _pair_depths(self, q, threshold):
@@ -172,11 +169,8 @@ class CollisionEvaluation:
         than ``threshold`` [m] at the configuration q (nq,)."""
         _, leaves = self._run(self.model.chain.frames(np.asarray(q, dtype=float)), threshold,
                               per_pair=True)
-        order = np.lexsort((leaves.d, leaves.pair))
-        pairs, depth = leaves.pair[order], leaves.d[order]
-        first = np.ones(len(pairs), dtype=bool)
-        first[1:] = pairs[1:] != pairs[:-1]
-        return pairs[first], depth[first]
+        rows = smallest_per_group(leaves.d, leaves.pair)
+        return leaves.pair[rows], leaves.d[rows]
 
     def _lasting(self, pairs):
         """Return (K,) bool: which object pairs (ids) may rest in contact: self pairs, and
@@ -199,47 +193,47 @@ class CollisionEvaluation:
         ns, oid = obs.keys[obs.pair_obj[k]]
         return links[obs.pair_link[k]], f'{ns}/{oid}'
 
-    def _closest_points(self, world, leaves):
-        robot = self._robot
+    def _centres(self, world, leaves):
+        """Return (ca (R, 3) each leaf's robot sphere centre [m], cb (R, 3) the other
+        sphere's (self pairs; 0 for obstacles), the primitives (kind, rot, trans, size) of
+        the obstacle leaves)."""
+        robot, obs, s = self._robot, self._obstacles(), leaves.is_self
         ca = world.points(leaves.n, robot.sph_row[leaves.a])
-        ra = robot.radii[leaves.a]
-        pa, pb = np.empty_like(ca), np.empty_like(ca)
-        s = leaves.is_self
+        cb = np.zeros_like(ca)
         if s.any():
-            cb = world.points(leaves.n[s], robot.sph_row[leaves.b[s]])
-            u = ca[s] - cb
+            cb[s] = world.points(leaves.n[s], robot.sph_row[leaves.b[s]])
+        m = leaves.b[~s]
+        return ca, cb, (obs.kind[m], obs.rot[m], obs.trans[m], obs.size[m])
+
+    def _closest_points(self, world, leaves):
+        """Return (R, 3), (R, 3): the closest points of each leaf's two sides [m]."""
+        radii, s, o = self._robot.radii, leaves.is_self, ~leaves.is_self
+        ca, cb, prims = self._centres(world, leaves)
+        ra = radii[leaves.a]
+        pa, pb = np.empty_like(ca), np.empty_like(ca)
+        if s.any():
+            u = ca[s] - cb[s]
             u /= np.maximum(np.linalg.norm(u, axis=1, keepdims=True), 1e-12)
             pa[s] = ca[s] - ra[s, None] * u
-            pb[s] = cb + robot.radii[leaves.b[s], None] * u
-        o = ~s
+            pb[s] = cb[s] + radii[leaves.b[s], None] * u
         if o.any():
-            obs = self._obstacles()
-            m = leaves.b[o]
-            args = (obs.kind[m], obs.rot[m], obs.trans[m], obs.size[m])
-            g = point_primitive_gradient(ca[o], *args)
-            phi = point_primitive_distance(ca[o], *args)
+            g = point_primitive_gradient(ca[o], *prims)
+            phi = point_primitive_distance(ca[o], *prims)
             pa[o] = ca[o] - ra[o, None] * g
             pb[o] = ca[o] - phi[:, None] * g
         return pa, pb
 
     def _distance_gradients(self, frames, world, leaves):
         """Return (R, nv): d distance / d tangent step of each leaf."""
-        robot = self._robot
-        ca = world.points(leaves.n, robot.sph_row[leaves.a])
+        robot, s, o = self._robot, leaves.is_self, ~leaves.is_self
+        ca, cb, prims = self._centres(world, leaves)
         grad = np.zeros((len(leaves), 3))
-        cb = np.zeros((len(leaves), 3))
-        s = leaves.is_self
         if s.any():
-            cb[s] = world.points(leaves.n[s], robot.sph_row[leaves.b[s]])
             diff = ca[s] - cb[s]
             norm = np.linalg.norm(diff, axis=1, keepdims=True)
             grad[s] = np.where(norm > 1e-12, diff / np.maximum(norm, 1e-300), (0.0, 0.0, 1.0))
-        o = ~s
         if o.any():
-            obs = self._obstacles()
-            m = leaves.b[o]
-            grad[o] = point_primitive_gradient(ca[o], obs.kind[m], obs.rot[m],
-                                                      obs.trans[m], obs.size[m])
+            grad[o] = point_primitive_gradient(ca[o], *prims)
         body_b = np.full(len(leaves), -2, dtype=np.int64)      # < -1: an obstacle (no b term)
         body_b[s] = robot.sphere_body[leaves.b[s]]
         # grad . (J_a - J_b) a leaf at a time, in one compiled loop.
@@ -293,7 +287,9 @@ def _leaves_of_rows(entry, src, dst, threshold):
     order = np.argsort(leaves.n, kind='stable')
     count = np.bincount(leaves.n, minlength=len(entry[2]))
     start = np.cumsum(count) - count
-    row, index = _ranges(start[src], count[src])
+    count = count[src]
+    row = np.repeat(np.arange(len(count)), count)      # each source row's leaves, in order
+    index = np.arange(len(row)) + np.repeat(start[src] - (np.cumsum(count) - count), count)
     leaves = leaves.select(order[index])
     leaves.n = np.asarray(dst)[row]
     return leaves.select(leaves.d < threshold) if entry[1] > threshold else leaves
