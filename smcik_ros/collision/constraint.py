@@ -340,6 +340,9 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
         return result
 
     def _top_rows(self, leaves, world):
+        if not len(leaves):
+            e = np.zeros(0, dtype=np.int64)
+            return leaves, world, e, e, e, np.zeros(0)
         rows = smallest_per_group(leaves.d, leaves.n, leaves.pair)     # one per object pair
         residual = self.clearance - leaves.d[rows]
         rows, residual = rows[residual > 0.0], residual[residual > 0.0]
@@ -475,16 +478,18 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
         cover-point displacement of the whole motion), first_bad (fraction of the motion, or
         None), distance [m] and pair (names) of the worst sub-step.
         """
+        chain = self.model.chain
         q_from = np.asarray(q_from, dtype=float)
         q_to = np.asarray(q_to, dtype=float)
-        if not len(self._robot.radii):
-            count, bound = self.motion_substeps(q_from, q_to, resolution)
-            return True, {'substeps': count, 'bound': bound, 'first_bad': None,
-                          'distance': np.inf, 'pair': None}
-        leaves, bad, _, s, [(count, bound)] = self._substeps(q_from, q_to[None], resolution,
-                                                             play)
+        count, bound = self.motion_substeps(q_from, q_to, resolution)
         info = {'substeps': count, 'bound': bound, 'first_bad': None,
                 'distance': float('inf'), 'pair': None}
+        if not len(self._robot.radii):
+            return True, info
+        s = np.arange(1, count + 1) / count
+        leaves, _ = self._query(chain.frames(_interpolate(chain, q_from, q_to, s)),
+                                self._eval_threshold())
+        bad = self._violating(leaves, q_from, play)
         if bad.any():
             info['first_bad'] = float(s[int(leaves.n[bad].min())])
             leaves = leaves.select(np.flatnonzero(bad))
@@ -499,27 +504,19 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
         below their allowances the pairs in contact may go (default ``CONTACT_PLAY``; a
         planner checks its plan with 0, so the command stream's own check of the same
         motion at other sub-steps finds it allowed)."""
+        chain = self.model.chain
         q_from = np.asarray(q_from, dtype=float)
         q_tos = np.atleast_2d(np.asarray(q_tos, dtype=float))
         ok = np.ones(len(q_tos), dtype=bool)
-        if len(self._robot.radii) and len(q_tos):
-            leaves, bad, owner, _, _ = self._substeps(q_from, q_tos, resolution, play)
-            ok[np.unique(owner[leaves.n[bad]])] = False
-        return ok
-
-    def _substeps(self, q_from, q_tos, resolution, play):
-        """Return (leaves, their violation mask, owner (M,): the motion of each sub-step,
-        fraction (M,): how far along it, [(count, bound)] of each motion) of the sub-steps
-        of the straight motions q_from -> q_tos (K, nq) (``motion_substeps``)."""
-        chain = self.model.chain
-        steps = [self.motion_substeps(q_from, q_to, resolution) for q_to in q_tos]
-        fractions = [np.arange(1, count + 1) / count for count, _ in steps]
-        path = np.concatenate([_interpolate(chain, q_from, q_to, f)
-                               for q_to, f in zip(q_tos, fractions)])
+        if not len(self._robot.radii) or not len(q_tos):
+            return ok
+        counts = [self.motion_substeps(q_from, q_to, resolution)[0] for q_to in q_tos]
+        path = np.concatenate([_interpolate(chain, q_from, q_to, np.arange(1, c + 1) / c)
+                               for q_to, c in zip(q_tos, counts)])
         leaves, _ = self._query(chain.frames(path), self._eval_threshold())
-        owner = np.repeat(np.arange(len(q_tos)), [count for count, _ in steps])
-        return (leaves, self._violating(leaves, q_from, play), owner,
-                np.concatenate(fractions), steps)
+        bad = self._violating(leaves, q_from, play)
+        ok[np.unique(np.repeat(np.arange(len(q_tos)), counts)[leaves.n[bad]])] = False
+        return ok
 
     def __repr__(self):
         return (f'CollisionConstraint({len(self._robot.radii)} spheres, {len(self.pairs)} self '

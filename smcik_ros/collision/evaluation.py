@@ -193,47 +193,47 @@ class CollisionEvaluation:
         ns, oid = obs.keys[obs.pair_obj[k]]
         return links[obs.pair_link[k]], f'{ns}/{oid}'
 
-    def _centres(self, world, leaves):
-        """Return (ca (R, 3) each leaf's robot sphere centre [m], cb (R, 3) the other
-        sphere's (self pairs; 0 for obstacles), the primitives (kind, rot, trans, size) of
-        the obstacle leaves)."""
-        robot, obs, s = self._robot, self._obstacles(), leaves.is_self
-        ca = world.points(leaves.n, robot.sph_row[leaves.a])
-        cb = np.zeros_like(ca)
-        if s.any():
-            cb[s] = world.points(leaves.n[s], robot.sph_row[leaves.b[s]])
-        m = leaves.b[~s]
-        return ca, cb, (obs.kind[m], obs.rot[m], obs.trans[m], obs.size[m])
-
     def _closest_points(self, world, leaves):
-        """Return (R, 3), (R, 3): the closest points of each leaf's two sides [m]."""
-        radii, s, o = self._robot.radii, leaves.is_self, ~leaves.is_self
-        ca, cb, prims = self._centres(world, leaves)
-        ra = radii[leaves.a]
+        robot = self._robot
+        ca = world.points(leaves.n, robot.sph_row[leaves.a])
+        ra = robot.radii[leaves.a]
         pa, pb = np.empty_like(ca), np.empty_like(ca)
+        s = leaves.is_self
         if s.any():
-            u = ca[s] - cb[s]
+            cb = world.points(leaves.n[s], robot.sph_row[leaves.b[s]])
+            u = ca[s] - cb
             u /= np.maximum(np.linalg.norm(u, axis=1, keepdims=True), 1e-12)
             pa[s] = ca[s] - ra[s, None] * u
-            pb[s] = cb[s] + radii[leaves.b[s], None] * u
+            pb[s] = cb + robot.radii[leaves.b[s], None] * u
+        o = ~s
         if o.any():
-            g = point_primitive_gradient(ca[o], *prims)
-            phi = point_primitive_distance(ca[o], *prims)
+            obs = self._obstacles()
+            m = leaves.b[o]
+            args = (obs.kind[m], obs.rot[m], obs.trans[m], obs.size[m])
+            g = point_primitive_gradient(ca[o], *args)
+            phi = point_primitive_distance(ca[o], *args)
             pa[o] = ca[o] - ra[o, None] * g
             pb[o] = ca[o] - phi[:, None] * g
         return pa, pb
 
     def _distance_gradients(self, frames, world, leaves):
         """Return (R, nv): d distance / d tangent step of each leaf."""
-        robot, s, o = self._robot, leaves.is_self, ~leaves.is_self
-        ca, cb, prims = self._centres(world, leaves)
+        robot = self._robot
+        ca = world.points(leaves.n, robot.sph_row[leaves.a])
         grad = np.zeros((len(leaves), 3))
+        cb = np.zeros((len(leaves), 3))
+        s = leaves.is_self
         if s.any():
+            cb[s] = world.points(leaves.n[s], robot.sph_row[leaves.b[s]])
             diff = ca[s] - cb[s]
             norm = np.linalg.norm(diff, axis=1, keepdims=True)
             grad[s] = np.where(norm > 1e-12, diff / np.maximum(norm, 1e-300), (0.0, 0.0, 1.0))
+        o = ~s
         if o.any():
-            grad[o] = point_primitive_gradient(ca[o], *prims)
+            obs = self._obstacles()
+            m = leaves.b[o]
+            grad[o] = point_primitive_gradient(ca[o], obs.kind[m], obs.rot[m], obs.trans[m],
+                                               obs.size[m])
         body_b = np.full(len(leaves), -2, dtype=np.int64)      # < -1: an obstacle (no b term)
         body_b[s] = robot.sphere_body[leaves.b[s]]
         # grad . (J_a - J_b) a leaf at a time, in one compiled loop.
