@@ -23,7 +23,7 @@ from .model import (DEFAULT_TOLERANCE, MIN_TOLERANCE, CollisionModel, LinkGeomet
 from .pairs import SelfCollisionPairs, Srdf, parse_srdf, self_collision_pairs
 from .scene import (MARKER_ADD, MARKER_CUBE, MARKER_CYLINDER, MARKER_DELETE, MARKER_DELETEALL,
                     MARKER_SPHERE, Obstacle, Scene, obstacle_from_marker, pointcloud_obstacle,
-                    pose_matrix, voxel_downsample)
+                    pose_matrix)
 
 __all__ = [
     'CollisionModel', 'LinkGeometry', 'SphereCover', 'CollisionConstraint', 'CollisionReport',
@@ -33,5 +33,4 @@ __all__ = [
     'MARKER_DELETE', 'MARKER_DELETEALL', 'MARKER_SPHERE', 'conventional_srdf_path',
     'cover_mesh', 'default_cache_dir', 'load_mesh', 'obstacle_from_marker', 'parse_srdf',
     'pointcloud_obstacle', 'pose_matrix', 'resolve_mesh_uri', 'self_collision_pairs',
-    'voxel_downsample',
 ]

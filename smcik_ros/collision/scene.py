@@ -23,7 +23,7 @@ from .shapes import BOX, CYLINDER, SPHERE
 
 __all__ = ['Obstacle', 'Scene', 'MARKER_SPHERE', 'MARKER_CUBE', 'MARKER_CYLINDER',
            'MARKER_ADD', 'MARKER_DELETE', 'MARKER_DELETEALL', 'obstacle_from_marker',
-           'pose_matrix', 'voxel_downsample', 'pointcloud_obstacle', 'SHAPES']
+           'pose_matrix', 'pointcloud_obstacle', 'SHAPES']
 
 # visualization_msgs/Marker constants (numbers, so that this module needs no ROS package).
 MARKER_CUBE, MARKER_SPHERE, MARKER_CYLINDER = 1, 2, 3
@@ -366,43 +366,57 @@ def _scale(where, scale):
     return (float(arr[0]), float(arr[1]), float(arr[2]))
 
 
-def voxel_downsample(points, voxel_size):
-    """Return the (M, 3) centres of the voxels of edge ``voxel_size`` [m] holding points."""
-    points = np.asarray(points, dtype=float).reshape(-1, 3)
-    points = points[np.all(np.isfinite(points), axis=1)]
-    if not len(points):
-        return np.zeros((0, 3))
-    cells = np.unique(np.floor(points / voxel_size).astype(np.int64), axis=0)
-    return (cells + 0.5) * voxel_size
-
-
 def pointcloud_obstacle(points, voxel_size=0.03, robot=None, q=None, robot_margin=0.02,
-                        point_radius=0.0):
+                        reach=None):
     """Return a 'spheres' Obstacle for (N, 3) points [m] in the base frame (or None if empty).
 
     Points are binned in voxels of edge ``voxel_size`` [m]; each occupied voxel becomes a
-    sphere at its centre whose radius, half the voxel diagonal plus ``point_radius``, contains
-    every point of the voxel (the cover is conservative for the points; between points it
-    is only as good as the sensor's sampling). Non-finite points (invalid returns) are
-    dropped. robot, q: a ``CollisionConstraint`` (anything with ``points_on_robot``) and the
-    measured configuration: points within the robot's own cover plus padding plus
-    ``robot_margin`` [m] are removed first, so the arm does not avoid itself, and so are
-    voxel spheres that would still reach into the padded cover (the measured configuration
-    stays free).
+    sphere at its centre whose radius, half the voxel diagonal, contains every point of the
+    voxel (the cover is conservative for the points; between points it is only as good as
+    the sensor's sampling). Non-finite points (invalid returns) are dropped, and so are points
+    farther than ``reach`` [m] (+ two voxels) from the base origin (they cannot touch the
+    arm; None: none). robot, q: a ``CollisionConstraint`` (anything with ``points_on_robot``)
+    and the measured configuration: points within the robot's own cover plus padding plus
+    ``robot_margin`` [m] are removed first, so the arm does not avoid itself (tested one by
+    one only in the voxels whose centre is near the cover: a camera's cloud is mostly
+    elsewhere), and so are voxel spheres that would still reach into the padded cover (the
+    measured configuration stays free).
     """
-    voxel_size = float(voxel_size)
-    if not voxel_size > 0.0:
+    voxel = float(voxel_size)
+    if not voxel > 0.0:
         raise GoalError(f'voxel_size must be > 0 [m]; got {voxel_size}')
     points = np.asarray(points, dtype=float)
     if points.ndim != 2 or points.shape[1] != 3:
         raise GoalError(f'points must have shape (N, 3); got {points.shape}')
-    points = points[np.all(np.isfinite(points), axis=1)]
-    if robot is not None and q is not None and len(points):
-        points = points[~robot.points_on_robot(points, q, robot_margin)]
-    centers = voxel_downsample(points, voxel_size)
-    radius = 0.5 * math.sqrt(3.0) * voxel_size + float(point_radius)
-    if robot is not None and q is not None and len(centers):
-        centers = centers[~robot.points_on_robot(centers, q, 0.0, point_radius=radius)]
-    if not len(centers):
+    points = points[np.isfinite(points).all(axis=1)]
+    radius = 0.5 * math.sqrt(3.0) * voxel
+    if reach is not None and len(points):
+        limit = float(reach) + 2.0 * voxel
+        points = points[np.einsum('ij,ij->i', points, points) <= limit * limit]
+    if not len(points):
         return None
-    return Obstacle('spheres', (radius,), np.eye(4), centers=centers)
+    cells = np.floor(points / voxel).astype(np.int64)
+    low = cells.min(axis=0)
+    cells -= low
+    dims = cells.max(axis=0) + 1
+    keys = (cells[:, 0] * dims[1] + cells[:, 1]) * dims[2] + cells[:, 2]
+    unique, inverse = np.unique(keys, return_inverse=True)
+
+    def centres(key):
+        cell = np.stack([key // (dims[1] * dims[2]), (key // dims[2]) % dims[1], key % dims[2]],
+                        axis=1)
+        return (cell + low + 0.5) * voxel
+
+    filtered = robot is not None and q is not None
+    if filtered:
+        near = robot.points_on_robot(centres(unique), q, robot_margin, point_radius=radius)
+        if near.any():
+            near_points = near[inverse.reshape(-1)]
+            on_robot = robot.points_on_robot(points[near_points], q, robot_margin)
+            unique = np.union1d(unique[~near], keys[near_points][~on_robot])
+    result = centres(unique)
+    if filtered and len(result):
+        result = result[~robot.points_on_robot(result, q, 0.0, point_radius=radius)]
+    if not len(result):
+        return None
+    return Obstacle('spheres', (radius,), np.eye(4), centers=result)

@@ -33,15 +33,14 @@ import os
 import numpy as np
 
 from ..collision import (DEFAULT_CLEARANCE, DEFAULT_PADDING, DEFAULT_TOLERANCE, MIN_TOLERANCE,
-                         CollisionConstraint, CollisionModel, Obstacle, Scene,
-                         conventional_srdf_path, parse_srdf, self_collision_pairs)
+                         CollisionConstraint, CollisionModel, Scene, conventional_srdf_path,
+                         parse_srdf, pointcloud_obstacle, self_collision_pairs)
 from ..collision.constraint import CONTACT_RELEASE
 from ..errors import GoalError, ModelError, ParameterError
 from .cover_updates import BackgroundUpdates, finer_covers, srdf_pairs
 from .free_motion import FreeMotionProofs, motion_key
 
-__all__ = ['CollisionSettings', 'CollisionGuard', 'choose_srdf', 'reach_bound',
-           'pointcloud_to_obstacle', 'SOURCES']
+__all__ = ['CollisionSettings', 'CollisionGuard', 'choose_srdf', 'reach_bound', 'SOURCES']
 
 # Scene sources: who may replace or clear which obstacles (a DELETEALL clears its own).
 SOURCES = ('obstacles', 'keep_out_markers', 'constraints', 'pointcloud')
@@ -160,58 +159,6 @@ def reach_bound(model):
             k = chain.body_parent[k]
         best = max(best, path + extent)
     return best
-
-
-def pointcloud_to_obstacle(points, voxel_size, constraint, q, robot_margin=0.02, reach=None):
-    """Return the 'spheres' Obstacle of (N, 3) points [m] in the base frame, or None.
-
-    The semantics of ``collision.pointcloud_obstacle`` (points within the robot's padded
-    cover + ``robot_margin`` at q are the robot and dropped; one sphere of half the voxel
-    diagonal per occupied voxel; spheres reaching into the padded cover dropped), computed
-    for camera-sized clouds: non-finite points dropped, points farther than ``reach`` [m] (+
-    a voxel) from the base origin dropped (they cannot touch the arm), voxels by one integer
-    key, and the exact robot filter only on the points of voxels near the robot.
-    """
-    points = np.asarray(points, dtype=float).reshape(-1, 3)
-    points = points[np.isfinite(points).all(axis=1)]
-    voxel = float(voxel_size)
-    radius = 0.5 * math.sqrt(3.0) * voxel
-    if reach is not None and len(points):
-        limit = float(reach) + 2.0 * voxel
-        points = points[np.einsum('ij,ij->i', points, points) <= limit * limit]
-    if not len(points):
-        return None
-    cells = np.floor(points / voxel).astype(np.int64)
-    low = cells.min(axis=0)
-    cells -= low
-    dims = cells.max(axis=0) + 1
-    keys = (cells[:, 0] * dims[1] + cells[:, 1]) * dims[2] + cells[:, 2]
-    unique, inverse = np.unique(keys, return_inverse=True)
-
-    def centres(key):
-        z = key % dims[2]
-        y = (key // dims[2]) % dims[1]
-        x = key // (dims[1] * dims[2])
-        return (np.stack([x, y, z], axis=1) + low + 0.5) * voxel
-
-    if constraint is not None and q is not None:
-        # Voxels whose points may be on the robot: the centre is within the padded cover +
-        # margin + the voxel's half diagonal. Only their points get the exact test.
-        near = constraint.points_on_robot(centres(unique), q, robot_margin,
-                                          point_radius=radius)
-        if near.any():
-            near_points = near[inverse.reshape(-1)]
-            on_robot = constraint.points_on_robot(points[near_points], q, robot_margin)
-            kept = keys[near_points][~on_robot]
-            unique = np.union1d(unique[~near], kept)
-    if not len(unique):
-        return None
-    result = centres(unique)
-    if constraint is not None and q is not None:
-        result = result[~constraint.points_on_robot(result, q, 0.0, point_radius=radius)]
-    if not len(result):
-        return None
-    return Obstacle('spheres', (radius,), np.eye(4), centers=result)
 
 
 class CollisionGuard:
@@ -464,8 +411,8 @@ class CollisionGuard:
     def set_pointcloud(self, points, q):
         """Replace the point-cloud obstacle by (N, 3) points [m] in the base frame, the robot
         measured at q (nq,); return the number of voxel spheres (0: the cloud is cleared)."""
-        obstacle = pointcloud_to_obstacle(points, self.settings.voxel_size, self.constraint, q,
-                                          self.settings.robot_margin, self.reach)
+        obstacle = pointcloud_obstacle(points, self.settings.voxel_size, self.constraint, q,
+                                       self.settings.robot_margin, self.reach)
         self.scene.replace_source({} if obstacle is None else {('pointcloud', 0): obstacle},
                                   'pointcloud')
         return 0 if obstacle is None else len(obstacle.centers)
