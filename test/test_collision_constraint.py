@@ -64,7 +64,7 @@ def test_conservative_against_fcl_on_the_urdf_shapes(arm):
     scene = Scene(_random_obstacles(rng, 6))
     constraint = CollisionConstraint(model, scene, pairs=pairs, padding=0.005)
     fcl_robot = FclRobot(urdf, 'base_link')
-    obstacles = [fcl_obstacle(o) for o in scene.obstacles()]
+    obstacles = [fcl_obstacle(o) for _, o in scene.items()]
     names = model.link_names
     contacts = checked = 0
     for q in chain.random_configuration(rng, 150):

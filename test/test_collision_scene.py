@@ -98,7 +98,7 @@ def test_scene_updates_are_transactional_and_sources_are_kept_apart():
     assert sorted(scene.keys()) == [('constraints', 0), ('obs', 7)]
     assert scene.remove(('obs', 7)) and not scene.remove(('obs', 7))
     assert scene.version > version
-    assert 'constraints/0: sphere radius 0.1 m' in scene.describe()[0]
+    assert scene[('constraints', 0)].radius == 0.1
 
 
 def test_voxel_spheres_cover_the_points():

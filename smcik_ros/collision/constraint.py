@@ -1,38 +1,25 @@
 """The collision constraint every solver respects, and the keep-out obstacles built on it.
 
-``CollisionConstraint(model, scene, pairs, padding, ...)`` is a goals ``Constraint``:
+``CollisionConstraint(model, scene, pairs, padding, ...)`` is a goals ``Constraint``
+(docs/collision.md, section 4):
 
-- ``violated(frames)`` (hard, the SMC's accept/reject and the refinement's step test): a
-  configuration is refused when a padded distance is negative AND deeper than at the
-  reference configuration (``set_reference``; the node sets it to the current command
-  each tick). An obstacle that appears on the arm therefore allows moves that reduce the
-  penetration and refuses moves that increase it: "move out of it or hold, never deeper".
-  The comparison is per object pair (link/link, link/obstacle): no cover sphere of a pair
-  may get deeper than that pair's deepest penetration at the reference, so an arm resting
-  where two covers touch may slide along the contact or leave it (per sphere pair, every
-  motion that brought other spheres of the same links into contact was refused, and such
-  an arm could not move at all). For pairs resting in contact (self pairs, obstacles on
-  links no joint moves) the depth allowed lasts over the references while the pair stays
-  in contact (an obstacle on a moving link keeps the per-reference rule): a pair that penetrates at a reference may get as deep
-  as there (its allowance) at every later reference until one finds it at least
-  ``CONTACT_RELEASE`` [m] apart; then the ordinary rule (no penetration) holds for it
-  again. Sliding along a contact between bumpy sphere covers wobbles its depth by up to
-  the covers' tolerance; compared with each tick's reference alone, every wobble deeper
-  than the last command was refused and an arm resting in contact (Unitree Z1 folded at
-  its zero pose) could hardly move. The arm still never gets deeper than it was when the
-  contact was first seen.
-- ``residual``/``jacobian``/``cost`` (soft): a clearance term, zero beyond ``clearance``
-  [m] (padded distance), growing linearly inside it: one row per configuration for each of
-  the ``max_rows`` closest object pairs (link/link or link/obstacle), so the SMC keeps a
-  margin and the refinement is pushed out.
-- ``inequality_rows(frames, influence)``: distances d and their gradients for the pairs
-  within ``influence``, for the velocity dampers of the 'jacobian' and 'distance' solvers.
+- ``violated(frames)`` (hard: the SMC's accept/reject, the refinement's step test): a
+  padded distance below 0 and deeper than at the reference configuration
+  (``set_reference``: the node's command, each tick), per object pair (link/link,
+  link/obstacle): "move out of it, slide along it or hold, never deeper". Pairs resting
+  in contact (self pairs, obstacles on links no joint moves) keep the depth of the first
+  reference that found them in contact (their allowance) over later references until one
+  finds them ``CONTACT_RELEASE`` [m] apart: sliding along bumpy sphere covers wobbles the
+  depth (an obstacle on a moving link keeps the per-reference rule).
+- ``residual``/``jacobian``/``cost`` (soft): ``clearance - d`` [m] where positive, for the
+  ``max_rows`` closest object pairs of each configuration (the SMC keeps a margin).
+- ``inequality_rows(frames, influence)``: distances and gradients for the velocity dampers
+  of the 'jacobian' and 'distance' solvers.
 - ``distances(frames)``: the smallest distance, the closest pair's names and points.
-- ``check_motion(q_from, q_to)``: the straight joint-space motion checked at sub-steps so
-  close that no point of any cover moves more than ``motion_resolution`` [m] (default: the
-  padding) between them, bounded by the joint changes times each joint's lever arm to the
-  covers. With the padding >= the resolution, no two covers can touch between sub-steps
-  that are free.
+- ``check_motion(q_from, q_to)``: the straight joint motion at sub-steps so close that no
+  cover point moves more than ``motion_resolution`` [m] (default: the padding) between two
+  (joint changes times each joint's lever arm to the covers): with the padding >= the
+  resolution, no two covers touch between free sub-steps.
 
 Distances are in metres and padded: robot/robot ``gap - padding``, robot/obstacle the
 sphere's signed distance to the primitive minus the padding; the covers contain the URDF's
@@ -154,7 +141,6 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
                             f'{list(chain.link_names)})')
         return self
 
-
     def set_reference(self, q):
         """Set the configuration (nq,) whose penetrations may persist but not deepen (None:
         none may exist, and the allowances are forgotten). The node calls this with the
@@ -206,7 +192,6 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
     def reference(self):
         """The reference configuration (nq,) or None."""
         return None if self._reference_q is None else self._reference_q.copy()
-
 
     def _eval_threshold(self):
         return max(self.clearance, 0.0) + 1e-12
@@ -265,7 +250,6 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
         self._reference = (key, table, lasting[keep])
         return table
 
-
     def allowances(self):
         """Return (pair ids, allowed padded distances [m] < 0) of the pairs resting in
         contact (self pairs, obstacles on links no joint moves) that may penetrate, brought
@@ -277,7 +261,6 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
             return np.zeros(0, dtype=np.int64), np.zeros(0)
         lasting = self._reference[2]
         return table[0][lasting], table[1][lasting]
-
 
     def _violating(self, leaves, reference=None, play=None):
         """Return the (K,) mask of leaves that violate: d < 0 and deeper than their pair's
@@ -371,7 +354,6 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
             out[n, slot] = -self._distance_gradients(frames, world, leaves.select(rows))
         return out
 
-
     # ------------------------------------------------------------------ gradient solvers
     def inequality_rows(self, frames, influence, per_pair=3):
         """Return (d (m,), J (m, nv)) of the first configuration's leaves within ``influence``.
@@ -444,7 +426,6 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
             dist[todo] = search[-1]
         return CollisionReport(dist, names, pa, pb)
 
-
     def status(self, q):
         """Return a dict for a status message at configuration q (nq,): min_distance [m],
         closest_pair 'a / b' (or ''), in_collision, points (2, 3) [m] or None."""
@@ -455,7 +436,6 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
                 'in_collision': bool(d < 0.0),
                 'points': None if pair is None else np.stack([report.point_a[0],
                                                               report.point_b[0]])}
-
 
     # ------------------------------------------------------------------ the command stream
     def motion_substeps(self, q_from, q_to, resolution=None):
@@ -638,18 +618,10 @@ class KeepOutSphere(KeepOutObstacle):
 
     def __init__(self, center, radius, margin=0.0, hard=True, sigma=0.005, links=None,
                  weight=1.0, model=None):
-        center = np.array(center, dtype=float)
-        if center.shape != (3,):
-            raise GoalError(f'keep-out sphere centre must have shape (3,); got {center.shape}')
-        if not np.all(np.isfinite(center)):
-            raise GoalError(f'keep-out sphere centre contains NaN or infinite values: '
-                            f'{center.tolist()}')
-        radius = _positive(radius, 'keep-out sphere radius')
-        center.setflags(write=False)
-        self.center = center
-        self.radius = radius
-        super().__init__(Obstacle.sphere(center, radius), margin=margin, hard=hard,
-                         links=links, model=model, sigma=sigma, weight=weight)
+        sphere = Obstacle.sphere(center, radius)          # validated there
+        self.center, self.radius = sphere.pose[:3, 3], sphere.radius     # read-only centre
+        super().__init__(sphere, margin=margin, hard=hard, links=links, model=model,
+                         sigma=sigma, weight=weight)
 
 
 # ---------------------------------------------------------------------- helpers

@@ -156,15 +156,28 @@ def cover_mesh(vertices, faces, tolerance, item_edge=None, poses=None, rotation_
         raise ValueError(f'cover tolerance must be > 0 [m]; got {tolerance}')
     item_edge = tolerance if item_edge is None else float(item_edge)
     poses = None if poses is None else np.ascontiguousarray(poses, dtype=float).reshape(-1, 4, 4)
-    key = model_cache.digest('cover', COVER_VERSION, vertices, faces, tolerance, item_edge,
-                             poses, float(rotation_sag))
-    cached = _cache_load(cache_dir, key)
-    if cached is not None:
-        return cached
-    while _before_compute:
-        _before_compute.pop()()
-    cover = _compute_cover(vertices, faces, tolerance, item_edge, poses, float(rotation_sag))
-    _cache_store(cache_dir, key, cover)
+
+    def compute():
+        while _before_compute:
+            _before_compute.pop()()
+        return _compute_cover(vertices, faces, tolerance, item_edge, poses, float(rotation_sag))
+    return cached_cover(cache_dir, compute, 'mesh', vertices, faces, tolerance, item_edge, poses,
+                        float(rotation_sag))
+
+
+def cached_cover(cache_dir, compute, *parts):
+    """Return the cover stored under the digest of ``parts`` (arrays and settings), else
+    ``compute()``, stored there (``model.cache``; cache_dir as in ``cover_mesh``): also for
+    covers whose ``cover_mesh`` inputs come out of costly steps (a swept mesh's thinned
+    poses and proxy), found before those steps."""
+    key = model_cache.digest('cover', COVER_VERSION, *parts)
+    hit = model_cache.load(cache_dir, 'cover', key)
+    if hit is not None:
+        meta, arrays = hit
+        return SphereCover(arrays['centers'], arrays['radii'], arrays['excess'], meta['hull'])
+    cover = compute()
+    model_cache.store(cache_dir, 'cover', key, {'hull': bool(cover.hull)},
+                      {'centers': cover.centers, 'radii': cover.radii, 'excess': cover.excess})
     return cover
 
 
@@ -432,30 +445,3 @@ def _fit_radii(items, centers, depths, tolerance, pair_limit=2_000_000):
     np.maximum.at(radii, best, best_far)
     radii = np.where(radii > 0.0, radii * (1.0 + 1e-12) + 1e-12, 0.0)
     return radii, radii - depths
-
-
-# ---------------------------------------------------------------------- the disk cache
-def cached_cover(cache_dir, compute, *parts):
-    """Return the cover stored under the digest of ``parts`` (arrays and settings), else
-    ``compute()``, stored there: for covers whose ``cover_mesh`` inputs come out of costly
-    steps (a swept mesh's thinned poses and proxy), found before those steps. cache_dir as
-    in ``cover_mesh`` ('' : no cache)."""
-    key = model_cache.digest('cover', COVER_VERSION, 'derived', *parts)
-    cover = _cache_load(cache_dir, key)
-    if cover is None:
-        cover = compute()
-        _cache_store(cache_dir, key, cover)
-    return cover
-
-
-def _cache_load(cache_dir, key):
-    hit = model_cache.load(cache_dir, 'cover', key)
-    if hit is None:
-        return None
-    meta, arrays = hit
-    return SphereCover(arrays['centers'], arrays['radii'], arrays['excess'], meta['hull'])
-
-
-def _cache_store(cache_dir, key, cover):
-    model_cache.store(cache_dir, 'cover', key, {'hull': bool(cover.hull)},
-                      {'centers': cover.centers, 'radii': cover.radii, 'excess': cover.excess})

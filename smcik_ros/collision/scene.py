@@ -165,19 +165,6 @@ class Obstacle:
         """Return the obstacle moved by the (4, 4) ``pose`` (e.g. its frame -> base frame)."""
         return dataclasses.replace(self, pose=np.asarray(pose, dtype=float) @ self.pose)
 
-    def describe(self):
-        """Return a short text such as 'box 0.2 x 0.3 x 0.4 m at (0.5, 0, 0.2)'."""
-        where = ', '.join(f'{v:.3g}' for v in self.pose[:3, 3])
-        if self.shape == 'box':
-            dims = ' x '.join(f'{v:.3g}' for v in self.size) + ' m'
-        elif self.shape == 'cylinder':
-            dims = f'radius {self.size[0]:.3g} m, height {self.size[1]:.3g} m'
-        elif self.shape == 'spheres':
-            dims = f'{len(self.centers)} spheres of radius {self.size[0]:.3g} m'
-        else:
-            dims = f'radius {self.size[0]:.3g} m'
-        return f'{self.shape} {dims} at ({where})'
-
 
 class Scene:
     """Obstacles keyed by (ns, id), each remembering its source; ``version`` counts changes.
@@ -192,7 +179,6 @@ class Scene:
         self.version = 0
         for key, obstacle in (obstacles or {}).items():
             self._items[_key(key)] = (obstacle, source)
-        self._compiled = None
 
     def __len__(self):
         return len(self._items)
@@ -222,10 +208,6 @@ class Scene:
             self.apply([('delete', key)])
             return True
         return False
-
-    def clear(self, source=None, ns=None):
-        """Remove every obstacle (of ``source`` and/or namespace ``ns`` when given)."""
-        self.apply([('deleteall', ns)], source)
 
     def replace_source(self, obstacles, source):
         """Replace everything ``source`` added by ``obstacles`` {(ns, id): Obstacle}."""
@@ -277,7 +259,6 @@ class Scene:
         if updates:
             self._items = items
             self.version += 1
-            self._compiled = None
         return added, removed
 
     def snapshot(self):
@@ -289,16 +270,8 @@ class Scene:
         so a copy taken during a change has the older version and is taken again."""
         copy = Scene.__new__(Scene)
         copy.version = self.version
-        copy._items, copy._compiled = self._items, None
+        copy._items = self._items
         return copy
-
-    def obstacles(self):
-        """Return the list of obstacles (insertion order)."""
-        return [v[0] for v in self._items.values()]
-
-    def describe(self):
-        """Return one line per obstacle: 'ns/id: box ...'."""
-        return [f'{k[0]}/{k[1]}: {v[0].describe()}' for k, v in self._items.items()]
 
 
 def _key(key):
