@@ -211,7 +211,7 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
         table = (pairs, depth - _REFERENCE_TOLERANCE)
         if stored is None or not len(stored[0]):
             return table
-        return _merge_min(stored, _drop(table, stored[0]))
+        return _union(stored, table)
 
     def _allowance_table(self):
         """Return the allowances (sorted pair ids, allowed padded distances) brought up to
@@ -235,11 +235,9 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
             # Pairs still in contact keep their allowance, unless the reference is deeper
             # than the play allows (a measured resync); those farther apart are dropped by
             # the query's threshold. Never lowered by the commands themselves.
-            old_pairs, old_allowed = previous[1:]
-            pos = np.minimum(np.searchsorted(old_pairs, pairs), len(old_pairs) - 1)
-            known = old_pairs[pos] == pairs
+            known, pos = _find(previous[1], pairs)
             known &= lasting
-            old = old_allowed[pos[known]]
+            old = previous[2][pos[known]]
             allowed[known] = np.where(depth[known] >= old - CONTACT_PLAY, old,
                                       allowed[known])
             keep = known | (depth < 0.0)
@@ -275,12 +273,8 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
         if table is None or not len(table[0]):
             return bad
         idx = np.flatnonzero(bad)
-        keys = leaves.pair[idx]
-        pos = np.searchsorted(table[0], keys)
-        pos = np.minimum(pos, len(table[0]) - 1)
-        found = table[0][pos] == keys
-        allowed = np.where(found, table[1][pos], 0.0)
-        bad[idx] = leaves.d[idx] < allowed
+        found, pos = _find(table[0], leaves.pair[idx])
+        bad[idx] = leaves.d[idx] < np.where(found, table[1][pos], 0.0)
         return bad
 
     # ------------------------------------------------------------------ hard constraint
@@ -407,8 +401,8 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
                 continue
             d = leaves.d
             if len(pairs):
-                pos = np.minimum(np.searchsorted(pairs, leaves.pair), len(pairs) - 1)
-                d = d + np.where(pairs[pos] == leaves.pair, shift[pos], 0.0)
+                found, pos = _find(pairs, leaves.pair)
+                d = d + np.where(found, shift[pos], 0.0)
             pick = smallest_per_group(d, leaves.n)
             if len(pairs):
                 pick = pick[d[pick] < threshold]      # the rest: at least the threshold
@@ -637,22 +631,19 @@ def _positive(value, what, zero=False):
     return value
 
 
-def _drop(table, pairs):
-    """Return the (sorted pair ids, values) table without the entries of ``pairs`` (sorted)."""
-    if not len(pairs) or not len(table[0]):
-        return table
-    pos = np.minimum(np.searchsorted(pairs, table[0]), len(pairs) - 1)
-    keep = pairs[pos] != table[0]
-    return table[0][keep], table[1][keep]
+def _find(ids, keys):
+    """Return (found (K,) bool, position (K,)): where each of ``keys`` is in the sorted,
+    non-empty ``ids``."""
+    pos = np.minimum(np.searchsorted(ids, keys), len(ids) - 1)
+    return ids[pos] == keys, pos
 
 
-def _merge_min(a, b):
-    """Return the union of two (sorted pair ids, values) tables, the smaller value where a
+def _union(first, second):
+    """Return the union of two (sorted pair ids, values) tables, ``first``'s value where a
     pair is in both."""
-    pairs = np.concatenate([a[0], b[0]])
-    values = np.concatenate([a[1], b[1]])
-    rows = smallest_per_group(values, pairs)
-    return pairs[rows], values[rows]
+    pairs = np.concatenate([first[0], second[0]])
+    rows = smallest_per_group(np.arange(len(pairs)), pairs)
+    return pairs[rows], np.concatenate([first[1], second[1]])[rows]
 
 
 def _tangent_delta(chain, qa, qb):
