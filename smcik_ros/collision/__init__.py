@@ -1,18 +1,11 @@
 """Collision avoidance: sphere covers of the robot, scene obstacles, the collision constraint.
 
-Pure numpy (plus trimesh and scipy at start-up); no ROS import. The pieces:
-
-- ``CollisionModel.from_urdf(chain, urdf, package_paths=...)``: conservative, tight sphere
-  covers of every link's <collision> geometry (``covers``, cached on disk);
-- ``self_collision_pairs(model, srdf=...)``: the link pairs to check (adjacent, SRDF,
-  always and never rules) and ``parse_srdf``, ``conventional_srdf_path``;
-- ``Scene`` of ``Obstacle`` (spheres, boxes, cylinders, point-cloud sphere sets) keyed by
-  (ns, id), ``obstacle_from_marker`` (RViz marker numbers), ``pointcloud_obstacle``;
-- ``CollisionConstraint``: the hard constraint (and soft clearance term) every solver
-  respects, with ``distances``, ``check_motion``, ``inequality_rows``;
-- ``KeepOutSphere`` / ``KeepOutObstacle``: one obstacle as a standalone constraint.
-
-See docs/collision.md for the calls the node makes.
+No ROS import; trimesh and scipy at start-up only. ``CollisionModel.from_urdf`` (covers of
+every link's <collision> geometry, ``covers``), ``self_collision_pairs`` (adjacent, SRDF,
+always and never rules), ``Scene`` of ``Obstacle`` keyed by (ns, id) (``obstacle_from_marker``,
+``pointcloud_obstacle``), ``CollisionConstraint`` (the hard constraint and soft clearance
+every solver respects) and ``KeepOutSphere``/``KeepOutObstacle`` (one obstacle as a
+constraint). docs/collision.md describes the calls the node makes.
 """
 
 from .constraint import (DEFAULT_CLEARANCE, DEFAULT_PADDING, CollisionConstraint,

@@ -90,11 +90,7 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
     clearance_sigma; clearance 0: off); max_rows: soft rows per configuration; hard: refuse
     violating configurations (SMC, refinement, gradient solvers); motion_resolution [m]:
     sub-step spacing of ``check_motion`` (None: the padding, or 2 mm without padding).
-
-    The distances come from ``CollisionEvaluation`` (its geometry, pairs, scene and cache);
-    this class adds the constraint: the allowances of the pairs in contact at the
-    reference, the hard check, the soft clearance rows, the gradient solvers' inequality
-    rows, the reports and the motion checks of the command stream.
+    The distances come from ``CollisionEvaluation``.
     """
 
     def __init__(self, model, scene=None, self_collision=True, pairs=None,

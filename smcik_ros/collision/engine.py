@@ -22,11 +22,9 @@ Distances are padded: ``d = gap - padding`` (robot against robot: the gap betwee
 spheres; robot against obstacles: the signed distance of the sphere to the primitive).
 
 Link pairs whose relative pose depends on one or two joints only (a forearm and the hand
-two joints further on: the pairs that are close in most configurations) also get a lookup
-table (``PairTables``): the smallest gap at the centre of each cell of a grid over those
-joints, minus how far any cover point can move within a cell (joint half-width times its
-lever arm, ``lever_matrix``), is a lower bound of the gap anywhere in the cell; level 1 uses
-the larger of that bound and the bounding spheres' one.
+two joints further on: close in most configurations) also get a table of lower bounds of
+their gap over a grid of those joints (``PairTables``); level 1 uses the larger of that
+bound and the bounding spheres' one.
 """
 
 import numpy as np
@@ -262,8 +260,7 @@ class PairTables:
     For each such pair, a grid over its joints (cell width chosen so that no cover point
     moves more than ``slack`` [m] from the cell centre) holds the smallest unpadded gap at
     the cell centres (capped at ``cap`` [m]) minus that movement: a lower bound of the gap
-    anywhere in the cell. ``bound(q)`` returns (N, P) bounds for every self pair (-inf where
-    there is no table).
+    anywhere in the cell (the kernel looks it up).
 
     The same sweep records which spheres of each side ever come within ``cap`` of the other
     link: spheres that never do cannot be within ``cap - margin`` anywhere, so queries whose
@@ -385,17 +382,6 @@ class PairTables:
                 near_b.update(np.unique(leaves.b).tolist())
         return (out.reshape(n + [1] * (2 - len(n))), np.array(sorted(near_a), dtype=np.int64),
                 np.array(sorted(near_b), dtype=np.int64))
-
-    def bound(self, q):
-        """Return (N, P) lower bounds of the unpadded gap of every self pair (-inf: none)."""
-        out = np.full((len(q), self.num_pairs), -np.inf)
-        if not len(self.pair_index):
-            return out
-        cell = np.floor((q[:, self.qcols] - self.low) / self.step).astype(np.int64)
-        cell = np.clip(cell, 0, self.size - 1)                  # (N, Pt, 2)
-        flat = self.offset + cell[..., 0] * self.size[:, 1] + cell[..., 1]
-        out[:, self.pair_index] = self.values[flat]
-        return out
 
 
 class Leaves:

@@ -1,29 +1,15 @@
 """Collision avoidance in the command stream, without ROS: the model, the scene, the validator.
 
-``CollisionGuard`` owns what the node needs from ``smcik_ros.collision``:
-
-- the ``CollisionConstraint`` every solver respects (the node hands it to the control loop
-  with the YAML constraints; the loop sets its reference to the command before each solver
-  step: an obstacle that appears on the arm may be left, never entered deeper);
-- the ``Scene`` of obstacles from several sources ('obstacles' and 'keep_out_markers'
-  topics, the 'constraints' YAML, a 'pointcloud'), each replaced or updated as a whole (a
-  refused update leaves the previous scene);
-- the validator of the control loop: ``guard(q_from, q_to)`` checks the straight motion at
-  sub-steps so close that no cover point moves more than the padding between two
-  (``CollisionConstraint.check_motion``), ``guard.check_many`` checks a batch of motions (the
-  loop's fallback candidates) in one evaluation;
-- the status (closest pair, smallest distance, in collision, a reason text) and what the
-  ``~/collision`` markers draw.
-
-``CollisionGuard.from_urdf`` builds it from the URDF: sphere covers of the ``<collision>``
-geometry (a thin skeleton of the chain when there is none: self-collision is then off and
-obstacles still work), the self-collision pairs from the SRDF (``choose_srdf``: the XML text
-of ``robot_description_semantic``, else ``srdf_path``, else the SRDF found beside the URDF by
-convention), the settings. A missing mesh raises ModelError naming the URI and every place
-looked. ``start_srdf_update`` (another SRDF) and ``start_contact_refinement`` (finer covers
-where the arm rests in contact) compute a new model or pairs in a background thread
-(``cover_updates``); ``poll`` swaps the new constraint in at the next tick. Most motions are
-proved free without a query (``free_motion``).
+``CollisionGuard`` owns what the node needs from ``smcik_ros.collision``: the
+``CollisionConstraint`` every solver respects (the loop sets its reference to the command
+before each solver step), the ``Scene`` of obstacles from several sources (``SOURCES``, each
+replaced or updated as a whole), the loop's validator (``guard(q_from, q_to)``: the
+sub-stepped ``check_motion``, or a proof that the motion is free without a query,
+``free_motion``; ``check_many``: a batch), the status and what the ``~/collision`` markers
+draw. ``from_urdf`` builds it: covers of the ``<collision>`` geometry (a thin skeleton of the
+chain without any: self-collision off, obstacles still checked) and the SRDF's pairs
+(``choose_srdf``). ``start_srdf_update`` and ``start_contact_refinement`` compute new pairs
+or finer covers in a thread (``cover_updates``); ``poll`` swaps them in at a tick.
 """
 
 import dataclasses
@@ -252,13 +238,14 @@ class CollisionGuard:
         if on and not self.has_geometry:
             raise ParameterError('self_collision: the URDF has no <collision> geometry, so the '
                                  'robot cannot be checked against itself')
-        self.settings = self.settings.replace(self_collision=bool(on))
-        self.constraint = self._build_constraint(self.model, self.pairs, self.settings)
-        return self.constraint
+        return self._rebuild(self_collision=bool(on))
 
     def set_clearance(self, clearance):
         """Change the soft clearance [m]; returns the new constraint (for the loop)."""
-        self.settings = self.settings.replace(clearance=clearance)
+        return self._rebuild(clearance=clearance)
+
+    def _rebuild(self, **changes):
+        self.settings = self.settings.replace(**changes)
         self.constraint = self._build_constraint(self.model, self.pairs, self.settings)
         return self.constraint
 
@@ -294,15 +281,12 @@ class CollisionGuard:
         at ``settings.contact_tolerance`` (``CollisionModel.refined``); ``poll`` swaps the
         model and its constraint in (the same pairs, settings and scene).
 
-        Where sphere covers, not the meshes, overlap (a folded start pose, a base on its
-        table), every motion that deepens the overlap is refused and goals near the start
-        can be out of reach; the finer covers of just those links take the overlap away
-        where the real parts are apart, without the cost of fine covers everywhere. They are
-        swapped in only when they release a pair in contact or make one at least
-        ``CONTACT_GAIN`` shallower (where the parts themselves overlap they would cost every
-        query and free nothing; ``poll`` then reports them not applied). Returns the names
-        of the links being refined ([] when there is nothing to do: no contact, no
-        geometry, off, or those covers are already that fine).
+        Where covers, not meshes, overlap (a folded start pose, a base on its table), goals
+        near the start can be out of reach; finer covers of just those links take the
+        overlap away without the cost of fine covers everywhere. They are swapped in only
+        when they release a pair in contact or make one ``CONTACT_GAIN`` shallower. Returns
+        the names of the links being refined ([]: no contact, no geometry, off, or those
+        covers are that fine already).
         """
         tolerance = self.settings.contact_tolerance
         model = self.model

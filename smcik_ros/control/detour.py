@@ -274,7 +274,6 @@ class Detour:
             path, reason = result.value
             if path is None:
                 self._finish('failed', reason, now)
-                self.counts['failed'] += 1
             else:
                 self.path, self.index = path, 0
                 self.state = 'following'
@@ -319,17 +318,16 @@ class Detour:
 
     def complete(self, now):
         """Mark the detour done (the goal configuration is reached; the solver takes over)."""
-        self.counts['completed'] += 1
         self._finish('done', f'reached the goal configuration after {len(self.path) - 1} '
                      'leg(s)', now, retry=False)
 
     def cancel(self, reason, now):
         """Cancel the detour in progress (no-op when none is)."""
         if self.active:
-            self.counts['cancelled'] += 1
             self._finish('cancelled', reason, now)
 
     def _finish(self, state, reason, now, retry=True):
+        self.counts['completed' if state == 'done' else state] += 1
         self.state, self.reason = state, reason
         self._work = None
         if retry:
