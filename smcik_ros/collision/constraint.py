@@ -279,25 +279,19 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
 
         reference: a configuration (nq,) to compare with instead of the stored one.
         """
-        n = len(frames)
-        if not self.hard or not len(self._robot.radii):
-            return np.zeros(n, dtype=bool)
-        leaves, _ = self._query(frames, self._eval_threshold())
-        out = np.zeros(n, dtype=bool)
-        if not len(leaves):
-            return out
-        bad = self._violating(leaves, reference)
-        out[leaves.n[bad]] = True
+        out = np.zeros(len(frames), dtype=bool)
+        if self.hard and len(self._robot.radii):
+            leaves, _ = self._query(frames, self._eval_threshold())
+            if len(leaves):
+                out[leaves.n[self._violating(leaves, reference)]] = True
         return out
 
     def in_collision(self, frames):
         """Return (N,) bool: any padded distance < 0 (ignoring the reference)."""
-        n = len(frames)
-        if not len(self._robot.radii):
-            return np.zeros(n, dtype=bool)
-        leaves, _ = self._query(frames, self._eval_threshold())
-        out = np.zeros(n, dtype=bool)
-        out[leaves.n[leaves.d < 0.0]] = True
+        out = np.zeros(len(frames), dtype=bool)
+        if len(self._robot.radii):
+            leaves, _ = self._query(frames, self._eval_threshold())
+            out[leaves.n[leaves.d < 0.0]] = True
         return out
 
     # ------------------------------------------------------------------ soft clearance
@@ -327,21 +321,18 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
     def residual(self, frames):
         """Return (N, max_rows) clearance shortfalls [m], largest first (0 when clear)."""
         out = np.zeros((len(frames), self.max_rows))
-        if not len(self._robot.radii):
-            return out
-        _, _, _, n, slot, residual = self._rows(frames)
-        out[n, slot] = residual
+        if len(self._robot.radii):
+            _, _, _, n, slot, residual = self._rows(frames)
+            out[n, slot] = residual
         return out
 
     def jacobian(self, frames):
         """Return (N, max_rows, nv): d residual / d tangent step of the ``residual`` rows."""
-        nv = self.model.chain.nv
-        out = np.zeros((len(frames), self.max_rows, nv))
-        if not len(self._robot.radii):
-            return out
-        leaves, world, rows, n, slot, _ = self._rows(frames)
-        if len(rows):
-            out[n, slot] = -self._distance_gradients(frames, world, leaves.select(rows))
+        out = np.zeros((len(frames), self.max_rows, self.model.chain.nv))
+        if len(self._robot.radii):
+            leaves, world, rows, n, slot, _ = self._rows(frames)
+            if len(rows):
+                out[n, slot] = -self._distance_gradients(frames, world, leaves.select(rows))
         return out
 
     # ------------------------------------------------------------------ gradient solvers
@@ -566,14 +557,12 @@ class KeepOutObstacle(CollisionConstraint):
         self._ensure(frames)
         leaves, _ = self._query(frames, 1e-12)
         out = np.zeros((len(frames), 1))
-        if len(leaves):
-            np.maximum.at(out[:, 0], leaves.n, -leaves.d)
+        np.maximum.at(out[:, 0], leaves.n, -leaves.d)
         return out
 
     def jacobian(self, frames):
         self._ensure(frames)
-        nv = frames.chain.nv
-        out = np.zeros((len(frames), 1, nv))
+        out = np.zeros((len(frames), 1, frames.chain.nv))
         leaves, world = self._query(frames, 1e-12)
         if len(leaves):
             worst = leaves.select(smallest_per_group(leaves.d, leaves.n))

@@ -51,8 +51,7 @@ class CollisionEvaluation:
             arr = pairs.pairs
         else:
             rows = []
-            for pair in pairs:
-                a, b = pair
+            for a, b in pairs:
                 a = self.model.link_index(a) if isinstance(a, str) else int(a)
                 b = self.model.link_index(b) if isinstance(b, str) else int(b)
                 if a == b:

@@ -161,10 +161,6 @@ class Obstacle:
             kind, size = CYLINDER, (self.size[0], 0.5 * self.size[1], 0.0)
         return (np.array([kind]), rot[None].copy(), trans[None].copy(), np.array([size]))
 
-    def transformed(self, pose):
-        """Return the obstacle moved by the (4, 4) ``pose`` (e.g. its frame -> base frame)."""
-        return dataclasses.replace(self, pose=np.asarray(pose, dtype=float) @ self.pose)
-
 
 class Scene:
     """Obstacles keyed by (ns, id), each remembering its source; ``version`` counts changes.

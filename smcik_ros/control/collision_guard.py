@@ -69,26 +69,19 @@ class CollisionSettings:
         for name, low, high in (('padding', 0.0, 0.1), ('clearance', 0.0, 1.0),
                                 ('voxel_size', 1e-3, 1.0), ('robot_margin', 0.0, 1.0),
                                 ('coarse_resolution', 0.0, 0.1),
-                                ('cover_tolerance', MIN_TOLERANCE, 0.1)):
+                                ('cover_tolerance', MIN_TOLERANCE, 0.1),
+                                ('contact_tolerance', MIN_TOLERANCE, 0.1)):
             value = getattr(self, name)
+            off = ' or 0 (off)' if name == 'contact_tolerance' else ''
             try:
                 value = float(value)
             except (TypeError, ValueError):
                 raise ParameterError(f'collision {name} must be a number [m]; got '
                                      f'{value!r}') from None
-            if not (math.isfinite(value) and low <= value <= high):
-                raise ParameterError(f'collision {name} must be in [{low:g}, {high:g}] m; got '
-                                     f'{value}')
+            if not (math.isfinite(value) and low <= value <= high or off and value == 0.0):
+                raise ParameterError(f'collision {name} must be in [{low:g}, {high:g}] m{off}; '
+                                     f'got {value}')
             object.__setattr__(self, name, value)
-        value = self.contact_tolerance
-        try:
-            value = float(value)
-        except (TypeError, ValueError):
-            value = math.nan
-        if not (value == 0.0 or MIN_TOLERANCE <= value <= 0.1):
-            raise ParameterError(f'collision contact_tolerance must be 0 (off) or in '
-                                 f'[{MIN_TOLERANCE:g}, 0.1] m; got {self.contact_tolerance!r}')
-        object.__setattr__(self, 'contact_tolerance', value)
 
     def replace(self, **changes):
         """Return a copy with ``changes`` applied (validated)."""

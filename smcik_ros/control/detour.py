@@ -115,7 +115,6 @@ class Detour:
 
     def __init__(self, chain, limits, settings=None, ik_solver=None, rng=None):
         self.chain = chain
-        self.limits = limits
         self.settings = settings if settings is not None else DetourSettings()
         self.planner = DetourPlanner(chain, limits, self.settings, ik_solver, rng)
         self.state = 'idle' if self.settings.enabled else 'off'
