@@ -19,6 +19,7 @@ import math
 import numpy as np
 
 from ..errors import GoalError
+from ..rotations import quat_to_matrix
 from .shapes import BOX, CYLINDER, SPHERE
 
 __all__ = ['Obstacle', 'Scene', 'MARKER_SPHERE', 'MARKER_CUBE', 'MARKER_CYLINDER',
@@ -55,9 +56,7 @@ def pose_matrix(position=(0.0, 0.0, 0.0), orientation=None, what='obstacle'):
     if norm < 1e-12:
         return out
     x, y, z, w = quat / norm
-    out[:3, :3] = [[1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
-                   [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
-                   [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)]]
+    out[:3, :3] = quat_to_matrix(np.array([w, x, y, z]))
     return out
 
 

@@ -130,10 +130,12 @@ def _near_spheres(robot, rot, pos, n, spheres, center, radius, limit, keep, poin
 @njit(cache=True, inline='always')
 def _put(out, m, n, pair, a, b, d, is_self):
     """Write leaf m (n, pair, a, b, d, is_self) into the output arrays ``out`` when it fits
-    (the caller counts every leaf and calls again with room for all when some did not fit)."""
+    and return the count m + 1 (the caller calls again with room for all when some did not
+    fit)."""
     out_n, out_p, out_a, out_b, out_d, out_s = out
     if m < out_d.shape[0]:
         out_n[m], out_p[m], out_a[m], out_b[m], out_d[m], out_s[m] = n, pair, a, b, d, is_self
+    return m + 1
 
 
 @njit(cache=True)
@@ -228,14 +230,12 @@ def collision_query(robot, self_pairs, obstacles, rot, pos, q, threshold, paddin
                                                                    + padding)
                     if d3 < lim:
                         if mode == 0:
-                            _put(out, m, n, p, sa, sb, d3, True)
-                            m += 1
+                            m = _put(out, m, n, p, sa, sb, d3, True)
                         else:
                             pair_a, pair_b, pair_d, lim = sa, sb, d3, d3
             if pair_a >= 0:
                 if mode == 2:
-                    _put(out, m, n, p, pair_a, pair_b, pair_d, True)
-                    m += 1
+                    m = _put(out, m, n, p, pair_a, pair_b, pair_d, True)
                 else:
                     best_p, best_a, best_b, best_d, best_s = p, pair_a, pair_b, pair_d, True
                     thr = pair_d
@@ -296,21 +296,18 @@ def collision_query(robot, self_pairs, obstacles, rot, pos, q, threshold, paddin
                         d3 = e - (radii[s] + padding)
                         if d3 < lim:
                             if mode == 0:
-                                _put(out, m, n, k + n_pairs, s, g, d3, False)
-                                m += 1
+                                m = _put(out, m, n, k + n_pairs, s, g, d3, False)
                             else:
                                 pair_a, pair_b, pair_d, lim = s, g, d3, d3
             if pair_a >= 0:
                 if mode == 2:
-                    _put(out, m, n, k + n_pairs, pair_a, pair_b, pair_d, False)
-                    m += 1
+                    m = _put(out, m, n, k + n_pairs, pair_a, pair_b, pair_d, False)
                 else:
                     best_p, best_a, best_b, best_d = k + n_pairs, pair_a, pair_b, pair_d
                     best_s = False
                     thr = pair_d
         if mode == 1 and best_p >= 0:
-            _put(out, m, n, best_p, best_a, best_b, best_d, best_s)
-            m += 1
+            m = _put(out, m, n, best_p, best_a, best_b, best_d, best_s)
     return m
 
 
