@@ -43,6 +43,7 @@ import numpy as np
 
 from ..model import cache as model_cache
 from ..model.cache import default_cache_dir   # the cover cache shares its directory
+from .engine import smallest_per_group
 
 __all__ = ['SphereCover', 'COVER_VERSION', 'default_cache_dir', 'cover_mesh', 'cover_box',
            'cover_cylinder', 'cover_sphere', 'bisect_triangles', 'cylinder_sections',
@@ -265,7 +266,8 @@ def _compute_cover(vertices, faces, tolerance, item_edge, poses, rotation_sag):
     depth_t = _shrinking_ball(pts, nrm, pts, cap)
     local = np.concatenate([pts - depth_t[:, None] * nrm, pts - 0.5 * depth_t[:, None] * nrm])
     score = np.concatenate([depth_t, 0.5 * depth_t])
-    local, score = _dedup(local, score, 0.5 * tolerance)
+    cell = np.floor(local / (0.5 * tolerance)).astype(np.int64)     # the deepest per cell
+    local = local[smallest_per_group(-score, *cell.T)]
     cand = (np.einsum('kij,pj->kpi', rot[sample], local) + trans[sample][:, None, :]) \
         .reshape(-1, 3)
     depth = _depth(moved, cand)
@@ -344,17 +346,6 @@ def _grid(bounds, spacing):
     if any(len(a) == 0 for a in axes):
         return np.zeros((0, 3))
     return np.stack(np.meshgrid(*axes, indexing='ij'), -1).reshape(-1, 3)
-
-
-def _dedup(points, score, cell):
-    """Keep the highest-score point per cubic cell of size ``cell``."""
-    key = np.floor(points / cell).astype(np.int64)
-    order = np.lexsort((-score, key[:, 2], key[:, 1], key[:, 0]))
-    sorted_key = key[order]
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = np.any(sorted_key[1:] != sorted_key[:-1], axis=1)
-    pick = order[first]
-    return points[pick], score[pick]
 
 
 def _depth(meshes, points):

@@ -300,20 +300,14 @@ class Detour:
             self.index += 1
         return None
 
-    def scene_changed(self):
-        """Return True once after the obstacles changed since the plan (re-check it)."""
+    def still_free(self, q):
+        """Return whether the rest of the path from the command q is still free: certified
+        again (to the end) when the obstacles changed since the plan or the last check."""
         version = self._version()
         if version == self._scene_version:
-            return False
+            return True
         self._scene_version = version
-        return True
-
-    def remaining_free(self, q):
-        """Return whether the rest of the path from the command q is still certified free
-        (runs to completion: called once after a scene change)."""
-        legs = [(q, self.path[self.index])] + [
-            (self.path[k], self.path[k + 1]) for k in range(self.index, len(self.path) - 1)]
-        return all(self.planner.certify(a, b) for a, b in legs)
+        return self.planner.certify([q] + list(self.path[self.index:]))
 
     def complete(self, now):
         """Mark the detour done (the goal configuration is reached; the solver takes over)."""
@@ -441,7 +435,7 @@ class DetourDrive:
                 return self.guard.brake(q, v, dt, lead_box)
             self.report('info', 'detour:planned', (
                 f'goal {goal.sequence}: following a detour ({detour.reason})'), interval=1.0)
-        if detour.scene_changed() and not detour.remaining_free(q):
+        if not detour.still_free(q):
             return self._abort('the obstacles changed and the detour is no longer free',
                                q, v, dt, lead_box, now)
         target = detour.target(q, v)

@@ -252,14 +252,18 @@ class DetourPlanner:
             i = j
         return out
 
-    def certify(self, a, b):
-        """Return whether the straight leg a -> b (n,) is certified free (runs to the end)."""
-        work = self._leg(np.asarray(a, dtype=float), np.asarray(b, dtype=float))
-        try:
-            while True:
-                next(work)
-        except StopIteration as result:
-            return result.value
+    def certify(self, points):
+        """Return whether the straight legs between consecutive points (K, n) are all
+        certified free (each run to the end)."""
+        for a, b in zip(points[:-1], points[1:]):
+            work = self._leg(np.asarray(a, dtype=float), np.asarray(b, dtype=float))
+            try:
+                while True:
+                    next(work)
+            except StopIteration as result:
+                if not result.value:
+                    return False
+        return True
 
     def _leg(self, a, b):
         """Generator: return whether the straight leg a -> b is certified free (module doc);
