@@ -111,10 +111,9 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
             raise GoalError(f'max_rows must be >= 1; got {max_rows}')
         self.hard = bool(hard)
         self.preference = True
-        resolution = motion_resolution
-        if resolution is None:
-            resolution = self.padding if self.padding > 0.0 else 0.002
-        self.motion_resolution = _positive(resolution, 'motion_resolution')
+        if motion_resolution is None:
+            motion_resolution = self.padding if self.padding > 0.0 else 0.002
+        self.motion_resolution = _positive(motion_resolution, 'motion_resolution')
         self.sigma = np.full(self.max_rows, self.clearance_sigma)
         self.self_collision = bool(self_collision)
         if pairs is None and self.self_collision and model.has_geometry:
@@ -259,9 +258,7 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
     def _violating(self, leaves, reference=None, play=None):
         """Return the (K,) mask of leaves that violate: d < 0 and deeper than their pair's
         allowance (``_reference_table``: the stored reference's, or at the configuration
-        ``reference``; looked up only when needed). Per pair, not per sphere pair: an arm
-        resting where two covers overlap (conservative covers of a folded start pose) may
-        slide along the contact as long as it gets no deeper, and leave it."""
+        ``reference``; looked up only when needed)."""
         bad = leaves.d < 0.0
         if not bad.any():
             return bad
@@ -425,7 +422,7 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
         chain = self.model.chain
         resolution = self.motion_resolution if resolution is None else float(resolution)
         dv = np.abs(_tangent_delta(chain, q_from, q_to))
-        bound = float(np.max(self._lever @ dv)) if len(self._lever) else 0.0
+        bound = float(np.max(self.lever @ dv)) if len(self.lever) else 0.0
         return max(1, int(math.ceil(bound / resolution))), bound
 
     def check_motion(self, q_from, q_to, resolution=None, play=None):

@@ -37,7 +37,10 @@ class CollisionEvaluation:
         self.padding = padding
         self._robot = RobotGeometry(model, part_size)
         self._body_lever = lever_matrix(model.chain, model)
-        self._lever = self._body_lever[1:]
+        # (B, nv): per body, the largest speed of any of its cover points per unit of each
+        # tangent coordinate [m/rad or m/m]: a joint step dv moves no cover point of body b
+        # more than ``(lever @ |dv|)[b]`` (``engine.lever_matrix``).
+        self.lever = self._body_lever[1:]
         self._obstacle_cache = (None, None)
         self._cache = None
         self._rows_cache = None
@@ -79,13 +82,6 @@ class CollisionEvaluation:
         """What a check depends on besides the configuration: (scene version, pairs version,
         padding); equal versions of the same object give the same verdicts."""
         return (self.scene.version, self._pairs_version, self.padding)
-
-    @property
-    def lever(self):
-        """(B, nv): per body, the largest speed of any of its cover points per unit of each
-        tangent coordinate [m/rad or m/m] (``engine.lever_matrix``): a joint step dv moves
-        no cover point of body b more than ``(lever @ |dv|)[b]``."""
-        return self._lever
 
     def _query(self, frames, threshold):
         """Return (leaves with d < threshold, World) of ``frames``, cached: only each
@@ -255,8 +251,7 @@ class CollisionEvaluation:
         frames = self.model.chain.frames(np.asarray(q, dtype=float))
         robot = self._robot
         world = robot.world(frames).grid(robot.sph_row)[0]
-        links = np.array(self.model.link_names, dtype=object)[robot.sphere_link] \
-            if len(robot.radii) else np.zeros(0, dtype=object)
+        links = np.array(self.model.link_names, dtype=object)[robot.sphere_link]
         return (world, robot.radii + (self.padding if padded else 0.0), links)
 
     def points_on_robot(self, points, q, margin=0.0, point_radius=0.0):

@@ -30,7 +30,10 @@ __all__ = ['Obstacle', 'Scene', 'MARKER_SPHERE', 'MARKER_CUBE', 'MARKER_CYLINDER
 MARKER_CUBE, MARKER_SPHERE, MARKER_CYLINDER = 1, 2, 3
 MARKER_ADD, MARKER_DELETE, MARKER_DELETEALL = 0, 2, 3
 _MARKER_TYPES = {MARKER_SPHERE: 'sphere', MARKER_CUBE: 'box', MARKER_CYLINDER: 'cylinder'}
-SHAPES = ('sphere', 'box', 'cylinder', 'spheres')
+# Obstacle shapes: how many sizes each takes, and what they are.
+_SIZES = {'sphere': (1, 'radius'), 'box': (3, 'side lengths x, y, z'),
+          'cylinder': (2, 'radius and height'), 'spheres': (1, 'radius')}
+SHAPES = tuple(_SIZES)
 
 
 def pose_matrix(position=(0.0, 0.0, 0.0), orientation=None, what='obstacle'):
@@ -81,9 +84,7 @@ class Obstacle:
         if self.shape not in SHAPES:
             raise GoalError(f'obstacle shape must be one of {", ".join(SHAPES)}; got '
                             f'{self.shape!r}')
-        want = {'sphere': 1, 'box': 3, 'cylinder': 2, 'spheres': 1}[self.shape]
-        what = {'sphere': 'radius', 'box': 'side lengths x, y, z',
-                'cylinder': 'radius and height', 'spheres': 'radius'}[self.shape]
+        want, what = _SIZES[self.shape]
         try:
             size = tuple(float(v) for v in np.ravel(np.asarray(self.size, dtype=float)))
         except (TypeError, ValueError):

@@ -244,12 +244,9 @@ class CollisionGuard:
 
     def set_pointcloud_settings(self, voxel_size=None, robot_margin=None):
         """Change the voxel size / robot margin of the next point clouds [m]."""
-        changes = {}
-        if voxel_size is not None:
-            changes['voxel_size'] = voxel_size
-        if robot_margin is not None:
-            changes['robot_margin'] = robot_margin
-        self.settings = self.settings.replace(**changes)
+        changes = {'voxel_size': voxel_size, 'robot_margin': robot_margin}
+        self.settings = self.settings.replace(**{k: v for k, v in changes.items()
+                                                 if v is not None})
 
     # ------------------------------------------------------------------ updates at runtime
     def start_srdf_update(self, srdf, description):

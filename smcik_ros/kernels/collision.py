@@ -61,13 +61,10 @@ def distance_gradients(columns, rot, pos, leaves):
     tb = np.empty(nv)
     for r in range(n.shape[0]):
         ta[:] = 0.0
-        _point_gradient(columns, rot, pos, n[r], body_a[r], point_a[r], grad[r], ta)
-        if body_b[r] < -1:
-            for v in range(nv):
-                out[r, v] = ta[v]
-            continue
         tb[:] = 0.0
-        _point_gradient(columns, rot, pos, n[r], body_b[r], point_b[r], grad[r], tb)
+        _point_gradient(columns, rot, pos, n[r], body_a[r], point_a[r], grad[r], ta)
+        if body_b[r] >= -1:          # a robot sphere (an obstacle: no second term)
+            _point_gradient(columns, rot, pos, n[r], body_b[r], point_b[r], grad[r], tb)
         for v in range(nv):
             out[r, v] = ta[v] - tb[v]
     return out
