@@ -191,6 +191,9 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
     def _eval_threshold(self):
         return max(self.clearance, 0.0) + 1e-12
 
+    def _ensure(self, frames):
+        """Get ready for ``frames`` (a keep-out volume builds itself for their chain)."""
+
     def _reference_table(self, q=None, play=None):
         """Return (sorted pair ids, allowed padded distances) of the pairs that may
         penetrate, for a check: the contact allowances (module doc; ``play`` [m] below
@@ -276,6 +279,7 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
 
         reference: a configuration (nq,) to compare with instead of the stored one.
         """
+        self._ensure(frames)
         out = np.zeros(len(frames), dtype=bool)
         if self.hard and len(self._robot.radii):
             leaves, _ = self._query(frames, self._eval_threshold())
@@ -339,6 +343,7 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
         d: padded distances [m]; J: d d / d tangent step. At most ``per_pair`` leaves (the
         closest) per object pair. Used for velocity dampers J dq >= -xi (d - d_s) / (d_i - d_s).
         """
+        self._ensure(frames)
         nv = self.model.chain.nv
         if not len(self._robot.radii):
             return np.zeros(0), np.zeros((0, nv))
@@ -363,6 +368,7 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
         each configuration's nearest (which may be a shifted one hiding a nearer pair), and
         reports at most that threshold (a lower bound).
         """
+        self._ensure(frames)
         n = len(frames)
         dist = np.full(n, np.inf)
         names = [None] * n
@@ -565,18 +571,6 @@ class KeepOutObstacle(CollisionConstraint):
             worst = leaves.select(smallest_per_group(leaves.d, leaves.n))
             out[worst.n, 0] = -self._distance_gradients(frames, world, worst)
         return out
-
-    def violated(self, frames, reference=None):
-        self._ensure(frames)
-        return CollisionConstraint.violated(self, frames, reference)
-
-    def distances(self, frames, search=(0.05, 0.25, 1.0, np.inf), credit=None):
-        self._ensure(frames)
-        return CollisionConstraint.distances(self, frames, search, credit)
-
-    def inequality_rows(self, frames, influence, per_pair=3):
-        self._ensure(frames)
-        return CollisionConstraint.inequality_rows(self, frames, influence, per_pair)
 
     def check_motion(self, q_from, q_to, resolution=None, play=None):
         if self._bound_chain is None:

@@ -82,7 +82,6 @@ class RobotGeometry:
     """
 
     def __init__(self, model, part_size=8):
-        self.model = model
         order, part_start, part_count, part_link, link_part_start = [], [], [], [], []
         for link in range(len(model.link_names)):
             idx = np.arange(model.link_start[link], model.link_start[link] +
@@ -419,10 +418,8 @@ def query(robot, world, self_pairs, obstacles, threshold, padding, tables=None, 
     many leaves in the kernel's first call (default 32 per configuration + 256); it is
     called again with room for all when more are found.
 
-    Levels: (1) link/link and link/obstacle bounding spheres; (2) each sphere of one side
-    against the other side's bounding sphere (both ways for link pairs); (3) the surviving
-    spheres pairwise (for point-cloud sets: against the obstacle's parts, then primitives).
-    Ties keep the first leaf found, as a stable sort of all leaves by distance would.
+    Ties keep the first leaf found, as a stable sort of all leaves by distance would
+    (``kernels.collision_query`` runs the levels).
     """
     if q is None:          # the tables need the configurations
         tables = None

@@ -42,9 +42,8 @@ class CollisionEvaluation:
         # more than ``(lever @ |dv|)[b]`` (``engine.lever_matrix``).
         self.lever = self._body_lever[1:]
         self._obstacle_cache = (None, None)
-        self._cache = None
         self._rows_cache = None
-        self.set_pairs(pairs)
+        self.set_pairs(pairs)          # (and the evaluation cache)
 
     def set_pairs(self, pairs):
         """Replace the self-collision pairs (a SelfCollisionPairs, (P, 2) indices or names)."""

@@ -38,9 +38,8 @@ from ..solvers.base import StateKey, goal_signature
 from .detour_planner import DetourPlanner
 from .shaping import ShapedCommand
 
-__all__ = ['Detour', 'DetourDrive', 'DetourSettings', 'DETOUR_STATES']
+__all__ = ['Detour', 'DetourDrive', 'DetourSettings']
 
-DETOUR_STATES = ('idle', 'planning', 'following', 'done', 'failed', 'cancelled', 'off')
 # An orientation error counts this much [m/rad] in the progress measure.
 ORIENTATION_WEIGHT = 0.1
 # Recent commands remembered for the retreat (ticks).
@@ -117,6 +116,7 @@ class Detour:
         self.chain = chain
         self.settings = settings if settings is not None else DetourSettings()
         self.planner = DetourPlanner(chain, limits, self.settings, ik_solver, rng)
+        # idle, planning, following, done, failed, cancelled or off
         self.state = 'idle' if self.settings.enabled else 'off'
         self.reason = ''
         self.path = None             # (K, n) waypoints, command coordinate (start first)
@@ -170,8 +170,7 @@ class Detour:
         self._goal_seen = goal
         if key != self._goal_key:
             self._goal_key = key
-            self._best, self._best_time = math.inf, now
-            self._since = now
+            self._restart_progress(now)
             self._attempts = 0
             self._next_allowed = -math.inf
             if self.state in ('done', 'failed', 'cancelled'):
@@ -325,8 +324,11 @@ class Detour:
         self._work = None
         if retry:
             self._next_allowed = now + self.settings.retry_interval
-        self._best, self._best_time = math.inf, now      # progress is measured afresh
-        self._since = now
+        self._restart_progress(now)
+
+    def _restart_progress(self, now):
+        """Measure the progress towards the goal afresh from ``now`` [s]."""
+        self._best, self._best_time, self._since = math.inf, now, now
 
     # ------------------------------------------------------------------ status
     def status(self):
