@@ -1,5 +1,7 @@
-"""Shared fixtures: the demo arms, loaded once per session; the kernels compiled first."""
+"""Shared fixtures: the demo arms, loaded once per session; the kernels compiled first; what
+a named Python logger says (``logged``), whatever logger class is installed."""
 
+import logging
 import os
 import subprocess
 import sys
@@ -52,3 +54,52 @@ def compiled_kernels():
     compiling during their first ticks (a clean clone has a cold cache)."""
     from smcik_ros.warmup import warm_up
     warm_up(Chain.from_urdf(ARM7_URDF))
+
+
+class LogCapture(logging.Handler):
+    """The records one named logger handles: ``records``, ``messages``, ``text``, ``clear()``."""
+
+    def __init__(self, level):
+        super().__init__(level)
+        self.records = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+    @property
+    def messages(self):
+        return [r.getMessage() for r in self.records]
+
+    @property
+    def text(self):
+        return '\n'.join(f'{r.levelname} {r.name}: {r.getMessage()}' for r in self.records)
+
+    def clear(self):
+        del self.records[:]
+
+
+@pytest.fixture
+def logged():
+    """Return ``capture(name, level=logging.INFO)``: a LogCapture attached to logger ``name``
+    itself (its level lowered to ``level`` meanwhile) until the test ends.
+
+    Not pytest's ``caplog``: caplog's handler sits on the root logger, and launch (imported by
+    launch_testing's pytest plugin, which a ROS install loads into every pytest run, so
+    ``colcon test`` too) installs a logger class whose loggers do not propagate, so caplog
+    sees nothing there. A handler on the logger itself sees its records either way.
+    """
+    attached = []
+
+    def capture(name, level=logging.INFO):
+        logger = logging.getLogger(name)
+        handler = LogCapture(level)
+        attached.append((logger, handler, logger.level))
+        logger.addHandler(handler)
+        if logger.level == logging.NOTSET or logger.level > level:
+            logger.setLevel(level)
+        return handler
+
+    yield capture
+    for logger, handler, level in reversed(attached):
+        logger.removeHandler(handler)
+        logger.setLevel(level)

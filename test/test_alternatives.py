@@ -5,26 +5,30 @@ ghost-arm markers."""
 
 from pathlib import Path
 
-from geometry_msgs.msg import Point, Pose, PoseWithCovariance, Quaternion
 import numpy as np
 import pytest
-from visualization_msgs.msg import Marker
 
-from arm_urdfs import ur5_like_urdf
-from smcik_ros.ros import markers
-from smcik_ros.ros import conversions as rc
-from smcik_ros.collision import KeepOutSphere
-from smcik_ros.control.alternatives import AlternativesBook, has_alternatives
-from smcik_ros.control.arm_state import ArmSettings
-from smcik_ros.control.limits import limits_for_chain
-from smcik_ros.control.tick import ControlLoop
-from smcik_ros.control.frames import FrameResolver
-from smcik_ros.control.goal_inbox import GoalInbox
-from smcik_ros.errors import GoalError, ParameterError
-from smcik_ros.goals import PoseTarget, PositionTarget
-from smcik_ros.model import Chain
-from smcik_ros.rotations import quat_to_matrix, rotvec_to_matrix
-from smcik_ros.solvers import make_solver
+pytest.importorskip('visualization_msgs', reason='the ROS message packages are needed '
+                    '(./smcik installs them; or a ROS install)')
+
+from geometry_msgs.msg import Point, Pose, PoseWithCovariance, Quaternion  # noqa: E402
+from visualization_msgs.msg import Marker  # noqa: E402
+
+from arm_urdfs import ur5_like_urdf  # noqa: E402
+from smcik_ros.ros import markers  # noqa: E402
+from smcik_ros.ros import conversions as rc  # noqa: E402
+from smcik_ros.collision import KeepOutSphere  # noqa: E402
+from smcik_ros.control.alternatives import AlternativesBook, has_alternatives  # noqa: E402
+from smcik_ros.control.arm_state import ArmSettings  # noqa: E402
+from smcik_ros.control.limits import limits_for_chain  # noqa: E402
+from smcik_ros.control.tick import ControlLoop  # noqa: E402
+from smcik_ros.control.frames import FrameResolver  # noqa: E402
+from smcik_ros.control.goal_inbox import GoalInbox  # noqa: E402
+from smcik_ros.errors import GoalError, ParameterError  # noqa: E402
+from smcik_ros.goals import PoseTarget, PositionTarget  # noqa: E402
+from smcik_ros.model import Chain  # noqa: E402
+from smcik_ros.rotations import quat_to_matrix, rotvec_to_matrix  # noqa: E402
+from smcik_ros.solvers import make_solver  # noqa: E402
 
 URDF = Path(__file__).resolve().parents[1] / 'urdf' / 'smcik_arm.urdf'
 

@@ -15,12 +15,13 @@ import math
 import os
 import time
 
-from geometry_msgs.msg import PoseWithCovarianceStamped
 import numpy as np
 import pytest
 import yaml
 
 rclpy = pytest.importorskip('rclpy', reason='rclpy is needed for the graph-level tests')
+
+from geometry_msgs.msg import PoseWithCovarianceStamped  # noqa: E402
 
 from geometry_msgs.msg import PoseStamped  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402

@@ -2,13 +2,17 @@
 
 import numpy as np
 import pytest
-from visualization_msgs.msg import Marker
 
-from smcik_ros.collision import CollisionConstraint, Obstacle, Scene, pose_matrix
-from smcik_ros.ros.markers import COLLISION_NAMESPACES, collision_markers
+pytest.importorskip('visualization_msgs', reason='the ROS message packages are needed '
+                    '(./smcik installs them; or a ROS install)')
 
-from collision_helpers import demo_model
-from conftest import ARM7_URDF
+from visualization_msgs.msg import Marker  # noqa: E402
+
+from smcik_ros.collision import CollisionConstraint, Obstacle, Scene, pose_matrix  # noqa: E402
+from smcik_ros.ros.markers import COLLISION_NAMESPACES, collision_markers  # noqa: E402
+
+from collision_helpers import demo_model  # noqa: E402
+from conftest import ARM7_URDF  # noqa: E402
 
 
 def test_collision_markers_draw_cover_obstacles_and_closest_pair():

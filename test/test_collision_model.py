@@ -165,21 +165,87 @@ def test_urdf_text_with_urdf_path_resolves_relative_meshes(tmp_path):
     chain = Chain.from_urdf(xml, 'base_link', 'tool0')
     model = CollisionModel.from_urdf(chain, xml, urdf_path=urdf, cache_dir=cover_cache_dir())
     assert model.link_names == ('link1', 'link2')
-    with pytest.raises(ModelError, match='part.stl'):
-        CollisionModel.from_urdf(chain, xml, urdf_path=str(tmp_path / 'elsewhere' / 'x.urdf'))
+    elsewhere = CollisionModel.from_urdf(chain, xml, cache_dir='',
+                                         urdf_path=str(tmp_path / 'elsewhere' / 'x.urdf'))
+    assert elsewhere.link_names == ()
+    assert all('part.stl' in w for w in elsewhere.warnings), elsewhere.warnings
 
 
-def test_missing_mesh_names_the_uri_and_every_place_looked(tmp_path, monkeypatch):
+def test_a_missing_mesh_leaves_its_link_out_with_one_warning(tmp_path, monkeypatch, logged):
+    """A collision mesh that cannot be found never stops the model: one warning (in
+    ``warnings`` and on the smcik_ros.collision logger, also where that logger does not
+    propagate, as under launch) names the link, the URI and every place looked; the other
+    links keep their covers."""
     monkeypatch.delenv('AMENT_PREFIX_PATH', raising=False)
-    urdf = write_two_link_urdf(str(tmp_path), 'package://no_such_pkg/meshes/part.stl',
-                               name='missing')
+    monkeypatch.setattr(logging.getLogger('smcik_ros.collision'), 'propagate', False)
+    _write_mesh(str(tmp_path / 'part.stl'), _mesh())
+    extra = textwrap.dedent("""
+      <joint name="flange" type="fixed"><parent link="link2"/><child link="hand"/>
+        <origin xyz="0 0 0.3"/></joint>
+      <link name="hand"><collision><geometry>
+        <mesh filename="package://no_such_pkg/meshes/hand.stl"/></geometry></collision>
+        <collision><geometry><box size="0.05 0.05 0.05"/></geometry></collision></link>""")
+    urdf = write_two_link_urdf(str(tmp_path), 'part.stl', extra_links=extra, name='missing')
     chain = Chain.from_urdf(urdf, 'base_link', 'tool0')
+    log = logged('smcik_ros.collision', logging.WARNING)
+    model = CollisionModel.from_urdf(chain, urdf, package_paths=[str(tmp_path / 'ws')],
+                                     cache_dir='')
+    assert model.link_names == ('link1', 'link2')
+    assert 'hand' not in model.geometry
+    (warning,) = [w for w in model.warnings if 'hand' in w]
+    assert log.messages == [warning]
+    assert "link 'hand'" in warning and 'package://no_such_pkg/meshes/hand.stl' in warning
+    assert 'no collision checks for it' in warning
+    assert 'ament index' in warning and str(tmp_path / 'ws') in warning
+    assert f'no ancestor of {str(tmp_path)!r}' in warning and 'package_paths' in warning
+    # The same robot through the model cache: still one warning, still without the hand.
+    cache = str(tmp_path / 'cache')
+    log.clear()
+    first = CollisionModel.from_urdf(chain, urdf, cache_dir=cache)
+    second = CollisionModel.from_urdf(chain, urdf, cache_dir=cache)
+    assert first.link_names == second.link_names == ('link1', 'link2')
+    assert sum('hand.stl' in m for m in log.messages) == 2       # once per build
+
+
+def test_a_mesh_that_cannot_be_read_leaves_its_link_out(tmp_path, logged):
+    """A mesh file that is there but is no mesh (empty, or not a format trimesh reads):
+    its link is left out with one warning naming the link and the URI."""
+    _write_mesh(str(tmp_path / 'part.stl'), _mesh())
+    (tmp_path / 'broken.stl').write_bytes(b'')
+    extra = textwrap.dedent("""
+      <joint name="flange" type="fixed"><parent link="link2"/><child link="hand"/>
+        <origin xyz="0 0 0.3"/></joint>
+      <link name="hand"><collision><geometry><mesh filename="broken.stl"/></geometry>
+        </collision></link>""")
+    urdf = write_two_link_urdf(str(tmp_path), 'part.stl', extra_links=extra, name='broken')
+    chain = Chain.from_urdf(urdf, 'base_link', 'tool0')
+    log = logged('smcik_ros.collision', logging.WARNING)
+    model = CollisionModel.from_urdf(chain, urdf, cache_dir=str(tmp_path / 'cache'))
+    assert model.link_names == ('link1', 'link2')
+    assert [m for m in log.messages if 'hand' in m] == [
+        w for w in model.warnings if 'hand' in w]
+    (warning,) = [w for w in model.warnings if 'hand' in w]
+    assert "link 'hand'" in warning and "'broken.stl'" in warning
+
+
+def test_resolve_mesh_uri_still_names_every_place_looked(tmp_path, monkeypatch):
+    monkeypatch.delenv('AMENT_PREFIX_PATH', raising=False)
     with pytest.raises(ModelError) as err:
-        CollisionModel.from_urdf(chain, urdf, package_paths=[str(tmp_path / 'ws')])
+        resolve_mesh_uri('package://no_such_pkg/meshes/part.stl', str(tmp_path),
+                         [str(tmp_path / 'ws')])
     text = str(err.value)
     assert "package://no_such_pkg/meshes/part.stl" in text
     assert 'ament index' in text and str(tmp_path / 'ws') in text
-    assert f'no ancestor of {str(tmp_path)!r}' in text and 'package_paths' in text
+
+
+def test_package_uris_with_three_slashes_resolve(tmp_path, monkeypatch):
+    """``package:///NAME/rest``, as some exporters write it, is ``package://NAME/rest``."""
+    monkeypatch.delenv('AMENT_PREFIX_PATH', raising=False)
+    root = _package(tmp_path / 'src', name='gen_description', dirname=None, package_xml=False)
+    path = str(root / 'meshes' / 'part.stl')
+    _write_mesh(path, _mesh())
+    assert resolve_mesh_uri('package:///gen_description/meshes/part.stl', str(tmp_path),
+                            [str(tmp_path / 'src')]) == path
 
 
 GRIPPER = '''
@@ -253,7 +319,7 @@ def test_off_chain_fingers_are_covered_over_their_whole_range(gripper):
                     assert inside_cover(pts, centers[sel], radii[sel]).all(), (link, finger)
 
 
-def test_a_high_poly_swept_finger_is_covered_through_a_convex_proxy(tmp_path, caplog):
+def test_a_high_poly_swept_finger_is_covered_through_a_convex_proxy(tmp_path, logged):
     """A 20480-face finger on an off-chain revolute joint (the pieces times the steps exceed
     SWEPT_PIECES: before, millions of pieces and an out-of-memory kill on Unitree Z1's
     gripper): the poses are thinned to a tolerance-sized chord, a lattice-hull proxy is
@@ -274,10 +340,10 @@ def test_a_high_poly_swept_finger_is_covered_through_a_convex_proxy(tmp_path, ca
       </collision></link>""")
     urdf = write_two_link_urdf(str(tmp_path), 'part.stl', extra_links=extra, name='hinged')
     chain = Chain.from_urdf(urdf, 'base_link', 'tool0')
-    with caplog.at_level(logging.INFO, logger='smcik_ros.collision'):
-        model = CollisionModel.from_urdf(chain, urdf, cache_dir='')
+    log = logged('smcik_ros.collision', logging.INFO)
+    model = CollisionModel.from_urdf(chain, urdf, cache_dir='')
     assert 'finger' in model.swept_links
-    text = caplog.text
+    text = log.text
     assert re.search(r'swept finger.stl \(20480 faces, \d+ poses\): covering a convex proxy',
                      text), text
     poses = int(re.search(r'20480 faces, (\d+) poses', text).group(1))
@@ -329,7 +395,7 @@ def test_the_sweep_travel_is_the_longest_vertex_path_found_on_the_hull(tmp_path)
         assert travel == pytest.approx(brute, rel=1e-12, abs=1e-15), trial
 
 
-def test_a_link_over_the_sphere_budget_is_covered_coarser(tmp_path, caplog, monkeypatch):
+def test_a_link_over_the_sphere_budget_is_covered_coarser(tmp_path, logged, monkeypatch):
     """A link whose cover exceeds LINK_SPHERES is covered again at twice the tolerance (up
     to 8x), logged; its cover still contains the geometry, with the larger excess
     recorded (Baxter's 0.9 m pedestal from example-robot-data: about 19 000
@@ -344,12 +410,12 @@ def test_a_link_over_the_sphere_budget_is_covered_coarser(tmp_path, caplog, monk
     counts = dict(zip(fine.link_names, fine.link_count))
     budget = int(min(counts.values())) - 1          # both links over it
     monkeypatch.setattr(collision_model, 'LINK_SPHERES', budget)
-    with caplog.at_level(logging.INFO, logger='smcik_ros.collision'):
-        coarse = CollisionModel.from_urdf(chain, urdf, cache_dir='')
+    log = logged('smcik_ros.collision', logging.INFO)
+    coarse = CollisionModel.from_urdf(chain, urdf, cache_dir='')
     assert re.search(r"link 'link1': its cover at tolerance 0.01 m has more than \d+ "
-                     r'spheres; covered at 0.0[248] m', caplog.text), caplog.text
+                     r'spheres; covered at 0.0[248] m', log.text), log.text
     for name, count, excess in zip(coarse.link_names, coarse.link_count, coarse.link_excess):
-        assert count <= budget or 'at 0.08 m' in caplog.text
+        assert count <= budget or 'at 0.08 m' in log.text
         assert count < counts[name] and excess > fine.link_excess[
             fine.link_names.index(name)]
     constraint = CollisionConstraint(coarse, self_collision=False)
@@ -438,19 +504,47 @@ def test_keep_out_sphere_works_on_a_urdf_without_collision_geometry(tmp_path):
 
 
 
-def test_computing_covers_is_announced_once_and_not_when_cached(tmp_path, caplog):
+def test_computing_covers_is_announced_once_and_not_when_cached(tmp_path, logged):
     """The first start with a robot computes its covers (seconds): one log line says so
     before the work, naming the cache; a start from the cache says nothing of it."""
     from conftest import ARM7_URDF
     chain = Chain.from_urdf(ARM7_URDF)
-    caplog.set_level(logging.INFO, logger='smcik_ros.collision')
+    log = logged('smcik_ros.collision', logging.INFO)
     CollisionModel.from_urdf(chain, ARM7_URDF, cache_dir=str(tmp_path))
-    said = [r.getMessage() for r in caplog.records if 'computing the sphere covers' in
-            r.getMessage()]
-    assert len(said) == 1 and str(tmp_path) in said[0], said
-    caplog.clear()
+    said = [m for m in log.messages if m.startswith('computing the sphere covers')]
+    assert len(said) == 1 and str(tmp_path) in said[0], said      # progress lines aside
+    log.clear()
     CollisionModel.from_urdf(chain, ARM7_URDF, cache_dir=str(tmp_path))
-    assert not [r for r in caplog.records if 'computing the sphere covers' in r.getMessage()]
+    assert not [m for m in log.messages if 'computing the sphere covers' in m]
+
+
+def test_computing_covers_says_how_far_it_is_every_period(tmp_path, logged, monkeypatch):
+    """A long first computation is not silent: every PROGRESS_PERIOD a line names the link
+    being covered and how many are done (and none once it is over, nor from the cache)."""
+    import time
+    from smcik_ros.collision import model as collision_model
+    assert collision_model.PROGRESS_PERIOD == 3.0
+    monkeypatch.setattr(collision_model, 'PROGRESS_PERIOD', 0.05)
+    slow = collision_model._link_cover
+
+    def slow_cover(*args, **kwargs):
+        time.sleep(0.3)
+        return slow(*args, **kwargs)
+    monkeypatch.setattr(collision_model, '_link_cover', slow_cover)
+    from conftest import ARM7_URDF
+    chain = Chain.from_urdf(ARM7_URDF)
+    log = logged('smcik_ros.collision', logging.INFO)
+    model = CollisionModel.from_urdf(chain, ARM7_URDF, cache_dir=str(tmp_path))
+    said = [m for m in log.messages if m.startswith('still computing the sphere covers')]
+    assert len(said) >= len(model.link_names), log.text
+    assert all(re.search(r"link '\w+', \d+ of \d+ links with <collision> done", m)
+               for m in said), said
+    assert {re.search(r"link '(\w+)'", m).group(1) for m in said} <= set(model.link_names)
+    log.clear()
+    time.sleep(0.2)
+    CollisionModel.from_urdf(chain, ARM7_URDF, cache_dir=str(tmp_path))
+    assert not [m for m in log.messages if 'computing the sphere covers' in m], log.text
+
 
 def test_refined_covers_are_finer_contain_the_mesh_and_leave_the_other_links(tmp_path):
     """``CollisionModel.refined`` (the node's contact refinement): the named links' covers

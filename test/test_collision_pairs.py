@@ -46,13 +46,13 @@ def test_malformed_srdf_is_a_model_error(text, match):
         parse_srdf(text)
 
 
-def test_srdf_links_missing_from_the_urdf_give_one_warning(caplog):
+def test_srdf_links_missing_from_the_urdf_give_one_warning(logged):
     chain, model = demo_model(ARM7_URDF)
-    with caplog.at_level(logging.WARNING, logger='smcik_ros.collision'):
-        pairs = self_collision_pairs(model, SRDF, always_samples=0)
+    log = logged('smcik_ros.collision', logging.WARNING)
+    pairs = self_collision_pairs(model, SRDF, always_samples=0)
     assert len(pairs.warnings) == 1
     assert 'ghost' in pairs.warnings[0] and 'gripper_finger' in pairs.warnings[0]
-    assert sum('ghost' in r.message for r in caplog.records) == 1
+    assert sum('ghost' in m for m in log.messages) == 1
     assert pairs.reason('base_link', 'link2') == 'srdf (Never)'
     assert pairs.reason('tool0', 'link3') == 'srdf (no reason given)'
     assert pairs.reason('link7', 'link5') is None

@@ -147,22 +147,21 @@ def test_a_changed_urdf_is_parsed_again_and_a_broken_one_never_cached(tmp_path):
     assert len(_entries(cache, 'urdf')) == 2
 
 
-def test_an_unreadable_entry_is_parsed_again_and_replaced(tmp_path, caplog):
+def test_an_unreadable_entry_is_parsed_again_and_replaced(tmp_path, logged):
     cache = str(tmp_path)
     parsed = Chain.from_urdf(ARM, cache_dir='')
     Chain.from_urdf(ARM, cache_dir=cache)
     (entry,) = _entries(cache, 'urdf')
     with open(entry, 'wb') as f:
         f.write(b'not an npz file')
-    with caplog.at_level(logging.WARNING, logger='smcik_ros.model.cache'):
-        again = Chain.from_urdf(ARM, cache_dir=cache)
-    assert 'ignoring unreadable model cache file' in caplog.text
+    log = logged('smcik_ros.model.cache', logging.WARNING)
+    again = Chain.from_urdf(ARM, cache_dir=cache)
+    assert 'ignoring unreadable model cache file' in log.text
     np.testing.assert_array_equal(again.upper, parsed.upper)
     assert os.path.getsize(entry) > 100      # written again, readable
-    caplog.clear()
-    with caplog.at_level(logging.WARNING, logger='smcik_ros.model.cache'):
-        Chain.from_urdf(ARM, cache_dir=cache)
-    assert caplog.text == ''
+    log.clear()
+    Chain.from_urdf(ARM, cache_dir=cache)
+    assert log.text == ''
 
 
 def _model_fields(model):
@@ -211,14 +210,22 @@ def test_a_mesh_changed_in_place_is_covered_again(tmp_path):
         not np.array_equal(link1(before), link1(after))
 
 
-def test_no_entry_without_a_cache_and_a_missing_mesh_still_fails_with_its_message(tmp_path):
+def test_a_missing_mesh_is_no_entry_and_warned_about_at_every_build(tmp_path, logged):
+    """A mesh gone since the entry was stored: the entry is not used (the key hashes the
+    meshes), the link is left out with its warning, and no entry is stored for that state:
+    every later build says it again."""
     urdf, packages = _mesh_robot(str(tmp_path / 'robot'))
     chain = Chain.from_urdf(urdf, 'base_link', 'tool0', cache_dir='')
     cache = str(tmp_path / 'cache')
-    CollisionModel.from_urdf(chain, urdf, package_paths=(packages,), cache_dir=cache)
+    whole = CollisionModel.from_urdf(chain, urdf, package_paths=(packages,), cache_dir=cache)
     os.remove(os.path.join(packages, 'meshy_description', 'meshes', 'part.stl'))
-    with pytest.raises(ModelError, match='package://meshy_description/meshes/part.stl'):
-        CollisionModel.from_urdf(chain, urdf, package_paths=(packages,), cache_dir=cache)
+    log = logged('smcik_ros.collision', logging.WARNING)
+    for _ in range(2):
+        model = CollisionModel.from_urdf(chain, urdf, package_paths=(packages,),
+                                         cache_dir=cache)
+        assert len(model.link_names) < len(whole.link_names)
+    said = [m for m in log.messages if 'package://meshy_description/meshes/part.stl' in m]
+    assert len(said) == 2 * (len(whole.link_names) - len(model.link_names)), log.text
     assert len(_entries(cache, 'collision')) == 1
 
 

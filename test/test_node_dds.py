@@ -15,12 +15,13 @@ import threading
 import time
 import zlib
 
-from geometry_msgs.msg import Point, PointStamped, PoseStamped
 import numpy as np
 import pytest
 import yaml
 
 rclpy = pytest.importorskip('rclpy', reason='rclpy is needed for the graph-level tests')
+
+from geometry_msgs.msg import Point, PointStamped, PoseStamped  # noqa: E402
 
 from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.parameter_client import AsyncParameterClient  # noqa: E402

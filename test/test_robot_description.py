@@ -1,6 +1,7 @@
 """Robot description loading without a ROS graph: path resolution, URDF and .xacro files,
 the URDF file behind the model and which SRDF applies."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -31,13 +32,52 @@ XACRO = """<?xml version="1.0"?>
 """
 
 
-def test_relative_paths_resolve_against_the_repository(tmp_path, monkeypatch):
+def _installed_share(prefix):
+    """Make ``prefix`` an install prefix whose ament index knows smcik_ros; return its share
+    directory (holding urdf/smcik_arm.urdf, a copy)."""
+    index = prefix / 'share' / 'ament_index' / 'resource_index' / 'packages'
+    index.mkdir(parents=True)
+    (index / 'smcik_ros').write_text('')
+    share = prefix / 'share' / 'smcik_ros'
+    (share / 'urdf').mkdir(parents=True)
+    (share / 'urdf' / 'smcik_arm.urdf').write_text(
+        (ROOT / 'urdf' / 'smcik_arm.urdf').read_text())
+    return share
+
+
+def test_relative_paths_resolve_against_the_cwd_first(tmp_path, monkeypatch):
+    (tmp_path / 'urdf').mkdir()
+    (tmp_path / 'urdf' / 'smcik_arm.urdf').write_text('<robot name="here"/>')
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv('AMENT_PREFIX_PATH', str(tmp_path / 'no_prefix'))
+    assert resolve_path('urdf/smcik_arm.urdf') == tmp_path / 'urdf' / 'smcik_arm.urdf'
+
+
+def test_relative_paths_resolve_against_the_repository_without_an_install(tmp_path,
+                                                                          monkeypatch):
+    """No ament index that knows smcik_ros (this checkout, not sourced): the repository."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv('AMENT_PREFIX_PATH', raising=False)
     assert resolve_path('urdf/smcik_arm.urdf') == ROOT / 'urdf' / 'smcik_arm.urdf'
     with pytest.raises(ModelError, match="joint_limits_path 'nope.yaml' not found; tried"):
         resolve_path('nope.yaml', 'joint_limits_path')
     with pytest.raises(ModelError, match="urdf_path '/nope.urdf' does not exist"):
         resolve_path('/nope.urdf')
+
+
+def test_relative_paths_resolve_against_the_installed_share_before_the_repository(
+        tmp_path, monkeypatch):
+    """A sourced install (colcon test runs the suite there): its share directory answers
+    before the repository."""
+    pytest.importorskip('ament_index_python', reason='ament_index_python is not installed')
+    share = _installed_share(tmp_path / 'install')
+    monkeypatch.setenv('AMENT_PREFIX_PATH', str(tmp_path / 'install'))
+    monkeypatch.chdir(tmp_path)
+    assert resolve_path('urdf/smcik_arm.urdf') == share / 'urdf' / 'smcik_arm.urdf'
+    with pytest.raises(ModelError) as err:
+        resolve_path('nope.yaml', 'joint_limits_path')
+    assert str(share / 'nope.yaml') in str(err.value) and str(ROOT / 'nope.yaml') in str(
+        err.value)
 
 
 def test_a_urdf_path_with_spaces_is_read(tmp_path):
@@ -74,6 +114,13 @@ def test_the_urdf_file_is_kept_only_for_the_same_robot(tmp_path):
     path, note = urdf_file_of(str(ROOT / 'urdf' / 'smcik_arm6.urdf'), xml, 'the topic')
     assert path is None and 'describes another robot than the XML from the topic' in note
     assert urdf_file_of(str(tmp_path / 'missing.urdf'), xml, 'the topic') == (None, None)
+    # A .xacro is judged by its unexpanded robot name: another literal name is another robot;
+    # a name its arguments decide (the launch file expanded it with xacro_args) is taken.
+    path, note = urdf_file_of(str(other), xml, 'the robot_description parameter')
+    assert path is None and 'describes another robot' in note
+    named = tmp_path / 'named.urdf.xacro'
+    named.write_text(XACRO.replace('name="two"', 'name="$(arg name)"'))
+    assert urdf_file_of(str(named), xml, 'the robot_description parameter') == (str(named), None)
 
 
 def test_the_srdf_parameters_win_over_the_topic_and_the_convention():
@@ -100,3 +147,41 @@ def test_the_srdf_parameters_win_over_the_topic_and_the_convention():
     assert sources.take_topic('<robot a="1"/>', none)
     with pytest.raises(ModelError, match="srdf_path 'nowhere.srdf' not found"):
         sources.choose(dict(none, srdf_path='nowhere.srdf'))
+def test_xacro_arguments_reach_the_xacro(tmp_path):
+    pytest.importorskip('xacro', reason='xacro is not installed (apt: ros-$ROS_DISTRO-xacro)')
+    path = tmp_path / 'named.urdf.xacro'
+    path.write_text(XACRO.replace('name="two"', 'name="$(arg name)"'))
+    assert '<robot name="mine"' in read_urdf_file(path, {'name': 'mine'})
+    with pytest.raises(ModelError, match='no arguments'):
+        read_urdf_file(path)
+
+
+def test_the_wait_for_the_robot_description_names_its_topic_every_period():
+    """No robot_description, no urdf_path: the wait logs the topic it waits on (as
+    remapped) at its start and every log_period, then fails naming it."""
+    rclpy = pytest.importorskip('rclpy', reason='rclpy is needed for the wait')
+    from smcik_ros.ros.description import load_robot_description
+
+    topic = f'/smcik_wait_test_{os.getpid()}/robot_description'
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=1 + (os.getpid() + 71) % 100)
+    node = rclpy.create_node('smcik_wait_test', context=context, cli_args=[
+        '--ros-args', '-r', f'/robot_description:={topic}'])
+    lines = []
+
+    class Recorder:
+        def info(self, text):
+            lines.append(text)
+    node.get_logger = Recorder
+    try:
+        node.declare_parameter('robot_description', '')
+        node.declare_parameter('urdf_path', '')
+        with pytest.raises(ModelError, match=f'nothing arrived on {topic} within 0.7 s'):
+            load_robot_description(node, 0.7, log_period=0.2)
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)
+    assert lines and f'waiting up to 0.7 s for the robot description on {topic}' in lines[0]
+    notices = [line for line in lines[1:] if line.startswith('still waiting')]
+    assert len(notices) >= 2 and len(notices) == len(lines) - 1, lines
+    assert all(topic in line and 'urdf_path' in line for line in notices), notices

@@ -3,19 +3,23 @@
 import math
 from pathlib import Path
 
-from geometry_msgs.msg import Point, Pose, Quaternion
 import numpy as np
 import pytest
-from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64MultiArray
-from trajectory_msgs.msg import JointTrajectory
-from visualization_msgs.msg import Marker, MarkerArray
 
-from smcik_ros.ros import conversions as rc
-from smcik_ros.ros import markers
-from smcik_ros.errors import GoalError
-from smcik_ros.model import Chain
-from smcik_ros.rotations import quat_to_matrix
+pytest.importorskip('rclpy', reason='rclpy and the ROS message packages are needed '
+                    '(./smcik installs them; or a ROS install)')
+
+from geometry_msgs.msg import Point, Pose, Quaternion  # noqa: E402
+from sensor_msgs.msg import JointState  # noqa: E402
+from std_msgs.msg import Float64MultiArray  # noqa: E402
+from trajectory_msgs.msg import JointTrajectory  # noqa: E402
+from visualization_msgs.msg import Marker, MarkerArray  # noqa: E402
+
+from smcik_ros.ros import conversions as rc  # noqa: E402
+from smcik_ros.ros import markers  # noqa: E402
+from smcik_ros.errors import GoalError  # noqa: E402
+from smcik_ros.model import Chain  # noqa: E402
+from smcik_ros.rotations import quat_to_matrix  # noqa: E402
 
 URDF = Path(__file__).resolve().parents[1] / 'urdf' / 'smcik_arm.urdf'
 NAMES = ['a', 'b', 'c']

@@ -2,13 +2,15 @@
 import os
 
 import pytest
-import rclpy
-from rclpy.executors import SingleThreadedExecutor
-from rclpy.node import Node
-from rclpy.parameter import Parameter
 
-from smcik_ros.errors import SmcIkError
-from smcik_ros.ros.runner import _make_executor
+rclpy = pytest.importorskip('rclpy', reason='rclpy is needed to run nodes')
+
+from rclpy.executors import SingleThreadedExecutor  # noqa: E402
+from rclpy.node import Node  # noqa: E402
+from rclpy.parameter import Parameter  # noqa: E402
+
+from smcik_ros.errors import SmcIkError  # noqa: E402
+from smcik_ros.ros.runner import _make_executor  # noqa: E402
 
 try:
     from rclpy.experimental import EventsExecutor  # noqa: F401

@@ -12,12 +12,15 @@ sphere, mesh; a ``<capsule>`` too), resolves mesh URIs, covers each element with
   movable joints away from the chain) and links above a movable joint over the base are left
   out, with a warning in ``model.warnings``.
 
-Mesh URIs: ``package://NAME/rest`` through the ament index (when ``ament_index_python`` is
-installed and knows NAME), else ``DIR/NAME/rest`` for the first ``package_paths`` entry DIR
-that has it (or a sub-directory of DIR whose package.xml names NAME), else the URDF file's
-own directory tree (an ancestor directory named NAME, or whose package.xml names NAME);
-``file://`` URIs and relative paths are relative to the URDF file. A missing mesh is a
-``ModelError`` naming the URI and every place looked.
+Mesh URIs: ``package://NAME/rest`` (``package:///NAME/rest`` too) through the ament index
+(when ``ament_index_python`` is installed and knows NAME), else ``DIR/NAME/rest`` for the first
+``package_paths`` entry DIR that has it (or a sub-directory of DIR whose package.xml names
+NAME), else the URDF file's own directory tree (an ancestor directory named NAME, or whose
+package.xml names NAME); ``file://`` URIs and relative paths are relative to the URDF file.
+A collision mesh that cannot be found or read never stops the model: its link is left out
+(no geometry, so no collision checks for it), with one warning in ``model.warnings`` and on
+the ``smcik_ros.collision`` logger naming the link, the URI and why (every place looked).
+``resolve_mesh_uri`` itself raises ``ModelError`` with that text.
 
 Without any collision geometry, ``CollisionModel.skeleton(chain)`` gives a thin cover of the
 segments between link origins, so keep-out volumes still work on bare URDFs.
@@ -30,6 +33,8 @@ import logging
 import math
 import os
 import re
+import threading
+import time
 import xml.etree.ElementTree as ElementTree
 
 import numpy as np
@@ -163,7 +168,9 @@ class CollisionModel:
         its directory tree; None: the current directory). package_paths: directories holding
         ROS packages for ``package://`` URIs. tolerance [m]: the largest cover excess.
         cache_dir: disk cache of covers (None: ``covers.default_cache_dir()``; '': none).
-        Raises ModelError for an unreadable URDF, an unresolvable or unreadable mesh.
+        Raises ModelError for an unreadable URDF; a collision mesh that cannot be found or
+        read leaves its link out, with a warning (``warnings``, the ``smcik_ros.collision``
+        logger) naming the link, the URI and why.
         """
         text, path = _read_urdf(urdf, urdf_path)
         tolerance = float(tolerance)
@@ -187,31 +194,45 @@ class CollisionModel:
         geometry, link_covers = {}, []
         where = ('not cached' if cache_dir == '' else
                  f'cached afterwards in {cache_dir or default_cache_dir()}')
-        announce = (lambda: _LOG.info(
-            f'computing the sphere covers of the collision geometry (tolerance {tolerance:g} '
-            f'm): seconds to a minute on the first start with this robot and tolerance, '
-            f'{where}'))
-        with before_first_compute(announce):
+        progress = _CoverProgress(sum(1 for link in robot.links if link.collisions))
+
+        def announce():
+            _LOG.info(f'computing the sphere covers of the collision geometry (tolerance '
+                      f'{tolerance:g} m): seconds to a minute on the first start with this '
+                      f'robot and tolerance, {where}')
+            progress.start()
+        with before_first_compute(announce), progress:
             for link in robot.links:
-                items = _link_geometry(link, raw_links.get(link.name), base_dir,
-                                       package_paths)
-                if not items:
-                    continue
+                items, unreadable = _link_geometry(link, raw_links.get(link.name), base_dir,
+                                                   package_paths)
                 att = attachments.get(link.name)
-                if att is None:
+                if not items or att is None:
                     continue
-                if att.swept:
-                    travel = max(_sweep_travel(g, att, tolerance) for g in items)
-                    if travel > MAX_SWEEP:
-                        warnings.append(
-                            f'link {link.name!r} is on a joint off the chain and its geometry '
-                            f'moves up to {travel:.2f} m over that joint\'s range (more than '
-                            f'{MAX_SWEEP} m): left out; put it on the chain (base/tip links) '
-                            'or publish it as an obstacle')
-                        continue
+                progress.link = link.name
+                try:
+                    if unreadable is not None:
+                        raise unreadable
+                    if att.swept:
+                        travel = max(_sweep_travel(g, att, tolerance) for g in items)
+                        if travel > MAX_SWEEP:
+                            warnings.append(
+                                f'link {link.name!r} is on a joint off the chain and its '
+                                f'geometry moves up to {travel:.2f} m over that joint\'s range '
+                                f'(more than {MAX_SWEEP} m): left out; put it on the chain '
+                                '(base/tip links) or publish it as an obstacle')
+                            continue
+                    cover = _link_cover(link.name, items, att, tolerance, item_edge,
+                                        cache_dir, notes)
+                except _MeshUnreadable as exc:
+                    warnings.append(
+                        f'link {link.name!r}: collision mesh {exc.uri!r} cannot be read, so '
+                        f'the link has no collision geometry (no collision checks for it): '
+                        f'{exc.reason}')
+                    continue
+                finally:
+                    progress.done += 1
                 geometry[link.name] = items
-                link_covers.append((link.name, _link_cover(link.name, items, att, tolerance,
-                                                           item_edge, cache_dir, notes)))
+                link_covers.append((link.name, cover))
         for name in attachments:
             if name not in geometry and name in raw_links and raw_links[name]['unsupported']:
                 warnings.append(f'link {name!r}: <collision> without supported geometry '
@@ -364,17 +385,19 @@ class CollisionModel:
 def resolve_mesh_uri(uri, urdf_dir=None, package_paths=()):
     """Return the file path of a mesh URI, or raise ModelError naming every place looked.
 
-    ``package://NAME/rest``: the ament index (if installed and NAME is known), then
-    ``DIR/NAME/rest`` (or ``DIR/X/rest`` where DIR/X/package.xml names NAME) for each DIR of
-    ``package_paths``, then the ancestors of ``urdf_dir`` (a directory named NAME or whose
-    package.xml names NAME) and, up to ``SIBLING_LEVELS`` levels up, the directories beside
-    them (a package next to the URDF's own in an unsourced workspace). ``file://PATH`` and plain paths: absolute, or relative to
-    ``urdf_dir`` (default: the current directory).
+    ``package://NAME/rest`` (or ``package:///NAME/rest``): the ament index (if installed and
+    NAME is known), then ``DIR/NAME/rest`` (or ``DIR/X/rest`` where DIR/X/package.xml names
+    NAME) for each DIR of ``package_paths``, then the ancestors of ``urdf_dir`` (a directory
+    named NAME or whose package.xml names NAME) and, up to ``SIBLING_LEVELS`` levels up, the
+    directories beside them (a package next to the URDF's own in an unsourced workspace).
+    ``file://PATH`` and plain paths: absolute, or relative to ``urdf_dir`` (default: the
+    current directory).
     """
     urdf_dir = os.path.abspath(urdf_dir or os.getcwd())
     tried = []
     if uri.startswith('package://'):
-        rest = uri[len('package://'):]
+        # package:///NAME/rest (three slashes) is read as package://NAME/rest, as rviz does.
+        rest = uri[len('package://'):].lstrip('/')
         name, _, sub = rest.partition('/')
         if not name or not sub:
             raise ModelError(f'mesh URI {uri!r} is not package://NAME/path')
@@ -625,8 +648,54 @@ def _parse(text, path):
     return robot, raw
 
 
+PROGRESS_PERIOD = 3.0   # [s] while covers are computed, a line says how far, this often
+
+
+class _CoverProgress:
+    """While ``from_urdf`` computes covers (from ``start()``, its announcement, to the end of
+    the ``with`` block), log every PROGRESS_PERIOD [s] the link being covered and how many
+    are done: a first start that takes a minute does not look like a hang."""
+
+    def __init__(self, total):
+        self.total, self.done, self.link = total, 0, None
+        self._stop = threading.Event()
+        self._thread = None
+        self._started = None
+
+    def start(self):
+        if self._thread is None:
+            self._started = time.monotonic()
+            self._thread = threading.Thread(target=self._run, name='smcik-cover-progress',
+                                            daemon=True)
+            self._thread.start()
+
+    def _run(self):
+        while not self._stop.wait(PROGRESS_PERIOD):
+            _LOG.info(f'still computing the sphere covers '
+                      f'({time.monotonic() - self._started:.0f} s): link {self.link!r}, '
+                      f'{self.done} of {self.total} links with <collision> done')
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+
+class _MeshUnreadable(ModelError):
+    """A collision mesh of a link that cannot be found or read: ``from_urdf`` leaves the link
+    out; elsewhere (``refined``) it is the ModelError it derives from."""
+
+    def __init__(self, uri, reason):
+        super().__init__(reason)
+        self.uri, self.reason = uri, reason
+
+
 def _link_geometry(link, raw, base_dir, package_paths):
-    out = []
+    """Return ([LinkGeometry], None or a _MeshUnreadable for its first unresolvable mesh)."""
+    out, unreadable = [], None
     raw_items = (raw or {}).get('collisions', [])
     for k, col in enumerate(link.collisions):
         origin = np.eye(4) if col.origin is None else np.asarray(col.origin, dtype=float)
@@ -652,7 +721,11 @@ def _link_geometry(link, raw, base_dir, package_paths):
                 float(v) for v in np.broadcast_to(np.asarray(scale, dtype=float), (3,)))
             if not all(math.isfinite(v) and v != 0.0 for v in scale):
                 raise ModelError(f'{where}: mesh scale must be finite and non-zero; got {scale}')
-            path = resolve_mesh_uri(geo.mesh.filename, base_dir, package_paths)
+            try:
+                path = resolve_mesh_uri(geo.mesh.filename, base_dir, package_paths)
+            except ModelError as exc:
+                unreadable = unreadable or _MeshUnreadable(geo.mesh.filename, str(exc))
+                path = None
             out.append(LinkGeometry(link.name, 'mesh', origin, (), path, scale,
                                     geo.mesh.filename))
         elif k < len(raw_items) and raw_items[k][0] == 'capsule':
@@ -664,7 +737,7 @@ def _link_geometry(link, raw, base_dir, package_paths):
                                  f'{attrs}') from None
             _check_sizes(where, 'capsule radius/length', size, 2)
             out.append(LinkGeometry(link.name, 'capsule', origin, size))
-    return out
+    return out, unreadable
 
 
 def _check_sizes(where, what, size, count):
@@ -936,7 +1009,10 @@ def _element_mesh(geom, tolerance):
     import trimesh
 
     if geom.kind == 'mesh':
-        return load_mesh(geom.mesh_path, geom.scale)
+        try:
+            return load_mesh(geom.mesh_path, geom.scale)
+        except ModelError as exc:
+            raise _MeshUnreadable(geom.uri, str(exc)) from None
     if geom.kind == 'box':
         mesh = trimesh.creation.box(extents=np.asarray(geom.size, dtype=float))
     elif geom.kind == 'cylinder':
@@ -958,7 +1034,8 @@ def _element_mesh(geom, tolerance):
 # ---------------------------------------------------------------------- the model cache
 def _model_key(chain, text, base_dir, package_paths, tolerance, item_edge):
     """Return the model cache key of ``from_urdf``'s arguments (``model_cache``), or None when
-    the URDF or a mesh it names cannot be read here (the build then reports it)."""
+    the URDF or a collision mesh it names cannot be found or read here (the build then leaves
+    that link out and warns, at every build: nothing is stored for that state)."""
     here = os.path.dirname(os.path.abspath(__file__))
     code = model_cache.source_digest(
         os.path.abspath(__file__), os.path.join(here, 'covers.py'), *_MODEL_SOURCES)

@@ -7,9 +7,11 @@ replaced or updated as a whole), the loop's validator (``guard(q_from, q_to)``: 
 sub-stepped ``check_motion``, or a proof that the motion is free without a query,
 ``free_motion``; ``check_many``: a batch), the status and what the ``~/collision`` markers
 draw. ``from_urdf`` builds it: covers of the ``<collision>`` geometry (a thin skeleton of the
-chain without any: self-collision off, obstacles still checked) and the SRDF's pairs
-(``choose_srdf``). ``start_srdf_update`` and ``start_contact_refinement`` compute new pairs
-or finer covers in a thread (``cover_updates``); ``poll`` swaps them in at a tick.
+chain without any: self-collision off, obstacles still checked; a collision mesh that cannot
+be found or read leaves its link out, with a warning naming the link, the URI and every place
+looked) and the SRDF's pairs (``choose_srdf``). ``start_srdf_update`` and
+``start_contact_refinement`` compute new pairs or finer covers in a thread
+(``cover_updates``); ``poll`` swaps them in at a tick.
 """
 
 import dataclasses

@@ -23,6 +23,8 @@ the tick's thread is not held up long by Python code in the worker.
 """
 
 from concurrent.futures import ThreadPoolExecutor
+# Python < 3.11 (Ubuntu 22.04, Humble): not the builtin TimeoutError, which it is since 3.11.
+from concurrent.futures import TimeoutError as FutureTimeout
 import threading
 import time
 
@@ -136,7 +138,7 @@ class StepWorker:
         if timeout is None or timeout > 0.0:
             try:
                 self._future.exception(timeout=timeout)
-            except TimeoutError:
+            except FutureTimeout:
                 pass
         return self._future.done()
 

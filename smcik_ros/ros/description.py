@@ -13,7 +13,7 @@ from ..control.collision_guard import choose_srdf
 from ..errors import ModelError
 
 __all__ = ['resolve_path', 'read_urdf_file', 'load_robot_description', 'urdf_file_of',
-           'SrdfSources', 'SEMANTIC_TOPIC']
+           'waiting_notice', 'SrdfSources', 'SEMANTIC_TOPIC', 'WAIT_LOG_PERIOD']
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,11 +43,12 @@ def resolve_path(path, what='urdf_path'):
                      f'{", ".join(str(t) for t in tried)}')
 
 
-def read_urdf_file(path):
+def read_urdf_file(path, xacro_args=None):
     """Return the URDF XML of a file: a ``.xacro`` file goes through xacro's Python API.
 
-    Raises ModelError when the file cannot be read, or when it is a .xacro and xacro is not
-    installed (with how to fix it).
+    xacro_args: {name: value} of the xacro's ``<xacro:arg>``s (``xacro file.xacro name:=value``
+    on the command line). Raises ModelError when the file cannot be read, or when it is a
+    .xacro and xacro is not installed (with how to fix it) or fails (with xacro's reason).
     """
     path = Path(path)
     if path.suffix == '.xacro':
@@ -59,23 +60,41 @@ def read_urdf_file(path):
                              'install xacro) or expand it first (xacro robot.urdf.xacro > '
                              'robot.urdf)') from None
         try:
-            return xacro.process_file(str(path)).toxml()
+            return xacro.process_file(str(path), mappings=dict(xacro_args or {})).toxml()
         except Exception as exc:
-            raise ModelError(f'xacro failed on {str(path)!r}: {exc}') from exc
+            given = ' '.join(f'{k}:={v}' for k, v in (xacro_args or {}).items())
+            raise ModelError(f'xacro failed on {str(path)!r} '
+                             f'({f"arguments {given}" if given else "no arguments"}): '
+                             f'{exc}') from exc
     try:
         return path.read_text()
     except OSError as exc:
         raise ModelError(f'urdf_path {str(path)!r} cannot be read: {exc}') from None
 
 
-def load_robot_description(node, timeout, keep_waiting=lambda: True):
+WAIT_LOG_PERIOD = 3.0   # [s] a wait says what it waits for this often
+
+
+def waiting_notice(topic, elapsed, timeout):
+    """Return the line a node logs while it waits for the robot description on ``topic``
+    (the subscription's resolved name), ``elapsed`` [s] of ``timeout`` [s] into the wait."""
+    return (f'still waiting for the robot description on {topic} ({elapsed:.0f} s of '
+            f'{timeout:g} s; robot_state_publisher publishes it, transient local): is it '
+            'running, on this topic and ROS_DOMAIN_ID? Or set the robot_description or '
+            'urdf_path parameter')
+
+
+def load_robot_description(node, timeout, keep_waiting=lambda: True,
+                           log_period=WAIT_LOG_PERIOD):
     """Return (urdf_xml, source) from the parameters or the /robot_description topic.
 
     node: an rclpy Node with the robot_description and urdf_path parameters declared;
     timeout: how long to wait for /robot_description [s]; keep_waiting: callable, False
-    stops the wait early (a shutdown signal).
+    stops the wait early (a shutdown signal); log_period [s]: while waiting, an info line
+    names the topic this often (``waiting_notice``).
     """
     import rclpy
+    from rclpy.executors import SingleThreadedExecutor
     from std_msgs.msg import String
 
     from .interface import DESCRIPTION_QOS
@@ -90,24 +109,36 @@ def load_robot_description(node, timeout, keep_waiting=lambda: True):
     received = []
     sub = node.create_subscription(String, '/robot_description',
                                    lambda msg: received.append(msg.data), DESCRIPTION_QOS)
+    topic = getattr(sub, 'topic_name', None) or '/robot_description'
     node.get_logger().info(f'no robot_description or urdf_path parameter: waiting up to '
-                           f'{timeout:g} s for /robot_description (transient local)')
-    deadline = time.monotonic() + timeout
+                           f'{timeout:g} s for the robot description on {topic} (transient '
+                           'local)')
+    start = time.monotonic()
+    deadline = start + timeout
+    next_notice = start + log_period
+    executor = SingleThreadedExecutor(context=node.context)    # the node's own context
+    executor.add_node(node)
     try:
         while not received and time.monotonic() < deadline and rclpy.ok(
                 context=node.context) and keep_waiting():
-            rclpy.spin_once(node, timeout_sec=0.1)
+            executor.spin_once(timeout_sec=min(0.1, log_period))
+            now = time.monotonic()
+            if not received and now >= next_notice and now < deadline:
+                node.get_logger().info(waiting_notice(topic, now - start, timeout))
+                next_notice = now + log_period
     finally:
+        executor.remove_node(node)
+        executor.shutdown()
         node.destroy_subscription(sub)
     if not received:
         raise ModelError(f'no URDF: robot_description and urdf_path parameters are empty and '
-                         f'nothing arrived on /robot_description within {timeout:g} s; set one '
+                         f'nothing arrived on {topic} within {timeout:g} s; set one '
                          'of them (e.g. -p urdf_path:=urdf/smcik_arm.urdf)')
     return received[-1], 'the /robot_description topic'
 
 
 def _robot_name(urdf_xml):
-    return ElementTree.fromstring(urdf_xml).get('name')
+    return ElementTree.fromstring(urdf_xml).get('name') or ''
 
 
 def urdf_file_of(urdf_path, urdf_xml, source):
@@ -115,7 +146,9 @@ def urdf_file_of(urdf_path, urdf_xml, source):
 
     The file gives relative mesh paths and the SRDF beside it: ``urdf_path`` (the parameter)
     when the XML was read from it (``source`` starts with 'urdf_path'), or when the XML came
-    from elsewhere (e.g. the launch file passes both) and the file describes the same robot.
+    from elsewhere (e.g. the launch file passes both) and the file describes the same robot
+    (a ``.xacro`` whose robot name is a xacro expression, such as ``$(arg name)``, is taken
+    to: its arguments are the launch file's, not known here).
     """
     text = urdf_path.strip()
     if not text:
@@ -127,8 +160,12 @@ def urdf_file_of(urdf_path, urdf_xml, source):
     if source.startswith('urdf_path'):
         return path, None
     try:
-        same = _robot_name(read_urdf_file(path)) == _robot_name(urdf_xml)
-    except (ModelError, ElementTree.ParseError):
+        if path.endswith('.xacro'):     # its name read unexpanded: no xacro arguments here
+            name = _robot_name(Path(path).read_text())
+            same = '$' in name or name == _robot_name(urdf_xml)
+        else:
+            same = _robot_name(read_urdf_file(path)) == _robot_name(urdf_xml)
+    except (ModelError, OSError, ElementTree.ParseError):
         same = False
     if not same:
         return None, (f'urdf_path {path!r} describes another robot than the XML from {source}: '

@@ -207,7 +207,7 @@ def run_node(factory, name, args=None, profile_path=None, stop_timeout=5.0,
         if _stop.is_set():
             logger.info(f'stopped during start-up ({exc})')
         else:
-            logger.fatal(f'cannot start: {exc}')
+            logger.fatal('cannot start: ' + ' '.join(str(exc).split()))   # one line
             code = 1
     finally:
         if profiler:
