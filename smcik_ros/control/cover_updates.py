@@ -21,8 +21,7 @@ from ..collision import self_collision_pairs
 __all__ = ['BackgroundUpdates', 'srdf_pairs', 'finer_covers', 'frees_contact', 'CONTACT_GAIN']
 
 # [m] finer covers are swapped in when a pair in contact is released or at least this much
-# shallower (Panda at its lower limits: the finger's and link 5's parts overlap, and 4 mm
-# covers take 1.4 mm off the depth for 12 times those links' spheres: kept coarse).
+# shallower: every sphere costs in every query (docs/collision.md, section 4: the Panda case).
 CONTACT_GAIN = 0.002
 
 
