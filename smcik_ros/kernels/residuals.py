@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from .fk import _add_columns, _fk_row, _link_pose
+from .fk import _add_columns, _link_pose
 from .jit import njit
 
 __all__ = ['pose_errors', 'pose_residual_jacobian']
