@@ -1,9 +1,11 @@
-"""Speed targets of the core, before and after the compiled kernels, in one table.
+"""Speed targets of the core, before and after a change, in one table.
 
-Every figure is measured twice in one run, each time in a fresh Python process: "before"
-with ``SMCIK_NO_JIT=1`` (the numpy implementation, as before the kernels) and "after" with
-the numba kernels (compiled or loaded from the cache before timing: ``kernels.warm_up``).
-Single-threaded (BLAS pinned to one thread), times from time.perf_counter, medians.
+Every figure is measured in a fresh Python process: "after" with this tree, "before" (with
+``--before REF``) with the tree of git revision REF (exported by ``git archive`` to a
+temporary directory and measured by its own copy of this script, so each side runs its own
+code and API). Both with the numba kernels compiled or loaded from the cache before timing
+(``warm_up``). Single-threaded (BLAS pinned to one thread), times from time.perf_counter,
+medians. ``./smcik bench speed --before a77c096``: issue 31's before/after.
 
 (a) one online SMC filter step (``solver.step(goal)``) on the 7-DOF arm
     urdf/smcik_arm.urdf, 100 particles, solver seed 0, reset to the neutral configuration
@@ -40,8 +42,8 @@ Single-threaded (BLAS pinned to one thread), times from time.perf_counter, media
     ``--arm PATH:BASE:TIP`` (repeatable) adds an arm, e.g. a third-party URDF (its meshes
     are not loaded: package:// URIs need not resolve).
 
-Run: ``./smcik bench speed`` (``--quick`` for a fast check; ``--only after`` to skip the
-numpy run). Writes benchmarks/results/speed.csv and speed.png.
+Run: ``./smcik bench speed [--before REF]`` (``--quick`` for a fast check). Writes
+benchmarks/results/speed.csv and speed.png.
 """
 
 import argparse
@@ -343,7 +345,7 @@ def plot(rows):
 
 
 def measure(args):
-    """Return this process's rows (the numpy or the kernel path, from SMCIK_NO_JIT)."""
+    """Return this process's rows (this tree's code)."""
     from smcik_ros.warmup import warm_up
     warm_up(C_arm7(), print)
     warm_up(chain90()[0], print)
@@ -354,19 +356,23 @@ def measure(args):
     return rows
 
 
-def run_child(mode, args):
-    """Run ``measure`` in a fresh process with the kernels off ('before') or on ('after')."""
-    env = dict(os.environ)
-    env.pop('SMCIK_NO_JIT', None)
-    if mode == 'before':
-        env['SMCIK_NO_JIT'] = '1'
+def run_child(args, ref=None):
+    """Run ``measure`` in a fresh process: this tree's, or the tree of git revision ``ref``
+    (exported to a temporary directory, measured by its own speed.py)."""
     with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, 'rows.json')
-        cmd = [sys.executable, os.path.abspath(__file__), '--child', out, '--steps',
-               str(args.steps), '--repeats', str(args.repeats), '--trials', str(args.trials)]
-        cmd += [f'--arm={spec}' for spec in args.arm]
-        print(f'{mode}: SMCIK_NO_JIT={env.get("SMCIK_NO_JIT", "")!r}', flush=True)
-        subprocess.run(cmd, env=env, check=True)
+        out, root, env = os.path.join(tmp, 'rows.json'), C.ROOT, dict(os.environ)
+        if ref is not None:
+            root = os.path.join(tmp, 'tree')
+            os.makedirs(root)
+            archive = subprocess.run(['git', '-C', C.ROOT, 'archive', ref], check=True,
+                                     capture_output=True).stdout
+            subprocess.run(['tar', '-x', '-C', root], input=archive, check=True)
+            env['PYTHONPATH'] = root + os.pathsep + env.get('PYTHONPATH', '')
+        cmd = [sys.executable, os.path.join(root, 'benchmarks', 'speed.py'), '--child', out,
+               '--steps', str(args.steps), '--repeats', str(args.repeats), '--trials',
+               str(args.trials)] + [f'--arm={spec}' for spec in args.arm]
+        print(f'{"before: " + ref if ref else "after: this tree"}', flush=True)
+        subprocess.run(cmd, env=env, check=True, cwd=root)
         with open(out) as f:
             return json.load(f)
 
@@ -384,8 +390,8 @@ def main():
     parser.add_argument('--arm', action='append', default=[], metavar='PATH:BASE:TIP',
                         help='one more arm for the round trip (d), e.g. a third-party URDF '
                              '(repeatable)')
-    parser.add_argument('--only', choices=('before', 'after'),
-                        help='measure one side only (the other columns stay empty)')
+    parser.add_argument('--before', metavar='REF',
+                        help='git revision to measure as "before" (e.g. a77c096)')
     parser.add_argument('--child', help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
@@ -396,7 +402,9 @@ def main():
             json.dump(rows, f)
         return
     print(C.machine())
-    sides = {m: run_child(m, args) for m in ('before', 'after') if args.only in (None, m)}
+    sides = {'after': run_child(args)}
+    if args.before:
+        sides['before'] = run_child(args, args.before)
     merged = {}
     for mode, rows in sides.items():
         for r in rows:
@@ -426,8 +434,8 @@ def main():
         r['meets'] = meets(r)
     fields = ['case', 'variant', 'before_ms', 'after_ms', 'speedup', 'after_p90_ms',
               'before_success_pct', 'after_success_pct', 'tracik_ms', 'target', 'meets']
-    C.print_table(rows, fields, title='median times [ms] before (SMCIK_NO_JIT=1, numpy) and '
-                                      'after (numba kernels)')
+    C.print_table(rows, fields, title=f'median times [ms] before ({args.before or "-"}) and '
+                                      'after (this tree)')
     for case in no_reference:
         print(f'{case}: TRAC-IK solved fewer than {TRACIK_REFERENCE_PCT} % of the goals (its '
               'median is its timeout): no reference time, not judged')
