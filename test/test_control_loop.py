@@ -997,3 +997,73 @@ def test_every_tick_keeps_the_limits_the_lead_and_the_validated_motions(
             a = np.diff(np.vstack([np.zeros(chain.n), v]), axis=0) / np.diff(times)[:, None]
             assert np.max(np.abs(v) / limits.velocity) <= 1 + SLACK
             assert np.max(np.abs(a) / limits.acceleration) <= 1 + SLACK
+
+
+# ---------------------------------------------------------------------- several tips
+TWO_TIPS = 'test/urdf/two_tips.urdf'
+TIPS = ('left_tool', 'right_tool')
+
+
+@pytest.fixture(scope='module')
+def two_tips():
+    return Chain.from_urdf(TWO_TIPS, 'base_link', list(TIPS))
+
+
+def _tip_positions(chain, commands):
+    q = np.array([c.q for c in commands])
+    return {tip: chain.fk(q, tip)[:, :3, 3] for tip in TIPS}
+
+
+@pytest.mark.parametrize('seed', [1, 2])
+def test_a_goal_on_one_tip_leaves_the_other_where_it_was(two_tips, seed):
+    chain = two_tips
+    loop, limits = make_loop(chain, solver=make_solver('smc', chain, seed=seed))
+    stream = Stream(loop, seed=seed)
+    rng = np.random.default_rng(seed)
+    start = chain.clip(0.6 * chain.random_configuration(rng))
+    stream.measure(start)
+    stream.tick()
+    # Left arm joints only: the left tool's new pose is reachable without the torso.
+    left = [chain.joint_index(n) for n in chain.joint_names if n.startswith('left_')]
+    q_goal = start.copy()
+    q_goal[left] = chain.clip(0.6 * chain.random_configuration(rng))[left]
+    loop.offer_goal('pose', chain.fk(q_goal, 'left_tool'), '', None, stream.t,
+                    tip='left_tool')
+    for _ in range(1000):
+        follower(1)(stream)
+        stream.tick()
+        if loop.goal_reached:
+            break
+    assert loop.goal_reached, f'left goal not reached: {loop.tip_errors}'
+    right = _tip_positions(chain, stream.commands)['right_tool']
+    drift = np.linalg.norm(right - right[0], axis=1)
+    assert drift.max() < 2e-3, f'the right tool moved {1e3 * drift.max():.2f} mm'
+    assert [round(e[0], 6) <= 1e-3 for e in loop.tip_errors] == [True, True]
+    v_ratio, a_ratio = stream.worst_ratios(limits)
+    assert v_ratio <= 1 + SLACK and a_ratio <= 1 + SLACK
+
+
+def test_both_tips_reach_then_a_release_rests_the_tree(two_tips):
+    chain = two_tips
+    loop, limits = make_loop(chain, solver=make_solver('smc', chain, seed=3))
+    stream = Stream(loop, seed=3)
+    rng = np.random.default_rng(11)
+    start = chain.clip(0.5 * chain.random_configuration(rng))
+    stream.measure(start)
+    stream.tick()
+    q_goal = chain.clip(start + rng.uniform(-0.4, 0.4, chain.n))
+    poses = np.array([chain.fk(q_goal, tip) for tip in TIPS])
+    loop.offer_goals(poses, '', None, stream.t)
+    for _ in range(1500):
+        follower(1)(stream)
+        stream.tick()
+        if loop.goal_reached:
+            break
+    assert loop.goal_reached, f'not reached: {loop.tip_errors}'
+    assert loop.goal.goal_tips == (0, 1)
+    loop.release_goal('left_tool', stream.t)
+    loop.release_goal('right_tool', stream.t)
+    stream.run(100, follower(1))
+    assert loop.goal is None and not np.any(stream.commands[-1].v), 'released: at rest'
+    v_ratio, a_ratio = stream.worst_ratios(limits)
+    assert v_ratio <= 1 + SLACK and a_ratio <= 1 + SLACK

@@ -199,11 +199,12 @@ class MotionGuard:
         stops = np.array([self.shaper.stopping_point(s.q, s.v) for s in shaped])
         ok = np.ones(len(stops), dtype=bool)
         if goal is not None:
-            # No fallback command takes the tool farther from the goal than the current
-            # command is (the branch hold's rule for the estimate): at the margin of an
-            # obstacle that blocks the goal, the arm holds instead of wandering along it.
-            pos, _ = goal.terms[0].errors(
-                self.chain.frames(np.vstack([q] + [s.q for s in shaped])))
+            # No fallback command takes the tools farther from their targets than the
+            # current command is (the branch hold's rule for the estimate; several tips: the
+            # sum of their position errors): at the margin of an obstacle that blocks the
+            # goal, the arm holds instead of wandering along it.
+            frames = self.chain.frames(np.vstack([q] + [s.q for s in shaped]))
+            pos = sum(term.errors(frames)[0] for term in goal.terms)
             ok &= pos[1:] <= pos[0] + self.FALLBACK_SLACK
             if not ok.any():
                 return None

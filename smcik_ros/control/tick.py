@@ -30,6 +30,7 @@ import math
 
 import numpy as np
 
+from ..errors import GoalError
 from ..solvers.base import StateKey, goal_signature
 from .arm_state import ArmMonitor, ArmSettings, ArmState, initial_configuration
 from .detour import DetourDrive
@@ -153,8 +154,8 @@ class ControlLoop:
         self._wraps = bool(limits.continuous.any())   # any continuous joint (limits: frozen)
         self._report = report       # as given (the tests read what it collected)
         self.report = never_raises(report)
-        self.arm = ArmMonitor(chain.joint_names, limits.continuous, arm_settings or ArmSettings())
-        self.inbox = inbox or GoalInbox(FrameResolver(chain), chain.tip_link)
+        self.arm = ArmMonitor(limits.names, limits.continuous, arm_settings or ArmSettings())
+        self.inbox = inbox or GoalInbox(FrameResolver(chain), chain.tip_links)
         self.shaper = CommandShaper(limits)
         self.stepper = SolverStepper(
             chain, solver, limits, self.shaper, self.report, settings.iterations_per_tick,
@@ -170,7 +171,8 @@ class ControlLoop:
         self.stamp = None           # its stamp [s]
         self.last = None            # last Command
         self.goal = None            # Goal being followed
-        self.goal_errors = (math.nan, math.nan)
+        self.goal_errors = (math.nan, math.nan)     # worst of the tips with a goal
+        self.tip_errors = ()        # per tip: (position [m], orientation [rad]) error
         self.goal_reached = False
         self._errors_of = None      # StateKey (goal, command bytes) goal_errors belong to
         self._last_acceleration = 0.0   # max_j |dv_j| / (a_j dt) of the last tick
@@ -196,10 +198,28 @@ class ControlLoop:
             return self.q.copy()
         return self.chain.neutral_configuration()
 
-    def offer_goal(self, kind, value, frame, stamp, now, source='goal', covariance=None):
-        """Put a goal into the inbox (see GoalInbox.offer); GoalError when refused."""
+    def offer_goal(self, kind, value, frame, stamp, now, source='goal', covariance=None,
+                   tip=None):
+        """Put a goal for ``tip`` (None: the first) into the inbox (see GoalInbox.offer);
+        GoalError when refused."""
         return self.inbox.offer(kind, value, frame, stamp, now, self.current_configuration(),
-                                source, covariance=covariance)
+                                source, covariance=covariance, tip=tip)
+
+    def offer_goals(self, poses, frame, stamp, now, source='goals'):
+        """Put one pose goal per tip into the inbox at once: poses (T, 4, 4) in ``frame``,
+        in tip order; GoalError (nothing changes) for another count or a bad pose."""
+        inbox, q = self.inbox, self.current_configuration()
+        if len(poses) != len(inbox.tip_links):
+            raise GoalError(f'expected {len(inbox.tip_links)} poses, one per tip '
+                            f'({", ".join(inbox.tip_links)}); got {len(poses)}')
+        goals = [inbox.convert('pose', pose, frame, q, tip, source, stamp)
+                 for tip, pose in zip(inbox.tip_links, poses)]
+        return inbox.offer_all(goals, stamp, now, q)
+
+    def release_goal(self, tip, now, source='release'):
+        """Release ``tip``'s goal: it holds its pose at the current command from now on."""
+        q = self.q if self.q is not None else self.current_configuration()
+        return self.inbox.release(tip, now, q, source)
 
     def request_stop(self):
         """Stop following goals: brake to a stop within the limits and hold (shutdown)."""
@@ -292,20 +312,40 @@ class ControlLoop:
 
     def _take_goal(self, now):
         """Take the newest goal from the inbox; return True when there was one (a goal with
-        other targets than the one followed cancels a detour and drops a running step)."""
+        other targets than the one followed cancels a detour and drops a running step). A
+        goal without any tip's goal (all released) ends the following: the arm rests."""
         goal = self.inbox.take(now)
         if goal is None:
+            return False
+        if goal.empty:
+            if self.goal is not None:
+                self.report('info', 'goal', f'every tip released ({goal.source}): holding '
+                            'still', interval=0.5)
+                self.detours.cancel('every goal was released', now, self.q, self.v)
+                self.stepper.goal_changes += 1
+            self.goal, self.goal_errors, self.tip_errors = None, (math.nan, math.nan), ()
+            self.goal_reached = False
             return False
         if self.goal is None or goal_signature(goal.terms) != goal_signature(self.goal.terms):
             self.stepper.goal_changes += 1
             self.detours.cancel(f'a new goal ({goal.sequence}) arrived', now, self.q, self.v)
+        renewed = self.goal is not None and goal.sequence == self.goal.sequence
+        if renewed:        # new hold poses (resync): the same goal, its time kept
+            goal = replace(goal, received=self.goal.received)
         self.goal = goal
         self.goal_reached = False
-        display = np.asarray(goal.display)
-        where = display[:3, 3] if display.shape == (4, 4) else display
-        self.report('info', 'goal', (
-            f'goal {goal.sequence} from {goal.source}: position '
-            f'{np.array2string(where, precision=3)} m in {self.chain.base_link}'), interval=0.5)
+        if renewed:
+            return True
+        display = goal.display
+        if display is None:
+            where = 'tip(s) ' + ', '.join(self.inbox.tip_links[k] for k in goal.goal_tips)
+        else:
+            display = np.asarray(display)
+            point = display[:3, 3] if display.shape == (4, 4) else display
+            where = f'position {np.array2string(point, precision=3)} m in ' \
+                    f'{self.chain.base_link}'
+        self.report('info', 'goal', f'goal {goal.sequence} from {goal.source}: {where}',
+                    interval=0.5)
         return True
 
     def _start_blind(self, now):
@@ -361,6 +401,7 @@ class ControlLoop:
         self.guard.validated = (clipped.copy(), clipped.copy())
         self._last_acceleration = 0.0
         self.stepper.reset(clipped)
+        self.inbox.hold_at(clipped)
         self.last = Command(clipped.copy(), self.v.copy(), now, state, 'resync')
         self._update_goal_errors(now)
         return self.last
@@ -416,22 +457,31 @@ class ControlLoop:
                 'command follows the measured coordinate'))
 
     def _update_goal_errors(self, now):
-        if self.goal is None:
+        """The errors of every tip to its target at the command (``tip_errors``), the worst
+        of the tips with a goal (``goal_errors``); reached when each of those is within the
+        tolerances."""
+        goal = self.goal
+        if goal is None:
             return
         # The errors of the same goal at the same command (bit for bit) are the same: a held
         # goal at rest skips the forward kinematics. (A Goal is frozen, its targets' arrays
         # read-only; a new goal is a new object.)
-        key = StateKey((self.goal,), (self.q.tobytes(),))
+        key = StateKey((goal,), (self.q.tobytes(),))
         if key != self._errors_of:
             frames = self.chain.frames(self.q)
-            self.goal_errors = tuple(float(v[0]) for v in self.goal.terms[0].errors(frames))
+            self.tip_errors = tuple(tuple(float(v[0]) for v in term.errors(frames))
+                                    for term in goal.terms)
+            chosen = [self.tip_errors[k] for k in goal.goal_tips]
+            self.goal_errors = (max(e[0] for e in chosen), max(e[1] for e in chosen))
             self._errors_of = key
         pos, ori = self.goal_errors
         reached = pos <= self.tolerances[0] and ori <= self.tolerances[1]
         if reached and not self.goal_reached:
             self.report('info', 'reached', (
-                f'goal {self.goal.sequence} reached in {now - self.goal.received:.2f} s: '
-                f'position error {pos * 1e3:.2f} mm, orientation error {ori:.4f} rad'),
+                f'goal {goal.sequence} reached in {now - goal.received:.2f} s: '
+                f'position error {pos * 1e3:.2f} mm, orientation error {ori:.4f} rad'
+                + (f' (worst of {len(goal.goal_tips)} tips)' if len(goal.goal_tips) > 1
+                   else '')),
                 interval=0.5)
         self.goal_reached = reached
 
