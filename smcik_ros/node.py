@@ -45,7 +45,7 @@ from .ros.health import Health, Timings
 from .ros.inputs import GoalInputs, JointStatesInput, TfFrames
 from .ros.markers import link_segments
 from .ros.outputs import AlternativesOutput, CommandOutput, HealthOutput, MarkerOutput
-from .ros.parameters import NodeParameters
+from .ros.parameters import NodeParameters, tips_of
 from .ros.runner import LogBridge, run_node, stop_requested
 from .ros.scene import SCENE_PARAMETERS, SceneInputs, SemanticTopic
 from .ros.schedule import LOOP_PARAMETERS, apply_loop_settings
@@ -101,10 +101,12 @@ class SmcIkNode(Node):
         values = self.parameters.values
         self.urdf_xml, source = load_robot_description(
             self, values['robot_description_timeout'], keep_waiting=lambda: not stop_requested())
+        floating = {'floating_base': True, 'world_frame': values['world_frame']} \
+            if values['floating_base'] else {}
         chain = Chain.from_urdf(self.urdf_xml, base_link=values['base_link'],
-                                tip_link=values['tip_link'])
+                                tip_link=tips_of(values), **floating)
         self.log('info', f'model from {source}: {chain.robot_name} {chain.base_link} -> '
-                 f'{chain.tip_link}, joints {", ".join(chain.joint_names)}')
+                 f'{", ".join(chain.tip_links)}, joints {", ".join(chain.joint_names)}')
         # Compile the kernels (first run) or load them from the on-disk cache now, before any
         # solver or timer exists: no tick pays for it, and a cold cache says so.
         warm_up(chain, lambda text: self.log('info', text))
@@ -134,7 +136,7 @@ class SmcIkNode(Node):
             book.switch_off(0.0, 'alternatives_rate_hz is 0 (off)')
         self.goals = GoalInputs(self, loop, book, values, self.report, self.time)
         self.joint_states = JointStatesInput(self, loop, self.report, self.time)
-        self.commands = CommandOutput(self, chain.joint_names, values)
+        self.commands = CommandOutput(self, loop.limits.names, values)
         self.markers = MarkerOutput(self, chain, link_segments(self.urdf_xml, chain.link_names),
                                     loop, self.guard, constraints, self.alternatives, values,
                                     self.time, self.timings)
@@ -193,7 +195,7 @@ class SmcIkNode(Node):
         validator = HardConstraintValidator(chain, skip=lambda c: c is self.guard.constraint)
         loop = ControlLoop(
             chain, self.solver.build(values), limits, arm,
-            GoalInbox(FrameResolver(chain), chain.tip_link),
+            GoalInbox(FrameResolver(chain), chain.tip_links),
             validators=[validator, self.guard], report=self.report,
             solver_thread=values['solver_thread'],
             detour=Detour(chain, limits, DetourSettings(enabled=values['collision_detour'])))

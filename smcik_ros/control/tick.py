@@ -37,6 +37,7 @@ from .detour import DetourDrive
 from .frames import FrameResolver
 from .goal_inbox import GoalInbox
 from .guard import MotionGuard
+from .limits import commanded
 from .reporter import never_raises
 from .shaping import CommandShaper
 from .stepping import SolverStepper
@@ -181,6 +182,7 @@ class ControlLoop:
         #                             (last.stamp - first_tick) / (ticks - 1))
         self.ticks = 0
         self.faults = 0             # ticks that raised
+        self._passive = None        # passive joints' values waiting for the next tick
 
     # ------------------------------------------------------------------ inputs
     def on_joint_states(self, positions, stamp, now):
@@ -190,13 +192,18 @@ class ControlLoop:
             self.report(level, key, text)
         return report
 
+    def set_passive(self, values):
+        """Take measured values {joint: value [rad or m]} of the passive (off-path) joints:
+        the model's masses follow them at the next tick (``Chain.set_passive``)."""
+        self._passive = dict(values) if self._passive is None else {**self._passive, **values}
+
     def current_configuration(self):
         """Return the best known configuration (n,): measured, else commanded, else mid."""
         if self.arm.complete:
             return self.arm.measured
         if self.q is not None:
             return self.q.copy()
-        return self.chain.neutral_configuration()
+        return self.chain.neutral_configuration()[commanded(self.chain)]
 
     def offer_goal(self, kind, value, frame, stamp, now, source='goal', covariance=None,
                    tip=None):
@@ -263,6 +270,12 @@ class ControlLoop:
         """
         self.ticks += 1
         self.stepper.report_errors()
+        if self._passive is not None:
+            values, self._passive = self._passive, None
+            try:
+                self.chain.set_passive(values)
+            except Exception as exc:   # a bad value: reported, the masses stay
+                self.report('warn', 'passive', f'passive joint values refused: {exc}')
         try:
             return self._tick(now)
         except Exception as exc:   # never die: report, brake, reset, carry on
