@@ -178,7 +178,9 @@ class CollisionModel:
         if model is not None:
             return model
         robot, raw_links = _parse(text, path)
-        missing = [n for n in chain.link_names if n not in raw_links]
+        # (The links a floating base adds are not in the URDF.)
+        missing = [n for n in chain.link_names if n not in raw_links
+                   and n not in chain.floating_links]
         if missing:
             raise ModelError(f'the URDF does not match the chain: it lacks link(s) '
                              f'{", ".join(missing)}')
