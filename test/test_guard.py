@@ -12,7 +12,7 @@ from smcik_ros.control.goal_inbox import Goal
 from smcik_ros.control.guard import MotionGuard
 from smcik_ros.control.shaping import CommandShaper
 from smcik_ros.goals import PositionTarget
-from smcik_ros.kinematics import Chain
+from smcik_ros.model import Chain
 
 from test_command_shaping import PROPERTY, RATE_DT, TIGHT, judge, make_limits
 

@@ -107,6 +107,7 @@ class MotionGuard:
         # (start, end) of the last validated motion: the previous command to the braking
         # point of the current one. Every brake stays on it.
         self.validated = None
+        self.figure = None          # base.FigureState: commands -> solver states (the loop's)
         self.holds = 0              # ticks a validator made brake (no free fallback)
         self.fallbacks = 0          # ticks that moved towards another solver candidate
         self.line_brakes = 0        # brakes forced back onto the validated line
@@ -120,10 +121,18 @@ class MotionGuard:
             if hasattr(validator, 'constraints'):
                 validator.constraints = list(constraints)
 
+    def _state(self, q):
+        """Return the solver's state(s) of command(s) q: (C,) -> (nq,), (K, C) -> (K, nq)."""
+        return np.asarray(q, dtype=float) if self.figure is None else self.figure.state(q)
+
     def refuses(self, q_from, q_to):
-        """Return the first validator that refuses the motion q_from -> q_to, or None."""
+        """Return the first validator that refuses the motion q_from -> q_to (commands),
+        judged on the solver's states (the floating base fitted), or None."""
+        if not self.validators:
+            return None
+        state_from, state_to = self._state(q_from), self._state(q_to)
         for validator in self.validators:
-            if not validator(q_from, q_to):
+            if not validator(state_from, state_to):
                 return validator
         return None
 
@@ -203,19 +212,20 @@ class MotionGuard:
             # current command is (the branch hold's rule for the estimate; several tips: the
             # sum of their position errors): at the margin of an obstacle that blocks the
             # goal, the arm holds instead of wandering along it.
-            frames = self.chain.frames(np.vstack([q] + [s.q for s in shaped]))
+            frames = self.chain.frames(self._state(np.vstack([q] + [s.q for s in shaped])))
             pos = sum(term.errors(frames)[0] for term in goal.terms)
             ok &= pos[1:] <= pos[0] + self.FALLBACK_SLACK
             if not ok.any():
                 return None
+        state, stop_states = self._state(q), self._state(stops)
         for validator in self.validators:
             check_many = getattr(validator, 'check_many', None)
             if check_many is not None:
                 idx = np.flatnonzero(ok)
-                ok[idx] = np.asarray(check_many(q, stops[idx]), dtype=bool)
+                ok[idx] = np.asarray(check_many(state, stop_states[idx]), dtype=bool)
             else:
                 for k in np.flatnonzero(ok):
-                    ok[k] = bool(validator(q, stops[k]))
+                    ok[k] = bool(validator(state, stop_states[k]))
             if not ok.any():
                 return None
         k = int(np.argmax(ok))
@@ -240,6 +250,8 @@ class MotionGuard:
         if not rows:
             return None
         candidates = np.concatenate(rows)
+        if self.figure is not None and candidates.ndim == 2:
+            candidates = self.figure.command(candidates)
         if candidates.ndim != 2 or candidates.shape[1] != q.shape[0]:
             return None
         candidates = nearest_equivalent(candidates, q, self.limits.continuous)

@@ -36,6 +36,7 @@ from .arm_state import ArmMonitor, ArmSettings, ArmState, initial_configuration
 from .detour import DetourDrive
 from .frames import FrameResolver
 from .goal_inbox import GoalInbox
+from .base import FigureState
 from .guard import MotionGuard
 from .limits import commanded
 from .reporter import never_raises
@@ -54,13 +55,15 @@ CLOCK_RESET = 0.5
 class Command:
     """A command to publish: q (n,) [rad or m], v (n,) its velocity over the tick, stamp [s]
     (the time the limits were applied for: publish it as the header stamp), state (ArmState),
-    limited_by (what bounded it, see shaping.LIMITERS, or 'resync')."""
+    limited_by (what bounded it, see shaping.LIMITERS, or 'resync'), base: (4, 4) the pose
+    of the floating base in the world frame that goes with q (None: a fixed base)."""
 
     q: np.ndarray
     v: np.ndarray
     stamp: float
     state: ArmState
     limited_by: str
+    base: np.ndarray = None
 
 
 @dataclass(frozen=True)
@@ -146,7 +149,7 @@ class ControlLoop:
     detour = _Part('detours')
 
     def __init__(self, chain, solver, limits, arm_settings=None, inbox=None, validators=(),
-                 report=None, detour=None, settings=None, **fields):
+                 report=None, detour=None, settings=None, base=None, **fields):
         if chain.nq != chain.nv:
             raise ValueError('ControlLoop needs a chain of 1-DOF joints (no ball joints)')
         settings = replace(settings or LoopSettings(), **fields)
@@ -166,10 +169,15 @@ class ControlLoop:
                                  validators, settings.fallback_candidates,
                                  settings.hold_reset_interval)
         self.detours = DetourDrive(detour, self.shaper, self.guard, self.stepper, self.report)
+        # The solver's state: the floating base, the hard equalities kept by projection.
+        self.figure = self.stepper.figure = self.guard.figure = FigureState(chain, limits, base)
+        self.constraints_kept = []  # the constraint set and the figure's terms (solver's)
+        self._checked = set()       # ids of constraints checked for a violation on arrival
         self.tolerances = settings.tolerances
         self.q = None               # last published command (n,)
         self.v = None               # its velocity (n,)
         self.stamp = None           # its stamp [s]
+        self.base = None            # the floating base's pose (4, 4) that goes with q
         self.last = None            # last Command
         self.goal = None            # Goal being followed
         self.goal_errors = (math.nan, math.nan)     # worst of the tips with a goal
@@ -183,6 +191,8 @@ class ControlLoop:
         self.ticks = 0
         self.faults = 0             # ticks that raised
         self._passive = None        # passive joints' values waiting for the next tick
+        if self.figure.floating:    # the solver holds the base until a contact places it
+            self.set_constraints([])
 
     # ------------------------------------------------------------------ inputs
     def on_joint_states(self, positions, stamp, now):
@@ -205,17 +215,28 @@ class ControlLoop:
             return self.q.copy()
         return self.chain.neutral_configuration()[commanded(self.chain)]
 
+    @property
+    def state(self):
+        """The solver's state (nq,) of the last command (its base included), or None."""
+        return None if self.q is None else self.figure.state(self.q, self.base)
+
+    def current_state(self):
+        """Return the solver's state (nq,) of ``current_configuration`` (the base fitted)."""
+        if self.q is not None and not self.arm.complete:
+            return self.state
+        return self.figure.state(self.current_configuration())
+
     def offer_goal(self, kind, value, frame, stamp, now, source='goal', covariance=None,
                    tip=None):
         """Put a goal for ``tip`` (None: the first) into the inbox (see GoalInbox.offer);
         GoalError when refused."""
-        return self.inbox.offer(kind, value, frame, stamp, now, self.current_configuration(),
+        return self.inbox.offer(kind, value, frame, stamp, now, self.current_state(),
                                 source, covariance=covariance, tip=tip)
 
     def offer_goals(self, poses, frame, stamp, now, source='goals'):
         """Put one pose goal per tip into the inbox at once: poses (T, 4, 4) in ``frame``,
         in tip order; GoalError (nothing changes) for another count or a bad pose."""
-        inbox, q = self.inbox, self.current_configuration()
+        inbox, q = self.inbox, self.current_state()
         if len(poses) != len(inbox.tip_links):
             raise GoalError(f'expected {len(inbox.tip_links)} poses, one per tip '
                             f'({", ".join(inbox.tip_links)}); got {len(poses)}')
@@ -225,7 +246,7 @@ class ControlLoop:
 
     def release_goal(self, tip, now, source='release'):
         """Release ``tip``'s goal: it holds its pose at the current command from now on."""
-        q = self.q if self.q is not None else self.current_configuration()
+        q = self.state if self.q is not None else self.current_state()
         return self.inbox.release(tip, now, q, source)
 
     def request_stop(self):
@@ -246,10 +267,24 @@ class ControlLoop:
 
     def set_constraints(self, constraints):
         """Hand the constraint set to the solver (now and on every switch) and to the
-        validators that take one."""
+        validators that take one; its hard equalities to the projection (``base``).
+
+        Contacts and support polygons without a pose of their own are anchored at the last
+        command (before the first: at the first joint_states); a hard constraint already
+        violated there is accepted with a warning (the guard then passes only motion that
+        reduces the violation)."""
         constraints = list(constraints)
-        self.stepper.set_constraints(constraints)
-        self.guard.set_constraints(constraints)
+        self.stepper.settle()           # the solver reads the constraints: not mid-step
+        figure = self.figure
+        extra = figure.set_constraints(constraints)
+        if self.q is not None:
+            figure.anchor(constraints, self.q)
+        self.shaper.limits = figure.shaper_limits(self.limits)
+        self.constraints_kept = constraints + extra
+        self.stepper.set_constraints(self.constraints_kept)
+        self.guard.set_constraints(self.constraints_kept)
+        if self.q is not None:
+            self._check_arrivals(self.q)
 
     def set_detour_enabled(self, enabled):
         """Switch the detour on or off; off cancels one in progress (the arm brakes at the next
@@ -410,26 +445,69 @@ class ControlLoop:
                 f'measured {self.chain.joint_names[j]} = {q[j]:.4f} is outside its limits '
                 f'[{self.limits.lower[j]:.4f}, {self.limits.upper[j]:.4f}]: commanding the '
                 'nearest position inside'))
+        figure = self.figure
+        if figure.pending(self.constraints_kept):     # contacts given before the first
+            self.stepper.settle()                     # joint_states anchor there
+            figure.anchor(self.constraints_kept, clipped)
+        self.base = figure.fit(clipped) if figure.floating else None
+        if self.base is not None:
+            figure.set_base(self.base)
         self.q, self.v, self.stamp = clipped, np.zeros_like(clipped), now
         self.guard.validated = (clipped.copy(), clipped.copy())
         self._last_acceleration = 0.0
         self.stepper.reset(clipped)
-        self.inbox.hold_at(clipped)
-        self.last = Command(clipped.copy(), self.v.copy(), now, state, 'resync')
+        self.inbox.hold_at(self.state)
+        self._check_arrivals(clipped)
+        self.last = Command(clipped.copy(), self.v.copy(), now, state, 'resync', self.base)
         self._update_goal_errors(now)
         return self.last
 
     def _commit(self, shaped, now, state):
-        """Make the ShapedCommand the published command at ``now``; return its Command."""
+        """Make the ShapedCommand the published command at ``now``, projected onto the hard
+        equalities (``_keep``); return its Command."""
         if not (np.isfinite(shaped.q).all() and np.isfinite(shaped.v).all()):
             raise FloatingPointError('the shaped command is not finite')
         dt = now - self.stamp
+        shaped, base = self._keep(shaped, dt)
         accel = np.abs(shaped.v - self.v) / (self.limits.acceleration * dt)
         self._last_acceleration = float(accel.max()) if accel.size else 0.0
-        self.q, self.v, self.stamp = shaped.q, shaped.v, now
-        self.last = Command(shaped.q.copy(), shaped.v.copy(), now, state, shaped.limited_by)
+        self.q, self.v, self.stamp, self.base = shaped.q, shaped.v, now, base
+        if base is not None:
+            self.figure.set_base(base)
+        self.last = Command(shaped.q.copy(), shaped.v.copy(), now, state, shaped.limited_by,
+                            base)
         self._update_goal_errors(now)
         return self.last
+
+    def _keep(self, shaped, dt):
+        """Return (shaped, base): the command projected onto the hard equalities within the
+        limits (``FigureState.keep``); where the projection would break a velocity or
+        acceleration limit, the brake instead, projected as far as the limits allow."""
+        figure = self.figure
+        if not figure.active:
+            return shaped, self.base
+        kept = figure.keep(self.q, self.v, dt, shaped)
+        if kept is None:
+            self.report('warn', 'projection', (
+                'keeping the contacts would break a velocity or acceleration limit on this '
+                'command: braking instead, the contacts corrected as far as the limits allow'),
+                interval=1.0)
+            lead_box = self.arm.lead_box(self.q) if self.arm.complete else None
+            braked = self.guard.brake(self.q, self.v, dt, lead_box)
+            kept = figure.keep(self.q, self.v, dt, braked, share=True)
+        return kept
+
+    def _check_arrivals(self, q):
+        """Warn once for each hard constraint of the set that is violated at the command q
+        when it is first checked (it arrived violated)."""
+        fresh = [c for c in self.constraints_kept if id(c) not in self._checked
+                 and getattr(c, 'anchored', True)]
+        self._checked = {id(c) for c in self.constraints_kept
+                         if getattr(c, 'anchored', True)}
+        for constraint in self.figure.violations(fresh, q):
+            self.report('warn', f'violated:{type(constraint).__name__}', (
+                f'hard constraint {type(constraint).__name__} is violated where the arm is '
+                'now: accepted; only motion that reduces the violation passes'))
 
     def _clock_back(self, now, dt):
         """The node clock did not advance since the last command (dt [s] <= 0): a small step
@@ -479,9 +557,10 @@ class ControlLoop:
         # The errors of the same goal at the same command (bit for bit) are the same: a held
         # goal at rest skips the forward kinematics. (A Goal is frozen, its targets' arrays
         # read-only; a new goal is a new object.)
-        key = StateKey((goal,), (self.q.tobytes(),))
+        key = StateKey((goal,), (self.q.tobytes(),
+                                 None if self.base is None else self.base.tobytes()))
         if key != self._errors_of:
-            frames = self.chain.frames(self.q)
+            frames = self.chain.frames(self.state)
             self.tip_errors = tuple(tuple(float(v[0]) for v in term.errors(frames))
                                     for term in goal.terms)
             chosen = [self.tip_errors[k] for k in goal.goal_tips]
@@ -536,5 +615,6 @@ class ControlLoop:
             'goals_received': self.inbox.received,
             'goals_superseded': self.inbox.superseded,
             'goals_stale': self.inbox.stale,
+            **self.figure.status(),
             **self.detours.status(),
         }

@@ -1,0 +1,239 @@
+"""The solver's state around the command stream: the floating base and the hard equalities.
+
+Pure numpy, no ROS. The commands are the URDF's joints, (C,) in ``limits.commanded`` order;
+the solver's state q (nq,) adds the floating base when the chain has one (``chain.base_index``:
+six joints, ``model.floating``). The base is never measured: it follows from the contacts and
+the commanded joints, and is held when there are none (issue 32, decision 6).
+``FigureState`` keeps it:
+
+- ``state(q)``: the state of a command: the joints with the base *fitted*: with contacts
+  (``goals.Contact``: a link keeps its anchored pose, a hard equality), the base pose that puts
+  the contact links where they were anchored (exact for one contact; for several, the mean of
+  the poses each implies, the projection then closes the loop); without, the held base
+  (``base``: ``initial_base_pose`` at start, then the base of the last command).
+- ``keep(q, v, dt, shaped)``: the shaped command projected onto the hard equalities
+  (``goals.project``: the contacts, planes kept as equalities) on every tick, so that a
+  straight joint-space step between two good configurations does not leave the closed loop of
+  two planted feet by millimetres; the position limits kept, and returned only when the
+  velocity and acceleration limits still hold on the projected command (None otherwise: the
+  loop brakes instead and keeps that brake, or the largest share of its correction that the
+  limits allow: ``share=True``).
+- ``solver_terms(constraints)``: what the solver keeps besides the constraint set: with a
+  floating base and no contact, a Contact that holds the base link where it is (so that the
+  solver does not float the base away to reach a goal).
+- ``anchor(q)``: contacts and support polygons without a pose of their own take it at the
+  state of the command ``q`` (when they arrive while the arm is commanded, else at the first
+  joint_states); ``violations(q)``: the hard constraints violated there (accepted with a
+  warning: the guard then passes only motion that reduces the violation).
+
+A fixed-base chain without equalities costs nothing here: ``state`` is the identity and
+``keep`` returns the shaped command itself.
+"""
+
+from dataclasses import replace
+
+import numpy as np
+
+from ..goals import Contact, project
+from .limits import commanded
+from .shaping import ShapedCommand
+
+__all__ = ['FigureState', 'MARGIN', 'largest_share']
+
+# Share of the velocity and acceleration limits kept free for the projection while hard
+# equalities are kept: the shaper plans within (1 - MARGIN) of them, so that the projection's
+# small per-tick correction (second order in the step: ~0.5 % of the velocity at 1 rad/s,
+# 100 Hz, on a 1 m leg) fits inside the real limits that the command is checked against.
+MARGIN = 0.05
+
+
+def largest_share(u0, d, low, high):
+    """Return the largest t in [0, 1] with low <= u0 + t d <= high (each (n,)); u0 must hold
+    (t = 0 always does)."""
+    t = 1.0
+    up, down = d > 0.0, d < 0.0
+    if up.any():
+        t = min(t, float(np.min((high[up] - u0[up]) / d[up])))
+    if down.any():
+        t = min(t, float(np.min((low[down] - u0[down]) / d[down])))
+    return max(0.0, t)
+
+
+def _mean_pose(poses):
+    """Return the (4, 4) pose nearest the (K, 4, 4) ``poses``: the mean position, the rotation
+    nearest the sum of the rotations (chordal mean, by SVD)."""
+    out = np.eye(4)
+    out[:3, 3] = poses[:, :3, 3].mean(axis=0)
+    u, _, vt = np.linalg.svd(poses[:, :3, :3].sum(axis=0))
+    if np.linalg.det(u @ vt) < 0.0:
+        u[:, -1] = -u[:, -1]
+    out[:3, :3] = u @ vt
+    return out
+
+
+class FigureState:
+    """The floating base and the hard equalities of one control loop (see the module doc).
+
+    chain: the Chain; limits: the command stream's JointLimits (the commanded joints);
+    base: (4, 4) the base pose in the world frame at start (floating base only; default the
+    identity).
+    """
+
+    def __init__(self, chain, limits, base=None):
+        self.chain = chain
+        self.limits = limits
+        self.floating = bool(getattr(chain, 'floating', False))
+        self.index = commanded(chain)
+        self.base = np.eye(4) if base is None else np.array(base, dtype=float)
+        if self.floating:       # a pose beyond the base joints' limits: GoalError here
+            chain.with_base(np.zeros(len(self.index)), self.base)
+        self.equalities = []        # hard equalities the command stream projects onto
+        self.contacts = []          # the anchored Contacts among them (the base's fit)
+        self._hold = None           # the Contact holding the base link (no contact set)
+        self.projected = 0          # commands projected
+        self.shared = 0             # commands that took a share of their correction only
+        self.unconverged = 0        # projections that did not reach the tolerances
+
+    # ------------------------------------------------------------------ the state
+    @property
+    def active(self):
+        """True when commands are projected (hard equalities are set)."""
+        return bool(self.equalities)
+
+    def command(self, q):
+        """Return the commanded joints (..., C) of states (..., nq)."""
+        q = np.asarray(q, dtype=float)
+        return q[..., self.index] if self.floating else q
+
+    def state(self, q, base=None):
+        """Return the state (nq,) or (N, nq) of commands q (C,) or (N, C): the joints with
+        ``base`` (4, 4), by default the fitted base (see the module doc)."""
+        if not self.floating:
+            return np.asarray(q, dtype=float)
+        q = np.asarray(q, dtype=float)
+        if base is None:
+            base = self.fit(q) if self.contacts else self.base
+        return self.chain.with_base(q, base)
+
+    def fit(self, q):
+        """Return the base pose(s) (4, 4) or (N, 4, 4) that put the contact links of commands
+        q (C,) or (N, C) where they were anchored (the held base without contacts)."""
+        q = np.asarray(q, dtype=float)
+        if not self.floating or not self.contacts:
+            return self.base if q.ndim == 1 else np.broadcast_to(self.base, (len(q), 4, 4))
+        frames = self.chain.frames(self.chain.with_base(q, np.eye(4)))
+        implied = np.stack([c.pose @ np.linalg.inv(frames.link_pose(c.link))
+                            for c in self.contacts], axis=1)              # (N, K, 4, 4)
+        fitted = np.array([_mean_pose(row) for row in implied])
+        return fitted[0] if q.ndim == 1 else fitted
+
+    def set_base(self, base):
+        """Note the base (4, 4) of the last command: held from there when no contact is set
+        (the next ``solver_terms`` holds it there)."""
+        self.base = np.array(base, dtype=float)
+
+    # ------------------------------------------------------------------ constraints
+    def set_constraints(self, constraints):
+        """Take the hard equalities of the constraint set; return the extra terms the solver
+        keeps (``solver_terms``)."""
+        self.equalities = [c for c in constraints
+                           if getattr(c, 'hard', False) and getattr(c, 'equality', False)]
+        self.contacts = [c for c in self.equalities
+                         if isinstance(c, Contact) and getattr(c, 'anchored', True)]
+        return self.solver_terms()
+
+    def solver_terms(self):
+        """Return [the Contact holding the base link] with a floating base and no contact,
+        else []: the solver must not move a base that nothing else places."""
+        if not self.floating or any(isinstance(c, Contact) for c in self.equalities):
+            self._hold = None
+            return []
+        if self._hold is None:
+            self._hold = self._base_hold()
+        return [self._hold]
+
+    def _base_hold(self):
+        link = self.chain.floating_link
+        return Contact(link, pose=self.base).bind(self.chain)
+
+    def pending(self, constraints):
+        """Return the constraints of the set that wait for a configuration to anchor at."""
+        return [c for c in constraints if not getattr(c, 'anchored', True)]
+
+    def anchor(self, constraints, q):
+        """Anchor the ``pending`` constraints at the state of the command q (C,); return
+        them. The base is fitted to the contacts anchored before (held without)."""
+        waiting = self.pending(constraints)
+        if waiting:
+            frames = self.chain.frames(self.state(q))
+            for constraint in waiting:
+                constraint.anchor(frames)
+            self.contacts = [c for c in self.equalities
+                             if isinstance(c, Contact) and c.anchored]
+        return waiting
+
+    def violations(self, constraints, q):
+        """Return the hard constraints of ``constraints`` violated at the command q (C,)."""
+        hard = [c for c in constraints if getattr(c, 'hard', False)
+                and getattr(c, 'anchored', True) and not hasattr(c, 'check_motion')]
+        if not hard:
+            return []
+        frames = self.chain.frames(self.state(q))
+        return [c for c in hard if bool(np.asarray(c.violated(frames))[0])]
+
+    # ------------------------------------------------------------------ projection
+    def shaper_limits(self, limits):
+        """Return the limits the shaper plans within: ``limits`` less MARGIN while commands
+        are projected onto contacts (room for the correction), else ``limits`` itself."""
+        if not self.equalities:
+            return limits
+        return _scaled(limits, 1.0 - MARGIN)
+
+    def keep(self, q, v, dt, shaped, share=False):
+        """Return (ShapedCommand, base (4, 4) or None) for the ``shaped`` command from the
+        last command q, v (C,) over dt [s]: projected onto the hard equalities, within the
+        position limits; None when the projected command breaks a velocity or acceleration
+        limit (``share``: then the largest share of its correction that keeps them)."""
+        if not self.equalities:
+            return shaped, (self.base if self.floating else None)
+        state = self.state(shaped.q)
+        projected, ok = project(self.chain, state, self.equalities)
+        if not ok:
+            self.unconverged += 1
+        q_new = self.limits.clip(self.command(projected))
+        t = self._share(q, v, dt, shaped, q_new)
+        if t < 1.0:
+            if not share:
+                return None
+            self.shared += 1
+            q_new = self.limits.clip(shaped.q + t * (q_new - shaped.q))
+            projected = self.state(q_new)
+        self.projected += 1
+        base = self.chain.base_pose(projected) if self.floating else None
+        return ShapedCommand(q_new, (q_new - q) / dt, shaped.limited_by), base
+
+    def _share(self, q, v, dt, shaped, q_new):
+        """Return the largest share t in [0, 1] of the correction q_new - shaped.q that keeps
+        the velocity and acceleration limits from (q, v) over dt."""
+        lim = self.limits
+        u0 = (shaped.q - q) / dt
+        d = (q_new - shaped.q) / dt
+        if not np.any(d):
+            return 1.0
+        adt = lim.acceleration * dt
+        low = np.maximum(-lim.velocity, v - adt)
+        high = np.minimum(lim.velocity, v + adt)
+        u0 = np.clip(u0, low, high)         # the shaped command holds them (rounding)
+        return largest_share(u0, d, low, high)
+
+    def status(self):
+        """Return the counters of the projection (JSON-ready)."""
+        return {'projected': self.projected, 'projection_shared': self.shared,
+                'projection_unconverged': self.unconverged}
+
+
+def _scaled(limits, factor):
+    """Return JointLimits with the velocity and acceleration limits times ``factor``."""
+    return replace(limits, velocity=limits.velocity * factor,
+                   acceleration=limits.acceleration * factor)
+
