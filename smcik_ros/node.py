@@ -44,8 +44,9 @@ from .ros.description import SrdfSources, load_robot_description, resolve_path, 
 from .ros.health import Health, Timings
 from .ros.inputs import GoalInputs, JointStatesInput, TfFrames
 from .ros.markers import link_segments
-from .ros.outputs import AlternativesOutput, CommandOutput, HealthOutput, MarkerOutput
-from .ros.parameters import NodeParameters, tips_of
+from .ros.outputs import (AlternativesOutput, BaseOutput, CommandOutput, HealthOutput,
+                          MarkerOutput)
+from .ros.parameters import NodeParameters, initial_base_pose, tips_of
 from .ros.runner import LogBridge, run_node, stop_requested
 from .ros.scene import SCENE_PARAMETERS, SceneInputs, SemanticTopic
 from .ros.schedule import LOOP_PARAMETERS, apply_loop_settings
@@ -128,7 +129,7 @@ class SmcIkNode(Node):
         self.scene = SceneInputs(self, loop, self.guard, constraints, srdf, semantic, values,
                                  self._frame_to_base, self.report, self.log, self.time,
                                  self.timings)
-        book = AlternativesBook(chain.nq, loop.limits.continuous, values['max_alternatives'],
+        book = AlternativesBook(chain.nq, chain.continuous, values['max_alternatives'],
                                 report=self.report)
         loop.step_observers.append(book.observe)
         self.alternatives = AlternativesOutput(self, chain, book, self.time, self.timings)
@@ -136,7 +137,9 @@ class SmcIkNode(Node):
             book.switch_off(0.0, 'alternatives_rate_hz is 0 (off)')
         self.goals = GoalInputs(self, loop, book, values, self.report, self.time)
         self.joint_states = JointStatesInput(self, loop, self.report, self.time)
-        self.commands = CommandOutput(self, loop.limits.names, values)
+        base = BaseOutput(self, chain.base_link, chain.floating_link, values['publish_base_tf'],
+                          self.log) if chain.floating else None
+        self.commands = CommandOutput(self, loop.limits.names, values, base)
         self.markers = MarkerOutput(self, chain, link_segments(self.urdf_xml, chain.link_names),
                                     loop, self.guard, constraints, self.alternatives, values,
                                     self.time, self.timings)
@@ -193,12 +196,18 @@ class SmcIkNode(Node):
                           start_without_joint_states=values['start_without_joint_states'])
         # Hard constraints the collision model has no geometry for keep their own validator.
         validator = HardConstraintValidator(chain, skip=lambda c: c is self.guard.constraint)
+        detour = None
+        if chain.floating:
+            self.log('info', 'floating_base: the collision detour is off (it plans the joints '
+                     'of a fixed base); the guard still stops at the collision margin')
+        else:
+            detour = Detour(chain, limits, DetourSettings(enabled=values['collision_detour']))
         loop = ControlLoop(
             chain, self.solver.build(values), limits, arm,
             GoalInbox(FrameResolver(chain), chain.tip_links),
             validators=[validator, self.guard], report=self.report,
-            solver_thread=values['solver_thread'],
-            detour=Detour(chain, limits, DetourSettings(enabled=values['collision_detour'])))
+            solver_thread=values['solver_thread'], detour=detour,
+            base=initial_base_pose(values) if chain.floating else None)
         apply_loop_settings(loop, values)
         if values['solver_thread']:
             sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
@@ -244,7 +253,7 @@ class SmcIkNode(Node):
 
     def _frame_to_base(self, frame):
         """Return the (4, 4) pose of ``frame`` in the base frame [m] (GoalError if unknown)."""
-        return self.loop.inbox.to_base(frame, self.loop.current_configuration())
+        return self.loop.inbox.to_base(frame, self.loop.current_state())
 
     # ------------------------------------------------------------------ the tick
     def _on_tick(self):
@@ -265,7 +274,7 @@ class SmcIkNode(Node):
             self.commands.publish(command, ns)
             if not self._contact_noted:
                 self._contact_noted = True
-                self._note_contact(command.q)
+                self._note_contact(self.loop.state)
         elif self.loop.q is None:
             if self._waiting_since is None:
                 self._waiting_since = now

@@ -16,7 +16,7 @@ from smcik_ros.control.limits import limits_for_chain
 from smcik_ros.control.reporter import Reporter
 from smcik_ros.control.tick import ControlLoop, LoopSettings
 from smcik_ros.collision import KeepOutSphere
-from smcik_ros.goals import Constraint
+from smcik_ros.goals import CenterOfMassPolygon, Constraint, Contact
 from smcik_ros.model import Chain
 from smcik_ros.solvers import make_solver
 from smcik_ros.solvers.base import StateKey
@@ -459,6 +459,33 @@ def test_a_hard_constraint_is_never_entered_and_the_stop_is_within_limits(arm7):
     v_ratio, a_ratio = stream.worst_ratios(limits)
     assert v_ratio <= 1 + SLACK and a_ratio <= 1 + SLACK
     assert loop.guard.holds > 0
+
+
+def test_a_hard_constraint_that_arrived_violated_passes_only_motion_that_reduces_it(arm7):
+    """The centre of mass 0.3 m outside its support polygon: a motion that brings it closer
+    passes, one that takes it farther (at any sample) is refused; a contact (a hard
+    equality, projected by the command stream) is not sampled."""
+    validator = HardConstraintValidator(arm7)
+    q0 = arm7.neutral_configuration()
+    com = arm7.center_of_mass(q0)[:2]
+    polygon = com + np.array([[0.3, -0.05], [0.4, 0.0], [0.3, 0.05]])
+    support = CenterOfMassPolygon(polygon=polygon).bind(arm7)
+    validator.constraints = [support]
+    assert support.violated(arm7.frames(q0))[0]
+    rng = np.random.default_rng(0)
+    moves = [arm7.clip(q0 + rng.uniform(-0.5, 0.5, 7)) for _ in range(40)]
+    depth0 = support.residual(arm7.frames(q0))[0, 0]
+    path_depth = [support.residual(arm7.frames(q0 + t * (m - q0)))[:, 0].max()
+                  for m in moves for t in [np.linspace(0.0, 1.0, 16)[:, None]]]
+    closer = [m for m, d in zip(moves, path_depth) if d <= depth0]
+    farther = [m for m, d in zip(moves, path_depth) if d > depth0 + 1e-6]
+    assert closer and farther
+    assert all(validator(q0, m) for m in closer)
+    assert not any(validator(q0, m) for m in farther)
+    assert 'deeper into a hard constraint it violates' in validator.reason
+    contact = Contact('tool0', pose=np.eye(4)).bind(arm7)     # violated everywhere
+    validator.constraints = [contact]
+    assert all(validator(q0, m) for m in farther), 'equalities are projected, not sampled'
 
 
 # ---------------------------------------------------------------------- shutdown

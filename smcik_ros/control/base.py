@@ -30,15 +30,17 @@ A fixed-base chain without equalities costs nothing here: ``state`` is the ident
 ``keep`` returns the shaped command itself.
 """
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..goals import Contact, project
+from ..goals import CenterOfMassPolygon, Contact, project
+from ..rotations import matrix_to_quat
 from .limits import commanded
 from .shaping import ShapedCommand
 
-__all__ = ['FigureState', 'MARGIN', 'largest_share']
+__all__ = ['FigureState', 'FigureView', 'MARGIN', 'base_pose_list', 'figure_view',
+           'largest_share']
 
 # Share of the velocity and acceleration limits kept free for the projection while hard
 # equalities are kept: the shaper plans within (1 - MARGIN) of them, so that the projection's
@@ -237,3 +239,55 @@ def _scaled(limits, factor):
     return replace(limits, velocity=limits.velocity * factor,
                    acceleration=limits.acceleration * factor)
 
+
+
+@dataclass(frozen=True)
+class FigureView:
+    """The whole figure at one state, for the view and the health (JSON-ready lists).
+
+    com: (3,) centre of mass [m] or None (no mass, or nothing that asks for it);
+    com_margin: the smallest distance [m] of its projection inside a support polygon less
+    its margin (negative: outside), None without one; polygons: [(hull (H, 2), region
+    (R, 2))] [m]; contacts: [{'link', 'position_error' [m], 'orientation_error' [rad],
+    'held'}] of the anchored Contacts; contact_poses: their anchored (4, 4) poses; ground:
+    the height [m] the projection is drawn at (the lowest contact, else 0).
+    """
+
+    com: tuple = None
+    com_margin: float = None
+    polygons: tuple = ()
+    contacts: tuple = ()
+    contact_poses: tuple = ()
+    ground: float = 0.0
+
+
+def figure_view(chain, constraints, state, floating=False):
+    """Return the FigureView of ``constraints`` at the solver state (nq,) (the centre of mass
+    is shown with a support polygon, or with a floating base)."""
+    contacts = [c for c in constraints if isinstance(c, Contact) and c.anchored]
+    supports = [c for c in constraints if isinstance(c, CenterOfMassPolygon) and c.anchored]
+    if not contacts and not supports and not floating:
+        return FigureView()
+    frames = chain.frames(state)
+    rows, poses = [], []
+    for c in contacts:
+        pos, ori = (float(e[0]) for e in c.errors(frames))
+        rows.append({'link': c.link, 'position_error': round(pos, 6),
+                     'orientation_error': round(ori, 6),
+                     'held': bool(not np.asarray(c.violated(frames))[0])})
+        poses.append(c.pose)
+    com = margin = None
+    if chain.total_mass > 0.0:
+        com = tuple(round(float(v), 6) for v in frames.center_of_mass()[0])
+        if supports:
+            margin = round(min(float(c.clearance(frames)[0].min()) for c in supports), 6)
+    ground = min((float(p[2, 3]) for p in poses), default=0.0)
+    return FigureView(com=com, com_margin=margin,
+                      polygons=tuple((c.polygon, c.region) for c in supports),
+                      contacts=tuple(rows), contact_poses=tuple(poses), ground=ground)
+
+
+def base_pose_list(base):
+    """Return the (4, 4) base pose as [x, y, z, qx, qy, qz, qw] (ROS order), rounded."""
+    w, x, y, z = matrix_to_quat(np.asarray(base, dtype=float)[:3, :3])
+    return [round(float(v), 6) for v in (*base[:3, 3], x, y, z, w)]

@@ -24,20 +24,38 @@ import numpy as np
 from .limits import nearest_equivalent
 from .shaping import ShapedCommand
 
-__all__ = ['MotionGuard', 'HardConstraintValidator']
+__all__ = ['MotionGuard', 'HardConstraintValidator', 'violation', 'DEEPER']
+
+# [m or rad] a sample deeper than the start by more than this goes deeper (rounding).
+DEEPER = 1e-12
+
+
+def violation(constraint, frames):
+    """Return (N,) how far each configuration of ``frames`` is inside a hard constraint
+    (the norm of its residual where ``violated``; 0 where it is kept)."""
+    bad = np.asarray(constraint.violated(frames), dtype=bool)
+    if not bad.any():
+        return np.zeros(len(bad))
+    residual = np.asarray(constraint.residual(frames), dtype=float).reshape(len(bad), -1)
+    return np.where(bad, np.linalg.norm(residual, axis=1), 0.0)
 
 
 class HardConstraintValidator:
-    """Refuse motions that go deeper into a hard constraint (keep-out volumes, ...).
+    """Refuse motions that go deeper into a hard constraint (keep-out volumes, the centre of
+    mass over its support polygon, ...).
 
-    ``validator(q_from, q_to)`` checks the straight joint-space segment: constraints with a
-    ``check_motion(q_from, q_to)`` (the collision constraints, keep-out obstacles) check it at
-    their own sub-step bound with q_from as the reference (a motion may leave what q_from
-    penetrates, never go deeper); others are sampled at most ``resolution`` [rad or m] apart
-    on any joint (``max_samples``) and refused when the start is outside and a later sample
-    inside. ``constraints``: the solver's constraint objects (``hard`` ones are checked);
-    skip: predicate constraint -> True for constraints another validator checks (the
-    collision guard's own constraint).
+    ``validator(q_from, q_to)`` checks the straight segment between two solver states:
+    constraints with a ``check_motion(q_from, q_to)`` (the collision constraints, keep-out
+    obstacles) check it at their own sub-step bound with q_from as the reference (a motion
+    may leave what q_from penetrates, never go deeper); others are sampled at most
+    ``resolution`` [rad or m] apart on any joint (``max_samples``) and refused when the start
+    is outside and a later sample inside, or, from a start already inside (a constraint that
+    arrived violated), when a later sample is deeper (``violation``): only motion that reduces
+    the violation passes. Hard equalities (contacts: ``equality``) are not sampled: the
+    command stream projects onto them (``base``). ``constraints``: the solver's constraint
+    objects (``hard`` ones are checked; those still waiting for an anchor are not); skip:
+    predicate constraint -> True for constraints another validator checks (the collision
+    guard's own constraint).
     """
 
     def __init__(self, chain, resolution=0.05, max_samples=16, skip=None):
@@ -49,7 +67,8 @@ class HardConstraintValidator:
         self.reason = ''
 
     def __call__(self, q_from, q_to):
-        hard = [c for c in self.constraints if c.hard and not (self.skip and self.skip(c))]
+        hard = [c for c in self.constraints if c.hard and not getattr(c, 'equality', False)
+                and getattr(c, 'anchored', True) and not (self.skip and self.skip(c))]
         if not hard:
             return True
         q_from = np.asarray(q_from, dtype=float)
@@ -77,6 +96,12 @@ class HardConstraintValidator:
                 self.reason = (f'the motion would enter a hard constraint '
                                f'({type(constraint).__name__})')
                 return False
+            if bad[0]:
+                depth = violation(constraint, frames)
+                if np.any(depth[1:] > depth[0] + DEEPER):
+                    self.reason = (f'the motion would go deeper into a hard constraint it '
+                                   f'violates ({type(constraint).__name__})')
+                    return False
         return True
 
 

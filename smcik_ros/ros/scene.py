@@ -276,7 +276,7 @@ class SceneInputs:
                 f'{topic} refused, keeping the previous cloud obstacle: {exc}'), interval=5.0)
             return
         points = points @ frame[:3, :3].T + frame[:3, 3]
-        spheres = self._guard.set_pointcloud(points, self._loop.current_configuration())
+        spheres = self._guard.set_pointcloud(points, self._loop.current_state())
         took = time.perf_counter() - started
         self._timings.add('cloud', took)
         self._report('info', 'pointcloud', (
