@@ -208,3 +208,16 @@ def test_the_collision_model_rides_on_the_base_and_its_cache_key_includes_the_op
     theirs = still.world_spheres(fixed.frames(q_joints))[0]
     assert ours.shape == theirs.shape
     np.testing.assert_allclose(ours, theirs @ pose[:3, :3].T + pose[:3, 3], atol=1e-9)
+
+
+def test_the_parse_cache_serves_fixed_and_floating_chains_alike(tmp_path):
+    """The parsed joints are cached by the URDF's bytes; the floating base is added after the
+    cache, so one entry serves both, each built right."""
+    fixed = Chain.from_urdf(BIPED, 'pelvis', BIPED_TIPS, cache_dir=str(tmp_path))
+    assert len(list(tmp_path.iterdir())) == 1
+    floating = Chain.from_urdf(BIPED, 'pelvis', BIPED_TIPS, cache_dir=str(tmp_path),
+                               floating_base=True)
+    again = Chain.from_urdf(BIPED, 'pelvis', BIPED_TIPS, cache_dir=str(tmp_path))
+    assert len(list(tmp_path.iterdir())) == 1
+    assert floating.joint_names == FLOATING_JOINTS + fixed.joint_names
+    assert again.joint_names == fixed.joint_names and not again.floating
