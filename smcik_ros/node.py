@@ -125,7 +125,9 @@ class SmcIkNode(Node):
         if tf is not None:
             loop.inbox.lookup = tf.lookup
         constraints = ConstraintSet(chain, self._frame_to_base, model=self.guard.model,
-                                    frame_names=None if tf else links)
+                                    frame_names=None if tf else links, urdf=self.urdf_xml,
+                                    urdf_path=srdf.urdf_file,
+                                    package_paths=values['package_paths'])
         self.scene = SceneInputs(self, loop, self.guard, constraints, srdf, semantic, values,
                                  self._frame_to_base, self.report, self.log, self.time,
                                  self.timings)
