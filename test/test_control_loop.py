@@ -1080,7 +1080,7 @@ def test_both_tips_reach_then_a_release_rests_the_tree(two_tips):
     stream.tick()
     q_goal = chain.clip(start + rng.uniform(-0.4, 0.4, chain.n))
     poses = np.array([chain.fk(q_goal, tip) for tip in TIPS])
-    loop.offer_goals(poses, '', None, stream.t)
+    loop.inbox.offer_poses(poses, '', None, stream.t, loop.current_state())
     for _ in range(1500):
         follower(1)(stream)
         stream.tick()

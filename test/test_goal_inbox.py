@@ -242,9 +242,13 @@ def test_goals_for_every_tip_at_once_are_refused_whole_for_another_count(two_tip
                        r'right_tool\); got 1'):
         inbox.offer_all(one, None, 0.1, q)
     assert inbox.take(0.2) is kept, 'a refused set changes nothing'
-    goals = [inbox.convert('pose', _pose(0.3, y, 0.8), 'torso_link', q, tip, 'target_poses')
-             for tip, y in zip(TIPS, (0.2, -0.2))]
-    both = inbox.offer_all(goals, None, 0.3, q)
+    with pytest.raises(GoalError, match=r'expected 2 poses, one per tip'):
+        inbox.offer_poses([_pose(0.3, 0.2, 0.8)] * 3, '', None, 0.1, q)
+    with pytest.raises(GoalError, match='unknown frame'):
+        inbox.offer_poses([_pose(0.3, 0.2, 0.8)] * 2, 'nowhere', None, 0.1, q)
+    assert inbox.take(0.2) is None, 'nothing was accepted'
+    both = inbox.offer_poses([_pose(0.3, y, 0.8) for y in (0.2, -0.2)], 'torso_link', None,
+                             0.3, q, 'target_poses')
     assert both.goal_tips == (0, 1) and both.sequence == 2
     torso = chain.fk(q, 'torso_link')
     assert np.allclose(both.terms[1].pose, torso @ _pose(0.3, -0.2, 0.8), atol=1e-12)

@@ -78,12 +78,13 @@ class FigureState:
 
     chain: the Chain; limits: the command stream's JointLimits (the commanded joints);
     base: (4, 4) the base pose in the world frame at start (floating base only; default the
-    identity).
+    identity); report: callable(level, key, text, interval=...) (default: discard).
     """
 
-    def __init__(self, chain, limits, base=None):
+    def __init__(self, chain, limits, base=None, report=None):
         self.chain = chain
         self.limits = limits
+        self.report = report or (lambda *args, **kwargs: None)
         self.floating = bool(getattr(chain, 'floating', False))
         self.index = commanded(chain)
         self.base = np.eye(4) if base is None else np.array(base, dtype=float)
@@ -92,6 +93,8 @@ class FigureState:
         self.equalities = []        # hard equalities the command stream projects onto
         self.contacts = []          # the anchored Contacts among them (the base's fit)
         self._hold = None           # the Contact holding the base link (no contact set)
+        self._checked = set()       # ids of constraints checked for a violation on arrival
+        self._passive = None        # passive joints' values waiting for the next tick
         self.projected = 0          # commands projected
         self.shared = 0             # commands that took a share of their correction only
         self.unconverged = 0        # projections that did not reach the tolerances
@@ -174,6 +177,35 @@ class FigureState:
                              if isinstance(c, Contact) and c.anchored]
         return waiting
 
+    def arrivals(self, constraints, q):
+        """Warn once for each hard constraint of ``constraints`` that is violated at the
+        command q (C,) when first checked there (it arrived violated: accepted, and the guard
+        passes only motion that reduces the violation); return those."""
+        anchored = [c for c in constraints if getattr(c, 'anchored', True)]
+        fresh = [c for c in anchored if id(c) not in self._checked]
+        self._checked = {id(c) for c in anchored}
+        violated = self.violations(fresh, q)
+        for constraint in violated:
+            self.report('warn', f'violated:{type(constraint).__name__}', (
+                f'hard constraint {type(constraint).__name__} is violated where the arm is '
+                'now: accepted; only motion that reduces the violation passes'))
+        return violated
+
+    def set_passive(self, values):
+        """Take measured values {joint: value [rad or m]} of the passive (off-path) joints;
+        the model's masses follow them at the next ``apply_passive`` (the control tick)."""
+        self._passive = dict(values) if self._passive is None else {**self._passive, **values}
+
+    def apply_passive(self):
+        """Hand the passive joints' values that arrived to the model (``Chain.set_passive``)."""
+        if self._passive is None:
+            return
+        values, self._passive = self._passive, None
+        try:
+            self.chain.set_passive(values)
+        except Exception as exc:   # noqa: BLE001 - a bad value: reported, the masses stay
+            self.report('warn', 'passive', f'passive joint values refused: {exc}')
+
     def violations(self, constraints, q):
         """Return the hard constraints of ``constraints`` violated at the command q (C,)."""
         hard = [c for c in constraints if getattr(c, 'hard', False)
@@ -213,6 +245,21 @@ class FigureState:
         self.projected += 1
         base = self.chain.base_pose(projected) if self.floating else None
         return ShapedCommand(q_new, (q_new - q) / dt, shaped.limited_by), base
+
+    def keep_within(self, q, v, dt, shaped, brake):
+        """Return (shaped, base): ``keep`` of the shaped command; where its projection would
+        break a velocity or acceleration limit, the brake (``brake()`` -> ShapedCommand)
+        instead, projected as far as the limits allow."""
+        if not self.equalities:
+            return shaped, (self.base if self.floating else None)
+        kept = self.keep(q, v, dt, shaped)
+        if kept is None:
+            self.report('warn', 'projection', (
+                'keeping the contacts would break a velocity or acceleration limit on this '
+                'command: braking instead, the contacts corrected as far as the limits allow'),
+                interval=1.0)
+            kept = self.keep(q, v, dt, brake(), share=True)
+        return kept
 
     def _share(self, q, v, dt, shaped, q_new):
         """Return the largest share t in [0, 1] of the correction q_new - shaped.q that keeps

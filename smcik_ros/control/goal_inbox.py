@@ -207,6 +207,17 @@ class GoalInbox:
         self._check_fresh(stamp, now)
         return self._accept(dict(enumerate(goals)), goals[-1], now, q)
 
+    def offer_poses(self, poses, frame, stamp, now, q, source='goals'):
+        """Make one pose goal per tip the newest goals at once: poses (T, 4, 4) in ``frame``,
+        in ``tip_links`` order (``target_poses``); return the Goal. GoalError (nothing
+        changes) for another count, a bad pose, an unknown frame or a stale stamp."""
+        if len(poses) != len(self.tip_links):
+            raise GoalError(f'expected {len(self.tip_links)} poses, one per tip '
+                            f'({", ".join(self.tip_links)}); got {len(poses)}')
+        goals = [self.convert('pose', pose, frame, q, tip, source, stamp)
+                 for tip, pose in zip(self.tip_links, poses)]
+        return self.offer_all(goals, stamp, now, q)
+
     def release(self, tip, now, q, source='release'):
         """Release ``tip``'s goal: from now on it holds its pose at configuration q (n,).
 

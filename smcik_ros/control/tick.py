@@ -30,7 +30,6 @@ import math
 
 import numpy as np
 
-from ..errors import GoalError
 from ..solvers.base import StateKey, goal_signature
 from .arm_state import ArmMonitor, ArmSettings, ArmState, initial_configuration
 from .detour import DetourDrive
@@ -170,9 +169,9 @@ class ControlLoop:
                                  settings.hold_reset_interval)
         self.detours = DetourDrive(detour, self.shaper, self.guard, self.stepper, self.report)
         # The solver's state: the floating base, the hard equalities kept by projection.
-        self.figure = self.stepper.figure = self.guard.figure = FigureState(chain, limits, base)
+        self.figure = self.stepper.figure = self.guard.figure = FigureState(
+            chain, limits, base, self.report)
         self.constraints_kept = []  # the constraint set and the figure's terms (solver's)
-        self._checked = set()       # ids of constraints checked for a violation on arrival
         self.tolerances = settings.tolerances
         self.q = None               # last published command (n,)
         self.v = None               # its velocity (n,)
@@ -190,7 +189,6 @@ class ControlLoop:
         #                             (last.stamp - first_tick) / (ticks - 1))
         self.ticks = 0
         self.faults = 0             # ticks that raised
-        self._passive = None        # passive joints' values waiting for the next tick
         if self.figure.floating:    # the solver holds the base until a contact places it
             self.set_constraints([])
 
@@ -201,11 +199,6 @@ class ControlLoop:
         for level, key, text in report.events:
             self.report(level, key, text)
         return report
-
-    def set_passive(self, values):
-        """Take measured values {joint: value [rad or m]} of the passive (off-path) joints:
-        the model's masses follow them at the next tick (``Chain.set_passive``)."""
-        self._passive = dict(values) if self._passive is None else {**self._passive, **values}
 
     def current_configuration(self):
         """Return the best known configuration (n,): measured, else commanded, else mid."""
@@ -232,17 +225,6 @@ class ControlLoop:
         GoalError when refused."""
         return self.inbox.offer(kind, value, frame, stamp, now, self.current_state(),
                                 source, covariance=covariance, tip=tip)
-
-    def offer_goals(self, poses, frame, stamp, now, source='goals'):
-        """Put one pose goal per tip into the inbox at once: poses (T, 4, 4) in ``frame``,
-        in tip order; GoalError (nothing changes) for another count or a bad pose."""
-        inbox, q = self.inbox, self.current_state()
-        if len(poses) != len(inbox.tip_links):
-            raise GoalError(f'expected {len(inbox.tip_links)} poses, one per tip '
-                            f'({", ".join(inbox.tip_links)}); got {len(poses)}')
-        goals = [inbox.convert('pose', pose, frame, q, tip, source, stamp)
-                 for tip, pose in zip(inbox.tip_links, poses)]
-        return inbox.offer_all(goals, stamp, now, q)
 
     def release_goal(self, tip, now, source='release'):
         """Release ``tip``'s goal: it holds its pose at the current command from now on."""
@@ -284,7 +266,7 @@ class ControlLoop:
         self.stepper.set_constraints(self.constraints_kept)
         self.guard.set_constraints(self.constraints_kept)
         if self.q is not None:
-            self._check_arrivals(self.q)
+            figure.arrivals(self.constraints_kept, self.q)
 
     def set_detour_enabled(self, enabled):
         """Switch the detour on or off; off cancels one in progress (the arm brakes at the next
@@ -305,12 +287,7 @@ class ControlLoop:
         """
         self.ticks += 1
         self.stepper.report_errors()
-        if self._passive is not None:
-            values, self._passive = self._passive, None
-            try:
-                self.chain.set_passive(values)
-            except Exception as exc:   # a bad value: reported, the masses stay
-                self.report('warn', 'passive', f'passive joint values refused: {exc}')
+        self.figure.apply_passive()
         try:
             return self._tick(now)
         except Exception as exc:   # never die: report, brake, reset, carry on
@@ -457,18 +434,21 @@ class ControlLoop:
         self._last_acceleration = 0.0
         self.stepper.reset(clipped)
         self.inbox.hold_at(self.state)
-        self._check_arrivals(clipped)
+        figure.arrivals(self.constraints_kept, clipped)
         self.last = Command(clipped.copy(), self.v.copy(), now, state, 'resync', self.base)
         self._update_goal_errors(now)
         return self.last
 
     def _commit(self, shaped, now, state):
         """Make the ShapedCommand the published command at ``now``, projected onto the hard
-        equalities (``_keep``); return its Command."""
+        equalities within the limits (``FigureState.keep_within``: else the brake, projected
+        as far as the limits allow); return its Command."""
         if not (np.isfinite(shaped.q).all() and np.isfinite(shaped.v).all()):
             raise FloatingPointError('the shaped command is not finite')
         dt = now - self.stamp
-        shaped, base = self._keep(shaped, dt)
+        q, v = self.q, self.v
+        shaped, base = self.figure.keep_within(q, v, dt, shaped, lambda: self.guard.brake(
+            q, v, dt, self.arm.lead_box(q) if self.arm.complete else None))
         accel = np.abs(shaped.v - self.v) / (self.limits.acceleration * dt)
         self._last_acceleration = float(accel.max()) if accel.size else 0.0
         self.q, self.v, self.stamp, self.base = shaped.q, shaped.v, now, base
@@ -478,36 +458,6 @@ class ControlLoop:
                             base)
         self._update_goal_errors(now)
         return self.last
-
-    def _keep(self, shaped, dt):
-        """Return (shaped, base): the command projected onto the hard equalities within the
-        limits (``FigureState.keep``); where the projection would break a velocity or
-        acceleration limit, the brake instead, projected as far as the limits allow."""
-        figure = self.figure
-        if not figure.active:
-            return shaped, self.base
-        kept = figure.keep(self.q, self.v, dt, shaped)
-        if kept is None:
-            self.report('warn', 'projection', (
-                'keeping the contacts would break a velocity or acceleration limit on this '
-                'command: braking instead, the contacts corrected as far as the limits allow'),
-                interval=1.0)
-            lead_box = self.arm.lead_box(self.q) if self.arm.complete else None
-            braked = self.guard.brake(self.q, self.v, dt, lead_box)
-            kept = figure.keep(self.q, self.v, dt, braked, share=True)
-        return kept
-
-    def _check_arrivals(self, q):
-        """Warn once for each hard constraint of the set that is violated at the command q
-        when it is first checked (it arrived violated)."""
-        fresh = [c for c in self.constraints_kept if id(c) not in self._checked
-                 and getattr(c, 'anchored', True)]
-        self._checked = {id(c) for c in self.constraints_kept
-                         if getattr(c, 'anchored', True)}
-        for constraint in self.figure.violations(fresh, q):
-            self.report('warn', f'violated:{type(constraint).__name__}', (
-                f'hard constraint {type(constraint).__name__} is violated where the arm is '
-                'now: accepted; only motion that reduces the violation passes'))
 
     def _clock_back(self, now, dt):
         """The node clock did not advance since the last command (dt [s] <= 0): a small step

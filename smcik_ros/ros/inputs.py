@@ -118,8 +118,10 @@ class GoalInputs:
         try:
             poses = [pose_to_matrix(p, f'target_poses.poses[{k}]')
                      for k, p in enumerate(msg.poses)]
-            self._loop.offer_goals(poses, msg.header.frame_id,
-                                   self._time.of_stamp(msg.header.stamp), now, 'target_poses')
+            loop = self._loop
+            loop.inbox.offer_poses(poses, msg.header.frame_id,
+                                   self._time.of_stamp(msg.header.stamp), now,
+                                   loop.current_state(), 'target_poses')
         except SmcIkError as exc:
             self._report('error', Reporter.key_of('target_poses', str(exc)),
                          f'target_poses refused whole, keeping the previous goals: {exc}',
@@ -194,7 +196,7 @@ class JointStatesInput:
         if passive:
             index = {name: i for i, name in enumerate(msg.name)}
             values = {name: float(msg.position[index[name]]) for name in passive}
-            self._loop.set_passive({k: v for k, v in values.items() if np.isfinite(v)})
+            self._loop.figure.set_passive({k: v for k, v in values.items() if np.isfinite(v)})
             extra = [name for name in extra if name not in self._passive]
         if extra:
             report('warn', 'joint_states:extra:' + ','.join(extra), (

@@ -4,9 +4,10 @@
 were applied for), JointTrajectory (one point, zero stamp: start on arrival) or
 Float64MultiArray on ``command_topic``; with a floating base, ``BaseOutput``: the base pose
 that goes with each command on ~/base_pose (PoseStamped in world_frame, the command's stamp)
-and as the TF world_frame -> base_link when tf2_ros is installed. ``MarkerOutput``: ~/particles (particles, MAP chain,
-target, ghost arms) and ~/collision (obstacles, closest pair, covers), rebuilt only when what
-they show changed (``schedule.MarkerSchedule``). ``AlternativesOutput``: ~/alternatives, from
+and as the TF world_frame -> base_link when tf2_ros is installed. ``MarkerOutput``:
+~/particles (particles, MAP chain, each tip's target, ghost arms, the centre of mass, support
+polygons and contacts) and ~/collision (obstacles, closest pair, covers), rebuilt only when
+what they show changed (``schedule.MarkerSchedule``). ``AlternativesOutput``: ~/alternatives, from
 the control wing's ``AlternativesBook``. ``HealthOutput``: /diagnostics
 (diagnostic_msgs/DiagnosticArray) and its JSON mirror ~/status, both from one
 ``health.Health.status``.
