@@ -90,8 +90,10 @@ class FigureState:
         self.base = np.eye(4) if base is None else np.array(base, dtype=float)
         if self.floating:       # a pose beyond the base joints' limits: GoalError here
             chain.with_base(np.zeros(len(self.index)), self.base)
-        self.equalities = []        # hard equalities the command stream projects onto
+        self.equalities = []        # the set's hard equalities (contacts, planes)
         self.contacts = []          # the anchored Contacts among them (the base's fit)
+        self.pins = []              # Contacts keeping tips that the goal leaves where they are
+        self.kept = []              # what the command stream projects onto (``_update``)
         self._hold = None           # the Contact holding the base link (no contact set)
         self._checked = set()       # ids of constraints checked for a violation on arrival
         self._passive = None        # passive joints' values waiting for the next tick
@@ -102,8 +104,8 @@ class FigureState:
     # ------------------------------------------------------------------ the state
     @property
     def active(self):
-        """True when commands are projected (hard equalities are set)."""
-        return bool(self.equalities)
+        """True when commands are projected (hard equalities or pinned tips)."""
+        return bool(self.kept)
 
     def command(self, q):
         """Return the commanded joints (..., C) of states (..., nq)."""
@@ -145,7 +147,41 @@ class FigureState:
                            if getattr(c, 'hard', False) and getattr(c, 'equality', False)]
         self.contacts = [c for c in self.equalities
                          if isinstance(c, Contact) and getattr(c, 'anchored', True)]
-        return self.solver_terms()
+        terms = self.solver_terms()
+        self._update()
+        return terms
+
+    def pin_tips(self, goal, previous, q, tolerances):
+        """Pin the tips that the new ``goal`` leaves as they were: each tip that holds, or
+        keeps the very goal it had in ``previous``, and is within ``tolerances`` (position
+        [m], orientation [rad]) of its target at the command q (C,), keeps its pose there
+        (a Contact the commands are projected onto) until the next goal. A straight
+        joint-space step between two configurations that both keep a tip moves it by
+        millimetres on the way (the torso turns, the other arm compensates): a goal for the
+        left hand must not move the right one."""
+        pins = []
+        if goal is not None and len(goal.terms) > 1:
+            frames = self.chain.frames(self.state(q))
+            for k, term in enumerate(goal.terms):
+                held = goal.tips[k] is None or (
+                    previous is not None and previous.tips[k] is goal.tips[k])
+                if not held:
+                    continue
+                pos, ori = (float(e[0]) for e in term.errors(frames))
+                if pos <= tolerances[0] and ori <= tolerances[1]:
+                    pose = frames.link_pose(term.link)[0]
+                    pins.append(Contact(term.link, pose=pose).bind(self.chain))
+        self.pins = pins
+        self._update()
+        return pins
+
+    def _update(self):
+        """What the commands are projected onto: the set's equalities and the pinned tips;
+        with a floating base and no contact among them, the base held too."""
+        kept = self.equalities + self.pins
+        if kept and self.floating and not any(isinstance(c, Contact) for c in self.equalities):
+            kept.append(self._hold or self._base_hold())
+        self.kept = kept
 
     def solver_terms(self):
         """Return [the Contact holding the base link] with a floating base and no contact,
@@ -175,6 +211,7 @@ class FigureState:
                 constraint.anchor(frames)
             self.contacts = [c for c in self.equalities
                              if isinstance(c, Contact) and c.anchored]
+            self._update()
         return waiting
 
     def arrivals(self, constraints, q):
@@ -219,7 +256,7 @@ class FigureState:
     def shaper_limits(self, limits):
         """Return the limits the shaper plans within: ``limits`` less MARGIN while commands
         are projected onto contacts (room for the correction), else ``limits`` itself."""
-        if not self.equalities:
+        if not self.kept:
             return limits
         return _scaled(limits, 1.0 - MARGIN)
 
@@ -228,10 +265,10 @@ class FigureState:
         last command q, v (C,) over dt [s]: projected onto the hard equalities, within the
         position limits; None when the projected command breaks a velocity or acceleration
         limit (``share``: then the largest share of its correction that keeps them)."""
-        if not self.equalities:
+        if not self.kept:
             return shaped, (self.base if self.floating else None)
         state = self.state(shaped.q)
-        projected, ok = project(self.chain, state, self.equalities)
+        projected, ok = project(self.chain, state, self.kept)
         if not ok:
             self.unconverged += 1
         q_new = self.limits.clip(self.command(projected))
@@ -250,7 +287,7 @@ class FigureState:
         """Return (shaped, base): ``keep`` of the shaped command; where its projection would
         break a velocity or acceleration limit, the brake (``brake()`` -> ShapedCommand)
         instead, projected as far as the limits allow."""
-        if not self.equalities:
+        if not self.kept:
             return shaped, (self.base if self.floating else None)
         kept = self.keep(q, v, dt, shaped)
         if kept is None:
@@ -260,6 +297,14 @@ class FigureState:
                 interval=1.0)
             kept = self.keep(q, v, dt, brake(), share=True)
         return kept
+
+    def on_manifold(self, q):
+        """Return the command q (C,) projected onto what the commands keep (the solver's
+        answer: the commands then reach it exactly and rest there), inside the limits."""
+        if not self.kept:
+            return q
+        projected, _ = project(self.chain, self.state(q), self.kept)
+        return self.limits.clip(self.command(projected))
 
     def _share(self, q, v, dt, shaped, q_new):
         """Return the largest share t in [0, 1] of the correction q_new - shaped.q that keeps

@@ -240,6 +240,9 @@ class SolverStepper:
                                      f'configuration {np.array2string(estimate, precision=3)}')
         continuous = self.limits.continuous
         desired = nearest_equivalent(estimate, q, continuous)
+        if self.figure is not None and self.figure.active:
+            # On what the commands keep (contacts, pinned tips): reached exactly, at rest.
+            desired = self.figure.on_manifold(desired)
         if self._wraps and np.any(continuous & (np.abs(estimate) > RECENTER)):
             # Restart the solver at the same configuration, wrapped into [-pi, pi): its
             # +-2 pi working range then always leaves at least a half turn each way (it

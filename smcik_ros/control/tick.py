@@ -350,6 +350,7 @@ class ControlLoop:
                 self.stepper.goal_changes += 1
             self.goal, self.goal_errors, self.tip_errors = None, (math.nan, math.nan), ()
             self.goal_reached = False
+            self._pin(None, None)
             return False
         if self.goal is None or goal_signature(goal.terms) != goal_signature(self.goal.terms):
             self.stepper.goal_changes += 1
@@ -357,6 +358,7 @@ class ControlLoop:
         renewed = self.goal is not None and goal.sequence == self.goal.sequence
         if renewed:        # new hold poses (resync): the same goal, its time kept
             goal = replace(goal, received=self.goal.received)
+        self._pin(goal, self.goal)
         self.goal = goal
         self.goal_reached = False
         if renewed:
@@ -372,6 +374,13 @@ class ControlLoop:
         self.report('info', 'goal', f'goal {goal.sequence} from {goal.source}: {where}',
                     interval=0.5)
         return True
+
+    def _pin(self, goal, previous):
+        """Pin the tips the new goal leaves as they were (``FigureState.pin_tips``); the
+        shaper keeps room for the projection while anything is projected."""
+        if len(self.inbox.tip_links) > 1:
+            self.figure.pin_tips(goal, previous, self.q, self.tolerances)
+            self.shaper.limits = self.figure.shaper_limits(self.limits)
 
     def _start_blind(self, now):
         """WAITING: command from the assumed start once ``joint_states_timeout`` passed

@@ -40,12 +40,14 @@ def tip_topic(tip, kind):
 
 
 def is_release(msg):
-    """True for the release message of a tip: an empty frame_id and an all-zero orientation
-    (the message's defaults: ``ros2 topic pub --once /targets/<tip>/pose
-    geometry_msgs/msg/PoseStamped '{}'``). An empty frame_id with a real orientation is a goal
-    in the base frame."""
-    o = msg.pose.orientation
-    return not msg.header.frame_id and o.x == 0.0 and o.y == 0.0 and o.z == 0.0 and o.w == 0.0
+    """True for the release message of a tip: an empty frame_id with the pose left at the
+    message's defaults (position 0, orientation x = y = z = 0; w = 1 as ROS 2 fills it, or 0):
+    ``ros2 topic pub --once /targets/<tip>/pose geometry_msgs/msg/PoseStamped '{}'``. An empty
+    frame_id with any other pose is a goal in the base frame (world_frame with a floating
+    base), as on every goal topic."""
+    p, o = msg.pose.position, msg.pose.orientation
+    return (not msg.header.frame_id and p.x == 0.0 and p.y == 0.0 and p.z == 0.0
+            and o.x == 0.0 and o.y == 0.0 and o.z == 0.0 and o.w in (0.0, 1.0))
 
 
 class GoalInputs:
