@@ -151,7 +151,7 @@ class Health:
         entries = [self._arm(status), self._ticks(status), self._solver(status),
                    self._collision(status), self._goal(status)]
         if status.get('figure'):
-            entries.append(self._figure(status))
+            entries.append(self.figure_entry(status))
         self._last = {'late_ticks': status['late_ticks'], 'faults': status['faults']}
         return entries
 
@@ -229,7 +229,9 @@ class Health:
             'goal_id', 'reached', 'position_error', 'orientation_error', 'goals_received',
             'goals_superseded', 'goals_stale', 'goal_covariance')))
 
-    def _figure(self, status):
+    @staticmethod
+    def figure_entry(status):
+        """Return the 'smcik_node: figure' Diagnostic of a status (its ``figure`` part)."""
         lost = [c['link'] for c in status['contacts'] if not c['held']]
         margin = status['com_margin']
         if lost:
@@ -245,5 +247,5 @@ class Health:
                                   if status['contacts'] else '')
                                + (f', CoM {1e3 * margin:.1f} mm inside its support'
                                   if margin is not None else ''))
-        return Diagnostic('smcik_node: figure', level, text, self._values(status, (
+        return Diagnostic('smcik_node: figure', level, text, Health._values(status, (
             'tips', 'contacts', 'center_of_mass', 'com_margin', 'base_pose')))
