@@ -3,7 +3,6 @@ the same shapes and closed forms (a box's footprint, a sphere's disk), at config
 with the feet tilted and the base moved."""
 
 import math
-import os
 
 import numpy as np
 import pytest

@@ -9,8 +9,7 @@ from ..errors import GoalError
 from ..kernels.records import POSE_GOAL
 from ..kernels.residuals import pose_errors, pose_residual_jacobian
 from ..rotations import left_jacobian_inverse, matrix_to_rotvec
-from .terms import (Term, check_link, check_rotation, covariance_matrix, finite_array,
-                    positive)
+from .terms import Term, check_link, check_rotation, finite_array, positive
 
 __all__ = ['OrientationTarget', 'PoseTarget', 'PositionTarget', 'Target', 'as_goal',
            'task_errors']
