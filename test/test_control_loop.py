@@ -1094,3 +1094,52 @@ def test_both_tips_reach_then_a_release_rests_the_tree(two_tips):
     assert loop.goal is None and not np.any(stream.commands[-1].v), 'released: at rest'
     v_ratio, a_ratio = stream.worst_ratios(limits)
     assert v_ratio <= 1 + SLACK and a_ratio <= 1 + SLACK
+
+
+# ---------------------------------------------------------------------- floating base
+@pytest.fixture(scope='module')
+def biped():
+    chain = Chain.from_urdf('test/urdf/biped.urdf', 'pelvis',
+                            ['l_palm', 'r_palm', 'l_sole', 'r_sole'], floating_base=True)
+    limits, _ = limits_for_chain(chain, velocity_scale=0.5, max_acceleration=3.0)
+    return chain, limits
+
+
+def _stance(limits, crouch=0.0):
+    q = np.zeros(limits.n)
+    for side in 'lr':
+        for joint, value in (('hip_pitch', -0.3 - crouch), ('knee', 0.6 + 2 * crouch),
+                             ('ankle_pitch', -0.3 - crouch)):
+            q[limits.names.index(f'{side}_{joint}')] = value
+    return q
+
+
+def test_contacts_anchor_at_the_first_joint_states_and_a_resync_refits_the_base(biped):
+    """The commands are the URDF joints, the base goes with each (Command.base); contacts set
+    before any measurement wait, anchor at the first one (the base at initial_base_pose),
+    and after a resync far away (a crouch measured) the base is fitted so that the feet are
+    where they were."""
+    chain, limits = biped
+    start = np.eye(4)
+    start[2, 3] = 0.944
+    loop = ControlLoop(chain, make_solver('smc', chain, seed=2), limits,
+                       ArmSettings(), report=Log(), base=start)
+    feet = [Contact('l_sole').bind(chain), Contact('r_sole').bind(chain)]
+    loop.set_constraints(feet)
+    assert not any(f.anchored for f in feet), 'nothing measured yet'
+    stream = Stream(loop, seed=2)
+    stream.measure(_stance(limits))
+    first = stream.tick()
+    assert first.q.shape == (limits.n,) and np.array_equal(first.base, start)
+    assert all(f.anchored for f in feet)
+    anchored = [f.pose.copy() for f in feet]
+    np.testing.assert_allclose(anchored[0], chain.fk(chain.with_base(first.q, start),
+                                                    'l_sole'), atol=1e-12)
+    stream.run(5, follower(1))
+    stream.measure(_stance(limits, crouch=0.3))        # moved by hand: resync
+    stream.tick()
+    resync = stream.commands[-1]
+    assert resync.limited_by == 'resync' and resync.base[2, 3] < 0.944 - 0.05
+    state = chain.with_base(resync.q, resync.base)
+    for foot, pose in zip(feet, anchored):
+        np.testing.assert_allclose(chain.fk(state, foot.link), pose, atol=1e-9)
