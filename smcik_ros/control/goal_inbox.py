@@ -79,6 +79,15 @@ class Goal:
         """Indices of the tips that have a goal (the others hold)."""
         return tuple(k for k, tip in enumerate(self.tips) if tip is not None)
 
+    def summary(self, frame):
+        """Return where the goal is, for the log: the newest goal's position [m] in ``frame``
+        (the base frame), or the tips that have a goal."""
+        if self.display is None:
+            return 'tip(s) ' + ', '.join(self.tips[k].tip for k in self.goal_tips)
+        display = np.asarray(self.display)
+        point = display[:3, 3] if display.shape == (4, 4) else display
+        return f'position {np.array2string(point, precision=3)} m in {frame}'
+
 
 class GoalInbox:
     """Holds the newest goals until a tick takes them.

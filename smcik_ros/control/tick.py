@@ -338,49 +338,35 @@ class ControlLoop:
     def _take_goal(self, now):
         """Take the newest goal from the inbox; return True when there was one (a goal with
         other targets than the one followed cancels a detour and drops a running step). A
-        goal without any tip's goal (all released) ends the following: the arm rests."""
+        goal without any tip's goal (all released) ends the following: the arm rests. With
+        several tips, the tips the goal leaves as they were are pinned (``FigureState``)."""
         goal = self.inbox.take(now)
         if goal is None:
             return False
+        previous = self.goal
         if goal.empty:
-            if self.goal is not None:
+            if previous is not None:
                 self.report('info', 'goal', f'every tip released ({goal.source}): holding '
                             'still', interval=0.5)
                 self.detours.cancel('every goal was released', now, self.q, self.v)
                 self.stepper.goal_changes += 1
-            self.goal, self.goal_errors, self.tip_errors = None, (math.nan, math.nan), ()
-            self.goal_reached = False
-            self._pin(None, None)
-            return False
-        if self.goal is None or goal_signature(goal.terms) != goal_signature(self.goal.terms):
-            self.stepper.goal_changes += 1
-            self.detours.cancel(f'a new goal ({goal.sequence}) arrived', now, self.q, self.v)
-        renewed = self.goal is not None and goal.sequence == self.goal.sequence
-        if renewed:        # new hold poses (resync): the same goal, its time kept
-            goal = replace(goal, received=self.goal.received)
-        self._pin(goal, self.goal)
-        self.goal = goal
-        self.goal_reached = False
-        if renewed:
-            return True
-        display = goal.display
-        if display is None:
-            where = 'tip(s) ' + ', '.join(self.inbox.tip_links[k] for k in goal.goal_tips)
+            goal, self.goal_errors, self.tip_errors = None, (math.nan, math.nan), ()
         else:
-            display = np.asarray(display)
-            point = display[:3, 3] if display.shape == (4, 4) else display
-            where = f'position {np.array2string(point, precision=3)} m in ' \
-                    f'{self.chain.base_link}'
-        self.report('info', 'goal', f'goal {goal.sequence} from {goal.source}: {where}',
-                    interval=0.5)
-        return True
-
-    def _pin(self, goal, previous):
-        """Pin the tips the new goal leaves as they were (``FigureState.pin_tips``); the
-        shaper keeps room for the projection while anything is projected."""
+            if previous is None or \
+                    goal_signature(goal.terms) != goal_signature(previous.terms):
+                self.stepper.goal_changes += 1
+                self.detours.cancel(f'a new goal ({goal.sequence}) arrived', now, self.q,
+                                    self.v)
+            if previous is not None and goal.sequence == previous.sequence:
+                goal = replace(goal, received=previous.received)   # new holds (resync)
+            else:
+                self.report('info', 'goal', f'goal {goal.sequence} from {goal.source}: '
+                            f'{goal.summary(self.chain.base_link)}', interval=0.5)
+        self.goal, self.goal_reached = goal, False
         if len(self.inbox.tip_links) > 1:
             self.figure.pin_tips(goal, previous, self.q, self.tolerances)
             self.shaper.limits = self.figure.shaper_limits(self.limits)
+        return goal is not None
 
     def _start_blind(self, now):
         """WAITING: command from the assumed start once ``joint_states_timeout`` passed
