@@ -44,8 +44,9 @@ from .ros.description import SrdfSources, load_robot_description, resolve_path, 
 from .ros.health import Health, Timings
 from .ros.inputs import GoalInputs, JointStatesInput, TfFrames
 from .ros.markers import link_segments
-from .ros.outputs import AlternativesOutput, CommandOutput, HealthOutput, MarkerOutput
-from .ros.parameters import NodeParameters
+from .ros.outputs import (AlternativesOutput, BaseOutput, CommandOutput, HealthOutput,
+                          MarkerOutput)
+from .ros.parameters import NodeParameters, initial_base_pose, tips_of
 from .ros.runner import LogBridge, run_node, stop_requested
 from .ros.scene import SCENE_PARAMETERS, SceneInputs, SemanticTopic
 from .ros.schedule import LOOP_PARAMETERS, apply_loop_settings
@@ -101,10 +102,12 @@ class SmcIkNode(Node):
         values = self.parameters.values
         self.urdf_xml, source = load_robot_description(
             self, values['robot_description_timeout'], keep_waiting=lambda: not stop_requested())
+        floating = {'floating_base': True, 'world_frame': values['world_frame']} \
+            if values['floating_base'] else {}
         chain = Chain.from_urdf(self.urdf_xml, base_link=values['base_link'],
-                                tip_link=values['tip_link'])
+                                tip_link=tips_of(values), **floating)
         self.log('info', f'model from {source}: {chain.robot_name} {chain.base_link} -> '
-                 f'{chain.tip_link}, joints {", ".join(chain.joint_names)}')
+                 f'{", ".join(chain.tip_links)}, joints {", ".join(chain.joint_names)}')
         # Compile the kernels (first run) or load them from the on-disk cache now, before any
         # solver or timer exists: no tick pays for it, and a cold cache says so.
         warm_up(chain, lambda text: self.log('info', text))
@@ -122,11 +125,13 @@ class SmcIkNode(Node):
         if tf is not None:
             loop.inbox.lookup = tf.lookup
         constraints = ConstraintSet(chain, self._frame_to_base, model=self.guard.model,
-                                    frame_names=None if tf else links)
+                                    frame_names=None if tf else links, urdf=self.urdf_xml,
+                                    urdf_path=srdf.urdf_file,
+                                    package_paths=values['package_paths'])
         self.scene = SceneInputs(self, loop, self.guard, constraints, srdf, semantic, values,
                                  self._frame_to_base, self.report, self.log, self.time,
                                  self.timings)
-        book = AlternativesBook(chain.nq, loop.limits.continuous, values['max_alternatives'],
+        book = AlternativesBook(chain.nq, chain.continuous, values['max_alternatives'],
                                 report=self.report)
         loop.step_observers.append(book.observe)
         self.alternatives = AlternativesOutput(self, chain, book, self.time, self.timings)
@@ -134,7 +139,9 @@ class SmcIkNode(Node):
             book.switch_off(0.0, 'alternatives_rate_hz is 0 (off)')
         self.goals = GoalInputs(self, loop, book, values, self.report, self.time)
         self.joint_states = JointStatesInput(self, loop, self.report, self.time)
-        self.commands = CommandOutput(self, chain.joint_names, values)
+        base = BaseOutput(self, chain.base_link, chain.floating_link, values['publish_base_tf'],
+                          self.log) if chain.floating else None
+        self.commands = CommandOutput(self, loop.limits.names, values, base)
         self.markers = MarkerOutput(self, chain, link_segments(self.urdf_xml, chain.link_names),
                                     loop, self.guard, constraints, self.alternatives, values,
                                     self.time, self.timings)
@@ -191,12 +198,18 @@ class SmcIkNode(Node):
                           start_without_joint_states=values['start_without_joint_states'])
         # Hard constraints the collision model has no geometry for keep their own validator.
         validator = HardConstraintValidator(chain, skip=lambda c: c is self.guard.constraint)
+        detour = None
+        if chain.floating:
+            self.log('info', 'floating_base: the collision detour is off (it plans the joints '
+                     'of a fixed base); the guard still stops at the collision margin')
+        else:
+            detour = Detour(chain, limits, DetourSettings(enabled=values['collision_detour']))
         loop = ControlLoop(
             chain, self.solver.build(values), limits, arm,
-            GoalInbox(FrameResolver(chain), chain.tip_link),
+            GoalInbox(FrameResolver(chain), chain.tip_links),
             validators=[validator, self.guard], report=self.report,
-            solver_thread=values['solver_thread'],
-            detour=Detour(chain, limits, DetourSettings(enabled=values['collision_detour'])))
+            solver_thread=values['solver_thread'], detour=detour,
+            base=initial_base_pose(values) if chain.floating else None)
         apply_loop_settings(loop, values)
         if values['solver_thread']:
             sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
@@ -242,7 +255,7 @@ class SmcIkNode(Node):
 
     def _frame_to_base(self, frame):
         """Return the (4, 4) pose of ``frame`` in the base frame [m] (GoalError if unknown)."""
-        return self.loop.inbox.to_base(frame, self.loop.current_configuration())
+        return self.loop.inbox.to_base(frame, self.loop.current_state())
 
     # ------------------------------------------------------------------ the tick
     def _on_tick(self):
@@ -263,7 +276,7 @@ class SmcIkNode(Node):
             self.commands.publish(command, ns)
             if not self._contact_noted:
                 self._contact_noted = True
-                self._note_contact(command.q)
+                self._note_contact(self.loop.state)
         elif self.loop.q is None:
             if self._waiting_since is None:
                 self._waiting_since = now

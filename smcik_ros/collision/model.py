@@ -47,8 +47,8 @@ from .covers import (SphereCover, before_first_compute, bisect_triangles, cached
                      cover_box, cover_cylinder, cover_mesh, cover_sphere, cylinder_sections,
                      default_cache_dir)
 
-__all__ = ['CollisionModel', 'LinkGeometry', 'resolve_mesh_uri', 'conventional_srdf_path',
-           'load_mesh', 'DEFAULT_TOLERANCE', 'MIN_TOLERANCE']
+__all__ = ['CollisionModel', 'LinkGeometry', 'collision_geometry', 'resolve_mesh_uri',
+           'conventional_srdf_path', 'load_mesh', 'DEFAULT_TOLERANCE', 'MIN_TOLERANCE']
 
 _LOG = logging.getLogger('smcik_ros.collision')
 DEFAULT_TOLERANCE = 0.01      # [m] largest cover excess (sphere beyond the real geometry)
@@ -185,7 +185,9 @@ class CollisionModel:
         if model is not None:
             return model
         robot, raw_links = _parse(text, path)
-        missing = [n for n in chain.link_names if n not in raw_links]
+        # (The links a floating base adds are not in the URDF.)
+        missing = [n for n in chain.link_names if n not in raw_links
+                   and n not in chain.floating_links]
         if missing:
             raise ModelError(f'the URDF does not match the chain: it lacks link(s) '
                              f'{", ".join(missing)}')
@@ -601,6 +603,27 @@ def _collada_unit(path):
 
 
 # ---------------------------------------------------------------------- URDF reading
+def collision_geometry(urdf, links, package_paths=(), urdf_path=None):
+    """Return {link: [LinkGeometry, ...]} of the <collision> elements of ``links``.
+
+    urdf: a URDF file path or its XML text; urdf_path: the file the text came from (mesh
+    paths); package_paths as ``CollisionModel.from_urdf``. Only these links' mesh URIs are
+    resolved. Raises ModelError for an unreadable URDF, a link it does not have (naming its
+    links) or an unresolvable mesh.
+    """
+    text, path = _read_urdf(urdf, urdf_path)
+    base_dir = os.path.dirname(os.path.abspath(path)) if path else os.getcwd()
+    robot, raw_links = _parse(text, path)
+    by_name = {link.name: link for link in robot.links}
+    unknown = [name for name in links if name not in by_name]
+    if unknown:
+        raise ModelError(f'unknown link(s) {", ".join(unknown)}; links in this URDF: '
+                         f'{", ".join(by_name)}')
+    return {name: _link_geometry(by_name[name], raw_links.get(name), base_dir,
+                                 tuple(package_paths or ()))
+            for name in links}
+
+
 def _read_urdf(urdf, urdf_path):
     if isinstance(urdf, os.PathLike) or (isinstance(urdf, str) and
                                          not urdf.lstrip().startswith('<')):

@@ -10,8 +10,8 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
-__all__ = ['COMMAND_TYPES', 'COMMAND_QOS', 'INPUT_QOS', 'DESCRIPTION_QOS', 'MARKER_QOS',
-           'JOINT_STATES_QOS', 'DIAGNOSTICS_QOS']
+__all__ = ['COMMAND_TYPES', 'COMMAND_QOS', 'INPUT_QOS', 'CONSTRAINTS_QOS', 'DESCRIPTION_QOS',
+           'MARKER_QOS', 'JOINT_STATES_QOS', 'DIAGNOSTICS_QOS']
 
 # command_type parameter value -> message type published on command_topic.
 COMMAND_TYPES = {
@@ -28,6 +28,10 @@ INPUT_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE,
                        durability=DurabilityPolicy.VOLATILE)
 # robot_state_publisher latches the URDF: transient local, depth 1.
 DESCRIPTION_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+# The constraint set: reliable, transient local (a set latched while the node starts is kept),
+# depth 1 (the newest set replaces the others).
+CONSTRAINTS_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL)
 MARKER_QOS = QoSProfile(depth=2, reliability=ReliabilityPolicy.RELIABLE,
                         durability=DurabilityPolicy.VOLATILE)
