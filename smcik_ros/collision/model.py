@@ -619,9 +619,13 @@ def collision_geometry(urdf, links, package_paths=(), urdf_path=None):
     if unknown:
         raise ModelError(f'unknown link(s) {", ".join(unknown)}; links in this URDF: '
                          f'{", ".join(by_name)}')
-    return {name: _link_geometry(by_name[name], raw_links.get(name), base_dir,
-                                 tuple(package_paths or ()))
-            for name in links}
+    out = {}
+    for name in links:
+        out[name], unreadable = _link_geometry(by_name[name], raw_links.get(name), base_dir,
+                                               tuple(package_paths or ()))
+        if unreadable is not None:
+            raise unreadable
+    return out
 
 
 def _read_urdf(urdf, urdf_path):
