@@ -291,6 +291,9 @@ class _Stream:
         self.measured_at = 0.0
         self.paired = []                      # (monotonic time, {joint: value}, base (4, 4))
         self.check = None                     # CommandCheck, once the soles are anchored
+        self.figure = None
+        self.held = {}                        # {hand: (4, 4)} hands without a new goal
+        self.held_worst = 0.0                 # [m] how far they moved, over every command
         self._commands, self._bases = {}, {}
         reliable = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
 
@@ -321,6 +324,10 @@ class _Stream:
             self.paired.append((time.monotonic(), values, base))
             if self.check is not None:
                 self.check(values, base)
+            for hand, pose in self.held.items():
+                moved = np.linalg.norm(self.figure.world(values, base, hand)[:3, 3]
+                                       - pose[:3, 3])
+                self.held_worst = max(self.held_worst, float(moved))
         for pending in (self._commands, self._bases):     # unpaired leftovers: keep 200
             for stamp in sorted(pending)[:-200]:
                 del pending[stamp]
@@ -393,6 +400,7 @@ class _Session:
 
         self.node, self.figure = node, figure
         self.stream = _Stream(node, figure.chain.joint_names)
+        self.stream.figure = figure
         self.constraints, self.targets = _publishers(node)
         self.executor = SingleThreadedExecutor(context=node.context)
         self.executor.add_node(node)
@@ -427,7 +435,8 @@ class _Session:
 
         figure, stream = self.figure, self.stream
         _, values, base = stream.latest()
-        held = {h: figure.world(values, base, h) for h in HANDS if h not in goal.targets}
+        stream.held = {h: figure.world(values, base, h) for h in HANDS if h not in goal.targets}
+        stream.held_worst = 0.0
         stamp = self.node.get_clock().now().to_msg()
         for hand, target in goal.targets.items():
             msg = PoseStamped()
@@ -435,13 +444,9 @@ class _Session:
             msg.pose = matrix_to_pose(target)
             self.targets[hand].publish(msg)
         sent = time.monotonic()
-        worst_hold = [0.0]
 
         def reached():
             when, values, base = stream.latest()
-            for hand, pose in held.items():
-                moved = np.linalg.norm(figure.world(values, base, hand)[:3, 3] - pose[:3, 3])
-                worst_hold[0] = max(worst_hold[0], float(moved))
             if when <= sent or stream.measured_at <= sent:
                 return False
             errors = hand_errors(figure, values, base, goal.targets)
@@ -454,9 +459,10 @@ class _Session:
         elapsed = time.monotonic() - sent
         self.spin_until(lambda: False, args.settle)
         _, values, base = stream.latest()
+        held, stream.held = stream.held_worst, {}
         return {'name': goal.name, 'goal': goal, 'ok': ok, 'time': elapsed,
                 'errors': hand_errors(figure, values, base, goal.targets), 'values': values,
-                'base': base, 'held': worst_hold[0]}
+                'base': base, 'held': held}
 
 
 def _print_goal(k, count, result, timeout):

@@ -200,3 +200,101 @@ def test_run_reports_what_is_missing_without_a_node():
     assert not ok
     assert 'no subscriber on targets/<hand>/pose' in report['failures'][0]
     assert 'no joint_states' in report['failures'][0]
+
+
+class _FakeFigureNode:
+    """Plays smcik_node and sim_arm for run(): answers each hand goal with the goal's own
+    configuration (a perfect solver), publishing joint_commands with ~/base_pose under the
+    same stamp and joint_states, at 50 Hz. ``slide`` [m] moves the whole figure sideways
+    from the crouch on (soles off their anchors)."""
+
+    def __init__(self, context, figure, slide=0.0):
+        from geometry_msgs.msg import PoseStamped
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.node import Node
+        from rclpy.qos import QoSProfile, ReliabilityPolicy
+        from sensor_msgs.msg import JointState
+
+        from smcik_ros.ros.conversions import make_joint_state, matrix_to_pose, pose_to_matrix
+
+        reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+        self.node = Node('fake_smcik_node', context=context)
+        self.goals = make_goals(figure)
+        self.values, self.base = dict(figure.ready), figure.ready_base.copy()
+        self.names = [n for n in figure.chain.joint_names if n != 'neck_yaw']
+
+        def on_target(msg):
+            target = pose_to_matrix(msg.pose)[:3, 3]
+            for k, goal in enumerate(self.goals):
+                if any(np.allclose(t[:3, 3], target, atol=1e-6) for t in goal.targets.values()):
+                    self.values, self.base = dict(goal.values), goal.base.copy()
+                    if slide and k >= 2:
+                        self.base[1, 3] += slide
+
+        def tick():
+            stamp = self.node.get_clock().now().to_msg()
+            q = [self.values.get(n, 0.0) for n in self.names]
+            commands.publish(make_joint_state(self.names, q, stamp=stamp))
+            states.publish(make_joint_state(self.names + ['neck_yaw'], q + [0.0], stamp=stamp))
+            msg = PoseStamped()
+            msg.header.stamp, msg.header.frame_id = stamp, 'world'
+            msg.pose = matrix_to_pose(self.base)
+            base.publish(msg)
+
+        commands = self.node.create_publisher(JointState, 'joint_commands', reliable)
+        states = self.node.create_publisher(JointState, 'joint_states', reliable)
+        base = self.node.create_publisher(PoseStamped, '/smcik_node/base_pose', reliable)
+        for hand in HANDS:
+            self.node.create_subscription(PoseStamped, f'targets/{hand}/pose', on_target,
+                                          reliable)
+        self.node.create_timer(0.02, tick)
+        self.executor = SingleThreadedExecutor(context=context)
+        self.executor.add_node(self.node)
+
+    def __enter__(self):
+        import threading
+        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.executor.shutdown()
+        self.node.destroy_node()
+
+
+def _run_against_fake(figure, slide):
+    pytest.importorskip('rclpy')
+    import rclpy
+    from rclpy.node import Node
+
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=1 + (os.getpid() + 61 + int(slide * 1e4)) % 100)
+    node = Node('figure_demo_probe', context=context)
+    args = argparse.Namespace(startup_timeout=20.0, timeout=5.0, settle=0.1,
+                              position_tolerance=1e-3, orientation_tolerance=1e-2)
+    try:
+        with _FakeFigureNode(context, figure, slide):
+            return figure_demo.run(node, args, figure)
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)
+
+
+@pytest.mark.ros
+def test_run_over_dds_against_a_perfect_fake_node(figure):
+    """The sequence, the stamp pairing and the checks over real DDS: every goal reached,
+    every command checked, nothing broken, the crouch lowers the pelvis."""
+    ok, report = _run_against_fake(figure, 0.0)
+    assert ok, report['failures']
+    assert [r['ok'] for r in report['goals']] == [True] * 4
+    check = report['check']
+    assert check.count > 50 and check.sole_position < 1e-9 and check.com_inside > COM_MARGIN
+    assert report['goals'][2]['base'][2, 3] < figure.ready_base[2, 3] - 0.15
+    assert all(r['held'] < 1e-9 for r in report['goals'][:2])
+
+
+@pytest.mark.ros
+def test_run_over_dds_reports_feet_that_slide(figure):
+    ok, report = _run_against_fake(figure, 0.003)
+    assert not ok
+    assert any('soles moved 3.00 mm' in line for line in report['failures'])
