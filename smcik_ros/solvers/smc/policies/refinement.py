@@ -10,7 +10,7 @@ has converged (``settled``): the online filter then keeps it as it is.
 import numpy as np
 
 from .... import kernels as _kernels
-from ....goals import OrientationTarget, PoseTarget, PositionTarget
+from ....goals import OrientationTarget, PoseTarget, PositionTarget, project
 from ....kernels.records import LM, MOTION, TARGETS
 from ...base import stack_terms
 
@@ -202,8 +202,10 @@ class Refinement:
     def _stepwise(self, problem, extra, records, q, state):
         """The refinement's steps one at a time for rows where a term the kernels do not
         evaluate is active: its whitened rows at each row's configuration join the targets'
-        (``kernels.propose``), its costs at the trials and the hard constraints' verdicts
-        join their judgement (``kernels.choose``)."""
+        (``kernels.propose``), the trials are projected back onto the hard equalities
+        (``goals.project``: a linear step leaves a planted foot by a second-order error), and
+        the term's costs at them and the hard constraints' verdicts join their judgement
+        (``kernels.choose``)."""
         chain = self.chain
         nv = chain.nv
         _kernels.begin(*records, q, state)
@@ -219,6 +221,9 @@ class Refinement:
                                           tuple(np.ascontiguousarray(a) for a in extra_rows),
                                           q, state)
             k_count, count, nq = trials.shape
+            if getattr(problem, 'projects', False):     # back onto the hard equalities
+                trials = project(chain, trials.reshape(-1, nq), problem.hard,
+                                 iterations=1)[0].reshape(trials.shape)
             flat = chain.frames(trials.reshape(-1, nq))
             extra_cost = _terms_cost(extra, flat) if extra else np.zeros(len(flat))
             for c in problem.hard:
