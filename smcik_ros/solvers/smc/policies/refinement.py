@@ -10,11 +10,11 @@ has converged (``settled``): the online filter then keeps it as it is.
 import numpy as np
 
 from .... import kernels as _kernels
-from ....goals import OrientationTarget, PoseTarget, PositionTarget, project
+from ....goals import Contact, OrientationTarget, PoseTarget, PositionTarget, project
 from ....kernels.records import LM, MOTION, TARGETS
 from ...base import stack_terms
 
-__all__ = ['Refinement']
+__all__ = ['KERNEL_TARGETS', 'Refinement']
 
 # The held particle's refinement has converged when it moved at most SETTLE_MOVE [rad or m]
 # per joint and its cost changed by at most a relative SETTLE_GAIN (RESTING_*: while the goal
@@ -63,6 +63,7 @@ class Refinement:
         self.lm = LM.pack(steps=self.steps, alphas=self.alphas, damping=self.damping,
                           max_step=self.max_step)
         self._targets_key = self._targets_record = None
+        self._plain = None          # the plain step's motion record (no prior), built once
         self.reset()
 
     def choose(self, rank, held, searchers=()):
@@ -241,9 +242,12 @@ class Refinement:
             self._targets_record = _targets_record(chain, targets, tolerance)
             self._targets_key = key
         if motion is None:
-            prior = MOTION.pack(spring=0.0, spring_fade=1.0, tolerance_cost=1.0, gain=0.0,
-                                slide_min=0.0, precise_fraction=-1.0,
-                                weights=np.ones(chain.nv), reference=np.zeros(chain.nq))
+            if self._plain is None:
+                self._plain = MOTION.pack(
+                    spring=0.0, spring_fade=1.0, tolerance_cost=1.0, gain=0.0, slide_min=0.0,
+                    precise_fraction=-1.0, weights=np.ones(chain.nv),
+                    reference=np.zeros(chain.nq))
+            prior = self._plain
         else:
             prior = MOTION.pack(spring=self.SPRING * motion.spring,
                                 spring_fade=self.SPRING_FADE, tolerance_cost=tolerance_cost,
@@ -279,12 +283,20 @@ def _held_position_error(model, frames, held):
 
 
 def _split(terms):
-    """Return (the targets the kernels evaluate, the other terms)."""
-    targets = [t for t in terms if type(t) in _KINDS]
-    return targets, [t for t in terms if type(t) not in _KINDS]
+    """Return (the targets the kernels evaluate: targets of their kinds, anchored contacts
+    as their pose targets; the other terms)."""
+    targets, other = [], []
+    for t in terms:
+        if type(t) in KERNEL_TARGETS:
+            targets.append(t)
+        elif type(t) is Contact and t.anchored:
+            targets.append(t.target)
+        else:
+            other.append(t)
+    return targets, other
 
 
-_KINDS = {PoseTarget: 0, PositionTarget: 1, OrientationTarget: 2}
+KERNEL_TARGETS = {PoseTarget: 0, PositionTarget: 1, OrientationTarget: 2}  # record kinds
 
 
 def _targets_record(chain, targets, tolerance):
@@ -293,7 +305,7 @@ def _targets_record(chain, targets, tolerance):
     body, offset = np.empty(count, dtype=np.int64), np.empty((count, 4, 4))
     goal, whiten = np.tile(np.eye(4), (count, 1, 1)), np.zeros((count, 6, 6))
     full = np.zeros(count, dtype=bool)
-    kind = np.array([_KINDS[type(t)] for t in targets], dtype=np.int64)
+    kind = np.array([KERNEL_TARGETS[type(t)] for t in targets], dtype=np.int64)
     weight, sigma_p, sigma_o = np.empty(count), np.ones(count), np.ones(count)
     rows = 0
     for i, t in enumerate(targets):
