@@ -22,6 +22,8 @@ from .refinement import KERNEL_TARGETS
 
 __all__ = ['SeedFirst']
 
+CONTACT_SHARE = 0.1    # with contacts, the rows meet this share of the tolerance
+
 
 class SeedFirst:
     """``solve``'s first stage (module docstring)."""
@@ -40,6 +42,8 @@ class SeedFirst:
         terms = _compiled_terms(chain, targets, constraints)
         if terms is None:
             return None
+        if len(terms) > len(targets):       # contacts: kept well inside their tolerance
+            tolerance = (CONTACT_SHARE * tolerance[0], CONTACT_SHARE * tolerance[1])
         rows = np.empty((self.rows, chain.nq))
         rows[0] = q_seed
         if self.rows > 1:
