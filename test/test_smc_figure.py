@@ -54,3 +54,23 @@ def test_palm_goals_are_reached_with_both_feet_held_on_every_estimate(biped):
     # Without the projection (rejection alone) 25 of 30 were reached in 300 steps, with
     # feet up to 0.95 mm off; with it 30 of 30 (notes of issue 32).
     assert reached >= trials - 1, f'{reached} of {trials} palm goal pairs reached'
+
+
+def test_the_projection_steps_beside_the_collision_constraint(biped):
+    """The node's solver holds the collision constraint too (hard; its ``clearance`` is a
+    distance setting, not clearance rows): exploration projects the contacts and leaves
+    collision to the rejection."""
+    from smcik_ros.collision import CollisionConstraint, CollisionModel, Obstacle, Scene
+    q0, feet, goals = _problem(biped, np.random.default_rng(7))
+    wall = np.eye(4)
+    wall[:3, 3] = (2.0, 0.0, 0.0)
+    collision = CollisionConstraint(CollisionModel.skeleton(biped),
+                                    Scene({('wall', 0): Obstacle.box((0.1, 2.0, 2.0), wall)}),
+                                    self_collision=False)
+    solver = make_solver('smc', biped, seed=0)
+    solver.set_constraints(feet + [collision])
+    solver.reset(q0)
+    for _ in range(20):
+        solver.step(goals)
+    frames = biped.frames(solver.estimate)
+    assert not any(c.violated(frames)[0] for c in feet + [collision])
