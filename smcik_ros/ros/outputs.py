@@ -27,7 +27,8 @@ from visualization_msgs.msg import MarkerArray
 from .conversions import (make_alternatives_trajectory, make_float64_multi_array,
                           make_joint_state, make_joint_trajectory, matrix_to_pose,
                           nanoseconds_to_stamp)
-from .interface import COMMAND_QOS, COMMAND_TYPES, DIAGNOSTICS_QOS, INPUT_QOS, MARKER_QOS
+from .interface import (BASE_POSE_QOS, COMMAND_QOS, COMMAND_TYPES, DIAGNOSTICS_QOS, INPUT_QOS,
+                        MARKER_QOS)
 from .parameters import check_choice
 from ..control.base import figure_view
 from .markers import (alternative_markers, build_marker_array, collision_markers,
@@ -96,7 +97,7 @@ class BaseOutput:
 
     def __init__(self, node, world_frame, base_link, publish_tf, log):
         self._world, self._base_link = world_frame, base_link
-        self.publisher = node.create_publisher(PoseStamped, '~/base_pose', INPUT_QOS)
+        self.publisher = node.create_publisher(PoseStamped, '~/base_pose', BASE_POSE_QOS)
         self._tf = None
         if not publish_tf:
             log('info', 'publish_base_tf is false: no TF of the floating base (a state '
