@@ -67,7 +67,6 @@ def full_covers(model, pairs, settings, build, then):
                 'text': lambda: (
                     f'fine covers in after {took:.0f} s: {len(fine.radii)} spheres (tolerance '
                     f'{fine.tolerance:g} m) replace the {len(model.radii)} coarse ones; the '
-                    'collision guard is no more conservative than its settings now; the '
                     'self-collision pairs are computed again for them')}
     return work
 
