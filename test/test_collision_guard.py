@@ -569,6 +569,36 @@ def test_finer_covers_that_free_no_contact_are_not_applied(guard_and_chain, monk
     assert guard.poll()[2] and guard.constraint.contacts(q)[0][1] >= depth + 0.002
 
 
+def test_finer_covers_from_a_child_that_dies_leave_the_guard_as_it_was(guard_and_chain,
+                                                                       monkeypatch, tmp_path):
+    """The contact refinement computes its covers in a child process (``covers_in_child``):
+    a child killed before it answers is one error line from poll (what was not computed,
+    why, and that the covers stay); the guard keeps its model and constraint and checks on,
+    and a refinement started after that is computed and applied."""
+    import sys
+    _, chain = guard_and_chain
+    q = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
+    guard = _table_guard(chain, 0.008)
+    model, constraint = guard.model, guard.constraint
+    dies = tmp_path / 'dies'
+    dies.write_text('#!/bin/sh\nkill -KILL $$\n')
+    dies.chmod(0o755)
+    with monkeypatch.context() as patch:
+        patch.setattr(sys, 'executable', str(dies))
+        assert guard.start_contact_refinement(q) == ['base_link']
+        assert guard.wait_for_update(60.0)
+    level, text, changed = guard.poll()
+    assert (level, changed) == ('error', False), text
+    assert text.startswith('the finer covers of base_link were not computed'), text
+    assert 'ended without them (exit code -9)' in text and 'keeping the covers' in text
+    assert guard.poll() is None
+    assert guard.model is model and guard.constraint is constraint
+    assert [p for p, _ in guard.constraint.contacts(q)] == [('base_link', 't/1')]
+    assert guard(q, chain.clip(q + 0.05))
+    assert guard.start_contact_refinement(q) == ['base_link']
+    guard.wait_for_update(60.0)
+    assert guard.poll()[2] and not guard.constraint.contacts(q)
+
 def test_the_swap_rule_of_finer_covers():
     """``frees_contact``: a pair released, or one at least CONTACT_GAIN shallower."""
     from smcik_ros.control.cover_updates import CONTACT_GAIN, frees_contact as _frees_contact

@@ -11,6 +11,7 @@ import trimesh
 
 from smcik_ros.collision import (CollisionConstraint, CollisionModel, KeepOutSphere,
                                  conventional_srdf_path, resolve_mesh_uri)
+from smcik_ros.collision.model import link_covers
 from smcik_ros.errors import ModelError
 from smcik_ros.model import Chain
 
@@ -511,6 +512,7 @@ def test_coarse_covers_hold_the_geometry_over_every_sweep_and_the_fine_covers(
             assert inside_cover(shell, coarse_spheres[0][sel], coarse_spheres[1][sel],
                                 tol=1e-7).all(), link
     assert coarse.refined(['link2'], 0.004) == (coarse, [])
+    assert coarse.refine_inputs(['link2'], 0.004)[0] == {}
     model = coarse.fine()
     assert not model.coarse and model.link_names == fine.link_names
     assert np.array_equal(model.radii, fine.radii) and np.array_equal(model.centers,
@@ -650,6 +652,13 @@ def test_refined_covers_are_finer_contain_the_mesh_and_leave_the_other_links(tmp
     assert np.array_equal(refined.radii[new_rows], model.radii[rows])
     assert refined.tolerance == model.tolerance and refined.cache_dir == cache
     _check_model_contains_meshes(urdf, mesh_file, {}, model=refined)
+    # The covers computed elsewhere (the node: in a child process) from refine_inputs.
+    inputs = model.refine_inputs(['link2', 'no_such_link'], 0.003)
+    assert list(inputs[0]) == ['link2'] and inputs[2] == 0.003 and inputs[4] == cache
+    given, names = model.refined(['link2'], 0.003, covers=link_covers(*inputs)[0])
+    assert names == ['link2'] and np.array_equal(given.centers, refined.centers)
+    assert np.array_equal(given.radii, refined.radii)
+    assert refined.refine_inputs(['link2'], 0.004)[0] == {}
     again, none = refined.refined(['link2'], 0.004)
     assert again is refined and none == []
     with pytest.raises(ModelError, match='tolerance'):

@@ -220,7 +220,7 @@ class CollisionModel:
         return (self.geometry, self._attachments, source.tolerance, source.item_edge,
                 source.cache_dir)
 
-    def refined(self, links, tolerance):
+    def refined(self, links, tolerance, covers=None):
         """Return (model, refined names): a copy whose covers of ``links`` (names) are
         computed again from their <collision> geometry at the finer ``tolerance`` [m] (the
         contact refinement: links resting in contact where their covers, not their meshes,
@@ -228,23 +228,36 @@ class CollisionModel:
         pair ids and link indices stay valid. Links without geometry here, or already covered
         at least that finely, are left as they are (not in the names). ``tolerance`` keeps
         the link's sphere budget (``LINK_SPHERES``); the covers go to the same disk cache.
-        Raises ModelError when a mesh can no longer be read. A coarse model is returned as
-        it is (its ``fine`` covers replace every link's).
+        covers: {link: SphereCover} of ``link_covers(*refine_inputs(links, tolerance))``,
+        computed elsewhere (another process); None: computed here. Raises ModelError when a
+        mesh can no longer be read. A coarse model is returned as it is (its ``fine`` covers
+        replace every link's).
         """
-        tolerance = _checked_tolerance(tolerance)
-        names = [n for n in dict.fromkeys(links) if n in self.geometry and n in self._covers
-                 and self._covers[n].max_excess > tolerance]
-        if self.source != 'urdf' or self.coarse or not names:
+        inputs = self.refine_inputs(links, tolerance)
+        names = list(inputs[0])
+        if not names:
             return self, []
-        notes, covers = [], dict(self._covers)
-        for name in names:
-            covers[name] = _link_cover(name, self.geometry[name], self._attachments[name],
-                                       tolerance, None, self.cache_dir, notes)
-        model = type(self)(self.chain, [(n, covers[n]) for n in self.link_names],
+        if covers is None:
+            covers, _ = link_covers(*inputs)
+        merged = dict(self._covers)
+        merged.update((name, covers[name]) for name in names)
+        model = type(self)(self.chain, [(n, merged[n]) for n in self.link_names],
                            self._attachments, self.geometry, self.warnings, self.source,
                            self.tolerance, self.group_parent, self.urdf_path, self.urdf_links)
         model.cache_dir = self.cache_dir
         return model, names
+
+    def refine_inputs(self, links, tolerance):
+        """Return the ``link_covers`` arguments of ``refined(links, tolerance)`` (plain data:
+        they can be sent to another process); its geometry is empty when nothing is to be
+        refined."""
+        tolerance = _checked_tolerance(tolerance)
+        names = [n for n in dict.fromkeys(links) if n in self.geometry and n in self._covers
+                 and self._covers[n].max_excess > tolerance]
+        if self.source != 'urdf' or self.coarse:
+            names = []
+        return ({n: self.geometry[n] for n in names}, {n: self._attachments[n] for n in names},
+                tolerance, None, self.cache_dir)
 
     @classmethod
     def skeleton(cls, chain, radius=DEFAULT_SKELETON_RADIUS):

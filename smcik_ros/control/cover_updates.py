@@ -14,6 +14,8 @@ finished:
   computed again at a finer tolerance, kept only when they release a pair in contact or
   make one at least ``CONTACT_GAIN`` shallower.
 
+Covers are computed in a child process (``covers_in_child``), the rest in the thread.
+
 A result is a dict: 'text' (callable -> the log line), and for a change 'constraint' with
 'base' (the model and pairs it was built on; ``poll`` builds it again when either has been
 replaced since), 'model' and/or 'pairs' and 'srdf', and 'then' (callable, run once it is
@@ -165,12 +167,15 @@ def srdf_pairs(model, parsed, settings, description, build, summary, label=None)
 
 def finer_covers(model, links, q, contacts, pairs, settings, build):
     """Return the work (callable -> result) of the covers of ``links`` again at
-    ``settings.contact_tolerance`` (``CollisionModel.refined``), its constraint with the
-    same ``pairs`` and settings; ``contacts``: the pairs in contact at q (nq,) before."""
+    ``settings.contact_tolerance`` (``CollisionModel.refined``, the covers from
+    ``covers_in_child``), its constraint with the same ``pairs`` and settings; ``contacts``:
+    the pairs in contact at q (nq,) before."""
     tolerance = settings.contact_tolerance
 
     def work():
-        refined, names = model.refined(links, tolerance)
+        inputs = model.refine_inputs(links, tolerance)
+        refined, names = model.refined(links, tolerance,
+                                       covers_in_child(inputs) if inputs[0] else {})
         constraint = build(refined, pairs, settings)
         after = constraint.fork().contacts(q)      # the fork reads a scene snapshot
         before = sum(int(model.link_count[model.link_index(n)]) for n in names)
