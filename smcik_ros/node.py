@@ -35,6 +35,7 @@ from .control.collision_guard import CollisionGuard, CollisionSettings
 from .control.constraints import ConstraintSet
 from .control.detour import Detour, DetourSettings
 from .control.side_work import SideWork
+from .control.surfaces import PlantedSurfaces
 from .control.step_worker import SWITCH_INTERVAL
 from .control.tick_timing import TickTiming
 from .warmup import warm_up
@@ -75,6 +76,7 @@ class SmcIkNode(Node):
         semantic = SemanticTopic(self, values, srdf)
         self.chain = self._load_model(srdf)
         self.guard = self._collision_guard(srdf, semantic.wait(0.5, 2.0))
+        self._surfaces = PlantedSurfaces(padding=values['collision_padding'])
         self.solver = SolverChoice(self.parameters.setting_fields, self.chain, values['solver'],
                                    lambda: self.parameters.values,
                                    lambda: self.scene.solver_constraints(), self.log)
@@ -278,6 +280,10 @@ class SmcIkNode(Node):
                 self._contact_noted = None      # noted again with the pairs of the fine covers
             elif changed and self._contact_noted is None:
                 self._contact_noted = False
+        for line in self._surfaces.update(self.guard.scene, self.guard.model,
+                                          self.scene.solver_constraints(),
+                                          lambda: self.loop.state):
+            self.log('info', line)
         ns, now = self.time.now()
         command = self.loop.tick(now)
         if command is not None:
