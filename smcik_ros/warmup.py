@@ -42,7 +42,7 @@ def warm_up(chain, log=None):
     goal = chain.fk(chain.clip(chain.integrate(q, np.full(chain.nv, 0.2))))
     solver = make_solver('smc', chain, seed=0, num_particles=8)
     solver.solve(goal, q, max_iters=3)
-    # Without the seed-first stage, solve() refines in the filter (refine_pose).
+    # Without the seed-first stage, solve() refines in the filter (kernels.refine).
     make_solver('smc', chain, seed=0, num_particles=8, seed_rows=0).solve(goal, q, max_iters=2)
     solver.reset(q)
     for _ in range(3):

@@ -97,6 +97,12 @@ class Contact(Constraint):
             self._set_pose(frames.link_pose(self.link)[0])
         return self
 
+    @property
+    def target(self):
+        """The PoseTarget of the contact's pose, at its sigmas (the same object until the
+        contact is anchored again): its residual, and the kernels' pose target."""
+        return self._require()
+
     def _require(self):
         if self._target is None:
             raise GoalError(f'Contact on {self.link!r} has no pose yet: give one, or call '

@@ -47,7 +47,10 @@ def project(chain, q, constraints, iterations=5, tolerance=None, weights=None, m
     q2 = np.array(np.atleast_2d(arr), dtype=float)
     hard = [c for c in constraints or () if getattr(c, 'hard', False)]
     equalities = [c for c in hard if getattr(c, 'equality', False)]
-    inequalities = [c for c in hard if not c.equality and hasattr(c, 'clearance')]
+    # Inequalities with clearance rows (``clearance(frames)``; the collision constraint's
+    # ``clearance`` is a distance setting, not rows: it is kept by the rejection alone).
+    inequalities = [c for c in hard
+                    if not c.equality and callable(getattr(c, 'clearance', None))]
     w_inv = np.ones(chain.nv) if weights is None else 1.0 / _weights(weights, chain.nv)
     todo = np.arange(len(q2))
     if equalities or inequalities:

@@ -209,6 +209,11 @@ class Solver:
     Settings = SolverSettings
 
     def __init__(self, chain, settings=None):
+        if chain.floating and not self.honours_constraints:
+            raise ParameterError(
+                f'the {self.name} solver cannot drive a floating base: the base is held, or '
+                'fitted to the contacts, through constraints, which it does not honour; use '
+                'the smc, jacobian or distance solver')
         self.chain = chain
         self.settings = settings if settings is not None else self.Settings()
         self.constraints = []
@@ -224,9 +229,22 @@ class Solver:
         return type(self.settings)
 
     # ------------------------------------------------------------------ configuration
+    # Whether the answers keep the constraints given. A solver that does not (ccd, fabrik)
+    # refuses every constraint but a ``preference`` (the collision clearance: the node's
+    # command guard keeps collision for every solver), rather than ignore it silently.
+    honours_constraints = True
+
     def set_constraints(self, constraints):
-        """Replace the constraint set (GoalError if one does not fit the chain)."""
-        self.constraints = check_terms(list(constraints or ()), self.chain)
+        """Replace the constraint set (GoalError if one does not fit the chain, or if this
+        solver does not honour constraints)."""
+        constraints = check_terms(list(constraints or ()), self.chain)
+        refused = [type(c).__name__ for c in constraints
+                   if not self.honours_constraints and not getattr(c, 'preference', False)]
+        if refused:
+            raise GoalError(f'the {self.name} solver does not honour constraints (given: '
+                            f'{", ".join(refused)}): its answers would ignore them; use the '
+                            'smc, jacobian or distance solver for these, or send none')
+        self.constraints = constraints
         self._on_constraints_changed()
 
     def _on_constraints_changed(self):

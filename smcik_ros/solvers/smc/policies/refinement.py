@@ -10,11 +10,11 @@ has converged (``settled``): the online filter then keeps it as it is.
 import numpy as np
 
 from .... import kernels as _kernels
-from ....goals import OrientationTarget, PoseTarget, PositionTarget
+from ....goals import Contact, OrientationTarget, PoseTarget, PositionTarget, project
 from ....kernels.records import LM, MOTION, TARGETS
 from ...base import stack_terms
 
-__all__ = ['Refinement']
+__all__ = ['KERNEL_TARGETS', 'Refinement']
 
 # The held particle's refinement has converged when it moved at most SETTLE_MOVE [rad or m]
 # per joint and its cost changed by at most a relative SETTLE_GAIN (RESTING_*: while the goal
@@ -63,6 +63,7 @@ class Refinement:
         self.lm = LM.pack(steps=self.steps, alphas=self.alphas, damping=self.damping,
                           max_step=self.max_step)
         self._targets_key = self._targets_record = None
+        self._plain = None          # the plain step's motion record (no prior), built once
         self.reset()
 
     def choose(self, rank, held, searchers=()):
@@ -202,8 +203,10 @@ class Refinement:
     def _stepwise(self, problem, extra, records, q, state):
         """The refinement's steps one at a time for rows where a term the kernels do not
         evaluate is active: its whitened rows at each row's configuration join the targets'
-        (``kernels.propose``), its costs at the trials and the hard constraints' verdicts
-        join their judgement (``kernels.choose``)."""
+        (``kernels.propose``), the trials are projected back onto the hard equalities
+        (``goals.project``: a linear step leaves a planted foot by a second-order error), and
+        the term's costs at them and the hard constraints' verdicts join their judgement
+        (``kernels.choose``)."""
         chain = self.chain
         nv = chain.nv
         _kernels.begin(*records, q, state)
@@ -219,6 +222,9 @@ class Refinement:
                                           tuple(np.ascontiguousarray(a) for a in extra_rows),
                                           q, state)
             k_count, count, nq = trials.shape
+            if getattr(problem, 'projects', False):     # back onto the hard equalities
+                trials = project(chain, trials.reshape(-1, nq), problem.hard,
+                                 iterations=1)[0].reshape(trials.shape)
             flat = chain.frames(trials.reshape(-1, nq))
             extra_cost = _terms_cost(extra, flat) if extra else np.zeros(len(flat))
             for c in problem.hard:
@@ -236,9 +242,12 @@ class Refinement:
             self._targets_record = _targets_record(chain, targets, tolerance)
             self._targets_key = key
         if motion is None:
-            prior = MOTION.pack(spring=0.0, spring_fade=1.0, tolerance_cost=1.0, gain=0.0,
-                                slide_min=0.0, precise_fraction=-1.0,
-                                weights=np.ones(chain.nv), reference=np.zeros(chain.nq))
+            if self._plain is None:
+                self._plain = MOTION.pack(
+                    spring=0.0, spring_fade=1.0, tolerance_cost=1.0, gain=0.0, slide_min=0.0,
+                    precise_fraction=-1.0, weights=np.ones(chain.nv),
+                    reference=np.zeros(chain.nq))
+            prior = self._plain
         else:
             prior = MOTION.pack(spring=self.SPRING * motion.spring,
                                 spring_fade=self.SPRING_FADE, tolerance_cost=tolerance_cost,
@@ -274,12 +283,20 @@ def _held_position_error(model, frames, held):
 
 
 def _split(terms):
-    """Return (the targets the kernels evaluate, the other terms)."""
-    targets = [t for t in terms if type(t) in _KINDS]
-    return targets, [t for t in terms if type(t) not in _KINDS]
+    """Return (the targets the kernels evaluate: targets of their kinds, anchored contacts
+    as their pose targets; the other terms)."""
+    targets, other = [], []
+    for t in terms:
+        if type(t) in KERNEL_TARGETS:
+            targets.append(t)
+        elif type(t) is Contact and t.anchored:
+            targets.append(t.target)
+        else:
+            other.append(t)
+    return targets, other
 
 
-_KINDS = {PoseTarget: 0, PositionTarget: 1, OrientationTarget: 2}
+KERNEL_TARGETS = {PoseTarget: 0, PositionTarget: 1, OrientationTarget: 2}  # record kinds
 
 
 def _targets_record(chain, targets, tolerance):
@@ -288,7 +305,7 @@ def _targets_record(chain, targets, tolerance):
     body, offset = np.empty(count, dtype=np.int64), np.empty((count, 4, 4))
     goal, whiten = np.tile(np.eye(4), (count, 1, 1)), np.zeros((count, 6, 6))
     full = np.zeros(count, dtype=bool)
-    kind = np.array([_KINDS[type(t)] for t in targets], dtype=np.int64)
+    kind = np.array([KERNEL_TARGETS[type(t)] for t in targets], dtype=np.int64)
     weight, sigma_p, sigma_o = np.empty(count), np.ones(count), np.ones(count)
     rows = 0
     for i, t in enumerate(targets):
