@@ -35,6 +35,7 @@ from .control.collision_guard import CollisionGuard, CollisionSettings
 from .control.constraints import ConstraintSet
 from .control.detour import Detour, DetourSettings
 from .control.side_work import SideWork
+from .control.surfaces import PlantedSurfaces
 from .control.step_worker import SWITCH_INTERVAL
 from .control.tick_timing import TickTiming
 from .warmup import warm_up
@@ -75,6 +76,7 @@ class SmcIkNode(Node):
         semantic = SemanticTopic(self, values, srdf)
         self.chain = self._load_model(srdf)
         self.guard = self._collision_guard(srdf, semantic.wait(0.5, 2.0))
+        self._surfaces = PlantedSurfaces(padding=values['collision_padding'])
         self.solver = SolverChoice(self.parameters.setting_fields, self.chain, values['solver'],
                                    lambda: self.parameters.values,
                                    lambda: self.scene.solver_constraints(), self.log)
@@ -165,8 +167,10 @@ class SmcIkNode(Node):
         source, where, explicit = srdf.choose(values, topic_text)
         self.log('info', 'building the collision model: sphere covers of the URDF\'s '
                  '<collision> geometry (computed on the first start of a robot, seconds to '
-                 'minutes for meshes; read from the on-disk cache later) and the '
-                 f'self-collision pairs ({where})')
+                 'minutes for meshes, waited for up to collision_cover_wait '
+                 f'{values["collision_cover_wait"]:g} s, then coarse covers until they are '
+                 'ready; read from the on-disk cache later) and the self-collision pairs '
+                 f'({where})')
         guard, notes = CollisionGuard.from_urdf(
             self.chain, self.urdf_xml, urdf_path=srdf.urdf_file,
             package_paths=values['package_paths'], srdf=source, srdf_description=where,
@@ -175,7 +179,8 @@ class SmcIkNode(Node):
                 clearance=values['collision_clearance'],
                 cover_tolerance=values['collision_cover_tolerance'],
                 contact_tolerance=values['collision_contact_tolerance'],
-                voxel_size=values['pointcloud_voxel_size']))
+                voxel_size=values['pointcloud_voxel_size']),
+            cover_wait=values['collision_cover_wait'])
         for level, text in notes:
             self.log(level, text)
         srdf.applied = source
@@ -263,6 +268,7 @@ class SmcIkNode(Node):
         late = self.tick_timing.tick(started)        # late ticks: counted, warned when many
         if late is not None:
             self.report('warn', 'late_ticks', late, interval=10.0)
+        coarse = self.guard.model.coarse
         event = self.guard.poll()    # an SRDF or cover update computed in the background
         if event is not None:
             level, text, changed = event
@@ -270,11 +276,19 @@ class SmcIkNode(Node):
                 self.loop.set_constraints(self.scene.solver_constraints())
                 self.loop.cancel_detour('the collision model changed')
             self.log(level, text)
+            if coarse and not self.guard.model.coarse:
+                self._contact_noted = None      # noted again with the pairs of the fine covers
+            elif changed and self._contact_noted is None:
+                self._contact_noted = False
+        for line in self._surfaces.update(self.guard.scene, self.guard.model,
+                                          self.scene.solver_constraints(),
+                                          lambda: self.loop.state):
+            self.log('info', line)
         ns, now = self.time.now()
         command = self.loop.tick(now)
         if command is not None:
             self.commands.publish(command, ns)
-            if not self._contact_noted:
+            if self._contact_noted is False:
                 self._contact_noted = True
                 self._note_contact(self.loop.state)
         elif self.loop.q is None:
@@ -288,14 +302,22 @@ class SmcIkNode(Node):
         if self._side.pending:      # markers, alternatives, status: beside or between ticks
             self._side.run(self._time_to_next_tick, self._beside)
 
-    _contact_noted = False
+    _contact_noted = False    # None: noted again once the fine covers' pairs are in
     _waiting_since = None     # [s] the first tick without a command
 
     def _note_contact(self, q):
         """Log once, at the first command, the pairs the arm rests in contact with, and start
-        computing finer covers of their links (``collision_contact_tolerance``)."""
+        computing finer covers of their links (``collision_contact_tolerance``); with coarse
+        covers, how many pairs they hold in contact (noted again with the fine ones)."""
+        guard = self.guard
         try:
-            note = self.guard.contact_note(q, self.guard.start_contact_refinement(q))
+            if guard.model.coarse:
+                count = len(guard.constraint.contacts(q))
+                note = (f'with the coarse covers the robot rests in contact in {count} '
+                        'pair(s) at its first command: none may get deeper until the fine '
+                        'covers are in') if count else None
+            else:
+                note = guard.contact_note(q, guard.start_contact_refinement(q))
         except Exception as exc:      # never in the way of the command stream
             self.report('warn', 'contact_note', f'contact check failed ({exc})', exc)
             return

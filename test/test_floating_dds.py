@@ -6,7 +6,9 @@ anchored at the first joint_states. Then a hand goal is reached while, on
 every command, the feet stay within 1 mm and 0.01 rad of their anchors (checked through
 ~/base_pose and the robot's own kinematics), the centre of mass stays inside the support
 polygon, the other hand moves less than 2 mm, every limit holds, and each command has its
-~/base_pose with the same stamp."""
+~/base_pose with the same stamp. A floor box under the feet (a constraint set's obstacle) is the
+surface the planted feet stand on: exempt for the feet alone (control/surfaces.py), checked
+against the rest of the robot."""
 
 import json
 import os
@@ -23,7 +25,8 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E
 from std_msgs.msg import String  # noqa: E402
 
 from ros_helpers import (REPO_ROOT, Probe, dds_fixtures, read_log,  # noqa: E402
-                         start_node_process, stop_process, stream_ratios, wait_for)
+                         start_node_process, stop_process, stream_ratios, wait_for,
+                         wait_for_log)
 from smcik_ros.collision import support_polygon  # noqa: E402
 from smcik_ros.control.limits import limits_for_chain  # noqa: E402
 from smcik_ros.goals import CenterOfMassPolygon, Contact  # noqa: E402
@@ -38,7 +41,9 @@ TIPS = ['l_palm', 'r_palm', 'l_sole', 'r_sole']
 HEIGHT = 0.944          # [m] the pelvis above the soles, standing (biped.urdf)
 MARGIN = 0.01           # [m] of the support polygon
 CONSTRAINTS = ('[{type: contact, link: l_sole}, {type: contact, link: r_sole}, '
-               f'{{type: center_of_mass, support: [l_foot, r_foot], margin: {MARGIN}}}]')
+               f'{{type: center_of_mass, support: [l_foot, r_foot], margin: {MARGIN}}}, '
+               '{type: obstacle, id: floor, shape: box, size: [3, 3, 0.1], '
+               'position: [0, 0, -0.05]}]')
 with open(REPO_ROOT / 'config' / 'arm.yaml') as _f:
     _NODE_YAML = yaml.safe_load(_f)['smcik_node']['ros__parameters']
 MODEL = [f'urdf_path:={URDF}', 'base_link:=pelvis', f'tip_links:=[{",".join(TIPS)}]']
@@ -128,7 +133,10 @@ def anchors(chain, q0):
 def test_the_latched_constraints_are_applied_and_anchored_at_the_first_joint_states(system):
     node, probe, _ = system
     text = read_log(node.log_path)
-    assert 'constraints applied: 2 contact, 1 center_of_mass' in text
+    assert 'constraints applied: 2 contact, 1 center_of_mass, 1 obstacle' in text, text
+    for foot in ('l_foot', 'r_foot'):       # the floor under the planted feet: their surface
+        assert wait_for_log(node.log_path, f'the planted contact on {foot} stands on '
+                            'obstacle constraints/floor'), read_log(node.log_path)
     status = wait_for(lambda: probe.snapshot(probe.status), 10.0)
     last = json.loads(status[-1].data)
     assert [c['link'] for c in last['contacts']] == ['l_sole', 'r_sole']

@@ -144,6 +144,12 @@ NODE_PARAMETERS = {
                                     "covers', not the meshes') [m]; 0 = off, else >= "
                                     f'{MIN_TOLERANCE:g}; fixed at start-up',
                                     {'range': (0.0, 0.1), **_FIXED}),
+    'collision_cover_wait': (20.0, 'a first start with a robot computes the covers of its '
+                             'meshes (seconds to minutes; cached on disk): wait this long for '
+                             'them, then start with coarse covers (their bounding boxes: the '
+                             'guard refuses more, never less) and swap the fine ones in when '
+                             'computed in the background [s]; fixed at start-up',
+                             {'range': (0.0, 3600.0), **_FIXED}),
     'collision_clearance': (0.01, 'soft margin the solvers keep beyond the padding [m]; '
                             '0 = off', {'range': (0.0, 1.0)}),
     'collision_fallback_candidates': (8, 'solver candidates (the MAP and the heaviest '
