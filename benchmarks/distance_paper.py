@@ -48,7 +48,7 @@ import numpy as np
 
 def load():
     C.load_solvers()
-    from smcik_ros.solvers.distance import FreePointDistanceSolver
+    from _free_point import FreePointDistanceSolver
     return FreePointDistanceSolver
 
 

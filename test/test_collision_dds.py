@@ -217,7 +217,7 @@ def test_obstacle_in_front_of_a_moving_arm(session, chain, fcl_arm):
 
 def test_an_obstacle_published_onto_the_arm_is_not_driven_deeper(session, chain, fcl_arm):
     """A sphere appears over the forearm's side; a goal pulls the tool into it: the arm holds
-    or moves, never deeper (the sphere's centre, outside the forearm, never gets nearer to
+    or slides along it towards the goal, never deeper (the sphere's centre, outside the forearm, never gets nearer to
     the arm's shapes by FCL); a goal away from it: the arm moves out of it."""
     q0 = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
     elbow = chain.fk(q0, link='link4')[:3, 3]
@@ -234,12 +234,18 @@ def test_an_obstacle_published_onto_the_arm_is_not_driven_deeper(session, chain,
     assert 'in collision' in latest_status(s.probe)['collision_reason']
     # A goal through the sphere (the tool swept towards and beyond its side).
     tip = chain.fk(q0)[:3, 3]
-    s.publish_point(tip + np.array([0.0, 0.35, -0.1]))
-    # The goal lies beyond the sphere: the arm holds where going on would drive it deeper.
-    assert wait_for(lambda: s.settled(1.5), 8.0, interval=0.1), \
-        f'the arm did not come to rest against the sphere: {latest_status(s.probe)}'
-
+    goal = tip + np.array([0.0, 0.35, -0.1])
+    s.publish_point(goal)
+    # The goal lies beyond the sphere: the arm holds where going on would drive it deeper, or
+    # slides along it, each fallback motion no farther from the goal than the command before.
+    settled = wait_for(lambda: s.settled(1.5), 8.0, interval=0.1)
     _, _, pulled = s.probe.command_stream(since)
+    to_goal = np.linalg.norm([chain.fk(p)[:3, 3] - goal for p in pulled], axis=1)
+    assert np.all(to_goal <= np.minimum.accumulate(to_goal) + 1e-3), \
+        'the arm moved away from the goal while the sphere held it'
+    assert settled or to_goal[-1] < to_goal[0] - 0.01, (
+        f'the arm neither came to rest against the sphere nor slid along it towards the goal '
+        f'({1e3 * to_goal[0]:.0f} -> {1e3 * to_goal[-1]:.0f} mm): {latest_status(s.probe)}')
     # A goal away from it: out of the sphere. (FCL runs at the end: its GIL-bound loop here
     # would starve the arm player's timer and make joint_states stale.)
     s.publish_point(tip + np.array([0.0, -0.3, 0.0]))

@@ -10,7 +10,7 @@ import pytest
 from smcik_ros.collision import (CollisionConstraint, Obstacle, conventional_srdf_path,
                                  pointcloud_obstacle)
 from smcik_ros.control.collision_guard import (CollisionGuard, CollisionSettings, choose_srdf,
-                                               pointcloud_to_obstacle, reach_bound)
+                                               reach_bound)
 from smcik_ros.errors import GoalError, ModelError, ParameterError
 
 from arm_urdfs import ur5_like_urdf
@@ -221,7 +221,21 @@ def test_sources_replace_their_own_obstacles(guard_and_chain):
     guard.replace({}, 'constraints')
 
 
-def test_pointcloud_voxels_match_the_core_within_reach(guard_and_chain):
+def _plain_pointcloud(points, voxel, robot, q, margin):
+    """The point-cloud semantics written plainly: every finite point tested against the
+    robot's padded cover + margin, one sphere of half the voxel diagonal per occupied voxel,
+    the spheres reaching into the padded cover dropped. Returns (centres, radius)."""
+    points = points[np.isfinite(points).all(axis=1)]
+    points = points[~robot.points_on_robot(points, q, margin)]
+    centers = (np.unique(np.floor(points / voxel).astype(np.int64), axis=0) + 0.5) * voxel
+    radius = 0.5 * np.sqrt(3.0) * voxel
+    return centers[~robot.points_on_robot(centers, q, 0.0, point_radius=radius)], radius
+
+
+def test_pointcloud_voxels_match_the_plain_semantics_within_reach(guard_and_chain):
+    """``pointcloud_obstacle`` with the reach bound and the near-voxel shortcut (what the
+    guard runs on camera-sized clouds) keeps the voxels the plain semantics keeps, within
+    the reach; the robot's own points are gone."""
     guard, chain = guard_and_chain
     q = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
     rng = np.random.default_rng(1)
@@ -234,12 +248,14 @@ def test_pointcloud_voxels_match_the_core_within_reach(guard_and_chain):
     points = np.vstack([table, on_arm, far, [[np.nan, 0, 0]]])
     reach = reach_bound(guard.model)
     assert 0.5 < reach < 3.0
-    ours = pointcloud_to_obstacle(points, 0.03, guard.constraint, q, 0.02, reach)
-    core = pointcloud_obstacle(points, 0.03, robot=guard.constraint, q=q, robot_margin=0.02)
-    near = core.centers[np.linalg.norm(core.centers, axis=1) <= reach + 0.06]
+    ours = pointcloud_obstacle(points, 0.03, guard.constraint, q, 0.02, reach)
+    plain, radius = _plain_pointcloud(points, 0.03, guard.constraint, q, 0.02)
+    near = plain[np.linalg.norm(plain, axis=1) <= reach + 0.06]
     as_set = {tuple(np.round(c, 6)) for c in ours.centers}
     assert as_set == {tuple(np.round(c, 6)) for c in near}
-    assert ours.size == pytest.approx(core.size)
+    assert len(near) < len(plain) and ours.size == pytest.approx((radius,))
+    everything = pointcloud_obstacle(points, 0.03, guard.constraint, q, 0.02)
+    np.testing.assert_array_equal(everything.centers, plain)
     # The arm's own points are gone: the measured configuration is free of the cloud.
     constraint = CollisionConstraint(guard.model, pairs=guard.constraint.pairs)
     constraint.scene.replace_source({('pointcloud', 0): ours}, 'pointcloud')

@@ -95,12 +95,12 @@ def test_primitive_distances_match_fcl_for_spheres_outside_and_touching():
             touching = fcl.collide(probe, other, fcl.CollisionRequest(),
                                    fcl.CollisionResult()) > 0
             if touching:
-                assert ours[k] <= 1e-6, (obstacle.describe(), points[k], ours[k])
+                assert ours[k] <= 1e-6, (obstacle, points[k], ours[k])
                 checked_contact += 1
             else:
                 d = fcl.distance(probe, other, fcl.DistanceRequest(), fcl.DistanceResult())
                 # FCL's GJK distance for curved shapes is accurate to ~1e-6 m.
-                assert ours[k] == pytest.approx(d, abs=2e-5), obstacle.describe()
+                assert ours[k] == pytest.approx(d, abs=2e-5), obstacle
                 checked_far += 1
     assert checked_far > 500 and checked_contact > 50
 

@@ -19,7 +19,7 @@ from test_control_loop import SLACK, Log, Stream, follower, make_loop
 from smcik_ros.collision import Obstacle, self_collision_pairs
 from smcik_ros.control.collision_guard import CollisionGuard
 from smcik_ros.control.detour import Detour, DetourSettings
-from smcik_ros.control.detour_planner import END_CLEARANCE, DetourPlanner
+from smcik_ros.control.detour_planner import END_CLEARANCE, FREE_ITERATIONS, DetourPlanner
 from smcik_ros.errors import ParameterError
 from smcik_ros.goals import PoseTarget
 from smcik_ros.solvers import make_solver
@@ -212,7 +212,8 @@ def test_a_goal_whose_nearest_solution_collides_is_found_with_the_collision_cons
         cases += 1
         planner = DetourPlanner(chain, make_loop(chain)[1], DetourSettings(seed=cases))
         planner.prepare((guard.constraint,), None, ())
-        result = _run_generator(planner._free_solve(terms, seed, (5e-4, 5e-3)))
+        result = _run_generator(planner.free_solver.solve_steps(
+            terms, seed, max_iters=FREE_ITERATIONS, tol=(5e-4, 5e-3)))
         q = planner._goal_configuration(result, seed, [])
         if q is not None:
             found += 1

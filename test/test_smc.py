@@ -6,7 +6,6 @@ import pytest
 from scipy.optimize import least_squares, minimize
 from scipy.spatial.transform import Rotation
 
-from smcik_ros import kernels
 from smcik_ros.collision import KeepOutSphere
 from smcik_ros.errors import GoalError, ParameterError
 from smcik_ros.goals import Constraint, PoseTarget, PositionTarget, PosturePreference
@@ -1059,8 +1058,6 @@ def _pose_errors(chain, q, pose):
     return np.linalg.norm(T[:3, 3] - pose[:3, 3]), angle
 
 
-@pytest.mark.skipif(not kernels.ENABLED, reason='the first stage runs only with the compiled '
-                    'kernels (numba installed, SMCIK_NO_JIT unset)')
 def test_first_stage_answers_most_round_trips_and_its_answers_meet_the_tolerance(arm7, arm6):
     """Seeded statistics over random round trips: the seed-first stage answers most of them
     (iterations == 1), every answer meets the tolerance and the limits, and a seed that is
@@ -1085,8 +1082,6 @@ def test_first_stage_answers_most_round_trips_and_its_answers_meet_the_tolerance
         assert result.iterations == 1 and np.array_equal(result.q, q)
 
 
-@pytest.mark.skipif(not kernels.ENABLED, reason='the first stage runs only with the compiled '
-                    'kernels (numba installed, SMCIK_NO_JIT unset)')
 def test_a_first_stage_answer_leaves_the_state_reset_would(arm7):
     """After a first-stage answer the solver is where ``reset(answer)`` puts it (online
     steps continue from it): the same configuration, estimate, particles, weights and held

@@ -1,11 +1,9 @@
-"""Tests of the distance solvers (seed 002): joint-space 'distance' and the free-point form.
+"""Tests of the distance solver (seed 002): joint-space 'distance' (the free-point form of
+the paper's experiments: test_free_point.py).
 
 Thresholds come from measurements with a margin: on nearby targets (goal = seed +
-N(0, 0.3 rad) per joint) the joint-space solver reached 92-98 % without restarts; the
-free-point solver drives its hard constraints below 1e-9 m in a few tens of iterations.
+N(0, 0.3 rad) per joint) the joint-space solver reached 92-98 % without restarts.
 """
-
-import os
 
 import numpy as np
 import pytest
@@ -13,25 +11,20 @@ import pytest
 from smcik_ros.errors import GoalError, ParameterError
 from smcik_ros.goals import (OrientationTarget, PoseTarget, PositionTarget, as_goal,
                              task_errors)
-from smcik_ros.model import Chain
 from smcik_ros.solvers import make_solver
-from smcik_ros.solvers.distance import (FreePointDistanceSolver, PointDistance,
-                                        reference_anchors)
+from smcik_ros.solvers.distance import PointDistance, reference_anchors
 from smcik_ros.solvers.jacobian import finite_difference_jacobian
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-URDFS = {'arm': os.path.join(ROOT, 'urdf', 'smcik_arm.urdf'),
-         'arm6': os.path.join(ROOT, 'urdf', 'smcik_arm6.urdf')}
 
-
-@pytest.fixture(scope='module', params=sorted(URDFS))
+@pytest.fixture(params=['arm7', 'arm6'])
 def chain(request):
-    return Chain.from_urdf(URDFS[request.param])
+    """Each demo arm (the session fixtures of conftest.py)."""
+    return request.getfixturevalue(request.param)
 
 
-@pytest.fixture(scope='module')
-def arm():
-    return Chain.from_urdf(URDFS['arm'])
+@pytest.fixture
+def arm(arm7):
+    return arm7
 
 
 def nearby_problems(chain, trials, seed=1, spread=0.3):
@@ -157,8 +150,7 @@ def test_hard_point_distance_contact_is_met(arm):
     assert met >= 8
 
 
-@pytest.mark.parametrize('secondary', ['priority', 'paper'])
-def test_soft_reference_keeps_the_reference_style(arm, secondary):
+def test_soft_reference_keeps_the_reference_style(arm):
     """With the target reached, the 'points' soft task pulls link origins to the reference
     (7-DOF arm: a one-dimensional null space, so the pull is often small)."""
     rng = np.random.default_rng(8)
@@ -167,7 +159,7 @@ def test_soft_reference_keeps_the_reference_style(arm, secondary):
         q0 = 0.7 * arm.random_configuration(rng) + 0.3 * arm.neutral_configuration()
         goal = arm.fk(q0)
         solver = make_solver('distance', arm, soft_reference='points', limit_gain=0.0,
-                             secondary=secondary, restart_after=0)
+                             restart_after=0)
         solver.reset(q0)
         start = np.linalg.norm(solver._link_points(arm.frames(q0)) - solver._ref_points)
         for _ in range(60):
@@ -178,12 +170,8 @@ def test_soft_reference_keeps_the_reference_style(arm, secondary):
         gap = np.linalg.norm(solver._link_points(arm.frames(q)) - solver._ref_points)
         closer += gap < start - 1e-3
         worse += gap > start + 1e-3
-    if secondary == 'priority':
-        # The task-priority step is a descent direction of the soft error.
-        assert closer >= 5 and worse == 0
-    else:
-        # The paper's projected pseudo-inverse step is not always one (see docs).
-        assert closer >= 2
+    # The task-priority step is a descent direction of the soft error.
+    assert closer >= 5 and worse == 0
 
 
 def test_reference_anchors_are_origin_and_scaled_basis():
@@ -213,7 +201,6 @@ def test_unreachable_target_gives_best_effort(chain):
     ({'soft_gain': -0.1}, '[0, 1]'),
     ({'soft_max_step': 0.0}, '> 0'),
     ({'reference_sigma': 0.0}, '> 0'),
-    ({'secondary': 'nullspace'}, 'priority, paper'),
 ])
 def test_bad_settings_raise_parameter_error(arm, changes, words):
     with pytest.raises(ParameterError) as info:
@@ -226,89 +213,3 @@ def test_bad_point_distance_raises_goal_error():
         PointDistance('tool0', 0.1)
     with pytest.raises(GoalError, match='>= 0'):
         PointDistance('tool0', -0.1, point=(0.0, 0.0, 0.0))
-
-
-# ---------------------------------------------------------------------------- free points
-def straight_chain(n=10, length=0.1):
-    return np.array([[0.0, 0.0, length * i] for i in range(n)]), [(i, i + 1)
-                                                                  for i in range(n - 1)]
-
-
-def ring(n=20):
-    ang = 2.0 * np.pi * np.arange(n) / n
-    return np.c_[np.cos(ang), np.sin(ang), np.zeros(n)], [(i, (i + 1) % n) for i in range(n)]
-
-
-@pytest.mark.parametrize('structured', [True, False])
-@pytest.mark.parametrize('soft', ['anchors', 'none'])
-def test_free_point_chain_reaches_target_keeping_lengths(structured, soft):
-    """Section VI-B: a 10-point chain, one end pinned, the other on a target."""
-    pts, edges = straight_chain()
-    rng = np.random.default_rng(9)
-    for _ in range(5):
-        goal = rng.uniform(-0.4, 0.4, 3) + (0.0, 0.0, 0.3)
-        solver = FreePointDistanceSolver(pts, edges, pinned=(0,), soft=soft,
-                                         structured=structured)
-        res = solver.solve({9: goal}, max_iters=300, tol=1e-8)
-        assert res.success, res
-        np.testing.assert_allclose(np.linalg.norm(np.diff(res.points, axis=0), axis=1), 0.1,
-                                   atol=1e-7)
-        np.testing.assert_allclose(res.points[9], goal, atol=1e-7)
-        np.testing.assert_allclose(res.points[0], 0.0, atol=1e-7)
-
-
-@pytest.mark.parametrize('soft_pairs', [False, True])
-def test_free_point_cycle_graph_with_contacts(soft_pairs):
-    """Section VI-D: a ring of 20 points, two contacts; soft constraints keep its shape."""
-    pts, edges = ring()
-    pairs = [(i, (i + 5) % 20) for i in range(20)] if soft_pairs else []
-    contacts = {0: (1.3, 0.0, 0.3), 10: (-1.2, 0.1, -0.2)}
-    with_soft = FreePointDistanceSolver(pts, edges, soft_pairs=pairs).solve(
-        contacts, max_iters=200, tol=1e-9)
-    without = FreePointDistanceSolver(pts, edges, soft='none').solve(contacts, max_iters=200,
-                                                                     tol=1e-9)
-    assert with_soft.success and without.success
-    for res in (with_soft, without):
-        ring_lengths = np.linalg.norm(res.points - np.roll(res.points, -1, axis=0), axis=1)
-        np.testing.assert_allclose(ring_lengths, ring_lengths[0], atol=1e-8)
-    # The soft task keeps the reference's distances to the anchors better.
-    checker = FreePointDistanceSolver(pts, edges)
-    assert checker.errors(with_soft.points, contacts)[1] < checker.errors(without.points,
-                                                                          contacts)[1]
-
-
-@pytest.mark.parametrize('soft_pairs', [False, True])
-def test_structured_step_equals_dense_step(soft_pairs):
-    """The block-diagonal / sparse solve (eqs. 12-13) is the same step as the dense SVDs."""
-    pts, edges = ring()
-    pairs = [(i, (i + 5) % 20) for i in range(20)] if soft_pairs else []
-    rng = np.random.default_rng(10)
-    for _ in range(3):
-        x = pts + rng.normal(0.0, 0.05, pts.shape)
-        steps = []
-        for structured in (True, False):
-            solver = FreePointDistanceSolver(pts, edges, soft_pairs=pairs, structured=structured)
-            solver.reset(x)
-            steps.append(solver.step({0: (1.2, 0.0, 0.2)}) - x)
-        np.testing.assert_allclose(steps[0], steps[1], atol=1e-8)
-
-
-def test_free_point_from_chain_matches_link_origins(arm):
-    q = arm.neutral_configuration()
-    solver = FreePointDistanceSolver.from_chain(arm, q)
-    assert solver.num_points >= 5 and len(solver.edges) == solver.num_points - 1
-    goal = solver.reference[-1] + (0.05, -0.05, -0.1)
-    res = solver.solve({solver.num_points - 1: goal}, max_iters=100, tol=1e-9)
-    assert res.success
-
-
-def test_free_point_bad_input():
-    pts, edges = straight_chain(4)
-    with pytest.raises(ParameterError, match='distinct point indices'):
-        FreePointDistanceSolver(pts, [(0, 7)])
-    with pytest.raises(ParameterError, match='soft'):
-        FreePointDistanceSolver(pts, edges, soft='springs')
-    with pytest.raises(ParameterError, match='soft_step_fraction'):
-        FreePointDistanceSolver(pts, edges, soft_step_fraction=0.0)
-    with pytest.raises(GoalError, match='index'):
-        FreePointDistanceSolver(pts, edges).step({9: (0.0, 0.0, 0.0)})

@@ -19,14 +19,11 @@ from smcik_ros.solvers import make_solver
 from smcik_ros.solvers.ccd import _best_angle
 from smcik_ros.solvers.fabrik import _fabrik_pass
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-URDFS = {'arm': os.path.join(ROOT, 'urdf', 'smcik_arm.urdf'),
-         'arm6': os.path.join(ROOT, 'urdf', 'smcik_arm6.urdf')}
 
-
-@pytest.fixture(scope='module', params=sorted(URDFS))
+@pytest.fixture(params=['arm7', 'arm6'])
 def chain(request):
-    return Chain.from_urdf(URDFS[request.param])
+    """Each demo arm (the session fixtures of conftest.py)."""
+    return request.getfixturevalue(request.param)
 
 
 def far_pose():
@@ -75,11 +72,15 @@ def test_fabrik_joints_reproduce_the_fabrik_points():
     chain = Chain.ball_chain(5, 0.3)
     solver = make_solver('fabrik', chain, online_gain=1.0)
     rng = np.random.default_rng(2)
-    solver.reset(chain.random_configuration(rng))
-    goal = PositionTarget(chain.fk(chain.random_configuration(rng))[:3, 3])
-    solver.step(goal)
-    points = solver.last_info['points']
-    np.testing.assert_allclose(np.linalg.norm(np.diff(points, axis=0), axis=1), 0.3, atol=1e-9)
+    for _ in range(10):
+        q0 = chain.random_configuration(rng)
+        solver.reset(q0)
+        goal = PositionTarget(chain.fk(chain.random_configuration(rng))[:3, 3])
+        wanted = _fabrik_pass(solver._points(chain.frames(q0)), solver._lengths,
+                              chain.num_bodies, goal.position)
+        q = solver.step(goal)
+        np.testing.assert_allclose(solver._points(chain.frames(q)), wanted, atol=1e-9)
+        assert np.linalg.norm(wanted - solver._points(chain.frames(q0))) > 0.05
 
 
 def test_fabrik_point_target_on_an_inner_link():
@@ -198,7 +199,7 @@ def test_ccd_prismatic_joint():
 
 
 def test_ccd_refuses_mimic_chains():
-    path = os.path.join(ROOT, 'test', 'urdf', 'mimic_prismatic.urdf')
+    path = os.path.join(os.path.dirname(__file__), 'urdf', 'mimic_prismatic.urdf')
     chain = Chain.from_urdf(path)
     assert any(chain.body_mimic[b] is not None for b in range(chain.num_bodies))
     with pytest.raises(ParameterError, match='mimic'):

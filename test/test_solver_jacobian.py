@@ -6,8 +6,6 @@ were solved 98-100 % by pinv/dls/sr, 96-100 % of position targets and 62-70 % of
 targets (300 iterations) by the transpose method.
 """
 
-import os
-
 import numpy as np
 import pytest
 
@@ -17,22 +15,19 @@ from smcik_ros.goals import (JointCoupling, OrientationTarget, PoseTarget, Posit
 from smcik_ros.model import Chain
 from smcik_ros.solvers import make_solver
 from smcik_ros.solvers.base import stack_terms
-from smcik_ros.solvers.jacobian import (finite_difference_jacobian, limit_push,
-                                        nullspace_projector)
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-URDFS = {'arm': os.path.join(ROOT, 'urdf', 'smcik_arm.urdf'),
-         'arm6': os.path.join(ROOT, 'urdf', 'smcik_arm6.urdf')}
+from smcik_ros.solvers.jacobian import (JacobianSettings, finite_difference_jacobian,
+                                        limit_push, nullspace_projector)
 
 
-@pytest.fixture(scope='module', params=sorted(URDFS))
+@pytest.fixture(params=['arm7', 'arm6'])
 def chain(request):
-    return Chain.from_urdf(URDFS[request.param])
+    """Each demo arm (the session fixtures of conftest.py)."""
+    return request.getfixturevalue(request.param)
 
 
-@pytest.fixture(scope='module')
-def arm():
-    return Chain.from_urdf(URDFS['arm'])
+@pytest.fixture
+def arm(arm7):
+    return arm7
 
 
 def nearby_problems(chain, trials, seed=1, spread=0.3):
@@ -218,10 +213,17 @@ def test_finite_difference_matches_analytic_on_ball_joints():
 
 
 # ---------------------------------------------------------------------------- limits
-def test_limit_push_acts_only_inside_the_margin():
-    lower, upper = np.array([-1.0, -1.0, -1.0]), np.array([1.0, 1.0, 1.0])
-    push = limit_push(np.array([0.0, -0.95, 0.9]), lower, upper, 0.1)
-    np.testing.assert_allclose(push, [0.0, 0.15, -0.1])
+def test_limit_push_acts_only_inside_the_margin(arm):
+    settings = JacobianSettings(limit_gain=0.5, limit_margin=0.1)
+    span = arm.upper - arm.lower
+    q = 0.5 * (arm.lower + arm.upper)
+    q[1] = arm.lower[1] + 0.04 * span[1]          # inside the lower margin: pushed up by m - d
+    q[2] = arm.upper[2] - 0.07 * span[2]          # inside the upper margin: pushed down
+    q[3] = arm.lower[3] + 0.2 * span[3]           # outside the margins: no push
+    expected = np.zeros(arm.nv)
+    expected[1], expected[2] = 0.5 * 0.06 * span[1], -0.5 * 0.03 * span[2]
+    np.testing.assert_allclose(limit_push(arm, q, settings), expected, atol=1e-12)
+    assert not limit_push(arm, q, settings.replace(limit_gain=0.0)).any()
 
 
 @pytest.mark.parametrize('method', ['transpose', 'pinv', 'dls', 'sr'])

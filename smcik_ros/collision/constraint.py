@@ -1,38 +1,25 @@
 """The collision constraint every solver respects, and the keep-out obstacles built on it.
 
-``CollisionConstraint(model, scene, pairs, padding, ...)`` is a goals ``Constraint``:
+``CollisionConstraint(model, scene, pairs, padding, ...)`` is a goals ``Constraint``
+(docs/collision.md, section 4):
 
-- ``violated(frames)`` (hard, the SMC's accept/reject and the refinement's step test): a
-  configuration is refused when a padded distance is negative AND deeper than at the
-  reference configuration (``set_reference``; the node sets it to the current command
-  each tick). An obstacle that appears on the arm therefore allows moves that reduce the
-  penetration and refuses moves that increase it: "move out of it or hold, never deeper".
-  The comparison is per object pair (link/link, link/obstacle): no cover sphere of a pair
-  may get deeper than that pair's deepest penetration at the reference, so an arm resting
-  where two covers touch may slide along the contact or leave it (per sphere pair, every
-  motion that brought other spheres of the same links into contact was refused, and such
-  an arm could not move at all). For pairs resting in contact (self pairs, obstacles on
-  links no joint moves) the depth allowed lasts over the references while the pair stays
-  in contact (an obstacle on a moving link keeps the per-reference rule): a pair that penetrates at a reference may get as deep
-  as there (its allowance) at every later reference until one finds it at least
-  ``CONTACT_RELEASE`` [m] apart; then the ordinary rule (no penetration) holds for it
-  again. Sliding along a contact between bumpy sphere covers wobbles its depth by up to
-  the covers' tolerance; compared with each tick's reference alone, every wobble deeper
-  than the last command was refused and an arm resting in contact (Unitree Z1 folded at
-  its zero pose) could hardly move. The arm still never gets deeper than it was when the
-  contact was first seen.
-- ``residual``/``jacobian``/``cost`` (soft): a clearance term, zero beyond ``clearance``
-  [m] (padded distance), growing linearly inside it: one row per configuration for each of
-  the ``max_rows`` closest object pairs (link/link or link/obstacle), so the SMC keeps a
-  margin and the refinement is pushed out.
-- ``inequality_rows(frames, influence)``: distances d and their gradients for the pairs
-  within ``influence``, for the velocity dampers of the 'jacobian' and 'distance' solvers.
+- ``violated(frames)`` (hard: the SMC's accept/reject, the refinement's step test): a
+  padded distance below 0 and deeper than at the reference configuration
+  (``set_reference``: the node's command, each tick), per object pair (link/link,
+  link/obstacle): "move out of it, slide along it or hold, never deeper". Pairs resting
+  in contact (self pairs, obstacles on links no joint moves) keep the depth of the first
+  reference that found them in contact (their allowance) over later references until one
+  finds them ``CONTACT_RELEASE`` [m] apart: sliding along bumpy sphere covers wobbles the
+  depth (an obstacle on a moving link keeps the per-reference rule).
+- ``residual``/``jacobian``/``cost`` (soft): ``clearance - d`` [m] where positive, for the
+  ``max_rows`` closest object pairs of each configuration (the SMC keeps a margin).
+- ``inequality_rows(frames, influence)``: distances and gradients for the velocity dampers
+  of the 'jacobian' and 'distance' solvers.
 - ``distances(frames)``: the smallest distance, the closest pair's names and points.
-- ``check_motion(q_from, q_to)``: the straight joint-space motion checked at sub-steps so
-  close that no point of any cover moves more than ``motion_resolution`` [m] (default: the
-  padding) between them, bounded by the joint changes times each joint's lever arm to the
-  covers. With the padding >= the resolution, no two covers can touch between sub-steps
-  that are free.
+- ``check_motion(q_from, q_to)``: the straight joint motion at sub-steps so close that no
+  cover point moves more than ``motion_resolution`` [m] (default: the padding) between two
+  (joint changes times each joint's lever arm to the covers): with the padding >= the
+  resolution, no two covers touch between free sub-steps.
 
 Distances are in metres and padded: robot/robot ``gap - padding``, robot/obstacle the
 sphere's signed distance to the primitive minus the padding; the covers contain the URDF's
@@ -49,7 +36,7 @@ import numpy as np
 from ..errors import GoalError
 from ..goals import Constraint
 from ..rotations import quat_conjugate, quat_multiply, quat_slerp, quat_to_rotvec
-from .engine import min_per_pair
+from .engine import smallest_per_group
 from .evaluation import CollisionEvaluation
 from .model import CollisionModel
 from .pairs import self_collision_pairs
@@ -76,17 +63,12 @@ _NO_SHIFT = np.zeros(0)
 
 class CollisionReport:
     """Closest pair per configuration: distance (N,) [m] (padded; inf when nothing is near),
-    names [(a, b) or None], point_a / point_b (N, 3) [m] (NaN when none), and whether each
-    configuration is in collision (distance < 0)."""
+    names [(a, b) or None], point_a / point_b (N, 3) [m] (NaN when none)."""
 
     __slots__ = ('distance', 'names', 'point_a', 'point_b')
 
     def __init__(self, distance, names, point_a, point_b):
         self.distance, self.names, self.point_a, self.point_b = distance, names, point_a, point_b
-
-    @property
-    def in_collision(self):
-        return self.distance < 0.0
 
     def __repr__(self):
         first = self.names[0] if self.names else None
@@ -108,11 +90,7 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
     clearance_sigma; clearance 0: off); max_rows: soft rows per configuration; hard: refuse
     violating configurations (SMC, refinement, gradient solvers); motion_resolution [m]:
     sub-step spacing of ``check_motion`` (None: the padding, or 2 mm without padding).
-
-    The distances come from ``CollisionEvaluation`` (its geometry, pairs, scene and cache);
-    this class adds the constraint: the allowances of the pairs in contact at the
-    reference, the hard check, the soft clearance rows, the gradient solvers' inequality
-    rows, the reports and the motion checks of the command stream.
+    The distances come from ``CollisionEvaluation``.
     """
 
     def __init__(self, model, scene=None, self_collision=True, pairs=None,
@@ -124,8 +102,8 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
         self.scene = scene if scene is not None else Scene()
         if not isinstance(self.scene, Scene):
             raise GoalError(f'scene must be a collision.Scene; got {type(scene).__name__}')
-        self.padding = _non_negative(padding, 'padding')
-        self.clearance = _non_negative(clearance, 'clearance')
+        self.padding = _positive(padding, 'padding', zero=True)
+        self.clearance = _positive(clearance, 'clearance', zero=True)
         self.clearance_sigma = _positive(clearance_sigma, 'clearance_sigma')
         self.weight = _positive(weight, 'weight')
         self.max_rows = int(max_rows)
@@ -133,10 +111,9 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
             raise GoalError(f'max_rows must be >= 1; got {max_rows}')
         self.hard = bool(hard)
         self.preference = True
-        resolution = motion_resolution
-        if resolution is None:
-            resolution = self.padding if self.padding > 0.0 else 0.002
-        self.motion_resolution = _positive(resolution, 'motion_resolution')
+        if motion_resolution is None:
+            motion_resolution = self.padding if self.padding > 0.0 else 0.002
+        self.motion_resolution = _positive(motion_resolution, 'motion_resolution')
         self.sigma = np.full(self.max_rows, self.clearance_sigma)
         self.self_collision = bool(self_collision)
         if pairs is None and self.self_collision and model.has_geometry:
@@ -158,7 +135,6 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
                             f'model (model links {list(mine.link_names)}, chain links '
                             f'{list(chain.link_names)})')
         return self
-
 
     def set_reference(self, q):
         """Set the configuration (nq,) whose penetrations may persist but not deepen (None:
@@ -212,9 +188,11 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
         """The reference configuration (nq,) or None."""
         return None if self._reference_q is None else self._reference_q.copy()
 
-
     def _eval_threshold(self):
         return max(self.clearance, 0.0) + 1e-12
+
+    def _ensure(self, frames):
+        """Get ready for ``frames`` (a keep-out volume builds itself for their chain)."""
 
     def _reference_table(self, q=None, play=None):
         """Return (sorted pair ids, allowed padded distances) of the pairs that may
@@ -231,13 +209,13 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
         table = (pairs, depth - _REFERENCE_TOLERANCE)
         if stored is None or not len(stored[0]):
             return table
-        return _merge_min(stored, _drop(table, stored[0]))
+        return _union(stored, table)
 
     def _allowance_table(self):
         """Return the allowances (sorted pair ids, allowed padded distances) brought up to
         the stored reference, or None without one. Which of them last (``_lasting``) is
         kept with them: ``self._reference[2]``."""
-        key = self._state_key()
+        key = self.version
         if self._reference_q is None:
             return None
         if self._reference is not None and self._reference[0] == key:
@@ -255,11 +233,9 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
             # Pairs still in contact keep their allowance, unless the reference is deeper
             # than the play allows (a measured resync); those farther apart are dropped by
             # the query's threshold. Never lowered by the commands themselves.
-            old_pairs, old_allowed = previous[1:]
-            pos = np.minimum(np.searchsorted(old_pairs, pairs), len(old_pairs) - 1)
-            known = old_pairs[pos] == pairs
+            known, pos = _find(previous[1], pairs)
             known &= lasting
-            old = old_allowed[pos[known]]
+            old = previous[2][pos[known]]
             allowed[known] = np.where(depth[known] >= old - CONTACT_PLAY, old,
                                       allowed[known])
             keep = known | (depth < 0.0)
@@ -269,7 +245,6 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
         self._allowance = (key,) + table
         self._reference = (key, table, lasting[keep])
         return table
-
 
     def allowances(self):
         """Return (pair ids, allowed padded distances [m] < 0) of the pairs resting in
@@ -283,13 +258,10 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
         lasting = self._reference[2]
         return table[0][lasting], table[1][lasting]
 
-
     def _violating(self, leaves, reference=None, play=None):
         """Return the (K,) mask of leaves that violate: d < 0 and deeper than their pair's
         allowance (``_reference_table``: the stored reference's, or at the configuration
-        ``reference``; looked up only when needed). Per pair, not per sphere pair: an arm
-        resting where two covers overlap (conservative covers of a folded start pose) may
-        slide along the contact as long as it gets no deeper, and leave it."""
+        ``reference``; looked up only when needed)."""
         bad = leaves.d < 0.0
         if not bad.any():
             return bad
@@ -297,12 +269,8 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
         if table is None or not len(table[0]):
             return bad
         idx = np.flatnonzero(bad)
-        keys = leaves.pair[idx]
-        pos = np.searchsorted(table[0], keys)
-        pos = np.minimum(pos, len(table[0]) - 1)
-        found = table[0][pos] == keys
-        allowed = np.where(found, table[1][pos], 0.0)
-        bad[idx] = leaves.d[idx] < allowed
+        found, pos = _find(table[0], leaves.pair[idx])
+        bad[idx] = leaves.d[idx] < np.where(found, table[1][pos], 0.0)
         return bad
 
     # ------------------------------------------------------------------ hard constraint
@@ -311,25 +279,20 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
 
         reference: a configuration (nq,) to compare with instead of the stored one.
         """
-        n = len(frames)
-        if not self.hard or not len(self._robot.radii):
-            return np.zeros(n, dtype=bool)
-        leaves, _ = self._query(frames, self._eval_threshold())
-        out = np.zeros(n, dtype=bool)
-        if not len(leaves):
-            return out
-        bad = self._violating(leaves, reference)
-        out[leaves.n[bad]] = True
+        self._ensure(frames)
+        out = np.zeros(len(frames), dtype=bool)
+        if self.hard and len(self._robot.radii):
+            leaves, _ = self._query(frames, self._eval_threshold())
+            if len(leaves):
+                out[leaves.n[self._violating(leaves, reference)]] = True
         return out
 
     def in_collision(self, frames):
         """Return (N,) bool: any padded distance < 0 (ignoring the reference)."""
-        n = len(frames)
-        if not len(self._robot.radii):
-            return np.zeros(n, dtype=bool)
-        leaves, _ = self._query(frames, self._eval_threshold())
-        out = np.zeros(n, dtype=bool)
-        out[leaves.n[leaves.d < 0.0]] = True
+        out = np.zeros(len(frames), dtype=bool)
+        if len(self._robot.radii):
+            leaves, _ = self._query(frames, self._eval_threshold())
+            out[leaves.n[leaves.d < 0.0]] = True
         return out
 
     # ------------------------------------------------------------------ soft clearance
@@ -345,43 +308,33 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
         return result
 
     def _top_rows(self, leaves, world):
-        limit = self.clearance
-        rows, n, _ = min_per_pair(leaves)
-        if not len(rows):
+        if not len(leaves):
             e = np.zeros(0, dtype=np.int64)
             return leaves, world, e, e, e, np.zeros(0)
-        residual = limit - leaves.d[rows]
-        keep = residual > 0.0
-        rows, n, residual = rows[keep], n[keep], residual[keep]
-        order = np.lexsort((-residual, n))
-        rows, n, residual = rows[order], n[order], residual[order]
-        start = np.ones(len(n), dtype=bool)
-        start[1:] = n[1:] != n[:-1]
-        group_start = np.maximum.accumulate(np.where(start, np.arange(len(n)), 0))
-        slot = np.arange(len(n)) - group_start
-        keep = slot < self.max_rows
-        return leaves, world, rows[keep], n[keep], slot[keep], residual[keep]
+        rows = smallest_per_group(leaves.d, leaves.n, leaves.pair)     # one per object pair
+        residual = self.clearance - leaves.d[rows]
+        rows, residual = rows[residual > 0.0], residual[residual > 0.0]
+        top, slot = smallest_per_group(-residual, leaves.n[rows], count=self.max_rows,
+                                       rank=True)
+        rows = rows[top]
+        return leaves, world, rows, leaves.n[rows], slot, residual[top]
 
     def residual(self, frames):
         """Return (N, max_rows) clearance shortfalls [m], largest first (0 when clear)."""
         out = np.zeros((len(frames), self.max_rows))
-        if not len(self._robot.radii):
-            return out
-        _, _, _, n, slot, residual = self._rows(frames)
-        out[n, slot] = residual
+        if len(self._robot.radii):
+            _, _, _, n, slot, residual = self._rows(frames)
+            out[n, slot] = residual
         return out
 
     def jacobian(self, frames):
         """Return (N, max_rows, nv): d residual / d tangent step of the ``residual`` rows."""
-        nv = self.model.chain.nv
-        out = np.zeros((len(frames), self.max_rows, nv))
-        if not len(self._robot.radii):
-            return out
-        leaves, world, rows, n, slot, _ = self._rows(frames)
-        if len(rows):
-            out[n, slot] = -self._distance_gradients(frames, world, leaves.select(rows))
+        out = np.zeros((len(frames), self.max_rows, self.model.chain.nv))
+        if len(self._robot.radii):
+            leaves, world, rows, n, slot, _ = self._rows(frames)
+            if len(rows):
+                out[n, slot] = -self._distance_gradients(frames, world, leaves.select(rows))
         return out
-
 
     # ------------------------------------------------------------------ gradient solvers
     def inequality_rows(self, frames, influence, per_pair=3):
@@ -390,6 +343,7 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
         d: padded distances [m]; J: d d / d tangent step. At most ``per_pair`` leaves (the
         closest) per object pair. Used for velocity dampers J dq >= -xi (d - d_s) / (d_i - d_s).
         """
+        self._ensure(frames)
         nv = self.model.chain.nv
         if not len(self._robot.radii):
             return np.zeros(0), np.zeros((0, nv))
@@ -397,13 +351,7 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
         world, leaves = self._run(first, float(influence))
         if not len(leaves):
             return np.zeros(0), np.zeros((0, nv))
-        order = np.lexsort((leaves.d, leaves.pair))
-        pair = leaves.pair[order]
-        start = np.ones(len(order), dtype=bool)
-        start[1:] = pair[1:] != pair[:-1]
-        group_start = np.maximum.accumulate(np.where(start, np.arange(len(order)), 0))
-        keep = order[(np.arange(len(order)) - group_start) < per_pair]
-        picked = leaves.select(keep)
+        picked = leaves.select(smallest_per_group(leaves.d, leaves.pair, count=per_pair))
         return picked.d.copy(), self._distance_gradients(first, world, picked)
 
     # ------------------------------------------------------------------ reports
@@ -420,6 +368,7 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
         each configuration's nearest (which may be a shifted one hiding a nearer pair), and
         reports at most that threshold (a lower bound).
         """
+        self._ensure(frames)
         n = len(frames)
         dist = np.full(n, np.inf)
         names = [None] * n
@@ -442,12 +391,9 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
                 continue
             d = leaves.d
             if len(pairs):
-                pos = np.minimum(np.searchsorted(pairs, leaves.pair), len(pairs) - 1)
-                d = d + np.where(pairs[pos] == leaves.pair, shift[pos], 0.0)
-            order = np.lexsort((d, leaves.n))
-            first = np.ones(len(order), dtype=bool)
-            first[1:] = leaves.n[order][1:] != leaves.n[order][:-1]
-            pick = order[first]
+                found, pos = _find(pairs, leaves.pair)
+                d = d + np.where(found, shift[pos], 0.0)
+            pick = smallest_per_group(d, leaves.n)
             if len(pairs):
                 pick = pick[d[pick] < threshold]      # the rest: at least the threshold
                 if not len(pick):
@@ -464,7 +410,6 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
             dist[todo] = search[-1]
         return CollisionReport(dist, names, pa, pb)
 
-
     def status(self, q):
         """Return a dict for a status message at configuration q (nq,): min_distance [m],
         closest_pair 'a / b' (or ''), in_collision, points (2, 3) [m] or None."""
@@ -476,7 +421,6 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
                 'points': None if pair is None else np.stack([report.point_a[0],
                                                               report.point_b[0]])}
 
-
     # ------------------------------------------------------------------ the command stream
     def motion_substeps(self, q_from, q_to, resolution=None):
         """Return (count, bound [m]): sub-steps of the motion q_from -> q_to so that no cover
@@ -484,7 +428,7 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
         chain = self.model.chain
         resolution = self.motion_resolution if resolution is None else float(resolution)
         dv = np.abs(_tangent_delta(chain, q_from, q_to))
-        bound = float(np.max(self._lever @ dv)) if len(self._lever) else 0.0
+        bound = float(np.max(self.lever @ dv)) if len(self.lever) else 0.0
         return max(1, int(math.ceil(bound / resolution))), bound
 
     def check_motion(self, q_from, q_to, resolution=None, play=None):
@@ -494,36 +438,28 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
         no cover point moves more than the resolution between two; ok is False when any
         sub-step violates the constraint with q_from as the reference (it may not go deeper
         into what q_from already penetrates, nor below the allowances of the pairs in
-        contact, ``play`` as in ``check_motions``). info: substeps, bound [m] (largest cover-point
-        displacement of the whole motion), first_bad (fraction of the motion, or None),
-        distance [m] and pair (names) of the worst sub-step.
+        contact, ``play`` as in ``check_motions``). info: substeps, bound [m] (largest
+        cover-point displacement of the whole motion), first_bad (fraction of the motion, or
+        None), distance [m] and pair (names) of the worst sub-step.
         """
         chain = self.model.chain
         q_from = np.asarray(q_from, dtype=float)
         q_to = np.asarray(q_to, dtype=float)
         count, bound = self.motion_substeps(q_from, q_to, resolution)
-        s = np.arange(1, count + 1) / count
-        path = _interpolate(chain, q_from, q_to, s)
-        frames = chain.frames(path)
-        info = {'substeps': count, 'bound': bound, 'first_bad': None}
+        info = {'substeps': count, 'bound': bound, 'first_bad': None,
+                'distance': float('inf'), 'pair': None}
         if not len(self._robot.radii):
-            info.update(distance=np.inf, pair=None)
             return True, info
-        leaves, _ = self._query(frames, self._eval_threshold())
+        s = np.arange(1, count + 1) / count
+        leaves, _ = self._query(chain.frames(_interpolate(chain, q_from, q_to, s)),
+                                self._eval_threshold())
         bad = self._violating(leaves, q_from, play)
         if bad.any():
-            first = int(leaves.n[bad].min())
-            info['first_bad'] = float(s[first])
-            worst = leaves.select(np.flatnonzero(bad))
-        else:
-            worst = leaves
-        if len(worst):
-            k = int(np.argmin(worst.d))
-            info['distance'] = float(worst.d[k])
-            info['pair'] = self.pair_names(int(worst.pair[k]))
-        else:
-            info['distance'] = float('inf')
-            info['pair'] = None
+            info['first_bad'] = float(s[int(leaves.n[bad].min())])
+            leaves = leaves.select(np.flatnonzero(bad))
+        if len(leaves):
+            k = int(np.argmin(leaves.d))
+            info.update(distance=float(leaves.d[k]), pair=self.pair_names(int(leaves.pair[k])))
         return not bad.any(), info
 
     def check_motions(self, q_from, q_tos, resolution=None, play=None):
@@ -535,42 +471,16 @@ class CollisionConstraint(CollisionEvaluation, Constraint):
         chain = self.model.chain
         q_from = np.asarray(q_from, dtype=float)
         q_tos = np.atleast_2d(np.asarray(q_tos, dtype=float))
+        ok = np.ones(len(q_tos), dtype=bool)
         if not len(self._robot.radii) or not len(q_tos):
-            return np.ones(len(q_tos), dtype=bool)
-        paths, owner = [], []
-        for k, q_to in enumerate(q_tos):
-            count, _ = self.motion_substeps(q_from, q_to, resolution)
-            s = np.arange(1, count + 1) / count
-            paths.append(_interpolate(chain, q_from, q_to, s))
-            owner.append(np.full(count, k))
-        path = np.concatenate(paths)
-        owner = np.concatenate(owner)
+            return ok
+        counts = [self.motion_substeps(q_from, q_to, resolution)[0] for q_to in q_tos]
+        path = np.concatenate([_interpolate(chain, q_from, q_to, np.arange(1, c + 1) / c)
+                               for q_to, c in zip(q_tos, counts)])
         leaves, _ = self._query(chain.frames(path), self._eval_threshold())
         bad = self._violating(leaves, q_from, play)
-        ok = np.ones(len(q_tos), dtype=bool)
-        ok[np.unique(owner[leaves.n[bad]])] = False
+        ok[np.unique(np.repeat(np.arange(len(q_tos)), counts)[leaves.n[bad]])] = False
         return ok
-
-    def first_free_motion(self, q_from, candidates, max_delta=None, resolution=None):
-        """Return (index, q_to): the first candidate (K, nq), in the given order, whose motion
-        from q_from is free (``check_motion``), each first clipped to ``max_delta`` (nq,) per
-        joint [rad or m] (a velocity limit per tick); (None, q_from) when none is.
-
-        For a command stream that must not deadlock against an obstacle: when the filter's
-        estimate heads into an obstacle (its straight path cuts a corner), moving towards one
-        of its other particles (by weight) slides along it instead of holding forever.
-        """
-        chain = self.model.chain
-        q_from = np.asarray(q_from, dtype=float)
-        cands = np.atleast_2d(np.asarray(candidates, dtype=float))
-        if max_delta is not None:
-            delta = np.broadcast_to(np.asarray(max_delta, dtype=float), q_from.shape)
-            cands = chain.clip(q_from + np.clip(cands - q_from, -delta, delta))
-        ok = self.check_motions(q_from, cands, resolution)
-        free = np.flatnonzero(ok)
-        if not len(free):
-            return None, q_from.copy()
-        return int(free[0]), cands[free[0]]
 
     def __repr__(self):
         return (f'CollisionConstraint({len(self._robot.radii)} spheres, {len(self.pairs)} self '
@@ -609,7 +519,7 @@ class KeepOutObstacle(CollisionConstraint):
                                 links)
         self.obstacle = obstacle
         self.links = obstacle.links
-        self.margin = _non_negative(margin, 'margin')
+        self.margin = _positive(margin, 'margin', zero=True)
         self._settings = dict(padding=self.margin, clearance=0.0, clearance_sigma=sigma,
                               weight=weight, hard=hard, max_rows=1)
         self.hard = bool(hard)
@@ -650,34 +560,17 @@ class KeepOutObstacle(CollisionConstraint):
         self._ensure(frames)
         leaves, _ = self._query(frames, 1e-12)
         out = np.zeros((len(frames), 1))
-        if len(leaves):
-            np.maximum.at(out[:, 0], leaves.n, -leaves.d)
+        np.maximum.at(out[:, 0], leaves.n, -leaves.d)
         return out
 
     def jacobian(self, frames):
         self._ensure(frames)
-        nv = frames.chain.nv
-        out = np.zeros((len(frames), 1, nv))
+        out = np.zeros((len(frames), 1, frames.chain.nv))
         leaves, world = self._query(frames, 1e-12)
         if len(leaves):
-            order = np.lexsort((leaves.d, leaves.n))
-            first = np.ones(len(order), dtype=bool)
-            first[1:] = leaves.n[order][1:] != leaves.n[order][:-1]
-            worst = leaves.select(order[first])
+            worst = leaves.select(smallest_per_group(leaves.d, leaves.n))
             out[worst.n, 0] = -self._distance_gradients(frames, world, worst)
         return out
-
-    def violated(self, frames, reference=None):
-        self._ensure(frames)
-        return CollisionConstraint.violated(self, frames, reference)
-
-    def distances(self, frames, search=(0.05, 0.25, 1.0, np.inf), credit=None):
-        self._ensure(frames)
-        return CollisionConstraint.distances(self, frames, search, credit)
-
-    def inequality_rows(self, frames, influence, per_pair=3):
-        self._ensure(frames)
-        return CollisionConstraint.inequality_rows(self, frames, influence, per_pair)
 
     def check_motion(self, q_from, q_to, resolution=None, play=None):
         if self._bound_chain is None:
@@ -691,66 +584,42 @@ class KeepOutSphere(KeepOutObstacle):
     The same mechanism as every obstacle (a sphere ``Obstacle`` checked against the robot's
     cover); ``margin`` [m] is added clearance; ``links`` restricts which links are kept out;
     ``model``: the robot's CollisionModel (None: a thin skeleton of the chain's segments).
-    ``samples`` is accepted for compatibility and unused (the cover replaces the sampled
-    points of the earlier implementation).
     """
 
-    def __init__(self, center, radius, margin=0.0, hard=True, samples=3, sigma=0.005,
-                 links=None, weight=1.0, model=None):
-        center = np.array(center, dtype=float)
-        if center.shape != (3,):
-            raise GoalError(f'keep-out sphere centre must have shape (3,); got {center.shape}')
-        if not np.all(np.isfinite(center)):
-            raise GoalError(f'keep-out sphere centre contains NaN or infinite values: '
-                            f'{center.tolist()}')
-        radius = _positive(radius, 'keep-out sphere radius')
-        center.setflags(write=False)
-        self.center = center
-        self.radius = radius
-        super().__init__(Obstacle.sphere(center, radius), margin=margin, hard=hard,
-                         links=links, model=model, sigma=sigma, weight=weight)
+    def __init__(self, center, radius, margin=0.0, hard=True, sigma=0.005, links=None,
+                 weight=1.0, model=None):
+        sphere = Obstacle.sphere(center, radius)          # validated there
+        self.center, self.radius = sphere.pose[:3, 3], sphere.radius     # read-only centre
+        super().__init__(sphere, margin=margin, hard=hard, links=links, model=model,
+                         sigma=sigma, weight=weight)
 
 
 # ---------------------------------------------------------------------- helpers
-def _positive(value, what):
+def _positive(value, what, zero=False):
+    """Return ``value`` as a finite float > 0 (>= 0 [m] with ``zero``); GoalError else."""
+    expected = 'a number >= 0 [m]' if zero else 'a positive number'
     try:
         value = float(value)
     except (TypeError, ValueError):
-        raise GoalError(f'{what} must be a positive number; got {value!r}') from None
-    if not math.isfinite(value) or value <= 0.0:
-        raise GoalError(f'{what} must be a positive number; got {value}')
+        raise GoalError(f'{what} must be {expected}; got {value!r}') from None
+    if not math.isfinite(value) or value < 0.0 or (value == 0.0 and not zero):
+        raise GoalError(f'{what} must be {expected}; got {value}')
     return value
 
 
-def _non_negative(value, what):
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        raise GoalError(f'{what} must be a number >= 0 [m]; got {value!r}') from None
-    if not math.isfinite(value) or value < 0.0:
-        raise GoalError(f'{what} must be a number >= 0 [m]; got {value}')
-    return value
+def _find(ids, keys):
+    """Return (found (K,) bool, position (K,)): where each of ``keys`` is in the sorted,
+    non-empty ``ids``."""
+    pos = np.minimum(np.searchsorted(ids, keys), len(ids) - 1)
+    return ids[pos] == keys, pos
 
 
-def _drop(table, pairs):
-    """Return the (sorted pair ids, values) table without the entries of ``pairs`` (sorted)."""
-    if not len(pairs) or not len(table[0]):
-        return table
-    pos = np.minimum(np.searchsorted(pairs, table[0]), len(pairs) - 1)
-    keep = pairs[pos] != table[0]
-    return table[0][keep], table[1][keep]
-
-
-def _merge_min(a, b):
-    """Return the union of two (sorted pair ids, values) tables, the smaller value where a
+def _union(first, second):
+    """Return the union of two (sorted pair ids, values) tables, ``first``'s value where a
     pair is in both."""
-    pairs = np.concatenate([a[0], b[0]])
-    values = np.concatenate([a[1], b[1]])
-    order = np.lexsort((values, pairs))
-    pairs, values = pairs[order], values[order]
-    first = np.ones(len(pairs), dtype=bool)
-    first[1:] = pairs[1:] != pairs[:-1]
-    return pairs[first], values[first]
+    pairs = np.concatenate([first[0], second[0]])
+    rows = smallest_per_group(np.arange(len(pairs)), pairs)
+    return pairs[rows], np.concatenate([first[1], second[1]])[rows]
 
 
 def _tangent_delta(chain, qa, qb):

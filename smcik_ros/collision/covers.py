@@ -29,28 +29,27 @@ range: the pieces are the triangles at consecutive sampled joint positions (a sp
 contains a triangle at two positions of a translation contains everything in between; for
 rotations the arc's sagitta is added to the radii).
 
-Computing a cover takes 0.1-1 s per mesh, so covers are cached on disk, keyed by a hash of
-the geometry and the settings (``default_cache_dir``; never inside the repository).
+Computing a cover takes 0.1-1 s per mesh, so covers are cached on disk (``model.cache``, in
+``default_cache_dir``; never inside the repository), keyed by a digest of the geometry and
+the settings.
 """
 
 import contextlib
 import dataclasses
-import hashlib
 import heapq
 import itertools
-import logging
-import os
 
 import numpy as np
 
+from ..model import cache as model_cache
 from ..model.cache import default_cache_dir   # the cover cache shares its directory
+from .engine import smallest_per_group
 
 __all__ = ['SphereCover', 'COVER_VERSION', 'default_cache_dir', 'cover_mesh', 'cover_box',
            'cover_cylinder', 'cover_sphere', 'bisect_triangles', 'cylinder_sections',
            'before_first_compute', 'cached_cover']
 
-COVER_VERSION = 3
-_LOG = logging.getLogger('smcik_ros.collision')
+COVER_VERSION = 3      # the covers' algorithm; a new one ignores the cached covers
 _before_compute = []     # callbacks of ``before_first_compute`` blocks, called once each
 
 
@@ -158,14 +157,28 @@ def cover_mesh(vertices, faces, tolerance, item_edge=None, poses=None, rotation_
         raise ValueError(f'cover tolerance must be > 0 [m]; got {tolerance}')
     item_edge = tolerance if item_edge is None else float(item_edge)
     poses = None if poses is None else np.ascontiguousarray(poses, dtype=float).reshape(-1, 4, 4)
-    key = _cache_key(vertices, faces, tolerance, item_edge, poses, rotation_sag)
-    cached = _cache_load(cache_dir, key)
-    if cached is not None:
-        return cached
-    while _before_compute:
-        _before_compute.pop()()
-    cover = _compute_cover(vertices, faces, tolerance, item_edge, poses, float(rotation_sag))
-    _cache_store(cache_dir, key, cover)
+
+    def compute():
+        while _before_compute:
+            _before_compute.pop()()
+        return _compute_cover(vertices, faces, tolerance, item_edge, poses, float(rotation_sag))
+    return cached_cover(cache_dir, compute, 'mesh', vertices, faces, tolerance, item_edge, poses,
+                        float(rotation_sag))
+
+
+def cached_cover(cache_dir, compute, *parts):
+    """Return the cover stored under the digest of ``parts`` (arrays and settings), else
+    ``compute()``, stored there (``model.cache``; cache_dir as in ``cover_mesh``): also for
+    covers whose ``cover_mesh`` inputs come out of costly steps (a swept mesh's thinned
+    poses and proxy), found before those steps."""
+    key = model_cache.digest('cover', COVER_VERSION, *parts)
+    hit = model_cache.load(cache_dir, 'cover', key)
+    if hit is not None:
+        meta, arrays = hit
+        return SphereCover(arrays['centers'], arrays['radii'], arrays['excess'], meta['hull'])
+    cover = compute()
+    model_cache.store(cache_dir, 'cover', key, {'hull': bool(cover.hull)},
+                      {'centers': cover.centers, 'radii': cover.radii, 'excess': cover.excess})
     return cover
 
 
@@ -253,7 +266,8 @@ def _compute_cover(vertices, faces, tolerance, item_edge, poses, rotation_sag):
     depth_t = _shrinking_ball(pts, nrm, pts, cap)
     local = np.concatenate([pts - depth_t[:, None] * nrm, pts - 0.5 * depth_t[:, None] * nrm])
     score = np.concatenate([depth_t, 0.5 * depth_t])
-    local, score = _dedup(local, score, 0.5 * tolerance)
+    cell = np.floor(local / (0.5 * tolerance)).astype(np.int64)     # the deepest per cell
+    local = local[smallest_per_group(-score, *cell.T)]
     cand = (np.einsum('kij,pj->kpi', rot[sample], local) + trans[sample][:, None, :]) \
         .reshape(-1, 3)
     depth = _depth(moved, cand)
@@ -332,17 +346,6 @@ def _grid(bounds, spacing):
     if any(len(a) == 0 for a in axes):
         return np.zeros((0, 3))
     return np.stack(np.meshgrid(*axes, indexing='ij'), -1).reshape(-1, 3)
-
-
-def _dedup(points, score, cell):
-    """Keep the highest-score point per cubic cell of size ``cell``."""
-    key = np.floor(points / cell).astype(np.int64)
-    order = np.lexsort((-score, key[:, 2], key[:, 1], key[:, 0]))
-    sorted_key = key[order]
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = np.any(sorted_key[1:] != sorted_key[:-1], axis=1)
-    pick = order[first]
-    return points[pick], score[pick]
 
 
 def _depth(meshes, points):
@@ -433,69 +436,3 @@ def _fit_radii(items, centers, depths, tolerance, pair_limit=2_000_000):
     np.maximum.at(radii, best, best_far)
     radii = np.where(radii > 0.0, radii * (1.0 + 1e-12) + 1e-12, 0.0)
     return radii, radii - depths
-
-
-# ---------------------------------------------------------------------- the disk cache
-def _cache_key(vertices, faces, tolerance, item_edge, poses, rotation_sag):
-    h = hashlib.sha256()
-    h.update(f'smcik_ros-cover-v{COVER_VERSION}:{tolerance!r}:{item_edge!r}:'
-             f'{float(rotation_sag)!r}'.encode())
-    h.update(vertices.tobytes())
-    h.update(faces.tobytes())
-    if poses is not None:
-        h.update(poses.tobytes())
-    return h.hexdigest()
-
-
-def cached_cover(cache_dir, compute, *parts):
-    """Return the cover stored under the hash of ``parts`` (arrays and settings), else
-    ``compute()``, stored there: for covers whose ``cover_mesh`` inputs come out of costly
-    steps (a swept mesh's thinned poses and proxy), found before those steps. cache_dir as
-    in ``cover_mesh`` ('' : no cache)."""
-    h = hashlib.sha256(f'smcik_ros-cover-v{COVER_VERSION}:derived'.encode())
-    for part in parts:
-        if isinstance(part, np.ndarray):
-            h.update(repr((part.dtype.str, part.shape)).encode())
-            h.update(np.ascontiguousarray(part).tobytes())
-        else:
-            h.update(repr(part).encode())
-    key = h.hexdigest()
-    cover = _cache_load(cache_dir, key)
-    if cover is None:
-        cover = compute()
-        _cache_store(cache_dir, key, cover)
-    return cover
-
-
-def _cache_path(cache_dir, key):
-    if cache_dir == '':
-        return None
-    return os.path.join(cache_dir or default_cache_dir(), f'cover-{key}.npz')
-
-
-def _cache_load(cache_dir, key):
-    path = _cache_path(cache_dir, key)
-    if path is None or not os.path.isfile(path):
-        return None
-    try:
-        with np.load(path) as data:
-            return SphereCover(data['centers'], data['radii'], data['excess'],
-                               bool(data['hull']))
-    except (OSError, ValueError, KeyError) as exc:
-        _LOG.warning('ignoring unreadable cover cache file %s (%s)', path, exc)
-        return None
-
-
-def _cache_store(cache_dir, key, cover):
-    path = _cache_path(cache_dir, key)
-    if path is None:
-        return
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f'{path}.{os.getpid()}.tmp.npz'
-        np.savez(tmp, centers=cover.centers, radii=cover.radii, excess=cover.excess,
-                 hull=np.array(cover.hull))
-        os.replace(tmp, path)
-    except OSError as exc:
-        _LOG.warning('cannot write the cover cache %s (%s): covers will be recomputed at the '
-                     'next start', path, exc)

@@ -22,11 +22,9 @@ Distances are padded: ``d = gap - padding`` (robot against robot: the gap betwee
 spheres; robot against obstacles: the signed distance of the sphere to the primitive).
 
 Link pairs whose relative pose depends on one or two joints only (a forearm and the hand
-two joints further on: the pairs that are close in most configurations) also get a lookup
-table (``PairTables``): the smallest gap at the centre of each cell of a grid over those
-joints, minus how far any cover point can move within a cell (joint half-width times its
-lever arm, ``lever_matrix``), is a lower bound of the gap anywhere in the cell; level 1 uses
-the larger of that bound and the bounding spheres' one.
+two joints further on: close in most configurations) also get a table of lower bounds of
+their gap over a grid of those joints (``PairTables``); level 1 uses the larger of that
+bound and the bounding spheres' one.
 """
 
 import numpy as np
@@ -34,19 +32,24 @@ import numpy as np
 from ..kernels.collision import collision_query, leaf_buffers
 from ..kernels.fk import body_points_world
 from ..kernels.records import OBSTACLES, PAIRS, ROBOT
+from ..model import cache as model_cache
 from .shapes import primitive_bounding_radius
 
 __all__ = ['RobotGeometry', 'ObstacleGeometry', 'World', 'Leaves', 'PairTables', 'query',
-           'lever_matrix', 'min_per_pair', 'pair_record', 'split_groups', 'bounding_sphere']
+           'lever_matrix', 'smallest_per_group', 'pair_record', 'split_groups']
 
 
-def bounding_sphere(centers, radii):
-    """Return (centre (3,), radius) of a sphere containing spheres (centers (k, 3), radii)."""
-    lo = np.min(centers - radii[:, None], axis=0)
-    hi = np.max(centers + radii[:, None], axis=0)
-    center = 0.5 * (lo + hi)
-    radius = float(np.max(np.linalg.norm(centers - center, axis=1) + radii))
-    return center, radius
+def _bounding_spheres(centers, radii, start, count):
+    """Return (Q, 3) centres and (Q,) radii of spheres, each containing a run of the spheres
+    (centers (k, 3), radii (k,)): run q is start[q] .. start[q] + count[q] - 1."""
+    out_center, out_radius = np.zeros((len(start), 3)), np.zeros(len(start))
+    for q, (first, k) in enumerate(zip(start, count)):
+        c, r = centers[first:first + k], radii[first:first + k]
+        lo = np.min(c - r[:, None], axis=0)
+        hi = np.max(c + r[:, None], axis=0)
+        out_center[q] = 0.5 * (lo + hi)
+        out_radius[q] = float(np.max(np.linalg.norm(c - out_center[q], axis=1) + r))
+    return out_center, out_radius
 
 
 def split_groups(centers, size):
@@ -79,79 +82,52 @@ class RobotGeometry:
     """
 
     def __init__(self, model, part_size=8):
-        self.model = model
-        L = len(model.link_names)
-        order, part_link, part_start, part_count = [], [], [], []
-        link_part_start, link_part_count = [], []
-        for link in range(L):
+        order, part_start, part_count, part_link, link_part_start = [], [], [], [], []
+        for link in range(len(model.link_names)):
             idx = np.arange(model.link_start[link], model.link_start[link] +
                             model.link_count[link])
-            groups = split_groups(model.centers[idx], part_size)
             link_part_start.append(len(part_start))
-            link_part_count.append(len(groups))
-            for g in groups:
+            for g in split_groups(model.centers[idx], part_size):
                 part_start.append(len(order))
                 part_count.append(len(g))
                 part_link.append(link)
                 order.extend(idx[g].tolist())
+        part_start, part_count, part_link, link_part_start = (
+            np.array(a, dtype=np.int64) for a in (part_start, part_count, part_link,
+                                                  link_part_start))
         self.order = np.array(order, dtype=np.int64)
-        self.centers = model.centers[self.order] if len(order) else np.zeros((0, 3))
-        self.radii = model.radii[self.order] if len(order) else np.zeros(0)
-        self.sphere_link = model.sphere_link[self.order] if len(order) else \
-            np.zeros(0, dtype=np.int64)
-        self.sphere_body = model.sphere_body[self.order] if len(order) else \
-            np.zeros(0, dtype=np.int64)
-        self.part_start = np.array(part_start, dtype=np.int64)
-        self.part_count = np.array(part_count, dtype=np.int64)
-        self.part_link = np.array(part_link, dtype=np.int64)
-        self.link_part_start = np.array(link_part_start, dtype=np.int64)
-        self.link_part_count = np.array(link_part_count, dtype=np.int64)
-        Q = len(part_start)
-        self.part_center = np.zeros((Q, 3))
-        self.part_radius = np.zeros(Q)
-        for q in range(Q):
-            s = slice(part_start[q], part_start[q] + part_count[q])
-            self.part_center[q], self.part_radius[q] = bounding_sphere(self.centers[s],
-                                                                       self.radii[s])
-        self.link_center = np.zeros((L, 3))
-        self.link_radius = np.zeros(L)
-        self.link_sphere_start = np.zeros(L, dtype=np.int64)
-        self.link_sphere_count = np.zeros(L, dtype=np.int64)
-        for link in range(L):
-            first = part_start[link_part_start[link]]
-            count = int(model.link_count[link])
-            s = slice(first, first + count)
-            self.link_sphere_start[link], self.link_sphere_count[link] = first, count
-            self.link_center[link], self.link_radius[link] = bounding_sphere(self.centers[s],
-                                                                             self.radii[s])
+        self.centers = model.centers[self.order]
+        self.radii = model.radii[self.order]
+        self.sphere_link = model.sphere_link[self.order]
+        self.sphere_body = model.sphere_body[self.order]
         self.link_body = np.asarray(model.link_body, dtype=np.int64)
-        self.part_body = self.link_body[self.part_link] if Q else np.zeros(0, dtype=np.int64)
-        S = len(self.radii)
+        self.link_sphere_start = part_start[link_part_start]
+        self.link_sphere_count = np.asarray(model.link_count, dtype=np.int64)
+        part_center, part_radius = _bounding_spheres(self.centers, self.radii, part_start,
+                                                     part_count)
+        link_center, link_radius = _bounding_spheres(self.centers, self.radii,
+                                                     self.link_sphere_start,
+                                                     self.link_sphere_count)
+        S, L = len(self.radii), len(model.link_names)
         self.sph_row = np.arange(S)
         self.link_row = S + np.arange(L)
         self.num_rows = S + L
         self.row_body = np.concatenate([self.sphere_body, self.link_body]).astype(np.int64)
-        self.row_local = np.concatenate([self.centers, self.link_center]).reshape(-1, 3)
-        for arr in (self.centers, self.radii, self.part_center, self.part_radius,
-                    self.link_center, self.link_radius):
-            arr.setflags(write=False)
+        self.row_local = np.concatenate([self.centers, link_center]).reshape(-1, 3)
+        self.centers.setflags(write=False)
+        self.radii.setflags(write=False)
         self.record = ROBOT.pack(
             row_body=self.row_body, row_local=self.row_local, radii=self.radii,
-            sphere_row=self.sph_row, link_row=self.link_row, link_radius=self.link_radius,
+            sphere_row=self.sph_row, link_row=self.link_row, link_radius=link_radius,
             link_sphere_start=self.link_sphere_start, link_sphere_count=self.link_sphere_count,
-            sphere_part=np.repeat(np.arange(Q), self.part_count),
-            part_local=self.part_center.reshape(-1, 3), part_body=self.part_body,
-            part_radius=self.part_radius)
-
-    @property
-    def num_spheres(self):
-        return len(self.radii)
+            sphere_part=np.repeat(np.arange(len(part_start)), part_count),
+            part_local=part_center, part_body=self.link_body[part_link],
+            part_radius=part_radius)
 
     def world(self, frames):
-        """Return the ``World`` of ``frames``: every sphere and link centre in the base frame,
-        computed when first asked for (the compiled query moves only the rows its broad
-        phase reaches). The World keeps a copy of the frames, so later changes to
-        ``frames`` do not reach it."""
+        """Return the ``World`` of ``frames`` (a copy of them: later changes do not reach
+        it): every sphere and link centre in the base frame, computed when asked for (the
+        compiled query moves only the rows its broad phase reaches)."""
         return World(self, np.array(frames.rot, order='C'), np.array(frames.pos, order='C'))
 
 
@@ -159,32 +135,17 @@ class World:
     """Base-frame positions of a RobotGeometry's rows at N configurations.
 
     From the body frames (rot (B, N, 3, 3), pos (B, N, 3)) and the ``geometry``: ``points``
-    computes only the rows asked for; ``xyz`` (3, N * T): x, y and z planes, row r of
-    configuration n at column n * T + r, is computed on first use.
+    computes only the rows asked for, ``grid`` all rows at every configuration.
     """
 
-    __slots__ = ('_xyz', 'rows', 'n', 'rot', 'pos', 'geometry')
+    __slots__ = ('rows', 'n', 'rot', 'pos', 'geometry')
 
     def __init__(self, geometry, rot, pos):
         self.geometry, self.rot, self.pos = geometry, rot, pos
         self.rows, self.n = geometry.num_rows, rot.shape[1]
-        self._xyz = None
-
-    @property
-    def xyz(self):
-        if self._xyz is None:
-            g = self.geometry
-            xyz = np.empty((3, self.n * self.rows))
-            body_points_world(self.rot, self.pos, g.record[0], g.record[1], xyz)
-            self._xyz = xyz
-        return self._xyz
 
     def points(self, n, rows):
         """Return (K, 3) positions of rows (K,) at configurations n (K,)."""
-        if self._xyz is not None:
-            idx = n * self.rows + rows
-            xyz = self._xyz
-            return np.stack([xyz[0].take(idx), xyz[1].take(idx), xyz[2].take(idx)], axis=-1)
         g = self.geometry
         body, local = g.row_body[rows], g.row_local[rows]
         out = local.astype(float, copy=True).reshape(-1, 3)
@@ -197,24 +158,28 @@ class World:
 
     def grid(self, rows):
         """Return (N, R, 3) positions of ``rows`` (R,) at every configuration."""
-        return self.xyz.reshape(3, self.n, self.rows)[:, :, rows].transpose(1, 2, 0)
+        xyz = np.empty((3, self.n * self.rows))     # row r of configuration n: n * T + r
+        record = self.geometry.record
+        body_points_world(self.rot, self.pos, record[0], record[1], xyz)
+        return xyz.reshape(3, self.n, self.rows)[:, :, rows].transpose(1, 2, 0)
 
 
 class ObstacleGeometry:
     """Scene obstacles compiled to primitives, parts and objects, with bounding spheres.
 
-    keys: the (ns, id) of each object; link_mask (O, L): which robot links each applies to;
+    keys: the (ns, id) of each object; kind (G,), rot (G, 3, 3), trans (G, 3), size (G, 3):
+    the primitives in the base frame (``Obstacle.primitives``), part after part; pair_link,
+    pair_obj (K,): the link/object pairs, link-major (an object applies to its ``links``);
     record: the same for the kernels (``kernels.records.OBSTACLES``).
     """
 
     def __init__(self, items, link_names, part_size=16):
-        index = {n: i for i, n in enumerate(link_names)}
-        L = len(link_names)
-        kinds, rots, transs, sizes, prim_obj = [], [], [], [], []
+        prims = [(np.zeros(0, dtype=np.int64), np.zeros((0, 3, 3)), np.zeros((0, 3)),
+                  np.zeros((0, 3)))]
         part_start, part_count, obj_part_start, obj_part_count = [], [], [], []
-        self.keys, self.obstacles, masks = [], [], []
+        self.keys, masks = [], []
         total = 0
-        for o, (key, obstacle) in enumerate(items):
+        for key, obstacle in items:
             kind, rot, trans, size = obstacle.primitives()
             if not len(kind):
                 continue
@@ -225,64 +190,28 @@ class ObstacleGeometry:
             for g in groups:
                 part_start.append(total)
                 part_count.append(len(g))
-                kinds.append(kind[g])
-                rots.append(rot[g])
-                transs.append(trans[g])
-                sizes.append(size[g])
-                prim_obj.append(np.full(len(g), len(self.keys)))
+                prims.append((kind[g], rot[g], trans[g], size[g]))
                 total += len(g)
-            mask = np.zeros(L, dtype=bool)
-            if obstacle.links is None:
-                mask[:] = True
-            else:
-                for name in obstacle.links:
-                    if name in index:
-                        mask[index[name]] = True
-            masks.append(mask)
+            names = link_names if obstacle.links is None else obstacle.links
+            masks.append([name in names for name in link_names])
             self.keys.append(key)
-            self.obstacles.append(obstacle)
-        cat = (lambda parts, shape, dtype=float: np.concatenate(parts) if parts
-               else np.zeros(shape, dtype=dtype))
-        self.kind = cat(kinds, (0,), np.int64)
-        self.rot = cat(rots, (0, 3, 3))
-        self.trans = cat(transs, (0, 3))
-        self.size = cat(sizes, (0, 3))
-        self.prim_obj = cat(prim_obj, (0,), np.int64)
-        self.prim_radius = primitive_bounding_radius(self.kind, self.size)
-        self.part_start = np.array(part_start, dtype=np.int64)
-        self.part_count = np.array(part_count, dtype=np.int64)
-        self.obj_part_start = np.array(obj_part_start, dtype=np.int64)
-        self.obj_part_count = np.array(obj_part_count, dtype=np.int64)
-        Q = len(part_start)
-        self.part_center = np.zeros((Q, 3))
-        self.part_radius = np.zeros(Q)
-        for q in range(Q):
-            s = slice(part_start[q], part_start[q] + part_count[q])
-            self.part_center[q], self.part_radius[q] = bounding_sphere(self.trans[s],
-                                                                       self.prim_radius[s])
-        O = len(self.keys)
-        self.obj_center = np.zeros((O, 3))
-        self.obj_radius = np.zeros(O)
-        for o in range(O):
-            s = slice(obj_part_start[o], obj_part_start[o] + obj_part_count[o])
-            self.obj_center[o], self.obj_radius[o] = bounding_sphere(self.part_center[s],
-                                                                     self.part_radius[s])
-        self.link_mask = np.array(masks, dtype=bool).reshape(O, L)
-        pl, po = np.nonzero(self.link_mask.T)          # link-major pairs
-        self.pair_link = pl.astype(np.int64)
-        self.pair_obj = po.astype(np.int64)
+        self.kind, self.rot, self.trans, self.size = (np.concatenate(a) for a in zip(*prims))
+        self.part_start, self.part_count, self.obj_part_start, self.obj_part_count = (
+            np.array(a, dtype=np.int64) for a in (part_start, part_count, obj_part_start,
+                                                  obj_part_count))
+        part_center, part_radius = _bounding_spheres(
+            self.trans, primitive_bounding_radius(self.kind, self.size), part_start,
+            part_count)
+        obj_center, obj_radius = _bounding_spheres(part_center, part_radius, obj_part_start,
+                                                   obj_part_count)
+        link_mask = np.array(masks, dtype=bool).reshape(len(self.keys), len(link_names))
+        self.pair_link, self.pair_obj = (a.astype(np.int64) for a in np.nonzero(link_mask.T))
         self.record = OBSTACLES.pack(
-            pair_link=self.pair_link, pair_obj=self.pair_obj,
-            obj_center=self.obj_center.reshape(-1, 3), obj_radius=self.obj_radius,
-            obj_part_start=self.obj_part_start, obj_part_count=self.obj_part_count,
-            part_center=self.part_center.reshape(-1, 3), part_radius=self.part_radius,
-            part_start=self.part_start, part_count=self.part_count, kind=self.kind,
-            rot=self.rot.reshape(-1, 3, 3), trans=self.trans.reshape(-1, 3),
-            size=self.size.reshape(-1, 3))
-
-    @property
-    def num_primitives(self):
-        return len(self.kind)
+            pair_link=self.pair_link, pair_obj=self.pair_obj, obj_center=obj_center,
+            obj_radius=obj_radius, obj_part_start=self.obj_part_start,
+            obj_part_count=self.obj_part_count, part_center=part_center,
+            part_radius=part_radius, part_start=self.part_start, part_count=self.part_count,
+            kind=self.kind, rot=self.rot, trans=self.trans, size=self.size)
 
 
 def lever_matrix(chain, model):
@@ -330,8 +259,7 @@ class PairTables:
     For each such pair, a grid over its joints (cell width chosen so that no cover point
     moves more than ``slack`` [m] from the cell centre) holds the smallest unpadded gap at
     the cell centres (capped at ``cap`` [m]) minus that movement: a lower bound of the gap
-    anywhere in the cell. ``bound(q)`` returns (N, P) bounds for every self pair (-inf where
-    there is no table).
+    anywhere in the cell (the kernel looks it up).
 
     The same sweep records which spheres of each side ever come within ``cap`` of the other
     link: spheres that never do cannot be within ``cap - margin`` anywhere, so queries whose
@@ -344,53 +272,20 @@ class PairTables:
     def __init__(self, robot, chain, pairs, lever, slack=0.01, cap=0.05, max_cells=8000,
                  cache_dir=None):
         self.num_pairs = len(pairs)
-        key = self._key(robot, chain, pairs, lever, slack, cap, max_cells)
-        if self._load(cache_dir, key):
+        key = model_cache.digest(
+            'tables', slack, cap, max_cells, robot.centers, robot.radii,
+            robot.link_sphere_start, robot.link_sphere_count, robot.link_body,
+            np.asarray(pairs, dtype=np.int64), lever, chain.lower, chain.upper,
+            chain.column_axis, chain.column_scatter, np.asarray(chain.body_parent, dtype=np.int64),
+            np.asarray(chain.body_origin, dtype=float))
+        hit = model_cache.load(cache_dir, 'tables', key)
+        if hit is not None:
+            for name in self._FIELDS:
+                setattr(self, name, hit[1][name])
             return
         self._build(robot, chain, pairs, lever, slack, cap, max_cells)
-        self._store(cache_dir, key)
-
-    @staticmethod
-    def _key(robot, chain, pairs, lever, slack, cap, max_cells):
-        import hashlib
-        h = hashlib.sha256(f'smcik_ros-tables-v1:{slack!r}:{cap!r}:{max_cells!r}'.encode())
-        for arr in (robot.centers, robot.radii, robot.link_sphere_start, robot.link_sphere_count,
-                    robot.link_body, np.asarray(pairs, dtype=np.int64), lever, chain.lower,
-                    chain.upper, chain.column_axis, chain.column_scatter,
-                    np.asarray(chain.body_parent, dtype=np.int64),
-                    np.asarray(chain.body_origin, dtype=float)):
-            h.update(np.ascontiguousarray(arr).tobytes())
-        return h.hexdigest()
-
-    def _load(self, cache_dir, key):
-        if cache_dir == '':
-            return False
-        import os
-        from .covers import default_cache_dir
-        path = os.path.join(cache_dir or default_cache_dir(), f'tables-{key}.npz')
-        if not os.path.isfile(path):
-            return False
-        try:
-            with np.load(path) as data:
-                for name in self._FIELDS:
-                    setattr(self, name, data[name])
-        except (OSError, ValueError, KeyError):
-            return False
-        return True
-
-    def _store(self, cache_dir, key):
-        if cache_dir == '':
-            return
-        import os
-        from .covers import default_cache_dir
-        path = os.path.join(cache_dir or default_cache_dir(), f'tables-{key}.npz')
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f'{path}.{os.getpid()}.tmp.npz'
-            np.savez(tmp, **{name: getattr(self, name) for name in self._FIELDS})
-            os.replace(tmp, path)
-        except OSError:
-            pass
+        model_cache.store(cache_dir, 'tables', key, {},
+                          {name: getattr(self, name) for name in self._FIELDS})
 
     def _build(self, robot, chain, pairs, lever, slack, cap, max_cells):
         scalar_q = {int(v): int(q) for q, v in zip(chain.scalar_q, chain.scalar_v)}
@@ -402,18 +297,15 @@ class PairTables:
         # Sphere subsets per pair and side: (start, count) into ``sphere_index``; full link
         # ranges where there is no table. ``subset_limit``: padded thresholds up to which
         # the subsets are complete.
-        subsets = []
+        start, count = robot.link_sphere_start, robot.link_sphere_count
+        fulls = [tuple(np.arange(start[k], start[k] + count[k]) for k in pair) for pair in pairs]
+        subsets = list(fulls)
         self.subset_limit = np.full(self.num_pairs, -np.inf)
         for p, (la, lb) in enumerate(pairs):
-            full = (np.arange(robot.link_sphere_start[la],
-                              robot.link_sphere_start[la] + robot.link_sphere_count[la]),
-                    np.arange(robot.link_sphere_start[lb],
-                              robot.link_sphere_start[lb] + robot.link_sphere_count[lb]))
             ba, bb = int(robot.link_body[la]), int(robot.link_body[lb])
             cols = np.flatnonzero(body_mask[ba + 1] ^ body_mask[bb + 1])
             vs = sorted({int(v) for c in cols for v in np.flatnonzero(chain.column_scatter[c])})
             if not 1 <= len(vs) <= 2 or not all(v in scalar_q for v in vs):
-                subsets.append(full)
                 continue
             qs = [scalar_q[v] for v in vs]
             rate = [lever[ba + 1, v] + lever[bb + 1, v] for v in vs]
@@ -435,7 +327,7 @@ class PairTables:
             offsets.append(total)
             values.append(grid.ravel() - margin)
             total += grid.size
-            subsets.append((near_a, near_b))
+            subsets[p] = (near_a, near_b)
             self.subset_limit[p] = cap - margin
         self.pair_index = np.array(index, dtype=np.int64)
         self.qcols = np.array(qcols, dtype=np.int64).reshape(-1, 2)
@@ -447,28 +339,22 @@ class PairTables:
         self.values.setflags(write=False)
         # One flat index array: per pair the subset of each side, then (for table pairs) the
         # full links; ``sphere_ranges`` (P, 4) and ``full_ranges`` (P, 4) point into it.
-        flat, ranges, fulls = [], np.zeros((self.num_pairs, 4), dtype=np.int64), \
-            np.zeros((self.num_pairs, 4), dtype=np.int64)
-        start = 0
+        flat = []
+        self.sphere_ranges = np.zeros((self.num_pairs, 4), dtype=np.int64)
+        self.full_ranges = np.zeros((self.num_pairs, 4), dtype=np.int64)
+        first = 0
         for p, (sa, sb) in enumerate(subsets):
-            ranges[p] = (start, len(sa), start + len(sa), len(sb))
+            self.sphere_ranges[p] = self.full_ranges[p] = (first, len(sa), first + len(sa),
+                                                           len(sb))
             flat.extend([sa, sb])
-            start += len(sa) + len(sb)
-            la, lb = pairs[p]
+            first += len(sa) + len(sb)
             if np.isfinite(self.subset_limit[p]):
-                fa = np.arange(robot.link_sphere_start[la],
-                               robot.link_sphere_start[la] + robot.link_sphere_count[la])
-                fb = np.arange(robot.link_sphere_start[lb],
-                               robot.link_sphere_start[lb] + robot.link_sphere_count[lb])
-                fulls[p] = (start, len(fa), start + len(fa), len(fb))
+                fa, fb = fulls[p]
+                self.full_ranges[p] = (first, len(fa), first + len(fa), len(fb))
                 flat.extend([fa, fb])
-                start += len(fa) + len(fb)
-            else:
-                fulls[p] = ranges[p]
+                first += len(fa) + len(fb)
         self.sphere_index = np.concatenate(flat).astype(np.int64) if flat else \
             np.zeros(0, dtype=np.int64)
-        self.sphere_ranges = ranges
-        self.full_ranges = fulls
 
     def __len__(self):
         return len(self.pair_index)
@@ -496,24 +382,6 @@ class PairTables:
         return (out.reshape(n + [1] * (2 - len(n))), np.array(sorted(near_a), dtype=np.int64),
                 np.array(sorted(near_b), dtype=np.int64))
 
-    def ranges(self, pairs_idx, gap):
-        """Return (P', 4) (a_start, a_count, b_start, b_count) into ``sphere_index`` for self
-        pairs ``pairs_idx`` when looking for unpadded gaps below ``gap`` [m] (the subsets
-        where they are complete, the full links elsewhere)."""
-        use = gap <= self.subset_limit[pairs_idx]
-        return np.where(use[:, None], self.sphere_ranges[pairs_idx], self.full_ranges[pairs_idx])
-
-    def bound(self, q):
-        """Return (N, P) lower bounds of the unpadded gap of every self pair (-inf: none)."""
-        out = np.full((len(q), self.num_pairs), -np.inf)
-        if not len(self.pair_index):
-            return out
-        cell = np.floor((q[:, self.qcols] - self.low) / self.step).astype(np.int64)
-        cell = np.clip(cell, 0, self.size - 1)                  # (N, Pt, 2)
-        flat = self.offset + cell[..., 0] * self.size[:, 1] + cell[..., 1]
-        out[:, self.pair_index] = self.values[flat]
-        return out
-
 
 class Leaves:
     """Leaf pairs of a query: configuration n, object pair, robot sphere a, other b, distance.
@@ -522,12 +390,10 @@ class Leaves:
     sphere for self pairs, a primitive for obstacle pairs (``is_self`` tells which).
     """
 
-    __slots__ = ('n', 'pair', 'a', 'b', 'd', 'is_self', 'count')
+    __slots__ = ('n', 'pair', 'a', 'b', 'd', 'is_self')
 
-    def __init__(self, n, pair, a, b, d, is_self, count):
-        self.n, self.pair, self.a, self.b, self.d = n, pair, a, b, d
-        self.is_self = is_self
-        self.count = count
+    def __init__(self, n, pair, a, b, d, is_self):
+        self.n, self.pair, self.a, self.b, self.d, self.is_self = n, pair, a, b, d, is_self
 
     def __len__(self):
         return len(self.d)
@@ -535,18 +401,7 @@ class Leaves:
     def select(self, mask):
         """Return the leaves picked by a boolean mask or index array."""
         return Leaves(self.n[mask], self.pair[mask], self.a[mask], self.b[mask], self.d[mask],
-                      self.is_self[mask], self.count)
-
-
-def _ranges(start, count):
-    """Return (row, index): for each row r, the indices start[r] .. start[r] + count[r] - 1."""
-    total = int(count.sum())
-    if total == 0:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty
-    row = np.repeat(np.arange(len(count)), count)
-    shift = np.repeat(start - (np.cumsum(count) - count), count)
-    return row, np.arange(total) + shift
+                      self.is_self[mask])
 
 
 def query(robot, world, self_pairs, obstacles, threshold, padding, tables=None, q=None,
@@ -563,10 +418,8 @@ def query(robot, world, self_pairs, obstacles, threshold, padding, tables=None, 
     many leaves in the kernel's first call (default 32 per configuration + 256); it is
     called again with room for all when more are found.
 
-    Levels: (1) link/link and link/obstacle bounding spheres; (2) each sphere of one side
-    against the other side's bounding sphere (both ways for link pairs); (3) the surviving
-    spheres pairwise (for point-cloud sets: against the obstacle's parts, then primitives).
-    Ties keep the first leaf found, as a stable sort of all leaves by distance would.
+    Ties keep the first leaf found, as a stable sort of all leaves by distance would
+    (``kernels.collision_query`` runs the levels).
     """
     if q is None:          # the tables need the configurations
         tables = None
@@ -582,15 +435,15 @@ def query(robot, world, self_pairs, obstacles, threshold, padding, tables=None, 
     if count > len(out[0]):           # more leaves than room: again with room for all
         out = leaf_buffers(count)
         count = collision_query(*args, out)
-    return Leaves(*(x[:count] for x in out), world.n)
+    return Leaves(*(x[:count] for x in out))
 
 
-_EMPTY_I = np.zeros(0, dtype=np.int64)
-_NO_OBSTACLES = OBSTACLES.pack(
-    pair_link=_EMPTY_I, pair_obj=_EMPTY_I, obj_center=np.zeros((0, 3)), obj_radius=np.zeros(0),
-    obj_part_start=_EMPTY_I, obj_part_count=_EMPTY_I, part_center=np.zeros((0, 3)),
-    part_radius=np.zeros(0), part_start=_EMPTY_I, part_count=_EMPTY_I, kind=_EMPTY_I,
-    rot=np.zeros((0, 3, 3)), trans=np.zeros((0, 3)), size=np.zeros((0, 3)))
+_NO_OBSTACLES = ObstacleGeometry((), ()).record
+_NO_I, _NO_F = np.zeros(0, dtype=np.int64), np.zeros(0)
+_NO_TABLES = dict(qcols=_NO_I.reshape(0, 2), low=_NO_F.reshape(0, 2), step=_NO_F.reshape(0, 2),
+                  size=_NO_I.reshape(0, 2), offset=_NO_I, values=_NO_F, subset_limit=_NO_F,
+                  sphere_index=_NO_I, sphere_ranges=_NO_I.reshape(0, 4),
+                  full_ranges=_NO_I.reshape(0, 4))
 
 
 def pair_record(self_pairs, tables, robot):
@@ -602,34 +455,30 @@ def pair_record(self_pairs, tables, robot):
     if packed is not None and packed[0] is self_pairs:
         return packed[1]
     pairs = np.asarray(self_pairs).reshape(-1, 2)
+    table_of_pair = np.full(len(pairs), -1, dtype=np.int64)
     if tables is None or not len(tables):
-        i2, f2 = np.zeros((0, 2), dtype=np.int64), np.zeros((0, 2))
-        record = PAIRS.pack(
-            pairs=pairs, table_of_pair=np.full(len(pairs), -1), qcols=i2, low=f2, step=f2,
-            size=i2, offset=_EMPTY_I, values=np.zeros(0), subset_limit=np.zeros(0),
-            sphere_index=_EMPTY_I, sphere_ranges=np.zeros((0, 4), dtype=np.int64),
-            full_ranges=np.zeros((0, 4), dtype=np.int64))
+        fields = _NO_TABLES
     else:
-        table_of_pair = np.full(len(pairs), -1, dtype=np.int64)
         table_of_pair[tables.pair_index] = np.arange(len(tables.pair_index))
-        record = PAIRS.pack(
-            pairs=pairs, table_of_pair=table_of_pair, qcols=tables.qcols, low=tables.low,
-            step=tables.step, size=tables.size, offset=tables.offset, values=tables.values,
-            subset_limit=tables.subset_limit, sphere_index=tables.sphere_index,
-            sphere_ranges=tables.sphere_ranges, full_ranges=tables.full_ranges)
+        fields = {name: getattr(tables, name) for name in PairTables._FIELDS[1:]}
+    record = PAIRS.pack(pairs=pairs, table_of_pair=table_of_pair, **fields)
     holder._pair_record = (self_pairs, record)
     return record
 
 
-def min_per_pair(leaves):
-    """Return (rows, n, pair): for each (configuration, object pair) the index of its
-    smallest leaf, sorted by configuration then pair."""
-    if not len(leaves):
-        e = np.zeros(0, dtype=np.int64)
-        return e, e, e
-    order = np.lexsort((leaves.d, leaves.pair, leaves.n))
-    n, pair = leaves.n[order], leaves.pair[order]
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = (n[1:] != n[:-1]) | (pair[1:] != pair[:-1])
-    rows = order[first]
-    return rows, leaves.n[rows], leaves.pair[rows]
+def smallest_per_group(d, *keys, count=1, rank=False):
+    """Return the indices of the ``count`` smallest values of d (K,) in each group of equal
+    ``keys`` ((K,) arrays), sorted by the keys (the first major) then by d, ties in index
+    order; with ``rank``, also each one's place in its group (0: the smallest)."""
+    order = np.lexsort((d,) + keys[::-1])
+    start = np.zeros(len(order), dtype=bool)
+    start[:1] = True
+    for key in keys:
+        key = key[order]
+        start[1:] |= key[1:] != key[:-1]
+    if count == 1 and not rank:
+        return order[start]
+    place = np.arange(len(order))
+    place -= np.maximum.accumulate(np.where(start, place, 0))
+    keep = place < count
+    return (order[keep], place[keep]) if rank else order[keep]

@@ -15,8 +15,8 @@ import numpy as np
 
 from ..errors import GoalError
 from ..kernels.collision import distance_gradients
-from .engine import (Leaves, ObstacleGeometry, PairTables, RobotGeometry, _ranges, lever_matrix,
-                     query)
+from .engine import (Leaves, ObstacleGeometry, PairTables, RobotGeometry, lever_matrix, query,
+                     smallest_per_group)
 from .pairs import SelfCollisionPairs
 from .shapes import point_primitive_distance, point_primitive_gradient
 
@@ -37,11 +37,13 @@ class CollisionEvaluation:
         self.padding = padding
         self._robot = RobotGeometry(model, part_size)
         self._body_lever = lever_matrix(model.chain, model)
-        self._lever = self._body_lever[1:]
+        # (B, nv): per body, the largest speed of any of its cover points per unit of each
+        # tangent coordinate [m/rad or m/m]: a joint step dv moves no cover point of body b
+        # more than ``(lever @ |dv|)[b]`` (``engine.lever_matrix``).
+        self.lever = self._body_lever[1:]
         self._obstacle_cache = (None, None)
-        self._cache = None
         self._rows_cache = None
-        self.set_pairs(pairs)
+        self.set_pairs(pairs)          # (and the evaluation cache)
 
     def set_pairs(self, pairs):
         """Replace the self-collision pairs (a SelfCollisionPairs, (P, 2) indices or names)."""
@@ -51,8 +53,7 @@ class CollisionEvaluation:
             arr = pairs.pairs
         else:
             rows = []
-            for pair in pairs:
-                a, b = pair
+            for a, b in pairs:
                 a = self.model.link_index(a) if isinstance(a, str) else int(a)
                 b = self.model.link_index(b) if isinstance(b, str) else int(b)
                 if a == b:
@@ -62,7 +63,7 @@ class CollisionEvaluation:
         self.pairs = arr
         self.pairs.setflags(write=False)
         self._tables = PairTables(self._robot, self.model.chain, arr, self._body_lever,
-                                         cache_dir=getattr(self.model, 'cache_dir', '')) \
+                                  cache_dir=getattr(self.model, 'cache_dir', '')) \
             if len(arr) else None
         self._pairs_version = getattr(self, '_pairs_version', 0) + 1
         self._cache = None
@@ -75,21 +76,11 @@ class CollisionEvaluation:
             self._obstacle_cache = (version, geometry)
         return geometry
 
-    def _state_key(self):
-        return (self.scene.version, self._pairs_version, self.padding)
-
     @property
     def version(self):
         """What a check depends on besides the configuration: (scene version, pairs version,
         padding); equal versions of the same object give the same verdicts."""
-        return self._state_key()
-
-    @property
-    def lever(self):
-        """(B, nv): per body, the largest speed of any of its cover points per unit of each
-        tangent coordinate [m/rad or m/m] (``engine.lever_matrix``): a joint step dv moves
-        no cover point of body b more than ``(lever @ |dv|)[b]``."""
-        return self._lever
+        return (self.scene.version, self._pairs_version, self.padding)
 
     def _query(self, frames, threshold):
         """Return (leaves with d < threshold, World) of ``frames``, cached: only each
@@ -101,7 +92,7 @@ class CollisionEvaluation:
         asks for the cost of the whole set) recomputes those rows only.
         """
         q = frames.q
-        state = (id(frames.chain), self._state_key())
+        state = (id(frames.chain), self.version)
         entries = [e for e in (self._cache or []) if e[0] == state]
         for k, entry in enumerate(entries):
             if entry[1] < threshold or entry[2].shape != q.shape:
@@ -154,7 +145,7 @@ class CollisionEvaluation:
             new.n = todo[new.n]
             parts.append(new)
         leaves = Leaves(*(np.concatenate([getattr(p, f) for p in parts])
-                                 for f in ('n', 'pair', 'a', 'b', 'd', 'is_self')), old.count)
+                          for f in ('n', 'pair', 'a', 'b', 'd', 'is_self')))
         # The World of ``frames`` itself (positions computed only when asked for).
         return leaves, self._robot.world(frames)
 
@@ -164,7 +155,7 @@ class CollisionEvaluation:
         object pair)'s closest leaf; see ``engine.query``)."""
         world = self._robot.world(frames)
         leaves = query(self._robot, world, self.pairs, self._obstacles(), threshold,
-                              self.padding, self._tables, frames.q, nearest, per_pair)
+                       self.padding, self._tables, frames.q, nearest, per_pair)
         return world, leaves
 
     def _pair_depths(self, q, threshold):
@@ -172,11 +163,8 @@ class CollisionEvaluation:
         than ``threshold`` [m] at the configuration q (nq,)."""
         _, leaves = self._run(self.model.chain.frames(np.asarray(q, dtype=float)), threshold,
                               per_pair=True)
-        order = np.lexsort((leaves.d, leaves.pair))
-        pairs, depth = leaves.pair[order], leaves.d[order]
-        first = np.ones(len(pairs), dtype=bool)
-        first[1:] = pairs[1:] != pairs[:-1]
-        return pairs[first], depth[first]
+        rows = smallest_per_group(leaves.d, leaves.pair)
+        return leaves.pair[rows], leaves.d[rows]
 
     def _lasting(self, pairs):
         """Return (K,) bool: which object pairs (ids) may rest in contact: self pairs, and
@@ -238,8 +226,8 @@ class CollisionEvaluation:
         if o.any():
             obs = self._obstacles()
             m = leaves.b[o]
-            grad[o] = point_primitive_gradient(ca[o], obs.kind[m], obs.rot[m],
-                                                      obs.trans[m], obs.size[m])
+            grad[o] = point_primitive_gradient(ca[o], obs.kind[m], obs.rot[m], obs.trans[m],
+                                               obs.size[m])
         body_b = np.full(len(leaves), -2, dtype=np.int64)      # < -1: an obstacle (no b term)
         body_b[s] = robot.sphere_body[leaves.b[s]]
         # grad . (J_a - J_b) a leaf at a time, in one compiled loop.
@@ -262,8 +250,7 @@ class CollisionEvaluation:
         frames = self.model.chain.frames(np.asarray(q, dtype=float))
         robot = self._robot
         world = robot.world(frames).grid(robot.sph_row)[0]
-        links = np.array(self.model.link_names, dtype=object)[robot.sphere_link] \
-            if len(robot.radii) else np.zeros(0, dtype=object)
+        links = np.array(self.model.link_names, dtype=object)[robot.sphere_link]
         return (world, robot.radii + (self.padding if padded else 0.0), links)
 
     def points_on_robot(self, points, q, margin=0.0, point_radius=0.0):
@@ -293,7 +280,9 @@ def _leaves_of_rows(entry, src, dst, threshold):
     order = np.argsort(leaves.n, kind='stable')
     count = np.bincount(leaves.n, minlength=len(entry[2]))
     start = np.cumsum(count) - count
-    row, index = _ranges(start[src], count[src])
+    count = count[src]
+    row = np.repeat(np.arange(len(count)), count)      # each source row's leaves, in order
+    index = np.arange(len(row)) + np.repeat(start[src] - (np.cumsum(count) - count), count)
     leaves = leaves.select(order[index])
     leaves.n = np.asarray(dst)[row]
     return leaves.select(leaves.d < threshold) if entry[1] > threshold else leaves

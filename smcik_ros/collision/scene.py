@@ -19,17 +19,21 @@ import math
 import numpy as np
 
 from ..errors import GoalError
+from ..rotations import quat_to_matrix
 from .shapes import BOX, CYLINDER, SPHERE
 
 __all__ = ['Obstacle', 'Scene', 'MARKER_SPHERE', 'MARKER_CUBE', 'MARKER_CYLINDER',
            'MARKER_ADD', 'MARKER_DELETE', 'MARKER_DELETEALL', 'obstacle_from_marker',
-           'pose_matrix', 'voxel_downsample', 'pointcloud_obstacle', 'SHAPES']
+           'pose_matrix', 'pointcloud_obstacle', 'SHAPES']
 
 # visualization_msgs/Marker constants (numbers, so that this module needs no ROS package).
 MARKER_CUBE, MARKER_SPHERE, MARKER_CYLINDER = 1, 2, 3
 MARKER_ADD, MARKER_DELETE, MARKER_DELETEALL = 0, 2, 3
 _MARKER_TYPES = {MARKER_SPHERE: 'sphere', MARKER_CUBE: 'box', MARKER_CYLINDER: 'cylinder'}
-SHAPES = ('sphere', 'box', 'cylinder', 'spheres')
+# Obstacle shapes: how many sizes each takes, and what they are.
+_SIZES = {'sphere': (1, 'radius'), 'box': (3, 'side lengths x, y, z'),
+          'cylinder': (2, 'radius and height'), 'spheres': (1, 'radius')}
+SHAPES = tuple(_SIZES)
 
 
 def pose_matrix(position=(0.0, 0.0, 0.0), orientation=None, what='obstacle'):
@@ -55,9 +59,7 @@ def pose_matrix(position=(0.0, 0.0, 0.0), orientation=None, what='obstacle'):
     if norm < 1e-12:
         return out
     x, y, z, w = quat / norm
-    out[:3, :3] = [[1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
-                   [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
-                   [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)]]
+    out[:3, :3] = quat_to_matrix(np.array([w, x, y, z]))
     return out
 
 
@@ -82,9 +84,7 @@ class Obstacle:
         if self.shape not in SHAPES:
             raise GoalError(f'obstacle shape must be one of {", ".join(SHAPES)}; got '
                             f'{self.shape!r}')
-        want = {'sphere': 1, 'box': 3, 'cylinder': 2, 'spheres': 1}[self.shape]
-        what = {'sphere': 'radius', 'box': 'side lengths x, y, z',
-                'cylinder': 'radius and height', 'spheres': 'radius'}[self.shape]
+        want, what = _SIZES[self.shape]
         try:
             size = tuple(float(v) for v in np.ravel(np.asarray(self.size, dtype=float)))
         except (TypeError, ValueError):
@@ -161,23 +161,6 @@ class Obstacle:
             kind, size = CYLINDER, (self.size[0], 0.5 * self.size[1], 0.0)
         return (np.array([kind]), rot[None].copy(), trans[None].copy(), np.array([size]))
 
-    def transformed(self, pose):
-        """Return the obstacle moved by the (4, 4) ``pose`` (e.g. its frame -> base frame)."""
-        return dataclasses.replace(self, pose=np.asarray(pose, dtype=float) @ self.pose)
-
-    def describe(self):
-        """Return a short text such as 'box 0.2 x 0.3 x 0.4 m at (0.5, 0, 0.2)'."""
-        where = ', '.join(f'{v:.3g}' for v in self.pose[:3, 3])
-        if self.shape == 'box':
-            dims = ' x '.join(f'{v:.3g}' for v in self.size) + ' m'
-        elif self.shape == 'cylinder':
-            dims = f'radius {self.size[0]:.3g} m, height {self.size[1]:.3g} m'
-        elif self.shape == 'spheres':
-            dims = f'{len(self.centers)} spheres of radius {self.size[0]:.3g} m'
-        else:
-            dims = f'radius {self.size[0]:.3g} m'
-        return f'{self.shape} {dims} at ({where})'
-
 
 class Scene:
     """Obstacles keyed by (ns, id), each remembering its source; ``version`` counts changes.
@@ -192,7 +175,6 @@ class Scene:
         self.version = 0
         for key, obstacle in (obstacles or {}).items():
             self._items[_key(key)] = (obstacle, source)
-        self._compiled = None
 
     def __len__(self):
         return len(self._items)
@@ -211,10 +193,6 @@ class Scene:
         """Return the keys (of one ``source``, or all)."""
         return [k for k, v in self._items.items() if source is None or v[1] == source]
 
-    def source_of(self, key):
-        """Return the source that added ``key``."""
-        return self._items[_key(key)][1]
-
     def add(self, key, obstacle, source='user'):
         """Add or replace the obstacle at ``key`` = (ns, id)."""
         self.apply([('add', key, obstacle)], source)
@@ -226,10 +204,6 @@ class Scene:
             self.apply([('delete', key)])
             return True
         return False
-
-    def clear(self, source=None, ns=None):
-        """Remove every obstacle (of ``source`` and/or namespace ``ns`` when given)."""
-        self.apply([('deleteall', ns)], source)
 
     def replace_source(self, obstacles, source):
         """Replace everything ``source`` added by ``obstacles`` {(ns, id): Obstacle}."""
@@ -281,7 +255,6 @@ class Scene:
         if updates:
             self._items = items
             self.version += 1
-            self._compiled = None
         return added, removed
 
     def snapshot(self):
@@ -293,16 +266,8 @@ class Scene:
         so a copy taken during a change has the older version and is taken again."""
         copy = Scene.__new__(Scene)
         copy.version = self.version
-        copy._items, copy._compiled = self._items, None
+        copy._items = self._items
         return copy
-
-    def obstacles(self):
-        """Return the list of obstacles (insertion order)."""
-        return [v[0] for v in self._items.values()]
-
-    def describe(self):
-        """Return one line per obstacle: 'ns/id: box ...'."""
-        return [f'{k[0]}/{k[1]}: {v[0].describe()}' for k, v in self._items.items()]
 
 
 def _key(key):
@@ -370,43 +335,57 @@ def _scale(where, scale):
     return (float(arr[0]), float(arr[1]), float(arr[2]))
 
 
-def voxel_downsample(points, voxel_size):
-    """Return the (M, 3) centres of the voxels of edge ``voxel_size`` [m] holding points."""
-    points = np.asarray(points, dtype=float).reshape(-1, 3)
-    points = points[np.all(np.isfinite(points), axis=1)]
-    if not len(points):
-        return np.zeros((0, 3))
-    cells = np.unique(np.floor(points / voxel_size).astype(np.int64), axis=0)
-    return (cells + 0.5) * voxel_size
-
-
 def pointcloud_obstacle(points, voxel_size=0.03, robot=None, q=None, robot_margin=0.02,
-                        point_radius=0.0):
+                        reach=None):
     """Return a 'spheres' Obstacle for (N, 3) points [m] in the base frame (or None if empty).
 
     Points are binned in voxels of edge ``voxel_size`` [m]; each occupied voxel becomes a
-    sphere at its centre whose radius, half the voxel diagonal plus ``point_radius``, contains
-    every point of the voxel (the cover is conservative for the points; between points it
-    is only as good as the sensor's sampling). Non-finite points (invalid returns) are
-    dropped. robot, q: a ``CollisionConstraint`` (anything with ``points_on_robot``) and the
-    measured configuration: points within the robot's own cover plus padding plus
-    ``robot_margin`` [m] are removed first, so the arm does not avoid itself, and so are
-    voxel spheres that would still reach into the padded cover (the measured configuration
-    stays free).
+    sphere at its centre whose radius, half the voxel diagonal, contains every point of the
+    voxel (the cover is conservative for the points; between points it is only as good as
+    the sensor's sampling). Non-finite points (invalid returns) are dropped, and so are points
+    farther than ``reach`` [m] (+ two voxels) from the base origin (they cannot touch the
+    arm; None: none). robot, q: a ``CollisionConstraint`` (anything with ``points_on_robot``)
+    and the measured configuration: points within the robot's own cover plus padding plus
+    ``robot_margin`` [m] are removed first, so the arm does not avoid itself (tested one by
+    one only in the voxels whose centre is near the cover: a camera's cloud is mostly
+    elsewhere), and so are voxel spheres that would still reach into the padded cover (the
+    measured configuration stays free).
     """
-    voxel_size = float(voxel_size)
-    if not voxel_size > 0.0:
+    voxel = float(voxel_size)
+    if not voxel > 0.0:
         raise GoalError(f'voxel_size must be > 0 [m]; got {voxel_size}')
     points = np.asarray(points, dtype=float)
     if points.ndim != 2 or points.shape[1] != 3:
         raise GoalError(f'points must have shape (N, 3); got {points.shape}')
-    points = points[np.all(np.isfinite(points), axis=1)]
-    if robot is not None and q is not None and len(points):
-        points = points[~robot.points_on_robot(points, q, robot_margin)]
-    centers = voxel_downsample(points, voxel_size)
-    radius = 0.5 * math.sqrt(3.0) * voxel_size + float(point_radius)
-    if robot is not None and q is not None and len(centers):
-        centers = centers[~robot.points_on_robot(centers, q, 0.0, point_radius=radius)]
-    if not len(centers):
+    points = points[np.isfinite(points).all(axis=1)]
+    radius = 0.5 * math.sqrt(3.0) * voxel
+    if reach is not None and len(points):
+        limit = float(reach) + 2.0 * voxel
+        points = points[np.einsum('ij,ij->i', points, points) <= limit * limit]
+    if not len(points):
         return None
-    return Obstacle('spheres', (radius,), np.eye(4), centers=centers)
+    cells = np.floor(points / voxel).astype(np.int64)
+    low = cells.min(axis=0)
+    cells -= low
+    dims = cells.max(axis=0) + 1
+    keys = (cells[:, 0] * dims[1] + cells[:, 1]) * dims[2] + cells[:, 2]
+    unique, inverse = np.unique(keys, return_inverse=True)
+
+    def centres(key):
+        cell = np.stack([key // (dims[1] * dims[2]), (key // dims[2]) % dims[1], key % dims[2]],
+                        axis=1)
+        return (cell + low + 0.5) * voxel
+
+    filtered = robot is not None and q is not None
+    if filtered:
+        near = robot.points_on_robot(centres(unique), q, robot_margin, point_radius=radius)
+        if near.any():
+            near_points = near[inverse.reshape(-1)]
+            on_robot = robot.points_on_robot(points[near_points], q, robot_margin)
+            unique = np.union1d(unique[~near], keys[near_points][~on_robot])
+    result = centres(unique)
+    if filtered and len(result):
+        result = result[~robot.points_on_robot(result, q, 0.0, point_radius=radius)]
+    if not len(result):
+        return None
+    return Obstacle('spheres', (radius,), np.eye(4), centers=result)

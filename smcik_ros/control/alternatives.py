@@ -99,7 +99,6 @@ class AlternativesBook:
         self.published = None        # the last published BranchList (None: nothing yet)
         self.published_time = None   # when it was published [s, node clock]
         self.published_stamp = None  # its message's header stamp [ns] (matched by ~/status)
-        self.publications = 0
         self.confidence = None
         self.branch_warning = None
         self.within_tolerance = None
@@ -171,7 +170,6 @@ class AlternativesBook:
         self.published = self.current
         self.published_time = float(now)
         self.published_stamp = None if stamp_ns is None else int(stamp_ns)
-        self.publications += 1
 
     # ------------------------------------------------------------------ per solver step
     def observe(self, solver, goal, now):

@@ -1,36 +1,16 @@
 """Collision avoidance in the command stream, without ROS: the model, the scene, the validator.
 
-``CollisionGuard`` owns what the node needs from ``smcik_ros.collision``:
+        Where covers, not meshes, overlap (a folded start pose, a base on its table), goals
+        near the start can be out of reach; finer covers of just those links take the
+        overlap away without the cost of fine covers everywhere. They are swapped in only
+        when they release a pair in contact or make one ``CONTACT_GAIN`` shallower. Returns
+        the names of the links being refined ([]: no contact, no geometry, off, or those
+        covers are that fine already).
 
-- the ``CollisionConstraint`` every solver respects (the node hands it to the control loop
-  with the YAML constraints; the loop sets its reference to the command before each solver
-  step: an obstacle that appears on the arm may be left, never entered deeper);
-- the ``Scene`` of obstacles from several sources ('obstacles' and 'keep_out_markers'
-  topics, the 'constraints' YAML, a 'pointcloud'), each replaced or updated as a whole (a
-  refused update leaves the previous scene);
-- the validator of the control loop: ``guard(q_from, q_to)`` checks the straight motion at
-  sub-steps so close that no cover point moves more than the padding between two
-  (``CollisionConstraint.check_motion``), ``guard.check_many`` checks a batch of motions (the
-  loop's fallback candidates) in one evaluation;
-- the status (closest pair, smallest distance, in collision, a reason text) and what the
-  ``~/collision`` markers draw.
-
-``CollisionGuard.from_urdf`` builds it from the URDF: sphere covers of the ``<collision>``
-geometry (a thin skeleton of the chain when there is none: self-collision is then off and
-obstacles still work), the self-collision pairs from the SRDF (``choose_srdf``: the XML text
-of ``robot_description_semantic``, else ``srdf_path``, else the SRDF found beside the URDF by
-convention), the settings. A collision mesh that cannot be found or read leaves its link
-out of the model, with a warning naming the link, the URI and every place looked.
-``start_srdf_update`` (another SRDF) and ``start_contact_refinement`` (finer covers
-where the arm rests in contact) compute a new model or pairs in a background thread
-(``cover_updates``); ``poll`` swaps the new constraint in at the next tick. Most motions are
-proved free without a query (``free_motion``).
-
-With ``cover_wait`` [s], a first start whose covers are not in the disk cache does not wait
-for them longer than that: it starts with coarse covers (``CollisionModel.from_urdf``'s
-``coarse``: supersets of the fine ones, with every non-adjacent pair the SRDF leaves checked),
-so the guard refuses more than its settings ask, never less, until ``start_fine_covers``'
-thread has computed the fine ones and ``poll`` swapped them (and then their pairs) in.
+With ``cover_wait`` [s], a first start whose covers are not in the disk cache waits for them
+no longer than that: it starts with coarse covers (supersets of the fine ones, every
+non-adjacent pair the SRDF leaves checked), refusing more than its settings ask, never less,
+until ``start_fine_covers`` has computed the fine ones and ``poll`` swapped them in.
 """
 
 import dataclasses
@@ -40,16 +20,15 @@ import os
 import numpy as np
 
 from ..collision import (DEFAULT_CLEARANCE, DEFAULT_PADDING, DEFAULT_TOLERANCE, MIN_TOLERANCE,
-                         CollisionConstraint, CollisionModel, Obstacle, Scene,
-                         conventional_srdf_path, parse_srdf, self_collision_pairs)
+                         CollisionConstraint, CollisionModel, Scene, conventional_srdf_path,
+                         parse_srdf, pointcloud_obstacle, self_collision_pairs)
 from ..collision.constraint import CONTACT_RELEASE
 from ..errors import GoalError, ModelError, ParameterError
 from .cover_updates import (BackgroundUpdates, coarse_note, finer_covers, full_covers,
                             settle, srdf_pairs)
 from .free_motion import FreeMotionProofs, motion_key
 
-__all__ = ['CollisionSettings', 'CollisionGuard', 'choose_srdf', 'reach_bound',
-           'pointcloud_to_obstacle', 'SOURCES']
+__all__ = ['CollisionSettings', 'CollisionGuard', 'choose_srdf', 'reach_bound', 'SOURCES']
 
 # Scene sources: who may replace or clear which obstacles (a DELETEALL clears its own).
 SOURCES = ('obstacles', 'keep_out_markers', 'constraints', 'pointcloud')
@@ -92,26 +71,19 @@ class CollisionSettings:
         for name, low, high in (('padding', 0.0, 0.1), ('clearance', 0.0, 1.0),
                                 ('voxel_size', 1e-3, 1.0), ('robot_margin', 0.0, 1.0),
                                 ('coarse_resolution', 0.0, 0.1),
-                                ('cover_tolerance', MIN_TOLERANCE, 0.1)):
+                                ('cover_tolerance', MIN_TOLERANCE, 0.1),
+                                ('contact_tolerance', MIN_TOLERANCE, 0.1)):
             value = getattr(self, name)
+            off = ' or 0 (off)' if name == 'contact_tolerance' else ''
             try:
                 value = float(value)
             except (TypeError, ValueError):
                 raise ParameterError(f'collision {name} must be a number [m]; got '
                                      f'{value!r}') from None
-            if not (math.isfinite(value) and low <= value <= high):
-                raise ParameterError(f'collision {name} must be in [{low:g}, {high:g}] m; got '
-                                     f'{value}')
+            if not (math.isfinite(value) and low <= value <= high or off and value == 0.0):
+                raise ParameterError(f'collision {name} must be in [{low:g}, {high:g}] m{off}; '
+                                     f'got {value}')
             object.__setattr__(self, name, value)
-        value = self.contact_tolerance
-        try:
-            value = float(value)
-        except (TypeError, ValueError):
-            value = math.nan
-        if not (value == 0.0 or MIN_TOLERANCE <= value <= 0.1):
-            raise ParameterError(f'collision contact_tolerance must be 0 (off) or in '
-                                 f'[{MIN_TOLERANCE:g}, 0.1] m; got {self.contact_tolerance!r}')
-        object.__setattr__(self, 'contact_tolerance', value)
 
     def replace(self, **changes):
         """Return a copy with ``changes`` applied (validated)."""
@@ -168,58 +140,6 @@ def reach_bound(model):
             k = chain.body_parent[k]
         best = max(best, path + extent)
     return best
-
-
-def pointcloud_to_obstacle(points, voxel_size, constraint, q, robot_margin=0.02, reach=None):
-    """Return the 'spheres' Obstacle of (N, 3) points [m] in the base frame, or None.
-
-    The semantics of ``collision.pointcloud_obstacle`` (points within the robot's padded
-    cover + ``robot_margin`` at q are the robot and dropped; one sphere of half the voxel
-    diagonal per occupied voxel; spheres reaching into the padded cover dropped), computed
-    for camera-sized clouds: non-finite points dropped, points farther than ``reach`` [m] (+
-    a voxel) from the base origin dropped (they cannot touch the arm), voxels by one integer
-    key, and the exact robot filter only on the points of voxels near the robot.
-    """
-    points = np.asarray(points, dtype=float).reshape(-1, 3)
-    points = points[np.isfinite(points).all(axis=1)]
-    voxel = float(voxel_size)
-    radius = 0.5 * math.sqrt(3.0) * voxel
-    if reach is not None and len(points):
-        limit = float(reach) + 2.0 * voxel
-        points = points[np.einsum('ij,ij->i', points, points) <= limit * limit]
-    if not len(points):
-        return None
-    cells = np.floor(points / voxel).astype(np.int64)
-    low = cells.min(axis=0)
-    cells -= low
-    dims = cells.max(axis=0) + 1
-    keys = (cells[:, 0] * dims[1] + cells[:, 1]) * dims[2] + cells[:, 2]
-    unique, inverse = np.unique(keys, return_inverse=True)
-
-    def centres(key):
-        z = key % dims[2]
-        y = (key // dims[2]) % dims[1]
-        x = key // (dims[1] * dims[2])
-        return (np.stack([x, y, z], axis=1) + low + 0.5) * voxel
-
-    if constraint is not None and q is not None:
-        # Voxels whose points may be on the robot: the centre is within the padded cover +
-        # margin + the voxel's half diagonal. Only their points get the exact test.
-        near = constraint.points_on_robot(centres(unique), q, robot_margin,
-                                          point_radius=radius)
-        if near.any():
-            near_points = near[inverse.reshape(-1)]
-            on_robot = constraint.points_on_robot(points[near_points], q, robot_margin)
-            kept = keys[near_points][~on_robot]
-            unique = np.union1d(unique[~near], kept)
-    if not len(unique):
-        return None
-    result = centres(unique)
-    if constraint is not None and q is not None:
-        result = result[~constraint.points_on_robot(result, q, 0.0, point_radius=radius)]
-    if not len(result):
-        return None
-    return Obstacle('spheres', (radius,), np.eye(4), centers=result)
 
 
 class CollisionGuard:
@@ -325,24 +245,22 @@ class CollisionGuard:
         if on and not self.has_geometry:
             raise ParameterError('self_collision: the URDF has no <collision> geometry, so the '
                                  'robot cannot be checked against itself')
-        self.settings = self.settings.replace(self_collision=bool(on))
-        self.constraint = self._build_constraint(self.model, self.pairs, self.settings)
-        return self.constraint
+        return self._rebuild(self_collision=bool(on))
 
     def set_clearance(self, clearance):
         """Change the soft clearance [m]; returns the new constraint (for the loop)."""
-        self.settings = self.settings.replace(clearance=clearance)
+        return self._rebuild(clearance=clearance)
+
+    def _rebuild(self, **changes):
+        self.settings = self.settings.replace(**changes)
         self.constraint = self._build_constraint(self.model, self.pairs, self.settings)
         return self.constraint
 
     def set_pointcloud_settings(self, voxel_size=None, robot_margin=None):
         """Change the voxel size / robot margin of the next point clouds [m]."""
-        changes = {}
-        if voxel_size is not None:
-            changes['voxel_size'] = voxel_size
-        if robot_margin is not None:
-            changes['robot_margin'] = robot_margin
-        self.settings = self.settings.replace(**changes)
+        changes = {'voxel_size': voxel_size, 'robot_margin': robot_margin}
+        self.settings = self.settings.replace(**{k: v for k, v in changes.items()
+                                                 if v is not None})
 
     # ------------------------------------------------------------------ updates at runtime
     def start_srdf_update(self, srdf, description, label=None):
@@ -385,16 +303,12 @@ class CollisionGuard:
         at ``settings.contact_tolerance`` (``CollisionModel.refined``); ``poll`` swaps the
         model and its constraint in (the same pairs, settings and scene).
 
-        Where sphere covers, not the meshes, overlap (a folded start pose, a base on its
-        table), every motion that deepens the overlap is refused and goals near the start
-        can be out of reach; the finer covers of just those links take the overlap away
-        where the real parts are apart, without the cost of fine covers everywhere. They are
-        swapped in only when they release a pair in contact or make one at least
-        ``CONTACT_GAIN`` shallower (where the parts themselves overlap they would cost every
-        query and free nothing; ``poll`` then reports them not applied). Returns the names
-        of the links being refined ([] when there is nothing to do: no contact, no
-        geometry, off, those covers are already that fine, or they are coarse: the fine
-        covers of every link are coming).
+        Where covers, not meshes, overlap (a folded start pose, a base on its table), goals
+        near the start can be out of reach; finer covers of just those links take the
+        overlap away without the cost of fine covers everywhere. They are swapped in only
+        when they release a pair in contact or make one ``CONTACT_GAIN`` shallower. Returns
+        the names of the links being refined ([]: no contact, no geometry, off, those
+        covers are that fine already, or they are coarse: the fine covers are coming).
         """
         tolerance = self.settings.contact_tolerance
         model = self.model
@@ -507,8 +421,8 @@ class CollisionGuard:
     def set_pointcloud(self, points, q):
         """Replace the point-cloud obstacle by (N, 3) points [m] in the base frame, the robot
         measured at q (nq,); return the number of voxel spheres (0: the cloud is cleared)."""
-        obstacle = pointcloud_to_obstacle(points, self.settings.voxel_size, self.constraint, q,
-                                          self.settings.robot_margin, self.reach)
+        obstacle = pointcloud_obstacle(points, self.settings.voxel_size, self.constraint, q,
+                                       self.settings.robot_margin, self.reach)
         self.scene.replace_source({} if obstacle is None else {('pointcloud', 0): obstacle},
                                   'pointcloud')
         return 0 if obstacle is None else len(obstacle.centers)

@@ -14,11 +14,9 @@ between the arm and a still goal stops the arm at the margin. ``Detour`` is what
    outside the goal's tolerance with the command within ``near`` of a hard collision
    constraint (the solvers keep out of collision, so they often hold the arm at the margin
    themselves). At most ``max_attempts`` detours per goal, ``retry_interval`` apart.
-2. Plan (``plan``, a budget of ``budget`` seconds per tick; the arm brakes and holds at the
-   plan's start meanwhile): ``detour_planner.DetourPlanner`` retreats from the margin,
-   finds collision-free goal configurations, and connects them to the start by certified
-   straight legs (RRT-connect and a shortcut). Solves run one iteration per unit of work
-   (``Solver.solve_steps``), so no tick overruns its budget by more than one.
+2. Plan (``plan``, a budget of ``budget`` seconds per tick, from where the braking arm comes
+   to rest): ``detour_planner.DetourPlanner``, a generator that yields after each unit of
+   work (one IK iteration, one tree edge), so no tick overruns its budget by more than one.
 3. Follow (``target``): the loop shapes each command towards the next waypoint within its
    limits and validates it as always (``DetourDrive``, the loop's side); the arm comes to
    rest at each waypoint (so it stays on the certified straight legs), and the solver
@@ -41,9 +39,8 @@ from ..solvers.base import StateKey, goal_signature
 from .detour_planner import DetourPlanner
 from .shaping import ShapedCommand
 
-__all__ = ['Detour', 'DetourDrive', 'DetourSettings', 'DETOUR_STATES']
+__all__ = ['Detour', 'DetourDrive', 'DetourSettings']
 
-DETOUR_STATES = ('idle', 'planning', 'following', 'done', 'failed', 'cancelled', 'off')
 # An orientation error counts this much [m/rad] in the progress measure.
 ORIENTATION_WEIGHT = 0.1
 # Recent commands remembered for the retreat (ticks).
@@ -118,9 +115,9 @@ class Detour:
 
     def __init__(self, chain, limits, settings=None, ik_solver=None, rng=None):
         self.chain = chain
-        self.limits = limits
         self.settings = settings if settings is not None else DetourSettings()
         self.planner = DetourPlanner(chain, limits, self.settings, ik_solver, rng)
+        # idle, planning, following, done, failed, cancelled or off
         self.state = 'idle' if self.settings.enabled else 'off'
         self.reason = ''
         self.path = None             # (K, n) waypoints, command coordinate (start first)
@@ -174,8 +171,7 @@ class Detour:
         self._goal_seen = goal
         if key != self._goal_key:
             self._goal_key = key
-            self._best, self._best_time = math.inf, now
-            self._since = now
+            self._restart_progress(now)
             self._attempts = 0
             self._next_allowed = -math.inf
             if self.state in ('done', 'failed', 'cancelled'):
@@ -240,9 +236,8 @@ class Detour:
         return max(1e-3, (last.stamp - loop.first_tick) / max(1, loop.ticks - 1))
 
     # ------------------------------------------------------------------ planning
-    def start(self, loop, q_start, now, exact=None):
-        """Start planning from ``q_start`` (n,) to the goal (None: from where the arm comes
-        to rest, see ``plan``).
+    def start(self, loop, exact):
+        """Start planning for the loop's goal (from where the arm comes to rest, ``plan``).
 
         exact: callable (q_from, q_to) -> bool, the command stream's own validation of a
         straight motion (the loop's validators), used for the retreat from a start closer
@@ -251,19 +246,17 @@ class Detour:
         self._attempts += 1
         self.goal_sequence = loop.goal.sequence
         self.state, self.reason = 'planning', ''
-        self.path, self.index = None, 0
+        self.path, self.index, self._work = None, 0, None
         self.planner.prepare((c for c in loop.constraints if c.hard), exact, self._history)
         self._scene_version = self._version()
         self.last_plan_time, self.last_plan_ticks, self.longest_tick = 0.0, 0, 0.0
         self._terms, self._tolerances = loop.goal.terms, loop.tolerances
-        self._work = None if q_start is None else self.planner.plan(
-            np.array(q_start, dtype=float), self._terms, self._tolerances)
 
     def plan(self, now, q_rest=None):
         """Run planning work for up to ``budget`` seconds; return the state afterwards.
 
-        q_rest: (n,) the command once the arm is at rest, when ``start`` was given no start
-        (the plan then starts there; None: not at rest yet, nothing is done).
+        q_rest: (n,) the command once the arm is at rest (the plan starts there; None: not
+        at rest yet, nothing is done until it is).
         """
         if self.state != 'planning':
             return self.state
@@ -281,7 +274,6 @@ class Detour:
             path, reason = result.value
             if path is None:
                 self._finish('failed', reason, now)
-                self.counts['failed'] += 1
             else:
                 self.path, self.index = path, 0
                 self.state = 'following'
@@ -295,11 +287,8 @@ class Detour:
         return self.state
 
     def _version(self):
-        versions = []
-        for c in self.planner.constraints:
-            scene = getattr(c, 'scene', None)
-            versions.append(None if scene is None else getattr(scene, 'version', None))
-        return tuple(versions)
+        return tuple(getattr(getattr(c, 'scene', None), 'version', None)
+                     for c in self.planner.constraints)
 
     # ------------------------------------------------------------------ following
     def target(self, q, v):
@@ -312,60 +301,52 @@ class Detour:
             self.index += 1
         return None
 
-    def scene_changed(self):
-        """Return True once after the obstacles changed since the plan (re-check it)."""
+    def still_free(self, q):
+        """Return whether the rest of the path from the command q is still free: certified
+        again (to the end) when the obstacles changed since the plan or the last check."""
         version = self._version()
         if version == self._scene_version:
-            return False
+            return True
         self._scene_version = version
-        return True
-
-    def remaining_free(self, q):
-        """Return whether the rest of the path from the command q is still certified free
-        (runs to completion: called once after a scene change)."""
-        legs = [(q, self.path[self.index])] + [
-            (self.path[k], self.path[k + 1]) for k in range(self.index, len(self.path) - 1)]
-        return all(self.planner.certify(a, b) for a, b in legs)
+        return self.planner.certify([q] + list(self.path[self.index:]))
 
     def complete(self, now):
         """Mark the detour done (the goal configuration is reached; the solver takes over)."""
-        self.counts['completed'] += 1
         self._finish('done', f'reached the goal configuration after {len(self.path) - 1} '
                      'leg(s)', now, retry=False)
 
     def cancel(self, reason, now):
         """Cancel the detour in progress (no-op when none is)."""
-        if not self.active:
-            return False
-        self.counts['cancelled'] += 1
-        self._finish('cancelled', reason, now)
-        return True
+        if self.active:
+            self._finish('cancelled', reason, now)
 
     def _finish(self, state, reason, now, retry=True):
+        self.counts['completed' if state == 'done' else state] += 1
         self.state, self.reason = state, reason
         self._work = None
         if retry:
             self._next_allowed = now + self.settings.retry_interval
-        self._best, self._best_time = math.inf, now      # progress is measured afresh
-        self._since = now
+        self._restart_progress(now)
+
+    def _restart_progress(self, now):
+        """Measure the progress towards the goal afresh from ``now`` [s]."""
+        self._best, self._best_time, self._since = math.inf, now, now
 
     # ------------------------------------------------------------------ status
-    def text(self):
-        """Return one line for ~/status: what the detour does ('' when nothing)."""
-        if self.state == 'planning':
-            return f'planning a detour round the obstacle (goal {self.goal_sequence})'
-        if self.state == 'following':
-            return (f'following a detour: waypoint {self.index} of {len(self.path) - 1} '
-                    f'({self.reason})')
-        if self.state in ('done', 'failed', 'cancelled'):
-            return f'detour {self.state}: {self.reason}'
-        return ''
-
     def status(self):
         """Return the detour's part of ~/status (JSON-ready)."""
+        if self.state == 'planning':
+            text = f'planning a detour round the obstacle (goal {self.goal_sequence})'
+        elif self.state == 'following':
+            text = (f'following a detour: waypoint {self.index} of {len(self.path) - 1} '
+                    f'({self.reason})')
+        elif self.state in ('done', 'failed', 'cancelled'):
+            text = f'detour {self.state}: {self.reason}'
+        else:
+            text = ''
         return {
             'detour': self.state,
-            'detour_text': self.text(),
+            'detour_text': text,
             'detour_waypoints': None if self.path is None else int(len(self.path)),
             'detour_plan_ms': (None if self.last_plan_time is None
                                else round(1e3 * self.last_plan_time, 1)),
@@ -431,7 +412,7 @@ class DetourDrive:
         detour = self.detour
         if detour is None or not detour.observe(loop, now):
             return
-        detour.start(loop, None, now, exact=lambda a, b: self.guard.refuses(a, b) is None)
+        detour.start(loop, exact=lambda a, b: self.guard.refuses(a, b) is None)
         self.report('info', 'detour:start', (
             f'goal {loop.goal.sequence}: blocked at the collision margin '
             f'({detour.trigger}): planning a detour'), interval=1.0)
@@ -453,14 +434,12 @@ class DetourDrive:
                 self.report('warn', 'detour:failed', (
                     f'goal {goal.sequence}: detour failed ({detour.reason}); holding, '
                     'the solver carries on from the stop'), interval=1.0)
-                shaped = self.guard.brake(q, v, dt, lead_box)
-                self.stepper.reset(self.shaper.stopping_point(shaped.q, shaped.v))
-                return shaped
+                return self._brake(q, v, dt, lead_box)
             if detour.state != 'following':
                 return self.guard.brake(q, v, dt, lead_box)
             self.report('info', 'detour:planned', (
                 f'goal {goal.sequence}: following a detour ({detour.reason})'), interval=1.0)
-        if detour.scene_changed() and not detour.remaining_free(q):
+        if not detour.still_free(q):
             return self._abort('the obstacles changed and the detour is no longer free',
                                q, v, dt, lead_box, now)
         target = detour.target(q, v)
@@ -486,6 +465,9 @@ class DetourDrive:
         self.detour.cancel(reason, now)
         self.report('warn', 'detour:cancelled', f'detour cancelled: {reason}; braking',
                     interval=1.0)
+        return self._brake(q, v, dt, lead_box)
+
+    def _brake(self, q, v, dt, lead_box):
         shaped = self.guard.brake(q, v, dt, lead_box)
         self.stepper.reset(self.shaper.stopping_point(shaped.q, shaped.v))
         return shaped

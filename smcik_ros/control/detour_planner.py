@@ -112,7 +112,8 @@ class DetourPlanner:
                 # self-motion): search again from the same seed with the collision
                 # constraints as inequalities (one iteration per unit of work).
                 searched += 1
-                result = yield from self._free_solve(terms, seed, tol)
+                result = yield from self.free_solver.solve_steps(
+                    list(terms), seed, max_iters=FREE_ITERATIONS, tol=tol)
                 found = self._goal_configuration(result, start, goals)
             if found is not None:
                 goals.append(found)
@@ -143,13 +144,6 @@ class DetourPlanner:
         if any(np.max(np.abs(q - g)) < 0.05 for g in goals):
             return None
         return q if self.clearance(q[None])[0] >= END_CLEARANCE else None
-
-    def _free_solve(self, terms, seed, tol):
-        """Generator: the collision-constrained solve of ``terms`` from ``seed``, one
-        iteration per unit of work; return its IKResult."""
-        result = yield from self.free_solver.solve_steps(list(terms), seed,
-                                                          max_iters=FREE_ITERATIONS, tol=tol)
-        return result
 
     def _retreat(self, start):
         """Generator: a configuration with at least twice the margin of clearance that the
@@ -258,28 +252,32 @@ class DetourPlanner:
             i = j
         return out
 
-    def certify(self, a, b):
-        """Return whether the straight leg a -> b (n,) is certified free (runs to the end)."""
-        work = self._leg(np.asarray(a, dtype=float), np.asarray(b, dtype=float))
-        try:
-            while True:
-                next(work)
-        except StopIteration as result:
-            return result.value
+    def certify(self, points):
+        """Return whether the straight legs between consecutive points (K, n) are all
+        certified free (each run to the end)."""
+        for a, b in zip(points[:-1], points[1:]):
+            work = self._leg(np.asarray(a, dtype=float), np.asarray(b, dtype=float))
+            try:
+                while True:
+                    next(work)
+            except StopIteration as result:
+                if not result.value:
+                    return False
+        return True
 
     def _leg(self, a, b):
         """Generator: return whether the straight leg a -> b is certified free (module doc);
-        while the arm rests in contact (``_clearance``), the pairs in contact are also held
+        while the arm rests in contact (``clearance``), the pairs in contact are also held
         to their allowances at the collision check's sub-steps, without its play (so that
         the command stream's own check, at other sub-steps, allows the leg too)."""
-        free = yield from self._certified(a, b)
+        free = yield from self._keeps_margin(a, b)
         for c in self.constraints:
             if free and hasattr(c, 'allowances') and len(c.allowances()[0]):
                 yield
                 free = bool(c.check_motions(a, b[None], play=0.0)[0])
         return free
 
-    def _certified(self, a, b):
+    def _keeps_margin(self, a, b):
         """Generator: return whether the leg a -> b keeps the margin by the Lipschitz
         bound of the covers' motion (module doc)."""
         s = self.settings
@@ -327,11 +325,10 @@ class DetourPlanner:
         (capped at CLEARANCE_CAP; -inf where a constraint without distances is violated).
 
         A pair that may penetrate (the arm rests in contact: the collision constraint's
-        ``allowances``) does not count here: a start resting in contact is not "inside
-        the margin", and the legs are held to the allowances by the sub-stepped motion
-        check instead (``_leg``). Before, such a start needed a push out to
-        twice the margin that a pair the joints barely move (two links meeting near a
-        joint axis) could never reach: Unitree Z1 folded at its zero pose."""
+        ``allowances``) does not count here: a start resting in contact is not "inside the
+        margin" (a push out to twice the margin may be out of reach for a pair the joints
+        barely move: Unitree Z1 folded at its zero pose); ``_leg`` holds such pairs to their
+        allowances instead."""
         constraints = self.constraints if constraints is None else constraints
         qs = np.atleast_2d(qs)
         out = np.full(len(qs), CLEARANCE_CAP)

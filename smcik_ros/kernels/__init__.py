@@ -17,7 +17,7 @@ SMC refinement's move step), ``collision`` (the broad phase and distance gradien
 
 from .collision import collision_query, distance_gradients, leaf_buffers
 from .fk import FAST_TRIG_LIMIT, body_points_world, fk, jacobian_at, link_pose
-from .jit import ENABLED, as_rows
+from .jit import as_rows
 from .lm import LARGE_SYSTEM, lm_null_step, lm_spring_step, lm_step
 from .motion import blocked_joints, clip_ball_rows, motion_distances, random_walk
 from .quat import (W_FLOOR, quat_exp_products, quat_pair_rotvecs, quat_products,
@@ -26,7 +26,7 @@ from .refine import begin, choose, first_solution, propose, refine, state_of
 from .residuals import pose_errors, pose_residual_jacobian
 from .warm import KERNELS, cache_is_warm, compile_kernels, ensure_ready
 
-__all__ = ['ENABLED', 'FAST_TRIG_LIMIT', 'KERNELS', 'LARGE_SYSTEM', 'W_FLOOR', 'as_rows',
+__all__ = ['FAST_TRIG_LIMIT', 'KERNELS', 'LARGE_SYSTEM', 'W_FLOOR', 'as_rows',
            'blocked_joints', 'body_points_world', 'cache_is_warm', 'clip_ball_rows',
            'collision_query', 'compile_kernels', 'distance_gradients', 'ensure_ready',
            'first_solution', 'fk', 'jacobian_at', 'leaf_buffers', 'link_pose', 'lm_null_step',

@@ -61,28 +61,24 @@ def distance_gradients(columns, rot, pos, leaves):
     tb = np.empty(nv)
     for r in range(n.shape[0]):
         ta[:] = 0.0
-        _point_gradient(columns, rot, pos, n[r], body_a[r], point_a[r], grad[r], ta)
-        if body_b[r] < -1:
-            for v in range(nv):
-                out[r, v] = ta[v]
-            continue
         tb[:] = 0.0
-        _point_gradient(columns, rot, pos, n[r], body_b[r], point_b[r], grad[r], tb)
+        _point_gradient(columns, rot, pos, n[r], body_a[r], point_a[r], grad[r], ta)
+        if body_b[r] >= -1:          # a robot sphere (an obstacle: no second term)
+            _point_gradient(columns, rot, pos, n[r], body_b[r], point_b[r], grad[r], tb)
         for v in range(nv):
             out[r, v] = ta[v] - tb[v]
     return out
 
 
 @njit(cache=True)
-def _row_point(rot, pos, row_body, row_local, n, r, out):
-    """Write the base-frame position of row r (its body's frame at configuration n) to out."""
-    b = row_body[r]
-    x, y, z = row_local[r, 0], row_local[r, 1], row_local[r, 2]
+def _to_base(rot, pos, b, n, x, y, z):
+    """Return the base-frame position of the point (x, y, z) [m] of body b (-1: the base)
+    at configuration n."""
     if b < 0:
-        out[0], out[1], out[2] = x, y, z
-    else:
-        for a in range(3):
-            out[a] = rot[b, n, a, 0] * x + rot[b, n, a, 1] * y + rot[b, n, a, 2] * z + pos[b, n, a]
+        return x, y, z
+    return (rot[b, n, 0, 0] * x + rot[b, n, 0, 1] * y + rot[b, n, 0, 2] * z + pos[b, n, 0],
+            rot[b, n, 1, 0] * x + rot[b, n, 1, 1] * y + rot[b, n, 1, 2] * z + pos[b, n, 1],
+            rot[b, n, 2, 0] * x + rot[b, n, 2, 1] * y + rot[b, n, 2, 2] * z + pos[b, n, 2])
 
 
 # [m] how far a part's bound must clear a test before its spheres are skipped: the bound
@@ -98,9 +94,7 @@ def _near_spheres(robot, rot, pos, n, spheres, center, radius, limit, keep, poin
     keep[:k], their base-frame centres to points[:k]; return k. A run of spheres of one part
     (the spheres are stored part by part) is skipped when the part's bounding sphere is
     clear, so a large link (a torso of 1800 spheres) costs its parts, not its spheres; the
-    spheres kept and their order are those of the sphere-by-sphere test. (The arithmetic is
-    written out here: a call per sphere or part, with its array arguments, costs more than
-    it.)"""
+    spheres kept and their order are those of the sphere-by-sphere test."""
     (row_body, row_local, radii, sph_row, _, _, _, _, sphere_part, rpart_local, rpart_body,
      rpart_radius) = robot
     sphere_index, indexed, start, count = spheres
@@ -112,30 +106,16 @@ def _near_spheres(robot, rot, pos, n, spheres, center, radius, limit, keep, poin
         part = sphere_part[s]
         if part != current:
             current = part
-            b = rpart_body[part]
-            x, y, z = rpart_local[part, 0], rpart_local[part, 1], rpart_local[part, 2]
-            if b >= 0:
-                x, y, z = (rot[b, n, 0, 0] * x + rot[b, n, 0, 1] * y + rot[b, n, 0, 2] * z
-                           + pos[b, n, 0],
-                           rot[b, n, 1, 0] * x + rot[b, n, 1, 1] * y + rot[b, n, 1, 2] * z
-                           + pos[b, n, 1],
-                           rot[b, n, 2, 0] * x + rot[b, n, 2, 1] * y + rot[b, n, 2, 2] * z
-                           + pos[b, n, 2])
+            x, y, z = _to_base(rot, pos, rpart_body[part], n, rpart_local[part, 0],
+                               rpart_local[part, 1], rpart_local[part, 2])
             dx, dy, dz = x - cx, y - cy, z - cz
             clear = (math.sqrt(dx * dx + dy * dy + dz * dz) - rpart_radius[part] - radius
                      >= limit + _PART_SLACK)
         if clear:
             continue
         r = sph_row[s]
-        b = row_body[r]
-        x, y, z = row_local[r, 0], row_local[r, 1], row_local[r, 2]
-        if b >= 0:
-            x, y, z = (rot[b, n, 0, 0] * x + rot[b, n, 0, 1] * y + rot[b, n, 0, 2] * z
-                       + pos[b, n, 0],
-                       rot[b, n, 1, 0] * x + rot[b, n, 1, 1] * y + rot[b, n, 1, 2] * z
-                       + pos[b, n, 1],
-                       rot[b, n, 2, 0] * x + rot[b, n, 2, 1] * y + rot[b, n, 2, 2] * z
-                       + pos[b, n, 2])
+        x, y, z = _to_base(rot, pos, row_body[r], n, row_local[r, 0], row_local[r, 1],
+                           row_local[r, 2])
         dx, dy, dz = x - cx, y - cy, z - cz
         if math.sqrt(dx * dx + dy * dy + dz * dz) - radii[s] - radius < limit:
             keep[k] = s
@@ -197,7 +177,9 @@ def collision_query(robot, self_pairs, obstacles, rot, pos, q, threshold, paddin
         thr = threshold
         best_p, best_a, best_b, best_d, best_s = -1, -1, -1, math.inf, False
         for link in range(n_links):
-            _row_point(rot, pos, row_body, row_local, n, link_row[link], wl[link])
+            r = link_row[link]
+            wl[link, 0], wl[link, 1], wl[link, 2] = _to_base(
+                rot, pos, row_body[r], n, row_local[r, 0], row_local[r, 1], row_local[r, 2])
         for p in range(n_pairs):
             lim = thr                 # this pair's threshold (drops in modes 1 and 2)
             pair_a, pair_b, pair_d = -1, -1, math.inf
@@ -244,7 +226,7 @@ def collision_query(robot, self_pairs, obstacles, rot, pos, q, threshold, paddin
                     d3 = math.sqrt(dx * dx + dy * dy + dz * dz) - (radii[sa] + radii[sb]
                                                                    + padding)
                     if d3 < lim:
-                        if mode == 0:
+                        if mode == 0:     # not _put: inlined here, it slowed every mode 4 %
                             if m < cap:
                                 out_n[m], out_p[m], out_a[m], out_b[m] = n, p, sa, sb
                                 out_d[m], out_s[m] = d3, True
@@ -333,7 +315,6 @@ def collision_query(robot, self_pairs, obstacles, rot, pos, q, threshold, paddin
             _put(out, m, n, best_p, best_a, best_b, best_d, best_s)
             m += 1
     return m
-
 
 
 def leaf_buffers(size):

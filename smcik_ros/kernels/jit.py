@@ -3,8 +3,7 @@
 numba compiles the kernels of ``smcik_ros.kernels`` (nopython, releasing the GIL, cached on
 disk); it is a required dependency. ``NUMBA_DISABLE_JIT=1`` (numba's own switch) runs the
 same functions uncompiled, as plain Python, for debugging (slow: minutes for what takes
-seconds compiled). ``ENABLED`` is always True: the solvers' remaining branches on it go with
-their numpy twins.
+seconds compiled).
 
 The on-disk cache lives beside the modules (``__pycache__``) when that directory is
 writable; numba itself falls back to a user-wide directory when it is not. When the package
@@ -17,7 +16,7 @@ import sys
 
 import numpy as np
 
-__all__ = ['ENABLED', 'as_rows', 'njit']
+__all__ = ['as_rows', 'njit']
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -37,8 +36,6 @@ if _CACHE_DIR is not None and 'numba' not in sys.modules:
     os.environ['NUMBA_CACHE_DIR'] = _CACHE_DIR
 
 import numba  # noqa: E402  (after NUMBA_CACHE_DIR is set)
-
-ENABLED = True
 
 
 def njit(*args, **kwargs):

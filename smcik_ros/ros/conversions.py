@@ -118,35 +118,6 @@ def goal_pose_to_matrix(pose, height, where='goal_pose'):
     return out
 
 
-def joint_state_to_positions(msg, joint_names, previous):
-    """Map a sensor_msgs/JointState onto ``joint_names`` by name.
-
-    ``previous``: (n,) values kept for joints the message does not carry (NaN = not known yet).
-    Returns (q (n,), missing names, extra names). Raises GoalError when names and positions
-    differ in length or a carried position is not finite.
-    """
-    names = list(msg.name)
-    positions = np.asarray(msg.position, dtype=float)
-    if len(names) != len(positions):
-        raise GoalError(f'joint_states: expected one position per name, got {len(names)} '
-                        f'names and {len(positions)} positions')
-    index = {name: i for i, name in enumerate(names)}
-    q = np.array(previous, dtype=float, copy=True)
-    missing = []
-    for j, name in enumerate(joint_names):
-        i = index.get(name)
-        if i is None:
-            missing.append(name)
-            continue
-        if not math.isfinite(positions[i]):
-            raise GoalError(f'joint_states: expected a finite position for {name!r}, got '
-                            f'{positions[i]}')
-        q[j] = positions[i]
-    known = set(joint_names)
-    extra = [name for name in names if name not in known]
-    return q, missing, extra
-
-
 def joint_state_positions(msg, joint_names):
     """Map a sensor_msgs/JointState onto ``joint_names`` by name, keeping what is usable.
 
@@ -173,6 +144,20 @@ def joint_state_positions(msg, joint_names):
     known = set(joint_names)
     extra = [name for name in names if name not in known]
     return q, missing, bad, extra
+
+
+def joint_state_to_positions(msg, joint_names, previous):
+    """Map a sensor_msgs/JointState onto ``joint_names`` by name.
+
+    ``previous``: (n,) values kept for joints the message does not carry (NaN = not known yet).
+    Returns (q (n,), missing names, extra names). Raises GoalError when names and positions
+    differ in length or a carried position is not finite.
+    """
+    q, missing, bad, extra = joint_state_positions(msg, joint_names)
+    if bad:
+        value = msg.position[list(msg.name).index(bad[0])]
+        raise GoalError(f'joint_states: expected a finite position for {bad[0]!r}, got {value}')
+    return np.where(np.isnan(q), np.asarray(previous, dtype=float), q), missing, extra
 
 
 def stamp_to_nanoseconds(stamp):

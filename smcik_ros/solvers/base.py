@@ -16,10 +16,12 @@ import numpy as np
 
 from ..errors import GoalError, ParameterError
 from ..goals import Target, Term, as_goal, check_terms, task_errors
+from ..rotations import quat_slerp
 
-__all__ = ['IKResult', 'Alternative', 'Solver', 'SolverSettings', 'StateKey', 'goal_signature',
-           'register',
-           'make_solver', 'available_solvers', 'settings_type', 'parse_tolerance', 'stack_terms']
+__all__ = ['IKResult', 'Alternative', 'Solver', 'LocalSolver', 'LocalSettings', 'SolverSettings',
+           'StateKey', 'goal_signature', 'register', 'make_solver', 'available_solvers',
+           'settings_type', 'parse_tolerance', 'stack_terms', 'check_fields', 'check_choice',
+           'interpolate']
 
 _REGISTRY = {}
 
@@ -88,6 +90,32 @@ class SolverSettings:
 def _check(cond, message):
     if not cond:
         raise ParameterError(message)
+
+
+def check_fields(settings, rule, *names, note=''):
+    """Raise ParameterError unless each field ``names`` of ``settings`` satisfies ``rule``:
+    '> a', '>= a' or an interval such as '(0, 1]' (a bracket closes its end); ``note``
+    follows the rule in the message (a unit, what 0 means)."""
+    interval = rule[0] in '(['
+    if interval:
+        low, high = (float(v) for v in rule[1:-1].split(','))
+    else:
+        op, low = rule.split()
+        low = float(low)
+    for name in names:
+        value = getattr(settings, name)
+        if interval:
+            ok = ((low < value if rule[0] == '(' else low <= value)
+                  and (value < high if rule[-1] == ')' else value <= high))
+        else:
+            ok = value > low if op == '>' else value >= low
+        _check(ok, f'{name} must be {"in " if interval else ""}{rule}{note}; got {value}')
+
+
+def check_choice(settings, name, choices):
+    """Raise ParameterError unless field ``name`` of ``settings`` is one of ``choices``."""
+    value = getattr(settings, name)
+    _check(value in choices, f'{name} must be one of {", ".join(choices)}; got {value!r}')
 
 
 def build_settings(cls, values):
@@ -224,10 +252,6 @@ class Solver:
         self._q = chain.neutral_configuration()
         self._estimate = self._q.copy()
 
-    @property
-    def settings_type(self):
-        return type(self.settings)
-
     # ------------------------------------------------------------------ configuration
     # Whether the answers keep the constraints given. A solver that does not (ccd, fabrik)
     # refuses every constraint but a ``preference`` (the collision clearance: the node's
@@ -301,10 +325,7 @@ class Solver:
 
     def _make_goal(self, goal):
         """Return the Target list of ``goal`` (solvers may set defaults, e.g. sigmas)."""
-        return self._as_goal(goal)
-
-    def _as_goal(self, goal, **defaults):
-        return as_goal(goal, self.chain, **defaults)
+        return as_goal(goal, self.chain)
 
     # ------------------------------------------------------------------ loops
     def step(self, goal):
@@ -314,7 +335,8 @@ class Solver:
             self._on_goal_changed(targets)
         q, frames = self._iterate(targets, online=True)
         self._estimate = self._smooth(self._estimate, q)
-        self._record(targets, frames)
+        pos, ori = task_errors(targets, frames)
+        self.last_info.update(position_error=float(pos[0]), orientation_error=float(ori[0]))
         return self._estimate.copy()
 
     def _smooth(self, previous, candidate):
@@ -322,10 +344,6 @@ class Solver:
 
     def _on_goal_changed(self, targets):
         pass
-
-    def _record(self, targets, frames):
-        pos, ori = task_errors(targets, frames)
-        self.last_info.update(position_error=float(pos[0]), orientation_error=float(ori[0]))
 
     def solve(self, goal, q_seed, max_iters=300, tol=1e-3, timeout=None):
         """Solve ``goal`` from ``q_seed`` and return an ``IKResult``.
@@ -360,25 +378,20 @@ class Solver:
         if q_seed.ndim != 1:
             raise GoalError(f'q_seed must have shape ({self.chain.nq},); got {q_seed.shape}')
         q_seed = self.chain.clip(q_seed)
-        first = self._first_stage(targets, q_seed, (pos_tol, ori_tol)) if max_iters > 0 \
-            else None
+        first = self._start_solve(q_seed, targets, first_stage=max_iters > 0)
+        self._targets = targets
         if first is not None:
             q, pos, ori = first
-            # The first stage's rows are finite already: reset without checking them again.
-            self._reset_checked(self.chain.clip(q))
-            self._targets = targets
             self.last_info = {'first_stage': True}
             return IKResult(q=q.copy(), success=True, position_error=pos,
                             orientation_error=ori, iterations=1,
                             elapsed=time.perf_counter() - start, constraints_ok=True)
-        self._start_solve(q_seed, targets)
-        self._targets = targets
         q = self._q
         frames = self.chain.frames(q)
         best = None
         iterations = 0
         while True:
-            score = self._score(targets, frames, pos_tol, ori_tol)
+            score = _score(self, targets, frames, pos_tol, ori_tol)
             if best is None or score[0] < best[0]:
                 best = score + (q.copy(),)
             if best[1] or iterations >= max_iters:
@@ -394,32 +407,19 @@ class Solver:
         if not np.array_equal(chosen, q):
             # Another success (nearer the seed) or the same one turned by whole turns: report
             # the errors of the configuration returned.
-            _, success, pos, ori, ok = self._score(targets, self.chain.frames(chosen),
-                                                   pos_tol, ori_tol)
+            _, success, pos, ori, ok = _score(self, targets, self.chain.frames(chosen),
+                                              pos_tol, ori_tol)
             q = chosen
         return IKResult(q=q, success=bool(success), position_error=float(pos),
                         orientation_error=float(ori), iterations=iterations,
                         elapsed=time.perf_counter() - start, constraints_ok=bool(ok))
 
-    def _score(self, targets, frames, pos_tol, ori_tol):
-        """Return (rank, success, pos_err, ori_err, constraints_ok) of a one-row Frames."""
-        pos, ori = task_errors(targets, frames)
-        pos, ori = float(pos[0]), float(ori[0])
-        ok = not any(bool(c.violated(frames)[0]) for c in self.constraints if c.hard)
-        success = pos <= pos_tol and ori <= ori_tol and ok
-        # Rank: solved first, then by normalised error, constraint violations last.
-        rank = 0.0 if success else (1.0 + pos / self.chain.length_scale + ori / np.pi
-                                    + (0.0 if ok else 10.0))
-        return rank, success, pos, ori, ok
-
-    def _first_stage(self, targets, q_seed, tolerance):
-        """Return (q, position error, orientation error) of a solution found before the
-        iterations start (counted as the first), or None: solvers with a cheap first try
-        override it (the SMC's seed stage). tolerance: (position [m], orientation [rad])."""
-        return None
-
-    def _start_solve(self, q_seed, targets):
+    def _start_solve(self, q_seed, targets, first_stage):
+        """Start a solve from ``q_seed`` (nq,), in the limits; return (q, position error,
+        orientation error) of a solution found before the iterations start (counted as the
+        first; only when ``first_stage``), or None. The SMC overrides it (its seed stage)."""
         self.reset(q_seed)
+        return None
 
     def _solve_result(self, q, solved):
         """Return the configuration ``solve`` returns for its best ``q`` (a solver may prefer
@@ -457,17 +457,18 @@ class Solver:
         """Move the estimate to a listed alternative: an index into the last
         ``alternatives()`` list, or a configuration (nq,). A single-answer solver restarts
         its online use there (``reset``). Returns the new estimate (nq,)."""
-        q = self._alternative_q(choice)
+        q = self._alternative_q(choice, self.alternatives)
         targets = self._targets
         self.reset(q)
         self._targets = targets
         self._goal_key = None
         return self._estimate.copy()
 
-    def _alternative_q(self, choice):
-        """Return the configuration of ``choice`` (index or (nq,) array), validated."""
+    def _alternative_q(self, choice, listed):
+        """Return the configuration of ``choice`` (index into ``listed()``, the last
+        ``alternatives()`` list, or (nq,) array), validated."""
         if isinstance(choice, (int, np.integer)) and not isinstance(choice, bool):
-            listed = getattr(self, '_alternatives', None) or self.alternatives()
+            listed = listed()
             if not 0 <= int(choice) < len(listed):
                 raise GoalError(f'alternative index {int(choice)} out of range: the last '
                                 f'alternatives() listed {len(listed)} (0..{len(listed) - 1})')
@@ -485,6 +486,89 @@ class Solver:
     def _iterate(self, targets, online):  # pragma: no cover - interface
         raise NotImplementedError
 
+
+@dataclass(frozen=True)
+class LocalSettings(SolverSettings):
+    """The settings every ``LocalSolver`` has: its restarts in ``solve``."""
+
+    restart_after: int = 10     # solve(): iterations without progress before a restart from
+    #                             a random configuration (0: never)
+    seed: int = -1              # random seed of the restarts; -1: fresh entropy
+
+    def validate(self):
+        check_fields(self, '>= 0', 'restart_after', note=' (0: never restart)')
+        check_fields(self, '>= -1', 'seed', note=' (-1: fresh entropy)')
+
+
+class LocalSolver(Solver):
+    """A solver that improves one configuration per iteration: jacobian, distance, ccd, fabrik.
+
+    Subclasses implement ``_task(targets) -> (cost, task)``, the cost (a float) of the current
+    configuration ``self._q`` (FK ``self._frames``) and what the step needs, and
+    ``_update(targets, task, online) -> q`` (nq,), the next configuration. In ``solve``,
+    ``restart_after`` iterations without a 0.1 % drop below the best cost so far restart
+    from a random configuration (``_restart``); ``solve`` keeps the best iterate, so a
+    restart never loses the best answer. Their settings extend ``LocalSettings``.
+    """
+
+    Settings = LocalSettings
+
+    def __init__(self, chain, settings=None):
+        super().__init__(chain, settings)
+        self._configure()
+        self._on_constraints_changed()
+        self._reset(self._q)
+
+    def _configure(self):
+        """Set up what the settings decide: the restarts' random generator."""
+        self._rng = np.random.default_rng(None if self.settings.seed < 0 else self.settings.seed)
+
+    def _on_settings_changed(self):
+        self._configure()
+
+    def _reset(self, q):
+        self._frames = self.chain.frames(q)
+        self._best_cost, self._stalled = np.inf, 0     # the restart's stall count
+
+    def _iterate(self, targets, online):
+        cost, task = self._task(targets)
+        if not online and self._stall(cost):
+            self.last_info['restarts'] = self.last_info.get('restarts', 0) + 1
+            q = self._restart()     # stuck in a local minimum (often at joint limits)
+        else:
+            q = self._update(targets, task, online)
+        self._q = q
+        self._frames = self.chain.frames(q)
+        return q, self._frames
+
+    def _stall(self, cost):
+        """Record ``cost``; return True (and start counting again) when a restart is due."""
+        if self.settings.restart_after <= 0:
+            return False
+        if cost < self._best_cost * (1.0 - 1e-3):
+            self._best_cost, self._stalled = cost, 0
+            return False
+        self._stalled += 1
+        if self._stalled < self.settings.restart_after:
+            return False
+        self._best_cost, self._stalled = np.inf, 0
+        return True
+
+    def _restart(self):
+        """Return the configuration (nq,) a restart starts from: uniform in the limits."""
+        return self.chain.random_configuration(self._rng)
+
+
+def _score(solver, targets, frames, pos_tol, ori_tol):
+    """Return (rank, success, pos_err, ori_err, constraints_ok) of a one-row Frames."""
+    pos, ori = task_errors(targets, frames)
+    pos, ori = float(pos[0]), float(ori[0])
+    ok = not any(bool(c.violated(frames)[0]) for c in solver.constraints if c.hard)
+    success = pos <= pos_tol and ori <= ori_tol and ok
+    # Rank: solved first, then by normalised error, constraint violations last.
+    rank = 0.0 if success else (1.0 + pos / solver.chain.length_scale + ori / np.pi
+                                + (0.0 if ok else 10.0))
+    return rank, success, pos, ori, ok
 
 
 class StateKey:
@@ -506,6 +590,7 @@ class StateKey:
         return (isinstance(other, StateKey) and len(self.objects) == len(other.objects)
                 and all(a is b for a, b in zip(self.objects, other.objects))
                 and self.values == other.values)
+
 
 def goal_signature(goal):
     """Return a value signature of a goal (array, Target or list of Targets), or None when
@@ -540,6 +625,17 @@ def _term_signature(term):
     return tuple(out)
 
 
+def interpolate(chain, a, b, t):
+    """Return the configuration (nq,) a fraction ``t`` of the way from ``a`` to ``b`` (nq,):
+    linear for 1-DOF joints, slerp for ball joints; clipped into the limits (a convex
+    combination of in-limit points stays in the box: the clip guards rounding)."""
+    out = a + t * (b - a)
+    if chain.has_ball_joints:
+        bq = chain.ball_q_index
+        out[bq] = quat_slerp(a[bq], b[bq], t)
+    return chain.clip(out)
+
+
 def stack_terms(terms, frames, with_jacobian=True):
     """Return whitened residuals (N, K) and Jacobians (N, K, nv) of terms.
 
@@ -562,8 +658,3 @@ def stack_terms(terms, frames, with_jacobian=True):
         return (res[0], jac[0]) if with_jacobian else res[0]
     r = np.concatenate(res, axis=1)
     return (r, np.concatenate(jac, axis=1)) if with_jacobian else r
-
-
-def target_terms(terms):
-    """Return the Target objects among ``terms``."""
-    return [t for t in terms if isinstance(t, Target)]

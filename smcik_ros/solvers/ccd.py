@@ -35,39 +35,31 @@ import numpy as np
 from ..errors import GoalError, ParameterError
 from ..goals import OrientationTarget, PoseTarget, PositionTarget
 from ..model.builder import BODY_BALL, BODY_PRISMATIC
-from ..rotations import matrix_to_quat, quat_multiply, quat_to_matrix
-from .base import Solver, SolverSettings, _check, register
-from .jacobian import StallMonitor
+from ..rotations import (matrix_to_quat, matrix_to_rotvec, quat_conjugate, quat_multiply,
+                         quat_to_matrix, rotvec_to_matrix)
+from .base import LocalSettings, LocalSolver, check_fields, register
 
 __all__ = ['CcdSettings', 'CcdSolver']
 
 
 @dataclass(frozen=True)
-class CcdSettings(SolverSettings):
+class CcdSettings(LocalSettings):
     """Settings of the CCD solver (field names are the ROS parameter names)."""
 
     gain: float = 1.0                 # fraction of each joint's best change applied (solve)
     online_gain: float = 0.5          # the same for step() (online use)
     max_step: float = 3.2             # [rad or m] largest change of one joint update
     orientation_weight: float = 1.0   # multiplier on the orientation terms of pose targets
-    restart_after: int = 10           # solve(): sweeps without progress before a random
-    #                                   restart (0: never)
-    seed: int = -1                    # random seed of the restarts; -1: fresh entropy
 
     def validate(self):
-        for name in ('gain', 'online_gain'):
-            _check(0.0 < getattr(self, name) <= 1.0,
-                   f'{name} must be in (0, 1]; got {getattr(self, name)}')
-        _check(self.max_step > 0.0, f'max_step must be > 0 [rad or m]; got {self.max_step}')
-        _check(self.orientation_weight >= 0.0,
-               f'orientation_weight must be >= 0; got {self.orientation_weight}')
-        _check(self.restart_after >= 0,
-               f'restart_after must be >= 0 (0: never restart); got {self.restart_after}')
-        _check(self.seed >= -1, f'seed must be >= 0, or -1 for a random seed; got {self.seed}')
+        super().validate()
+        check_fields(self, '(0, 1]', 'gain', 'online_gain')
+        check_fields(self, '> 0', 'max_step', note=' [rad or m]')
+        check_fields(self, '>= 0', 'orientation_weight')
 
 
 @register('ccd')
-class CcdSolver(Solver):
+class CcdSolver(LocalSolver):
     """Cyclic coordinate descent on joint values (see the module docstring)."""
 
     Settings = CcdSettings
@@ -80,82 +72,58 @@ class CcdSolver(Solver):
             raise ParameterError(
                 f'ccd updates one joint at a time and cannot follow mimic joints '
                 f'({", ".join(mimics)}); use the jacobian, distance or smc solver for this chain')
-        super().__init__(chain, settings)
-        self._rng = np.random.default_rng(None if self.settings.seed < 0 else self.settings.seed)
         self._order = list(reversed(range(chain.num_bodies)))
         self._ball_q = {b: qi for b, qi in chain.ball_bodies}
-        self._ball_limit = {qi: lim for qi, _, lim in chain.ball_joints}
         # moves[b, body]: joint b moves rows riding on ``body`` (last column: the base, -1).
         self._moves = np.zeros((chain.num_bodies, chain.num_bodies + 1), dtype=bool)
         for b in range(chain.num_bodies):
             self._moves[b, chain.descendants[b]] = True
-        self._reset(self._q)
-
-    def _on_settings_changed(self):
-        self._rng = np.random.default_rng(None if self.settings.seed < 0 else self.settings.seed)
-
-    def _reset(self, q):
-        self._frames = self.chain.frames(q)
-        self._stall_monitor = StallMonitor(self.settings.restart_after)
+        super().__init__(chain, settings)
 
     # ------------------------------------------------------------------ one sweep
-    def _iterate(self, targets, online):
-        s = self.settings
-        chain = self.chain
-        frames = self._frames
-        rows = self._rows(targets, frames)
-        moving, goals, weights, is_point, row_body = rows
-        cost = float(weights @ np.sum((moving - goals) ** 2, axis=1))
-        if not online and self._stall_monitor.stalled(cost, self.last_info):
-            q = chain.random_configuration(self._rng)
-        else:
-            q = self._q.copy()
-            gain = s.online_gain if online else s.gain
-            for b in self._order:
-                mask = self._moves[b, row_body]
-                if mask.any():
-                    self._update_joint(q, b, frames, rows, mask, gain)
-            q = chain.clip(q)
-        self._q = q
-        self._frames = chain.frames(q)
-        return q, self._frames
+    def _task(self, targets):
+        """Return (weighted squared distance of the row pairs, the rows: ``_rows``)."""
+        rows = self._rows(targets, self._frames)
+        moving, goals, weights, _, _ = rows
+        return float(weights @ np.sum((moving - goals) ** 2, axis=1)), rows
+
+    def _update(self, targets, rows, online):
+        """Return the configuration after one sweep, tip to base."""
+        q = self._q.copy()
+        gain = self.settings.online_gain if online else self.settings.gain
+        for b in self._order:
+            mask = self._moves[b, rows[4]]
+            if mask.any():
+                self._update_joint(q, b, self._frames, rows, mask, gain)
+        return self.chain.clip(q)
 
     def _rows(self, targets, frames):
         """Return the task as vector pairs: moving (K, 3), goals (K, 3), weights (K,),
         is_point (K,) (a point, rotating about the joint centre, or a free frame axis) and
         the body each row rides on (K,)."""
-        s = self.settings
-        moving, goals, weights, is_point, bodies = [], [], [], [], []
+        blocks = []     # (moving (k, 3), goals (k, 3), weight, is_point, body)
         for t in targets:
             if not isinstance(t, (PoseTarget, PositionTarget, OrientationTarget)):
                 raise GoalError(f'ccd handles PoseTarget, PositionTarget and OrientationTarget; '
                                 f'got {type(t).__name__}')
             body, _ = self.chain.link_anchor(t.link)
+            point_weight = t.weight / t.sigma[0] ** 2
             if isinstance(t, PositionTarget):
-                moving.append(frames.point(t.link, t.offset)[:1])
-                goals.append(t.position[None])
-                weights.append([t.weight / t.sigma[0] ** 2])
-                is_point.append([True])
-                bodies.append([body])
+                blocks.append((frames.point(t.link, t.offset)[:1], t.position[None],
+                               point_weight, True, body))
                 continue
             pose = frames.link_pose(t.link)[0]
             if isinstance(t, PoseTarget):
-                moving.append(pose[None, :3, 3])
-                goals.append(t.pose[None, :3, 3])
-                weights.append([t.weight / t.sigma[0] ** 2])
-                is_point.append([True])
-                bodies.append([body])
-                goal_rot = t.pose[:3, :3]
-            else:
-                goal_rot = t.rotation
-            moving.append(pose[:3, :3].T)                     # rows: the frame's axes
-            goals.append(goal_rot.T)
-            weights.append([s.orientation_weight * t.weight / (2.0 * t.sigma[-1] ** 2)] * 3)
-            is_point.append([False] * 3)
-            bodies.append([body] * 3)
+                blocks.append((pose[None, :3, 3], t.pose[None, :3, 3], point_weight, True, body))
+            goal_rot = t.pose[:3, :3] if isinstance(t, PoseTarget) else t.rotation
+            blocks.append((pose[:3, :3].T, goal_rot.T,                # rows: the frame's axes
+                           self.settings.orientation_weight * t.weight / (2.0 * t.sigma[-1] ** 2),
+                           False, body))
+        moving, goals, weights, is_point, bodies = zip(*blocks)
+        counts = [len(m) for m in moving]
         return (np.concatenate(moving).astype(float), np.concatenate(goals).astype(float),
-                np.concatenate(weights).astype(float), np.concatenate(is_point),
-                np.concatenate(bodies).astype(int))
+                np.repeat(np.array(weights, dtype=float), counts), np.repeat(is_point, counts),
+                np.repeat(np.array(bodies, dtype=int), counts))
 
     def _update_joint(self, q, b, frames, rows, mask, gain):
         """Set joint ``b`` to its best value with the others held; move the rows with it."""
@@ -208,13 +176,14 @@ class CcdSolver(Solver):
         fix = np.diag([1.0, 1.0, np.linalg.det(uu @ vt)])
         delta_world = uu @ fix @ vt
         if gain < 1.0:
-            delta_world = _scale_rotation(delta_world, gain)
+            delta_world = rotvec_to_matrix(gain * matrix_to_rotvec(delta_world))
         local = rot.T @ delta_world @ rot               # the rotation in the body frame
         old = q[qi:qi + 4].copy()
-        clipped = self.chain.clip(_with(q, qi, quat_multiply(old, matrix_to_quat(local))))
-        q[qi:qi + 4] = clipped[qi:qi + 4]
+        turned = q.copy()
+        turned[qi:qi + 4] = quat_multiply(old, matrix_to_quat(local))
+        q[qi:qi + 4] = self.chain.clip(turned)[qi:qi + 4]
         # The limit may have cut the rotation short: move the rows by what was applied.
-        return rot @ quat_to_matrix(quat_multiply(_conj(old), q[qi:qi + 4])) @ rot.T
+        return rot @ quat_to_matrix(quat_multiply(quat_conjugate(old), q[qi:qi + 4])) @ rot.T
 
 
 # ---------------------------------------------------------------------- helpers
@@ -239,18 +208,3 @@ def _axis_angle_matrix(axis, angle):
     return np.array([[t * x * x + c, t * x * y - s * z, t * x * z + s * y],
                      [t * x * y + s * z, t * y * y + c, t * y * z - s * x],
                      [t * x * z - s * y, t * y * z + s * x, t * z * z + c]])
-
-
-def _scale_rotation(rot, factor):
-    from ..rotations import matrix_to_rotvec, rotvec_to_matrix
-    return rotvec_to_matrix(factor * matrix_to_rotvec(rot))
-
-
-def _with(q, qi, quat):
-    out = q.copy()
-    out[qi:qi + 4] = quat
-    return out
-
-
-def _conj(quat):
-    return np.array([quat[0], -quat[1], -quat[2], -quat[3]])

@@ -8,20 +8,13 @@ of the hard ones (eq. 11):
 
     x <- x - gain J0^+ F(x) + (I - J0^+ J0) (-soft_gain J1^+ G(x))
 
-Two forms:
-
-- ``DistanceSolver`` ('distance' in ``make_solver``): the unknowns are the chain's joint
-  positions, the points are functions of them (so segment lengths hold by construction,
-  and the output is a joint configuration inside the limits). Point Jacobians are analytic
-  (eq. 10 chained with the point Jacobians of the kinematics). A pose target becomes point
-  targets: the tool point and ``orientation_points`` points ``point_offset`` metres along
-  the tool frame's axes, so the orientation is reached too.
-- ``FreePointDistanceSolver``: the paper as written, 3n unknown point positions, segment
-  lengths and pinned points as hard constraints, reference distances as soft ones; works
-  on graphs with cycles (section VI-D). ``structured=True`` uses the block structure
-  (each constraint row touches at most two points; eqs. 12-13: the soft Jacobian towards
-  fixed reference points is block diagonal, so its pseudo-inverse is the blocks'
-  pseudo-inverses) instead of dense SVDs of the full matrices.
+The unknowns are the chain's joint positions, the points functions of them (so segment
+lengths hold by construction, and the output is a joint configuration inside the limits).
+Point Jacobians are analytic (eq. 10 chained with the point Jacobians of the kinematics). A
+pose target becomes point targets: the tool point and ``orientation_points`` points
+``point_offset`` metres along the tool frame's axes, so the orientation is reached too. The
+paper's own form (3n unknown point positions, segment lengths hard) reproduces its
+experiments beside their benchmark (benchmarks/_free_point.py).
 
 Distance residuals. The paper's eq. 7 squares the residual, f = (|xi - xj|^2 - d^2)^2,
 which has a double root: its gradient (eq. 10) vanishes at the solution and Newton slows
@@ -33,26 +26,23 @@ other (g(x) = x_T)": three rows xi - xT, since |xi - xT|^2 has a zero gradient a
 solution in every direction.
 """
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import GoalError, ParameterError
+from ..errors import GoalError
 from ..goals import (Constraint, OrientationTarget, PoseTarget, PositionTarget,
                      _check_link, _finite_array, _positive)
-from .base import Solver, SolverSettings, _check, register, stack_terms
-from .inequality import constrained_step, inequality_constraints
-from .jacobian import (StallMonitor, _check_dampers, limit_push, limited_step,
-                       nullspace_projector, random_free_configuration)
+from ..rotations import skew
+from .base import _check, check_choice, check_fields, register, stack_terms
+from .inequality import inequality_constraints
+from .jacobian import (DescentSettings, JacobianSolver, limit_push, nullspace_projector,
+                       pinv_step)
 
-__all__ = ['DistanceSettings', 'DistanceSolver', 'PointDistance', 'FreePointSettings',
-           'FreePointDistanceSolver', 'FreePointResult', 'reference_anchors']
+__all__ = ['DistanceSettings', 'DistanceSolver', 'PointDistance', 'reference_anchors']
 
 SOFT_REFERENCES = ('anchors', 'points', 'none')
-_DENSE_ROWS = 150     # free-point solver: below this many hard rows, solve J0 J0^T densely
 REFERENCE_POSTURES = ('neutral', 'reset')
-SECONDARY_FORMS = ('priority', 'paper')
 
 
 def reference_anchors(scale, origin=(0.0, 0.0, 0.0)):
@@ -129,80 +119,41 @@ class PointDistance(Constraint):
 
 # ---------------------------------------------------------------------- joint-space solver
 @dataclass(frozen=True)
-class DistanceSettings(SolverSettings):
-    """Settings of the distance solver (field names are the ROS parameter names)."""
+class DistanceSettings(DescentSettings):
+    """Settings of the distance solver: the iteration's (``DescentSettings``: ``gain`` is
+    the fraction of the hard-constraint Newton step), then the distance task's."""
 
-    gain: float = 1.0                    # fraction of the hard-constraint Newton step (solve)
-    online_gain: float = 0.5             # the same for step() (online use)
     soft_gain: float = 0.3               # eq. 11 secondary-task gain (limits its involvement)
     soft_max_step: float = 0.1           # [rad or m] largest joint change of the soft step
-    secondary: str = 'priority'          # soft step: 'priority' (Nakamura) or 'paper' (eq. 11)
     soft_decay: float = 0.95             # per-iteration factor on the secondary task after a
     #                                      new goal (1: constant): it guides, then fades
-    max_step: float = 0.5                # [rad or m] largest joint change of one iteration
-    singular_value_cutoff: float = 1e-4  # pseudo-inverse: singular values < cutoff * largest -> 0
     point_offset: float = 0.1            # [m] distance of the orientation points from the tool
     orientation_points: int = 3          # points along the tool axes per orientation (2 or 3)
     soft_reference: str = 'anchors'      # 'anchors', 'points' or 'none' (see the docs)
     reference_posture: str = 'neutral'   # posture whose distances are kept: 'neutral' or 'reset'
-    anchor_scale: float = 0.0            # [m] anchor spacing; 0: the chain's length scale
     reference_sigma: float = 0.05        # [m] soft reference rows are divided by this
-    limit_gain: float = 0.2              # null-space push out of the joint-limit margins
-    limit_margin: float = 0.1            # share of each joint range where that push acts
-    restart_after: int = 10              # solve(): iterations without progress before a
-    #                                      random restart (0: never)
-    seed: int = -1                       # random seed of the restarts; -1: fresh entropy
-    collision_influence_distance: float = 0.05  # [m] d_i: pairs closer than this get a damper
-    collision_security_distance: float = 0.002  # [m] d_s: the (padded) distance dampers keep
-    collision_damper_gain: float = 0.5   # xi: share of the margin d - d_s closable per step
 
     def validate(self):
-        _check_dampers(self)
-        for name in ('gain', 'online_gain'):
-            _check(0.0 < getattr(self, name) <= 1.0,
-                   f'{name} must be in (0, 1]; got {getattr(self, name)}')
-        _check(self.secondary in SECONDARY_FORMS,
-               f'secondary must be one of {", ".join(SECONDARY_FORMS)}; got {self.secondary!r}')
-        _check(0.0 < self.soft_decay <= 1.0,
-               f'soft_decay must be in (0, 1]; got {self.soft_decay}')
-        _check(self.soft_max_step > 0.0,
-               f'soft_max_step must be > 0 [rad or m]; got {self.soft_max_step}')
-        for name in ('soft_gain', 'limit_gain'):
-            _check(0.0 <= getattr(self, name) <= 1.0,
-                   f'{name} must be in [0, 1]; got {getattr(self, name)}')
-        _check(self.max_step > 0.0, f'max_step must be > 0 [rad or m]; got {self.max_step}')
-        _check(0.0 <= self.singular_value_cutoff < 1.0,
-               f'singular_value_cutoff must be in [0, 1); got {self.singular_value_cutoff}')
-        _check(self.point_offset > 0.0,
-               f'point_offset must be > 0 [m]; got {self.point_offset}')
+        super().validate()
+        check_choice(self, 'soft_reference', SOFT_REFERENCES)
+        check_choice(self, 'reference_posture', REFERENCE_POSTURES)
+        check_fields(self, '(0, 1]', 'soft_decay')
+        check_fields(self, '[0, 1]', 'soft_gain')
+        check_fields(self, '> 0', 'soft_max_step', note=' [rad or m]')
+        check_fields(self, '> 0', 'point_offset', 'reference_sigma', note=' [m]')
         _check(self.orientation_points in (2, 3),
                f'orientation_points must be 2 or 3; got {self.orientation_points}')
-        _check(self.soft_reference in SOFT_REFERENCES,
-               f'soft_reference must be one of {", ".join(SOFT_REFERENCES)}; '
-               f'got {self.soft_reference!r}')
-        _check(self.reference_posture in REFERENCE_POSTURES,
-               f'reference_posture must be one of {", ".join(REFERENCE_POSTURES)}; '
-               f'got {self.reference_posture!r}')
-        _check(self.anchor_scale >= 0.0,
-               f'anchor_scale must be >= 0 [m] (0: chain length scale); got {self.anchor_scale}')
-        _check(self.reference_sigma > 0.0,
-               f'reference_sigma must be > 0 [m]; got {self.reference_sigma}')
-        _check(0.0 <= self.limit_margin <= 0.5,
-               f'limit_margin must be in [0, 0.5] (share of the joint range); '
-               f'got {self.limit_margin}')
-        _check(self.restart_after >= 0,
-               f'restart_after must be >= 0 (0: never restart); got {self.restart_after}')
-        _check(self.seed >= -1, f'seed must be >= 0, or -1 for a random seed; got {self.seed}')
 
 
 @register('distance')
-class DistanceSolver(Solver):
-    """Distance-constraint IK in the chain's joint space (see the module docstring)."""
+class DistanceSolver(JacobianSolver):
+    """Distance-constraint IK in the chain's joint space (see the module docstring): the
+    Jacobian solver's iteration (``limited_step``, dampers) on point rows, with the pseudo-
+    inverse as primary step and the reference distances as secondary task."""
 
     Settings = DistanceSettings
 
     def __init__(self, chain, settings=None):
-        super().__init__(chain, settings)
         # The moving link origins: the points whose reference distances are kept.
         bodies, offsets = [], []
         seen = set()
@@ -216,22 +167,13 @@ class DistanceSolver(Solver):
             offsets.append(off[:3, 3].copy())
         self._ref_bodies = np.array(bodies, dtype=int)
         self._ref_offsets = np.array(offsets, dtype=float).reshape(-1, 3)
-        self._point_cols = _column_masks(chain, self._ref_bodies)
-        self._configure()
-        self._on_constraints_changed()
-        self._reset(self._q)
+        self._point_cols = np.zeros((len(bodies), len(chain.column_body)), dtype=bool)
+        for p, b in enumerate(bodies):       # (P, C): Jacobian column c moves point p's body
+            self._point_cols[p, chain.columns_of_body[b]] = True
+        self._anchors = reference_anchors(chain.length_scale)
+        super().__init__(chain, settings)
 
     # ------------------------------------------------------------------ setup
-    def _configure(self):
-        s = self.settings
-        self._rng = np.random.default_rng(None if s.seed < 0 else s.seed)
-        scale = s.anchor_scale if s.anchor_scale > 0.0 else self.chain.length_scale
-        self._anchors = reference_anchors(scale)
-
-    def _on_settings_changed(self):
-        self._configure()
-        self._set_reference(self._reference_q)
-
     def _on_constraints_changed(self):
         # Collision and keep-out constraints are inequalities with velocity dampers (see
         # solvers.inequality), not distance equalities.
@@ -240,25 +182,23 @@ class DistanceSolver(Solver):
         self._soft = [c for c in self.constraints if not c.hard]
 
     def _reset(self, q):
-        self._frames = self.chain.frames(q)
-        self._stall_monitor = StallMonitor(self.settings.restart_after)
-        self._set_reference(q if self.settings.reference_posture == 'reset' else None)
+        super()._reset(q)
+        # The reference posture's link points and their distances to the anchors; rows
+        # with a (near) zero reference distance carry no gradient: they are left out.
+        reference = q if self.settings.reference_posture == 'reset' else \
+            self.chain.neutral_configuration()
+        self._ref_points = self._link_points(self.chain.frames(reference))
+        self._ref_dist = np.linalg.norm(self._ref_points[:, None, :] - self._anchors[None],
+                                        axis=-1)                                   # (P, 4)
+        self._ref_rows = self._ref_dist > 1e-6
         self._secondary_scale = 1.0
 
     def _on_goal_changed(self, targets):
         self._secondary_scale = 1.0
 
-    def _set_reference(self, q):
-        """Store the reference posture's link points and their anchor distances."""
-        q_ref = self.chain.neutral_configuration() if q is None else np.array(q, dtype=float)
-        self._reference_q = q if q is None else q_ref
-        frames = self.chain.frames(q_ref)
-        pts = self._link_points(frames)
-        self._ref_points = pts
-        dist = np.linalg.norm(pts[:, None, :] - self._anchors[None], axis=-1)   # (P, 4)
-        self._ref_dist = dist
-        # Rows with a (near) zero reference distance carry no gradient: leave them out.
-        self._ref_rows = dist > 1e-6
+    def _restart(self):
+        self._secondary_scale = 1.0
+        return super()._restart()
 
     def _link_points(self, frames):
         """Return the (P, 3) reference link origins of the first configuration of frames."""
@@ -307,7 +247,7 @@ class DistanceSolver(Solver):
         goal_arms = a * goal_rot @ axes.T
         for k in range(axes.shape[0]):
             res.append(arms[:, k] - goal_arms[:, k])
-            rows.append(-_skew(arms[:, k]) @ jac6[3:])
+            rows.append(-skew(arms[:, k]) @ jac6[3:])
         return np.concatenate(res), np.concatenate(rows, axis=0)
 
     def soft_terms(self, frames):
@@ -338,61 +278,47 @@ class DistanceSolver(Solver):
         return np.concatenate(res), np.concatenate(jac, axis=0)
 
     # ------------------------------------------------------------------ one iteration
-    def _iterate(self, targets, online):
-        s = self.settings
-        chain = self.chain
-        q, frames = self._q, self._frames
-        f, j0 = self.hard_terms(targets, frames)
-        if not online and self._stall_monitor.stalled(float(f @ f), self.last_info):
-            q_new = random_free_configuration(chain, self._rng, self._inequalities)
-            self._secondary_scale = 1.0
-        else:
-            gain = s.online_gain if online else s.gain
-            z = np.zeros(chain.nv)
-            scale = self._secondary_scale
-            self._secondary_scale *= s.soft_decay
-            g, j1 = self.soft_terms(frames)
-            if s.soft_gain * scale > 1e-6 and g.size:
-                z -= s.soft_gain * self._secondary_step(f, j0, g, j1, gain)
-                biggest = np.max(np.abs(z))
-                if biggest > s.soft_max_step:
-                    z *= s.soft_max_step / biggest
-            if s.limit_gain > 0.0 and s.limit_margin > 0.0 and len(chain.scalar_q):
-                sq = chain.scalar_q
-                z[chain.scalar_v] += s.limit_gain * limit_push(
-                    q[sq], chain.lower[sq], chain.upper[sq], s.limit_margin)
-            # The paper's "parameter ... to limit the involvement of the secondary task at
-            # the end of the iteration": the secondary guides the first steps, then fades,
-            # so the hard constraints converge to zero rather than to a second-order error.
-            z *= scale
-            dv = limited_step(chain, q, j0, -gain * f, z, s, _pinv_step(s.singular_value_cutoff))
-            if self._inequalities:
-                dv, info = constrained_step(chain, q, dv, frames, self._inequalities, j0, s,
-                                            s.max_step, motion=online)
-                self.last_info.update(info)
-            q_new = chain.clip(chain.integrate(q, dv))
-        self._q = q_new
-        self._frames = chain.frames(q_new)
+    def _task(self, targets):
+        """Return (|F|^2, (F, J0)): the hard rows (``hard_terms``)."""
+        f, j0 = self.hard_terms(targets, self._frames)
         self.last_info['hard_error'] = float(np.sqrt(f @ f))
-        return q_new, self._frames
+        return float(f @ f), (f, j0)
+
+    def _method_step(self, jac, e, svd):
+        return pinv_step(jac, e, svd, max(self.settings.singular_value_cutoff, 1e-12))
+
+    def _secondary(self, task, gain):
+        """Return the (nv,) secondary step z: the soft rows' correction (at most
+        ``soft_max_step``) and the joint-limit push, times ``soft_decay`` ** (iterations
+        since the goal, a reset or a restart): the paper's "parameter ... to limit the
+        involvement of the secondary task at the end of the iteration", so the hard
+        constraints converge to zero rather than to a second-order error."""
+        s = self.settings
+        z = np.zeros(self.chain.nv)
+        scale = self._secondary_scale
+        self._secondary_scale *= s.soft_decay
+        g, j1 = self.soft_terms(self._frames)
+        if s.soft_gain * scale > 1e-6 and g.size:
+            z -= s.soft_gain * self._secondary_step(*task, g, j1, gain)
+            biggest = np.max(np.abs(z))
+            if biggest > s.soft_max_step:
+                z *= s.soft_max_step / biggest
+        z += limit_push(self.chain, self._q, s)
+        return z * scale
 
     def _secondary_step(self, f, j0, g, j1, gain):
         """Return the (unscaled) soft correction: minus the step that reduces G.
 
-        'paper' (eq. 11 as written): J1^+ G, later projected by (I - J0^+ J0). Projecting
-        a pseudo-inverse step is not always a descent direction for |G|^2 (J1 N J1^+ is
-        not positive semi-definite for a tall J1), and on the 7-DOF arm it raised the soft
-        error in 4 of 10 trials. 'priority' (the task-priority solution of Nakamura,
-        Hanafusa & Yoshikawa 1987): N (J1 N)^+ (G + J1 dx0) with dx0 = -gain J0^+ F,
-        the best soft correction that leaves the hard constraints alone to first order.
-        Both damped (``_least_squares``).
+        The task-priority solution (Nakamura, Hanafusa & Yoshikawa 1987)
+        N (J1 N)^+ (G + J1 dx0) with dx0 = -gain J0^+ F, damped (``_least_squares``): the
+        best soft correction that leaves the hard constraints alone to first order. Eq. 11's
+        projected J1^+ G is not always a descent direction for |G|^2 (J1 N J1^+ is not
+        positive semi-definite for a tall J1): on the 7-DOF arm it raised the soft error in
+        4 of 10 trials (docs/solvers.md).
         """
-        if self.settings.secondary == 'paper':
-            return _least_squares(j1, g)
         u, sv, vt = np.linalg.svd(j0, full_matrices=False)
-        cutoff = self.settings.singular_value_cutoff
-        dx0 = _pinv_step(cutoff)(j0, -gain * f, (u, sv, vt))
-        proj = nullspace_projector(vt, sv, cutoff)
+        dx0 = self._method_step(j0, -gain * f, (u, sv, vt))
+        proj = nullspace_projector(vt, sv, self.settings.singular_value_cutoff)
         return proj @ _least_squares(j1 @ proj, g + j1 @ dx0)
 
 
@@ -410,29 +336,6 @@ def _least_squares(jac, res, ridge=1e-2):
     return np.linalg.solve(jtj, jac.T @ res)
 
 
-def _pinv_step(cutoff):
-    def step(jac, e, svd):
-        u, sv, vt = svd
-        if sv.size == 0:
-            return np.zeros(jac.shape[1])
-        keep = sv > max(cutoff, 1e-12) * sv[0]
-        inv = np.where(keep, 1.0 / np.where(keep, sv, 1.0), 0.0)
-        return vt.T @ (inv * (u.T @ e))
-    return step
-
-
-def _skew(v):
-    return np.array([[0.0, -v[2], v[1]], [v[2], 0.0, -v[0]], [-v[1], v[0], 0.0]])
-
-
-def _column_masks(chain, bodies):
-    """Return (P, C) bool: Jacobian column c moves body ``bodies[p]``."""
-    mask = np.zeros((len(bodies), len(chain.column_body)), dtype=bool)
-    for p, b in enumerate(bodies):
-        mask[p, chain.columns_of_body[b]] = True
-    return mask
-
-
 def _point_jacobians(frames, bodies, points, masks):
     """Return (P, 3, nv) linear Jacobians of points (P, 3) on ``bodies``, first row of frames.
 
@@ -448,374 +351,3 @@ def _point_jacobians(frames, bodies, points, masks):
                    axes[None])
     lin = lin * masks[..., None]
     return np.einsum('pck,cv->pkv', lin, chain.column_scatter)
-
-
-# ---------------------------------------------------------------------- free points (paper)
-@dataclass(frozen=True)
-class FreePointSettings(SolverSettings):
-    """Settings of the free-point distance solver (3n unknowns)."""
-
-    gain: float = 1.0                    # fraction of the hard-constraint Newton step
-    soft_gain: float = 0.1               # eq. 11 secondary-task gain
-    soft_step_fraction: float = 0.2      # largest soft-step point move / shortest segment
-    soft_decay: float = 0.95             # per-step factor on the soft task since reset/solve
-    max_step: float = 0.0                # [m] largest point move per iteration; 0: no limit
-    singular_value_cutoff: float = 1e-6  # dense pseudo-inverses: relative cut-off
-    regularization: float = 1e-10        # structured solve: relative ridge on J0 J0^T
-    structured: bool = True              # block-sparse solve (eqs. 12-13) instead of dense SVD
-
-    def validate(self):
-        _check(0.0 < self.gain <= 1.0, f'gain must be in (0, 1]; got {self.gain}')
-        _check(0.0 <= self.soft_gain <= 1.0, f'soft_gain must be in [0, 1]; got {self.soft_gain}')
-        _check(0.0 < self.soft_decay <= 1.0,
-               f'soft_decay must be in (0, 1]; got {self.soft_decay}')
-        _check(self.soft_step_fraction > 0.0,
-               f'soft_step_fraction must be > 0 (share of the shortest segment); '
-               f'got {self.soft_step_fraction}')
-        _check(self.max_step >= 0.0, f'max_step must be >= 0 [m] (0: no limit); '
-                                     f'got {self.max_step}')
-        _check(0.0 <= self.singular_value_cutoff < 1.0,
-               f'singular_value_cutoff must be in [0, 1); got {self.singular_value_cutoff}')
-        _check(0.0 <= self.regularization < 1.0,
-               f'regularization must be in [0, 1); got {self.regularization}')
-
-
-@dataclass(frozen=True)
-class FreePointResult:
-    """Outcome of ``FreePointDistanceSolver.solve``.
-
-    points: (n, 3) [m]; success: every hard constraint within tolerance; hard_error: largest
-    hard residual [m]; soft_error: RMS soft residual [m]; iterations; elapsed [s].
-    """
-
-    points: np.ndarray
-    success: bool
-    hard_error: float
-    soft_error: float
-    iterations: int
-    elapsed: float = 0.0
-
-
-class FreePointDistanceSolver:
-    """The paper's distance IK on free points: unknowns X = (x_1 ... x_n), 3n numbers.
-
-    reference: (n, 3) reference posture [m] (also the start); edges: (m, 2) point pairs whose
-    reference lengths are hard constraints (segments; the graph may have cycles);
-    pinned: indices of points held at their reference positions (hard);
-    soft: 'anchors' (each point keeps its reference distances to four fixed reference
-    points, the paper's replay set-up, eqs. 12-13), or 'none';
-    soft_pairs: (s, 2) extra point pairs whose reference distances are soft (the dotted
-    lines of Fig. 10). Targets, given per call, are hard point coincidences {index: (3,)}.
-    """
-
-    def __init__(self, reference, edges, pinned=(), soft='anchors', soft_pairs=(),
-                 anchors=None, settings=None, **changes):
-        ref = np.array(reference, dtype=float)
-        if ref.ndim != 2 or ref.shape[1] != 3 or not np.all(np.isfinite(ref)):
-            raise ParameterError(f'reference must be finite points of shape (n, 3); '
-                                 f'got {ref.shape}')
-        n = len(ref)
-        self.num_points = n
-        settings = settings or FreePointSettings()
-        self.settings = settings.replace(**changes) if changes else settings
-        self.edges = _pairs(edges, n, 'edges')
-        self.soft_pairs = _pairs(soft_pairs, n, 'soft_pairs')
-        self.pinned = np.array(sorted(set(int(i) for i in pinned)), dtype=int)
-        if self.pinned.size and (self.pinned.min() < 0 or self.pinned.max() >= n):
-            raise ParameterError(f'pinned indices must be in [0, {n - 1}]; got {pinned}')
-        if soft not in ('anchors', 'none'):
-            raise ParameterError(f"soft must be 'anchors' or 'none'; got {soft!r}")
-        self.soft = soft
-        self.reference = ref
-        self.lengths = np.linalg.norm(ref[self.edges[:, 0]] - ref[self.edges[:, 1]], axis=-1)
-        if np.any(self.lengths < 1e-9):
-            raise ParameterError('edges must join distinct points of the reference (a zero '
-                                 'segment length has no gradient)')
-        span = float(np.ptp(ref, axis=0).max()) if n > 1 else 1.0
-        centre = ref.mean(axis=0)
-        self.anchors = (reference_anchors(max(span, 1e-3), centre - 0.5 * span)
-                        if anchors is None else np.array(anchors, dtype=float).reshape(-1, 3))
-        self.anchor_dist = np.linalg.norm(ref[:, None] - self.anchors[None], axis=-1)
-        if self.soft == 'anchors' and np.any(self.anchor_dist < 1e-9):
-            raise ParameterError('a reference point coincides with an anchor point; move the '
-                                 'anchors (anchors=)')
-        self.pair_dist = np.linalg.norm(ref[self.soft_pairs[:, 0]] - ref[self.soft_pairs[:, 1]],
-                                        axis=-1)
-        shortest = float(self.lengths.min()) if len(self.lengths) else max(span, 1e-3)
-        self._soft_limit = self.settings.soft_step_fraction * shortest
-        self.points = ref.copy()
-        self._soft_scale = 1.0
-
-    def reset(self, points=None):
-        """Restart from ``points`` (n, 3) (default: the reference); the soft task is fresh."""
-        self.points = self.reference.copy() if points is None else np.array(points, float)
-        self._soft_scale = 1.0
-
-    # ------------------------------------------------------------------ constraints
-    def _targets(self, targets):
-        idx, pos = [], []
-        for i, p in dict(targets or {}).items():
-            if not 0 <= int(i) < self.num_points:
-                raise GoalError(f'target point index must be in [0, {self.num_points - 1}]; '
-                                f'got {i}')
-            idx.append(int(i))
-            pos.append(_finite_array(p, (3,), f'target of point {i}'))
-        for i in self.pinned:
-            if i not in idx:
-                idx.append(int(i))
-                pos.append(self.reference[i])
-        return np.array(idx, dtype=int), np.array(pos, dtype=float).reshape(-1, 3)
-
-    def hard_rows(self, x, targets):
-        """Return F (m0,) and the row structure of J0.
-
-        Each row touches at most two points: (coef_a (m0, 3), point_a (m0,),
-        coef_b (m0, 3), point_b (m0,), point_b = -1 where only one point is touched).
-        """
-        ti, tp = targets
-        e = self.edges
-        diff = x[e[:, 0]] - x[e[:, 1]]
-        d = self.lengths
-        f_seg = (np.einsum('mk,mk->m', diff, diff) - d * d) / (2.0 * d)
-        g_seg = diff / d[:, None]
-        k = len(ti)
-        f_tgt = (x[ti] - tp).ravel()
-        eye = np.tile(np.eye(3), (k, 1))
-        f = np.concatenate([f_seg, f_tgt])
-        coef_a = np.concatenate([g_seg, eye])
-        pa = np.concatenate([e[:, 0], np.repeat(ti, 3)])
-        coef_b = np.concatenate([-g_seg, np.zeros((3 * k, 3))])
-        pb = np.concatenate([e[:, 1], np.full(3 * k, -1)])
-        return f, (coef_a, pa, coef_b, pb)
-
-    def soft_anchor_rows(self, x):
-        """Return G (n, 4) and the per-point (n, 4, 3) blocks of the anchor rows (eq. 13)."""
-        diff = x[:, None, :] - self.anchors[None]
-        d = self.anchor_dist
-        g = (np.einsum('nak,nak->na', diff, diff) - d * d) / (2.0 * d)
-        return g, diff / d[..., None]
-
-    def soft_pair_rows(self, x):
-        """Return G (s,) and the two-point row structure of the soft pair distances."""
-        p = self.soft_pairs
-        diff = x[p[:, 0]] - x[p[:, 1]]
-        d = self.pair_dist
-        g = (np.einsum('mk,mk->m', diff, diff) - d * d) / (2.0 * d)
-        return g, (diff / d[:, None], p[:, 0], -diff / d[:, None], p[:, 1])
-
-    # ------------------------------------------------------------------ one Newton step
-    def step(self, targets=None):
-        """Run one eq. 11 iteration towards ``targets`` {point index: (3,)}; return (n, 3).
-
-        The secondary step z = -soft_gain J1^+ G is first shortened so that no point moves
-        more than ``soft_step_fraction`` of the shortest segment: the projection keeps the
-        hard constraints only to first order, and long secondary steps otherwise leave a
-        second-order hard error that the next Newton step cannot remove before the soft
-        task pushes again (we saw the hard error stall at 10-40 % of a segment). Then the
-        soft step is scaled by ``soft_decay`` ** (steps since reset/solve): the paper's
-        "parameter ... to limit the involvement of the secondary task at the end of the
-        iteration", so the hard constraints converge to zero, not to a second-order error.
-        """
-        s = self.settings
-        tg = self._targets(targets)
-        x = self.points
-        structured = s.structured
-        scale = self._soft_scale
-        self._soft_scale *= s.soft_decay
-        z = self._soft_step(x, structured) if s.soft_gain * scale > 1e-6 else np.zeros(x.size)
-        if z.any():
-            biggest = np.max(np.linalg.norm(z.reshape(-1, 3), axis=1))
-            if biggest > self._soft_limit:
-                z *= self._soft_limit / biggest
-            z *= scale
-        if structured:
-            dx = self._primary_structured(x, tg, z)
-        else:
-            dx = self._primary_dense(x, tg, z)
-        if s.max_step > 0.0:
-            biggest = np.max(np.linalg.norm(dx, axis=-1))
-            if biggest > s.max_step:
-                dx *= s.max_step / biggest
-        self.points = x + dx
-        return self.points.copy()
-
-    def _soft_step(self, x, structured):
-        """Return z = -soft_gain J1^+ G (3n,).
-
-        structured: with only anchor rows J1 is block diagonal (eq. 12), so J1^+ G is each
-        point's 4 x 3 block pseudo-inverse (eq. 13) applied to its rows, one batched call;
-        with soft pairs, (J1^T J1)^-1 J1^T G by a sparse factorisation. Dense: one SVD of
-        the whole (m1, 3n) matrix.
-        """
-        s = self.settings
-        n = self.num_points
-        n3 = 3 * n
-        if self.soft != 'anchors' and not len(self.soft_pairs):
-            return np.zeros(n3)
-        if not structured:
-            g, j1 = self._soft_dense(x)
-            return -s.soft_gain * (np.linalg.pinv(j1, rcond=max(s.singular_value_cutoff,
-                                                                 1e-15)) @ g)
-        if not len(self.soft_pairs):
-            g, blocks = self.soft_anchor_rows(x)                  # (n, 4), (n, 4, 3)
-            return -s.soft_gain * np.einsum('nka,na->nk', np.linalg.pinv(blocks), g).ravel()
-        import scipy.sparse as sp
-        from scipy.sparse.linalg import splu
-
-        parts_g, parts_j = [], []
-        if self.soft == 'anchors':
-            g, blocks = self.soft_anchor_rows(x)
-            rows = np.repeat(np.arange(4 * n), 3)
-            cols = (3 * np.repeat(np.arange(n), 4)[:, None] + np.arange(3)).ravel()
-            parts_j.append(sp.csr_matrix((blocks.ravel(), (rows, cols)), shape=(4 * n, n3)))
-            parts_g.append(g.ravel())
-        g, prow = self.soft_pair_rows(x)
-        parts_j.append(_sparse_rows(prow, n3))
-        parts_g.append(g)
-        j1 = sp.vstack(parts_j).tocsr()
-        ata = (j1.T @ j1).tocsc()
-        ridge = max(s.regularization, 1e-12) * (ata.diagonal().mean() + 1e-30)
-        lu = splu(ata + ridge * sp.identity(n3, format='csc'))
-        return -s.soft_gain * lu.solve(j1.T @ np.concatenate(parts_g))
-
-    def _soft_dense(self, x):
-        n3 = 3 * self.num_points
-        gs, js = [], []
-        if self.soft == 'anchors':
-            g, blocks = self.soft_anchor_rows(x)
-            jac = np.zeros((self.num_points, 4, n3))
-            for i in range(self.num_points):
-                jac[i, :, 3 * i:3 * i + 3] = blocks[i]
-            gs.append(g.ravel())
-            js.append(jac.reshape(-1, n3))
-        if len(self.soft_pairs):
-            g, rows = self.soft_pair_rows(x)
-            gs.append(g)
-            js.append(_dense_rows(rows, n3))
-        return np.concatenate(gs), np.concatenate(js, axis=0)
-
-    def _primary_dense(self, x, tg, z):
-        """Eq. 11 with dense matrices and an SVD pseudo-inverse (the unoptimised version)."""
-        s = self.settings
-        f, rows = self.hard_rows(x, tg)
-        j0 = _dense_rows(rows, 3 * self.num_points)
-        j0p = np.linalg.pinv(j0, rcond=max(s.singular_value_cutoff, 1e-15))
-        dx = -s.gain * (j0p @ f) + z - j0p @ (j0 @ z)
-        return dx.reshape(-1, 3)
-
-    def _primary_structured(self, x, tg, z):
-        """Eq. 11's hard part without the pseudo-inverse's SVD or a 3n x 3n matrix.
-
-        -gain J0^+ F + (I - J0^+ J0) z = z - J0^T (J0 J0^T)^-1 (gain F + J0 z) for a J0 of
-        full row rank (ridge ``regularization``, relative to the mean diagonal, for
-        redundant hard constraints). Each hard row touches <= 2 points, so J0 J0^T is a
-        sparse m0 x m0 matrix: factorised sparse for large problems, dense below
-        ``_DENSE_ROWS`` rows where scipy's per-call overhead costs more than it saves.
-        """
-        s = self.settings
-        n3 = 3 * self.num_points
-        f, rows = self.hard_rows(x, tg)
-        rhs = s.gain * f
-        if len(f) <= _DENSE_ROWS:
-            j0 = _dense_rows(rows, n3)
-            jjt = j0 @ j0.T
-            jjt[np.diag_indices_from(jjt)] += s.regularization * (np.trace(jjt) / len(f)
-                                                                   + 1e-30)
-            y = np.linalg.solve(jjt, rhs + j0 @ z)
-            return (z - j0.T @ y).reshape(-1, 3)
-        import scipy.sparse as sp
-        from scipy.sparse.linalg import splu
-
-        j0 = _sparse_rows(rows, n3)
-        jjt = (j0 @ j0.T).tocsc()
-        ridge = s.regularization * (jjt.diagonal().mean() + 1e-30)
-        y = splu(jjt + ridge * sp.identity(jjt.shape[0], format='csc')).solve(rhs + j0 @ z)
-        return (z - j0.T @ y).reshape(-1, 3)
-
-    # ------------------------------------------------------------------ loop
-    def errors(self, x=None, targets=None):
-        """Return (largest hard residual [m], RMS soft residual [m]) at points ``x``."""
-        x = self.points if x is None else x
-        f, _ = self.hard_rows(x, self._targets(targets))
-        g = []
-        if self.soft == 'anchors':
-            g.append(self.soft_anchor_rows(x)[0].ravel())
-        if len(self.soft_pairs):
-            g.append(self.soft_pair_rows(x)[0])
-        g = np.concatenate(g) if g else np.zeros(1)
-        hard = float(np.max(np.abs(f))) if f.size else 0.0
-        return hard, float(np.sqrt(np.mean(g * g)))
-
-    def solve(self, targets=None, max_iters=100, tol=1e-6, points=None):
-        """Iterate eq. 11 from ``points`` (default: the current points) until every hard
-        residual is below ``tol`` [m] or ``max_iters`` steps; return a ``FreePointResult``."""
-        start = time.perf_counter()
-        self.reset(self.points if points is None else points)
-        it = 0
-        hard, soft = self.errors(targets=targets)
-        while hard > tol and it < max_iters:
-            self.step(targets)
-            it += 1
-            hard, soft = self.errors(targets=targets)
-        ok = bool(hard <= tol) and bool(np.all(np.isfinite(self.points)))
-        return FreePointResult(points=self.points.copy(), success=ok, hard_error=hard,
-                               soft_error=soft, iterations=it,
-                               elapsed=time.perf_counter() - start)
-
-    @classmethod
-    def from_chain(cls, chain, q=None, **kwargs):
-        """Build from a chain's link origins at q (default neutral): the segments between
-        consecutive distinct body origins are the edges; point 0 (the root) is pinned."""
-        q = chain.neutral_configuration() if q is None else q
-        frames = chain.frames(q)
-        pts = [frames.point(chain.base_link)[0]]
-        parent_of = {}
-        index_of_body = {-1: 0}
-        edges = []
-        for link in chain.link_names[1:]:
-            body, _ = chain.link_anchor(link)
-            p = frames.point(link)[0]
-            parent = index_of_body.get(chain.body_parent[body] if body >= 0 else -1, 0)
-            if np.linalg.norm(p - pts[parent]) < 1e-9:
-                index_of_body[body] = parent
-                continue
-            pts.append(p)
-            idx = len(pts) - 1
-            edges.append((parent, idx))
-            index_of_body[body] = idx
-            parent_of[idx] = parent
-        kwargs.setdefault('pinned', (0,))
-        return cls(np.array(pts), edges, **kwargs)
-
-
-def _pairs(pairs, n, what):
-    arr = np.array(pairs, dtype=int).reshape(-1, 2)
-    if arr.size and (arr.min() < 0 or arr.max() >= n or np.any(arr[:, 0] == arr[:, 1])):
-        raise ParameterError(f'{what} must be pairs of distinct point indices in [0, {n - 1}]; '
-                             f'got {arr.tolist()}')
-    return arr
-
-
-def _dense_rows(rows, n3):
-    coef_a, pa, coef_b, pb = rows
-    m = len(pa)
-    jac = np.zeros((m, n3))
-    r = np.arange(m)
-    for k in range(3):
-        jac[r, 3 * pa + k] += coef_a[:, k]
-        two = pb >= 0
-        jac[r[two], 3 * pb[two] + k] += coef_b[two, k]
-    return jac
-
-
-def _sparse_rows(rows, n3):
-    import scipy.sparse as sp
-
-    coef_a, pa, coef_b, pb = rows
-    m = len(pa)
-    two = pb >= 0
-    r = np.concatenate([np.repeat(np.arange(m), 3), np.repeat(np.arange(m)[two], 3)])
-    c = np.concatenate([(3 * pa[:, None] + np.arange(3)).ravel(),
-                        (3 * pb[two][:, None] + np.arange(3)).ravel()])
-    v = np.concatenate([coef_a.ravel(), coef_b[two].ravel()])
-    return sp.csr_matrix((v, (r, c)), shape=(m, n3))

@@ -31,34 +31,27 @@ import numpy as np
 from ..errors import GoalError, ParameterError
 from ..goals import PoseTarget, PositionTarget
 from ..model.builder import BODY_BALL
-from ..rotations import matrix_to_quat, quat_slerp, quat_to_matrix
-from .base import Solver, SolverSettings, _check, register
-from .jacobian import StallMonitor
+from ..rotations import matrix_to_quat, quat_to_matrix, skew
+from .base import LocalSettings, LocalSolver, check_fields, interpolate, register
 
 __all__ = ['FabrikSettings', 'FabrikSolver']
 
 
 @dataclass(frozen=True)
-class FabrikSettings(SolverSettings):
+class FabrikSettings(LocalSettings):
     """Settings of the FABRIK solver (field names are the ROS parameter names)."""
 
     passes: int = 1                   # forward + backward passes per iteration
     online_gain: float = 0.5          # step(): slerp share of the way to the FABRIK result
-    restart_after: int = 10           # solve(): iterations without progress before a
-    #                                   random restart (0: never)
-    seed: int = -1                    # random seed of the restarts; -1: fresh entropy
 
     def validate(self):
-        _check(self.passes >= 1, f'passes must be >= 1; got {self.passes}')
-        _check(0.0 < self.online_gain <= 1.0,
-               f'online_gain must be in (0, 1]; got {self.online_gain}')
-        _check(self.restart_after >= 0,
-               f'restart_after must be >= 0 (0: never restart); got {self.restart_after}')
-        _check(self.seed >= -1, f'seed must be >= 0, or -1 for a random seed; got {self.seed}')
+        super().validate()
+        check_fields(self, '>= 1', 'passes')
+        check_fields(self, '(0, 1]', 'online_gain')
 
 
 @register('fabrik')
-class FabrikSolver(Solver):
+class FabrikSolver(LocalSolver):
     """FABRIK on serial ball-joint chains (see the module docstring)."""
 
     Settings = FabrikSettings
@@ -66,19 +59,10 @@ class FabrikSolver(Solver):
 
     def __init__(self, chain, settings=None):
         self._segments = _check_chain(chain)
-        super().__init__(chain, settings)
         self._lengths = np.linalg.norm(self._segments, axis=1)
-        self._rng = np.random.default_rng(None if self.settings.seed < 0 else self.settings.seed)
         self._qi = [qi for _, qi in chain.ball_bodies]
         self._origin_rot = [chain.body_origin[b][:3, :3] for b in range(chain.num_bodies)]
-        self._reset(self._q)
-
-    def _on_settings_changed(self):
-        self._rng = np.random.default_rng(None if self.settings.seed < 0 else self.settings.seed)
-
-    def _reset(self, q):
-        self._frames = self.chain.frames(q)
-        self._stall_monitor = StallMonitor(self.settings.restart_after)
+        super().__init__(chain, settings)
 
     # ------------------------------------------------------------------ the task
     def _goal(self, targets):
@@ -109,27 +93,27 @@ class FabrikSolver(Solver):
         return body, t.pose[:3, 3] - body_rot @ local, body_rot
 
     # ------------------------------------------------------------------ one iteration
-    def _iterate(self, targets, online):
-        chain = self.chain
+    def _task(self, targets):
+        """Return (squared miss of the target point (and body rotation), the goal and the
+        chain points)."""
         frames = self._frames
         index, goal, body_rot = self._goal(targets)
         points = self._points(frames)
         miss = float(np.sum((points[index] - goal) ** 2))
         if body_rot is not None:
             miss += float(np.sum((frames.rot[index, 0] - body_rot) ** 2))
-        if not online and self._stall_monitor.stalled(miss, self.last_info):
-            q = chain.random_configuration(self._rng)
-        else:
-            for _ in range(self.settings.passes):
-                points = _fabrik_pass(points, self._lengths, index, goal)
-            q = self._joints_from_points(frames, points, index, body_rot)
-            q = chain.clip(q)
-            if online and self.settings.online_gain < 1.0:
-                q = self._blend(self._q, q, self.settings.online_gain)
-        self._q = q
-        self._frames = chain.frames(q)
-        self.last_info['points'] = self._points(self._frames)
-        return q, self._frames
+        return miss, (index, goal, body_rot, points)
+
+    def _update(self, targets, task, online):
+        """Return the configuration after ``passes`` FABRIK passes (slerped part of the way
+        online)."""
+        index, goal, body_rot, points = task
+        for _ in range(self.settings.passes):
+            points = _fabrik_pass(points, self._lengths, index, goal)
+        q = self.chain.clip(self._joints_from_points(self._frames, points, index, body_rot))
+        if online and self.settings.online_gain < 1.0:
+            q = interpolate(self.chain, self._q, q, self.settings.online_gain)
+        return q
 
     def _points(self, frames):
         """Return the (B + 1, 3) chain points: each ball joint's centre, then the tip."""
@@ -161,12 +145,6 @@ class FabrikSolver(Solver):
         for b, i in enumerate(qi):
             q[i:i + 4] = quats[b]
         return q
-
-    def _blend(self, previous, candidate, alpha):
-        out = previous.copy()
-        for qi in self._qi:
-            out[qi:qi + 4] = quat_slerp(previous[qi:qi + 4], candidate[qi:qi + 4], alpha)
-        return self.chain.clip(out)
 
 
 # ---------------------------------------------------------------------- helpers
@@ -252,5 +230,5 @@ def _shortest_arc(a, b):
         axis = np.cross(a, helper)
         axis /= np.linalg.norm(axis)
         return 2.0 * np.outer(axis, axis) - np.eye(3)
-    k = np.array([[0.0, -v[2], v[1]], [v[2], 0.0, -v[0]], [-v[1], v[0], 0.0]])
+    k = skew(v)
     return np.eye(3) + k + k @ k * ((1.0 - c) / s2)

@@ -32,8 +32,10 @@ answer is used, no iterate is commanded) checks each step's end configuration al
 
 import numpy as np
 
-__all__ = ['damper_rows', 'project_step', 'constrained_step', 'inequality_constraints',
-           'nnls', 'MAX_HALVINGS']
+from .base import _check, check_fields
+
+__all__ = ['check_damper_settings', 'damper_rows', 'project_step', 'constrained_step',
+           'inequality_constraints', 'nnls', 'MAX_HALVINGS']
 
 MAX_HALVINGS = 4
 
@@ -41,6 +43,16 @@ MAX_HALVINGS = 4
 def inequality_constraints(constraints):
     """Return the hard constraints that provide ``inequality_rows`` (collision and keep-out)."""
     return [c for c in constraints if c.hard and hasattr(c, 'inequality_rows')]
+
+
+def check_damper_settings(settings):
+    """Validate the damper fields of a solver's settings (jacobian, distance)."""
+    check_fields(settings, '>= 0', 'collision_security_distance', note=' [m]')
+    _check(settings.collision_influence_distance > settings.collision_security_distance,
+           f'collision_influence_distance must be > collision_security_distance '
+           f'({settings.collision_security_distance}) [m]; got '
+           f'{settings.collision_influence_distance}')
+    check_fields(settings, '(0, 1]', 'collision_damper_gain')
 
 
 def damper_rows(constraints, frames, influence, security, gain):

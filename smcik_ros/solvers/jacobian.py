@@ -44,94 +44,75 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..goals import PosturePreference
-from .base import Solver, SolverSettings, _check, register, stack_terms
-from .inequality import constrained_step, inequality_constraints
+from .base import LocalSettings, LocalSolver, check_choice, check_fields, register, stack_terms
+from .inequality import check_damper_settings, constrained_step, inequality_constraints
 
-__all__ = ['JacobianSettings', 'JacobianSolver', 'METHODS', 'finite_difference_jacobian',
-           'nullspace_projector', 'limit_push', 'limited_step', 'StallMonitor',
-           'random_free_configuration']
+__all__ = ['DescentSettings', 'JacobianSettings', 'JacobianSolver', 'METHODS',
+           'finite_difference_jacobian', 'nullspace_projector', 'limit_push', 'limited_step',
+           'pinv_step', 'random_free_configuration']
 
 METHODS = ('transpose', 'pinv', 'dls', 'sr')
 SR_MEASURES = ('singular_value', 'manipulability')
 
 
 @dataclass(frozen=True)
-class JacobianSettings(SolverSettings):
-    """Settings of the Jacobian IK solver (field names are the ROS parameter names).
+class DescentSettings(LocalSettings):
+    """What the Jacobian solver's iteration reads: the settings 'jacobian' and 'distance'
+    share (field names are the ROS parameter names)."""
+
+    gain: float = 1.0                    # fraction of the task error corrected per solve() step
+    online_gain: float = 0.5             # the same for step() (online use): smoother motion
+    max_step: float = 0.5                # [rad or m] largest joint change of one iteration
+    singular_value_cutoff: float = 1e-4  # singular values < cutoff * largest count as zero
+    limit_gain: float = 0.2              # null-space push out of the limit margins, per iteration
+    limit_margin: float = 0.1            # share of each joint range where the limit cost acts
+    collision_influence_distance: float = 0.05  # [m] d_i: pairs closer than this get a damper
+    collision_security_distance: float = 0.002  # [m] d_s: the (padded) distance dampers keep
+    collision_damper_gain: float = 0.5   # xi: share of the margin d - d_s closable per step
+
+    def validate(self):
+        super().validate()
+        check_damper_settings(self)
+        check_fields(self, '(0, 1]', 'gain', 'online_gain')
+        check_fields(self, '> 0', 'max_step', note=' [rad or m]')
+        check_fields(self, '[0, 1)', 'singular_value_cutoff')
+        check_fields(self, '[0, 1]', 'limit_gain')
+        check_fields(self, '[0, 0.5]', 'limit_margin', note=' (share of the joint range)')
+
+
+@dataclass(frozen=True)
+class JacobianSettings(DescentSettings):
+    """Settings of the Jacobian IK solver.
 
     Damping values and singular-value thresholds are in the units of the weighted
     Jacobian: task sigmas (residual / sigma, e.g. 1 cm or 0.05 rad) per rad of joint motion.
     """
 
     method: str = 'dls'                  # 'transpose', 'pinv', 'dls' or 'sr'
-    gain: float = 1.0                    # fraction of the task error corrected per solve() step
-    online_gain: float = 0.5             # the same for step() (online use): smoother motion
-    max_step: float = 0.5                # [rad or m] largest joint change of one iteration
-    singular_value_cutoff: float = 1e-4  # singular values < cutoff * largest count as zero
     damping: float = 1.0                 # dls: lambda [task sigmas per rad]
     sr_threshold: float = 5.0            # sr: damping starts below this measure [sigmas/rad]
     sr_max_damping: float = 5.0          # sr: lambda at a singularity [sigmas/rad]
     sr_measure: str = 'singular_value'   # sr: 'singular_value' (smallest) or 'manipulability'
     posture_gain: float = 0.05           # null-space pull towards the posture, per iteration
-    limit_gain: float = 0.2              # null-space push out of the limit margins, per iteration
-    limit_margin: float = 0.1            # share of each joint range where the limit cost acts
     constraint_gain: float = 0.5         # share of the soft-constraint step taken per iteration
     finite_difference: bool = False      # J by central FK differences instead of analytic
     fd_step: float = 1e-6                # [rad or m] finite-difference step
-    restart_after: int = 10              # solve(): iterations without progress before a
-    #                                      restart from a random configuration (0: never)
-    seed: int = -1                       # random seed of the restarts; -1: fresh entropy
-    collision_influence_distance: float = 0.05  # [m] d_i: pairs closer than this get a damper
-    collision_security_distance: float = 0.002  # [m] d_s: the (padded) distance dampers keep
-    collision_damper_gain: float = 0.5   # xi: share of the margin d - d_s closable per step
 
     def validate(self):
-        _check_dampers(self)
-        _check(self.method in METHODS,
-               f'method must be one of {", ".join(METHODS)}; got {self.method!r}')
-        _check(self.sr_measure in SR_MEASURES,
-               f'sr_measure must be one of {", ".join(SR_MEASURES)}; got {self.sr_measure!r}')
-        _check(0.0 < self.gain <= 1.0, f'gain must be in (0, 1]; got {self.gain}')
-        _check(0.0 < self.online_gain <= 1.0,
-               f'online_gain must be in (0, 1]; got {self.online_gain}')
-        _check(self.max_step > 0.0, f'max_step must be > 0 [rad or m]; got {self.max_step}')
-        _check(0.0 <= self.singular_value_cutoff < 1.0,
-               f'singular_value_cutoff must be in [0, 1); got {self.singular_value_cutoff}')
-        for name in ('damping', 'sr_threshold', 'sr_max_damping'):
-            _check(getattr(self, name) >= 0.0,
-                   f'{name} must be >= 0 [task sigmas per rad]; got {getattr(self, name)}')
-        for name in ('posture_gain', 'limit_gain', 'constraint_gain'):
-            _check(0.0 <= getattr(self, name) <= 1.0,
-                   f'{name} must be in [0, 1]; got {getattr(self, name)}')
-        _check(0.0 <= self.limit_margin <= 0.5,
-               f'limit_margin must be in [0, 0.5] (share of the joint range); '
-               f'got {self.limit_margin}')
-        _check(0.0 < self.fd_step <= 1e-2,
-               f'fd_step must be in (0, 0.01] [rad or m]; got {self.fd_step}')
-        _check(self.restart_after >= 0,
-               f'restart_after must be >= 0 (0: never restart); got {self.restart_after}')
-        _check(self.seed >= -1, f'seed must be >= 0, or -1 for a random seed; got {self.seed}')
+        super().validate()
+        check_choice(self, 'method', METHODS)
+        check_choice(self, 'sr_measure', SR_MEASURES)
+        check_fields(self, '>= 0', 'damping', 'sr_threshold', 'sr_max_damping',
+                     note=' [task sigmas per rad]')
+        check_fields(self, '[0, 1]', 'posture_gain', 'constraint_gain')
+        check_fields(self, '(0, 0.01]', 'fd_step', note=' [rad or m]')
 
 
 @register('jacobian')
-class JacobianSolver(Solver):
+class JacobianSolver(LocalSolver):
     """Jacobian-based IK with null-space secondary tasks (see the module docstring)."""
 
     Settings = JacobianSettings
-
-    def __init__(self, chain, settings=None):
-        super().__init__(chain, settings)
-        self._scalar_v = np.asarray(chain.scalar_v, dtype=int)
-        self._scalar_q = np.asarray(chain.scalar_q, dtype=int)
-        self._lower = chain.lower[self._scalar_q]
-        self._upper = chain.upper[self._scalar_q]
-        self._rng = np.random.default_rng(None if self.settings.seed < 0 else self.settings.seed)
-        self._on_constraints_changed()
-        self._reset(self._q)
-
-    # ------------------------------------------------------------------ setup
-    def _on_settings_changed(self):
-        self._rng = np.random.default_rng(None if self.settings.seed < 0 else self.settings.seed)
 
     def _on_constraints_changed(self):
         postures = [c for c in self.constraints if isinstance(c, PosturePreference)]
@@ -145,40 +126,35 @@ class JacobianSolver(Solver):
         self._soft = [c for c in self.constraints
                       if not c.hard and not isinstance(c, PosturePreference)]
 
-    def _reset(self, q):
-        self._frames = self.chain.frames(q)
-        self._stall_monitor = StallMonitor(self.settings.restart_after)
+    def _restart(self):
+        return random_free_configuration(self.chain, self._rng, self._inequalities)
 
     # ------------------------------------------------------------------ one iteration
-    def _iterate(self, targets, online):
-        s = self.settings
-        chain = self.chain
-        q = self._q
-        frames = self._frames
+    def _task(self, targets):
+        """Return (|r|^2, (r (K,), J (K, nv))): the targets' and hard constraints' rows."""
         primary = list(targets) + self._hard
-        if s.finite_difference:
-            r = stack_terms(primary, frames, with_jacobian=False)[0]
-            jac = finite_difference_jacobian(chain, q, primary, s.fd_step)
+        if self.settings.finite_difference:
+            r = stack_terms(primary, self._frames, with_jacobian=False)[0]
+            jac = finite_difference_jacobian(self.chain, self._q, primary, self.settings.fd_step)
         else:
-            r, jac = stack_terms(primary, frames)
+            r, jac = stack_terms(primary, self._frames)
             r, jac = r[0], jac[0]
-        if not online and self._stall_monitor.stalled(float(r @ r), self.last_info):
-            # Stuck in a local minimum (usually against joint limits): start elsewhere.
-            # solve() keeps the best iterate, so a restart never loses the best answer.
-            q_new = random_free_configuration(chain, self._rng, self._inequalities)
-        else:
-            gain = s.online_gain if online else s.gain
-            z = self._secondary(frames)
-            dv = limited_step(chain, q, jac, -gain * r, z, s, self._method_step)
-            if self._inequalities:
-                dv, info = constrained_step(chain, q, dv, frames, self._inequalities, jac, s,
-                                            s.max_step, motion=online)
-                self.last_info.update(info)
-            q_new = chain.clip(chain.integrate(q, dv))
-        self._q = q_new
-        self._frames = chain.frames(q_new)
-        return q_new, self._frames
+        return float(r @ r), (r, jac)
 
+    def _update(self, targets, task, online):
+        """Return the next configuration: the primary step for task change -gain r with the
+        secondary step in the null space (``limited_step``), projected on the inequality
+        constraints (``constrained_step``)."""
+        s, chain, q = self.settings, self.chain, self._q
+        r, jac = task
+        gain = s.online_gain if online else s.gain
+        z = self._secondary(task, gain)
+        dv = limited_step(chain, q, jac, -gain * r, z, s, self._method_step)
+        if self._inequalities:
+            dv, info = constrained_step(chain, q, dv, self._frames, self._inequalities, jac, s,
+                                        s.max_step, motion=online)
+            self.last_info.update(info)
+        return chain.clip(chain.integrate(q, dv))
 
     def _method_step(self, jac, e, svd):
         """Return the primary step (nf,) for the free-column Jacobian ``jac`` (K, nf)."""
@@ -190,15 +166,13 @@ class JacobianSolver(Solver):
             den = float(jjte @ jjte)
             alpha = float(e @ jjte) / den if den > 1e-300 else 0.0
             return alpha * g
+        if s.method == 'pinv':
+            return pinv_step(jac, e, svd, s.singular_value_cutoff)
         if sv.size == 0:
             return np.zeros(jac.shape[1])
-        if s.method == 'pinv':
-            keep = sv > s.singular_value_cutoff * sv[0]
-            inv = np.where(keep, 1.0 / np.where(keep, sv, 1.0), 0.0)
-        else:
-            lam = s.damping if s.method == 'dls' else self._sr_damping(sv)
-            inv = sv / (sv * sv + lam * lam) if lam > 0.0 else \
-                np.where(sv > 1e-12 * sv[0], 1.0 / np.maximum(sv, 1e-300), 0.0)
+        lam = s.damping if s.method == 'dls' else self._sr_damping(sv)
+        inv = sv / (sv * sv + lam * lam) if lam > 0.0 else \
+            np.where(sv > 1e-12 * sv[0], 1.0 / np.maximum(sv, 1e-300), 0.0)
         return vt.T @ (inv * (u.T @ e))
 
     def _sr_damping(self, sv):
@@ -212,18 +186,15 @@ class JacobianSolver(Solver):
             return 0.0
         return s.sr_max_damping * (1.0 - measure / s.sr_threshold) ** 2
 
-    def _secondary(self, frames):
+    def _secondary(self, task, gain):
         """Return the (nv,) secondary step z: posture, joint-limit margins, soft constraints."""
-        s = self.settings
-        chain = self.chain
-        z = np.zeros(chain.nv)
+        s, frames = self.settings, self._frames
+        z = np.zeros(self.chain.nv)
         if s.posture_gain > 0.0:
             for p in self._postures:
                 # -grad of 1/2 |r|^2 with r = w (q - q_ref): -w^2 (q - q_ref).
                 z -= s.posture_gain * p.residual(frames)[0] * p._w
-        if s.limit_gain > 0.0 and s.limit_margin > 0.0 and self._scalar_v.size:
-            z[self._scalar_v] += s.limit_gain * limit_push(
-                self._q[self._scalar_q], self._lower, self._upper, s.limit_margin)
+        z += limit_push(self.chain, self._q, s)
         if s.constraint_gain > 0.0 and self._soft:
             r, jac = stack_terms(self._soft, frames)
             r, jac = r[0], jac[0]
@@ -233,19 +204,6 @@ class JacobianSolver(Solver):
 
 
 # ---------------------------------------------------------------------- shared helpers
-def _check_dampers(settings):
-    """Validate the collision damper fields shared by the jacobian and distance settings."""
-    _check(settings.collision_security_distance >= 0.0,
-           f'collision_security_distance must be >= 0 [m]; got '
-           f'{settings.collision_security_distance}')
-    _check(settings.collision_influence_distance > settings.collision_security_distance,
-           f'collision_influence_distance must be > collision_security_distance '
-           f'({settings.collision_security_distance}) [m]; got '
-           f'{settings.collision_influence_distance}')
-    _check(0.0 < settings.collision_damper_gain <= 1.0,
-           f'collision_damper_gain must be in (0, 1]; got {settings.collision_damper_gain}')
-
-
 def random_free_configuration(chain, rng, constraints, tries=20):
     """Return a random in-limit configuration that violates none of ``constraints``.
 
@@ -263,44 +221,32 @@ def random_free_configuration(chain, rng, constraints, tries=20):
     return q[free[0]] if len(free) else q[-1]
 
 
-class StallMonitor:
-    """Count iterations without progress of a cost; say when a restart is due.
+def limit_push(chain, q, settings):
+    """Return limit_gain * -grad H (nv,), H = 1/2 sum max(0, m - d)^2 over the 1-DOF joints.
 
-    Progress is a drop of more than 0.1 % below the best cost so far; ``restart_after``
-    iterations without it trigger a restart (0: never).
+    q (nq,); d: a joint's distance to its lower (upper) limit [rad or m];
+    m = limit_margin * (upper - lower). Zero in the middle of the range; inside a margin it
+    points away from the limit, with size m - d (times ``limit_gain``).
     """
-
-    def __init__(self, restart_after):
-        self.restart_after = int(restart_after)
-        self.best = np.inf
-        self.count = 0
-
-    def stalled(self, cost, info=None):
-        """Record ``cost``; return True (and start over) when a restart is due."""
-        if self.restart_after <= 0:
-            return False
-        if cost < self.best * (1.0 - 1e-3):
-            self.best = cost
-            self.count = 0
-            return False
-        self.count += 1
-        if self.count < self.restart_after:
-            return False
-        self.best = np.inf
-        self.count = 0
-        if info is not None:
-            info['restarts'] = info.get('restarts', 0) + 1
-        return True
+    push = np.zeros(chain.nv)
+    sq = chain.scalar_q
+    if settings.limit_gain > 0.0 and settings.limit_margin > 0.0 and len(sq):
+        lower, upper, qs = chain.lower[sq], chain.upper[sq], q[sq]
+        m = settings.limit_margin * (upper - lower)
+        push[chain.scalar_v] = settings.limit_gain * (
+            np.maximum(0.0, m - (qs - lower)) - np.maximum(0.0, m - (upper - qs)))
+    return push
 
 
-def limit_push(q, lower, upper, margin):
-    """Return -grad of H = 1/2 sum max(0, m - d)^2 for 1-DOF joints q (n,) [rad or m].
-
-    d: distance to the lower (upper) limit; m = margin * (upper - lower). Zero in the middle
-    of the range; inside a margin it points away from the limit, with size m - d.
-    """
-    m = margin * (upper - lower)
-    return np.maximum(0.0, m - (q - lower)) - np.maximum(0.0, m - (upper - q))
+def pinv_step(jac, e, svd, cutoff):
+    """Return J^+ e (nf,) for J (K, nf) from its SVD (u, sv, vt), singular values at or
+    below ``cutoff * sv[0]`` treated as zero."""
+    u, sv, vt = svd
+    if sv.size == 0:
+        return np.zeros(jac.shape[1])
+    keep = sv > cutoff * sv[0]
+    inv = np.where(keep, 1.0 / np.where(keep, sv, 1.0), 0.0)
+    return vt.T @ (inv * (u.T @ e))
 
 
 def nullspace_projector(vt, sv, cutoff):

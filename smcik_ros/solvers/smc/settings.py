@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from ..base import SolverSettings, _check
+from ..base import SolverSettings, _check, check_fields
 
 __all__ = ['SmcSettings']
 
@@ -57,65 +57,25 @@ class SmcSettings(SolverSettings):
     hold_patience: int = 4              # iterations without progress before leaving the branch
 
     def validate(self):
-        _check(self.num_particles >= 1, f'num_particles must be >= 1; got {self.num_particles}')
-        _check(self.seed >= -1, f'seed must be >= 0, or -1 for a random seed; got {self.seed}')
-        for name in ('joint_noise', 'prismatic_noise', 'ball_noise', 'sigma_position',
+        check_fields(self, '>= 1', 'num_particles', 'refine_steps', 'seed_steps', 'hold_patience',
+                     'anneal_initial')
+        check_fields(self, '>= -1', 'seed', note=' (-1: fresh entropy)')
+        check_fields(self, '> 0', 'joint_noise', 'prismatic_noise', 'ball_noise', 'sigma_position',
                      'sigma_orientation', 'solution_tolerance_position',
-                     'solution_tolerance_orientation', 'motion_sigma'):
-            _check(getattr(self, name) > 0.0, f'{name} must be > 0; got {getattr(self, name)}')
-        _check(0.0 < self.min_noise_scale <= 1.0,
-               f'min_noise_scale must be in (0, 1]; got {self.min_noise_scale}')
-        _check(self.anneal_initial >= 1.0,
-               f'anneal_initial must be >= 1; got {self.anneal_initial}')
-        _check(0.0 < self.anneal_rate <= 1.0,
-               f'anneal_rate must be in (0, 1]; got {self.anneal_rate}')
-        _check(0.0 < self.smoothing_alpha <= 1.0,
-               f'smoothing_alpha must be in (0, 1]; got {self.smoothing_alpha}')
-        _check(0.0 <= self.resample_threshold <= 1.0,
-               f'resample_threshold must be in [0, 1]; got {self.resample_threshold}')
-        _check(self.max_redraws >= 0, f'max_redraws must be >= 0; got {self.max_redraws}')
+                     'solution_tolerance_orientation', 'motion_sigma', 'max_step', 'branch_jump')
+        check_fields(self, '(0, 1]', 'min_noise_scale', 'anneal_rate', 'smoothing_alpha')
+        check_fields(self, '[0, 1]', 'resample_threshold', 'restart_fraction',
+                     'init_uniform_fraction', 'nullspace_gain')
+        check_fields(self, '[0, 1)', 'stall_tolerance', 'reseed_fraction')
+        check_fields(self, '>= 0', 'max_redraws', 'refine_damping', 'refine_min_cost',
+                     'restart_min_cost', 'goal_change_threshold', 'search_iterations',
+                     'recovery_iterations')
+        check_fields(self, '>= 0', 'restart_after', 'seed_rows', 'search_count', note=' (0: off)')
+        check_fields(self, '>= 0', 'search_batch', note=' (0: every searcher each iteration)')
+        check_fields(self, '>= 0', 'online_restart_limit', note=' (0: no limit)')
         _check(0 <= self.refine_count <= self.num_particles,
                f'refine_count must be in [0, num_particles={self.num_particles}]; '
                f'got {self.refine_count}')
-        _check(self.refine_steps >= 1, f'refine_steps must be >= 1; got {self.refine_steps}')
-        _check(self.refine_damping >= 0.0,
-               f'refine_damping must be >= 0; got {self.refine_damping}')
-        _check(self.refine_min_cost >= 0.0,
-               f'refine_min_cost must be >= 0; got {self.refine_min_cost}')
-        _check(self.max_step > 0.0, f'max_step must be > 0; got {self.max_step}')
-        _check(self.restart_after >= 0,
-               f'restart_after must be >= 0 (0: off); got {self.restart_after}')
-        _check(self.online_restart_limit >= 0,
-               f'online_restart_limit must be >= 0 (0: no limit); got '
-               f'{self.online_restart_limit}')
-        _check(0.0 <= self.stall_tolerance < 1.0,
-               f'stall_tolerance must be in [0, 1); got {self.stall_tolerance}')
-        _check(0.0 <= self.restart_fraction <= 1.0,
-               f'restart_fraction must be in [0, 1]; got {self.restart_fraction}')
-        _check(0.0 <= self.init_uniform_fraction <= 1.0,
-               f'init_uniform_fraction must be in [0, 1]; got {self.init_uniform_fraction}')
-        _check(self.seed_rows >= 0, f'seed_rows must be >= 0 (0: off); got {self.seed_rows}')
-        _check(self.seed_steps >= 1, f'seed_steps must be >= 1; got {self.seed_steps}')
-        _check(self.restart_min_cost >= 0.0,
-               f'restart_min_cost must be >= 0; got {self.restart_min_cost}')
-        _check(self.goal_change_threshold >= 0.0,
-               f'goal_change_threshold must be >= 0; got {self.goal_change_threshold}')
-        _check(0.0 <= self.nullspace_gain <= 1.0,
-               f'nullspace_gain must be in [0, 1]; got {self.nullspace_gain}')
-        _check(0.0 <= self.reseed_fraction < 1.0,
-               f'reseed_fraction must be in [0, 1); got {self.reseed_fraction}')
-        _check(self.search_count >= 0,
-               f'search_count must be >= 0 (at most num_particles - 1 are used); '
-               f'got {self.search_count}')
-        _check(self.search_iterations >= 0,
-               f'search_iterations must be >= 0; got {self.search_iterations}')
-        _check(self.search_batch >= 0,
-               f'search_batch must be >= 0 (0: every searcher each iteration); '
-               f'got {self.search_batch}')
-        _check(self.branch_jump > 0.0, f'branch_jump must be > 0; got {self.branch_jump}')
-        _check(self.recovery_iterations >= 0,
-               f'recovery_iterations must be >= 0; got {self.recovery_iterations}')
-        _check(self.hold_patience >= 1, f'hold_patience must be >= 1; got {self.hold_patience}')
         _check(self.keep_map or not self.branch_hold,
                'branch_hold needs keep_map (the held particle is carried over without noise); '
                'set keep_map: true or branch_hold: false')

@@ -14,9 +14,8 @@ import numpy as np
 
 from ... import kernels
 from ...errors import ParameterError
-from ...goals import task_errors
-from ...rotations import quat_slerp
-from ..base import Solver, StateKey, register
+from ...goals import as_goal, task_errors
+from ..base import Solver, StateKey, interpolate, register
 from .branches import Branches
 from .filter import FilterModel, FilterState, Policies, feasible, filter_step, mean_log_weight
 from .policies import (BranchHold, MinimalMotion, NearestSearch, Recovery, Refinement,
@@ -146,19 +145,15 @@ class SmcSolver(Solver):
 
     # ------------------------------------------------------------------ goal handling
     def _make_goal(self, goal):
-        return self._as_goal(goal, sigma_position=self.settings.sigma_position,
-                             sigma_orientation=self.settings.sigma_orientation)
+        return as_goal(goal, self.chain, sigma_position=self.settings.sigma_position,
+                       sigma_orientation=self.settings.sigma_orientation)
 
     def _on_goal_changed(self, targets, force=False):
         """Re-arm on a new goal: reference, annealing, the policies' bookkeeping, and (a goal
         that moved beyond ``goal_change_threshold`` sigmas) the motion prior's proposal."""
-        vec = np.concatenate([_goal_vector(t) for t in targets])
         s, p = self.settings, self._policies
-        if force or self._last_goal_vec is None or vec.shape != self._last_goal_vec.shape:
-            moved = np.inf
-        else:
-            moved = np.max(np.abs(vec - self._last_goal_vec) / _goal_scale(targets, s))
-        far = moved > s.goal_change_threshold
+        vec, scale = _goal_vector(targets, s)
+        far = force or _moved(vec, self._last_goal_vec, scale, s.goal_change_threshold)
         self._last_goal_vec = vec
         self.goal_still = -1            # counted up to 0 by the coming step
         if p.restarts is not None:
@@ -178,8 +173,8 @@ class SmcSolver(Solver):
             # an excursion out of reach, the arm returns to the branch it left), unless the
             # goal is another than that estimate's: then from where the estimate is (after
             # a goal out of reach, the arm is there, not at the last estimate that reached).
-            self.reference = (self._estimate if far and self._new_to_anchor(vec, targets)
-                              else self.anchor).copy()
+            new = far and _moved(vec, self._anchor_goal, scale, s.goal_change_threshold)
+            self.reference = (self._estimate if new else self.anchor).copy()
         if far:
             self._anneal_level = s.anneal_initial
             for policy in (p.restarts, p.branch_hold):
@@ -187,15 +182,6 @@ class SmcSolver(Solver):
                     policy.reset()
             if p.minimal_motion is not None and not force and s.reseed_fraction > 0.0:
                 self.reseed()
-
-    def _new_to_anchor(self, vec, targets):
-        """Return whether the goal ``vec`` is farther than ``goal_change_threshold`` sigmas
-        from the goal the anchor satisfied."""
-        before = self._anchor_goal
-        if before is None or before.shape != vec.shape:
-            return True
-        scale = _goal_scale(targets, self.settings)
-        return np.max(np.abs(vec - before) / scale) > self.settings.goal_change_threshold
 
     def reseed(self, starts=(), spread=1.0):
         """Redraw ``reseed_fraction`` of the particles (lowest weights) around the reference:
@@ -260,7 +246,20 @@ class SmcSolver(Solver):
         return model
 
     # ------------------------------------------------------------------ solve()
-    def _start_solve(self, q_seed, targets):
+    def _start_solve(self, q_seed, targets, first_stage):
+        """Try the first stage (``policies/seed_first.py``; whole turns mapped towards the
+        seed); without a solution there, start the filter at the seed with
+        ``init_uniform_fraction`` of the particles drawn uniformly."""
+        stage = self._seed_first if first_stage else None
+        found = stage and stage.solve(self.chain, targets, self.constraints, q_seed,
+                                      self._solve_tolerance, self.rng)
+        if found is not None:
+            q, pos, ori = found
+            if self._selection is not None and self._selection.has_turns:
+                q = self._selection.map_turns(q[None], q_seed)[0]
+            # The first stage's rows are finite already: reset without checking them again.
+            self._reset_checked(self.chain.clip(q))
+            return q, pos, ori
         self.reset(q_seed)
         s = self.settings
         n = s.num_particles
@@ -273,21 +272,7 @@ class SmcSolver(Solver):
             self.state.particles[n - k:] = fresh
         self._tolerance = self._solve_tolerance
         self._on_goal_changed(targets, force=True)
-
-    def _first_stage(self, targets, q_seed, tolerance):
-        """solve()'s first stage (``policies/seed_first.py``), whole turns mapped towards
-        the seed."""
-        if self._seed_first is None:
-            return None
-        found = self._seed_first.solve(self.chain, targets, self.constraints, q_seed,
-                                       tolerance, self.rng)
-        if found is None:
-            return None
-        q, pos, ori = found
-        motion = self._selection
-        if motion is not None and motion.has_turns:
-            q = motion.map_turns(q[None], q_seed)[0]
-        return q, pos, ori
+        return None
 
     def _solve_result(self, q, solved):
         """Return the success nearest the seed among the 16 best particles of the last
@@ -373,8 +358,7 @@ class SmcSolver(Solver):
             out = candidate.copy()
             ok = self.within_tolerance
         else:
-            # A convex combination of in-limit points stays in the box; clip guards rounding.
-            out = self.interpolate(previous, candidate, alpha)
+            out = interpolate(self.chain, previous, candidate, alpha)
             ok = bool(self._model(self._targets).within_tolerance(self.chain.frames(out))[0])
         if ok:
             self.anchor = out.copy()
@@ -384,13 +368,8 @@ class SmcSolver(Solver):
         return out
 
     def interpolate(self, a, b, t):
-        """Return interpolate(a, b, t) (eq. 15): linear for 1-DOF joints, slerp for balls."""
-        chain = self.chain
-        out = a + t * (b - a)
-        if chain.has_ball_joints:
-            bq = chain.ball_q_index
-            out[bq] = quat_slerp(a[bq], b[bq], t)
-        return chain.clip(out)
+        """Return interpolate(a, b, t) of eq. 15 (``base.interpolate`` on this chain)."""
+        return interpolate(self.chain, a, b, t)
 
     # ------------------------------------------------------------------ alternatives
     def alternatives(self, max_count=5):
@@ -398,16 +377,11 @@ class SmcSolver(Solver):
         (``branches.Branches.list``); empty before the first step."""
         return self._branches.list(max_count)
 
-    @property
-    def _alternatives(self):
-        """The last ``alternatives()`` list (``select_alternative`` indexes it)."""
-        return self._branches.records
-
     def select_alternative(self, choice):
         """Move the estimate to a branch: an index into the last ``alternatives()`` list,
         or a configuration (nq,). From then on the held branch is that one (the next steps
         refine it towards the goal); ``last_info['branch_switch']`` records the move."""
-        q = self._alternative_q(choice)
+        q = self._alternative_q(choice, lambda: self._branches.records or self.alternatives())
         state, p = self.state, self._policies
         held = state.estimate if state.estimate >= 0 else int(np.argmin(state.logw))
         previous = self._estimate.copy()
@@ -456,24 +430,25 @@ def _noise(chain, s):
     return noise, ball
 
 
-def _goal_vector(target):
-    if getattr(target, 'pose', None) is not None:
-        return np.concatenate((target.pose[:3, :3].ravel(), target.pose[:3, 3]))
-    if getattr(target, 'position', None) is not None:
-        return np.asarray(target.position, dtype=float)
-    if getattr(target, 'rotation', None) is not None:
-        return np.ravel(target.rotation)
-    return np.zeros(0)
-
-
-def _goal_scale(targets, s):
-    """Return per-entry scales of the goal vectors: sigma_orientation for rotation entries."""
-    out = []
+def _goal_vector(targets, s):
+    """Return the goals' numbers (K,) (rotation entries, then positions) and their scales
+    (K,): ``sigma_orientation`` for rotation entries, ``sigma_position`` for positions."""
+    vec, scale = [np.zeros(0)], [np.ones(0)]
     for t in targets:
         if getattr(t, 'pose', None) is not None:
-            out.append(np.repeat((s.sigma_orientation, s.sigma_position), (9, 3)))
+            vec.append(np.concatenate((t.pose[:3, :3].ravel(), t.pose[:3, 3])))
+            scale.append(np.repeat((s.sigma_orientation, s.sigma_position), (9, 3)))
         elif getattr(t, 'position', None) is not None:
-            out.append(np.full(3, s.sigma_position))
+            vec.append(np.asarray(t.position, dtype=float))
+            scale.append(np.full(3, s.sigma_position))
         elif getattr(t, 'rotation', None) is not None:
-            out.append(np.full(9, s.sigma_orientation))
-    return np.concatenate(out) if out else np.ones(0)
+            vec.append(np.ravel(t.rotation))
+            scale.append(np.full(9, s.sigma_orientation))
+    return np.concatenate(vec), np.concatenate(scale)
+
+
+def _moved(vec, before, scale, threshold):
+    """Return whether goal numbers ``vec`` are more than ``threshold`` scales from
+    ``before`` (None, or another shape: another goal)."""
+    return (before is None or before.shape != vec.shape
+            or np.max(np.abs(vec - before) / scale) > threshold)

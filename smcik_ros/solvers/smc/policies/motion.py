@@ -14,7 +14,6 @@ import copy
 import numpy as np
 
 from .... import kernels as _kernels
-from ....rotations import quat_relative_rotvecs
 from ..filter import sample_qutem
 
 __all__ = ['MinimalMotion']
@@ -48,22 +47,13 @@ class MinimalMotion:
             w[chain.ball_v_index] = settings.joint_noise / np.asarray(ball_noise, dtype=float)
         self.weights = w
         scalar_types = [t for t in chain.joint_types if t != 'ball']
-        continuous = np.array([t == 'continuous' for t in scalar_types], dtype=bool)
         revolute = np.array([t in ('revolute', 'continuous') for t in scalar_types], dtype=bool)
         span = chain.upper[sq] - chain.lower[sq]
-        self._continuous = continuous
         # Joints that can take a whole turn inside their limits: mapped towards the reference.
         self._turn_cols = sq[revolute & (span > TWO_PI + 1e-9)]
         self._turn_limits = [(int(c), float(chain.lower[c]), float(chain.upper[c]))
                              for c in self._turn_cols]
-        self._continuous_any = bool(continuous.any())
-        # Only 1-DOF joints, q and tangent indices equal (URDF arms): differences are ref - q.
-        self._plain = (not chain.has_ball_joints and chain.nq == chain.nv
-                       and np.array_equal(sq, np.arange(chain.nq))
-                       and np.array_equal(chain.scalar_v, np.arange(chain.nv)))
-        # The compiled distance and jump: one pass per row, without the difference array
-        # (a plain arm's numpy form is still a handful of calls, 5-14 us for 100 rows).
-        # (The layout only: the weights are read at each call.)
+        # The compiled distance and jump (the layout only: the weights are read at each call).
         self._k_motion = chain.records.joints
         self.reference = None
         self.turn_reference = None
@@ -81,29 +71,6 @@ class MinimalMotion:
     def has_turns(self):
         """True when some joint's range exceeds 2 pi (whole turns are possible)."""
         return len(self._turn_cols) > 0
-
-    def difference(self, q, ref=None):
-        """Return (N, nv) tangent steps from configurations q (N, nq) to ``ref`` (nq,)."""
-        chain = self.chain
-        ref = self.reference if ref is None else ref
-        q = np.atleast_2d(q)
-        if self._plain:
-            d = ref - q
-            if self._continuous_any:
-                c = self._continuous
-                d[:, c] = (d[:, c] + np.pi) % TWO_PI - np.pi
-            return d
-        out = np.empty((len(q), chain.nv))
-        sq, sv = chain.scalar_q, chain.scalar_v
-        d = ref[sq] - q[:, sq]
-        if self._continuous_any:
-            c = self._continuous
-            d[:, c] = (d[:, c] + np.pi) % TWO_PI - np.pi
-        out[:, sv] = d
-        if chain.has_ball_joints:
-            bq = chain.ball_q_index
-            out[:, chain.ball_v_index] = quat_relative_rotvecs(q[:, bq], ref[bq])
-        return out
 
     def distance(self, q, ref=None):
         """Return the (N,) weighted joint distances [rad] of q (N, nq) from ``ref``."""
