@@ -327,6 +327,33 @@ class CollisionModel:
                     out.add((i, j))
         return out
 
+    def world_spheres(self, frames):
+        """Return the (N, S, 3) sphere centres of every configuration of ``frames`` [m]."""
+        n = len(frames)
+        out = np.empty((n, len(self.radii), 3))
+        for body, start, stop in self._body_slices():
+            local = self.centers[start:stop]
+            if body < 0:
+                out[:, start:stop] = local
+            else:
+                out[:, start:stop] = (np.matmul(frames.rot[body], local.T)
+                                      .transpose(0, 2, 1) + frames.pos[body][:, None, :])
+        return out
+
+    def _body_slices(self):
+        """Return [(body, start, stop)] runs of spheres on one body (cached)."""
+        runs = getattr(self, '_runs', None)
+        if runs is None:
+            runs = []
+            b = self.sphere_body
+            start = 0
+            for i in range(1, len(b) + 1):
+                if i == len(b) or b[i] != b[start]:
+                    runs.append((int(b[start]), start, i))
+                    start = i
+            self._runs = runs
+        return runs
+
     def excess_table(self):
         """Return [(link, spheres, max excess [m], swept)] for reports."""
         return [(n, int(c), float(e), n in self.swept_links)
