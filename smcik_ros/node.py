@@ -34,8 +34,8 @@ from .control.alternatives import AlternativesBook
 from .control.collision_guard import CollisionGuard, CollisionSettings
 from .control.constraints import ConstraintSet
 from .control.detour import Detour, DetourSettings
+from .control.scene_upkeep import SceneUpkeep
 from .control.side_work import SideWork
-from .control.surfaces import PlantedSurfaces
 from .control.step_worker import SWITCH_INTERVAL
 from .control.tick_timing import TickTiming
 from .warmup import warm_up
@@ -76,7 +76,6 @@ class SmcIkNode(Node):
         semantic = SemanticTopic(self, values, srdf)
         self.chain = self._load_model(srdf)
         self.guard = self._collision_guard(srdf, semantic.wait(0.5, 2.0))
-        self._surfaces = PlantedSurfaces(padding=values['collision_padding'])
         self.solver = SolverChoice(self.parameters.setting_fields, self.chain, values['solver'],
                                    lambda: self.parameters.values,
                                    lambda: self.scene.solver_constraints(), self.log)
@@ -133,6 +132,8 @@ class SmcIkNode(Node):
         self.scene = SceneInputs(self, loop, self.guard, constraints, srdf, semantic, values,
                                  self._frame_to_base, self.report, self.log, self.time,
                                  self.timings)
+        self.upkeep = SceneUpkeep(self.guard, loop, self.scene.solver_constraints,
+                                  values['collision_padding'], self.report)
         book = AlternativesBook(chain.nq, chain.continuous, values['max_alternatives'],
                                 report=self.report)
         loop.step_observers.append(book.observe)
@@ -268,29 +269,14 @@ class SmcIkNode(Node):
         late = self.tick_timing.tick(started)        # late ticks: counted, warned when many
         if late is not None:
             self.report('warn', 'late_ticks', late, interval=10.0)
-        coarse = self.guard.model.coarse
-        event = self.guard.poll()    # an SRDF or cover update computed in the background
-        if event is not None:
-            level, text, changed = event
-            if changed:
-                self.loop.set_constraints(self.scene.solver_constraints())
-                self.loop.cancel_detour('the collision model changed')
+        for level, text in self.upkeep.before_tick():   # background updates, surfaces
             self.log(level, text)
-            if coarse and not self.guard.model.coarse:
-                self._contact_noted = None      # noted again with the pairs of the fine covers
-            elif changed and self._contact_noted is None:
-                self._contact_noted = False
-        for line in self._surfaces.update(self.guard.scene, self.guard.model,
-                                          self.scene.solver_constraints(),
-                                          lambda: self.loop.state):
-            self.log('info', line)
         ns, now = self.time.now()
         command = self.loop.tick(now)
         if command is not None:
             self.commands.publish(command, ns)
-            if self._contact_noted is False:
-                self._contact_noted = True
-                self._note_contact(self.loop.state)
+            for level, text in self.upkeep.after_command(self.loop.state):
+                self.log(level, text)
         elif self.loop.q is None:
             if self._waiting_since is None:
                 self._waiting_since = now
@@ -302,27 +288,7 @@ class SmcIkNode(Node):
         if self._side.pending:      # markers, alternatives, status: beside or between ticks
             self._side.run(self._time_to_next_tick, self._beside)
 
-    _contact_noted = False    # None: noted again once the fine covers' pairs are in
     _waiting_since = None     # [s] the first tick without a command
-
-    def _note_contact(self, q):
-        """Log once, at the first command, the pairs the arm rests in contact with, and start
-        computing finer covers of their links (``collision_contact_tolerance``); with coarse
-        covers, how many pairs they hold in contact (noted again with the fine ones)."""
-        guard = self.guard
-        try:
-            if guard.model.coarse:
-                count = len(guard.constraint.contacts(q))
-                note = (f'with the coarse covers the robot rests in contact in {count} '
-                        'pair(s) at its first command: none may get deeper until the fine '
-                        'covers are in') if count else None
-            else:
-                note = guard.contact_note(q, guard.start_contact_refinement(q))
-        except Exception as exc:      # never in the way of the command stream
-            self.report('warn', 'contact_note', f'contact check failed ({exc})', exc)
-            return
-        if note is not None:
-            self.log('warn', note)
 
     def _time_to_next_tick(self):
         """Return the seconds until the control timer fires next (None: unknown)."""

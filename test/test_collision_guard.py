@@ -625,3 +625,34 @@ def test_the_swap_rule_of_finer_covers():
     assert not _frees_contact(before, [(('a', 'b'), -0.02 + 0.5 * CONTACT_GAIN),
                                        (('a', 'c'), -0.001)])
     assert not _frees_contact(before, before)
+
+
+def test_scene_upkeep_notes_a_resting_contact_once_and_swaps_the_finer_covers_in(
+        guard_and_chain):
+    """The node's per-tick upkeep (no ROS): after the first command it notes the pair in
+    contact once and starts the finer covers; at a later tick it swaps them in, hands the
+    loop the new constraint, and the note is not repeated."""
+    from smcik_ros.control.limits import limits_for_chain
+    from smcik_ros.control.arm_state import ArmSettings
+    from smcik_ros.control.scene_upkeep import SceneUpkeep
+    from smcik_ros.control.tick import ControlLoop
+    from smcik_ros.solvers import make_solver
+    _, chain = guard_and_chain
+    q = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
+    guard = _table_guard(chain, 0.008)
+    limits, _ = limits_for_chain(chain, velocity_scale=0.5, max_acceleration=3.0)
+    loop = ControlLoop(chain, make_solver('smc', chain, seed=5), limits, ArmSettings(),
+                       validators=[guard])
+    reports = []
+    upkeep = SceneUpkeep(guard, loop, lambda: [guard.constraint], 0.002,
+                         lambda *args: reports.append(args))
+    assert upkeep.before_tick() == []
+    (level, note), = upkeep.after_command(q)
+    assert level == 'warn' and 'base_link / t/1' in note, note
+    assert upkeep.after_command(q) == [] and not reports
+    guard.wait_for_update(60.0)
+    lines = upkeep.before_tick()
+    assert [level for level, _ in lines] == ['info'], lines
+    assert 'no longer rests in contact' in lines[0][1]
+    assert loop.constraints_kept == [guard.constraint]
+    assert upkeep.after_command(q) == []

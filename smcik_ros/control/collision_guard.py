@@ -245,22 +245,16 @@ class CollisionGuard:
         if on and not self.has_geometry:
             raise ParameterError('self_collision: the URDF has no <collision> geometry, so the '
                                  'robot cannot be checked against itself')
-        return self._rebuild(self_collision=bool(on))
+        return self.update_settings(self_collision=bool(on))
 
-    def set_clearance(self, clearance):
-        """Change the soft clearance [m]; returns the new constraint (for the loop)."""
-        return self._rebuild(clearance=clearance)
-
-    def _rebuild(self, **changes):
+    def update_settings(self, **changes):
+        """Change settings at runtime (``clearance``, ``self_collision``, ``voxel_size``,
+        ``robot_margin``); returns the constraint (the caller hands it to the loop), rebuilt
+        when a setting it holds changed."""
         self.settings = self.settings.replace(**changes)
-        self.constraint = self._build_constraint(self.model, self.pairs, self.settings)
+        if changes.keys() & {'clearance', 'self_collision'}:
+            self.constraint = self._build_constraint(self.model, self.pairs, self.settings)
         return self.constraint
-
-    def set_pointcloud_settings(self, voxel_size=None, robot_margin=None):
-        """Change the voxel size / robot margin of the next point clouds [m]."""
-        changes = {'voxel_size': voxel_size, 'robot_margin': robot_margin}
-        self.settings = self.settings.replace(**{k: v for k, v in changes.items()
-                                                 if v is not None})
 
     # ------------------------------------------------------------------ updates at runtime
     def start_srdf_update(self, srdf, description, label=None):

@@ -195,7 +195,7 @@ class SceneInputs:
             guard.set_self_collision(changes['self_collision'])
             changed.append(f'self-collision {"on" if guard.self_collision else "off"}')
         if 'collision_clearance' in changes:
-            guard.set_clearance(changes['collision_clearance'])
+            guard.update_settings(clearance=changes['collision_clearance'])
             changed.append(f'clearance {guard.settings.clearance:g} m')
         if changed:
             self._loop.set_constraints(self.solver_constraints())
@@ -206,7 +206,7 @@ class SceneInputs:
             self._log('info', f'recomputing the self-collision pairs for {self._srdf[1]} '
                       '(applied when ready)')
         if 'pointcloud_voxel_size' in changes:
-            guard.set_pointcloud_settings(voxel_size=changes['pointcloud_voxel_size'])
+            guard.update_settings(voxel_size=changes['pointcloud_voxel_size'])
         if 'pointcloud_rate_hz' in changes:
             self._cloud_gate.rate_hz = values['pointcloud_rate_hz']
         if 'pointcloud_topic' in changes:
