@@ -1,17 +1,8 @@
 """What launch/arm.launch.py decides, as plain functions: no launch import, so pytest checks
-them where launch is not installed (the launch file itself only wires them to launch).
-
-- ``ARGUMENTS``: the launch arguments (name, default, description). One name per thing, the
-  node parameter's: ``urdf_path`` (``urdf`` is its old name: it warns, and both given naming
-  different files is an error), ``srdf_path``, ``package_paths``, ``base_link``, ...; an empty
-  default keeps the value of ``params_file``.
-- ``check_names``: a ``name:=value`` of the command line that no argument declares is an error
-  listing the valid names (launch itself ignores such pairs silently).
-- ``plan``: the launch arguments and ``params_file`` -> the URDF file (a ``.xacro`` expanded
-  with ``xacro_args``), the ``robot_description`` XML for robot_state_publisher, and what
-  smcik_node and sim_arm get on top of ``params_file``.
-- ``ExitWatch``: whether the launch failed (a node exited non-zero) and why (that node's last
-  error line), so that ``ros2 launch`` exits non-zero with the reason as its last line.
+them where launch is not installed (the launch file itself only wires them to launch). The
+arguments (``ARGUMENTS``; an empty default keeps ``params_file``'s value), the refusal of
+names no argument declares (``check_names``: launch would ignore them silently), what the
+nodes get (``plan``) and why a launch failed (``ExitWatch``).
 """
 
 import dataclasses

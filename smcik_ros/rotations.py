@@ -10,15 +10,13 @@ broadcast their arguments and reshape them to rows.
 import numpy as np
 
 from .kernels.jit import as_rows
-from .kernels.quat import (quat_exp_products, quat_products, quat_relative_rotvecs as _relative,
-                           quat_rotvecs, quat_slerps)
+from .kernels.quat import quat_exp_products, quat_products, quat_rotvecs, quat_slerps
 
 __all__ = [
     'skew', 'quat_to_matrix', 'quat_multiply', 'quat_conjugate', 'quat_from_rotvec',
-    'quat_times_exp', 'quat_to_rotvec', 'quat_relative_rotvecs', 'quat_angle', 'quat_slerp',
+    'quat_times_exp', 'quat_to_rotvec', 'quat_slerp',
     'matrix_to_rotvec', 'matrix_to_quat', 'rotvec_to_matrix', 'left_jacobian_inverse',
 ]
-
 
 
 def skew(v):
@@ -94,24 +92,6 @@ def quat_to_rotvec(q):
     """Return the (..., 3) rotation vectors 2 log(q) of unit quaternions, angle in [0, pi]."""
     q = np.asarray(q, dtype=float)
     return quat_rotvecs(as_rows(q, 4)).reshape(q.shape[:-1] + (3,))
-
-
-def quat_relative_rotvecs(q, ref):
-    """Return the (..., 3) rotation vectors 2 log(conj(q) ref) [rad] of (..., 4) unit
-    quaternions q and ``ref`` (broadcast; e.g. (N, R, 4) and (R, 4)): the rotations from q to
-    ref in q's frame, angle in [0, pi] (what ``quat_to_rotvec(quat_multiply(
-    quat_conjugate(q), ref))`` gives, in one kernel call)."""
-    q = np.asarray(q, dtype=float)
-    ref = np.asarray(ref, dtype=float)
-    if ref.ndim == 0 or ref.ndim > q.ndim or ref.shape != q.shape[q.ndim - ref.ndim:]:
-        q, ref = _broadcast(q, ref)     # else ref's R rows repeat in q's rows (N, R, 4)
-    return _relative(as_rows(q, 4), as_rows(ref, 4)).reshape(q.shape[:-1] + (3,))
-
-
-def quat_angle(a, b):
-    """Return the geodesic angles [rad] between rotations given as (..., 4) quaternions."""
-    dot = np.abs(np.sum(np.asarray(a) * np.asarray(b), axis=-1))
-    return 2.0 * np.arccos(np.clip(dot, 0.0, 1.0))
 
 
 def quat_slerp(a, b, t):

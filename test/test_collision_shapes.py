@@ -11,14 +11,6 @@ from smcik_ros.rotations import rotvec_to_matrix
 from collision_helpers import fcl_obstacle
 
 
-def test_sphere_sphere_is_centre_distance_minus_radii():
-    d = shapes.sphere_sphere_distance(np.array([[0.0, 0.0, 0.0], [1.0, 2.0, 2.0]]),
-                                      np.array([0.5, 1.0]),
-                                      np.array([[3.0, 4.0, 0.0], [1.0, 2.0, 2.5]]),
-                                      np.array([1.0, 1.0]))
-    np.testing.assert_allclose(d, [5.0 - 1.5, 0.5 - 2.0])
-
-
 BOX = np.array([0.1, 0.2, 0.3])    # half sizes
 
 

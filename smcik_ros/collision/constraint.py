@@ -1,30 +1,17 @@
 """The collision constraint every solver respects, and the keep-out obstacles built on it.
 
-``CollisionConstraint(model, scene, pairs, padding, ...)`` is a goals ``Constraint``
-(docs/collision.md, section 4):
-
-- ``violated(frames)`` (hard: the SMC's accept/reject, the refinement's step test): a
-  padded distance below 0 and deeper than at the reference configuration
-  (``set_reference``: the node's command, each tick), per object pair (link/link,
-  link/obstacle): "move out of it, slide along it or hold, never deeper". Pairs resting
-  in contact (self pairs, obstacles on links no joint moves) keep the depth of the first
-  reference that found them in contact (their allowance) over later references until one
-  finds them ``CONTACT_RELEASE`` [m] apart: sliding along bumpy sphere covers wobbles the
-  depth (an obstacle on a moving link keeps the per-reference rule).
-- ``residual``/``jacobian``/``cost`` (soft): ``clearance - d`` [m] where positive, for the
-  ``max_rows`` closest object pairs of each configuration (the SMC keeps a margin).
-- ``inequality_rows(frames, influence)``: distances and gradients for the velocity dampers
-  of the 'jacobian' and 'distance' solvers.
-- ``distances(frames)``: the smallest distance, the closest pair's names and points.
-- ``check_motion(q_from, q_to)``: the straight joint motion at sub-steps so close that no
-  cover point moves more than ``motion_resolution`` [m] (default: the padding) between two
-  (joint changes times each joint's lever arm to the covers): with the padding >= the
-  resolution, no two covers touch between free sub-steps.
-
-Distances are in metres and padded: robot/robot ``gap - padding``, robot/obstacle the
-sphere's signed distance to the primitive minus the padding; the covers contain the URDF's
-geometry (``covers``), so a non-negative distance means the real geometry is at least the
-padding apart.
+``CollisionConstraint`` is a goals ``Constraint`` over ``CollisionEvaluation``; docs/collision.md,
+section 4, gives each method's rule and why. Distances are in metres and padded (robot/robot
+``gap - padding``, robot/obstacle the sphere's signed distance minus the padding); the covers
+contain the URDF's geometry, so d >= 0 means the real geometry is at least the padding apart.
+Hard (``violated``): a distance below 0 and deeper than at the reference (``set_reference``:
+the node's command, each tick), per object pair: "move out of it, slide along it or hold,
+never deeper". Pairs resting in contact (self pairs, obstacles on links no joint moves) keep
+the depth of the first reference that found them in contact (their allowance) until a
+reference finds them ``CONTACT_RELEASE`` [m] apart: sliding along bumpy sphere covers wobbles
+the depth. ``check_motion`` checks a straight joint motion at sub-steps between which no
+cover point moves more than ``motion_resolution`` [m]: with the padding >= the resolution,
+no two covers touch between free sub-steps.
 """
 
 import copy

@@ -1,36 +1,18 @@
 """Conservative, tight sphere covers of collision meshes and primitives (computed at start-up).
 
-A cover is a set of spheres whose union contains the solid. It is *conservative* by
-construction and checked exactly:
-
-- the surface is cut into small triangles (longest-edge bisection until every edge is at
-  most ``item_edge``); a sphere that contains a triangle's three vertices contains the
-  whole triangle (a ball is convex), and every such triangle is assigned to one sphere that
-  contains its vertices, so the union contains the surface, every vertex included;
-- interior grid points are assigned the same way, so the volume is covered too (an
-  obstacle that appears inside a link is seen).
-
-It is *tight*: a sphere may only be as large as ``tolerance`` plus the depth of its centre
-inside the solid, ``r <= tolerance + depth(c)``, so it stays inside the solid dilated by
-``tolerance``: every point of the cover is within ``tolerance`` of the real geometry (the
-cover's *excess*). Each cover records the exact bound ``max(r - depth(c))`` it achieved.
-
-How the spheres are picked: candidate centres lie on (an approximation of) the medial axis,
-found by the shrinking-ball construction (Ma, Bae & Choi 2012: for a surface point p with
-outward normal n the largest inscribed ball touching p has radius
-min_q |p - q|^2 / (2 n.(p - q)) over the other surface samples q), and at half that depth;
-their depths come from the exact signed distance to the mesh. A greedy set cover (each step
-takes the candidate that contains the most uncovered pieces) chooses among them; every
-piece is then assigned to the chosen sphere that needs the least excess for it, and each
-radius shrinks to the farthest point it must contain.
-
-Links on joints outside the modelled chain (gripper fingers) are covered over their joint
-range: the pieces are the triangles at consecutive sampled joint positions (a sphere that
-contains a triangle at two positions of a translation contains everything in between; for
-rotations the arc's sagitta is added to the radii).
-
-Computing a cover takes 0.1-1 s per mesh, so covers are cached on disk (``model.cache``, in
-``default_cache_dir``; never inside the repository), keyed by a digest of the geometry and
+A cover is a set of spheres whose union contains the solid (docs/collision.md, section 1).
+*Conservative* by construction: the surface is cut into triangles with edges at most
+``item_edge``, and each triangle (and each interior grid point) is assigned to a sphere that
+contains its vertices (a ball is convex: it then contains the triangle). *Tight*: a sphere
+may only be as large as ``tolerance`` plus the depth of its centre inside the solid,
+``r <= tolerance + depth(c)``; each cover records the exact bound ``max(r - depth(c))`` it
+achieved (its *excess*). Candidate centres lie on the medial axis (shrinking balls, Ma, Bae &
+Choi 2012: for a surface point p with outward normal n the largest inscribed ball touching
+p has radius min_q |p - q|^2 / (2 n.(p - q))) and at half that depth; a greedy set cover
+chooses among them. Links on joints off the chain (gripper fingers) are covered over their
+joint range (the triangles at consecutive sampled positions form one piece; rotations add
+the arc's sagitta to the radii). Covers are cached on disk (``model.cache``, in
+``default_cache_dir``, never inside the repository), keyed by a digest of the geometry and
 the settings.
 """
 

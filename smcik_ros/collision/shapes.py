@@ -3,8 +3,9 @@
 The robot is covered by spheres (see ``covers``); the scene holds spheres, boxes and
 cylinders. Every distance the collision engine needs is therefore "sphere against
 primitive": the signed distance of the sphere's centre to the primitive minus the sphere's
-radius. The functions here take flat arrays (no Python objects, no loops over elements) so
-that a later issue can compile them with numba unchanged.
+radius. The functions here take flat arrays (no Python objects, no loops over elements);
+the compiled query (``kernels.collision``) computes them inline; these give the closest points
+and gradients of the leaves it returns.
 
 Conventions: a primitive is a kind code (``SPHERE``, ``BOX``, ``CYLINDER``), a pose in the
 base frame (rotation (3, 3), translation (3,)) and a size triple:
@@ -19,18 +20,11 @@ distance to the surface), 0 on it.
 
 import numpy as np
 
-__all__ = ['SPHERE', 'BOX', 'CYLINDER', 'KIND_NAMES', 'sphere_sphere_distance',
-           'point_sphere_distance', 'point_box_distance', 'point_cylinder_distance',
-           'point_primitive_distance', 'point_primitive_gradient', 'primitive_bounding_radius']
+__all__ = ['SPHERE', 'BOX', 'CYLINDER', 'point_sphere_distance', 'point_box_distance',
+           'point_cylinder_distance', 'point_primitive_distance', 'point_primitive_gradient',
+           'primitive_bounding_radius']
 
 SPHERE, BOX, CYLINDER = 0, 1, 2
-KIND_NAMES = ('sphere', 'box', 'cylinder')
-
-
-def sphere_sphere_distance(ca, ra, cb, rb):
-    """Return the signed distances (...) between spheres (ca (..., 3), ra (...)) and (cb, rb)."""
-    diff = ca - cb
-    return np.sqrt(np.einsum('...k,...k->...', diff, diff)) - ra - rb
 
 
 def point_sphere_distance(p, radius):

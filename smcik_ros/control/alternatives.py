@@ -101,7 +101,6 @@ class AlternativesBook:
         self.published_stamp = None  # its message's header stamp [ns] (matched by ~/status)
         self.confidence = None
         self.branch_warning = None
-        self.within_tolerance = None
         self.resting = None          # the filter rests: the goal is out of reach (SMC)
         self._rested_goal = None
         self.last_switch = None      # dict: reason, distance, goal_id, time
@@ -177,7 +176,6 @@ class AlternativesBook:
         info = solver.last_info or {}
         goal_id = goal.sequence if goal is not None else 0
         self.confidence = info.get('confidence')
-        self.within_tolerance = info.get('within_tolerance')
         warning = info.get('branch_warning')
         self.branch_warning = None if warning is None else bool(warning)
         resting = info.get('resting')

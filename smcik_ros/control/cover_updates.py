@@ -38,8 +38,7 @@ __all__ = ['BackgroundUpdates', 'full_covers', 'srdf_pairs', 'finer_covers', 'fr
            'settle', 'coarse_note', 'CONTACT_GAIN']
 
 # [m] finer covers are swapped in when a pair in contact is released or at least this much
-# shallower (Panda at its lower limits: the finger's and link 5's parts overlap, and 4 mm
-# covers take 1.4 mm off the depth for 12 times those links' spheres: kept coarse).
+# shallower: every sphere costs in every query (docs/collision.md, section 4: the Panda case).
 CONTACT_GAIN = 0.002
 
 

@@ -76,8 +76,8 @@ class FreeMotionProofs:
         False when one is not; None when there is no coarse pass (off, or the motion is so
         short that the fine pass is as cheap). A free pass anchors at q_to. Skipped (False)
         while the arm rests in contact (``allowances``: a pair within CONTACT_RELEASE at the
-        reference, less than the coarse pass needs): it could not pass, and cost TIAGo's
-        arm, resting against its torso, 1.5 ms of its 4 ms ticks."""
+        reference, less than the coarse pass needs): it could not pass (docs/collision.md,
+        section 4, has the cost it saves)."""
         if not coarse > constraint.padding or len(constraint.allowances()[0]):
             return False
         count, _ = constraint.motion_substeps(q_from, q_to, coarse)

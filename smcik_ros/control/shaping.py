@@ -360,19 +360,15 @@ class CommandShaper:
             return 'velocity'
         return 'position_limit'
 
-    def stopping_time(self, v):
-        """Return the shortest time [s] in which all joints stop together from ``v`` (n,)."""
-        return float((np.abs(np.asarray(v, dtype=float)) / self.limits.acceleration).max())
-
     def stopping_point(self, q, v):
         """Return where a synchronized stop from (q, v) ends at the latest, (n,).
 
         Braking all joints together at the rate of the slowest to stop moves each by at most
-        ``v_j T / 2`` with ``T = stopping_time(v)``, along the current velocity direction.
+        ``v_j T / 2`` with ``T = max_j |v_j| / a_j``, along the current velocity direction.
         """
-        q = np.asarray(q, dtype=float)
         v = np.asarray(v, dtype=float)
-        return q + 0.5 * self.stopping_time(v) * v
+        stop_time = float((np.abs(v) / self.limits.acceleration).max())
+        return np.asarray(q, dtype=float) + 0.5 * stop_time * v
 
     def trapezoid_time(self, q_from, q_to):
         """Return the time-optimal time [s] of a synchronized straight-line move at rest.

@@ -7,9 +7,8 @@ each and holds until the next: irregular ticks make irregular motion. ``TickTimi
 them (``~/status`` ``late_ticks``), keeps the periods of the last ticks
 (``tick_period_max_ms``) and says when more than ``share`` of the last ``window`` seconds'
 ticks came late. The first ``grace`` seconds after the first tick count, but never warn:
-a node's first ticks run on cold caches, and one run by hand on a slow machine logged 5 late
-ticks in the first second after start-up (one period of 44.6 ms), while the arm held still.
-Pure: the node passes each tick's start time.
+a node's first ticks run on cold caches (on a slow machine, several came late in the first
+second while the arm held still). Pure: the node passes each tick's start time.
 """
 
 import collections

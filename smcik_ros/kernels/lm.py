@@ -122,7 +122,7 @@ def _lm_null_step_large(jac, r, lam, d0, winv2, lam0):
 
 @njit(cache=True)
 def lm_null_step(jac, r, lam, d0, winv2, lam0):
-    """Return (task (K, nv), pull (K, nv)) of the SMC refinement (``solvers/smc/policies/refinement.py``).
+    """Return (task (K, nv), pull (K, nv)) of the SMC refinement (``smc/policies/refinement.py``).
 
     task = -W^-2 J^T (J W^-2 J^T + lam I)^-1 r; pull = d0 - W^-2 J^T (J W^-2 J^T + lam0 I)^-1
     J d0, for jac (K, m, nv), r (K, m), lam (K,), d0 (K, nv), winv2 (nv,).

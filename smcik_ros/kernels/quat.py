@@ -57,8 +57,7 @@ def quat_rotvecs(q):
 def quat_relative_rotvecs(q, ref):
     """Return the (N, 3) rotation vectors 2 log(conj(q_i) ref_(i mod R)) of (N, 4) unit
     quaternion rows q and (R, 4) rows ref, R dividing N (particles' ball joints against one
-    reference): ``rotations.quat_relative_rotvecs``, the arithmetic of ``quat_products`` and
-    ``quat_rotvecs`` in one pass."""
+    reference): the arithmetic of ``quat_products`` and ``quat_rotvecs`` in one pass."""
     rel = np.empty((q.shape[0], 4))
     count = ref.shape[0]
     for i in range(q.shape[0]):

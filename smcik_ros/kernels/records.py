@@ -1,23 +1,11 @@
 """The records the kernels read: what is constant for a model, packed once into tuples.
 
-A kernel's signature is ``(records, inputs, out)``: the chain, the collision geometry, the
-scene, the pair tables and the settings a kernel needs come in a few records built once per
-model (``Chain.records``, ``RobotGeometry.record``, ``ObstacleGeometry.record``,
-``PairTables``' pair record) or per call (a pose goal, the refinement's settings). Adding a
-model feature (a tip, a floating base) changes a record, not every signature.
-
-A record is a plain tuple, not a namedtuple: numba's dispatcher types a tuple of arrays in
-its C fast path and a namedtuple through Python (0.7 us more per call, measured with numba
-0.68), and a kernel takes only the records it reads (typing an argument costs ~0.1 us per
-array in it, every call). The chain's four records come in a namedtuple for Python
-(``Chain.records.bodies``; ``*chain.records`` for a kernel that reads all four). The
-layouts below name the fields in order; a kernel unpacks a record once, at its entry
-(``parent, kind, q_index, ... = bodies``); a helper it calls per row takes the record with
-``inline='always'`` (a call with tuple arguments costs their unpacking every time), and
-``Layout.pack`` builds a record from named fields,
-each converted to the type the kernels are compiled for: float64, int64 or bool arrays of
-the layout's rank, C-contiguous and writable (another array type would compile another
-specialisation at its first call, in a tick), Python int or float scalars.
+A kernel's signature is ``(records, inputs, out)``. docs/kernels.md ("Records") says who
+builds each record and why it is a plain tuple that a kernel unpacks once, at its entry. The
+layouts below name the fields in order; ``Layout.pack`` converts each to the type the kernels
+are compiled for: float64, int64 or bool arrays of the layout's rank, C-contiguous and
+writable (another array type would compile another specialisation at its first call, in a
+tick), Python int or float scalars. ``Chain.records`` is ``CHAIN.view`` of the chain's four.
 """
 
 from collections import namedtuple

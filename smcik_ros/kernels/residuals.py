@@ -2,15 +2,15 @@
 rotation vector of R_link R_goal^T) and the residual's exact Jacobian.
 
 Records: the chain's columns and links (``Chain.records``); the link is given by its index
-in the links (``Chain.link_index``); the frames are ``fk``'s (rot (B, N, 3, 3), pos (B, N, 3)); target: the (4, 4) goal pose in the
-base frame [m].
+in the links (``Chain.link_index``); the frames are ``fk``'s (rot (B, N, 3, 3), pos
+(B, N, 3)); target: the (4, 4) goal pose in the base frame [m].
 """
 
 import math
 
 import numpy as np
 
-from .fk import _add_columns, _fk_row, _link_pose
+from .fk import _add_columns, _link_pose
 from .jit import njit
 
 __all__ = ['pose_errors', 'pose_residual_jacobian']

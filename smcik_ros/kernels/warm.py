@@ -1,10 +1,11 @@
 """Compile (or load from the on-disk cache) every kernel before a real-time loop starts.
 
-``compile_kernels(chain)`` calls each kernel once, on small inputs of the argument types its
-callers pass (float64, int64 or bool, C-contiguous), so that the specialisations the library uses exist, compiled or
-loaded, before a first tick or a first timed ``solve``. ``ensure_ready`` does it once per
-process (the SMC solver's constructor calls it); ``smcik_ros.warmup.warm_up`` does it with
-messages and a short solve, before the node's timer starts.
+``compile_kernels(records)`` calls each kernel once, on small inputs of the argument types
+its callers pass (float64, int64 or bool, C-contiguous), so that the specialisations the
+library uses exist, compiled or loaded, before a first tick or a first timed ``solve``.
+``ensure_ready`` does it once per process (the SMC solver's constructor calls it);
+``smcik_ros.warmup.warm_up`` does it with messages and a short solve, before the node's
+timer starts.
 """
 
 import logging

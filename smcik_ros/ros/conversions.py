@@ -18,7 +18,7 @@ from visualization_msgs.msg import Marker
 
 from ..collision import obstacle_from_marker
 from ..errors import GoalError
-from ..goals import covariance_to_base, symmetric_positive_definite
+from ..goals import symmetric_positive_definite
 from ..rotations import matrix_to_quat, quat_to_matrix
 
 __all__ = [
@@ -28,7 +28,7 @@ __all__ = [
     'make_joint_trajectory', 'make_float64_multi_array', 'command_to_positions',
     'duration_from_seconds', 'POINT_FIELD_TYPES', 'pointcloud2_to_xyz', 'obstacle_updates',
     'POSITION_ONLY_VARIANCE', 'covariance_from_msg', 'pose_with_covariance_to_goal',
-    'rotate_covariance', 'make_alternatives_trajectory', 'nanoseconds_to_stamp', 'LoopTime',
+    'make_alternatives_trajectory', 'nanoseconds_to_stamp', 'LoopTime',
 ]
 
 # Quaternions whose norm lies in this range are normalised; others are refused.
@@ -415,14 +415,6 @@ def pose_with_covariance_to_goal(msg, where='target_pose_with_covariance'):
     if np.all(np.diag(covariance)[3:] >= POSITION_ONLY_VARIANCE):
         return 'point', pose[:3, 3].copy(), covariance[:3, :3].copy()
     return 'pose', pose, covariance
-
-
-def rotate_covariance(covariance, rotation):
-    """Return a (6, 6) or (3, 3) covariance given in a frame with rotation ``rotation``
-    (3, 3) in the base frame, expressed in the base frame: each 3 x 3 block S_ij becomes
-    R S_ij R^T (ROS's rotational rows are rotations about the fixed axes of the header frame,
-    which turn like the translational ones). See smcik_ros.goals.covariance_to_base."""
-    return np.array(covariance_to_base(covariance, rotation))
 
 
 def make_alternatives_trajectory(joint_names, configurations, stamp=None):

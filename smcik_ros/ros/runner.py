@@ -131,12 +131,9 @@ def _make_executor(node, logger):
     SingleThreadedExecutor (Humble). SMCIK_EXECUTOR=single forces the latter.
 
     The events executor (experimental in rclpy) dispatches timers and subscriptions from C++
-    without rebuilding a wait set in Python on every wake-up: at 100 Hz with joint_states at
-    100 Hz, at rest, the node took 6.8-7.1 % of a core with it against 15.3-16.3 % with the
-    wait-set executor (benchmarks/node_latency.py, issue 31; docs/node.md, "Cost"). Under
-    use_sim_time it is not used: driven by a /clock ten times faster than real time, its timers
-    fired 31 % more often than the simulated time allows (the wait-set executor fired exactly
-    as often).
+    without rebuilding a wait set in Python on every wake-up: half the node's CPU at rest.
+    Under use_sim_time it is not used: its timers fired more often than the simulated time
+    allows (docs/node.md, "Cost", has both measurements).
     """
     choice = os.environ.get('SMCIK_EXECUTOR', 'auto').strip().lower()
     if choice not in ('auto', 'events', 'single'):

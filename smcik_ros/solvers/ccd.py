@@ -1,30 +1,16 @@
-"""Cyclic coordinate descent (seed 004: "pick one coordinate, hold the others, update it to
-its best value, repeat").
+"""Cyclic coordinate descent (seed 004; docs/solvers.md, section 3).
 
-One iteration is one sweep over the joints from the tip to the base. Each joint takes the
-value that minimises the weighted task cost with every other joint held, in closed form:
-
-- revolute joint with world axis a through o: every target contributes vector pairs
-  (u, v) with weight w: position targets u = p - o (the effector point), v = t - o (its
-  target); orientations u = R e_k, v = R_target e_k for the three frame axes. Rotating by
-  theta about a changes the cost by -sum w v . R(theta) u = -(A cos theta + B sin theta)
-  + const, with A = sum w u_perp . v_perp and B = sum w a . (u_perp x v_perp), so the
-  unconstrained best angle is atan2(B, A) (Wang & Chen's weighted CCD). The cost is a
-  sinusoid in theta, so when that angle is outside the joint limits the best feasible value
-  is the better of the two ends of the feasible interval;
-- prismatic joint: the weighted mean of the position errors along the axis, clamped;
-- ball joint: the rotation R about its centre maximising sum w v . R u is Wahba's problem
-  (SVD of sum w v u^T, with a small pull towards the identity so that a single vector pair
-  gives the shortest-arc rotation), then the joint's angle limit (``Chain.clip``).
-
-Weights follow the SMC cost: w = weight / sigma_position^2 for points and
-weight / (2 sigma_orientation^2) for the frame axes (the three axes' squared differences
-sum to about 2 angle^2), times ``orientation_weight``. Going from the tip to the base, a
-joint's own axis only depends on joints not yet updated in the sweep, so one FK call per
-sweep is enough: effector points are rotated along with each joint update.
-
-Chains with mimic joints are refused (ParameterError): CCD moves one joint at a time, and
-a mimicked joint moves several.
+One iteration is one sweep from the tip to the base; each joint takes its best value with
+the others held, in closed form. The task is weighted vector pairs (u, v): a point target
+u = p - o, v = t - o (o: the joint centre), an orientation the frame axes u = R e_k,
+v = R_target e_k; weights as the SMC cost (weight / sigma_position^2 for points, weight /
+(2 sigma_orientation^2) for axes, times ``orientation_weight``). Rotating a revolute joint
+by theta about its axis a changes the cost by -(A cos theta + B sin theta) + const with
+A = sum w u_perp . v_perp, B = sum w a . (u_perp x v_perp): best at atan2(B, A) (Wang &
+Chen's weighted CCD), else at the better end of the feasible interval. A prismatic joint
+takes the weighted mean error along its axis; a ball joint solves Wahba's problem (SVD of
+sum w v u^T), then its angle limit. Tip to base, a joint's axis depends only on joints not
+yet updated: one FK call per sweep. Mimic joints are refused (ParameterError).
 """
 
 import math

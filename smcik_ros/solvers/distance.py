@@ -1,29 +1,18 @@
-"""IK driven by distances (Le Naour, Courty & Gibet; seed 002).
+"""IK driven by distances (Le Naour, Courty & Gibet; seed 002), in the chain's joint space.
 
-The task is a set of distance constraints between points: points of the chain, target
-points and fixed world points. *Hard* constraints (a target reached, a contact) are solved
-by Newton steps with the SVD pseudo-inverse (eq. 8); *soft* constraints (distances that
-keep the style of a reference posture) are a secondary task projected into the null space
-of the hard ones (eq. 11):
+*Hard* rows (targets as point coincidences, contacts) take Newton steps with the SVD
+pseudo-inverse (eq. 8); *soft* rows (the reference posture's distances to four anchors) are a
+secondary task that leaves the hard ones alone to first order (``_secondary_step``). The
+points are functions of the joints, so segment lengths hold by construction and the output
+is a configuration inside the limits. A pose target becomes point targets: the tool point
+and ``orientation_points`` points ``point_offset`` metres along the tool frame's axes. The
+paper's own form (3n free points) is beside its benchmark (benchmarks/_free_point.py);
+docs/solvers.md, section 2, says where this differs from the paper and why.
 
-    x <- x - gain J0^+ F(x) + (I - J0^+ J0) (-soft_gain J1^+ G(x))
-
-The unknowns are the chain's joint positions, the points functions of them (so segment
-lengths hold by construction, and the output is a joint configuration inside the limits).
-Point Jacobians are analytic (eq. 10 chained with the point Jacobians of the kinematics). A
-pose target becomes point targets: the tool point and ``orientation_points`` points
-``point_offset`` metres along the tool frame's axes, so the orientation is reached too. The
-paper's own form (3n unknown point positions, segment lengths hard) reproduces its
-experiments beside their benchmark (benchmarks/_free_point.py).
-
-Distance residuals. The paper's eq. 7 squares the residual, f = (|xi - xj|^2 - d^2)^2,
-which has a double root: its gradient (eq. 10) vanishes at the solution and Newton slows
-to linear convergence there. We use the unsquared, scaled residual
-g = (|xi - xj|^2 - d^2) / (2 d) (same zero set; to first order |xi - xj| - d, in metres),
-whose gradient (xi - xj)^T / d is eq. 10 without the vanishing factor. A zero distance
-(a point on a target, a pinned point) is the paper's "equality between a point and an
-other (g(x) = x_T)": three rows xi - xT, since |xi - xT|^2 has a zero gradient at the
-solution in every direction.
+Distance rows are g = (|xi - xj|^2 - d^2) / (2 d) (to first order |xi - xj| - d [m]), not
+eq. 7's square, whose double root makes eq. 10's gradient vanish at the solution (Newton
+then converges linearly); a zero distance is three rows xi - xT, since |xi - xT|^2 has a
+zero gradient there in every direction.
 """
 
 from dataclasses import dataclass

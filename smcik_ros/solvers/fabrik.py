@@ -1,26 +1,15 @@
 """FABRIK: forward and backward reaching IK (Aristidou & Lasenby 2011; seed 004).
 
-FABRIK moves joint *positions*: each iteration pulls the end point onto the target and
-walks back to the root keeping every segment's length ("forward reaching"), then pins the
-root and walks out again ("backward reaching"). A position is a valid pose of the chain
-only when every joint can point its segment anywhere, i.e. for chains of ball joints
-(``Chain.ball_chain`` and other serial ball-jointed figures). We implement it faithfully
-for those and refuse other chains at construction (ParameterError): on a revolute arm the
-FABRIK points are generally not reachable by the joints, and "FABRIK, then fit joint
-angles" is a different, approximate solver; use 'ccd', 'jacobian' or 'distance' there.
-
-From points to joints: after the passes, each ball joint is turned, base to tip, by the
-shortest-arc rotation that takes its segment's current direction to the new one (so the
-twist about the segment is kept from the previous configuration), which reproduces the
-FABRIK points exactly; then the joint angle limits are applied (``Chain.clip``), and the
-next iteration starts from the forward kinematics of the clipped configuration. That is a
-projection onto the limits, not the original paper's per-joint cone re-orientation.
-
-Targets: one PositionTarget (the origin of a link at a chain point: a segment's start or
-the tip) or one PoseTarget on such a link. A pose fixes the rotation of the target
-link's body, so its segment start must sit at target - R * offset: FABRIK reaches that
-point and the body's rotation is then set to the target's (as Aristidou & Lasenby handle
-end-effector orientation). Points after the target keep their joint rotations.
+A pass pulls the end point onto the target and walks back to the root keeping every
+segment's length, then pins the root and walks out again. Points are a pose of the chain
+only when every joint can point its segment anywhere, so only serial ball-joint chains are
+accepted (ParameterError otherwise: "FABRIK, then fit joint angles" on a revolute arm is
+another, approximate solver). After the passes each ball joint turns, base to tip, by the
+shortest arc onto its new segment direction (its twist kept), which reproduces the points
+exactly; the angle limits are then a projection (``Chain.clip``), not the paper's per-joint
+cone re-orientation. A PoseTarget fixes its link body's rotation: FABRIK reaches the
+body's segment start at target - R offset, and the body takes the target's rotation. Points
+after the target keep their joint rotations (docs/solvers.md, section 4).
 """
 
 import math

@@ -18,8 +18,7 @@ the change of variables y = L^T (dq - dq0) (H = L L^T), solved exactly by NNLS (
 Hanson, "Solving Least Squares Problems", ch. 23), small and dense. ``nnls`` is the book's
 active-set algorithm in numpy, not ``scipy.optimize.nnls``: importing ``scipy.optimize``
 takes from 0.15 s to over a second, and the first use is in the control tick (a detour's
-first collision-constrained solve): measured over DDS, that import stopped the command
-stream for 354 ms.
+first collision-constrained solve; docs/benchmarks.md measured the gap in the stream).
 
 A step is then checked on the real constraint along the motion (``check_motion``: sub-steps
 no cover point moves more than the padding between): if some sub-step violates it (a distance
