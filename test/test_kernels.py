@@ -502,6 +502,42 @@ def _refinement_records(chain, terms, tolerance=(1e-4, 1e-3), steps=None, motion
     return bodies, columns, joints, targets, lm, plain if motion is None else motion
 
 
+def test_refinement_records_are_rebuilt_when_the_targets_structure_changes():
+    """The refinement keeps the targets' record between calls by the targets' structure
+    (kinds, links, sigmas, weights, covariances, offsets, tolerance) and reads the goals on
+    every call: after any sequence of goals, its record is the one a fresh refinement builds,
+    with the targets' goals, and a new goal of the same structure reuses the rest."""
+    chain = _urdf_chains()[0]
+    rng = np.random.default_rng(3)
+
+    def goals(sigma=0.01, link='link5', offset=(0.01, 0.02, 0.0), covariance=None):
+        frames = chain.frames(chain.random_configuration(rng))
+        return [PoseTarget(frames.link_pose()[0], sigma_position=sigma, covariance=covariance),
+                PositionTarget(frames.point(link, offset)[0], link=link, offset=offset),
+                OrientationTarget(frames.link_pose('link3')[0, :3, :3], link='link3')]
+
+    kept = Refinement(chain, make_solver('smc', chain).settings)
+    first = goals()
+    steps = [(first, (1e-4, 1e-3)), (goals(), (1e-4, 1e-3)), (goals(), (1e-4, 1e-3)),
+             (goals(sigma=0.02), (1e-4, 1e-3)), (goals(link='link4'), (1e-4, 1e-3)),
+             (goals(offset=(0.0, 0.0, 0.03)), (1e-4, 1e-3)),
+             (goals(covariance=np.diag([1e-4] * 3 + [1e-3] * 3)), (1e-4, 1e-3)),
+             (goals(), (1e-3, 1e-2)), (first, (1e-4, 1e-3))]
+    whiten = []
+    for terms, tolerance in steps:
+        got = kept.records(terms, tolerance)[3]
+        fresh = Refinement(chain, make_solver('smc', chain).settings).records(terms, tolerance)
+        for a, b in zip(got, fresh[3]):
+            np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(got[3][0], terms[0].pose)
+        np.testing.assert_array_equal(got[3][1, :3, 3], terms[1].position)
+        np.testing.assert_array_equal(got[3][2, :3, :3], terms[2].rotation)
+        whiten.append(got[4])
+    assert whiten[1] is whiten[0] and whiten[2] is whiten[0]       # same structure: kept
+    assert whiten[3] is not whiten[2] and whiten[-1] is not whiten[-2]
+    assert not np.array_equal(whiten[3], whiten[2])
+
+
 def _total_cost(terms, frames):
     return sum(t.cost(frames) for t in terms)
 
