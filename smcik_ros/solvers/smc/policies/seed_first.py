@@ -6,8 +6,8 @@ one meets the tolerance. Only where the compiled kernel can judge the problem wh
 of its kinds (pose, position, orientation, any number, on moving links), no ball joints, and
 of the hard constraints only contacts (``Contact``: a link keeps its pose), which it takes
 as pose targets at their own sigmas; the row it returns must then keep every hard
-constraint (``violated``: the contacts at their tolerance, a CoM polygon, ...), else the
-filter runs. The seed row goes first, so a seed on (or near) a solution's branch keeps it; a
+constraint (``violated``: a CoM polygon, ...; the contacts at their tolerance, which the
+kernel's own check covers when it is no tighter), else the filter runs. The seed row goes first, so a seed on (or near) a solution's branch keeps it; a
 draw is a random branch, which the filter's nearest-success choice would not necessarily
 pick: the price of answering most queries in tens of microseconds (docs/smc.md and
 docs/benchmarks.md, ``bench speed``).
@@ -53,7 +53,11 @@ class SeedFirst:
                                                  plain, rows)
         if index < 0:
             return None
-        hard = [c for c in constraints if c.hard]
+        # The kernel met ``tolerance`` on the contacts' pose targets (the same errors):
+        # a contact whose own tolerance is no tighter needs no second look.
+        hard = [c for c in constraints if c.hard and not (
+            type(c) is Contact and c.tolerance[0] >= tolerance[0]
+            and c.tolerance[3] >= tolerance[1])]
         if hard:
             frames = chain.frames(rows[index])
             if any(bool(c.violated(frames)[0]) for c in hard):
