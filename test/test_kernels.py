@@ -925,9 +925,11 @@ def test_records_are_plain_tuples_of_the_kernels_types():
     np.testing.assert_array_equal(view.lower, chain.lower)
     assert records.COLUMNS.view(chain.records.columns).nv == chain.nv
     with pytest.raises(TypeError, match=r"missing \['max_step'\], unknown \['max_stp'\]"):
-        records.LM.pack(steps=1, alphas=np.ones(1), damping=0.1, max_stp=0.1)
+        records.LM.pack(steps=1, alphas=np.ones(1), damping=0.1, max_stp=0.1,
+                        cost_damping=0.5)
     with pytest.raises(ValueError, match='alphas must have 1 dimensions'):
-        records.LM.pack(steps=1, alphas=np.ones((1, 1)), damping=0.1, max_step=0.1)
+        records.LM.pack(steps=1, alphas=np.ones((1, 1)), damping=0.1, max_step=0.1,
+                        cost_damping=0.5)
 
 
 def test_warm_up_reports_a_cold_cache_and_the_kernels_it_compiled():

@@ -230,10 +230,10 @@ def _rows(bodies, columns, targets, extra_r, extra_j, qrow, ws):
 def _plain_trials(bodies, columns, joints, targets, lm, qrow, cost, trials, ws):
     """Write the plain LM step's trials of a row (the step capped to max_step, at each
     alpha), the joints it pushes out of their limits left out of it."""
-    steps, alphas, damping, max_step = lm
+    steps, alphas, damping, max_step, cost_damping = lm
     r, jac, a, y, dv, step, cand, blocked = ws[3], ws[4], ws[5], ws[6], ws[7], ws[8], ws[9], \
         ws[12]
-    lam = 0.5 * cost + damping
+    lam = cost_damping * cost + damping
     jm, rm = jac[0], r[0]
     _lm_row(jm, rm, lam, a, y, dv)
     if _blocked(joints, qrow, dv, blocked):
@@ -260,11 +260,11 @@ def _prior_trials(bodies, columns, joints, targets, lm, motion, extra, qrow, cos
     d0 = gain (x_ref - q) projected on the task's null space, each slide of more than
     slide_min corrected by one Gauss-Newton task step (the step's Jacobian reused). Each
     step capped to max_step; joints at a limit a step pushes outwards left out of it."""
-    steps, alphas, damping, max_step = lm
+    steps, alphas, damping, max_step, cost_damping = lm
     spring_w, spring_fade, tol_cost, gain, slide_min, fraction, w, ref = motion
     r, jac, step, cand, diff = ws[3], ws[4], ws[8], ws[9], ws[10]
     nq, nv = qrow.shape[0], jac.shape[2]
-    lam = 0.5 * cost + damping
+    lam = cost_damping * cost + damping
     one = np.full(1, lam)
     mu = spring_w * min(1.0, cost / (spring_fade * tol_cost))
     _tangent_diff(joints, qrow, ref, diff[0])

@@ -48,6 +48,7 @@ class Refinement:
     """
 
     PRECISE_FRACTION = 0.25
+    COST_DAMPING = 0.5          # Sugihara's lambda = cost / 2 + refine_damping
     SPRING = 0.1                # share of the motion prior's weight in the coarse LM
     SPRING_FADE = 10.0          # the spring fades below this many tolerance costs
     SLIDE_CORRECTION = 0.01     # [rad] pulls larger than this get a corrector step
@@ -61,7 +62,7 @@ class Refinement:
         self.min_cost = float(settings.refine_min_cost)
         self.alphas = np.array([1.0, 0.5, 0.25])
         self.lm = LM.pack(steps=self.steps, alphas=self.alphas, damping=self.damping,
-                          max_step=self.max_step)
+                          max_step=self.max_step, cost_damping=self.COST_DAMPING)
         self._targets_key = self._targets_record = None
         self._plain = None          # the plain step's motion record (no prior), built once
         self.reset()
