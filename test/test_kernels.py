@@ -615,6 +615,38 @@ def test_first_solution_kernel_returns_the_first_row_within_the_tolerance():
     assert index == -1 and np.isnan(pe) and np.isnan(oe)
 
 
+def test_first_solution_steps_take_the_longest_trial_that_lowers_the_cost():
+    """Each step of ``first_solution`` takes its longest trial (alphas 1, 1/2, 1/4 of the LM
+    step) that lowers the targets' cost, shorter ones not judged: one step equals the one
+    step of that alpha alone, and the row is left where it was when none lowers it."""
+    chain = _urdf_chains()[0]
+    rng = np.random.default_rng(12)
+    solution = chain.random_configuration(rng)
+    term = PoseTarget(chain.fk(solution))
+    rows = chain.random_configuration(rng, 60)
+    bodies, columns, joints, targets, lm, plain = _refinement_records(
+        chain, [term], (0.0, 0.0), steps=1)           # never within: every row steps once
+    lm = lm[:3] + (2.0, 0.0)      # long, undamped steps: some overshoot
+    alphas = lm[1]
+    assert list(alphas) == [1.0, 0.5, 0.25]
+    start = term.cost(chain.frames(rows))
+    both = rows.copy()
+    kernels.first_solution(bodies, columns, joints, targets, lm, plain, both)
+    alone = []
+    for alpha in alphas:
+        one = rows.copy()
+        kernels.first_solution(bodies, columns, joints, targets,
+                               (lm[0], np.array([alpha])) + lm[2:], plain, one)
+        alone.append((one, term.cost(chain.frames(one))))
+    taken = np.zeros(len(alphas) + 1, dtype=int)
+    for k in range(len(rows)):
+        lower = [a for a, (_, cost) in enumerate(alone) if cost[k] < start[k]]
+        want = alone[lower[0]][0][k] if lower else rows[k]
+        np.testing.assert_array_equal(both[k], want)
+        taken[lower[0] if lower else -1] += 1
+    assert taken[0] > 0 and taken[1:].sum() > 0, taken     # both cases met
+
+
 def test_refine_kernel_with_the_prior_keeps_precise_rows_and_pulls_them_nearer():
     """``refine`` with the minimal-motion prior: rows already within the tolerance stay
     within it and move nearer the reference (the null-space pull; gained is the drop of the

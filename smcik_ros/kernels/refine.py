@@ -489,7 +489,9 @@ def refine(bodies, columns, joints, targets, lm, motion, q, state):
 def _refine_rows(bodies, columns, joints, targets, lm, motion, q, state, ws, trials, judged,
                  solved_stops):
     """``refine`` with its buffers given (``first_solution`` reuses them row after row);
-    solved_stops: a row stops at the first step that meets the targets' tolerance."""
+    solved_stops (``first_solution``): a row stops at the first step that meets the targets'
+    tolerance, and each step takes the first trial (the longest) that lowers the cost
+    without judging the shorter ones (plain steps only)."""
     plain = motion[5] < 0.0
     none = (np.empty(0), np.empty((0, ws[7].shape[0])))
     cost, guard, precise, dist2, _, _, active = state
@@ -502,12 +504,16 @@ def _refine_rows(bodies, columns, joints, targets, lm, motion, q, state, ws, tri
                 break
             count, mu = _trials(bodies, columns, joints, targets, lm, motion, none, q[k],
                                 cost[k], precise[k], trials, ws)
+            judged_count = count
             for j in range(count):
                 for v in range(cand.shape[0]):
                     cand[v] = trials[j, v]
                 _judge(bodies, columns, joints, targets, tgt, motion, cand, 0.0, guard[k],
                        judged, j, ws)
-            pick = _pick(plain, precise[k], cost[k], dist2[k], mu, count, judged)
+                if solved_stops and judged[0][j] < cost[k]:
+                    judged_count = j + 1        # the longest step that lowers the cost
+                    break
+            pick = _pick(plain, precise[k], cost[k], dist2[k], mu, judged_count, judged)
             _accept(k, pick, q, state, trials, judged)
             if solved_stops and pick >= 0 and judged[1][pick] <= targets[9] \
                     and judged[4][pick] <= targets[10]:

@@ -2,7 +2,8 @@
 
 Before the filter runs, ``solve`` refines the seed, then ``seed_rows - 1`` draws of the
 filter's uniform proposal, each alone by compiled LM steps (the refinement's own step,
-damped less: ``COST_DAMPING``) until one meets the tolerance. Only where the compiled kernel can judge the problem whole: targets
+damped less: ``COST_DAMPING``, its longest trial that lowers the cost taken) until one
+meets the tolerance. Only where the compiled kernel can judge the problem whole: targets
 of its kinds (pose, position, orientation, any number, on moving links), no ball joints, and
 of the hard constraints only contacts (``Contact``: a link keeps its pose), which it takes
 as pose targets at their own sigmas; the row it returns must then keep every hard
