@@ -8,10 +8,11 @@ of its kinds (pose, position, orientation, any number, on moving links), no ball
 of the hard constraints only contacts (``Contact``: a link keeps its pose), which it takes
 as pose targets at their own sigmas; the row it returns must then keep every hard
 constraint (``violated``: a CoM polygon, ...; the contacts at their tolerance, which the
-kernel's own check covers when it is no tighter), else the filter runs. The seed row goes first, so a seed on (or near) a solution's branch keeps it; a
-draw is a random branch, which the filter's nearest-success choice would not necessarily
-pick: the price of answering most queries in tens of microseconds (docs/smc.md and
-docs/benchmarks.md, ``bench speed``).
+kernel's own check covers when it is no tighter), else the filter runs. The seed row goes
+first, so a seed on (or near) a solution's branch keeps it; a draw is a random branch,
+which the filter's nearest-success choice would not necessarily pick: the price of
+answering most queries in tens of microseconds (docs/smc.md and docs/benchmarks.md,
+``bench speed``).
 """
 
 import numpy as np
