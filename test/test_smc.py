@@ -1135,3 +1135,20 @@ def test_first_stage_answers_only_what_keeps_the_hard_constraints(arm7):
     assert plain.last_info.get('first_stage')
     result = plain.solve(pose, seed, max_iters=0)
     assert result.iterations == 0 and np.allclose(result.q, seed)
+
+
+def test_step_after_solve_re_arms_only_on_another_goal(arm7):
+    """solve() leaves its goal as the online goal: a step on the same goal (new objects of
+    equal value) goes on without re-arming, a step on another goal re-arms."""
+    solver = make_solver('smc', arm7, seed=1)
+    armed = []
+    original = solver._on_goal_changed
+    solver._on_goal_changed = lambda targets, **kw: (armed.append(1), original(targets, **kw))
+    pose = _targets(arm7, 2, 5)
+    q0 = arm7.neutral_configuration()
+    for same in (True, False):
+        solver.solve(PoseTarget(pose[0].copy()), q0)
+        armed.clear()
+        solver.step(PoseTarget(pose[0].copy() if same else pose[1]))
+        solver.step(PoseTarget(pose[0].copy() if same else pose[1]))
+        assert len(armed) == (0 if same else 1)

@@ -74,3 +74,27 @@ def test_the_projection_steps_beside_the_collision_constraint(biped):
         solver.step(goals)
     frames = biped.frames(solver.estimate)
     assert not any(c.violated(frames)[0] for c in feet + [collision])
+
+
+def test_solve_keeps_contacts_tighter_than_its_first_stage(biped):
+    """solve()'s first stage meets a tenth of the solve tolerance on the contacts (0.1 mm at
+    1 mm): contacts with a tighter tolerance of their own (20 um) are still checked there,
+    and every answer keeps them (measured here from the link poses)."""
+    tight = (2e-5, 2e-4)
+    worst, refused = 0.0, 0
+    for seed in range(12):
+        q0, feet, goals = _problem(biped, np.random.default_rng(200 + seed))
+        feet = [Contact(f.link, tolerance=tight).bind(biped).anchor(q0) for f in feet]
+        solver = make_solver('smc', biped, seed=seed)
+        solver.set_constraints(feet)
+        result = solver.solve(goals, q0, max_iters=300, tol=1e-3)
+        assert result.success and result.constraints_ok, f'seed {seed}: {result}'
+        frames = biped.frames(result.q)
+        for f in feet:
+            pose = frames.link_pose(f.link)[0]
+            worst = max(worst, float(np.linalg.norm(pose[:3, 3] - f.pose[:3, 3])))
+            cos = (np.trace(pose[:3, :3] @ f.pose[:3, :3].T) - 1.0) / 2.0
+            assert np.arccos(np.clip(cos, -1.0, 1.0)) <= tight[1] + 1e-9
+        refused += result.iterations > 1
+    assert worst <= tight[0], f'a foot left its contact by {worst * 1e6:.1f} um'
+    assert refused >= 2          # the first stage's answer was refused on some (filter ran)

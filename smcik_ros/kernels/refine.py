@@ -230,10 +230,10 @@ def _rows(bodies, columns, targets, extra_r, extra_j, qrow, ws):
 def _plain_trials(bodies, columns, joints, targets, lm, qrow, cost, trials, ws):
     """Write the plain LM step's trials of a row (the step capped to max_step, at each
     alpha), the joints it pushes out of their limits left out of it."""
-    steps, alphas, damping, max_step = lm
+    steps, alphas, damping, max_step, cost_damping = lm
     r, jac, a, y, dv, step, cand, blocked = ws[3], ws[4], ws[5], ws[6], ws[7], ws[8], ws[9], \
         ws[12]
-    lam = 0.5 * cost + damping
+    lam = cost_damping * cost + damping
     jm, rm = jac[0], r[0]
     _lm_row(jm, rm, lam, a, y, dv)
     if _blocked(joints, qrow, dv, blocked):
@@ -260,11 +260,11 @@ def _prior_trials(bodies, columns, joints, targets, lm, motion, extra, qrow, cos
     d0 = gain (x_ref - q) projected on the task's null space, each slide of more than
     slide_min corrected by one Gauss-Newton task step (the step's Jacobian reused). Each
     step capped to max_step; joints at a limit a step pushes outwards left out of it."""
-    steps, alphas, damping, max_step = lm
+    steps, alphas, damping, max_step, cost_damping = lm
     spring_w, spring_fade, tol_cost, gain, slide_min, fraction, w, ref = motion
     r, jac, step, cand, diff = ws[3], ws[4], ws[8], ws[9], ws[10]
     nq, nv = qrow.shape[0], jac.shape[2]
-    lam = 0.5 * cost + damping
+    lam = cost_damping * cost + damping
     one = np.full(1, lam)
     mu = spring_w * min(1.0, cost / (spring_fade * tol_cost))
     _tangent_diff(joints, qrow, ref, diff[0])
@@ -489,7 +489,9 @@ def refine(bodies, columns, joints, targets, lm, motion, q, state):
 def _refine_rows(bodies, columns, joints, targets, lm, motion, q, state, ws, trials, judged,
                  solved_stops):
     """``refine`` with its buffers given (``first_solution`` reuses them row after row);
-    solved_stops: a row stops at the first step that meets the targets' tolerance."""
+    solved_stops (``first_solution``): a row stops at the first step that meets the targets'
+    tolerance, and each step takes the first trial (the longest) that lowers the cost
+    without judging the shorter ones (plain steps only)."""
     plain = motion[5] < 0.0
     none = (np.empty(0), np.empty((0, ws[7].shape[0])))
     cost, guard, precise, dist2, _, _, active = state
@@ -502,12 +504,16 @@ def _refine_rows(bodies, columns, joints, targets, lm, motion, q, state, ws, tri
                 break
             count, mu = _trials(bodies, columns, joints, targets, lm, motion, none, q[k],
                                 cost[k], precise[k], trials, ws)
+            judged_count = count
             for j in range(count):
                 for v in range(cand.shape[0]):
                     cand[v] = trials[j, v]
                 _judge(bodies, columns, joints, targets, tgt, motion, cand, 0.0, guard[k],
                        judged, j, ws)
-            pick = _pick(plain, precise[k], cost[k], dist2[k], mu, count, judged)
+                if solved_stops and judged[0][j] < cost[k]:
+                    judged_count = j + 1        # the longest step that lowers the cost
+                    break
+            pick = _pick(plain, precise[k], cost[k], dist2[k], mu, judged_count, judged)
             _accept(k, pick, q, state, trials, judged)
             if solved_stops and pick >= 0 and judged[1][pick] <= targets[9] \
                     and judged[4][pick] <= targets[10]:

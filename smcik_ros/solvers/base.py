@@ -318,6 +318,8 @@ class Solver:
             return self._targets, False
         targets = self._make_goal(goal)
         targets_key = goal_signature(targets)
+        if self._targets_key is None and self._targets is not None:
+            self._targets_key = goal_signature(self._targets)   # solve()'s, signed when used
         changed = self._targets is None or targets_key != self._targets_key
         self._goal_key, self._targets_key = key, targets_key
         self._targets = targets
@@ -372,7 +374,7 @@ class Solver:
             raise ParameterError(f'max_iters must be >= 0; got {max_iters}')
         targets = self._make_goal(goal)
         self._targets, self._goal_key = targets, None
-        self._targets_key = goal_signature(targets)
+        self._targets_key = None        # signed by the next step() that needs it
         self._solve_tolerance = (pos_tol, ori_tol)
         q_seed = self.chain.check_configuration(q_seed, 'q_seed')
         if q_seed.ndim != 1:

@@ -48,6 +48,7 @@ class Refinement:
     """
 
     PRECISE_FRACTION = 0.25
+    COST_DAMPING = 0.5          # Sugihara's lambda = cost / 2 + refine_damping
     SPRING = 0.1                # share of the motion prior's weight in the coarse LM
     SPRING_FADE = 10.0          # the spring fades below this many tolerance costs
     SLIDE_CORRECTION = 0.01     # [rad] pulls larger than this get a corrector step
@@ -61,7 +62,7 @@ class Refinement:
         self.min_cost = float(settings.refine_min_cost)
         self.alphas = np.array([1.0, 0.5, 0.25])
         self.lm = LM.pack(steps=self.steps, alphas=self.alphas, damping=self.damping,
-                          max_step=self.max_step)
+                          max_step=self.max_step, cost_damping=self.COST_DAMPING)
         self._targets_key = self._targets_record = None
         self._plain = None          # the plain step's motion record (no prior), built once
         self.reset()
@@ -237,10 +238,14 @@ class Refinement:
         joints, the ``targets`` (with the solution ``tolerance``: position [m], orientation
         [rad]), the steps, and the motion prior (None: the plain LM step)."""
         chain = self.chain
-        key = (tuple(map(id, targets)), tuple(tolerance))
+        # Everything but the goals depends on the targets' structure (kinds, links, sigmas,
+        # weights, covariances, offsets) and the tolerance: built once per structure, the
+        # goals filled on every call (solve() gets new targets every call).
+        key = (tuple(map(_structure, targets)), tuple(tolerance))
         if self._targets_key != key:
             self._targets_record = _targets_record(chain, targets, tolerance)
             self._targets_key = key
+        targets_record = _with_goals(self._targets_record, targets)
         if motion is None:
             if self._plain is None:
                 self._plain = MOTION.pack(
@@ -255,7 +260,7 @@ class Refinement:
                                 precise_fraction=self.PRECISE_FRACTION,
                                 weights=motion.weights, reference=motion.reference)
         bodies, columns, _, joints = chain.records
-        return (bodies, columns, joints, self._targets_record, self.lm, prior)
+        return (bodies, columns, joints, targets_record, self.lm, prior)
 
 
 def _no_progress(before, q, cost, resting=False):
@@ -299,8 +304,36 @@ def _split(terms):
 KERNEL_TARGETS = {PoseTarget: 0, PositionTarget: 1, OrientationTarget: 2}  # record kinds
 
 
+def _structure(target):
+    """Return what a target's kernel record depends on besides its goal."""
+    cov, offset = target.covariance, getattr(target, 'offset', None)
+    return (type(target), target.link, target.weight, target.sigma.tobytes(),
+            None if cov is None else cov.tobytes(), None if offset is None else offset.tobytes())
+
+
+_GOAL = TARGETS.names.index('goal')
+_EYE4 = np.eye(4)
+
+
+def _with_goals(record, targets):
+    """Return the targets' record ``record`` with the goals of ``targets`` (same structure)."""
+    goal = np.empty((len(targets), 4, 4))
+    for i, t in enumerate(targets):
+        kind = type(t)
+        if kind is PoseTarget:
+            goal[i] = t.pose
+        else:
+            goal[i] = _EYE4
+            if kind is PositionTarget:
+                goal[i, :3, 3] = t.position
+            else:
+                goal[i, :3, :3] = t.rotation
+    return record[:_GOAL] + (goal,) + record[_GOAL + 1:]
+
+
 def _targets_record(chain, targets, tolerance):
-    """Return the targets as the kernels' record (``records.TARGETS``)."""
+    """Return the targets as the kernels' record (``records.TARGETS``); its goals are
+    ``_with_goals``'."""
     count = len(targets)
     body, offset = np.empty(count, dtype=np.int64), np.empty((count, 4, 4))
     goal, whiten = np.tile(np.eye(4), (count, 1, 1)), np.zeros((count, 6, 6))
@@ -312,14 +345,8 @@ def _targets_record(chain, targets, tolerance):
         body[i], offset[i] = chain.link_anchor(t.link)
         lo = 3 if kind[i] == 2 else 0
         hi = 3 if kind[i] == 1 else 6
-        if kind[i] == 0:
-            goal[i] = t.pose
-        elif kind[i] == 1:
-            goal[i, :3, 3] = t.position
-            if t.offset is not None:
-                offset[i, :3, 3] += offset[i, :3, :3] @ t.offset
-        else:
-            goal[i, :3, :3] = t.rotation
+        if kind[i] == 1 and t.offset is not None:
+            offset[i, :3, 3] += offset[i, :3, :3] @ t.offset
         weight[i] = t.weight
         if kind[i] != 2:
             sigma_p[i] = t.sigma[0]

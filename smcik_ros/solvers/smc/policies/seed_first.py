@@ -1,16 +1,18 @@
 """Seed first: ``solve``'s compiled first stage (policy ``seed_rows``).
 
 Before the filter runs, ``solve`` refines the seed, then ``seed_rows - 1`` draws of the
-filter's uniform proposal, each alone by compiled LM steps (the refinement's own step) until
-one meets the tolerance. Only where the compiled kernel can judge the problem whole: targets
+filter's uniform proposal, each alone by compiled LM steps (the refinement's own step,
+damped less: ``COST_DAMPING``, its longest trial that lowers the cost taken) until one
+meets the tolerance. Only where the compiled kernel can judge the problem whole: targets
 of its kinds (pose, position, orientation, any number, on moving links), no ball joints, and
 of the hard constraints only contacts (``Contact``: a link keeps its pose), which it takes
 as pose targets at their own sigmas; the row it returns must then keep every hard
-constraint (``violated``: the contacts at their tolerance, a CoM polygon, ...), else the
-filter runs. The seed row goes first, so a seed on (or near) a solution's branch keeps it; a
-draw is a random branch, which the filter's nearest-success choice would not necessarily
-pick: the price of answering most queries in tens of microseconds (docs/smc.md and
-docs/benchmarks.md, ``bench speed``).
+constraint (``violated``: a CoM polygon, ...; the contacts at their tolerance, which the
+kernel's own check covers when it is no tighter), else the filter runs. The seed row goes
+first, so a seed on (or near) a solution's branch keeps it; a draw is a random branch,
+which the filter's nearest-success choice would not necessarily pick: the price of
+answering most queries in tens of microseconds (docs/smc.md and docs/benchmarks.md,
+``bench speed``).
 """
 
 import numpy as np
@@ -23,6 +25,7 @@ from .refinement import KERNEL_TARGETS
 __all__ = ['SeedFirst']
 
 CONTACT_SHARE = 0.1    # with contacts, the rows meet this share of the tolerance
+COST_DAMPING = 0.05    # lambda = COST_DAMPING * cost + refine_damping in its steps (module doc)
 
 
 class SeedFirst:
@@ -32,8 +35,9 @@ class SeedFirst:
         self.rows = int(settings.seed_rows)
         self.steps = int(settings.seed_steps)
         self.refinement = refinement
-        lm = refinement.lm
-        self.lm = LM.pack(steps=self.steps, alphas=lm[1], damping=lm[2], max_step=lm[3])
+        lm = LM.view(refinement.lm)
+        self.lm = LM.pack(steps=self.steps, alphas=lm.alphas, damping=lm.damping,
+                          max_step=lm.max_step, cost_damping=COST_DAMPING)
 
     def solve(self, chain, targets, constraints, q_seed, tolerance, rng):
         """Return (q, position error, orientation error) of the first row that meets
@@ -53,7 +57,11 @@ class SeedFirst:
                                                  plain, rows)
         if index < 0:
             return None
-        hard = [c for c in constraints if c.hard]
+        # The kernel met ``tolerance`` on the contacts' pose targets (the same errors):
+        # a contact whose own tolerance is no tighter needs no second look.
+        hard = [c for c in constraints if c.hard and not (
+            type(c) is Contact and c.tolerance[0] >= tolerance[0]
+            and c.tolerance[3] >= tolerance[1])]
         if hard:
             frames = chain.frames(rows[index])
             if any(bool(c.violated(frames)[0]) for c in hard):
