@@ -29,6 +29,7 @@ setup(
             'smcik_node = smcik_ros.node:main',
             'sim_arm = smcik_ros.sim_arm:main',
             'smcik_demo = smcik_ros.demo:main',
+            'goal_markers = smcik_ros.ros.goal_markers:main',
         ],
     },
 )

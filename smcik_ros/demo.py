@@ -8,6 +8,10 @@ reports the time until the measured arm (FK of /joint_states) is within toleranc
 final errors. At the end a PNG of the tool path and the joint trajectories is written.
 
 Exit status: 0 when every goal was reached within its timeout, 1 otherwise.
+
+``./smcik demo --figure`` runs the whole-figure humanoid instead (urdf/smcik_figure.urdf,
+config/figure.yaml): both hands reach while the feet stay planted and the centre of mass stays
+over them; the sequence, its checks and its picture are in ``smcik_ros.figure_demo``.
 """
 
 import argparse
@@ -218,64 +222,107 @@ def _plot(chain, results, measured, path):
     plt.close(fig)
 
 
-def main(argv=None):
-    """Run the demo; see the module docstring."""
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('--goals', type=int, default=6, help='number of goals (default 6)')
-    parser.add_argument('--solver', default=None, help='solver name (default: config/arm.yaml)')
-    parser.add_argument('--out', default=str(REPO_ROOT / 'out'), help='output directory')
-    parser.add_argument('--seed', type=int, default=7, help='seed of the goal sequence')
-    parser.add_argument('-p', '--param', action='append', default=[], metavar='NAME:=VALUE',
-                        help='extra smcik_node parameter, e.g. -p smc.num_particles:=200')
-    parser.add_argument('--timeout', type=float, default=15.0, help='per-goal timeout [s]')
-    parser.add_argument('--settle', type=float, default=0.5,
-                        help='time [s] kept after each goal is reached')
-    parser.add_argument('--position-tolerance', type=float, default=1e-3, help='[m]')
-    parser.add_argument('--orientation-tolerance', type=float, default=1e-2, help='[rad]')
-    args = parser.parse_args(argv)
-
+def _session(args, params_file, node_params, body):
+    """Start smcik_node and sim_arm on a private domain, run ``body(node)`` with a demo node,
+    stop them; return (body's result or None, ok: every process exited 0)."""
     domain_id = private_domain_id()
     os.environ['ROS_DOMAIN_ID'] = str(domain_id)
     import rclpy
     from rclpy.node import Node
 
-    from .model import Chain
-
-    chain = Chain.from_urdf(str(DEFAULT_URDF), 'base_link', 'tool0')
-    out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
     log_dir = Path(tempfile.mkdtemp(prefix='smcik_demo_'))
     env = child_env(domain_id, log_dir)
-    node_params = [f'smcik_node:solver:={args.solver}'] if args.solver else []
-    node_params += [f'smcik_node:{item}' for item in args.param]
+    node_params = list(node_params)
+    if args.solver:
+        node_params.append(f'solver:={args.solver}')
+    node_params = [f'smcik_node:{item}' for item in node_params + args.param]
     print(f'ROS_DOMAIN_ID={domain_id}; logs of the nodes in {log_dir}', flush=True)
     procs = [start_node_process('smcik_ros.node', env, log_dir / 'smcik_node.log',
-                                parameters=node_params),
-             start_node_process('smcik_ros.sim_arm', env, log_dir / 'sim_arm.log')]
+                                params_file=params_file, parameters=node_params),
+             start_node_process('smcik_ros.sim_arm', env, log_dir / 'sim_arm.log',
+                                params_file=params_file)]
     context = rclpy.Context()
     rclpy.init(context=context, domain_id=domain_id)
     node = Node('smcik_demo', context=context)
-    ok, results, measured = False, [], []
+    result = None
     try:
-        ok, results, measured = _run(args, chain, node, out_dir)
+        result = body(node)
     except KeyboardInterrupt:
         print('interrupted', file=sys.stderr)
     finally:
         codes = [stop_process(p) for p in procs]
         node.destroy_node()
         rclpy.try_shutdown(context=context)
+    ok = True
     for proc, code in zip(procs, codes):
         if code != 0:
             ok = False
             print(f'{proc.args[2]} exited with {code}; its log ({proc.log_path}):\n'
                   + proc.log_path.read_text()[-3000:], file=sys.stderr)
+    return result, ok
+
+
+def _arm(args, out_dir):
+    from .model import Chain
+
+    chain = Chain.from_urdf(str(DEFAULT_URDF), 'base_link', 'tool0')
+    result, exited = _session(args, DEFAULT_PARAMS, [],
+                              lambda node: _run(args, chain, node, out_dir))
+    ok, results, measured = result or (False, [], [])
     if measured:
         png = out_dir / 'demo.png'
         _plot(chain, results, measured, png)
         print(f'plot: {png}')
     reached = sum(r['ok'] for r in results)
+    ok = ok and exited
     print(f'{reached}/{len(results)} goals reached' + ('' if ok else ' -- FAILED'))
     return 0 if ok and results else 1
+
+
+def _figure(args, out_dir):
+    from . import figure_demo
+
+    figure = figure_demo.Figure()
+    result, exited = _session(args, figure_demo.PARAMS, figure_demo.node_parameters(),
+                              lambda node: figure_demo.run(node, args, figure))
+    ok, report = result or (False, {'goals': [], 'check': None, 'failures': ['interrupted'],
+                                    'figure': figure})
+    if report['goals']:
+        png = out_dir / 'figure_demo.png'
+        figure_demo.plot(report, png)
+        print(f'picture: {png}')
+    ok = ok and exited
+    reached = sum(r['ok'] for r in report['goals'])
+    print(f'{reached}/{len(report["goals"])} goals reached' + ('' if ok else ' -- FAILED: '
+                                                              + '; '.join(report['failures'])))
+    return 0 if ok else 1
+
+
+def main(argv=None):
+    """Run the demo; see the module docstring."""
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--figure', action='store_true',
+                        help='the whole-figure humanoid instead of the arm: both hands reach, '
+                             'the feet stay planted, the centre of mass over them '
+                             '(smcik_ros/figure_demo.py)')
+    parser.add_argument('--goals', type=int, default=6,
+                        help='number of goals of the arm demo (default 6)')
+    parser.add_argument('--solver', default=None, help='solver name (default: the config file)')
+    parser.add_argument('--out', default=str(REPO_ROOT / 'out'), help='output directory')
+    parser.add_argument('--seed', type=int, default=7, help='seed of the arm goal sequence')
+    parser.add_argument('-p', '--param', action='append', default=[], metavar='NAME:=VALUE',
+                        help='extra smcik_node parameter, e.g. -p smc.num_particles:=200')
+    parser.add_argument('--timeout', type=float, default=15.0, help='per-goal timeout [s]')
+    parser.add_argument('--startup-timeout', type=float, default=90.0,
+                        help='figure: wait this long for the nodes [s] (first start compiles)')
+    parser.add_argument('--settle', type=float, default=0.5,
+                        help='time [s] kept after each goal is reached')
+    parser.add_argument('--position-tolerance', type=float, default=1e-3, help='[m]')
+    parser.add_argument('--orientation-tolerance', type=float, default=1e-2, help='[rad]')
+    args = parser.parse_args(argv)
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return _figure(args, out_dir) if args.figure else _arm(args, out_dir)
 
 
 if __name__ == '__main__':

@@ -34,6 +34,7 @@ from .control.alternatives import AlternativesBook
 from .control.collision_guard import CollisionGuard, CollisionSettings
 from .control.constraints import ConstraintSet
 from .control.detour import Detour, DetourSettings
+from .control.scene_upkeep import SceneUpkeep
 from .control.side_work import SideWork
 from .control.step_worker import SWITCH_INTERVAL
 from .control.tick_timing import TickTiming
@@ -44,8 +45,9 @@ from .ros.description import SrdfSources, load_robot_description, resolve_path, 
 from .ros.health import Health, Timings
 from .ros.inputs import GoalInputs, JointStatesInput, TfFrames
 from .ros.markers import link_segments
-from .ros.outputs import AlternativesOutput, CommandOutput, HealthOutput, MarkerOutput
-from .ros.parameters import NodeParameters
+from .ros.outputs import (AlternativesOutput, BaseOutput, CommandOutput, HealthOutput,
+                          MarkerOutput)
+from .ros.parameters import NodeParameters, initial_base_pose, tips_of
 from .ros.runner import LogBridge, run_node, stop_requested
 from .ros.scene import SCENE_PARAMETERS, SceneInputs, SemanticTopic
 from .ros.schedule import LOOP_PARAMETERS, apply_loop_settings
@@ -101,10 +103,12 @@ class SmcIkNode(Node):
         values = self.parameters.values
         self.urdf_xml, source = load_robot_description(
             self, values['robot_description_timeout'], keep_waiting=lambda: not stop_requested())
+        floating = {'floating_base': True, 'world_frame': values['world_frame']} \
+            if values['floating_base'] else {}
         chain = Chain.from_urdf(self.urdf_xml, base_link=values['base_link'],
-                                tip_link=values['tip_link'])
+                                tip_link=tips_of(values), **floating)
         self.log('info', f'model from {source}: {chain.robot_name} {chain.base_link} -> '
-                 f'{chain.tip_link}, joints {", ".join(chain.joint_names)}')
+                 f'{", ".join(chain.tip_links)}, joints {", ".join(chain.joint_names)}')
         # Compile the kernels (first run) or load them from the on-disk cache now, before any
         # solver or timer exists: no tick pays for it, and a cold cache says so.
         warm_up(chain, lambda text: self.log('info', text))
@@ -122,11 +126,15 @@ class SmcIkNode(Node):
         if tf is not None:
             loop.inbox.lookup = tf.lookup
         constraints = ConstraintSet(chain, self._frame_to_base, model=self.guard.model,
-                                    frame_names=None if tf else links)
+                                    frame_names=None if tf else links, urdf=self.urdf_xml,
+                                    urdf_path=srdf.urdf_file,
+                                    package_paths=values['package_paths'])
         self.scene = SceneInputs(self, loop, self.guard, constraints, srdf, semantic, values,
                                  self._frame_to_base, self.report, self.log, self.time,
                                  self.timings)
-        book = AlternativesBook(chain.nq, loop.limits.continuous, values['max_alternatives'],
+        self.upkeep = SceneUpkeep(self.guard, loop, self.scene.solver_constraints,
+                                  values['collision_padding'], self.report)
+        book = AlternativesBook(chain.nq, chain.continuous, values['max_alternatives'],
                                 report=self.report)
         loop.step_observers.append(book.observe)
         self.alternatives = AlternativesOutput(self, chain, book, self.time, self.timings)
@@ -134,7 +142,9 @@ class SmcIkNode(Node):
             book.switch_off(0.0, 'alternatives_rate_hz is 0 (off)')
         self.goals = GoalInputs(self, loop, book, values, self.report, self.time)
         self.joint_states = JointStatesInput(self, loop, self.report, self.time)
-        self.commands = CommandOutput(self, chain.joint_names, values)
+        base = BaseOutput(self, chain.base_link, chain.floating_link, values['publish_base_tf'],
+                          self.log) if chain.floating else None
+        self.commands = CommandOutput(self, loop.limits.names, values, base)
         self.markers = MarkerOutput(self, chain, link_segments(self.urdf_xml, chain.link_names),
                                     loop, self.guard, constraints, self.alternatives, values,
                                     self.time, self.timings)
@@ -158,8 +168,10 @@ class SmcIkNode(Node):
         source, where, explicit = srdf.choose(values, topic_text)
         self.log('info', 'building the collision model: sphere covers of the URDF\'s '
                  '<collision> geometry (computed on the first start of a robot, seconds to '
-                 'minutes for meshes; read from the on-disk cache later) and the '
-                 f'self-collision pairs ({where})')
+                 'minutes for meshes, waited for up to collision_cover_wait '
+                 f'{values["collision_cover_wait"]:g} s, then coarse covers until they are '
+                 'ready; read from the on-disk cache later) and the self-collision pairs '
+                 f'({where})')
         guard, notes = CollisionGuard.from_urdf(
             self.chain, self.urdf_xml, urdf_path=srdf.urdf_file,
             package_paths=values['package_paths'], srdf=source, srdf_description=where,
@@ -168,7 +180,8 @@ class SmcIkNode(Node):
                 clearance=values['collision_clearance'],
                 cover_tolerance=values['collision_cover_tolerance'],
                 contact_tolerance=values['collision_contact_tolerance'],
-                voxel_size=values['pointcloud_voxel_size']))
+                voxel_size=values['pointcloud_voxel_size']),
+            cover_wait=values['collision_cover_wait'])
         for level, text in notes:
             self.log(level, text)
         srdf.applied = source
@@ -191,12 +204,18 @@ class SmcIkNode(Node):
                           start_without_joint_states=values['start_without_joint_states'])
         # Hard constraints the collision model has no geometry for keep their own validator.
         validator = HardConstraintValidator(chain, skip=lambda c: c is self.guard.constraint)
+        detour = None
+        if chain.floating:
+            self.log('info', 'floating_base: the collision detour is off (it plans the joints '
+                     'of a fixed base); the guard still stops at the collision margin')
+        else:
+            detour = Detour(chain, limits, DetourSettings(enabled=values['collision_detour']))
         loop = ControlLoop(
             chain, self.solver.build(values), limits, arm,
-            GoalInbox(FrameResolver(chain), chain.tip_link),
+            GoalInbox(FrameResolver(chain), chain.tip_links),
             validators=[validator, self.guard], report=self.report,
-            solver_thread=values['solver_thread'],
-            detour=Detour(chain, limits, DetourSettings(enabled=values['collision_detour'])))
+            solver_thread=values['solver_thread'], detour=detour,
+            base=initial_base_pose(values) if chain.floating else None)
         apply_loop_settings(loop, values)
         if values['solver_thread']:
             sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
@@ -242,7 +261,7 @@ class SmcIkNode(Node):
 
     def _frame_to_base(self, frame):
         """Return the (4, 4) pose of ``frame`` in the base frame [m] (GoalError if unknown)."""
-        return self.loop.inbox.to_base(frame, self.loop.current_configuration())
+        return self.loop.inbox.to_base(frame, self.loop.current_state())
 
     # ------------------------------------------------------------------ the tick
     def _on_tick(self):
@@ -250,20 +269,14 @@ class SmcIkNode(Node):
         late = self.tick_timing.tick(started)        # late ticks: counted, warned when many
         if late is not None:
             self.report('warn', 'late_ticks', late, interval=10.0)
-        event = self.guard.poll()    # an SRDF or cover update computed in the background
-        if event is not None:
-            level, text, changed = event
-            if changed:
-                self.loop.set_constraints(self.scene.solver_constraints())
-                self.loop.cancel_detour('the collision model changed')
+        for level, text in self.upkeep.before_tick():   # background updates, surfaces
             self.log(level, text)
         ns, now = self.time.now()
         command = self.loop.tick(now)
         if command is not None:
             self.commands.publish(command, ns)
-            if not self._contact_noted:
-                self._contact_noted = True
-                self._note_contact(command.q)
+            for level, text in self.upkeep.after_command(self.loop.state):
+                self.log(level, text)
         elif self.loop.q is None:
             if self._waiting_since is None:
                 self._waiting_since = now
@@ -275,19 +288,7 @@ class SmcIkNode(Node):
         if self._side.pending:      # markers, alternatives, status: beside or between ticks
             self._side.run(self._time_to_next_tick, self._beside)
 
-    _contact_noted = False
     _waiting_since = None     # [s] the first tick without a command
-
-    def _note_contact(self, q):
-        """Log once, at the first command, the pairs the arm rests in contact with, and start
-        computing finer covers of their links (``collision_contact_tolerance``)."""
-        try:
-            note = self.guard.contact_note(q, self.guard.start_contact_refinement(q))
-        except Exception as exc:      # never in the way of the command stream
-            self.report('warn', 'contact_note', f'contact check failed ({exc})', exc)
-            return
-        if note is not None:
-            self.log('warn', note)
 
     def _time_to_next_tick(self):
         """Return the seconds until the control timer fires next (None: unknown)."""

@@ -1,9 +1,12 @@
-"""sim_arm: a kinematic stand-in for a robot arm driver.
+"""sim_arm: a kinematic stand-in for a robot driver.
 
 Loads the same URDF as smcik_node (robot_description / urdf_path parameters, or the
 /robot_description topic), follows the joint commands within the URDF velocity limits and an
-``acceleration_limit``, and publishes ``joint_states`` (names, positions, velocities) at
-``rate_hz``, as joint_state_broadcaster does on a ros2_control robot.
+``acceleration_limit``, and publishes ``joint_states`` (names, positions, velocities) of every
+movable joint of the URDF (mimic joints excepted: robot_state_publisher computes them) at
+``rate_hz``, as joint_state_broadcaster does on a ros2_control robot: the joints the node does
+not command (off the paths to its tips, a gripper, a head) keep their start values, and the
+node reads them as its passive joints.
 """
 
 import sys
@@ -14,17 +17,18 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rcl_interfaces.msg import FloatingPointRange, ParameterDescriptor
 from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
 
 from .collision import conventional_srdf_path, parse_srdf
-from .control.arm_state import initial_configuration
 from .errors import GoalError
 from .model import Chain
+from .model.urdf import parse_urdf
 from .ros.conversions import command_to_positions, make_joint_state
 from .ros.description import load_robot_description, resolve_path
 from .ros.interface import COMMAND_QOS, COMMAND_TYPES
 from .ros.runner import run_node, stop_requested
 
-__all__ = ['SimArm', 'main', 'initial_configuration', 'follow']
+__all__ = ['SimArm', 'main', 'follow', 'urdf_joints']
 
 
 def follow(q, v, target, v_max, a_max, dt):
@@ -50,6 +54,9 @@ class SimArm(Node):
         self.declare_parameter('urdf_path', '', ro)
         self.declare_parameter('base_link', 'base_link', ro)
         self.declare_parameter('tip_link', 'tool0', ro)
+        self.declare_parameter('tip_links', Parameter.Type.STRING_ARRAY, ParameterDescriptor(
+            description='tips of the commanded chain (initial_positions order); empty: '
+                        'tip_link', read_only=True))
         self.declare_parameter('robot_description_timeout', 10.0, ParameterDescriptor(
             description='how long to wait for /robot_description at start-up [s]',
             read_only=True))
@@ -80,19 +87,18 @@ class SimArm(Node):
             self, self.get_parameter('robot_description_timeout').value,
             keep_waiting=lambda: not stop_requested())
         self.chain = Chain.from_urdf(xml, self.get_parameter('base_link').value,
-                                     self.get_parameter('tip_link').value)
+                                     self._tips())
+        self.joint_names, lower, upper, velocity = urdf_joints(xml)
+        self._index = [self.joint_names.index(n) for n in self.chain.joint_names]
         command_type = self.get_parameter('command_type').value
         if command_type not in COMMAND_TYPES:
             raise GoalError(f'command_type {command_type!r} is not one of '
                             f'{", ".join(COMMAND_TYPES)}')
-        # Continuous joints are unbounded (the chain's +-2 pi is only a sampling range).
-        self._lower = np.where(self.chain.continuous, -np.inf, self.chain.lower)
-        self._upper = np.where(self.chain.continuous, np.inf, self.chain.upper)
+        self._lower, self._upper = lower, upper     # continuous joints: unbounded
         self.q = self._initial_positions()
-        self.v = np.zeros(self.chain.n)
+        self.v = np.zeros(len(self.joint_names))
         self.target = self.q.copy()
-        v_max = np.array(self.chain.velocity_limits, dtype=float)
-        self._v_max = np.where(np.isfinite(v_max) & (v_max > 0.0), v_max, 1.0)
+        self._v_max = np.where(np.isfinite(velocity) & (velocity > 0.0), velocity, 1.0)
         self._rate = self.get_parameter('rate_hz').value
         self._publisher = self.create_publisher(JointState, 'joint_states', COMMAND_QOS)
         self.create_subscription(COMMAND_TYPES[command_type],
@@ -100,33 +106,53 @@ class SimArm(Node):
                                  self._on_command, COMMAND_QOS)
         self.create_timer(1.0 / self._rate, self._on_tick)
         self.get_logger().info(
-            f'model from {source}; {self.chain.n} joints; following {command_type} on '
+            f'model from {source}; {len(self.joint_names)} joints ({self.chain.n} on the '
+            f'chain); following {command_type} on '
             f'{self.get_parameter("command_topic").value}; start '
             f'{np.array2string(self.q, precision=3)}')
 
+    def _tips(self):
+        try:
+            tips = list(self.get_parameter('tip_links').value or ())
+        except rclpy.exceptions.ParameterUninitializedException:
+            tips = []
+        return tips or self.get_parameter('tip_link').value
+
     def _initial_positions(self):
+        """Return the start of every joint: 0 where the range holds it, else mid-range;
+        the chain's joints from initial_positions (chain order, or every joint's) or
+        initial_state."""
         try:
             values = self.get_parameter('initial_positions').value
         except rclpy.exceptions.ParameterUninitializedException:
             values = None
         state = self.get_parameter('initial_state').value.strip()
+        q = np.where((self._lower <= 0.0) & (self._upper >= 0.0), 0.0,
+                     0.5 * (np.maximum(self._lower, -1e9) + np.minimum(self._upper, 1e9)))
         if state:
             if values is not None and len(values):
                 raise GoalError(f'initial_state {state!r} and initial_positions are both set: '
                                 'give one of them')
-            values = self._group_state(state)
+            return self._clip(self._group_state(state, q))
         if values is None or len(values) == 0:
-            return initial_configuration(self.chain)
-        q = np.asarray(values, dtype=float)
-        if q.shape != (self.chain.n,) or not np.all(np.isfinite(q)):
-            raise GoalError(f'initial_positions: expected {self.chain.n} finite values '
-                            f'({", ".join(self.chain.joint_names)}), got {list(values)}')
+            return q
+        given = np.asarray(values, dtype=float)
+        chain = self.chain
+        if given.shape == (chain.n,) and np.all(np.isfinite(given)):
+            q[self._index] = given
+        elif given.shape == q.shape and np.all(np.isfinite(given)):
+            q = given
+        else:
+            raise GoalError(f'initial_positions: expected {chain.n} finite values '
+                            f'({", ".join(chain.joint_names)}) or {len(q)} (every joint: '
+                            f'{", ".join(self.joint_names)}), got {list(values)}')
         if np.any(self._clip(q) != q):
             self.get_logger().warn('initial_positions outside the joint limits: clipped')
         return self._clip(q)
 
-    def _group_state(self, name):
-        """Return the chain's values of the SRDF group_state ``name`` (chain order)."""
+    def _group_state(self, name, q):
+        """Return ``q`` (every joint) with the values of the SRDF group_state ``name`` (it
+        must hold every joint of the chain; other joints it names are taken too)."""
         srdf_path = self.get_parameter('srdf_path').value.strip()
         urdf_path = self.get_parameter('urdf_path').value.strip()
         if srdf_path:
@@ -148,14 +174,23 @@ class SimArm(Node):
                             f'{", ".join(missing)} (chain joints: '
                             f'{", ".join(self.chain.joint_names)})')
         self.get_logger().info(f'start: group_state {name!r} of {srdf.source}')
-        return [joints[j] for j in self.chain.joint_names]
+        q = q.copy()
+        for k, joint in enumerate(self.joint_names):
+            if joint in joints:
+                q[k] = joints[joint]
+        return q
 
     def _clip(self, q):
         return np.clip(q, self._lower, self._upper)
 
     def _on_command(self, msg):
         try:
-            target = command_to_positions(msg, self.chain.joint_names, self.target)
+            if isinstance(msg, Float64MultiArray):     # the chain's joints, in its order
+                target = self.target.copy()
+                target[self._index] = command_to_positions(msg, self.chain.joint_names,
+                                                           self.target[self._index])
+            else:
+                target = command_to_positions(msg, self.joint_names, self.target)
         except GoalError as exc:
             self.get_logger().warn(f'command ignored: {exc}', throttle_duration_sec=2.0)
             return
@@ -169,8 +204,23 @@ class SimArm(Node):
         clipped = self._clip(q)
         v[clipped != q] = 0.0
         self.q, self.v = clipped, v
-        self._publisher.publish(make_joint_state(self.chain.joint_names, self.q, self.v,
+        self._publisher.publish(make_joint_state(self.joint_names, self.q, self.v,
                                                  self.get_clock().now().to_msg()))
+
+
+def urdf_joints(xml):
+    """Return (names, lower (J,), upper (J,), velocity (J,)) of every movable joint of the URDF
+    (revolute, continuous, prismatic; mimic joints excepted), in URDF order; continuous joints
+    are unbounded (-inf, inf); velocity is NaN where the URDF gives none."""
+    joints, _, _ = parse_urdf(xml)
+    movable = [j for j in joints if j.type in ('revolute', 'continuous', 'prismatic')
+               and j.mimic is None]
+    continuous = np.array([j.type == 'continuous' for j in movable], dtype=bool)
+    lower = np.where(continuous, -np.inf, [float(j.lower) for j in movable])
+    upper = np.where(continuous, np.inf, [float(j.upper) for j in movable])
+    velocity = np.array([float(j.velocity) if j.velocity is not None else np.nan
+                         for j in movable])
+    return [j.name for j in movable], lower, upper, velocity
 
 
 def main(args=None):

@@ -282,6 +282,102 @@ def test_an_srdf_update_is_computed_in_the_background_and_swapped_in(guard_and_c
     assert guard.poll()[2] and len(guard.constraint.pairs) == before
 
 
+def test_a_first_start_without_time_to_wait_begins_coarse_then_swaps_the_fine_covers_in(
+        guard_and_chain, tmp_path):
+    """cover_wait 0 s and no covers in the disk cache: the guard starts at once on coarse
+    covers (a warning says the guard is more conservative until the fine ones are in), with
+    every pair the SRDF leaves checked and no contact refinement; at every sampled
+    configuration its smallest distance is at most the fine guard's (its covers hold the fine
+    ones). The fine covers, computed in a child process, are swapped in at a poll, then
+    their pairs: the guard ends as the one built by waiting, and the next start reads it all
+    from the disk cache."""
+    _, chain = guard_and_chain
+    waited, _ = CollisionGuard.from_urdf(chain, ARM7_URDF, urdf_path=ARM7_URDF, srdf=SRDF,
+                                         cache_dir=cover_cache_dir())
+    cache = str(tmp_path / 'cache')
+    guard, notes = CollisionGuard.from_urdf(chain, ARM7_URDF, urdf_path=ARM7_URDF, srdf=SRDF,
+                                            cache_dir=cache, cover_wait=0.0)
+    assert guard.model.coarse and 'coarse covers' in guard.summary()
+    assert [t for level, t in notes if level == 'warn' and 'more motions' in t], notes
+    assert set(waited.pairs.names) <= set(guard.pairs.names)
+    rng = np.random.default_rng(3)
+    for q in chain.random_configuration(rng, 20):
+        assert guard.constraint.status(q)['min_distance'] <= \
+            waited.constraint.status(q)['min_distance'] + 1e-9
+    q = chain.neutral_configuration()
+    assert guard.start_contact_refinement(q) == []
+    assert guard.wait_for_update(120.0)
+    level, text, changed = guard.poll()
+    assert (level, changed) == ('info', True) and text.startswith('fine covers in'), text
+    assert not guard.model.coarse and guard.constraint.model is guard.model
+    assert np.array_equal(guard.model.radii, waited.model.radii)
+    assert guard.wait_for_update(60.0)
+    level, text, changed = guard.poll()
+    assert changed and 'pairs of the fine covers' in text, text
+    assert guard.pairs.names == waited.pairs.names and guard.poll() is None
+    assert len(guard.constraint.pairs) == len(waited.constraint.pairs)
+    again, notes = CollisionGuard.from_urdf(chain, ARM7_URDF, urdf_path=ARM7_URDF, srdf=SRDF,
+                                            cache_dir=cache, cover_wait=0.0)
+    assert not again.model.coarse and again.wait_for_update(0.0)
+    assert not [t for _, t in notes if 'coarse' in t], notes
+
+
+def test_covers_ready_within_the_wait_start_the_guard_fine(guard_and_chain, tmp_path):
+    """With time to wait (the node's default on small robots), the fine covers and their
+    pairs computed in the background are applied before ``from_urdf`` returns: no coarse
+    phase, the same guard as computing them in place."""
+    _, chain = guard_and_chain
+    guard, notes = CollisionGuard.from_urdf(chain, ARM7_URDF, urdf_path=ARM7_URDF, srdf=SRDF,
+                                            cache_dir=str(tmp_path), cover_wait=300.0)
+    assert not guard.model.coarse and guard.poll() is None
+    texts = [t for _, t in notes]
+    assert texts[0].startswith('fine covers in') and 'pairs of the fine' in texts[1], texts
+    assert not [t for t in texts if 'more motions' in t]
+    waited, _ = CollisionGuard.from_urdf(chain, ARM7_URDF, urdf_path=ARM7_URDF, srdf=SRDF,
+                                         cache_dir=cover_cache_dir())
+    assert guard.pairs.names == waited.pairs.names
+    assert np.array_equal(guard.model.centers, waited.model.centers)
+
+
+def test_fine_covers_computed_in_a_child_process_and_its_failure(guard_and_chain, tmp_path):
+    """``covers_in_child``: the covers of a coarse model's fine inputs, computed in a fresh
+    Python process, equal those computed here; its log lines come through this process's
+    logger; a mesh it cannot read (gone since the coarse model) is a ModelError naming it."""
+    import dataclasses
+    import logging
+    from smcik_ros.collision import CollisionModel
+    from smcik_ros.collision.model import link_covers
+    from smcik_ros.control.cover_updates import covers_in_child
+    _, chain = guard_and_chain
+    coarse = CollisionModel.from_urdf(chain, ARM7_URDF, cache_dir=str(tmp_path), coarse=True)
+    inputs = coarse.fine_inputs()
+    seen = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+    logger = logging.getLogger('smcik_ros.collision')
+    handler, level = Keep(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        covers = covers_in_child(inputs)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert [m for m in seen if m.startswith('computing the sphere covers')], seen
+    here, _ = link_covers(*inputs)
+    assert list(covers) == list(here)
+    for name in here:
+        assert np.array_equal(covers[name].radii, here[name].radii), name
+    geometry = dict(inputs[0])
+    link = next(iter(geometry))
+    geometry[link] = [dataclasses.replace(geometry[link][0], kind='mesh', uri='gone.stl',
+                                          mesh_path=str(tmp_path / 'gone.stl'))]
+    with pytest.raises(ModelError, match='gone.stl'):
+        covers_in_child((geometry,) + tuple(inputs[1:]))
+
+
 def test_status_says_why(guard_and_chain):
     guard, chain = guard_and_chain
     q = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
@@ -489,6 +585,36 @@ def test_finer_covers_that_free_no_contact_are_not_applied(guard_and_chain, monk
     assert guard.poll()[2] and guard.constraint.contacts(q)[0][1] >= depth + 0.002
 
 
+def test_finer_covers_from_a_child_that_dies_leave_the_guard_as_it_was(guard_and_chain,
+                                                                       monkeypatch, tmp_path):
+    """The contact refinement computes its covers in a child process (``covers_in_child``):
+    a child killed before it answers is one error line from poll (what was not computed,
+    why, and that the covers stay); the guard keeps its model and constraint and checks on,
+    and a refinement started after that is computed and applied."""
+    import sys
+    _, chain = guard_and_chain
+    q = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
+    guard = _table_guard(chain, 0.008)
+    model, constraint = guard.model, guard.constraint
+    dies = tmp_path / 'dies'
+    dies.write_text('#!/bin/sh\nkill -KILL $$\n')
+    dies.chmod(0o755)
+    with monkeypatch.context() as patch:
+        patch.setattr(sys, 'executable', str(dies))
+        assert guard.start_contact_refinement(q) == ['base_link']
+        assert guard.wait_for_update(60.0)
+    level, text, changed = guard.poll()
+    assert (level, changed) == ('error', False), text
+    assert text.startswith('the finer covers of base_link were not computed'), text
+    assert 'ended without them (exit code -9)' in text and 'keeping the covers' in text
+    assert guard.poll() is None
+    assert guard.model is model and guard.constraint is constraint
+    assert [p for p, _ in guard.constraint.contacts(q)] == [('base_link', 't/1')]
+    assert guard(q, chain.clip(q + 0.05))
+    assert guard.start_contact_refinement(q) == ['base_link']
+    guard.wait_for_update(60.0)
+    assert guard.poll()[2] and not guard.constraint.contacts(q)
+
 def test_the_swap_rule_of_finer_covers():
     """``frees_contact``: a pair released, or one at least CONTACT_GAIN shallower."""
     from smcik_ros.control.cover_updates import CONTACT_GAIN, frees_contact as _frees_contact
@@ -499,3 +625,34 @@ def test_the_swap_rule_of_finer_covers():
     assert not _frees_contact(before, [(('a', 'b'), -0.02 + 0.5 * CONTACT_GAIN),
                                        (('a', 'c'), -0.001)])
     assert not _frees_contact(before, before)
+
+
+def test_scene_upkeep_notes_a_resting_contact_once_and_swaps_the_finer_covers_in(
+        guard_and_chain):
+    """The node's per-tick upkeep (no ROS): after the first command it notes the pair in
+    contact once and starts the finer covers; at a later tick it swaps them in, hands the
+    loop the new constraint, and the note is not repeated."""
+    from smcik_ros.control.limits import limits_for_chain
+    from smcik_ros.control.arm_state import ArmSettings
+    from smcik_ros.control.scene_upkeep import SceneUpkeep
+    from smcik_ros.control.tick import ControlLoop
+    from smcik_ros.solvers import make_solver
+    _, chain = guard_and_chain
+    q = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
+    guard = _table_guard(chain, 0.008)
+    limits, _ = limits_for_chain(chain, velocity_scale=0.5, max_acceleration=3.0)
+    loop = ControlLoop(chain, make_solver('smc', chain, seed=5), limits, ArmSettings(),
+                       validators=[guard])
+    reports = []
+    upkeep = SceneUpkeep(guard, loop, lambda: [guard.constraint], 0.002,
+                         lambda *args: reports.append(args))
+    assert upkeep.before_tick() == []
+    (level, note), = upkeep.after_command(q)
+    assert level == 'warn' and 'base_link / t/1' in note, note
+    assert upkeep.after_command(q) == [] and not reports
+    guard.wait_for_update(60.0)
+    lines = upkeep.before_tick()
+    assert [level for level, _ in lines] == ['info'], lines
+    assert 'no longer rests in contact' in lines[0][1]
+    assert loop.constraints_kept == [guard.constraint]
+    assert upkeep.after_command(q) == []

@@ -62,3 +62,30 @@ def test_collision_markers_group_spheres_instead_of_one_marker_each():
     assert len(radii) > 300 and len(markers) <= 16
     empty = collision_markers('base_link', closest=(None, None, np.inf), clear=False)
     assert empty.markers == []
+
+
+def test_figure_markers_draw_the_com_its_projection_the_polygons_and_the_contacts():
+    from smcik_ros.ros.markers import FIGURE_NAMESPACES, figure_markers
+    hull = np.array([[0.0, 0.0], [0.2, 0.0], [0.2, 0.1], [0.0, 0.1]])
+    region = hull * 0.5 + 0.025
+    contact = np.eye(4)
+    contact[:3, 3] = (0.1, 0.05, 0.02)
+    markers = figure_markers('world', None, com=(0.1, 0.05, 0.9), ground=0.02,
+                             polygons=[(hull, region)], contacts=[(contact, True),
+                                                                  (np.eye(4), False)],
+                             com_inside=False)
+    by_ns = {}
+    for m in markers:
+        by_ns.setdefault(m.ns, []).append(m)
+    assert set(by_ns) == set(FIGURE_NAMESPACES)
+    com, shadow = by_ns['center_of_mass']
+    assert (com.type, shadow.type) == (Marker.SPHERE, Marker.CYLINDER)
+    assert (com.pose.position.z, shadow.pose.position.z) == (0.9, 0.02)
+    assert com.color.r == 1.0, 'red: the CoM is outside its support'
+    strip, inner = by_ns['support_polygon']
+    assert strip.type == Marker.LINE_STRIP and len(strip.points) == 5, 'a closed ring'
+    assert [p.z for p in strip.points] == [0.02] * 5 and inner.id == 1
+    held, lost = by_ns['contacts']
+    assert held.pose.position.x == pytest.approx(0.1) and held.color.g > lost.color.g
+    assert all(m.header.frame_id == 'world' for m in markers)
+    assert figure_markers('world') == [], 'nothing to draw without a figure'

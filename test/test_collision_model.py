@@ -11,6 +11,7 @@ import trimesh
 
 from smcik_ros.collision import (CollisionConstraint, CollisionModel, KeepOutSphere,
                                  conventional_srdf_path, resolve_mesh_uri)
+from smcik_ros.collision.model import link_covers
 from smcik_ros.errors import ModelError
 from smcik_ros.model import Chain
 
@@ -444,6 +445,83 @@ def _link_points(fcl_robot, link):
     return np.vstack(out)
 
 
+def _element_points(fcl_robot, link):
+    """Points of ``link``'s <collision> elements (boxes, spheres, meshes: surface samples
+    and vertices, and for meshes interior samples too) in the base frame, posed by
+    yourdfpy's forward kinematics (independent of smcik_ros)."""
+    lk = [x for x in fcl_robot.urdf.robot.links if x.name == link][0]
+    out = []
+    for col in lk.collisions:
+        geo = col.geometry
+        if geo.mesh is None:
+            continue
+        mesh = trimesh.load(os.path.join(fcl_robot.directory, geo.mesh.filename),
+                            force='mesh')
+        mesh.apply_scale(1.0 if geo.mesh.scale is None else geo.mesh.scale)
+        pts = np.vstack([surface_points(mesh, 400),
+                         trimesh.sample.volume_mesh(mesh, 400)])
+        pose = fcl_robot.urdf.get_transform(frame_to=link, frame_from='base_link')
+        pose = pose @ (np.eye(4) if col.origin is None else col.origin)
+        out.append(pts @ pose[:3, :3].T + pose[:3, 3])
+    if any(col.geometry.mesh is None for col in lk.collisions):
+        out.append(_link_points(fcl_robot, link))
+    return np.vstack(out)
+
+
+def test_coarse_covers_hold_the_geometry_over_every_sweep_and_the_fine_covers(
+        gripper, tmp_path, monkeypatch):
+    """``from_urdf(coarse=True)`` on a cold cache computes no fine cover (the fine covering
+    is made to fail here) and gives the fine model's links, bodies, groups and sweeps, with
+    far fewer spheres; every point of every element (meshes, boxes, spheres; the fingers
+    and the flap anywhere in their ranges, poses from yourdfpy) lies inside its link's
+    coarse spheres, and so does every fine sphere (sampled on its surface): a superset.
+    ``fine()`` gives the fine model sphere for sphere and stores it, so the next
+    ``from_urdf(coarse=True)`` returns it."""
+    from smcik_ros.collision import model as collision_model
+    urdf, chain, fine = gripper
+    cache = str(tmp_path / 'cache')
+
+    def no_fine_cover(*args):
+        raise AssertionError('a fine cover was computed')
+    with monkeypatch.context() as patch:
+        patch.setattr(collision_model, '_link_cover', no_fine_cover)
+        coarse = CollisionModel.from_urdf(chain, urdf, cache_dir=cache, coarse=True)
+    assert coarse.coarse and not fine.coarse and len(coarse.radii) < len(fine.radii)
+    assert coarse.link_names == fine.link_names and coarse.swept_links == fine.swept_links
+    for name in ('link_body', 'link_group', 'group_parent'):
+        assert np.array_equal(getattr(coarse, name), getattr(fine, name)), name
+    fcl_robot = FclRobot(urdf, 'base_link')
+    rng = np.random.default_rng(4)
+    d = rng.normal(size=(32, 3))
+    d /= np.linalg.norm(d, axis=1, keepdims=True)
+    for q in chain.random_configuration(rng, 2):
+        coarse_spheres = CollisionConstraint(coarse, self_collision=False).cover_spheres(q)
+        centers, radii, links = CollisionConstraint(fine, self_collision=False) \
+            .cover_spheres(q)
+        for finger, flap in ((0.0, -0.5), (0.013, 0.21), (0.04, 0.5)):
+            cfg = dict(zip(chain.joint_names, q), finger_left=finger, flap=flap)
+            fcl_robot.urdf.update_cfg(cfg)
+            for link in coarse.link_names:
+                sel = coarse_spheres[2] == link
+                pts = _element_points(fcl_robot, link)
+                assert inside_cover(pts, coarse_spheres[0][sel], coarse_spheres[1][sel]).all(), \
+                    (link, finger, flap)
+        for link in coarse.link_names:
+            sel, mine = coarse_spheres[2] == link, links == link
+            shell = (centers[mine][:, None] + radii[mine][:, None, None] * d).reshape(-1, 3)
+            assert inside_cover(shell, coarse_spheres[0][sel], coarse_spheres[1][sel],
+                                tol=1e-7).all(), link
+    assert coarse.refined(['link2'], 0.004) == (coarse, [])
+    assert coarse.refine_inputs(['link2'], 0.004)[0] == {}
+    model = coarse.fine()
+    assert not model.coarse and model.link_names == fine.link_names
+    assert np.array_equal(model.radii, fine.radii) and np.array_equal(model.centers,
+                                                                     fine.centers)
+    assert fine.fine() is fine
+    again = CollisionModel.from_urdf(chain, urdf, cache_dir=cache, coarse=True)
+    assert not again.coarse and np.array_equal(again.radii, fine.radii)
+
+
 def test_rigid_ancestors_are_included_and_moving_ones_reported(gripper):
     urdf, chain, model = gripper
     world = model.link_index('world')
@@ -575,6 +653,13 @@ def test_refined_covers_are_finer_contain_the_mesh_and_leave_the_other_links(tmp
     assert np.array_equal(refined.radii[new_rows], model.radii[rows])
     assert refined.tolerance == model.tolerance and refined.cache_dir == cache
     _check_model_contains_meshes(urdf, mesh_file, {}, model=refined)
+    # The covers computed elsewhere (the node: in a child process) from refine_inputs.
+    inputs = model.refine_inputs(['link2', 'no_such_link'], 0.003)
+    assert list(inputs[0]) == ['link2'] and inputs[2] == 0.003 and inputs[4] == cache
+    given, names = model.refined(['link2'], 0.003, covers=link_covers(*inputs)[0])
+    assert names == ['link2'] and np.array_equal(given.centers, refined.centers)
+    assert np.array_equal(given.radii, refined.radii)
+    assert refined.refine_inputs(['link2'], 0.004)[0] == {}
     again, none = refined.refined(['link2'], 0.004)
     assert again is refined and none == []
     with pytest.raises(ModelError, match='tolerance'):

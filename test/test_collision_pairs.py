@@ -122,6 +122,26 @@ def test_always_rule_disables_pairs_that_overlap_in_every_configuration():
     assert pairs.reason('base_link', 'link2') is None
 
 
+def test_a_coarse_model_keeps_its_always_overlapping_pairs_checked():
+    """On coarse covers (bounding boxes: they overlap where the fine covers need not) the
+    'always' rule is off: a pair disabled 'always' on the fine covers stays checked, the
+    SRDF still applies, and the coarse pairs hold every fine one (more are checked, never
+    fewer). The arm6 SRDF's pair disabled as 'Default' is still off."""
+    chain, model = demo_model(ARM6_URDF)
+    coarse = CollisionModel.from_urdf(chain, ARM6_URDF, cache_dir='', coarse=True)
+    assert coarse.coarse and coarse.link_names == model.link_names
+    fine = self_collision_pairs(model, None, always_samples=100)
+    assert fine.reason('base_link', 'upper_arm_link').startswith('always')
+    pairs = self_collision_pairs(coarse, None, always_samples=100)
+    assert pairs.reason('base_link', 'upper_arm_link') is None
+    assert not [r for r in pairs.disabled.values() if r.startswith('always')]
+    assert set(fine.names) < set(pairs.names)
+    srdf = conventional_srdf_path(ARM6_URDF)
+    assert self_collision_pairs(coarse, parse_srdf(srdf)).reason(
+        'base_link', 'upper_arm_link') == 'srdf (Default)'
+    assert parse_srdf(parse_srdf(srdf)) == parse_srdf(srdf)
+
+
 def test_known_free_configurations_keep_a_pair_checked():
     """Free only in the corners |j1 + j2| > 1.48 of [-0.75, 0.75]^2 (0.02 % of the square):
     random samples all overlap, but a given free state (an SRDF group state, say) proves the

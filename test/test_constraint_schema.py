@@ -145,3 +145,131 @@ def test_build_refuses_non_base_frame_without_lookup(chain):
                                 'frame: link2}', chain.joint_names, chain.link_names)
     with pytest.raises(GoalError, match=r"constraints\[0\] \(keep_out_sphere\): frame 'link2'"):
         cs.build_constraints(spec, chain)
+
+
+# ---------------------------------------------------------------------------- the figure's
+BIPED = Path(__file__).resolve().parent / 'urdf' / 'biped.urdf'
+FIGURE = """
+- {type: center_of_mass, support: [l_foot, r_foot], margin: 0.02}
+- {type: center_of_mass, polygon: [[0, 0], [0.2, 0], [0.2, 0.1], [0, 0.1]], frame: l_sole,
+   hard: false, sigma: 0.02}
+- {type: center_of_mass, point: [0, 0, 0], direction: [0, 0, 2], margin: 0.005}
+- {type: contact, link: l_sole}
+- {type: contact, link: r_palm, pose: {position: [0.3, -0.2, 1.0], orientation: [0, 0, 0, 1]},
+   frame: l_sole}
+- {type: smoothness, joints: [l_hip_pitch, l_knee, l_ankle_pitch], neighbours: 2, sigma: 0.3}
+- {type: plane_contact, link: r_sole, normal: [0, 0, 1], sigma: 0.002, one_sided: true,
+   hard: true}
+- {type: target, link: torso, orientation: [0, 0, 0.0998, 0.995]}
+- {type: target, link: l_palm, position: [0.4, 0.2, 1.0], sigma_position: 0.005}
+- {type: target, link: r_palm, position: [0.4, -0.2, 1.0], orientation: [0, 0, 0, 1]}
+"""
+
+
+@pytest.fixture(scope='module')
+def biped():
+    return Chain.from_urdf(str(BIPED), 'pelvis', ['l_palm', 'r_palm', 'l_sole', 'r_sole'],
+                           floating_base=True)
+
+
+def _stand(chain):
+    q = np.zeros(chain.nq)
+    for side in 'lr':
+        q[chain.joint_index(f'{side}_hip_pitch')] = -0.3
+        q[chain.joint_index(f'{side}_knee')] = 0.6
+        q[chain.joint_index(f'{side}_ankle_pitch')] = -0.3
+    q[chain.joint_index('floating_base_z')] = 0.1 + 0.8 * np.cos(0.3) + 0.08
+    return q
+
+
+def test_the_figures_entries_parse_and_round_trip(biped):
+    specs = cs.parse_constraints(FIGURE, biped.joint_names, biped.link_names)
+    assert [s.type for s in specs] == ['center_of_mass'] * 3 + ['contact'] * 2 + [
+        'smoothness', 'plane_contact'] + ['target'] * 3
+    support, polygon, line, contact, held, smooth, plane, turn, reach, pose = specs
+    assert support.support == ('l_foot', 'r_foot') and support.margin == 0.02 and support.hard
+    assert polygon.polygon[2] == (0.2, 0.1) and not polygon.hard and polygon.frame == 'l_sole'
+    assert line.point == (0.0, 0.0, 0.0) and line.direction == (0.0, 0.0, 2.0)
+    assert contact.position is None and held.orientation == (0.0, 0.0, 0.0, 1.0)
+    assert smooth.joints == ('l_hip_pitch', 'l_knee', 'l_ankle_pitch') and smooth.neighbours == 2
+    assert plane.one_sided and plane.hard and plane.sigma == 0.002
+    assert turn.position is None and reach.orientation is None and pose.position is not None
+    assert cs.parse_constraints(cs.dump_constraints(specs), biped.joint_names,
+                                biped.link_names) == specs
+
+
+def test_the_figures_entries_build_core_objects(biped):
+    from smcik_ros.goals import (CenterOfMassLine, CenterOfMassPolygon, ChainSmoothness,
+                                 Contact, OrientationTarget, PoseTarget, PositionTarget)
+    q = _stand(biped)
+    specs = cs.parse_constraints(FIGURE, biped.joint_names, biped.link_names)
+    sole = biped.fk(q, 'l_sole')
+    objects = cs.build_constraints(specs, biped, lambda frame: biped.fk(q, frame),
+                                   urdf=str(BIPED), q=q)
+    support, polygon, line, contact, held, smooth, plane, turn, reach, pose = objects
+    assert isinstance(support, CenterOfMassPolygon) and support.anchored
+    np.testing.assert_allclose([support.region[:, 0].min(), support.region[:, 1].max()],
+                               [-0.07, 0.13], atol=1e-9)
+    assert not support.violated(biped.frames(q))[0]
+    np.testing.assert_allclose(polygon.polygon.min(axis=0), sole[:2, 3], atol=1e-9)
+    assert not polygon.hard and polygon.sigma[0] == 0.02
+    assert isinstance(line, CenterOfMassLine) and line.equality and line.tolerance[0] == 0.005
+    assert isinstance(contact, Contact) and contact.anchored
+    np.testing.assert_allclose(contact.pose, sole, atol=1e-12)
+    np.testing.assert_allclose(held.pose[:3, 3], sole[:3, :3] @ [0.3, -0.2, 1.0] + sole[:3, 3])
+    assert isinstance(smooth, ChainSmoothness) and smooth.sigma.shape == (3,)
+    assert plane.hard and plane.one_sided and not plane.equality
+    assert isinstance(turn, OrientationTarget) and turn.link == 'torso'
+    assert isinstance(reach, PositionTarget) and reach.sigma[0] == 0.005
+    assert isinstance(pose, PoseTarget)
+    assert cs.needs_anchor(objects) == []
+
+
+def test_entries_anchor_later_without_a_configuration(biped):
+    specs = cs.parse_constraints('- {type: center_of_mass, support: [l_foot, r_foot]}\n'
+                                 '- {type: contact, link: r_sole}', biped.joint_names,
+                                 biped.link_names)
+    objects = cs.build_constraints(specs, biped, urdf=BIPED.read_text(), urdf_path=str(BIPED))
+    assert cs.needs_anchor(objects) == objects
+    for term in objects:
+        term.anchor(biped.frames(_stand(biped)))
+    assert cs.needs_anchor(objects) == []
+    with pytest.raises(GoalError, match=r'constraints\[0\] \(center_of_mass\): support links '
+                                        r'need the URDF'):
+        cs.build_constraints(specs, biped)
+    bad = cs.parse_constraints('- {type: center_of_mass, support: [l_sole]}', None, None)
+    with pytest.raises(GoalError, match="support link 'l_sole' has no <collision> shape"):
+        cs.build_constraints(bad, biped, urdf=str(BIPED))
+
+
+@pytest.mark.parametrize('text, message', [
+    ('- {type: center_of_mass}', r'expected one of support .* got none of them'),
+    ('- {type: center_of_mass, support: [a], polygon: [[0, 0], [1, 0], [0, 1]]}',
+     r'got support, polygon'),
+    ('- {type: center_of_mass, polygon: [[0, 0], [1, 0]]}', r'at least 3 points'),
+    ('- {type: center_of_mass, polygon: [[0, 0], [1, 0], [0, 1, 2]]}',
+     r'polygon\[2\]: expected a list of 2 finite numbers'),
+    ('- {type: center_of_mass, support: [l_foot], margin: -0.1}', r'margin: expected .* >= 0'),
+    ('- {type: center_of_mass, support: [l_foot], hard: yes please}', r'hard: expected true'),
+    ('- {type: center_of_mass, support: [l_foot], frame: l_sole}', r'frame applies to polygon'),
+    ('- {type: center_of_mass, polygon: [[0, 0], [1, 0], [0, 1]], direction: [0, 0, 1]}',
+     r'direction belongs to the line form'),
+    ('- {type: center_of_mass, point: [0, 0, 0], direction: [0, 0, 0]}', r'non-zero 3-vector'),
+    ('- {type: contact}', r'missing required key\(s\) link'),
+    ('- {type: contact, link: head}', r"unknown name 'head'"),
+    ('- {type: contact, link: l_sole, pose: {position: [0, 0, 0]}}',
+     r'pose: expected \{position: \[x, y, z\], orientation: \[x, y, z, w\]\}'),
+    ('- {type: contact, link: l_sole, pose: {position: [0, 0, 0], orientation: [0, 0, 0, 0]}}',
+     r'non-zero quaternion'),
+    ('- {type: contact, link: l_sole, frame: l_sole}', r'frame applies to a given pose'),
+    ('- {type: smoothness, neighbours: 0}', r'neighbours: expected an integer >= 1'),
+    ('- {type: smoothness, joints: l_knee}', r'joints: expected a list of joint names'),
+    ('- {type: smoothness, joints: [knee]}', r"unknown name 'knee'; joints of this chain"),
+    ('- {type: target, link: torso}', r'position \[x, y, z\] and/or orientation'),
+    ('- {type: plane_contact, link: l_sole, normal: [0, 0, 1], one_sided: 1}',
+     r'one_sided: expected true or false'),
+    ('- {type: plane_contact, link: l_sole, normal: [0, 0, 1], sigma: 0}', r'sigma: expected'),
+])
+def test_malformed_figure_entries_name_the_problem(biped, text, message):
+    with pytest.raises(GoalError, match=message):
+        cs.parse_constraints(text, biped.joint_names, biped.link_names)

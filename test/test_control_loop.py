@@ -16,7 +16,7 @@ from smcik_ros.control.limits import limits_for_chain
 from smcik_ros.control.reporter import Reporter
 from smcik_ros.control.tick import ControlLoop, LoopSettings
 from smcik_ros.collision import KeepOutSphere
-from smcik_ros.goals import Constraint
+from smcik_ros.goals import CenterOfMassPolygon, Constraint, Contact
 from smcik_ros.model import Chain
 from smcik_ros.solvers import make_solver
 from smcik_ros.solvers.base import StateKey
@@ -459,6 +459,33 @@ def test_a_hard_constraint_is_never_entered_and_the_stop_is_within_limits(arm7):
     v_ratio, a_ratio = stream.worst_ratios(limits)
     assert v_ratio <= 1 + SLACK and a_ratio <= 1 + SLACK
     assert loop.guard.holds > 0
+
+
+def test_a_hard_constraint_that_arrived_violated_passes_only_motion_that_reduces_it(arm7):
+    """The centre of mass 0.3 m outside its support polygon: a motion that brings it closer
+    passes, one that takes it farther (at any sample) is refused; a contact (a hard
+    equality, projected by the command stream) is not sampled."""
+    validator = HardConstraintValidator(arm7)
+    q0 = arm7.neutral_configuration()
+    com = arm7.center_of_mass(q0)[:2]
+    polygon = com + np.array([[0.3, -0.05], [0.4, 0.0], [0.3, 0.05]])
+    support = CenterOfMassPolygon(polygon=polygon).bind(arm7)
+    validator.constraints = [support]
+    assert support.violated(arm7.frames(q0))[0]
+    rng = np.random.default_rng(0)
+    moves = [arm7.clip(q0 + rng.uniform(-0.5, 0.5, 7)) for _ in range(40)]
+    depth0 = support.residual(arm7.frames(q0))[0, 0]
+    path_depth = [support.residual(arm7.frames(q0 + t * (m - q0)))[:, 0].max()
+                  for m in moves for t in [np.linspace(0.0, 1.0, 16)[:, None]]]
+    closer = [m for m, d in zip(moves, path_depth) if d <= depth0]
+    farther = [m for m, d in zip(moves, path_depth) if d > depth0 + 1e-6]
+    assert closer and farther
+    assert all(validator(q0, m) for m in closer)
+    assert not any(validator(q0, m) for m in farther)
+    assert 'deeper into a hard constraint it violates' in validator.reason
+    contact = Contact('tool0', pose=np.eye(4)).bind(arm7)     # violated everywhere
+    validator.constraints = [contact]
+    assert all(validator(q0, m) for m in farther), 'equalities are projected, not sampled'
 
 
 # ---------------------------------------------------------------------- shutdown
@@ -997,3 +1024,122 @@ def test_every_tick_keeps_the_limits_the_lead_and_the_validated_motions(
             a = np.diff(np.vstack([np.zeros(chain.n), v]), axis=0) / np.diff(times)[:, None]
             assert np.max(np.abs(v) / limits.velocity) <= 1 + SLACK
             assert np.max(np.abs(a) / limits.acceleration) <= 1 + SLACK
+
+
+# ---------------------------------------------------------------------- several tips
+TWO_TIPS = 'test/urdf/two_tips.urdf'
+TIPS = ('left_tool', 'right_tool')
+
+
+@pytest.fixture(scope='module')
+def two_tips():
+    return Chain.from_urdf(TWO_TIPS, 'base_link', list(TIPS))
+
+
+def _tip_positions(chain, commands):
+    q = np.array([c.q for c in commands])
+    return {tip: chain.fk(q, tip)[:, :3, 3] for tip in TIPS}
+
+
+@pytest.mark.parametrize('seed', [1, 2])
+def test_a_goal_on_one_tip_leaves_the_other_where_it_was(two_tips, seed):
+    chain = two_tips
+    loop, limits = make_loop(chain, solver=make_solver('smc', chain, seed=seed))
+    stream = Stream(loop, seed=seed)
+    rng = np.random.default_rng(seed)
+    start = chain.clip(0.6 * chain.random_configuration(rng))
+    stream.measure(start)
+    stream.tick()
+    # Left arm joints only: the left tool's new pose is reachable without the torso.
+    left = [chain.joint_index(n) for n in chain.joint_names if n.startswith('left_')]
+    q_goal = start.copy()
+    q_goal[left] = chain.clip(0.6 * chain.random_configuration(rng))[left]
+    loop.offer_goal('pose', chain.fk(q_goal, 'left_tool'), '', None, stream.t,
+                    tip='left_tool')
+    for _ in range(1000):
+        follower(1)(stream)
+        stream.tick()
+        if loop.goal_reached:
+            break
+    assert loop.goal_reached, f'left goal not reached: {loop.tip_errors}'
+    right = _tip_positions(chain, stream.commands)['right_tool']
+    drift = np.linalg.norm(right - right[0], axis=1)
+    assert drift.max() < 2e-3, f'the right tool moved {1e3 * drift.max():.2f} mm'
+    assert [round(e[0], 6) <= 1e-3 for e in loop.tip_errors] == [True, True]
+    v_ratio, a_ratio = stream.worst_ratios(limits)
+    assert v_ratio <= 1 + SLACK and a_ratio <= 1 + SLACK
+
+
+def test_both_tips_reach_then_a_release_rests_the_tree(two_tips):
+    chain = two_tips
+    loop, limits = make_loop(chain, solver=make_solver('smc', chain, seed=3))
+    stream = Stream(loop, seed=3)
+    rng = np.random.default_rng(11)
+    start = chain.clip(0.5 * chain.random_configuration(rng))
+    stream.measure(start)
+    stream.tick()
+    q_goal = chain.clip(start + rng.uniform(-0.4, 0.4, chain.n))
+    poses = np.array([chain.fk(q_goal, tip) for tip in TIPS])
+    loop.inbox.offer_poses(poses, '', None, stream.t, loop.current_state())
+    for _ in range(1500):
+        follower(1)(stream)
+        stream.tick()
+        if loop.goal_reached:
+            break
+    assert loop.goal_reached, f'not reached: {loop.tip_errors}'
+    assert loop.goal.goal_tips == (0, 1)
+    loop.release_goal('left_tool', stream.t)
+    loop.release_goal('right_tool', stream.t)
+    stream.run(100, follower(1))
+    assert loop.goal is None and not np.any(stream.commands[-1].v), 'released: at rest'
+    v_ratio, a_ratio = stream.worst_ratios(limits)
+    assert v_ratio <= 1 + SLACK and a_ratio <= 1 + SLACK
+
+
+# ---------------------------------------------------------------------- floating base
+@pytest.fixture(scope='module')
+def biped():
+    chain = Chain.from_urdf('test/urdf/biped.urdf', 'pelvis',
+                            ['l_palm', 'r_palm', 'l_sole', 'r_sole'], floating_base=True)
+    limits, _ = limits_for_chain(chain, velocity_scale=0.5, max_acceleration=3.0)
+    return chain, limits
+
+
+def _stance(limits, crouch=0.0):
+    q = np.zeros(limits.n)
+    for side in 'lr':
+        for joint, value in (('hip_pitch', -0.3 - crouch), ('knee', 0.6 + 2 * crouch),
+                             ('ankle_pitch', -0.3 - crouch)):
+            q[limits.names.index(f'{side}_{joint}')] = value
+    return q
+
+
+def test_contacts_anchor_at_the_first_joint_states_and_a_resync_refits_the_base(biped):
+    """The commands are the URDF joints, the base goes with each (Command.base); contacts set
+    before any measurement wait, anchor at the first one (the base at initial_base_pose),
+    and after a resync far away (a crouch measured) the base is fitted so that the feet are
+    where they were."""
+    chain, limits = biped
+    start = np.eye(4)
+    start[2, 3] = 0.944
+    loop = ControlLoop(chain, make_solver('smc', chain, seed=2), limits,
+                       ArmSettings(), report=Log(), base=start)
+    feet = [Contact('l_sole').bind(chain), Contact('r_sole').bind(chain)]
+    loop.set_constraints(feet)
+    assert not any(f.anchored for f in feet), 'nothing measured yet'
+    stream = Stream(loop, seed=2)
+    stream.measure(_stance(limits))
+    first = stream.tick()
+    assert first.q.shape == (limits.n,) and np.array_equal(first.base, start)
+    assert all(f.anchored for f in feet)
+    anchored = [f.pose.copy() for f in feet]
+    np.testing.assert_allclose(anchored[0], chain.fk(chain.with_base(first.q, start),
+                                                    'l_sole'), atol=1e-12)
+    stream.run(5, follower(1))
+    stream.measure(_stance(limits, crouch=0.3))        # moved by hand: resync
+    stream.tick()
+    resync = stream.commands[-1]
+    assert resync.limited_by == 'resync' and resync.base[2, 3] < 0.944 - 0.05
+    state = chain.with_base(resync.q, resync.base)
+    for foot, pose in zip(feet, anchored):
+        np.testing.assert_allclose(chain.fk(state, foot.link), pose, atol=1e-9)

@@ -7,6 +7,8 @@ import pytest
 
 pytest.importorskip('rclpy', reason='the parameter table declares rclpy types')
 
+from rclpy.parameter import Parameter  # noqa: E402
+
 from smcik_ros.ros.parameters import ARRAY_PARAMETERS, NODE_PARAMETERS  # noqa: E402
 
 DOC = Path(__file__).resolve().parents[1] / 'docs' / 'node.md'
@@ -30,8 +32,12 @@ def test_every_parameter_is_documented_with_its_type_and_default():
     assert set(ARRAY_PARAMETERS) <= set(rows), sorted(set(ARRAY_PARAMETERS) - set(rows))
     assert set(rows) - set(NODE_PARAMETERS) - set(ARRAY_PARAMETERS) == {'<solver>.<field>'}, \
         'documented but gone'
-    for name in ARRAY_PARAMETERS:
-        assert rows[name] == ('string array', '`[]`'), f'{name}: documented as {rows[name]}'
+    for name, (ptype, default, _, _) in ARRAY_PARAMETERS.items():
+        kind = {Parameter.Type.STRING_ARRAY: 'string array',
+                Parameter.Type.DOUBLE_ARRAY: 'double array'}[ptype]
+        text = '`[' + ', '.join(f'{v:g}' if isinstance(v, float) else repr(v)
+                                for v in default) + ']`'
+        assert rows[name] == (kind, text), f'{name}: documented as {rows[name]}'
     for name, (default, _, extra) in NODE_PARAMETERS.items():
         kind, documented = rows[name]
         assert kind == TYPES[type(default)], f'{name}: documented as {kind}'

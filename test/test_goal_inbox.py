@@ -153,3 +153,114 @@ def test_bad_goals_leave_the_waiting_goal(ur5):
     with pytest.raises(GoalError, match='expected 3 coordinates'):
         inbox.offer('point', [0.1, 0.2], '', None, 0.0, np.zeros(6))
     assert inbox.take(0.0) is kept
+
+
+# ---------------------------------------------------------------------- several tips
+TWO_TIPS = str(__import__('pathlib').Path(__file__).parent / 'urdf' / 'two_tips.urdf')
+TIPS = ('left_tool', 'right_tool')
+
+
+@pytest.fixture(scope='module')
+def two_tips():
+    return Chain.from_urdf(TWO_TIPS, 'base_link', list(TIPS))
+
+
+def _pose(x, y, z):
+    out = np.eye(4)
+    out[:3, 3] = (x, y, z)
+    return out
+
+
+def test_each_tip_has_its_slot_and_a_tip_without_a_goal_holds_its_pose(two_tips):
+    chain = two_tips
+    q = chain.random_configuration(np.random.default_rng(3))
+    inbox = GoalInbox(FrameResolver(chain), TIPS)
+    goal = inbox.offer('pose', _pose(0.3, 0.2, 0.8), '', None, 1.0, q, tip='right_tool')
+    assert [t.link for t in goal.terms] == list(TIPS), 'one target per tip, in tip order'
+    assert goal.tips[0] is None and goal.tips[1].tip == 'right_tool'
+    assert goal.goal_tips == (1,) and not goal.empty
+    hold = goal.terms[0]
+    assert isinstance(hold, PoseTarget)
+    assert np.allclose(hold.pose, chain.fk(q, 'left_tool'), atol=1e-12), 'held where it was'
+    assert np.allclose(goal.terms[1].pose, _pose(0.3, 0.2, 0.8))
+    # A goal for the left tip keeps the right one's goal: both slots filled, no hold.
+    both = inbox.offer('point', [0.1, 0.4, 0.9], '', None, 1.1, q, tip='left_tool')
+    assert isinstance(both.terms[0], PositionTarget) and both.terms[1] is goal.terms[1]
+    assert both.goal_tips == (0, 1) and both.sequence == 2
+    assert inbox.take(1.2) is both
+    with pytest.raises(GoalError, match="'tool0' is not a tip; tips: left_tool, right_tool"):
+        inbox.offer('point', [0.1, 0.4, 0.9], '', None, 1.1, q, tip='tool0')
+
+
+def test_a_release_holds_the_tip_where_it_is_and_the_last_release_empties_the_goal(two_tips):
+    chain = two_tips
+    rng = np.random.default_rng(5)
+    q0, q1 = chain.random_configuration(rng), chain.random_configuration(rng)
+    inbox = GoalInbox(FrameResolver(chain), TIPS)
+    inbox.hold_at(q0)
+    inbox.offer('point', [0.1, 0.4, 0.9], '', None, 0.0, q0, tip='left_tool')
+    inbox.offer('point', [0.1, -0.4, 0.9], '', None, 0.0, q0, tip='right_tool')
+    inbox.take(0.0)
+    released = inbox.release('left_tool', 1.0, q1)
+    assert released.tips[0] is None and released.display is None
+    assert np.allclose(released.terms[0].pose, chain.fk(q1, 'left_tool'), atol=1e-12), \
+        'held at the configuration of the release, not at the start'
+    assert inbox.take(1.0) is released and not released.empty
+    last = inbox.release('right_tool', 2.0, q1)
+    assert last.empty and inbox.released == 2
+    assert last.sequence == 4, 'every change of the goals is a new goal'
+
+
+def test_a_resync_takes_new_hold_poses_for_the_same_goal(two_tips):
+    chain = two_tips
+    rng = np.random.default_rng(6)
+    q0, q1 = chain.random_configuration(rng), chain.random_configuration(rng)
+    inbox = GoalInbox(FrameResolver(chain), TIPS)
+    inbox.hold_at(q0)
+    applied = inbox.offer('point', [0.1, 0.4, 0.9], '', None, 0.0, q0, tip='left_tool')
+    assert inbox.take(0.0) is applied
+    inbox.hold_at(q1)
+    renewed = inbox.take(0.5)
+    assert renewed is not None and renewed.sequence == applied.sequence
+    assert renewed.terms[0] is applied.terms[0]
+    assert np.allclose(renewed.terms[1].pose, chain.fk(q1, 'right_tool'), atol=1e-12)
+    assert not np.allclose(applied.terms[1].pose, renewed.terms[1].pose)
+    # Every tip with a goal: a resync changes nothing.
+    inbox.offer('point', [0.1, -0.4, 0.9], '', None, 1.0, q1, tip='right_tool')
+    inbox.take(1.0)
+    inbox.hold_at(q0)
+    assert inbox.take(1.5) is None
+
+
+def test_goals_for_every_tip_at_once_are_refused_whole_for_another_count(two_tips):
+    chain = two_tips
+    q = chain.random_configuration(np.random.default_rng(7))
+    inbox = GoalInbox(FrameResolver(chain), TIPS)
+    kept = inbox.offer('point', [0.1, 0.4, 0.9], '', None, 0.0, q)
+    one = [inbox.convert('pose', _pose(0.3, 0.2, 0.8), '', q, 'left_tool')]
+    with pytest.raises(GoalError, match=r'expected 2 goals, one per tip \(left_tool, '
+                       r'right_tool\); got 1'):
+        inbox.offer_all(one, None, 0.1, q)
+    assert inbox.take(0.2) is kept, 'a refused set changes nothing'
+    with pytest.raises(GoalError, match=r'expected 2 poses, one per tip'):
+        inbox.offer_poses([_pose(0.3, 0.2, 0.8)] * 3, '', None, 0.1, q)
+    with pytest.raises(GoalError, match='unknown frame'):
+        inbox.offer_poses([_pose(0.3, 0.2, 0.8)] * 2, 'nowhere', None, 0.1, q)
+    assert inbox.take(0.2) is None, 'nothing was accepted'
+    both = inbox.offer_poses([_pose(0.3, y, 0.8) for y in (0.2, -0.2)], 'torso_link', None,
+                             0.3, q, 'target_poses')
+    assert both.goal_tips == (0, 1) and both.sequence == 2
+    torso = chain.fk(q, 'torso_link')
+    assert np.allclose(both.terms[1].pose, torso @ _pose(0.3, -0.2, 0.8), atol=1e-12)
+
+
+def test_a_stale_goal_leaves_the_slots_of_the_last_applied_goal(two_tips):
+    chain = two_tips
+    q = chain.random_configuration(np.random.default_rng(8))
+    inbox = GoalInbox(FrameResolver(chain), TIPS, goal_timeout=0.5)
+    inbox.offer('point', [0.1, 0.4, 0.9], '', 10.0, 10.0, q, tip='left_tool')
+    inbox.take(10.0)
+    inbox.offer('point', [0.1, -0.4, 0.9], '', 10.0, 10.0, q, tip='right_tool')
+    assert inbox.take(11.0) is None, 'went stale while waiting'
+    later = inbox.offer('point', [0.2, 0.4, 0.9], '', 11.0, 11.0, q, tip='left_tool')
+    assert later.tips[1] is None, "the stale right goal did not stay in its slot"

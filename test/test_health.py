@@ -98,3 +98,43 @@ def test_diagnostic_levels(health, changes, name, level, text):
     entries = {e.name: e for e in health.diagnostics(_status(**changes))}
     entry = entries[f'smcik_node: {name}']
     assert entry.level == level and text in entry.message, entry
+
+
+def test_a_whole_figure_reports_each_tip_the_contacts_and_the_com_margin():
+    """The biped (floating base, four tips, both feet planted, the CoM over them): a sixth
+    entry, 'smcik_node: figure', OK while the contacts hold and the CoM is inside; ERROR when
+    a contact is not held."""
+    from smcik_ros.goals import CenterOfMassPolygon, Contact
+    from smcik_ros.model import Chain
+    tips = ['l_palm', 'r_palm', 'l_sole', 'r_sole']
+    chain = Chain.from_urdf('test/urdf/biped.urdf', 'pelvis', tips, floating_base=True)
+    limits, _ = limits_for_chain(chain, 0.5, 3.0, 1.0)
+    base = np.eye(4)
+    base[2, 3] = 0.944
+    loop = ControlLoop(chain, make_solver('jacobian', chain), limits, ArmSettings(), base=base)
+    feet = [Contact('l_sole').bind(chain), Contact('r_sole').bind(chain)]
+    polygon = [[-0.1, -0.15], [0.15, -0.15], [0.15, 0.15], [-0.1, 0.15]]
+    loop.set_constraints(feet + [CenterOfMassPolygon(polygon=polygon, margin=0.01)
+                                 .bind(chain)])
+    q = np.zeros(limits.n)
+    for side in 'lr':
+        for joint, value in (('hip_pitch', -0.3), ('knee', 0.6), ('ankle_pitch', -0.3)):
+            q[limits.names.index(f'{side}_{joint}')] = value
+    loop.on_joint_states(q, None, 0.0)
+    loop.tick(0.0)
+    figure = Health.figure(loop)
+    assert [t['tip'] for t in figure['tips']] == tips and not any(t['goal']
+                                                                   for t in figure['tips'])
+    assert [c['link'] for c in figure['contacts']] == ['l_sole', 'r_sole']
+    assert all(c['held'] and c['position_error'] < 1e-9 for c in figure['contacts'])
+    assert 0.0 < figure['com_margin'] < 0.15
+    assert figure['base_pose'] == pytest.approx([0, 0, 0.944, 0, 0, 0, 1], abs=1e-9)
+    status = dict(figure)
+    entry = Health.figure_entry(status)
+    assert entry.name == 'smcik_node: figure' and entry.level == OK
+    assert 'CoM' in entry.message and '2 contact(s) held' in entry.message
+    status['contacts'][0] = dict(status['contacts'][0], held=False)
+    assert Health.figure_entry(status).level == ERROR
+    status['contacts'][0]['held'] = True
+    status['com_margin'] = -0.02
+    assert 'outside its support polygon' in Health.figure_entry(status).message

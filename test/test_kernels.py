@@ -502,6 +502,42 @@ def _refinement_records(chain, terms, tolerance=(1e-4, 1e-3), steps=None, motion
     return bodies, columns, joints, targets, lm, plain if motion is None else motion
 
 
+def test_refinement_records_are_rebuilt_when_the_targets_structure_changes():
+    """The refinement keeps the targets' record between calls by the targets' structure
+    (kinds, links, sigmas, weights, covariances, offsets, tolerance) and reads the goals on
+    every call: after any sequence of goals, its record is the one a fresh refinement builds,
+    with the targets' goals, and a new goal of the same structure reuses the rest."""
+    chain = _urdf_chains()[0]
+    rng = np.random.default_rng(3)
+
+    def goals(sigma=0.01, link='link5', offset=(0.01, 0.02, 0.0), covariance=None):
+        frames = chain.frames(chain.random_configuration(rng))
+        return [PoseTarget(frames.link_pose()[0], sigma_position=sigma, covariance=covariance),
+                PositionTarget(frames.point(link, offset)[0], link=link, offset=offset),
+                OrientationTarget(frames.link_pose('link3')[0, :3, :3], link='link3')]
+
+    kept = Refinement(chain, make_solver('smc', chain).settings)
+    first = goals()
+    steps = [(first, (1e-4, 1e-3)), (goals(), (1e-4, 1e-3)), (goals(), (1e-4, 1e-3)),
+             (goals(sigma=0.02), (1e-4, 1e-3)), (goals(link='link4'), (1e-4, 1e-3)),
+             (goals(offset=(0.0, 0.0, 0.03)), (1e-4, 1e-3)),
+             (goals(covariance=np.diag([1e-4] * 3 + [1e-3] * 3)), (1e-4, 1e-3)),
+             (goals(), (1e-3, 1e-2)), (first, (1e-4, 1e-3))]
+    whiten = []
+    for terms, tolerance in steps:
+        got = kept.records(terms, tolerance)[3]
+        fresh = Refinement(chain, make_solver('smc', chain).settings).records(terms, tolerance)
+        for a, b in zip(got, fresh[3]):
+            np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(got[3][0], terms[0].pose)
+        np.testing.assert_array_equal(got[3][1, :3, 3], terms[1].position)
+        np.testing.assert_array_equal(got[3][2, :3, :3], terms[2].rotation)
+        whiten.append(got[4])
+    assert whiten[1] is whiten[0] and whiten[2] is whiten[0]       # same structure: kept
+    assert whiten[3] is not whiten[2] and whiten[-1] is not whiten[-2]
+    assert not np.array_equal(whiten[3], whiten[2])
+
+
 def _total_cost(terms, frames):
     return sum(t.cost(frames) for t in terms)
 
@@ -577,6 +613,38 @@ def test_first_solution_kernel_returns_the_first_row_within_the_tolerance():
     far = _refinement_records(chain, [term], (0.0, 0.0), steps=1)
     index, pe, oe = kernels.first_solution(*far, before[:2].copy())
     assert index == -1 and np.isnan(pe) and np.isnan(oe)
+
+
+def test_first_solution_steps_take_the_longest_trial_that_lowers_the_cost():
+    """Each step of ``first_solution`` takes its longest trial (alphas 1, 1/2, 1/4 of the LM
+    step) that lowers the targets' cost, shorter ones not judged: one step equals the one
+    step of that alpha alone, and the row is left where it was when none lowers it."""
+    chain = _urdf_chains()[0]
+    rng = np.random.default_rng(12)
+    solution = chain.random_configuration(rng)
+    term = PoseTarget(chain.fk(solution))
+    rows = chain.random_configuration(rng, 60)
+    bodies, columns, joints, targets, lm, plain = _refinement_records(
+        chain, [term], (0.0, 0.0), steps=1)           # never within: every row steps once
+    lm = lm[:3] + (2.0, 0.0)      # long, undamped steps: some overshoot
+    alphas = lm[1]
+    assert list(alphas) == [1.0, 0.5, 0.25]
+    start = term.cost(chain.frames(rows))
+    both = rows.copy()
+    kernels.first_solution(bodies, columns, joints, targets, lm, plain, both)
+    alone = []
+    for alpha in alphas:
+        one = rows.copy()
+        kernels.first_solution(bodies, columns, joints, targets,
+                               (lm[0], np.array([alpha])) + lm[2:], plain, one)
+        alone.append((one, term.cost(chain.frames(one))))
+    taken = np.zeros(len(alphas) + 1, dtype=int)
+    for k in range(len(rows)):
+        lower = [a for a, (_, cost) in enumerate(alone) if cost[k] < start[k]]
+        want = alone[lower[0]][0][k] if lower else rows[k]
+        np.testing.assert_array_equal(both[k], want)
+        taken[lower[0] if lower else -1] += 1
+    assert taken[0] > 0 and taken[1:].sum() > 0, taken     # both cases met
 
 
 def test_refine_kernel_with_the_prior_keeps_precise_rows_and_pulls_them_nearer():
@@ -889,9 +957,11 @@ def test_records_are_plain_tuples_of_the_kernels_types():
     np.testing.assert_array_equal(view.lower, chain.lower)
     assert records.COLUMNS.view(chain.records.columns).nv == chain.nv
     with pytest.raises(TypeError, match=r"missing \['max_step'\], unknown \['max_stp'\]"):
-        records.LM.pack(steps=1, alphas=np.ones(1), damping=0.1, max_stp=0.1)
+        records.LM.pack(steps=1, alphas=np.ones(1), damping=0.1, max_stp=0.1,
+                        cost_damping=0.5)
     with pytest.raises(ValueError, match='alphas must have 1 dimensions'):
-        records.LM.pack(steps=1, alphas=np.ones((1, 1)), damping=0.1, max_step=0.1)
+        records.LM.pack(steps=1, alphas=np.ones((1, 1)), damping=0.1, max_step=0.1,
+                        cost_damping=0.5)
 
 
 def test_warm_up_reports_a_cold_cache_and_the_kernels_it_compiled():

@@ -13,6 +13,7 @@ from smcik_ros.ros.parameters import (ARRAY_PARAMETERS, NODE_PARAMETERS,  # noqa
 
 # Built at start-up for these values: changing them needs a restart.
 START_UP = ('collision_padding', 'collision_cover_tolerance', 'collision_contact_tolerance',
+            'collision_cover_wait',
             'solver_thread', 'robot_description', 'urdf_path', 'base_link', 'tip_link', 'use_tf',
             'robot_description_timeout')
 # Read at every use, or applied by a handler at run time.

@@ -357,3 +357,19 @@ def test_loop_time_counts_integer_nanoseconds_from_the_start():
     assert time.of_stamp(rc.nanoseconds_to_stamp(clock.ns + 10**9)) == \
         pytest.approx(3.500000001, abs=1e-12)
     assert time.of_stamp(JointState().header.stamp) is None
+
+
+def test_a_release_is_an_empty_frame_with_the_default_pose_only():
+    from geometry_msgs.msg import PoseStamped
+    from smcik_ros.ros.inputs import is_release, tip_topic
+    msg = PoseStamped()
+    assert is_release(msg), 'ros2 topic pub ... {} releases'
+    msg.pose.orientation.w = 0.0
+    assert is_release(msg)
+    msg.pose.position.z = 0.3
+    assert not is_release(msg), 'a pose goal in the base frame'
+    msg = PoseStamped()
+    msg.header.frame_id = 'world'
+    assert not is_release(msg)
+    assert tip_topic('l-hand.1', 'pose') == 'targets/l_hand_1/pose'
+    assert tip_topic('3rd_finger', 'point') == 'targets/_3rd_finger/point'

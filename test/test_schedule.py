@@ -67,7 +67,8 @@ def test_markers_are_built_on_change_and_republished_once_a_second():
 
 def _state(settled, info, q):
     solver = types.SimpleNamespace(settled=settled, last_info=info)
-    loop = types.SimpleNamespace(solver=solver, goal=object(), q=np.array(q, dtype=float))
+    loop = types.SimpleNamespace(solver=solver, goal=object(), q=np.array(q, dtype=float),
+                                 base=None, constraints_kept=[])
     guard = types.SimpleNamespace(constraint=object(), scene=types.SimpleNamespace(version=3))
     return loop, guard
 
@@ -102,6 +103,10 @@ def test_marker_key_ignores_a_settled_solvers_rest_steps_only():
         types.SimpleNamespace(within_tolerance=True)])
     assert shown != key and marker_key(loop, guard, drawn, again, 30, False) == shown
     assert marker_key(loop, guard, [], again, 30, False) != shown      # new drawn obstacles
+    loop.constraints_kept = [object()]                                  # a new constraint set
+    assert marker_key(loop, guard, drawn, again, 30, False) != shown
+    loop.constraints_kept, loop.base = [], np.eye(4)                    # the base moved alone
+    assert marker_key(loop, guard, drawn, again, 30, False) != shown
 
 
 def test_rate_gate_lets_through_at_most_its_rate():

@@ -96,3 +96,28 @@ def test_sim_arm_exits_1_on_an_unknown_initial_state(tmp_path):
     assert "initial_state 'ready' is not a group_state" in done.stderr + done.stdout
     assert 'it has: home' in done.stderr + done.stdout
     assert issubclass(GoalError, SmcIkError)
+
+
+def test_every_movable_joint_of_the_urdf_is_played(context, tmp_path):
+    """Joints off the chain (a gripper finger, the other arm) are published too, at their
+    start values; initial_positions in chain order fills the chain's joints."""
+    from arm_urdfs import JOINTS, ur5_like_urdf
+    path = tmp_path / 'ur5.urdf'
+    path.write_text(ur5_like_urdf())
+    node = SimArm(context=context, parameter_overrides=[
+        Parameter('urdf_path', value=str(path)), Parameter('tip_link', value='tool0'),
+        Parameter('initial_positions', value=[0.1, 0.2, 0.3, 0.4, 0.5, 0.6])])
+    try:
+        assert node.joint_names == JOINTS + ['finger_joint']
+        np.testing.assert_allclose(node.q, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.0])
+    finally:
+        node.destroy_node()
+    two = REPO_ROOT / 'test' / 'urdf' / 'two_tips.urdf'
+    node = SimArm(context=context, parameter_overrides=[
+        Parameter('urdf_path', value=str(two)), Parameter('tip_link', value='left_tool')])
+    try:
+        chain = Chain.from_urdf(str(two), 'base_link', ['left_tool', 'right_tool'])
+        assert node.joint_names == list(chain.joint_names), 'the right arm is played too'
+        assert node.chain.joint_names == chain.joint_names[:4]
+    finally:
+        node.destroy_node()

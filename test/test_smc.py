@@ -1111,21 +1111,44 @@ def test_a_first_stage_answer_leaves_the_state_reset_would(arm7):
     assert answered >= 20
 
 
-def test_first_stage_is_skipped_where_it_does_not_apply(arm7):
-    """Off with seed_rows 0, with hard constraints (the filter's accept/reject must decide),
-    for position goals and with max_iters 0 (no work at all)."""
+def test_first_stage_answers_only_what_keeps_the_hard_constraints(arm7):
+    """Off with seed_rows 0; on for position goals and beside hard constraints, whose
+    verdict on its answer decides (one it violates: the filter runs); none with max_iters 0
+    (no work at all)."""
     rng = np.random.default_rng(5)
     pose = arm7.fk(arm7.random_configuration(rng))
     seed = arm7.random_configuration(rng)
     off = make_solver('smc', arm7, seed=1, seed_rows=0)
     off.solve(pose, seed, tol=1e-3)
     assert 'first_stage' not in off.last_info
-    hard = make_solver('smc', arm7, seed=1)
-    hard.set_constraints([KeepOutSphere(center=[5.0, 5.0, 5.0], radius=0.1)])
-    hard.solve(pose, seed, tol=1e-3)
-    assert 'first_stage' not in hard.last_info
+    far = make_solver('smc', arm7, seed=1)
+    far.set_constraints([KeepOutSphere(center=[5.0, 5.0, 5.0], radius=0.1)])
+    assert far.solve(pose, seed, tol=1e-3).success and far.last_info.get('first_stage')
+    around = KeepOutSphere(center=pose[:3, 3], radius=0.05)    # the tool's goal inside it
+    blocked = make_solver('smc', arm7, seed=1)
+    blocked.set_constraints([around])
+    result = blocked.solve(pose, seed, tol=1e-3, max_iters=20)
+    assert 'first_stage' not in blocked.last_info
+    assert not around.violated(arm7.frames(result.q))[0]
     plain = make_solver('smc', arm7, seed=1)
-    plain.solve(pose[:3, 3], seed, tol=1e-3)
-    assert 'first_stage' not in plain.last_info
+    assert plain.solve(pose[:3, 3], seed, tol=1e-3).success
+    assert plain.last_info.get('first_stage')
     result = plain.solve(pose, seed, max_iters=0)
     assert result.iterations == 0 and np.allclose(result.q, seed)
+
+
+def test_step_after_solve_re_arms_only_on_another_goal(arm7):
+    """solve() leaves its goal as the online goal: a step on the same goal (new objects of
+    equal value) goes on without re-arming, a step on another goal re-arms."""
+    solver = make_solver('smc', arm7, seed=1)
+    armed = []
+    original = solver._on_goal_changed
+    solver._on_goal_changed = lambda targets, **kw: (armed.append(1), original(targets, **kw))
+    pose = _targets(arm7, 2, 5)
+    q0 = arm7.neutral_configuration()
+    for same in (True, False):
+        solver.solve(PoseTarget(pose[0].copy()), q0)
+        armed.clear()
+        solver.step(PoseTarget(pose[0].copy() if same else pose[1]))
+        solver.step(PoseTarget(pose[0].copy() if same else pose[1]))
+        assert len(armed) == (0 if same else 1)

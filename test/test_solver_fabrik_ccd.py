@@ -265,3 +265,31 @@ def test_pose_target_orientation_is_reached_by_ccd_on_ball_chain():
                            tol=(1e-3, 1e-2))
         ok += res.success
     assert ok / 20 >= 0.7
+
+
+def test_ccd_and_fabrik_refuse_constraints_and_a_floating_base_instead_of_ignoring_them(chain):
+    """A solver that does not honour constraints refuses them (at any time), but takes the
+    collision clearance (a preference: the node's command guard keeps collision for every
+    solver), and refuses a floating base (held or fitted through constraints) outright."""
+    from smcik_ros.collision import CollisionConstraint, CollisionModel, Scene
+    from smcik_ros.goals import Contact, JointCoupling
+    ccd = make_solver('ccd', chain)
+    coupling = JointCoupling(chain.joint_names[1], chain.joint_names[0])
+    with pytest.raises(GoalError, match=r'ccd solver does not honour constraints \(given: '
+                                        r'JointCoupling\).*smc, jacobian or distance'):
+        ccd.set_constraints([coupling])
+    assert ccd.constraints == []
+    clearance = CollisionConstraint(CollisionModel.skeleton(chain), Scene({}))
+    ccd.set_constraints([clearance])
+    assert ccd.constraints == [clearance]
+    with pytest.raises(GoalError, match='does not honour constraints'):
+        ccd.set_constraints([clearance, Contact(chain.tip_link)])
+    assert ccd.constraints == [clearance]           # the refused set changed nothing
+    balls = Chain.ball_chain(3, 0.2)
+    with pytest.raises(GoalError, match='fabrik solver does not honour constraints'):
+        make_solver('fabrik', balls).set_constraints([Contact(balls.tip_link)])
+    biped = Chain.from_urdf(os.path.join(os.path.dirname(__file__), 'urdf', 'biped.urdf'),
+                            'pelvis', ['l_palm', 'r_palm'], floating_base=True)
+    with pytest.raises(ParameterError, match='ccd solver cannot drive a floating base'):
+        make_solver('ccd', biped)
+    assert make_solver('jacobian', biped).chain is biped

@@ -26,6 +26,7 @@ Without any collision geometry, ``CollisionModel.skeleton(chain)`` gives a thin 
 segments between link origins, so keep-out volumes still work on bare URDFs.
 """
 
+import contextlib
 import dataclasses
 import io
 import json
@@ -47,8 +48,9 @@ from .covers import (SphereCover, before_first_compute, bisect_triangles, cached
                      cover_box, cover_cylinder, cover_mesh, cover_sphere, cylinder_sections,
                      default_cache_dir)
 
-__all__ = ['CollisionModel', 'LinkGeometry', 'resolve_mesh_uri', 'conventional_srdf_path',
-           'load_mesh', 'DEFAULT_TOLERANCE', 'MIN_TOLERANCE']
+__all__ = ['CollisionModel', 'LinkGeometry', 'collision_geometry', 'resolve_mesh_uri',
+           'conventional_srdf_path', 'load_mesh', 'link_covers', 'DEFAULT_TOLERANCE',
+           'MIN_TOLERANCE', 'COARSE_TOLERANCE']
 
 _LOG = logging.getLogger('smcik_ros.collision')
 DEFAULT_TOLERANCE = 0.01      # [m] largest cover excess (sphere beyond the real geometry)
@@ -123,6 +125,8 @@ class CollisionModel:
         self.warnings = list(warnings)
         self.urdf_path = urdf_path
         self.cache_dir = ''          # from_urdf: where covers (and the constraint's tables) live
+        self.coarse = False          # from_urdf(coarse=True): bounding-box covers until fine()
+        self._source = None          # a coarse model: what fine() builds the model from
         names, bodies, groups, starts, counts, excess = [], [], [], [], [], []
         centers, radii, sphere_link = [], [], []
         for name, cover in link_covers:
@@ -160,7 +164,7 @@ class CollisionModel:
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_urdf(cls, chain, urdf, package_paths=(), tolerance=DEFAULT_TOLERANCE,
-                  cache_dir=None, urdf_path=None, item_edge=None):
+                  cache_dir=None, urdf_path=None, item_edge=None, coarse=False):
         """Build the model of ``chain`` from the URDF it was loaded from.
 
         urdf: a URDF file path or its XML text (``robot_description``); urdf_path: the file
@@ -168,15 +172,17 @@ class CollisionModel:
         its directory tree; None: the current directory). package_paths: directories holding
         ROS packages for ``package://`` URIs. tolerance [m]: the largest cover excess.
         cache_dir: disk cache of covers (None: ``covers.default_cache_dir()``; '': none).
+        coarse: when the model is not in the disk cache, return at once a model of coarse
+        covers (``coarse`` True: each element's bounding box covered by a few spheres, a
+        superset of its fine cover; the same links, bodies and groups) whose ``fine()``
+        computes the model this call returns otherwise (seconds to minutes on a first start
+        with meshes; a background thread can do it). A cached model is returned as it is.
         Raises ModelError for an unreadable URDF; a collision mesh that cannot be found or
         read leaves its link out, with a warning (``warnings``, the ``smcik_ros.collision``
         logger) naming the link, the URI and why.
         """
         text, path = _read_urdf(urdf, urdf_path)
-        tolerance = float(tolerance)
-        if not (tolerance >= MIN_TOLERANCE and math.isfinite(tolerance)):
-            raise ModelError(f'cover tolerance must be a number >= {MIN_TOLERANCE} m; got '
-                             f'{tolerance}')
+        tolerance = _checked_tolerance(tolerance)
         base_dir = os.path.dirname(os.path.abspath(path)) if path else os.getcwd()
         package_paths = tuple(package_paths or ())
         key = None if cache_dir == '' else _model_key(chain, text, base_dir, package_paths,
@@ -184,71 +190,37 @@ class CollisionModel:
         model = _cached_model(cls, chain, cache_dir, key, tolerance, path)
         if model is not None:
             return model
-        robot, raw_links = _parse(text, path)
-        missing = [n for n in chain.link_names if n not in raw_links]
-        if missing:
-            raise ModelError(f'the URDF does not match the chain: it lacks link(s) '
-                             f'{", ".join(missing)}')
-        attachments, group_parent, warnings = _attach(chain, robot, tolerance)
-        notes = []
-        geometry, link_covers = {}, []
-        where = ('not cached' if cache_dir == '' else
-                 f'cached afterwards in {cache_dir or default_cache_dir()}')
-        progress = _CoverProgress(sum(1 for link in robot.links if link.collisions))
+        return _build(cls, _Source(chain, text, path, base_dir, package_paths, tolerance,
+                                   cache_dir, item_edge, key), coarse)
 
-        def announce():
-            _LOG.info(f'computing the sphere covers of the collision geometry (tolerance '
-                      f'{tolerance:g} m): seconds to a minute on the first start with this '
-                      f'robot and tolerance, {where}')
-            progress.start()
-        with before_first_compute(announce), progress:
-            for link in robot.links:
-                items, unreadable = _link_geometry(link, raw_links.get(link.name), base_dir,
-                                                   package_paths)
-                att = attachments.get(link.name)
-                if not items or att is None:
-                    continue
-                progress.link = link.name
-                try:
-                    if unreadable is not None:
-                        raise unreadable
-                    if att.swept:
-                        travel = max(_sweep_travel(g, att, tolerance) for g in items)
-                        if travel > MAX_SWEEP:
-                            warnings.append(
-                                f'link {link.name!r} is on a joint off the chain and its '
-                                f'geometry moves up to {travel:.2f} m over that joint\'s range '
-                                f'(more than {MAX_SWEEP} m): left out; put it on the chain '
-                                '(base/tip links) or publish it as an obstacle')
-                            continue
-                    cover = _link_cover(link.name, items, att, tolerance, item_edge,
-                                        cache_dir, notes)
-                except _MeshUnreadable as exc:
-                    warnings.append(
-                        f'link {link.name!r}: collision mesh {exc.uri!r} cannot be read, so '
-                        f'the link has no collision geometry (no collision checks for it): '
-                        f'{exc.reason}')
-                    continue
-                finally:
-                    progress.done += 1
-                geometry[link.name] = items
-                link_covers.append((link.name, cover))
-        for name in attachments:
-            if name not in geometry and name in raw_links and raw_links[name]['unsupported']:
-                warnings.append(f'link {name!r}: <collision> without supported geometry '
-                                f'({raw_links[name]["unsupported"]}) left out')
-        order = {n: i for i, n in enumerate(chain.link_names)}
-        link_covers.sort(key=lambda item: (order.get(item[0], len(order)), item[0]))
-        model = cls(chain, link_covers, attachments, geometry, warnings, 'urdf', tolerance,
-                    group_parent, path, tuple(raw_links))
-        model.cache_dir = cache_dir
-        for w in warnings:
-            _LOG.warning('%s', w)
-        _store_model(cache_dir, key, link_covers, attachments, geometry, warnings, notes,
-                     group_parent, tuple(raw_links))
+    def fine(self, covers=None):
+        """Return the model with the fine covers of a coarse model, or this model when it is
+        not coarse. covers: {link: SphereCover} of its links at its tolerance (``link_covers``
+        of ``fine_inputs()``, e.g. computed in another process); None: computed here
+        (seconds to minutes). The model has this model's links, bodies and groups (pair ids
+        stay valid) and is stored in the disk cache, where the next ``from_urdf`` finds it."""
+        if not self.coarse:
+            return self
+        source, notes = self._source, []
+        if covers is None:
+            covers, notes = link_covers(*self.fine_inputs())
+        model = type(self)(self.chain, [(n, covers[n]) for n in self.link_names],
+                           self._attachments, self.geometry, self.warnings, self.source,
+                           self.tolerance, self.group_parent, self.urdf_path, self.urdf_links)
+        model.cache_dir = self.cache_dir
+        _store_model(source.cache_dir, source.key, list(model._covers.items()),
+                     self._attachments, self.geometry, self.warnings, notes,
+                     self.group_parent, self.urdf_links)
         return model
 
-    def refined(self, links, tolerance):
+    def fine_inputs(self):
+        """Return the arguments of ``link_covers`` that give this model's fine covers (plain
+        data: they can be sent to another process)."""
+        source = self._source
+        return (self.geometry, self._attachments, source.tolerance, source.item_edge,
+                source.cache_dir)
+
+    def refined(self, links, tolerance, covers=None):
         """Return (model, refined names): a copy whose covers of ``links`` (names) are
         computed again from their <collision> geometry at the finer ``tolerance`` [m] (the
         contact refinement: links resting in contact where their covers, not their meshes,
@@ -256,25 +228,36 @@ class CollisionModel:
         pair ids and link indices stay valid. Links without geometry here, or already covered
         at least that finely, are left as they are (not in the names). ``tolerance`` keeps
         the link's sphere budget (``LINK_SPHERES``); the covers go to the same disk cache.
-        Raises ModelError when a mesh can no longer be read.
+        covers: {link: SphereCover} of ``link_covers(*refine_inputs(links, tolerance))``,
+        computed elsewhere (another process); None: computed here. Raises ModelError when a
+        mesh can no longer be read. A coarse model is returned as it is (its ``fine`` covers
+        replace every link's).
         """
-        tolerance = float(tolerance)
-        if not (tolerance >= MIN_TOLERANCE and math.isfinite(tolerance)):
-            raise ModelError(f'cover tolerance must be a number >= {MIN_TOLERANCE} m; got '
-                             f'{tolerance}')
-        names = [n for n in dict.fromkeys(links) if n in self.geometry and n in self._covers
-                 and self._covers[n].max_excess > tolerance]
-        if self.source != 'urdf' or not names:
+        inputs = self.refine_inputs(links, tolerance)
+        names = list(inputs[0])
+        if not names:
             return self, []
-        notes, covers = [], dict(self._covers)
-        for name in names:
-            covers[name] = _link_cover(name, self.geometry[name], self._attachments[name],
-                                       tolerance, None, self.cache_dir, notes)
-        model = type(self)(self.chain, [(n, covers[n]) for n in self.link_names],
+        if covers is None:
+            covers, _ = link_covers(*inputs)
+        merged = dict(self._covers)
+        merged.update((name, covers[name]) for name in names)
+        model = type(self)(self.chain, [(n, merged[n]) for n in self.link_names],
                            self._attachments, self.geometry, self.warnings, self.source,
                            self.tolerance, self.group_parent, self.urdf_path, self.urdf_links)
         model.cache_dir = self.cache_dir
         return model, names
+
+    def refine_inputs(self, links, tolerance):
+        """Return the ``link_covers`` arguments of ``refined(links, tolerance)`` (plain data:
+        they can be sent to another process); its geometry is empty when nothing is to be
+        refined."""
+        tolerance = _checked_tolerance(tolerance)
+        names = [n for n in dict.fromkeys(links) if n in self.geometry and n in self._covers
+                 and self._covers[n].max_excess > tolerance]
+        if self.source != 'urdf' or self.coarse:
+            names = []
+        return ({n: self.geometry[n] for n in names}, {n: self._attachments[n] for n in names},
+                tolerance, None, self.cache_dir)
 
     @classmethod
     def skeleton(cls, chain, radius=DEFAULT_SKELETON_RADIUS):
@@ -343,6 +326,33 @@ class CollisionModel:
                         (0 <= b < len(parent) and parent[b] == a):
                     out.add((i, j))
         return out
+
+    def world_spheres(self, frames):
+        """Return the (N, S, 3) sphere centres of every configuration of ``frames`` [m]."""
+        n = len(frames)
+        out = np.empty((n, len(self.radii), 3))
+        for body, start, stop in self._body_slices():
+            local = self.centers[start:stop]
+            if body < 0:
+                out[:, start:stop] = local
+            else:
+                out[:, start:stop] = (np.matmul(frames.rot[body], local.T)
+                                      .transpose(0, 2, 1) + frames.pos[body][:, None, :])
+        return out
+
+    def _body_slices(self):
+        """Return [(body, start, stop)] runs of spheres on one body (cached)."""
+        runs = getattr(self, '_runs', None)
+        if runs is None:
+            runs = []
+            b = self.sphere_body
+            start = 0
+            for i in range(1, len(b) + 1):
+                if i == len(b) or b[i] != b[start]:
+                    runs.append((int(b[start]), start, i))
+                    start = i
+            self._runs = runs
+        return runs
 
     def excess_table(self):
         """Return [(link, spheres, max excess [m], swept)] for reports."""
@@ -574,6 +584,31 @@ def _collada_unit(path):
 
 
 # ---------------------------------------------------------------------- URDF reading
+def collision_geometry(urdf, links, package_paths=(), urdf_path=None):
+    """Return {link: [LinkGeometry, ...]} of the <collision> elements of ``links``.
+
+    urdf: a URDF file path or its XML text; urdf_path: the file the text came from (mesh
+    paths); package_paths as ``CollisionModel.from_urdf``. Only these links' mesh URIs are
+    resolved. Raises ModelError for an unreadable URDF, a link it does not have (naming its
+    links) or an unresolvable mesh.
+    """
+    text, path = _read_urdf(urdf, urdf_path)
+    base_dir = os.path.dirname(os.path.abspath(path)) if path else os.getcwd()
+    robot, raw_links = _parse(text, path)
+    by_name = {link.name: link for link in robot.links}
+    unknown = [name for name in links if name not in by_name]
+    if unknown:
+        raise ModelError(f'unknown link(s) {", ".join(unknown)}; links in this URDF: '
+                         f'{", ".join(by_name)}')
+    out = {}
+    for name in links:
+        out[name], unreadable = _link_geometry(by_name[name], raw_links.get(name), base_dir,
+                                               tuple(package_paths or ()))
+        if unreadable is not None:
+            raise unreadable
+    return out
+
+
 def _read_urdf(urdf, urdf_path):
     if isinstance(urdf, os.PathLike) or (isinstance(urdf, str) and
                                          not urdf.lstrip().startswith('<')):
@@ -836,6 +871,141 @@ def _sweep(joint, by_child, joints, tolerance):
     return poses, 0.5 * math.tan(0.25 * step)
 
 
+# ---------------------------------------------------------------------- building a model
+def _checked_tolerance(tolerance):
+    """Return ``tolerance`` [m] as a float (ModelError below MIN_TOLERANCE or not finite)."""
+    tolerance = float(tolerance)
+    if not (tolerance >= MIN_TOLERANCE and math.isfinite(tolerance)):
+        raise ModelError(f'cover tolerance must be a number >= {MIN_TOLERANCE} m; got '
+                         f'{tolerance}')
+    return tolerance
+
+
+@dataclasses.dataclass(frozen=True)
+class _Source:
+    """What ``from_urdf`` builds a model from (a coarse model keeps it for ``fine``)."""
+
+    chain: object
+    text: bytes
+    path: str
+    base_dir: str
+    package_paths: tuple
+    tolerance: float
+    cache_dir: object
+    item_edge: object
+    key: object          # the model cache key (None: not stored)
+
+
+def _build(cls, source, coarse):
+    """Return the model of ``source`` (``from_urdf``), its covers coarse or fine; a fine one
+    is stored in the model cache."""
+    chain = source.chain
+    robot, raw_links = _parse(source.text, source.path)
+    # (The links a floating base adds are not in the URDF.)
+    missing = [n for n in chain.link_names if n not in raw_links
+               and n not in chain.floating_links]
+    if missing:
+        raise ModelError(f'the URDF does not match the chain: it lacks link(s) '
+                         f'{", ".join(missing)}')
+    attachments, group_parent, warnings = _attach(chain, robot, source.tolerance)
+    notes = []
+    geometry, link_covers = _cover_links(robot, raw_links, attachments, source, coarse,
+                                         warnings, notes)
+    for name in attachments:
+        if name not in geometry and name in raw_links and raw_links[name]['unsupported']:
+            warnings.append(f'link {name!r}: <collision> without supported geometry '
+                            f'({raw_links[name]["unsupported"]}) left out')
+    order = {n: i for i, n in enumerate(chain.link_names)}
+    link_covers.sort(key=lambda item: (order.get(item[0], len(order)), item[0]))
+    model = cls(chain, link_covers, attachments, geometry, warnings, 'urdf', source.tolerance,
+                group_parent, source.path, tuple(raw_links))
+    model.cache_dir = source.cache_dir
+    for w in warnings:
+        _LOG.warning('%s', w)
+    if coarse:
+        model.coarse, model._source = True, source
+    else:
+        _store_model(source.cache_dir, source.key, link_covers, attachments, geometry,
+                     warnings, notes, group_parent, tuple(raw_links))
+    return model
+
+
+def _cover_links(robot, raw_links, attachments, source, coarse, warnings, notes):
+    """Return ({link: [LinkGeometry]}, [(link, SphereCover)]) of the links with geometry;
+    the links left out (unreadable meshes, sweeps beyond MAX_SWEEP) are added to
+    ``warnings``. Fine covers log what they compute (``_CoverProgress``); coarse ones take
+    a fraction of a second."""
+    tolerance, cache_dir = source.tolerance, source.cache_dir
+    geometry, link_covers = {}, []
+    total = sum(1 for link in robot.links if link.collisions)
+    with _computing(total, tolerance, cache_dir) as progress:
+        for link in robot.links:
+            items, unreadable = _link_geometry(link, raw_links.get(link.name),
+                                               source.base_dir, source.package_paths)
+            att = attachments.get(link.name)
+            if not items or att is None:
+                continue
+            progress.link = link.name
+            try:
+                if unreadable is not None:
+                    raise unreadable
+                if att.swept:
+                    travel = max(_sweep_travel(g, att, tolerance) for g in items)
+                    if travel > MAX_SWEEP:
+                        warnings.append(
+                            f'link {link.name!r} is on a joint off the chain and its geometry '
+                            f'moves up to {travel:.2f} m over that joint\'s range (more than '
+                            f'{MAX_SWEEP} m): left out; put it on the chain (base/tip links) '
+                            'or publish it as an obstacle')
+                        continue
+                cover = (_coarse_cover(items, att, tolerance, source.item_edge) if coarse
+                         else _link_cover(link.name, items, att, tolerance, source.item_edge,
+                                          cache_dir, notes))
+            except _MeshUnreadable as exc:
+                warnings.append(
+                    f'link {link.name!r}: collision mesh {exc.uri!r} cannot be read, so the '
+                    f'link has no collision geometry (no collision checks for it): '
+                    f'{exc.reason}')
+                continue
+            finally:
+                progress.done += 1
+            geometry[link.name] = items
+            link_covers.append((link.name, cover))
+    return geometry, link_covers
+
+
+def link_covers(geometry, attachments, tolerance, item_edge=None, cache_dir=None):
+    """Return ({link: SphereCover}, notes): the fine covers of the <collision> elements
+    ``geometry`` {link: [LinkGeometry]} on their ``attachments`` {link: how it rides on the
+    chain} at ``tolerance`` [m] (``CollisionModel.fine_inputs``), logging what it computes;
+    cache_dir as in ``from_urdf``. ModelError when a mesh can no longer be read."""
+    covers, notes = {}, []
+    with _computing(len(geometry), tolerance, cache_dir) as progress:
+        for name, items in geometry.items():
+            progress.link = name
+            covers[name] = _link_cover(name, items, attachments[name], tolerance, item_edge,
+                                       cache_dir, notes)
+            progress.done += 1
+    return covers, notes
+
+
+@contextlib.contextmanager
+def _computing(total, tolerance, cache_dir):
+    """Yield the ``_CoverProgress`` of ``total`` links: once the first cover that is not in
+    the disk cache is computed, log what is computed, and how far every few seconds."""
+    where = ('not cached' if cache_dir == '' else
+             f'cached afterwards in {cache_dir or default_cache_dir()}')
+    progress = _CoverProgress(total)
+
+    def announce():
+        _LOG.info(f'computing the sphere covers of the collision geometry (tolerance '
+                  f'{tolerance:g} m): seconds to a minute on the first start with this '
+                  f'robot and tolerance, {where}')
+        progress.start()
+    with before_first_compute(announce), progress:
+        yield progress
+
+
 # ---------------------------------------------------------------------- covering elements
 def _link_cover(name, items, att, tolerance, item_edge, cache_dir, notes):
     """Return the merged SphereCover of one link's <collision> elements ``items``: at
@@ -872,12 +1042,7 @@ def _cover_element(geom, att, tolerance, item_edge, cache_dir):
             .transformed(pose)
     # Swept over an off-chain joint: cover the mesh at consecutive sampled poses.
     if geom.kind == 'sphere':
-        centers = placement[:, :3, 3]
-        step = np.linalg.norm(np.diff(centers, axis=0), axis=-1)
-        # Any point of the path is within half a chord plus the arc's sag of a sample.
-        grow = (0.5 + att.sag) * float(step.max()) if len(step) else 0.0
-        radius = geom.size[0] + grow
-        return SphereCover(centers, np.full(len(centers), radius), np.full(len(centers), grow))
+        return _swept_sphere(geom.size[0], placement, att.sag)
     vertices, faces = _element_mesh(geom, tolerance)
 
     def compute():
@@ -895,6 +1060,135 @@ def _cover_element(geom, att, tolerance, item_edge, cache_dir):
                         float(att.sag), float(tolerance), item_edge, SWEPT_PIECES)
 
 
+def _swept_sphere(radius, placement, sag):
+    """Return the cover of a sphere (radius [m]) at the centres of ``placement`` (K, 4, 4),
+    swept between them (``sag``: the arc's sag ratio of a revolute sweep, 0 for a
+    translation)."""
+    centers = placement[:, :3, 3]
+    step = np.linalg.norm(np.diff(centers, axis=0), axis=-1)
+    # Any point of the path is within half a chord plus the arc's sag of a sample.
+    grow = (0.5 + sag) * float(step.max()) if len(step) else 0.0
+    return SphereCover(centers, np.full(len(centers), radius + grow),
+                       np.full(len(centers), grow))
+
+
+# ---------------------------------------------------------------------- coarse covers
+COARSE_TOLERANCE = 0.03   # [m] a coarse sphere reaches at most this far beyond its box
+COARSE_SPHERES = 64       # most spheres of one element's coarse cover (a larger excess beyond)
+
+
+def _coarse_cover(items, att, tolerance, item_edge=None):
+    """Return a coarse conservative cover of one link's <collision> elements ``items``.
+
+    Each element's bounding box (the smaller of the box along the body frame's axes and the
+    one along the principal axes of its hull's vertices; for a swept element, of those
+    vertices at every sampled pose, grown by the largest sag of their arcs between poses:
+    the box holds the whole sweep), grown by what the fine cover may reach beyond the
+    element (``_fine_reach``), is cut into equal cells, each covered by its circumscribed
+    sphere: every point of the element, and of its fine cover, lies in the box, so in a
+    sphere. Cells are refined until a sphere reaches at most COARSE_TOLERANCE beyond the
+    box (or the element has COARSE_SPHERES). Milliseconds per element: what the node starts
+    with while the fine covers are computed (``CollisionModel.fine``).
+    """
+    from scipy.spatial import cKDTree
+
+    covers = []
+    for geom in items:
+        placement = att.poses @ geom.origin                    # (K, 4, 4)
+        if geom.kind == 'sphere':
+            covers.append(cover_sphere(geom.size[0]).transformed(placement[0])
+                          if not att.swept else _swept_sphere(geom.size[0], placement, att.sag))
+            continue
+        points, slack = _element_points(geom, tolerance)
+        hull = _hull_vertices(points)
+        placed = _placed(placement, hull)
+        sag = 0.0
+        if att.sag:
+            sag = att.sag * float(np.linalg.norm(np.diff(placed, axis=0), axis=-1).max())
+        grow = sag + _fine_reach(geom, att, tolerance, item_edge, hull)
+        placed = placed.reshape(-1, 3)
+        centers, radius = _box_spheres(placed, grow)
+        # Within far + slack of the centre lies a point of the element: an excess bound.
+        far = cKDTree(placed).query(centers)[0] + slack
+        covers.append(SphereCover(centers, np.full(len(centers), radius), radius + far))
+    return _merge(covers)
+
+
+def _fine_reach(geom, att, tolerance, item_edge, hull):
+    """Return how far [m] beyond the element (over its sweep) its fine cover may reach: the
+    tolerance (1.1 x: a cylinder's prism adds a tenth), for a swept element the sag of the
+    thinned steps (at most tan(pi / 8) / 2 of a step that moves a vertex by the tolerance)
+    and, when it is covered through a convex proxy, the proxy's lattice cells (4 x the
+    tolerance at most, their diagonal, and the larger chords of the proxy's points). A link
+    whose fine cover is made coarser for its sphere budget (LINK_SPHERES, logged) can reach
+    farther."""
+    reach = 1.1 * tolerance
+    if not att.swept:
+        return reach
+    reach += 0.21 * tolerance
+    if geom.kind == 'mesh':
+        vertices, faces = _element_mesh(geom, tolerance)
+        placement, _ = _thinned_sweep(hull, att.poses @ geom.origin, att.sag, tolerance)
+        if _over_budget(vertices, faces, placement, tolerance, item_edge):
+            reach += 1.3 * math.sqrt(3.0) * 4.0 * tolerance
+    return reach
+
+
+def _element_points(geom, tolerance):
+    """Return ((P, 3) points whose convex hull holds the element, in its own frame; slack:
+    how far [m] a point can be from the element): a mesh's vertices, a box's corners, the
+    corners of the box around a cylinder (r (sqrt 2 - 1) from its side) or a capsule
+    (r (sqrt 3 - 1) from its caps)."""
+    if geom.kind == 'mesh':
+        return _element_mesh(geom, tolerance)[0], 0.0
+    slack = 0.0
+    if geom.kind == 'box':
+        half = 0.5 * np.asarray(geom.size, dtype=float)
+    else:   # cylinder and capsule: (radius, length) along z
+        radius, length = geom.size
+        capsule = geom.kind == 'capsule'
+        half = np.array([radius, radius, 0.5 * length + (radius if capsule else 0.0)])
+        slack = radius * (math.sqrt(3.0 if capsule else 2.0) - 1.0)
+    corners = np.stack(np.meshgrid([-1.0, 1.0], [-1.0, 1.0], [-1.0, 1.0], indexing='ij'), -1)
+    return corners.reshape(-1, 3) * half, slack
+
+
+def _hull_vertices(points):
+    """Return the vertices of the convex hull of ``points`` (all of them when flat)."""
+    from scipy.spatial import ConvexHull, QhullError
+
+    if len(points) <= 16:
+        return points
+    try:
+        return points[ConvexHull(points).vertices]
+    except (QhullError, ValueError):
+        return points
+
+
+def _box_spheres(points, grow=0.0):
+    """Return (centres (S, 3), radius): the circumscribed spheres of the cells of a box
+    around ``points`` (P, 3), grown by ``grow`` [m] on every side (see ``_coarse_cover``)."""
+    boxes = []
+    for axes in (np.eye(3), np.linalg.svd(points - points.mean(axis=0),
+                                          full_matrices=False)[2]):
+        local = points @ axes.T
+        lo, hi = local.min(axis=0) - grow, local.max(axis=0) + grow
+        boxes.append((float(np.prod(np.maximum(hi - lo, 1e-9))), axes, lo, hi))
+    _, axes, lo, hi = min(boxes, key=lambda box: box[0])
+    side = np.maximum(hi - lo, 1e-6)
+    count = np.ones(3, dtype=np.int64)
+    while True:
+        cell = side / count
+        reach = 0.5 * (np.linalg.norm(cell) - cell.min())   # beyond the box, at most
+        if reach <= COARSE_TOLERANCE or np.prod(count) * 2 > COARSE_SPHERES:
+            break
+        count[np.argmax(cell)] += 1
+    grid = np.stack(np.meshgrid(*[(np.arange(n) + 0.5) / n for n in count], indexing='ij'),
+                    -1).reshape(-1, 3)
+    centers = (lo + grid * (hi - lo)) @ axes
+    return centers, 0.5 * float(np.linalg.norm((hi - lo) / count)) * (1.0 + 1e-9) + 1e-12
+
+
 SWEPT_PIECES = 200_000     # surface pieces x pose steps of one swept element (memory, time)
 
 
@@ -906,6 +1200,24 @@ def _thinned(placement, factor, k):
     if factor:      # revolute: factor = tan(step / 4) / 2 of the sampled step
         factor = 0.5 * math.tan(k * math.atan(2.0 * factor))
     return placement[keep], factor
+
+
+def _thinned_sweep(vertices, placement, factor, tolerance):
+    """Return (placement, sag factor) thinned to a step that moves no vertex more than
+    ``tolerance`` (at most 90 degrees; see ``_swept_within_budget``)."""
+    moved = _placed(placement[:2], vertices)
+    chord = float(np.linalg.norm(moved[-1] - moved[0], axis=-1).max())
+    k = int(tolerance / chord) if chord > 0.0 else len(placement)
+    if factor:
+        k = min(k, max(1, int((0.5 * math.pi) / (4.0 * math.atan(2.0 * factor)))))
+    return _thinned(placement, factor, max(k, 1))
+
+
+def _over_budget(vertices, faces, placement, tolerance, item_edge):
+    """True when the pieces of a swept mesh over its (thinned) ``placement`` exceed
+    SWEPT_PIECES: it is covered through a convex proxy (``_swept_within_budget``)."""
+    edge = tolerance if item_edge is None else item_edge     # cover_mesh's default
+    return len(bisect_triangles(vertices[faces], edge)) * (len(placement) - 1) > SWEPT_PIECES
 
 
 def _swept_within_budget(geom, vertices, faces, placement, factor, tolerance, item_edge):
@@ -922,19 +1234,11 @@ def _swept_within_budget(geom, vertices, faces, placement, factor, tolerance, it
     """
     import trimesh
 
-    def step_chord(poses):
-        moved = _placed(poses[:2], vertices)
-        return float(np.linalg.norm(moved[1] - moved[0], axis=-1).max())
-
-    chord = step_chord(placement)
-    k = int(tolerance / chord) if chord > 0.0 else len(placement)
-    if factor:
-        k = min(k, max(1, int((0.5 * math.pi) / (4.0 * math.atan(2.0 * factor)))))
-    placement, factor = _thinned(placement, factor, max(k, 1))
+    placement, factor = _thinned_sweep(vertices, placement, factor, tolerance)
+    if not _over_budget(vertices, faces, placement, tolerance, item_edge):
+        return vertices, faces, placement, factor, False
     edge = tolerance if item_edge is None else item_edge     # cover_mesh's default
     steps = len(placement) - 1
-    if len(bisect_triangles(vertices[faces], edge)) * steps <= SWEPT_PIECES:
-        return vertices, faces, placement, factor, False
     corners = np.stack(np.meshgrid([0, 1], [0, 1], [0, 1], indexing='ij'), -1).reshape(-1, 3)
     cell = 0.25 * tolerance
     while True:

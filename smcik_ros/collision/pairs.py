@@ -9,7 +9,9 @@ Rules, in order (each disabled pair keeps its reason):
    warning (in the returned ``warnings`` and the ``smcik_ros.collision`` logger);
 3. always: pairs whose covers (with padding) overlap at every sampled in-limit
    configuration (MoveIt's "default/always" rule: such an overlap is a cover artefact of
-   links that sit close by design, and would leave no configuration free);
+   links that sit close by design, and would leave no configuration free); not on a
+   coarse model (``CollisionModel.from_urdf(coarse=True)``): its boxes overlap where the
+   fine covers may not, and the pair stays checked until the pairs of the fine model;
 4. never (optional, ``never_samples > 0``): pairs that never come within ``never_margin``
    in a large seeded sample of in-limit configurations (MoveIt's "never" rule). This rule
    is statistical: a pair that only meets in a small corner of the joint space can be
@@ -46,7 +48,10 @@ class Srdf:
 
 
 def parse_srdf(source):
-    """Return the ``Srdf`` of a file path or XML text; ModelError when it is not an SRDF."""
+    """Return the ``Srdf`` of a file path or XML text (an ``Srdf`` as it is); ModelError when
+    it is not an SRDF."""
+    if isinstance(source, Srdf):
+        return source
     text, where = source, 'robot_description_semantic string'
     if isinstance(source, os.PathLike) or (isinstance(source, str) and
                                            not source.lstrip().startswith('<')):
@@ -107,10 +112,11 @@ def self_collision_pairs(model, srdf=None, padding=0.002, always_samples=100, ne
 
     srdf: an ``Srdf``, a path or XML text, or None. padding [m]: the padding the covers are
     checked with. always_samples: random in-limit configurations of the 'always' rule (0:
-    off); the neutral configuration, ``configurations`` (M, nq) and the SRDF's group states
-    of this chain's joints are added to them, so a pair overlapping at, e.g., MoveIt's
-    'ready' pose is never called 'always'. never_samples, never_margin [m]: the statistical
-    'never' rule (0: off). seed: the sampling seed (the result is reproducible).
+    off; always off on a coarse model); the neutral configuration, ``configurations``
+    (M, nq) and the SRDF's group states of this chain's joints are added to them, so a pair
+    overlapping at, e.g., MoveIt's 'ready' pose is never called 'always'. never_samples,
+    never_margin [m]: the statistical 'never' rule (0: off). seed: the sampling seed (the
+    result is reproducible).
     urdf_links: every link name of the URDF (to tell SRDF typos from links without
     geometry); default: ``model.urdf_links``.
     """
@@ -137,6 +143,8 @@ def self_collision_pairs(model, srdf=None, padding=0.002, always_samples=100, ne
     candidates = [(i, j) for i in range(L) for j in range(i + 1, L)
                   if (names[i], names[j]) not in disabled]
     chain = model.chain
+    if getattr(model, 'coarse', False):
+        always_samples = 0
     if candidates and (always_samples > 0 or never_samples > 0):
         rng = np.random.default_rng(seed)
         robot = RobotGeometry(model)

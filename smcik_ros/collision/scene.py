@@ -193,6 +193,10 @@ class Scene:
         """Return the keys (of one ``source``, or all)."""
         return [k for k, v in self._items.items() if source is None or v[1] == source]
 
+    def source_of(self, key):
+        """Return the source that added ``key``."""
+        return self._items[_key(key)][1]
+
     def add(self, key, obstacle, source='user'):
         """Add or replace the obstacle at ``key`` = (ns, id)."""
         self.apply([('add', key, obstacle)], source)

@@ -28,7 +28,7 @@ import math
 import numpy as np
 
 from ..errors import ParameterError
-from .limits import nearest_equivalent
+from .limits import commanded, nearest_equivalent
 
 __all__ = ['ArmState', 'ArmSettings', 'ArmMonitor', 'Decision', 'MeasureReport',
            'initial_configuration']
@@ -272,7 +272,8 @@ class ArmMonitor:
 
 
 def initial_configuration(chain):
-    """Return the assumed start without a measurement (n,): 0 where the range holds 0, else
-    mid-range (sim_arm's default start; the node's simulation-only blind start)."""
-    mid = 0.5 * (chain.lower + chain.upper)
-    return np.where((chain.lower <= 0.0) & (chain.upper >= 0.0), 0.0, mid)
+    """Return the assumed start of the commanded joints without a measurement (C,): 0 where
+    the range holds 0, else mid-range (the node's simulation-only blind start)."""
+    index = commanded(chain)
+    lower, upper = chain.lower[index], chain.upper[index]
+    return np.where((lower <= 0.0) & (upper >= 0.0), 0.0, 0.5 * (lower + upper))

@@ -1,17 +1,16 @@
 """Collision avoidance in the command stream, without ROS: the model, the scene, the validator.
 
-``CollisionGuard`` owns what the node needs from ``smcik_ros.collision``: the
-``CollisionConstraint`` every solver respects (the loop sets its reference to the command
-before each solver step), the ``Scene`` of obstacles from several sources (``SOURCES``, each
-replaced or updated as a whole), the loop's validator (``guard(q_from, q_to)``: the
-sub-stepped ``check_motion``, or a proof that the motion is free without a query,
-``free_motion``; ``check_many``: a batch), the status and what the ``~/collision`` markers
-draw. ``from_urdf`` builds it: covers of the ``<collision>`` geometry (a thin skeleton of the
-chain without any: self-collision off, obstacles still checked; a collision mesh that cannot
-be found or read leaves its link out, with a warning naming the link, the URI and every place
-looked) and the SRDF's pairs (``choose_srdf``). ``start_srdf_update`` and
-``start_contact_refinement`` compute new pairs or finer covers in a thread
-(``cover_updates``); ``poll`` swaps them in at a tick.
+        Where covers, not meshes, overlap (a folded start pose, a base on its table), goals
+        near the start can be out of reach; finer covers of just those links take the
+        overlap away without the cost of fine covers everywhere. They are swapped in only
+        when they release a pair in contact or make one ``CONTACT_GAIN`` shallower. Returns
+        the names of the links being refined ([]: no contact, no geometry, off, or those
+        covers are that fine already).
+
+With ``cover_wait`` [s], a first start whose covers are not in the disk cache waits for them
+no longer than that: it starts with coarse covers (supersets of the fine ones, every
+non-adjacent pair the SRDF leaves checked), refusing more than its settings ask, never less,
+until ``start_fine_covers`` has computed the fine ones and ``poll`` swapped them in.
 """
 
 import dataclasses
@@ -25,7 +24,8 @@ from ..collision import (DEFAULT_CLEARANCE, DEFAULT_PADDING, DEFAULT_TOLERANCE, 
                          parse_srdf, pointcloud_obstacle, self_collision_pairs)
 from ..collision.constraint import CONTACT_RELEASE
 from ..errors import GoalError, ModelError, ParameterError
-from .cover_updates import BackgroundUpdates, finer_covers, srdf_pairs
+from .cover_updates import (BackgroundUpdates, coarse_note, finer_covers, full_covers,
+                            settle, srdf_pairs)
 from .free_motion import FreeMotionProofs, motion_key
 
 __all__ = ['CollisionSettings', 'CollisionGuard', 'choose_srdf', 'reach_bound', 'SOURCES']
@@ -167,24 +167,29 @@ class CollisionGuard:
         self._report = (None, None)
         self._monitored = None       # (constraint, its twin for status and markers)
         self._updates = BackgroundUpdates()
+        self.srdf_parsed = None      # the Srdf of the pairs (None: none): the pairs again
 
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_urdf(cls, chain, urdf, urdf_path=None, package_paths=(), srdf=None,
-                  srdf_description=None, settings=None, cache_dir=None, explicit_srdf=True):
+                  srdf_description=None, settings=None, cache_dir=None, explicit_srdf=True,
+                  cover_wait=None):
         """Return (guard, notes): the model from the URDF (text or path), its pairs.
 
         srdf: an SRDF path or XML text (or None); explicit_srdf: a broken SRDF is an error
-        (else: noted and ignored). notes: (level, text) lines for the log (the model's and
-        pairs' own warnings go to the 'smcik_ros.collision' logger). Raises ModelError for a
-        missing or unreadable mesh (naming the URI and where it was looked for) or a broken
-        explicit SRDF.
+        (else: noted and ignored). cover_wait [s]: covers not in the disk cache are computed
+        in the background (``start_fine_covers``), waited for at most that long, and the
+        guard starts with coarse ones when they take longer (None: computed here, however
+        long). notes: (level, text) lines for the log (the model's and pairs' own warnings go
+        to the 'smcik_ros.collision' logger). Raises ModelError for an unreadable URDF or a
+        broken explicit SRDF.
         """
         settings = settings if settings is not None else CollisionSettings()
         notes = []
         model = CollisionModel.from_urdf(chain, urdf, package_paths=tuple(package_paths),
                                          urdf_path=urdf_path, cache_dir=cache_dir,
-                                         tolerance=settings.cover_tolerance)
+                                         tolerance=settings.cover_tolerance,
+                                         coarse=cover_wait is not None)
         if not model.has_geometry:
             notes.append(('info', 'the URDF has no <collision> geometry: self_collision is '
                           'ignored; obstacles are checked against a thin skeleton of the '
@@ -193,15 +198,21 @@ class CollisionGuard:
                        srdf='no <collision> geometry'), notes
         description = srdf_description or ('no SRDF' if srdf is None else str(srdf))
         try:
-            pairs = self_collision_pairs(model, srdf, padding=settings.padding)
+            parsed = None if srdf is None else parse_srdf(srdf)
+            pairs = self_collision_pairs(model, parsed, padding=settings.padding)
         except ModelError as exc:
             if explicit_srdf:
                 raise
             notes.append(('warn', f'{description}: {exc}: ignored, every non-adjacent pair '
                           'is checked'))
             description = f'no SRDF ({description} unreadable)'
-            pairs = self_collision_pairs(model, None, padding=settings.padding)
+            parsed, pairs = None, self_collision_pairs(model, None, padding=settings.padding)
         guard = cls(model, pairs, settings, srdf=description)
+        guard.srdf_parsed = parsed
+        if guard.start_fine_covers():
+            notes += settle(guard, cover_wait)
+            if guard.model.coarse:
+                notes.append(('warn', coarse_note(guard.model, cover_wait)))
         notes.append(('info', guard.summary()))
         return guard, notes
 
@@ -222,8 +233,9 @@ class CollisionGuard:
         pairs = len(self.constraint.pairs)
         what = (f'{pairs} self-collision pairs checked' if self.self_collision
                 else 'self-collision off')
+        source = f'{model.source}, coarse covers' if model.coarse else model.source
         return (f'collision model: {len(model.radii)} spheres on {len(model.link_names)} links '
-                f'({model.source}), {what} (SRDF: {self.srdf}), padding '
+                f'({source}), {what} (SRDF: {self.srdf}), padding '
                 f'{self.settings.padding:g} m, clearance {self.settings.clearance:g} m')
 
     # ------------------------------------------------------------------ settings at runtime
@@ -233,39 +245,51 @@ class CollisionGuard:
         if on and not self.has_geometry:
             raise ParameterError('self_collision: the URDF has no <collision> geometry, so the '
                                  'robot cannot be checked against itself')
-        return self._rebuild(self_collision=bool(on))
+        return self.update_settings(self_collision=bool(on))
 
-    def set_clearance(self, clearance):
-        """Change the soft clearance [m]; returns the new constraint (for the loop)."""
-        return self._rebuild(clearance=clearance)
-
-    def _rebuild(self, **changes):
+    def update_settings(self, **changes):
+        """Change settings at runtime (``clearance``, ``self_collision``, ``voxel_size``,
+        ``robot_margin``); returns the constraint (the caller hands it to the loop), rebuilt
+        when a setting it holds changed."""
         self.settings = self.settings.replace(**changes)
-        self.constraint = self._build_constraint(self.model, self.pairs, self.settings)
+        if changes.keys() & {'clearance', 'self_collision'}:
+            self.constraint = self._build_constraint(self.model, self.pairs, self.settings)
         return self.constraint
 
-    def set_pointcloud_settings(self, voxel_size=None, robot_margin=None):
-        """Change the voxel size / robot margin of the next point clouds [m]."""
-        changes = {'voxel_size': voxel_size, 'robot_margin': robot_margin}
-        self.settings = self.settings.replace(**{k: v for k, v in changes.items()
-                                                 if v is not None})
-
     # ------------------------------------------------------------------ updates at runtime
-    def start_srdf_update(self, srdf, description):
-        """Recompute the self-collision pairs for ``srdf`` (path, XML or None) in a thread.
+    def start_srdf_update(self, srdf, description, label=None):
+        """Recompute the self-collision pairs for ``srdf`` (path, XML, a parsed ``Srdf`` or
+        None) in a thread.
 
         The SRDF is parsed here (ModelError when malformed, nothing changes); the pairs (and
         the new constraint's pair tables) are computed in the background; ``poll`` swaps them
-        in. Returns False (nothing to do) when the URDF has no geometry.
+        in (logged after ``label``, default 'SRDF from ... applied'). Returns False (nothing
+        to do) when the URDF has no geometry.
         """
         if not self.has_geometry:
             return False
         parsed = None if srdf is None else parse_srdf(srdf)
+        self.srdf_parsed = parsed
         work = srdf_pairs(self.model, parsed, self.settings, description,
-                          self._build_constraint, self.summary)
+                          self._build_constraint, self.summary, label)
         self._updates.start('smcik-srdf-pairs', work, lambda exc: (
             f'SRDF from {description} not applied ({type(exc).__name__}: {exc}); keeping '
             f'{len(self.constraint.pairs)} pairs'))
+        return True
+
+    def start_fine_covers(self):
+        """Compute the fine covers of a coarse model in a thread (``full_covers``); ``poll``
+        swaps them in, then starts the pairs again (the 'always' rule needs the fine covers).
+        Returns False (nothing to do) when the model is not coarse."""
+        if not self.model.coarse:
+            return False
+        work = full_covers(self.model, self.pairs, self.settings, self._build_constraint,
+                           lambda: self.start_srdf_update(
+                               self.srdf_parsed, self.srdf,
+                               'self-collision pairs of the fine covers computed'))
+        self._updates.start('smcik-fine-covers', work, lambda exc: (
+            f'the fine covers were not computed ({type(exc).__name__}: {exc}); the coarse '
+            'covers stay (the collision guard stays more conservative than its settings)'))
         return True
 
     def start_contact_refinement(self, q):
@@ -277,12 +301,12 @@ class CollisionGuard:
         near the start can be out of reach; finer covers of just those links take the
         overlap away without the cost of fine covers everywhere. They are swapped in only
         when they release a pair in contact or make one ``CONTACT_GAIN`` shallower. Returns
-        the names of the links being refined ([]: no contact, no geometry, off, or those
-        covers are that fine already).
+        the names of the links being refined ([]: no contact, no geometry, off, those
+        covers are that fine already, or they are coarse: the fine covers are coming).
         """
         tolerance = self.settings.contact_tolerance
         model = self.model
-        if not (self.has_geometry and tolerance > 0.0):
+        if not (self.has_geometry and tolerance > 0.0) or model.coarse:
             return []
         contacts = self.constraint.contacts(np.asarray(q, dtype=float))
         links = [n for pair, _ in contacts for n in pair if model.has_link(n)]
@@ -299,8 +323,10 @@ class CollisionGuard:
         return links
 
     def wait_for_update(self, timeout=None):
-        """Wait until the background updates have finished computing (for tests)."""
+        """Wait until the background updates have finished computing, at most ``timeout``
+        [s]; return True when none is running."""
         self._updates.wait(timeout)
+        return not self._updates.running
 
     def poll(self):
         """Apply the next update computed in the background (one per call, in the order they
@@ -330,6 +356,8 @@ class CollisionGuard:
             self.constraint = constraint
         else:   # another update, or a setting changed while the thread ran
             self.constraint = self._build_constraint(self.model, self.pairs, s)
+        if 'then' in result:
+            result['then']()
         return ('info', result['text'](), True)
 
     # ------------------------------------------------------------------ the validator

@@ -27,14 +27,20 @@ class ConstraintSet:
     chain: the Chain; frame_to_base: callable frame -> (4, 4) pose in the base frame [m]
     (GoalError for an unknown frame); frame_names: frames the schema may name (None: any,
     checked when built, e.g. with tf2); model: the robot's CollisionModel (None: obstacles
-    become constraint objects).
+    become constraint objects); urdf (XML text or path), urdf_path, package_paths: where the
+    collision shapes of ``center_of_mass`` ``support`` links are read. Contacts without a pose
+    and support polygons are built unanchored: the control loop anchors them where the arm is
+    (``base.FigureState.anchor``).
     """
 
-    def __init__(self, chain, frame_to_base, frame_names=None, model=None):
+    def __init__(self, chain, frame_to_base, frame_names=None, model=None, urdf=None,
+                 urdf_path=None, package_paths=()):
         self.chain = chain
         self.frame_to_base = frame_to_base
         self.frame_names = frame_names
         self.model = model
+        self._urdf = {'urdf': urdf, 'urdf_path': urdf_path,
+                      'package_paths': tuple(package_paths or ())}
         self.specs = []            # schema entries
         self.objects = []          # constraint objects handed to the solver and validators
         self.obstacles = {}        # {('constraints', id): Obstacle} for the collision scene
@@ -59,7 +65,7 @@ class ConstraintSet:
                 for i, spec in enumerate(specs)]
         scene = {keys[i] for i, spec in enumerate(specs) if self.in_scene(spec)}
         objects = build_constraints(specs, self.chain, self.frame_to_base,
-                                    skip_obstacles=True)
+                                    skip_obstacles=True, **self._urdf)
         drawn = []
         for i, spec in enumerate(specs):
             if isinstance(spec, _OBSTACLE_SPECS) and keys[i] not in scene:

@@ -1,24 +1,41 @@
 """Collision model updates computed in the background, without ROS.
 
-Two updates take seconds and must not hold up the control tick; each runs in a daemon
-thread and ``CollisionGuard.poll`` applies its result at a tick, in the order they finished:
+Three updates take seconds to minutes and must not hold up the control tick; each runs in a
+daemon thread and ``CollisionGuard.poll`` applies its result at a tick, in the order they
+finished:
 
+- ``full_covers``: the fine covers of a coarse model (``CollisionModel.fine``: a first start
+  with meshes begins with coarse covers, see ``CollisionGuard.from_urdf``'s ``cover_wait``)
+  and their constraint; once applied, the pairs are computed again (``srdf_pairs``: the
+  'always' rule needs the fine covers).
 - ``srdf_pairs``: the self-collision pairs of another SRDF (MoveIt's
   ``/robot_description_semantic`` arriving after start-up) and their constraint.
 - ``finer_covers``: the covers of the links that rest in contact at the first command,
   computed again at a finer tolerance, kept only when they release a pair in contact or
   make one at least ``CONTACT_GAIN`` shallower.
 
+Covers are computed in a child process (``covers_in_child``), the rest in the thread.
+
 A result is a dict: 'text' (callable -> the log line), and for a change 'constraint' with
 'base' (the model and pairs it was built on; ``poll`` builds it again when either has been
-replaced since), 'model' and/or 'pairs' and 'srdf'; or 'error' (the log line of a failure).
+replaced since), 'model' and/or 'pairs' and 'srdf', and 'then' (callable, run once it is
+applied); or 'error' (the log line of a failure).
 """
 
+import logging
+import os
+import pickle
+import subprocess
+import sys
 import threading
+import time
 
 from ..collision import self_collision_pairs
+from ..collision.model import COARSE_TOLERANCE, link_covers
+from ..errors import ModelError
 
-__all__ = ['BackgroundUpdates', 'srdf_pairs', 'finer_covers', 'frees_contact', 'CONTACT_GAIN']
+__all__ = ['BackgroundUpdates', 'full_covers', 'srdf_pairs', 'finer_covers', 'frees_contact',
+           'settle', 'coarse_note', 'CONTACT_GAIN']
 
 # [m] finer covers are swapped in when a pair in contact is released or at least this much
 # shallower: every sphere costs in every query (docs/collision.md, section 4: the Panda case).
@@ -38,26 +55,126 @@ def _shown(contacts):
             + (f' and {len(contacts) - 4} more' if len(contacts) > 4 else ''))
 
 
-def srdf_pairs(model, parsed, settings, description, build, summary):
+def full_covers(model, pairs, settings, build, then):
+    """Return the work (callable -> result) of the fine covers of the coarse ``model``
+    (``CollisionModel.fine``, the covers from ``covers_in_child``) and their constraint with
+    the same ``pairs`` and settings; then() runs once they are applied (the pairs again)."""
+    def work():
+        started = time.monotonic()
+        fine = model.fine(covers_in_child(model.fine_inputs()))
+        constraint = build(fine, pairs, settings)
+        took = time.monotonic() - started
+        return {'model': fine, 'constraint': constraint, 'base': (fine, pairs), 'then': then,
+                'text': lambda: (
+                    f'fine covers in after {took:.0f} s: {len(fine.radii)} spheres (tolerance '
+                    f'{fine.tolerance:g} m) replace the {len(model.radii)} coarse ones; the '
+                    'self-collision pairs are computed again for them')}
+    return work
+
+
+def covers_in_child(inputs):
+    """Return the covers {link: SphereCover} of ``link_covers(*inputs)``, computed in a child
+    Python process: a minute of covers computed in a thread held up the control tick through
+    the GIL (talos: 277 late ticks of 100 Hz in 107 s). The child is a fresh interpreter
+    (``python -c``, nothing of this process forked or re-imported); the inputs and its
+    messages travel pickled over its stdin and stdout, and its log lines come out of this
+    process's loggers. ModelError when it fails or ends without a result; where no process
+    can be started, the covers are computed here."""
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [package] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]))
+    try:
+        child = subprocess.Popen(
+            [sys.executable, '-c', 'from smcik_ros.control.cover_updates import '
+             'child_covers; child_covers()'], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            env=env)
+    except OSError as exc:
+        logging.getLogger('smcik_ros.collision').info(
+            'no process for the fine covers (%s): computed in this one', exc)
+        return link_covers(*inputs)[0]
+    try:
+        with child.stdin:
+            pickle.dump(inputs, child.stdin)
+        while True:
+            kind, *rest = pickle.load(child.stdout)
+            if kind == 'log':
+                logging.getLogger(rest[0]).log(rest[1], '%s', rest[2])
+            elif kind == 'covers':
+                return rest[0]
+            else:
+                raise ModelError(rest[0])
+    except (EOFError, BrokenPipeError, pickle.UnpicklingError):
+        raise ModelError('the process computing the fine covers ended without them (exit '
+                         f'code {child.wait()})') from None
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+        child.stdout.close()
+
+
+class _PickleHandler(logging.Handler):
+    """Send log records to the parent process (``covers_in_child``) over ``stream``; end
+    this process when the parent is gone (its pipe closed: no one waits for the covers)."""
+
+    def __init__(self, stream):
+        super().__init__()
+        self.stream = stream
+
+    def emit(self, record):
+        self.send(('log', record.name, record.levelno, record.getMessage()))
+
+    def send(self, message):
+        try:
+            pickle.dump(message, self.stream)
+            self.stream.flush()
+        except OSError:      # BrokenPipeError: the parent ended
+            os._exit(1)
+
+
+def child_covers():
+    """The child process of ``covers_in_child``: read the inputs on stdin, send the log lines
+    and the covers (or the error) on stdout."""
+    out = sys.stdout.buffer
+    sys.stdout = sys.stderr          # stray prints must not corrupt the stream
+    handler = _PickleHandler(out)
+    logger = logging.getLogger('smcik_ros')
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        covers, _ = link_covers(*pickle.load(sys.stdin.buffer))
+        message = ('covers', covers)
+    except Exception as exc:     # sent to the parent, which raises it there
+        message = ('error', f'{type(exc).__name__}: {exc}')
+    with handler.lock:
+        handler.send(message)
+
+
+def srdf_pairs(model, parsed, settings, description, build, summary, label=None):
     """Return the work (callable -> result) of the pairs of the parsed SRDF ``parsed`` (or
     None) on ``model``; build(model, pairs, settings) -> constraint; summary() -> the guard's
-    line for the log once applied."""
+    line for the log once applied, after ``label`` (default: 'SRDF from ... applied')."""
+    label = label or f'SRDF from {description} applied'
+
     def work():
         pairs = self_collision_pairs(model, parsed, padding=settings.padding)
         return {'pairs': pairs, 'srdf': description, 'base': (model, pairs),
                 'constraint': build(model, pairs, settings),
-                'text': lambda: f'SRDF from {description} applied: {summary()}'}
+                'text': lambda: f'{label}: {summary()}'}
     return work
 
 
 def finer_covers(model, links, q, contacts, pairs, settings, build):
     """Return the work (callable -> result) of the covers of ``links`` again at
-    ``settings.contact_tolerance`` (``CollisionModel.refined``), its constraint with the
-    same ``pairs`` and settings; ``contacts``: the pairs in contact at q (nq,) before."""
+    ``settings.contact_tolerance`` (``CollisionModel.refined``, the covers from
+    ``covers_in_child``), its constraint with the same ``pairs`` and settings; ``contacts``:
+    the pairs in contact at q (nq,) before."""
     tolerance = settings.contact_tolerance
 
     def work():
-        refined, names = model.refined(links, tolerance)
+        inputs = model.refine_inputs(links, tolerance)
+        refined, names = model.refined(links, tolerance,
+                                       covers_in_child(inputs) if inputs[0] else {})
         constraint = build(refined, pairs, settings)
         after = constraint.fork().contacts(q)      # the fork reads a scene snapshot
         before = sum(int(model.link_count[model.link_index(n)]) for n in names)
@@ -74,6 +191,33 @@ def finer_covers(model, links, q, contacts, pairs, settings, build):
         return {'model': refined, 'constraint': constraint, 'base': (refined, pairs),
                 'text': lambda: f'{done}: {rest}'}
     return work
+
+
+def settle(guard, seconds):
+    """Wait up to ``seconds`` for the guard's background updates and apply the finished ones
+    (``poll``; an applied update can start another, e.g. the pairs after the fine covers,
+    waited for too); return their (level, text) lines."""
+    deadline = time.monotonic() + seconds
+    notes = []
+    while True:
+        finished = guard.wait_for_update(max(0.0, deadline - time.monotonic()))
+        events = []
+        while (event := guard.poll()) is not None:
+            events.append(event[:2])
+        notes += events
+        if not finished or not events:
+            return notes
+
+
+def coarse_note(model, waited):
+    """Return the log line of a start with the coarse ``model`` after ``waited`` [s]."""
+    return (f'the fine sphere covers are not ready after {waited:g} s (a first start with '
+            f'this robot): the collision guard starts with coarse covers ({len(model.radii)} '
+            'spheres over each collision element\'s bounding box, reaching up to '
+            f'{COARSE_TOLERANCE:g} m beyond the box) and checks every pair the SRDF leaves, '
+            'so it refuses more motions than its settings ask, never fewer, until the fine '
+            'covers being computed in the background replace them ("fine covers in" is '
+            'logged; later starts read them from the disk cache)')
 
 
 class BackgroundUpdates:
@@ -100,9 +244,15 @@ class BackgroundUpdates:
         worker.start()
 
     def wait(self, timeout=None):
-        """Wait until the running updates have finished (for tests)."""
+        """Wait until the running updates have finished, at most ``timeout`` [s] in all."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         for worker in list(self._workers):
-            worker.join(timeout)
+            worker.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+
+    @property
+    def running(self):
+        """True while an update is being computed."""
+        return any(worker.is_alive() for worker in self._workers)
 
     def take(self):
         """Return the oldest finished result, or None."""

@@ -34,6 +34,7 @@ import time
 import numpy as np
 
 from ..errors import ParameterError
+from ..goals import task_errors
 from ..solvers.base import StateKey, goal_signature
 from .detour_planner import DetourPlanner
 from .shaping import ShapedCommand
@@ -216,7 +217,8 @@ class Detour:
         memo = self._margin_memo
         if memo is not None and memo[0] == key:
             return memo[1]
-        pos, ori = (float(v[0]) for v in loop.goal.terms[0].errors(self.chain.frames(estimate)))
+        pos, ori = (float(v[0]) for v in task_errors(loop.goal.terms,
+                                                     self.chain.frames(estimate)))
         if pos <= loop.tolerances[0] and ori <= loop.tolerances[1]:
             held = False
         else:

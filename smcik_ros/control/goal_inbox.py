@@ -1,9 +1,16 @@
-"""The goal inbox: the newest goal is applied at the next control tick.
+"""The goal inbox: one goal slot per tip; the newest goals are applied at the next control tick.
 
 Pure numpy, no ROS. Goals arrive at any rate (a click, a 100 Hz teleoperation stream, a
-1 kHz flood); each is converted to the base frame when it arrives and replaces the one waiting,
-so a tick always applies the newest goal and a fast stream loses nothing that matters (the
-goals in between would have been overtaken within the same tick anyway) and logs nothing.
+1 kHz flood); each is converted to the base frame when it arrives and replaces the one waiting
+for its tip, so a tick always applies the newest goals and a fast stream loses nothing that
+matters (the goals in between would have been overtaken within the same tick anyway) and logs
+nothing.
+
+Several tips (``tip_links``): each tip has its own slot. The goal the solver follows is one
+target per tip, in ``tip_links`` order: the tip's goal, or, for a tip without one, a pose
+target that holds it where it was (its pose taken at start and at resync, ``hold_at``, and
+when its goal is released, ``release``), so that a goal for the left hand does not drag the
+right one. When no tip has a goal there is nothing to follow (``Goal.empty``).
 
 Stale goals: with ``goal_timeout`` > 0, a goal whose header stamp is older than that on the
 node's clock is dropped (a backlog, a replayed bag). Order is the order of arrival, never the
@@ -14,7 +21,7 @@ kinematics (``FrameResolver``: links of the chain at the current configuration, 
 above or beside the base); other frames go to ``lookup`` (tf2 in the node) when given.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 import math
 
 import numpy as np
@@ -22,18 +29,35 @@ import numpy as np
 from ..errors import GoalError, ParameterError
 from ..goals import PoseTarget, PositionTarget, covariance_to_base
 
-__all__ = ['Goal', 'GoalInbox']
+__all__ = ['Goal', 'TipGoal', 'GoalInbox']
+
+
+@dataclass(frozen=True)
+class TipGoal:
+    """One tip's goal, converted to the base frame.
+
+    tip: the tip link; target: its Target; display: (4, 4) pose or (3,) point in the base
+    frame [m]; source: where it came from (topic and frame); stamp: header stamp [s] or None;
+    covariance: the task covariance in the base frame, or None.
+    """
+
+    tip: str
+    target: object
+    display: np.ndarray
+    source: str
+    stamp: float
+    covariance: np.ndarray = None
 
 
 @dataclass(frozen=True)
 class Goal:
-    """One accepted goal, converted to the base frame.
+    """What the solver follows: one target per tip.
 
-    terms: tuple of Targets for ``solver.step``; display: (4, 4) pose or (3,) point in the base
-    frame [m]; source: where it came from (topic and frame); stamp: header stamp [s] or None;
-    received: arrival time [s] on the node's clock; sequence: 1, 2, ... per accepted goal;
-    covariance: the task covariance in the base frame ((6, 6) pose, (3, 3) point) of a goal
-    with uncertainty, else None.
+    terms: tuple of Targets for ``solver.step``, one per tip in ``tip_links`` order (the
+    tip's goal, or a PoseTarget holding the tip's pose); tips: tuple per tip of its TipGoal,
+    or None where the tip holds; display, source, stamp, covariance: those of the newest
+    tip goal (display None when the change was a release or a new hold pose); received:
+    arrival time [s] on the node's clock; sequence: 1, 2, ... per change of the goals.
     """
 
     terms: tuple
@@ -43,26 +67,60 @@ class Goal:
     received: float
     sequence: int
     covariance: np.ndarray = None
+    tips: tuple = ()
+
+    @property
+    def empty(self):
+        """True when no tip has a goal (then there is nothing to follow)."""
+        return all(tip is None for tip in self.tips)
+
+    @property
+    def goal_tips(self):
+        """Indices of the tips that have a goal (the others hold)."""
+        return tuple(k for k, tip in enumerate(self.tips) if tip is not None)
+
+    def summary(self, frame):
+        """Return where the goal is, for the log: the newest goal's position [m] in ``frame``
+        (the base frame), or the tips that have a goal."""
+        if self.display is None:
+            return 'tip(s) ' + ', '.join(self.tips[k].tip for k in self.goal_tips)
+        display = np.asarray(self.display)
+        point = display[:3, 3] if display.shape == (4, 4) else display
+        return f'position {np.array2string(point, precision=3)} m in {frame}'
 
 
 class GoalInbox:
-    """Holds the newest goal until a tick takes it.
+    """Holds the newest goals until a tick takes them.
 
-    resolver: FrameResolver of the chain; tip_link: link the goals apply to; goal_timeout [s]
-    (0 = off); lookup: optional callable frame -> (4, 4) pose of ``frame`` in the base frame
-    (raising GoalError), asked for frames the robot's own kinematics cannot resolve.
+    resolver: FrameResolver of the chain; tip_links: the link (str) or links the goals apply
+    to (the first is the default tip); goal_timeout [s] (0 = off); lookup: optional callable
+    frame -> (4, 4) pose of ``frame`` in the base frame (raising GoalError), asked for frames
+    the robot's own kinematics cannot resolve.
     """
 
-    def __init__(self, resolver, tip_link, goal_timeout=0.0, lookup=None):
+    def __init__(self, resolver, tip_links, goal_timeout=0.0, lookup=None):
         self.resolver = resolver
-        self.tip_link = tip_link
+        self.tip_links = (tip_links,) if isinstance(tip_links, str) else tuple(tip_links)
+        if not self.tip_links:
+            raise ParameterError('the goal inbox needs at least one tip link')
         self.goal_timeout = float(goal_timeout)
         self.lookup = lookup
-        self._pending = None
+        count = len(self.tip_links)
+        self._slots = [None] * count        # per tip: its newest TipGoal (None: holds)
+        self._applied = [None] * count      # the slots of the last goal a tick took
+        self._holds = [None] * count        # per tip: (4, 4) pose it holds without a goal
+        self._pending = None                # the Goal waiting for a tick
+        self._changes = 0                   # goals accepted and releases: the sequence
         self.received = 0       # goals accepted into the inbox
         self.applied = 0        # goals taken by a tick
         self.superseded = 0     # goals replaced by a newer one before a tick took them
         self.stale = 0          # goals dropped as older than goal_timeout
+        self.released = 0       # tips released
+
+    @property
+    def tip_link(self):
+        """The first (default) tip."""
+        return self.tip_links[0]
 
     @property
     def goal_timeout(self):
@@ -75,6 +133,16 @@ class GoalInbox:
             raise ParameterError(f'goal_timeout must be >= 0 [s] (0 = off); got {value!r}')
         self._goal_timeout = value
 
+    def tip_index(self, tip):
+        """Return the slot of ``tip`` (None: the first tip); GoalError for another link."""
+        if tip is None:
+            return 0
+        try:
+            return self.tip_links.index(tip)
+        except ValueError:
+            raise GoalError(f'{tip!r} is not a tip; tips: {", ".join(self.tip_links)}') \
+                from None
+
     def to_base(self, frame, q):
         """Return the (4, 4) pose of ``frame`` in the base frame at configuration q (n,)."""
         kind = self.resolver.kind(frame)
@@ -85,23 +153,25 @@ class GoalInbox:
     def _age(self, stamp, now):
         return None if stamp is None else now - stamp
 
-    def offer(self, kind, value, frame, stamp, now, q, source='goal', covariance=None):
-        """Convert a goal to the base frame and make it the newest; return the Goal.
-
-        kind: 'pose' (value (4, 4) in ``frame``) or 'point' (value (3,) in ``frame``) [m];
-        stamp: header stamp [s] or None; now: arrival [s]; q: (n,) configuration the link
-        frames are taken at (the measured one); covariance: None, or the goal's task
-        covariance in ``frame`` ((6, 6) for a pose, ROS order x y z rx ry rz; (3, 3) for a
-        point): rotated into the base frame (R S R^T per 3 x 3 block), it replaces the
-        target's sigmas (the paper's Sigma_z). Raises GoalError (stale, unknown frame, bad
-        value, a covariance that is not symmetric positive definite); the waiting goal is
-        then kept.
-        """
+    def _check_fresh(self, stamp, now):
         age = self._age(stamp, now)
         if self._goal_timeout > 0.0 and age is not None and age > self._goal_timeout:
             self.stale += 1
             raise GoalError(f'goal stamped {age:.3f} s ago (goal_timeout = '
                             f'{self._goal_timeout:g} s): dropped as stale')
+
+    def convert(self, kind, value, frame, q, tip=None, source='goal', stamp=None,
+                covariance=None):
+        """Return the TipGoal of one goal in the base frame (nothing is stored).
+
+        kind: 'pose' (value (4, 4) in ``frame``) or 'point' (value (3,) in ``frame``) [m];
+        q: (n,) configuration the link frames are taken at; covariance: None, or the goal's
+        task covariance in ``frame`` ((6, 6) for a pose, ROS order x y z rx ry rz; (3, 3) for
+        a point): rotated into the base frame (R S R^T per 3 x 3 block), it replaces the
+        target's sigmas (the paper's Sigma_z). GoalError for an unknown frame or tip, a bad
+        value, a covariance that is not symmetric positive definite.
+        """
+        link = self.tip_links[self.tip_index(tip)]
         value = np.asarray(value, dtype=float)
         to_base = self.to_base(frame, q)
         if covariance is not None:
@@ -114,27 +184,110 @@ class GoalInbox:
             if value.shape != (4, 4):
                 raise GoalError(f'pose goal: expected a (4, 4) matrix, got shape {value.shape}')
             display = to_base @ value
-            terms = (PoseTarget(display, link=self.tip_link, covariance=covariance),)
+            target = PoseTarget(display, link=link, covariance=covariance)
         elif kind == 'point':
             if value.shape != (3,):
                 raise GoalError(f'point goal: expected 3 coordinates, got shape {value.shape}')
             display = to_base[:3, :3] @ value + to_base[:3, 3]
-            terms = (PositionTarget(display, link=self.tip_link, covariance=covariance),)
+            target = PositionTarget(display, link=link, covariance=covariance)
         else:
             raise GoalError(f'goal kind must be pose or point; got {kind!r}')
+        where = frame or self.resolver.base_link
+        return TipGoal(link, target, display, f'{source} in {where!r}', stamp, covariance)
+
+    def offer(self, kind, value, frame, stamp, now, q, source='goal', covariance=None,
+              tip=None):
+        """Convert a goal for ``tip`` (None: the first) to the base frame and make it the
+        newest; return the Goal that waits for the tick (see ``convert``; stamp: header stamp
+        [s] or None; now: arrival [s]). Raises GoalError (stale, unknown frame or tip, bad
+        value or covariance); the waiting goals are then kept."""
+        self._check_fresh(stamp, now)
+        goal = self.convert(kind, value, frame, q, tip, source, stamp, covariance)
+        return self._accept({self.tip_index(tip): goal}, goal, now, q)
+
+    def offer_all(self, goals, stamp, now, q):
+        """Make ``goals`` (one TipGoal per tip, in ``tip_links`` order, from ``convert``) the
+        newest goals of every tip at once (one goal: ``target_poses``); return the Goal.
+        GoalError for another count or a stale stamp (nothing changes)."""
+        goals = list(goals)
+        if len(goals) != len(self.tip_links):
+            raise GoalError(f'expected {len(self.tip_links)} goals, one per tip '
+                            f'({", ".join(self.tip_links)}); got {len(goals)}')
+        self._check_fresh(stamp, now)
+        return self._accept(dict(enumerate(goals)), goals[-1], now, q)
+
+    def offer_poses(self, poses, frame, stamp, now, q, source='goals'):
+        """Make one pose goal per tip the newest goals at once: poses (T, 4, 4) in ``frame``,
+        in ``tip_links`` order (``target_poses``); return the Goal. GoalError (nothing
+        changes) for another count, a bad pose, an unknown frame or a stale stamp."""
+        if len(poses) != len(self.tip_links):
+            raise GoalError(f'expected {len(self.tip_links)} poses, one per tip '
+                            f'({", ".join(self.tip_links)}); got {len(poses)}')
+        goals = [self.convert('pose', pose, frame, q, tip, source, stamp)
+                 for tip, pose in zip(self.tip_links, poses)]
+        return self.offer_all(goals, stamp, now, q)
+
+    def release(self, tip, now, q, source='release'):
+        """Release ``tip``'s goal: from now on it holds its pose at configuration q (n,).
+
+        Returns the Goal that waits for the tick (``empty`` when no tip keeps a goal).
+        """
+        k = self.tip_index(tip)
+        self._holds[k] = self.resolver.pose(self.tip_links[k], q)
+        self.released += 1
+        return self._accept({k: None}, None, now, q, source)
+
+    def hold_at(self, q):
+        """Take every tip's hold pose at configuration q (n,) (start, resync): tips without
+        a goal hold there. A goal with holding tips is given again (same sequence)."""
+        self._holds = [self.resolver.pose(tip, q) for tip in self.tip_links]
+        base = self._pending
+        if base is None and any(s is None for s in self._applied) and \
+                not all(s is None for s in self._applied):
+            base = Goal(terms=(), display=None, source='hold', stamp=None, received=0.0,
+                        sequence=self._changes, tips=tuple(self._applied))
+            self._slots = list(self._applied)
+        if base is not None:
+            self._pending = replace(base, terms=self._terms(base.tips, q))
+
+    def _accept(self, changes, newest, now, q, source=None):
+        """Apply per-tip ``changes`` {index: TipGoal or None} to the slots; return the
+        waiting Goal (``newest``: the TipGoal that changed last, or None for a release)."""
+        for k, goal in changes.items():
+            self._slots[k] = goal
+        if newest is not None:
+            self.received += 1
         if self._pending is not None:
             self.superseded += 1
-        self.received += 1
-        where = frame or self.resolver.base_link
-        self._pending = Goal(terms=terms, display=display, source=f'{source} in {where!r}',
-                             stamp=stamp, received=now, sequence=self.received,
-                             covariance=covariance)
+        self._changes += 1
+        terms, slots = self._terms(self._slots, q), tuple(self._slots)
+        if newest is None:
+            self._pending = Goal(terms=terms, display=None, source=source or 'release',
+                                 stamp=None, received=now, sequence=self._changes, tips=slots)
+        else:
+            self._pending = Goal(terms=terms, display=newest.display, source=newest.source,
+                                 stamp=newest.stamp, received=now, sequence=self._changes,
+                                 covariance=newest.covariance, tips=slots)
         return self._pending
 
-    def take(self, now):
-        """Return the newest waiting goal (and forget it), or None.
+    def _terms(self, slots, q):
+        """Return the targets of ``slots``: the goals, and hold targets for the other tips
+        (a hold not taken yet is taken at configuration q)."""
+        terms = []
+        for k, goal in enumerate(slots):
+            if goal is not None:
+                terms.append(goal.target)
+                continue
+            if self._holds[k] is None:
+                self._holds[k] = self.resolver.pose(self.tip_links[k], q)
+            terms.append(PoseTarget(self._holds[k], link=self.tip_links[k]))
+        return tuple(terms)
 
-        A goal that went stale while waiting (goal_timeout) is dropped: returns None.
+    def take(self, now):
+        """Return the newest waiting Goal (and forget it), or None.
+
+        A goal that went stale while waiting (goal_timeout) is dropped (the tips keep the
+        goals the last tick took): returns None.
         """
         goal, self._pending = self._pending, None
         if goal is None:
@@ -142,6 +295,8 @@ class GoalInbox:
         age = self._age(goal.stamp, now)
         if self._goal_timeout > 0.0 and age is not None and age > self._goal_timeout:
             self.stale += 1
+            self._slots = list(self._applied)
             return None
+        self._applied = list(goal.tips)
         self.applied += 1
         return goal

@@ -24,20 +24,38 @@ import numpy as np
 from .limits import nearest_equivalent
 from .shaping import ShapedCommand
 
-__all__ = ['MotionGuard', 'HardConstraintValidator']
+__all__ = ['MotionGuard', 'HardConstraintValidator', 'violation', 'DEEPER']
+
+# [m or rad] a sample deeper than the start by more than this goes deeper (rounding).
+DEEPER = 1e-12
+
+
+def violation(constraint, frames):
+    """Return (N,) how far each configuration of ``frames`` is inside a hard constraint
+    (the norm of its residual where ``violated``; 0 where it is kept)."""
+    bad = np.asarray(constraint.violated(frames), dtype=bool)
+    if not bad.any():
+        return np.zeros(len(bad))
+    residual = np.asarray(constraint.residual(frames), dtype=float).reshape(len(bad), -1)
+    return np.where(bad, np.linalg.norm(residual, axis=1), 0.0)
 
 
 class HardConstraintValidator:
-    """Refuse motions that go deeper into a hard constraint (keep-out volumes, ...).
+    """Refuse motions that go deeper into a hard constraint (keep-out volumes, the centre of
+    mass over its support polygon, ...).
 
-    ``validator(q_from, q_to)`` checks the straight joint-space segment: constraints with a
-    ``check_motion(q_from, q_to)`` (the collision constraints, keep-out obstacles) check it at
-    their own sub-step bound with q_from as the reference (a motion may leave what q_from
-    penetrates, never go deeper); others are sampled at most ``resolution`` [rad or m] apart
-    on any joint (``max_samples``) and refused when the start is outside and a later sample
-    inside. ``constraints``: the solver's constraint objects (``hard`` ones are checked);
-    skip: predicate constraint -> True for constraints another validator checks (the
-    collision guard's own constraint).
+    ``validator(q_from, q_to)`` checks the straight segment between two solver states:
+    constraints with a ``check_motion(q_from, q_to)`` (the collision constraints, keep-out
+    obstacles) check it at their own sub-step bound with q_from as the reference (a motion
+    may leave what q_from penetrates, never go deeper); others are sampled at most
+    ``resolution`` [rad or m] apart on any joint (``max_samples``) and refused when the start
+    is outside and a later sample inside, or, from a start already inside (a constraint that
+    arrived violated), when a later sample is deeper (``violation``): only motion that reduces
+    the violation passes. Hard equalities (contacts: ``equality``) are not sampled: the
+    command stream projects onto them (``base``). ``constraints``: the solver's constraint
+    objects (``hard`` ones are checked; those still waiting for an anchor are not); skip:
+    predicate constraint -> True for constraints another validator checks (the collision
+    guard's own constraint).
     """
 
     def __init__(self, chain, resolution=0.05, max_samples=16, skip=None):
@@ -49,7 +67,8 @@ class HardConstraintValidator:
         self.reason = ''
 
     def __call__(self, q_from, q_to):
-        hard = [c for c in self.constraints if c.hard and not (self.skip and self.skip(c))]
+        hard = [c for c in self.constraints if c.hard and not getattr(c, 'equality', False)
+                and getattr(c, 'anchored', True) and not (self.skip and self.skip(c))]
         if not hard:
             return True
         q_from = np.asarray(q_from, dtype=float)
@@ -77,6 +96,12 @@ class HardConstraintValidator:
                 self.reason = (f'the motion would enter a hard constraint '
                                f'({type(constraint).__name__})')
                 return False
+            if bad[0]:
+                depth = violation(constraint, frames)
+                if np.any(depth[1:] > depth[0] + DEEPER):
+                    self.reason = (f'the motion would go deeper into a hard constraint it '
+                                   f'violates ({type(constraint).__name__})')
+                    return False
         return True
 
 
@@ -107,6 +132,7 @@ class MotionGuard:
         # (start, end) of the last validated motion: the previous command to the braking
         # point of the current one. Every brake stays on it.
         self.validated = None
+        self.figure = None          # base.FigureState: commands -> solver states (the loop's)
         self.holds = 0              # ticks a validator made brake (no free fallback)
         self.fallbacks = 0          # ticks that moved towards another solver candidate
         self.line_brakes = 0        # brakes forced back onto the validated line
@@ -120,10 +146,18 @@ class MotionGuard:
             if hasattr(validator, 'constraints'):
                 validator.constraints = list(constraints)
 
+    def _state(self, q):
+        """Return the solver's state(s) of command(s) q: (C,) -> (nq,), (K, C) -> (K, nq)."""
+        return np.asarray(q, dtype=float) if self.figure is None else self.figure.state(q)
+
     def refuses(self, q_from, q_to):
-        """Return the first validator that refuses the motion q_from -> q_to, or None."""
+        """Return the first validator that refuses the motion q_from -> q_to (commands),
+        judged on the solver's states (the floating base fitted), or None."""
+        if not self.validators:
+            return None
+        state_from, state_to = self._state(q_from), self._state(q_to)
         for validator in self.validators:
-            if not validator(q_from, q_to):
+            if not validator(state_from, state_to):
                 return validator
         return None
 
@@ -199,22 +233,24 @@ class MotionGuard:
         stops = np.array([self.shaper.stopping_point(s.q, s.v) for s in shaped])
         ok = np.ones(len(stops), dtype=bool)
         if goal is not None:
-            # No fallback command takes the tool farther from the goal than the current
-            # command is (the branch hold's rule for the estimate): at the margin of an
-            # obstacle that blocks the goal, the arm holds instead of wandering along it.
-            pos, _ = goal.terms[0].errors(
-                self.chain.frames(np.vstack([q] + [s.q for s in shaped])))
+            # No fallback command takes the tools farther from their targets than the
+            # current command is (the branch hold's rule for the estimate; several tips: the
+            # sum of their position errors): at the margin of an obstacle that blocks the
+            # goal, the arm holds instead of wandering along it.
+            frames = self.chain.frames(self._state(np.vstack([q] + [s.q for s in shaped])))
+            pos = sum(term.errors(frames)[0] for term in goal.terms)
             ok &= pos[1:] <= pos[0] + self.FALLBACK_SLACK
             if not ok.any():
                 return None
+        state, stop_states = self._state(q), self._state(stops)
         for validator in self.validators:
             check_many = getattr(validator, 'check_many', None)
             if check_many is not None:
                 idx = np.flatnonzero(ok)
-                ok[idx] = np.asarray(check_many(q, stops[idx]), dtype=bool)
+                ok[idx] = np.asarray(check_many(state, stop_states[idx]), dtype=bool)
             else:
                 for k in np.flatnonzero(ok):
-                    ok[k] = bool(validator(q, stops[k]))
+                    ok[k] = bool(validator(state, stop_states[k]))
             if not ok.any():
                 return None
         k = int(np.argmax(ok))
@@ -239,6 +275,8 @@ class MotionGuard:
         if not rows:
             return None
         candidates = np.concatenate(rows)
+        if self.figure is not None and candidates.ndim == 2:
+            candidates = self.figure.command(candidates)
         if candidates.ndim != 2 or candidates.shape[1] != q.shape[0]:
             return None
         candidates = nearest_equivalent(candidates, q, self.limits.continuous)

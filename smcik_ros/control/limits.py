@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import ParameterError
 
-__all__ = ['JointLimits', 'limits_for_chain', 'read_joint_limits_yaml',
+__all__ = ['JointLimits', 'commanded', 'limits_for_chain', 'read_joint_limits_yaml',
            'parse_joint_limits_yaml', 'wrap_to_pi', 'nearest_equivalent', 'to_solver_range']
 
 
@@ -110,9 +110,16 @@ def to_solver_range(q, continuous):
 
 
 
+def commanded(chain):
+    """Return the q indices of the commanded joints: the URDF's joints of the chain (with a
+    floating base, ``chain.command_index``: the base's six joints are state, never commands)."""
+    index = getattr(chain, 'command_index', None)
+    return np.arange(chain.nq) if index is None else np.asarray(index, dtype=int)
+
+
 def limits_for_chain(chain, velocity_scale, max_acceleration, default_velocity_limit=1.0,
                      overrides=None):
-    """Return (JointLimits, notes) of a chain's 1-DOF joints for the command stream.
+    """Return (JointLimits, notes) of a chain's commanded 1-DOF joints (``commanded``).
 
     Velocity: URDF velocity (``default_velocity_limit`` where the URDF has none), lowered by an
     override's max_velocity, times ``velocity_scale``. Acceleration: ``max_acceleration`` for
@@ -131,9 +138,11 @@ def limits_for_chain(chain, velocity_scale, max_acceleration, default_velocity_l
     if not (default_velocity_limit > 0.0 and math.isfinite(default_velocity_limit)):
         raise ParameterError(f'default_velocity_limit must be > 0; got '
                              f'{default_velocity_limit!r}')
-    names = list(chain.joint_names)
+    index = commanded(chain)
+    names = [chain.joint_names[i] for i in index]
+    continuous = np.array(chain.continuous, dtype=bool)[index]
     notes = []
-    velocity = np.array(chain.velocity_limits, dtype=float)
+    velocity = np.array(chain.velocity_limits, dtype=float)[index]
     missing = ~np.isfinite(velocity) | (velocity <= 0.0)
     if np.any(missing):
         notes.append(f'URDF gives no velocity limit for '
@@ -141,8 +150,8 @@ def limits_for_chain(chain, velocity_scale, max_acceleration, default_velocity_l
                      f'default_velocity_limit = {default_velocity_limit:g}')
         velocity[missing] = default_velocity_limit
     acceleration = np.full(len(names), float(max_acceleration))
-    lower = np.array(chain.lower, dtype=float)
-    upper = np.array(chain.upper, dtype=float)
+    lower = np.array(chain.lower, dtype=float)[index]
+    upper = np.array(chain.upper, dtype=float)[index]
     overrides = dict(overrides or {})
     unknown = sorted(set(overrides) - set(names))
     if unknown:
@@ -157,13 +166,13 @@ def limits_for_chain(chain, velocity_scale, max_acceleration, default_velocity_l
                              f'is above the URDF limit {velocity[j]:g}: kept the URDF limit')
         if 'acceleration' in item:
             acceleration[j] = item['acceleration']
-        if 'lower' in item and not chain.continuous[j]:
+        if 'lower' in item and not continuous[j]:
             lower[j] = max(lower[j], item['lower'])
-        if 'upper' in item and not chain.continuous[j]:
+        if 'upper' in item and not continuous[j]:
             upper[j] = min(upper[j], item['upper'])
     limits = JointLimits(names=tuple(names), lower=lower, upper=upper,
                          velocity=velocity * velocity_scale, acceleration=acceleration,
-                         continuous=np.array(chain.continuous, dtype=bool))
+                         continuous=continuous)
     return limits, notes
 
 

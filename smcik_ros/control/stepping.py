@@ -86,6 +86,9 @@ class SolverStepper:
         self._reset_lock = threading.Lock()
         self._reset_to = None       # the configuration of a queued reset (solver_thread)
         self._wraps = bool(limits.continuous.any())
+        # The solver's state of a command (the floating base: base.FigureState; the loop
+        # sets it): commands (C,) <-> solver states (nq,). None: the same.
+        self.figure = None
 
     # ------------------------------------------------------------------ the solver
     @property
@@ -148,7 +151,7 @@ class SolverStepper:
         asked for before that one started replaces its configuration. Until it is done the
         ticks have no answer to follow (the arm brakes, as after any reset)."""
         self._answer = None
-        q = self.chain.clip(to_solver_range(q, self.limits.continuous))
+        q = self.chain.clip(self._state(to_solver_range(q, self.limits.continuous)))
         worker = self.worker
         if worker is None:
             self._solver.reset(q)
@@ -193,17 +196,18 @@ class SolverStepper:
     def _step(self, q, goal, now, tick, previous):
         """Step the solver now, in the tick or in the worker (``follow``)."""
         self._stepped = (tick, StateKey(constraints=self.constraints))
-        set_references(self.constraints, q)
+        state = self._state(q)
+        set_references(self.constraints, state)
         worker = self.worker
         if worker is None or self.iterations_per_tick > 1:
             self.settle()
             if self.twins is not self.constraints:
-                set_references(self.twins, q)
+                set_references(self.twins, state)
             result = None
             for _ in range(self.iterations_per_tick):
                 result = self._step_job(self._solver, goal, now)
             return self._take(result, q, previous, now)
-        worker.start((now, self.goal_changes), self._step_job, self._solver, goal, now, q)
+        worker.start((now, self.goal_changes), self._step_job, self._solver, goal, now, state)
         if worker.wait(self.step_budget):
             _, result = worker.take()
             return self._take(result, q, previous, now)
@@ -230,12 +234,15 @@ class SolverStepper:
         """Return (desired, velocity) from the (estimate, info) of a solver step started at
         ``stamp`` [s], and keep it as the answer (its info: the fallback candidates)."""
         estimate, self.step_info = result
-        estimate = np.asarray(estimate, dtype=float)
+        estimate = self.command(estimate)
         if estimate.shape != q.shape or not np.all(np.isfinite(estimate)):
             raise FloatingPointError(f'the solver returned a non-finite or misshapen '
                                      f'configuration {np.array2string(estimate, precision=3)}')
         continuous = self.limits.continuous
         desired = nearest_equivalent(estimate, q, continuous)
+        if self.figure is not None and self.figure.active:
+            # On what the commands keep (contacts, pinned tips): reached exactly, at rest.
+            desired = self.figure.on_manifold(desired)
         if self._wraps and np.any(continuous & (np.abs(estimate) > RECENTER)):
             # Restart the solver at the same configuration, wrapped into [-pi, pi): its
             # +-2 pi working range then always leaves at least a half turn each way (it
@@ -288,6 +295,15 @@ class SolverStepper:
         stepped, key = self._stepped
         return (tick - stepped < self.step_interval
                 and key == StateKey(constraints=self.constraints))
+
+    def _state(self, q):
+        """Return the solver's state (nq,) of the command q (C,)."""
+        return np.asarray(q, dtype=float) if self.figure is None else self.figure.state(q)
+
+    def command(self, q):
+        """Return the commanded joints (..., C) of solver states (..., nq)."""
+        q = np.asarray(q, dtype=float)
+        return q if self.figure is None else self.figure.command(q)
 
     # ------------------------------------------------------------------ the worker
     def _reset_job(self):

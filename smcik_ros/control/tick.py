@@ -35,7 +35,9 @@ from .arm_state import ArmMonitor, ArmSettings, ArmState, initial_configuration
 from .detour import DetourDrive
 from .frames import FrameResolver
 from .goal_inbox import GoalInbox
+from .base import FigureState
 from .guard import MotionGuard
+from .limits import commanded
 from .reporter import never_raises
 from .shaping import CommandShaper
 from .stepping import SolverStepper
@@ -52,13 +54,15 @@ CLOCK_RESET = 0.5
 class Command:
     """A command to publish: q (n,) [rad or m], v (n,) its velocity over the tick, stamp [s]
     (the time the limits were applied for: publish it as the header stamp), state (ArmState),
-    limited_by (what bounded it, see shaping.LIMITERS, or 'resync')."""
+    limited_by (what bounded it, see shaping.LIMITERS, or 'resync'), base: (4, 4) the pose
+    of the floating base in the world frame that goes with q (None: a fixed base)."""
 
     q: np.ndarray
     v: np.ndarray
     stamp: float
     state: ArmState
     limited_by: str
+    base: np.ndarray = None
 
 
 @dataclass(frozen=True)
@@ -144,7 +148,7 @@ class ControlLoop:
     detour = _Part('detours')
 
     def __init__(self, chain, solver, limits, arm_settings=None, inbox=None, validators=(),
-                 report=None, detour=None, settings=None, **fields):
+                 report=None, detour=None, settings=None, base=None, **fields):
         if chain.nq != chain.nv:
             raise ValueError('ControlLoop needs a chain of 1-DOF joints (no ball joints)')
         settings = replace(settings or LoopSettings(), **fields)
@@ -153,8 +157,8 @@ class ControlLoop:
         self._wraps = bool(limits.continuous.any())   # any continuous joint (limits: frozen)
         self._report = report       # as given (the tests read what it collected)
         self.report = never_raises(report)
-        self.arm = ArmMonitor(chain.joint_names, limits.continuous, arm_settings or ArmSettings())
-        self.inbox = inbox or GoalInbox(FrameResolver(chain), chain.tip_link)
+        self.arm = ArmMonitor(limits.names, limits.continuous, arm_settings or ArmSettings())
+        self.inbox = inbox or GoalInbox(FrameResolver(chain), chain.tip_links)
         self.shaper = CommandShaper(limits)
         self.stepper = SolverStepper(
             chain, solver, limits, self.shaper, self.report, settings.iterations_per_tick,
@@ -164,13 +168,19 @@ class ControlLoop:
                                  validators, settings.fallback_candidates,
                                  settings.hold_reset_interval)
         self.detours = DetourDrive(detour, self.shaper, self.guard, self.stepper, self.report)
+        # The solver's state: the floating base, the hard equalities kept by projection.
+        self.figure = self.stepper.figure = self.guard.figure = FigureState(
+            chain, limits, base, self.report)
+        self.constraints_kept = []  # the constraint set and the figure's terms (solver's)
         self.tolerances = settings.tolerances
         self.q = None               # last published command (n,)
         self.v = None               # its velocity (n,)
         self.stamp = None           # its stamp [s]
+        self.base = None            # the floating base's pose (4, 4) that goes with q
         self.last = None            # last Command
         self.goal = None            # Goal being followed
-        self.goal_errors = (math.nan, math.nan)
+        self.goal_errors = (math.nan, math.nan)     # worst of the tips with a goal
+        self.tip_errors = ()        # per tip: (position [m], orientation [rad]) error
         self.goal_reached = False
         self._errors_of = None      # StateKey (goal, command bytes) goal_errors belong to
         self._last_acceleration = 0.0   # max_j |dv_j| / (a_j dt) of the last tick
@@ -179,6 +189,8 @@ class ControlLoop:
         #                             (last.stamp - first_tick) / (ticks - 1))
         self.ticks = 0
         self.faults = 0             # ticks that raised
+        if self.figure.floating:    # the solver holds the base until a contact places it
+            self.set_constraints([])
 
     # ------------------------------------------------------------------ inputs
     def on_joint_states(self, positions, stamp, now):
@@ -194,12 +206,30 @@ class ControlLoop:
             return self.arm.measured
         if self.q is not None:
             return self.q.copy()
-        return self.chain.neutral_configuration()
+        return self.chain.neutral_configuration()[commanded(self.chain)]
 
-    def offer_goal(self, kind, value, frame, stamp, now, source='goal', covariance=None):
-        """Put a goal into the inbox (see GoalInbox.offer); GoalError when refused."""
-        return self.inbox.offer(kind, value, frame, stamp, now, self.current_configuration(),
-                                source, covariance=covariance)
+    @property
+    def state(self):
+        """The solver's state (nq,) of the last command (its base included), or None."""
+        return None if self.q is None else self.figure.state(self.q, self.base)
+
+    def current_state(self):
+        """Return the solver's state (nq,) of ``current_configuration`` (the base fitted)."""
+        if self.q is not None and not self.arm.complete:
+            return self.state
+        return self.figure.state(self.current_configuration())
+
+    def offer_goal(self, kind, value, frame, stamp, now, source='goal', covariance=None,
+                   tip=None):
+        """Put a goal for ``tip`` (None: the first) into the inbox (see GoalInbox.offer);
+        GoalError when refused."""
+        return self.inbox.offer(kind, value, frame, stamp, now, self.current_state(),
+                                source, covariance=covariance, tip=tip)
+
+    def release_goal(self, tip, now, source='release'):
+        """Release ``tip``'s goal: it holds its pose at the current command from now on."""
+        q = self.state if self.q is not None else self.current_state()
+        return self.inbox.release(tip, now, q, source)
 
     def request_stop(self):
         """Stop following goals: brake to a stop within the limits and hold (shutdown)."""
@@ -219,10 +249,24 @@ class ControlLoop:
 
     def set_constraints(self, constraints):
         """Hand the constraint set to the solver (now and on every switch) and to the
-        validators that take one."""
+        validators that take one; its hard equalities to the projection (``base``).
+
+        Contacts and support polygons without a pose of their own are anchored at the last
+        command (before the first: at the first joint_states); a hard constraint already
+        violated there is accepted with a warning (the guard then passes only motion that
+        reduces the violation)."""
         constraints = list(constraints)
-        self.stepper.set_constraints(constraints)
-        self.guard.set_constraints(constraints)
+        self.stepper.settle()           # the solver reads the constraints: not mid-step
+        figure = self.figure
+        extra = figure.set_constraints(constraints)
+        if self.q is not None:
+            figure.anchor(constraints, self.q)
+        self.shaper.limits = figure.shaper_limits(self.limits)
+        self.constraints_kept = constraints + extra
+        self.stepper.set_constraints(self.constraints_kept)
+        self.guard.set_constraints(self.constraints_kept)
+        if self.q is not None:
+            figure.arrivals(self.constraints_kept, self.q)
 
     def set_detour_enabled(self, enabled):
         """Switch the detour on or off; off cancels one in progress (the arm brakes at the next
@@ -243,6 +287,7 @@ class ControlLoop:
         """
         self.ticks += 1
         self.stepper.report_errors()
+        self.figure.apply_passive()
         try:
             return self._tick(now)
         except Exception as exc:   # never die: report, brake, reset, carry on
@@ -292,21 +337,36 @@ class ControlLoop:
 
     def _take_goal(self, now):
         """Take the newest goal from the inbox; return True when there was one (a goal with
-        other targets than the one followed cancels a detour and drops a running step)."""
+        other targets than the one followed cancels a detour and drops a running step). A
+        goal without any tip's goal (all released) ends the following: the arm rests. With
+        several tips, the tips the goal leaves as they were are pinned (``FigureState``)."""
         goal = self.inbox.take(now)
         if goal is None:
             return False
-        if self.goal is None or goal_signature(goal.terms) != goal_signature(self.goal.terms):
-            self.stepper.goal_changes += 1
-            self.detours.cancel(f'a new goal ({goal.sequence}) arrived', now, self.q, self.v)
-        self.goal = goal
-        self.goal_reached = False
-        display = np.asarray(goal.display)
-        where = display[:3, 3] if display.shape == (4, 4) else display
-        self.report('info', 'goal', (
-            f'goal {goal.sequence} from {goal.source}: position '
-            f'{np.array2string(where, precision=3)} m in {self.chain.base_link}'), interval=0.5)
-        return True
+        previous = self.goal
+        if goal.empty:
+            if previous is not None:
+                self.report('info', 'goal', f'every tip released ({goal.source}): holding '
+                            'still', interval=0.5)
+                self.detours.cancel('every goal was released', now, self.q, self.v)
+                self.stepper.goal_changes += 1
+            goal, self.goal_errors, self.tip_errors = None, (math.nan, math.nan), ()
+        else:
+            if previous is None or \
+                    goal_signature(goal.terms) != goal_signature(previous.terms):
+                self.stepper.goal_changes += 1
+                self.detours.cancel(f'a new goal ({goal.sequence}) arrived', now, self.q,
+                                    self.v)
+            if previous is not None and goal.sequence == previous.sequence:
+                goal = replace(goal, received=previous.received)   # new holds (resync)
+            else:
+                self.report('info', 'goal', f'goal {goal.sequence} from {goal.source}: '
+                            f'{goal.summary(self.chain.base_link)}', interval=0.5)
+        self.goal, self.goal_reached = goal, False
+        if len(self.inbox.tip_links) > 1:
+            self.figure.pin_tips(goal, previous, self.q, self.tolerances)
+            self.shaper.limits = self.figure.shaper_limits(self.limits)
+        return goal is not None
 
     def _start_blind(self, now):
         """WAITING: command from the assumed start once ``joint_states_timeout`` passed
@@ -357,23 +417,40 @@ class ControlLoop:
                 f'measured {self.chain.joint_names[j]} = {q[j]:.4f} is outside its limits '
                 f'[{self.limits.lower[j]:.4f}, {self.limits.upper[j]:.4f}]: commanding the '
                 'nearest position inside'))
+        figure = self.figure
+        if figure.pending(self.constraints_kept):     # contacts given before the first
+            self.stepper.settle()                     # joint_states anchor there
+            figure.anchor(self.constraints_kept, clipped)
+        self.base = figure.fit(clipped) if figure.floating else None
+        if self.base is not None:
+            figure.set_base(self.base)
         self.q, self.v, self.stamp = clipped, np.zeros_like(clipped), now
         self.guard.validated = (clipped.copy(), clipped.copy())
         self._last_acceleration = 0.0
         self.stepper.reset(clipped)
-        self.last = Command(clipped.copy(), self.v.copy(), now, state, 'resync')
+        self.inbox.hold_at(self.state)
+        figure.arrivals(self.constraints_kept, clipped)
+        self.last = Command(clipped.copy(), self.v.copy(), now, state, 'resync', self.base)
         self._update_goal_errors(now)
         return self.last
 
     def _commit(self, shaped, now, state):
-        """Make the ShapedCommand the published command at ``now``; return its Command."""
+        """Make the ShapedCommand the published command at ``now``, projected onto the hard
+        equalities within the limits (``FigureState.keep_within``: else the brake, projected
+        as far as the limits allow); return its Command."""
         if not (np.isfinite(shaped.q).all() and np.isfinite(shaped.v).all()):
             raise FloatingPointError('the shaped command is not finite')
         dt = now - self.stamp
+        q, v = self.q, self.v
+        shaped, base = self.figure.keep_within(q, v, dt, shaped, lambda: self.guard.brake(
+            q, v, dt, self.arm.lead_box(q) if self.arm.complete else None))
         accel = np.abs(shaped.v - self.v) / (self.limits.acceleration * dt)
         self._last_acceleration = float(accel.max()) if accel.size else 0.0
-        self.q, self.v, self.stamp = shaped.q, shaped.v, now
-        self.last = Command(shaped.q.copy(), shaped.v.copy(), now, state, shaped.limited_by)
+        self.q, self.v, self.stamp, self.base = shaped.q, shaped.v, now, base
+        if base is not None:
+            self.figure.set_base(base)
+        self.last = Command(shaped.q.copy(), shaped.v.copy(), now, state, shaped.limited_by,
+                            base)
         self._update_goal_errors(now)
         return self.last
 
@@ -416,22 +493,32 @@ class ControlLoop:
                 'command follows the measured coordinate'))
 
     def _update_goal_errors(self, now):
-        if self.goal is None:
+        """The errors of every tip to its target at the command (``tip_errors``), the worst
+        of the tips with a goal (``goal_errors``); reached when each of those is within the
+        tolerances."""
+        goal = self.goal
+        if goal is None:
             return
         # The errors of the same goal at the same command (bit for bit) are the same: a held
         # goal at rest skips the forward kinematics. (A Goal is frozen, its targets' arrays
         # read-only; a new goal is a new object.)
-        key = StateKey((self.goal,), (self.q.tobytes(),))
+        key = StateKey((goal,), (self.q.tobytes(),
+                                 None if self.base is None else self.base.tobytes()))
         if key != self._errors_of:
-            frames = self.chain.frames(self.q)
-            self.goal_errors = tuple(float(v[0]) for v in self.goal.terms[0].errors(frames))
+            frames = self.chain.frames(self.state)
+            self.tip_errors = tuple(tuple(float(v[0]) for v in term.errors(frames))
+                                    for term in goal.terms)
+            chosen = [self.tip_errors[k] for k in goal.goal_tips]
+            self.goal_errors = (max(e[0] for e in chosen), max(e[1] for e in chosen))
             self._errors_of = key
         pos, ori = self.goal_errors
         reached = pos <= self.tolerances[0] and ori <= self.tolerances[1]
         if reached and not self.goal_reached:
             self.report('info', 'reached', (
-                f'goal {self.goal.sequence} reached in {now - self.goal.received:.2f} s: '
-                f'position error {pos * 1e3:.2f} mm, orientation error {ori:.4f} rad'),
+                f'goal {goal.sequence} reached in {now - goal.received:.2f} s: '
+                f'position error {pos * 1e3:.2f} mm, orientation error {ori:.4f} rad'
+                + (f' (worst of {len(goal.goal_tips)} tips)' if len(goal.goal_tips) > 1
+                   else '')),
                 interval=0.5)
         self.goal_reached = reached
 
@@ -473,5 +560,6 @@ class ControlLoop:
             'goals_received': self.inbox.received,
             'goals_superseded': self.inbox.superseded,
             'goals_stale': self.inbox.stale,
+            **self.figure.status(),
             **self.detours.status(),
         }

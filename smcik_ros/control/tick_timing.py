@@ -70,5 +70,5 @@ class TickTiming:
                 f'{LATE_PERIODS:g} timer periods or more after the one before (this one '
                 f'{1e3 * period:.1f} ms, the period is {1e3 / self.rate:.1f} ms), so the arm '
                 'gets its commands irregularly; the computer is too busy for rate_hz '
-                f'{self.rate:g}: lower it, or raise the tick thread with thread_priority '
-                '(docs/node.md, "The tick")')
+                f'{self.rate:g}: lower it, or give the node a less loaded CPU (docs/node.md, '
+                '"The tick"; thread_priority was removed in issue 31)')

@@ -118,8 +118,9 @@ TARGETS = Layout('targets', [          # T targets, m whitened residual rows in 
 LM = Layout('lm', [
     ('steps', int, 0),                    # LM steps per row
     ('alphas', _F, 1),                    # step fractions tried per step
-    ('damping', float, 0),                # the damping floor (lam = cost / 2 + damping)
+    ('damping', float, 0),                # the damping floor (lam = cost_damping cost + damping)
     ('max_step', float, 0),               # [rad or m] largest joint change of a step
+    ('cost_damping', float, 0),           # the damping per unit cost (Sugihara's: 1 / 2)
 ])
 MOTION = Layout('motion', [
     ('spring', float, 0),                 # weight of the prior's spring (SPRING * spring)

@@ -63,9 +63,9 @@ def _workspace(bodies, columns, targets, extra_rows, nq):
 @njit(cache=True)
 def _judged(count):
     """Return the judgement of ``count`` trials: cost, position error, squared distance
-    from the reference, precise."""
+    from the reference, precise, orientation error."""
     return (np.empty(count), np.empty(count), np.empty(count),
-            np.zeros(count, dtype=np.bool_))
+            np.zeros(count, dtype=np.bool_), np.empty(count))
 
 
 # ---------------------------------------------------------------------------- the targets
@@ -230,10 +230,10 @@ def _rows(bodies, columns, targets, extra_r, extra_j, qrow, ws):
 def _plain_trials(bodies, columns, joints, targets, lm, qrow, cost, trials, ws):
     """Write the plain LM step's trials of a row (the step capped to max_step, at each
     alpha), the joints it pushes out of their limits left out of it."""
-    steps, alphas, damping, max_step = lm
+    steps, alphas, damping, max_step, cost_damping = lm
     r, jac, a, y, dv, step, cand, blocked = ws[3], ws[4], ws[5], ws[6], ws[7], ws[8], ws[9], \
         ws[12]
-    lam = 0.5 * cost + damping
+    lam = cost_damping * cost + damping
     jm, rm = jac[0], r[0]
     _lm_row(jm, rm, lam, a, y, dv)
     if _blocked(joints, qrow, dv, blocked):
@@ -260,11 +260,11 @@ def _prior_trials(bodies, columns, joints, targets, lm, motion, extra, qrow, cos
     d0 = gain (x_ref - q) projected on the task's null space, each slide of more than
     slide_min corrected by one Gauss-Newton task step (the step's Jacobian reused). Each
     step capped to max_step; joints at a limit a step pushes outwards left out of it."""
-    steps, alphas, damping, max_step = lm
+    steps, alphas, damping, max_step, cost_damping = lm
     spring_w, spring_fade, tol_cost, gain, slide_min, fraction, w, ref = motion
     r, jac, step, cand, diff = ws[3], ws[4], ws[8], ws[9], ws[10]
     nq, nv = qrow.shape[0], jac.shape[2]
-    lam = 0.5 * cost + damping
+    lam = cost_damping * cost + damping
     one = np.full(1, lam)
     mu = spring_w * min(1.0, cost / (spring_fade * tol_cost))
     _tangent_diff(joints, qrow, ref, diff[0])
@@ -377,9 +377,10 @@ def _judge(bodies, columns, joints, targets, tgt, motion, cand, extra_cost, guar
     c += extra_cost
     if not pe <= guard + 1e-12:
         c = np.inf
-    t_cost, t_pos, t_d2, t_prec = judged
+    t_cost, t_pos, t_d2, t_prec, t_ori = judged
     t_cost[j] = c
     t_pos[j] = pe
+    t_ori[j] = oe
     fraction = motion[5]
     if fraction < 0.0:
         t_d2[j] = 0.0
@@ -401,7 +402,7 @@ def _pick(plain, precise, cost, dist2, mu, count, judged):
     """Return the trial to accept, or -1. Plain and coarse rows: the lowest cost (with the
     prior: cost + mu d2), if lower than the row's. Precise rows: the nearest trial that stays
     precise if it is nearer, else the lowest cost if precise and lower."""
-    t_cost, _, t_d2, t_prec = judged
+    t_cost, _, t_d2, t_prec, _ = judged
     lowest, lowest_merit, nearest = 0, 0, -1
     best_cost, best_merit, best_d2 = np.inf, np.inf, np.inf
     for j in range(count):
@@ -427,7 +428,7 @@ def _pick(plain, precise, cost, dist2, mu, count, judged):
 def _accept(k, pick, q, state, trials, judged):
     """Move row k to its trial ``pick``; stop the row when none was accepted."""
     cost, guard, precise, dist2, improved, gained, active = state
-    t_cost, t_pos, t_d2, t_prec = judged
+    t_cost, t_pos, t_d2, t_prec, _ = judged
     if pick < 0:
         active[k] = False
         return
@@ -481,12 +482,16 @@ def refine(bodies, columns, joints, targets, lm, motion, q, state):
     count = lm[1].shape[0] + (0 if motion[5] < 0.0 else 1)
     ws = _workspace(bodies, columns, targets, 0, q.shape[1])
     _refine_rows(bodies, columns, joints, targets, lm, motion, q, state, ws,
-                 np.empty((count, q.shape[1])), _judged(count))
+                 np.empty((count, q.shape[1])), _judged(count), False)
 
 
 @njit(cache=True)
-def _refine_rows(bodies, columns, joints, targets, lm, motion, q, state, ws, trials, judged):
-    """``refine`` with its buffers given (``first_solution`` reuses them row after row)."""
+def _refine_rows(bodies, columns, joints, targets, lm, motion, q, state, ws, trials, judged,
+                 solved_stops):
+    """``refine`` with its buffers given (``first_solution`` reuses them row after row);
+    solved_stops (``first_solution``): a row stops at the first step that meets the targets'
+    tolerance, and each step takes the first trial (the longest) that lowers the cost
+    without judging the shorter ones (plain steps only)."""
     plain = motion[5] < 0.0
     none = (np.empty(0), np.empty((0, ws[7].shape[0])))
     cost, guard, precise, dist2, _, _, active = state
@@ -499,13 +504,20 @@ def _refine_rows(bodies, columns, joints, targets, lm, motion, q, state, ws, tri
                 break
             count, mu = _trials(bodies, columns, joints, targets, lm, motion, none, q[k],
                                 cost[k], precise[k], trials, ws)
+            judged_count = count
             for j in range(count):
                 for v in range(cand.shape[0]):
                     cand[v] = trials[j, v]
                 _judge(bodies, columns, joints, targets, tgt, motion, cand, 0.0, guard[k],
                        judged, j, ws)
-            pick = _pick(plain, precise[k], cost[k], dist2[k], mu, count, judged)
+                if solved_stops and judged[0][j] < cost[k]:
+                    judged_count = j + 1        # the longest step that lowers the cost
+                    break
+            pick = _pick(plain, precise[k], cost[k], dist2[k], mu, judged_count, judged)
             _accept(k, pick, q, state, trials, judged)
+            if solved_stops and pick >= 0 and judged[1][pick] <= targets[9] \
+                    and judged[4][pick] <= targets[10]:
+                break
 
 
 @njit(cache=True)
@@ -556,7 +568,8 @@ def choose(bodies, columns, joints, targets, motion, q, state, trials, mu, extra
 @njit(cache=True)
 def first_solution(bodies, columns, joints, targets, lm, motion, q):
     """Refine the rows of ``q`` (K, nq) one after another, each alone by ``refine`` (plain
-    ``motion``), until one meets the targets' tolerance; return (its index, position error
+    ``motion``) and only up to the step that meets the targets' tolerance, until one meets
+    it; return (its index, position error
     [m], orientation error [rad]), or (-1, NaN, NaN) when none did.
 
     The SMC ``solve``'s first stage (``policies/seed_first.py``): row 0 is the seed, the
@@ -578,7 +591,7 @@ def first_solution(bodies, columns, joints, targets, lm, motion, q):
         state[4][0] = False
         state[6][0] = True
         _refine_rows(bodies, columns, joints, targets, lm, motion, row, state, ws, trials,
-                     judged)
+                     judged, True)
         c, pe, oe = _costs(bodies, columns, targets, tgt, row[0], ws)
         if pe <= tol_p and oe <= tol_o:
             return r, pe, oe

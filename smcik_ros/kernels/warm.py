@@ -104,7 +104,8 @@ def _refinement_kernels(records, q):
                            whiten=np.eye(6)[None], full=[False], weight=[1.0],
                            sigma_position=[1.0], sigma_orientation=[1.0],
                            position_tolerance=0.0, orientation_tolerance=0.0, rows=6)
-    steps = LM.pack(steps=1, alphas=np.ones(3), damping=1e-3, max_step=0.1)
+    steps = LM.pack(steps=1, alphas=np.ones(3), damping=1e-3, max_step=0.1,
+                    cost_damping=0.5)
     for fraction in (0.5, -1.0):        # with the motion prior, and the plain LM step
         motion = MOTION.pack(spring=1.0, spring_fade=1.0, tolerance_cost=1.0, gain=0.5,
                              slide_min=0.1, precise_fraction=fraction,

@@ -4,11 +4,15 @@ for the compiled kernels, and the start-up cache.
 - ``chain``: ``Chain`` (batched FK, Jacobians, centre of mass, configurations) and
   ``Frames`` (the chain at a batch of configurations);
 - ``builder``: joint specs -> the chain's structure and records (``JointSpec``);
+- ``floating``: the floating base's six joints and its pose <-> coordinates;
+- ``passive``: the off-path joints and the whole tree's lumped masses;
 - ``urdf``: URDF parsing (yourdfpy), joint specs as plain data;
 - ``cache``: the disk cache of what start-up derives from a URDF.
 """
 
 from .builder import BODY_BALL, BODY_PRISMATIC, BODY_REVOLUTE, JointSpec
 from .chain import Chain, Frames
+from .floating import FLOATING_JOINTS, FLOATING_PITCH_LIMIT, FLOATING_RANGE
 
-__all__ = ['BODY_BALL', 'BODY_PRISMATIC', 'BODY_REVOLUTE', 'Chain', 'Frames', 'JointSpec']
+__all__ = ['BODY_BALL', 'BODY_PRISMATIC', 'BODY_REVOLUTE', 'Chain', 'FLOATING_JOINTS',
+           'FLOATING_PITCH_LIMIT', 'FLOATING_RANGE', 'Frames', 'JointSpec']

@@ -16,6 +16,7 @@ import numpy as np
 from ..errors import ModelError
 from ..kernels.records import BODIES, CHAIN, COLUMNS, JOINTS, LINKS
 from ..rotations import skew
+from .passive import passive_layout
 
 __all__ = ['BODY_BALL', 'BODY_PRISMATIC', 'BODY_REVOLUTE', 'JointSpec', 'build', 'readonly']
 
@@ -70,6 +71,7 @@ def build(joints, base_link, tip_links, link_inertials):
     bodies = _bodies(by_child, links, base_link, out, link_inertials)
     out.update(bodies)
     out.update(_columns(out))
+    out.update(passive_layout(joints, links, base_link, out['joint_names']))
     out.update(_masses(out, bodies['mass']))
     out['records'] = _records(out)
     del out['mass']
@@ -296,8 +298,9 @@ def _columns(model):
 
 
 def _masses(model, masses):
-    """Return the mass model: per body its mass and centre in the body frame, the subtree
-    sums the centre-of-mass Jacobian uses, the total, and the characteristic length."""
+    """Return the mass model: per body its mass (the off-path links' lumped in, passive.py),
+    the modelled links' mass-weighted centres in the body frames, the subtree sums the
+    centre-of-mass Jacobian uses, the total, and the characteristic length."""
     B = model['num_bodies']
     body_mass = np.zeros(B)
     weighted = np.zeros((B, 3))
@@ -311,14 +314,22 @@ def _masses(model, masses):
         else:
             body_mass[b] += m
             weighted[b] += m * c
+    body_of = {}
+    for step in model['_passive_steps']:      # off-path links ride on their anchor's body
+        body_of[step.child] = body_of.get(step.parent,
+                                          model['_body_of_link'].get(step.parent, (-1,))[0])
+        if step.mass > 0.0:
+            if body_of[step.child] < 0:
+                base_mass += step.mass
+            else:
+                body_mass[body_of[step.child]] += step.mass
     parents = model['body_parent']
     desc = np.array([[1.0 if is_ancestor(parents, b, d) else 0.0 for d in range(B)]
                      for b in range(B)]).reshape(B, B)
     offsets = model['body_origin'][:, :3, 3]
     return {
-        '_body_mass': body_mass, '_base_mass_com': base_com,
-        '_body_com_local': np.where(body_mass[:, None] > 0.0,
-                                    weighted / np.maximum(body_mass, 1e-300)[:, None], 0.0),
+        '_body_mass': readonly(body_mass), '_static_base': readonly(base_com),
+        '_static_weighted': readonly(weighted),
         '_desc_matrix': desc, '_desc_mass': desc @ body_mass,
         'total_mass': float(base_mass + body_mass.sum()),
         # [m] sum of the static offsets, to scale position errors

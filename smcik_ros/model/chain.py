@@ -20,7 +20,9 @@ from ..kernels.fk import link_pose as _link_pose_kernel
 from ..kernels.jit import as_rows
 from ..kernels.motion import clip_ball_rows
 from ..rotations import quat_from_rotvec, quat_multiply
-from .builder import JointSpec, build
+from .builder import JointSpec, build, readonly
+from .floating import FLOATING_JOINTS, base_coordinates, base_poses, floating_joints
+from .passive import lumped_centres, passive_values
 from .urdf import ordered_links, parse_urdf
 
 __all__ = ['Chain', 'Frames', 'JointSpec']
@@ -138,23 +140,25 @@ class Frames:
                                 np.ascontiguousarray(point, float))
 
     def _mass_points(self):
-        """Return (B, N, 3): each body's mass times its centre of mass, in the base frame."""
+        """Return ((B, N, 3) each body's mass times its centre of mass, (3,) the base's), in
+        the base frame."""
         chain = self.chain
         n = len(self)
-        local = chain._body_com_local                                   # (B, 3)
+        local, base, _ = chain._centres               # (B, 3), (3,): one read (set_passive)
         # einsum, not a stack of (3, 3) @ (3, 1) matmuls: 2.5x faster on the 90-DOF chain's
         # 30 bodies x 50 particles, the same sums.
         pts = self.pos + np.einsum('bnij,bj->bni', self.rot, local)   # (B, N, 3)
-        return pts * chain._body_mass[:, None, None], n
+        return pts * chain._body_mass[:, None, None], base
 
     def center_of_mass(self):
-        """Return the (N, 3) centre of mass of the modelled links in the base frame [m]."""
+        """Return the (N, 3) centre of mass of the whole tree below the base link in the base
+        frame [m] (off-path links at the chain's passive values, ``Chain.set_passive``)."""
         chain = self.chain
         if chain.total_mass <= 0.0:
             raise ModelError('the chain has no mass: give its links <inertial> elements (URDF) '
                              'or masses (JointSpec.mass) to use the centre of mass')
-        weighted, _ = self._mass_points()
-        return (weighted.sum(axis=0) + chain._base_mass_com) / chain.total_mass
+        weighted, base = self._mass_points()
+        return (weighted.sum(axis=0) + base) / chain.total_mass
 
     def com_jacobian(self):
         """Return the (N, 3, nv) Jacobian of the centre of mass.
@@ -164,8 +168,8 @@ class Frames:
         and mass; a translation moves it by M_sub a / M.
         """
         chain = self.chain
-        weighted, n = self._mass_points()
-        B = chain.num_bodies
+        weighted, _ = self._mass_points()
+        B, n = chain.num_bodies, len(self)
         w_sub = (chain._desc_matrix @ weighted.reshape(B, 3 * n)).reshape(B, n, 3)
         cb = chain.column_body
         axes = np.einsum('cnij,cj->cni', self.rot[cb], chain.column_axis)     # (C, N, 3)
@@ -180,7 +184,17 @@ class Chain:
     """Kinematic model of the links between a base link and one or several tip links.
 
     Build with ``Chain.from_urdf`` or ``Chain.from_joints`` (ball joints, for the papers'
-    articulated figures). Read-only after construction.
+    articulated figures). Read-only after construction, except the passive joints' values
+    (``set_passive``).
+
+    Floating base (``floating_base=True``, ``model.floating``): ``floating`` (bool),
+    ``base_index`` (the q indices of the six base joints; empty for a fixed base),
+    ``command_index`` (the q indices of the URDF's joints), ``floating_link`` (the URDF's
+    base link; None for a fixed base), ``floating_links`` (the links the base adds, the world
+    frame first), ``base_pose(q)``, ``with_base(q_joints, pose)``; ``base_link`` is then the
+    world frame. Passive joints (``model.passive``): ``passive_joint_names``,
+    ``passive_values``, ``passive_anchors`` ({off-path link: (body, (4, 4) offset)}),
+    ``set_passive(values)``.
 
     Besides the configuration layout (joint_names, nq, nv, lower, upper, velocity_limits,
     joint_types, continuous, scalar_q/scalar_v, ball_joints, ball_q_index/ball_v_index,
@@ -193,32 +207,56 @@ class Chain:
     columns, links and joints records (``kernels.records.CHAIN``).
     """
 
-    def __init__(self, joints, base_link, tip_links, robot_name='robot', link_inertials=None):
+    def __init__(self, joints, base_link, tip_links, robot_name='robot', link_inertials=None,
+                 floating_base=False, world_frame='world'):
         """Build from a list of ``JointSpec`` forming a tree rooted at ``base_link``.
 
         link_inertials: optional {link: (mass [kg], (3,) centre in the link frame)} for links
         that no joint's ``mass`` describes (the base link's own inertial).
+        floating_base: put the six floating-base joints (``model.floating``) between a new
+        root ``world_frame`` and ``base_link``; the chain's base frame is then the world.
         """
         self.robot_name = robot_name
-        self.base_link = base_link
         tip_links = [tip_links] if isinstance(tip_links, str) else list(tip_links)
         if not tip_links:
             raise ModelError('at least one tip link is needed')
         self.tip_links = tuple(tip_links)
+        self.tip_link = self.tip_links[0]      # the first (default) tip link
+        joints = list(joints)
+        link_inertials = dict(link_inertials or {})
+        self.floating = bool(floating_base)
+        self.floating_link = base_link if self.floating else None
+        self.floating_links = ()
+        if self.floating:
+            joints, self.floating_links = floating_joints(joints, base_link, world_frame,
+                                                          link_inertials)
+            base_link, link_inertials = world_frame, {}
+        self.base_link = base_link
         # Every joint the model was built from (for URDFs: the whole tree, including joints
         # above base_link and beside the chain), for frames outside the model (tree_joints).
         self.tree_joints = tuple(joints)
-        self.__dict__.update(build(list(joints), base_link, self.tip_links,
-                                   dict(link_inertials or {})))
+        self.__dict__.update(build(joints, base_link, self.tip_links, link_inertials))
+        self.n = self.nq                        # number of configuration entries
+        base = [self._q_index[name] for name in FLOATING_JOINTS] if self.floating else []
+        self.base_index = readonly(np.array(base, dtype=int))
+        self.command_index = readonly(np.array(
+            [i for i in range(self.nq) if i not in set(base)], dtype=int))
+        self.passive_values = self._passive_default
+        self._centres = lumped_centres(self, self.passive_values)
+        self.passive_anchors = self._centres[2]
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_urdf(cls, path_or_xml, base_link='base_link', tip_link='tool0', cache_dir=None):
+    def from_urdf(cls, path_or_xml, base_link='base_link', tip_link='tool0', cache_dir=None,
+                  floating_base=False, world_frame='world'):
         """Load a chain from a URDF file path or XML string (e.g. ``robot_description``).
 
         tip_link: one link name, or a list of link names sharing one model (multi-effector).
         cache_dir: where the parsed joints are kept for the next start, keyed by the URDF's
         bytes (``model.cache``; None: its default directory, '': no cache).
+        floating_base: put ``base_link``'s 6-DOF pose in the state (``model.floating``): six
+        joints under a new root link ``world_frame``, which becomes the chain's base frame
+        (the joint above ``base_link`` in the URDF, if any, is replaced).
         Raises ModelError with the parser's reason, or the list of links when a name is
         unknown.
         """
@@ -232,12 +270,16 @@ class Chain:
                 raise ModelError(
                     f'unknown {what} link {link!r}; links in this URDF: '
                     f'{", ".join(ordered_links(joints))}')
-        return cls(joints, base_link, tips, robot_name=name, link_inertials=root_inertials)
+        return cls(joints, base_link, tips, robot_name=name, link_inertials=root_inertials,
+                   floating_base=floating_base, world_frame=world_frame)
 
     @classmethod
-    def from_joints(cls, joints, base_link, tip_link, name='chain'):
-        """Build a chain from ``JointSpec`` objects (for ball-jointed figures)."""
-        return cls(joints, base_link, tip_link, robot_name=name)
+    def from_joints(cls, joints, base_link, tip_link, name='chain', floating_base=False,
+                    world_frame='world'):
+        """Build a chain from ``JointSpec`` objects (for ball-jointed or authored figures);
+        floating_base and world_frame as in ``from_urdf``."""
+        return cls(joints, base_link, tip_link, robot_name=name, floating_base=floating_base,
+                   world_frame=world_frame)
 
     @classmethod
     def ball_chain(cls, num_segments, segment_length=1.0, max_angle=None, mass=1.0,
@@ -268,16 +310,6 @@ class Chain:
         return cls(joints, 'base_link', 'tip', robot_name=name)
 
     # ------------------------------------------------------------------ names
-    @property
-    def n(self):
-        """Number of configuration entries (``nq``)."""
-        return self.nq
-
-    @property
-    def tip_link(self):
-        """The first (default) tip link."""
-        return self.tip_links[0]
-
     def joint_index(self, name):
         """Return the index of joint ``name`` in the configuration vector."""
         try:
@@ -414,7 +446,7 @@ class Chain:
     # ------------------------------------------------------------------ kinematics
     def frames(self, q):
         """Return the ``Frames`` (cached forward kinematics) of (nq,) or (N, nq) configurations."""
-        q, q2 = self._rows(q)
+        q, q2 = _rows(self, q)
         # C-contiguous and writable (one compiled specialisation for every caller).
         rot, pos = _fk_kernel(self.records.bodies, as_rows(q2, self.nq))
         return Frames(self, q2, rot, pos, q.ndim == 1)
@@ -425,21 +457,12 @@ class Chain:
         q: (nq,) -> (4, 4); (N, nq) -> (N, 4, 4). Units: metres. Only the link's body and
         its ancestors are computed (``kernels.link_pose``).
         """
-        q, q2 = self._rows(q)
+        q, q2 = _rows(self, q)
         out = np.empty((q2.shape[0], 4, 4))
         records = self.records
         _link_pose_kernel(records.bodies, records.links, as_rows(q2, self.nq),
                           self.link_index(link), out)
         return out[0] if q.ndim == 1 else out
-
-    def _rows(self, q):
-        """Return (q as a float array, its (N, nq) rows), or raise ModelError."""
-        q = np.asarray(q, dtype=float)
-        q2 = np.atleast_2d(q)
-        if q2.ndim != 2 or q2.shape[-1] != self.nq:
-            raise ModelError(f'configuration must have {self.nq} entries (joints '
-                             f'{list(self.joint_names)}); got shape {q.shape}')
-        return q, q2
 
     def link_poses(self, q):
         """Return every modelled link's pose: (L, 4, 4) for (nq,) q, (N, L, 4, 4) for (N, nq)."""
@@ -462,12 +485,78 @@ class Chain:
         com = frames.center_of_mass()
         return com[0] if frames.single else com
 
+    # ------------------------------------------------------------------ floating base, passive
+    def base_pose(self, q):
+        """Return the pose of the floating link in the world frame: (4, 4) for (nq,) q,
+        (N, 4, 4) for (N, nq) (``model.floating``); the identity for a fixed base."""
+        q, q2 = _rows(self, q)
+        if self.floating:
+            poses = base_poses(q2[:, self.base_index])
+        else:
+            poses = np.broadcast_to(np.eye(4), (len(q2), 4, 4)).copy()
+        return poses[0] if q.ndim == 1 else poses
+
+    def with_base(self, q_joints, pose):
+        """Return the configuration(s) of commanded joints ``q_joints`` with the base ``pose``.
+
+        q_joints: (C,) or (N, C) values of the URDF joints in ``command_index`` order (or
+        whole configurations (nq,) / (N, nq), whose base entries are replaced); pose: (4, 4)
+        or (N, 4, 4) pose of the floating link in the world frame [m]. Returns (nq,) or
+        (N, nq). Raises GoalError for a pose beyond the base joints' limits (pitch beyond
+        +-80 deg, a position beyond +-10 m), ModelError for a fixed-base chain or a shape.
+        """
+        if not self.floating:
+            raise ModelError(f'with_base: the chain {self.robot_name!r} has a fixed base; '
+                             'build it with floating_base=True')
+        arr = np.asarray(q_joints, dtype=float)
+        if arr.shape[-1:] not in ((len(self.command_index),), (self.nq,)) or arr.ndim > 2:
+            raise ModelError(f'with_base: q_joints must have {len(self.command_index)} entries '
+                             f'(joints {[self.joint_names[i] for i in self.command_index]}) or '
+                             f'{self.nq}; got shape {arr.shape}')
+        coords = base_coordinates(pose)
+        rows = max(len(arr) if arr.ndim == 2 else 1, len(coords) if coords.ndim == 2 else 1)
+        q = np.zeros((rows, self.nq))
+        if arr.shape[-1] == self.nq:
+            q[:] = arr
+        else:
+            q[:, self.command_index] = arr
+        q[:, self.base_index] = coords
+        return q[0] if arr.ndim == 1 and coords.ndim == 1 else q
+
+    def set_passive(self, values):
+        """Set the passive (off-path) joints' values and re-lump the masses they carry.
+
+        values: {joint: value [rad or m]} (names of other joints of the robot are ignored,
+        joints not named keep their values) or a (P,) array in ``passive_joint_names``
+        order. ``Frames.center_of_mass`` and ``com_jacobian`` count the whole tree below the
+        base link at these values (``model.passive``); Frames built before this call see the
+        new values too. Raises ModelError for an unknown name, a shape or a non-finite value.
+        """
+        values = passive_values(self, values)
+        if np.array_equal(values, self.passive_values):
+            return
+        centres = lumped_centres(self, values)
+        # One assignment each: a reader on another thread sees the old or the new centres.
+        self._centres = centres
+        self.passive_anchors = centres[2]
+        self.passive_values = values
+
     def __repr__(self):
         return (f'Chain({self.robot_name!r}, base={self.base_link!r}, tips={list(self.tip_links)},'
                 f' joints={list(self.joint_names)})')
 
 
 # ---------------------------------------------------------------------- helpers
+def _rows(chain, q):
+    """Return (q as a float array, its (N, nq) rows), or raise ModelError."""
+    q = np.asarray(q, dtype=float)
+    q2 = np.atleast_2d(q)
+    if q2.ndim != 2 or q2.shape[-1] != chain.nq:
+        raise ModelError(f'configuration must have {chain.nq} entries (joints '
+                         f'{list(chain.joint_names)}); got shape {q.shape}')
+    return q, q2
+
+
 def _cross(a, b):
     """Return the cross products of (..., 3) arrays (numpy.cross costs more on small arrays)."""
     out = np.empty(np.broadcast_shapes(a.shape, b.shape))

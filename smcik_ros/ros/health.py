@@ -4,7 +4,9 @@ the alternatives and the node's timings, and the diagnostics derived from it.
 ``Health.status(now)`` returns the status dictionary (JSON-ready; the ``~/status`` mirror);
 ``Health.diagnostics(status)`` turns that same dictionary into diagnostic entries
 (``Diagnostic``: name, level, message, key-values) for ``/diagnostics``: the arm, the control
-ticks, the solver, collision and the goal, each OK, WARN, ERROR or STALE. A level rises for
+ticks, the solver, collision and the goal, each OK, WARN, ERROR or STALE, and the whole figure
+(per tip, the contacts, the centre of mass over its support) where there is one: several
+tips, a floating base, contacts or a support polygon. A level rises for
 what happened since the previous diagnostics (a late tick, a failed tick), so that a monitor
 shows a problem while it lasts, not forever.
 """
@@ -13,6 +15,8 @@ import collections
 from dataclasses import dataclass, field
 import math
 import threading
+
+from ..control.base import base_pose_list, figure_view
 
 __all__ = ['OK', 'WARN', 'ERROR', 'STALE', 'LEVEL_NAMES', 'Diagnostic', 'Timings', 'Health']
 
@@ -110,16 +114,44 @@ class Health:
         out.update(self.alternatives.status(now))
         out['goal_covariance'] = goal is not None and goal.covariance is not None
         out['alternatives_time_ms'] = timings.mean_ms('alternatives')
-        q = loop.q if loop.q is not None else loop.current_configuration()
+        q = loop.state if loop.q is not None else loop.current_state()
         blocked = goal is not None and not loop.goal_reached
         out.update(self.guard.status(q, loop.refusal(within=int(self._rate()) + 1), blocked))
         out['pointcloud_ms'] = timings.mean_ms('cloud')
+        out.update(self.figure(loop))
+        return out
+
+    @staticmethod
+    def figure(loop):
+        """Return the whole figure's part of the status: per tip (``tips``), the contacts,
+        the centre of mass and its margin in the support polygon, the base pose."""
+        goal, tips = loop.goal, loop.inbox.tip_links
+        errors = loop.tip_errors if goal is not None else ()
+        out = {'tips': [
+            {'tip': tip, 'goal': goal is not None and goal.tips[k] is not None,
+             'position_error': _number(errors[k][0], 6) if errors else None,
+             'orientation_error': _number(errors[k][1], 6) if errors else None,
+             'reached': bool(errors and goal.tips[k] is not None
+                             and errors[k][0] <= loop.tolerances[0]
+                             and errors[k][1] <= loop.tolerances[1])}
+            for k, tip in enumerate(tips)]}
+        state = loop.state
+        view = figure_view(loop.chain, loop.constraints_kept, state, loop.figure.floating) \
+            if state is not None else None
+        out['contacts'] = list(view.contacts) if view is not None else []
+        out['center_of_mass'] = list(view.com) if view is not None and view.com else None
+        out['com_margin'] = view.com_margin if view is not None else None
+        out['base_pose'] = base_pose_list(loop.base) if loop.base is not None else None
+        out['figure'] = (len(tips) > 1 or loop.figure.floating or bool(out['contacts'])
+                         or out['com_margin'] is not None)
         return out
 
     def diagnostics(self, status):
         """Return the Diagnostic entries of a ``status`` dictionary (and note its counts)."""
         entries = [self._arm(status), self._ticks(status), self._solver(status),
                    self._collision(status), self._goal(status)]
+        if status.get('figure'):
+            entries.append(self.figure_entry(status))
         self._last = {'late_ticks': status['late_ticks'], 'faults': status['faults']}
         return entries
 
@@ -196,3 +228,24 @@ class Health:
         return Diagnostic('smcik_node: goal', level, text, self._values(status, (
             'goal_id', 'reached', 'position_error', 'orientation_error', 'goals_received',
             'goals_superseded', 'goals_stale', 'goal_covariance')))
+
+    @staticmethod
+    def figure_entry(status):
+        """Return the 'smcik_node: figure' Diagnostic of a status (its ``figure`` part)."""
+        lost = [c['link'] for c in status['contacts'] if not c['held']]
+        margin = status['com_margin']
+        if lost:
+            level, text = ERROR, f'contact(s) not held: {", ".join(lost)}'
+        elif margin is not None and margin < 0.0:
+            level, text = ERROR, (f'the centre of mass is {-1e3 * margin:.1f} mm outside its '
+                                  'support polygon (less the margin)')
+        else:
+            reached = [t['tip'] for t in status['tips'] if t['reached']]
+            goals = [t['tip'] for t in status['tips'] if t['goal']]
+            level, text = OK, (f'{len(reached)} of {len(goals)} tip goal(s) reached'
+                               + (f', {len(status["contacts"])} contact(s) held'
+                                  if status['contacts'] else '')
+                               + (f', CoM {1e3 * margin:.1f} mm inside its support'
+                                  if margin is not None else ''))
+        return Diagnostic('smcik_node: figure', level, text, Health._values(status, (
+            'tips', 'contacts', 'center_of_mass', 'com_margin', 'base_pose')))

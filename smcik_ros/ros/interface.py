@@ -10,8 +10,8 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
-__all__ = ['COMMAND_TYPES', 'COMMAND_QOS', 'INPUT_QOS', 'DESCRIPTION_QOS', 'MARKER_QOS',
-           'JOINT_STATES_QOS', 'DIAGNOSTICS_QOS']
+__all__ = ['COMMAND_TYPES', 'COMMAND_QOS', 'BASE_POSE_QOS', 'INPUT_QOS', 'CONSTRAINTS_QOS', 'DESCRIPTION_QOS',
+           'MARKER_QOS', 'JOINT_STATES_QOS', 'DIAGNOSTICS_QOS']
 
 # command_type parameter value -> message type published on command_topic.
 COMMAND_TYPES = {
@@ -23,11 +23,19 @@ COMMAND_TYPES = {
 # Commands: every message matters (a controller must not miss one), no history for late joiners.
 COMMAND_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE,
                          durability=DurabilityPolicy.VOLATILE, history=HistoryPolicy.KEEP_LAST)
+# ~/base_pose: a second of history at 100 Hz, so a reader that pairs each command with its
+# base pose by stamp loses none while it lags (a Python reader under load lagged > 10 ticks).
+BASE_POSE_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE,
+                           durability=DurabilityPolicy.VOLATILE)
 # Goals, constraints, status: reliable, volatile (matches RViz tools and `ros2 topic pub`).
 INPUT_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE,
                        durability=DurabilityPolicy.VOLATILE)
 # robot_state_publisher latches the URDF: transient local, depth 1.
 DESCRIPTION_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+# The constraint set: reliable, transient local (a set latched while the node starts is kept),
+# depth 1 (the newest set replaces the others).
+CONSTRAINTS_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL)
 MARKER_QOS = QoSProfile(depth=2, reliability=ReliabilityPolicy.RELIABLE,
                         durability=DurabilityPolicy.VOLATILE)

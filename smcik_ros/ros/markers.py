@@ -1,5 +1,6 @@
-"""RViz markers of the filter (particle chains, the MAP chain, the target, keep-out spheres) and
-of the collision model (cover spheres, obstacles, the closest pair).
+"""RViz markers of the filter (particle chains, the MAP chain, each tip's target, keep-out
+spheres), of the whole figure (the centre of mass and its projection, the support polygon,
+the contacts) and of the collision model (cover spheres, obstacles, the closest pair).
 
 Kept cheap (see ROS_ENV.md): all particles are ONE LINE_LIST marker with per-vertex colours
 (green = high weight, red = low), and the number of drawn particles is capped by the caller
@@ -19,7 +20,7 @@ __all__ = ['NAMESPACES', 'COLLISION_NAMESPACES', 'link_segments', 'particle_mark
            'particle_vertices', 'fill_vertices',
            'chain_marker', 'target_marker', 'sphere_markers', 'build_marker_array',
            'select_particles', 'collision_markers', 'alternative_markers',
-           'ALTERNATIVE_NAMESPACE']
+           'ALTERNATIVE_NAMESPACE', 'FIGURE_NAMESPACES', 'figure_markers']
 
 NAMESPACES = ('particles', 'map', 'target', 'keep_out')
 COLLISION_NAMESPACES = ('collision_cover', 'collision_obstacles', 'collision_closest')
@@ -130,10 +131,11 @@ def chain_marker(link_positions, frame, stamp=None, marker_id=0, rgba=(0.1, 0.4,
     return marker
 
 
-def target_marker(target, frame, stamp=None):
-    """Return the goal marker: an ARROW along the tool z axis for (4, 4), a SPHERE for (3,)."""
+def target_marker(target, frame, stamp=None, marker_id=0):
+    """Return a goal marker: an ARROW along the tool z axis for (4, 4), a SPHERE for (3,);
+    ``marker_id``: the tip's index."""
     marker = _header(Marker(), frame, stamp)
-    marker.ns, marker.id = 'target', 0
+    marker.ns, marker.id = 'target', int(marker_id)
     marker.action = Marker.ADD
     target = np.asarray(target, dtype=float)
     if target.shape == (4, 4):
@@ -179,7 +181,8 @@ def build_marker_array(frame, stamp=None, particle_positions=None, weights=None,
     ``clear``: start with a DELETEALL (when keep-out spheres or the target went away since the
     last tick, so RViz drops them).
     ``particle_positions``: (N, L, 3) [m]; ``segments``: (S, 2) link pairs;
-    ``map_positions``: (L, 3) [m]; ``target``: (4, 4) or (3,) [m];
+    ``map_positions``: (L, 3) [m]; ``target``: (4, 4) or (3,) [m], or a list of them with
+    None where a tip has no goal (one marker id per tip);
     ``spheres``: [(center (3,), radius)], all in ``frame``.
     """
     markers = []
@@ -191,8 +194,10 @@ def build_marker_array(frame, stamp=None, particle_positions=None, weights=None,
         markers.append(particle_marker(particle_positions, weights, frame, stamp, segments))
     if map_positions is not None:
         markers.append(chain_marker(map_positions, frame, stamp))
-    if target is not None:
-        markers.append(target_marker(target, frame, stamp))
+    targets = target if isinstance(target, (list, tuple)) else [target]
+    for k, each in enumerate(targets):
+        if each is not None:
+            markers.append(target_marker(each, frame, stamp, k))
     markers.extend(sphere_markers(spheres, frame, stamp))
     return MarkerArray(markers=markers)
 
@@ -312,4 +317,58 @@ def alternative_markers(link_positions, within_tolerance, frame, stamp=None, sho
             gone.ns, gone.id = ALTERNATIVE_NAMESPACE.format(k), marker_id
             gone.action = Marker.DELETE
             markers.append(gone)
+    return markers
+
+
+FIGURE_NAMESPACES = ('center_of_mass', 'support_polygon', 'contacts')
+_HELD = ColorRGBA(r=0.1, g=0.8, b=0.2, a=0.8)
+_LOST = ColorRGBA(r=1.0, g=0.1, b=0.1, a=0.9)
+
+
+def figure_markers(frame, stamp=None, com=None, ground=0.0, polygons=(), contacts=(),
+                   com_inside=True):
+    """Return the markers of the whole figure, all in ``frame`` (the world with a floating
+    base).
+
+    com: (3,) centre of mass [m] or None: a SPHERE there (id 0) and a flat CYLINDER at its
+    projection along gravity onto the height ``ground`` [m] (id 1), green while
+    ``com_inside`` (its support polygon less the margin), else red. polygons: [(hull (H, 2),
+    region (R, 2))] of the support polygons [m]: one closed LINE_STRIP each at ``ground``
+    (id 2k; the region less the margin, id 2k + 1, thinner). contacts: [(pose (4, 4), held)]
+    of the contact constraints' anchored poses: a flat CUBE each (green held, red not).
+    """
+    markers = []
+    if com is not None:
+        color = _HELD if com_inside else _LOST
+        for marker_id, (z, size) in enumerate(((com[2], 0.05), (ground, 0.04))):
+            marker = _header(Marker(), frame, stamp)
+            marker.ns, marker.id = FIGURE_NAMESPACES[0], marker_id
+            marker.type = Marker.SPHERE if marker_id == 0 else Marker.CYLINDER
+            marker.action = Marker.ADD
+            marker.pose.position = Point(x=float(com[0]), y=float(com[1]), z=float(z))
+            marker.pose.orientation.w = 1.0
+            marker.scale = Vector3(x=size, y=size, z=size if marker_id == 0 else 0.004)
+            marker.color = color
+            markers.append(marker)
+    for k, (hull, region) in enumerate(polygons):
+        for offset, (points, width) in enumerate(((hull, 0.008), (region, 0.004))):
+            if points is None or not len(points):
+                continue
+            marker = _header(Marker(), frame, stamp)
+            marker.ns, marker.id = FIGURE_NAMESPACES[1], 2 * k + offset
+            marker.type, marker.action = Marker.LINE_STRIP, Marker.ADD
+            marker.pose.orientation.w = 1.0
+            marker.scale.x = width
+            marker.color = ColorRGBA(r=0.9, g=0.7, b=0.1, a=1.0 if offset == 0 else 0.6)
+            ring = np.vstack([points, points[:1]])
+            marker.points = [Point(x=float(x), y=float(y), z=float(ground)) for x, y in ring]
+            markers.append(marker)
+    for k, (pose, held) in enumerate(contacts):
+        marker = _header(Marker(), frame, stamp)
+        marker.ns, marker.id = FIGURE_NAMESPACES[2], k
+        marker.type, marker.action = Marker.CUBE, Marker.ADD
+        marker.pose = matrix_to_pose(pose)
+        marker.scale = Vector3(x=0.08, y=0.05, z=0.006)
+        marker.color = _HELD if held else _LOST
+        markers.append(marker)
     return markers

@@ -2,9 +2,12 @@
 
 ``CommandOutput``: the command of each tick as JointState (stamped with the time its limits
 were applied for), JointTrajectory (one point, zero stamp: start on arrival) or
-Float64MultiArray on ``command_topic``. ``MarkerOutput``: ~/particles (particles, MAP chain,
-target, ghost arms) and ~/collision (obstacles, closest pair, covers), rebuilt only when what
-they show changed (``schedule.MarkerSchedule``). ``AlternativesOutput``: ~/alternatives, from
+Float64MultiArray on ``command_topic``; with a floating base, ``BaseOutput``: the base pose
+that goes with each command on ~/base_pose (PoseStamped in world_frame, the command's stamp)
+and as the TF world_frame -> base_link when tf2_ros is installed. ``MarkerOutput``:
+~/particles (particles, MAP chain, each tip's target, ghost arms, the centre of mass, support
+polygons and contacts) and ~/collision (obstacles, closest pair, covers), rebuilt only when
+what they show changed (``schedule.MarkerSchedule``). ``AlternativesOutput``: ~/alternatives, from
 the control wing's ``AlternativesBook``. ``HealthOutput``: /diagnostics
 (diagnostic_msgs/DiagnosticArray) and its JSON mirror ~/status, both from one
 ``health.Health.status``.
@@ -14,6 +17,7 @@ import json
 import time
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from geometry_msgs.msg import PoseStamped, TransformStamped
 import numpy as np
 from rclpy.duration import Duration
 from std_msgs.msg import String
@@ -21,13 +25,18 @@ from trajectory_msgs.msg import JointTrajectory
 from visualization_msgs.msg import MarkerArray
 
 from .conversions import (make_alternatives_trajectory, make_float64_multi_array,
-                          make_joint_state, make_joint_trajectory, nanoseconds_to_stamp)
-from .interface import COMMAND_QOS, COMMAND_TYPES, DIAGNOSTICS_QOS, INPUT_QOS, MARKER_QOS
+                          make_joint_state, make_joint_trajectory, matrix_to_pose,
+                          nanoseconds_to_stamp)
+from .interface import (BASE_POSE_QOS, COMMAND_QOS, COMMAND_TYPES, DIAGNOSTICS_QOS, INPUT_QOS,
+                        MARKER_QOS)
 from .parameters import check_choice
-from .markers import alternative_markers, build_marker_array, collision_markers, select_particles
+from ..control.base import figure_view
+from .markers import (alternative_markers, build_marker_array, collision_markers,
+                      figure_markers, select_particles)
 from .schedule import MarkerSchedule, marker_key
 
-__all__ = ['CommandOutput', 'MarkerOutput', 'AlternativesOutput', 'HealthOutput']
+__all__ = ['CommandOutput', 'BaseOutput', 'MarkerOutput', 'AlternativesOutput',
+           'HealthOutput']
 
 
 class CommandOutput:
@@ -40,11 +49,12 @@ class CommandOutput:
         """Refuse an unknown command_type (ParameterError naming the valid ones)."""
         check_choice('command_type', values['command_type'], COMMAND_TYPES)
 
-    def __init__(self, node, joint_names, values):
+    def __init__(self, node, joint_names, values, base=None):
         self._node = node
         self._names = list(joint_names)
         self.publisher = None
         self.rate_hz = values['rate_hz']
+        self.base = base            # BaseOutput (floating base), or None
         self.apply({}, values)
 
     def apply(self, changes, values):
@@ -66,6 +76,8 @@ class CommandOutput:
         else:
             msg = make_float64_multi_array(command.q)
         self.publisher.publish(msg)
+        if self.base is not None and command.base is not None:
+            self.base.publish(command.base, stamp_ns)
 
     def flush(self, timeout):
         """Wait up to ``timeout`` [s] until subscribers acknowledged the published commands
@@ -75,6 +87,45 @@ class CommandOutput:
             return bool(self.publisher.wait_for_all_acked(Duration(seconds=timeout)))
         except Exception:  # noqa: BLE001 - an RMW without the call: nothing to wait on
             return False
+
+
+class BaseOutput:
+    """~/base_pose (PoseStamped in ``world_frame``) and the TF world_frame -> ``base_link`` of
+    each command's floating base, stamped with the command's stamp (the tick's time: the
+    JointState command's header stamp). The TF needs tf2_ros and ``publish_base_tf``;
+    otherwise one info line says why there is none."""
+
+    def __init__(self, node, world_frame, base_link, publish_tf, log):
+        self._world, self._base_link = world_frame, base_link
+        self.publisher = node.create_publisher(PoseStamped, '~/base_pose', BASE_POSE_QOS)
+        self._tf = None
+        if not publish_tf:
+            log('info', 'publish_base_tf is false: no TF of the floating base (a state '
+                'estimator owns it); ~/base_pose carries it')
+            return
+        try:
+            import tf2_ros  # optional: a ROS install has it, PyPI does not
+        except ImportError:
+            log('info', f'tf2_ros not installed: no TF {world_frame} -> {base_link}; '
+                '~/base_pose carries the base pose of each command')
+            return
+        self._tf = tf2_ros.TransformBroadcaster(node)
+
+    def publish(self, base, stamp_ns):
+        """Publish the (4, 4) base pose [m] that goes with the command stamped ``stamp_ns``."""
+        stamp = nanoseconds_to_stamp(stamp_ns)
+        msg = PoseStamped(pose=matrix_to_pose(base))
+        msg.header.stamp, msg.header.frame_id = stamp, self._world
+        self.publisher.publish(msg)
+        if self._tf is not None:
+            tf = TransformStamped()
+            tf.header.stamp, tf.header.frame_id = stamp, self._world
+            tf.child_frame_id = self._base_link
+            p, o = msg.pose.position, msg.pose.orientation
+            tf.transform.translation.x, tf.transform.translation.y = p.x, p.y
+            tf.transform.translation.z = p.z
+            tf.transform.rotation = o
+            self._tf.sendTransform(tf)
 
 
 class MarkerOutput:
@@ -92,7 +143,7 @@ class MarkerOutput:
         self._values, self._time, self._timings = values, time, timings
         self.schedule = MarkerSchedule()
         self._messages = ()              # the last (particles, collision) MarkerArrays
-        self._target_shown = False       # the last particles array drew a target
+        self._shown = (0, 0, 0, False)   # targets, polygons, contacts, CoM drawn last
         self._particles = node.create_publisher(MarkerArray, '~/particles', MARKER_QOS)
         self._collision = node.create_publisher(MarkerArray, '~/collision', MARKER_QOS)
 
@@ -143,15 +194,25 @@ class MarkerOutput:
                                                self._values['max_marker_particles'])
             positions = chain.link_poses(chosen)[..., :3, 3]
         map_q = info.get('map')
-        target = loop.goal.display if loop.goal is not None else None
+        state = loop.state
+        goal = loop.goal
+        targets = [None if tip is None else tip.display for tip in goal.tips] \
+            if goal is not None else []
+        view = figure_view(chain, loop.constraints_kept, state, loop.figure.floating)
+        shown = (len([t for t in targets if t is not None]), len(view.polygons),
+                 len(view.contacts), view.com is not None)
         array = build_marker_array(
             frame, stamp, particle_positions=positions, weights=weights,
             segments=self._segments,
-            map_positions=chain.link_poses(loop.q if map_q is None else map_q)[:, :3, 3],
-            target=target, clear=self._target_shown and target is None)
-        self._target_shown = target is not None
+            map_positions=chain.link_poses(state if map_q is None else map_q)[:, :3, 3],
+            target=targets, clear=any(a > b for a, b in zip(self._shown, shown)))
+        self._shown = shown
+        array.markers.extend(figure_markers(
+            frame, stamp, view.com, view.ground, view.polygons,
+            [(p, c['held']) for p, c in zip(view.contact_poses, view.contacts)],
+            view.com_margin is None or view.com_margin >= 0.0))
         array.markers.extend(self._alternatives.ghost_markers(frame, stamp))
-        inputs = self._guard.marker_inputs(loop.q,
+        inputs = self._guard.marker_inputs(state,
                                            cover=self._values['collision_cover_markers'])
         inputs['obstacles'] = inputs['obstacles'] + self._constraints.drawn
         self._messages = (array, collision_markers(frame, stamp, **inputs))
@@ -179,7 +240,7 @@ class AlternativesOutput:
         _, now = self._time.now()
         goal_id = loop.goal.sequence if loop.goal is not None else 0
         started = time.perf_counter()
-        needed = self.book.refresh(loop.solver, goal_id, loop.q, now)
+        needed = self.book.refresh(loop.solver, goal_id, loop.state, now)
         self._timings.add('alternatives', time.perf_counter() - started)
         self.publish(needed)
 

@@ -14,6 +14,7 @@ on-set callback with the verdict.
 
 import math
 
+import numpy as np
 from rcl_interfaces.msg import (FloatingPointRange, IntegerRange, ParameterDescriptor,
                                 SetParametersResult)
 from rclpy.exceptions import ParameterUninitializedException
@@ -22,12 +23,13 @@ from rclpy.parameter import Parameter
 from ..collision import DEFAULT_TOLERANCE, MIN_TOLERANCE
 from ..control.collision_guard import DEFAULT_CONTACT_TOLERANCE
 from ..errors import ParameterError, SmcIkError
+from ..rotations import quat_to_matrix
 from ..solvers import available_solvers
 from .interface import COMMAND_TYPES
 from .solver_parameters import solver_parameters
 
-__all__ = ['NODE_PARAMETERS', 'ARRAY_PARAMETERS', 'check_choice', 'ParameterChanges',
-           'NodeParameters', 'descriptor']
+__all__ = ['NODE_PARAMETERS', 'ARRAY_PARAMETERS', 'check_choice', 'tips_of',
+           'initial_base_pose', 'ParameterChanges', 'NodeParameters', 'descriptor']
 
 # Arm safety settings are read-only: the invariants of the command stream hold for fixed limits.
 _FIXED = {'read_only': True}
@@ -40,7 +42,18 @@ NODE_PARAMETERS = {
                   'repository root', _FIXED),
     'base_link': ('base_link', 'base link of the chain: frame of commands, goals and markers',
                   _FIXED),
-    'tip_link': ('tool0', 'tip link the goals apply to', _FIXED),
+    'tip_link': ('tool0', 'tip link the goals apply to (tip_links, when not empty, wins)',
+                 _FIXED),
+    'floating_base': (False, "put base_link's 6-DOF pose in world_frame into the solver's "
+                      'state (seed 000 6.3): fitted to the contact constraints given the '
+                      'commanded joints, held without contacts, published on ~/base_pose '
+                      'with each command; the commands stay the URDF joints', _FIXED),
+    'world_frame': ('world', 'frame of the floating base (gravity along its -z): goals, '
+                    'constraints and markers live in it (an empty frame_id means it)',
+                    _FIXED),
+    'publish_base_tf': (True, 'with floating_base: broadcast the TF world_frame -> base_link '
+                        'of each command when tf2_ros is installed (false: a state '
+                        'estimator owns that TF)', _FIXED),
     'robot_description_timeout': (10.0, 'how long to wait for /robot_description at start-up '
                                   'when no URDF parameter is set [s]',
                                   {'range': (0.0, 3600.0), **_FIXED}),
@@ -131,6 +144,12 @@ NODE_PARAMETERS = {
                                     "covers', not the meshes') [m]; 0 = off, else >= "
                                     f'{MIN_TOLERANCE:g}; fixed at start-up',
                                     {'range': (0.0, 0.1), **_FIXED}),
+    'collision_cover_wait': (20.0, 'a first start with a robot computes the covers of its '
+                             'meshes (seconds to minutes; cached on disk): wait this long for '
+                             'them, then start with coarse covers (their bounding boxes: the '
+                             'guard refuses more, never less) and swap the fine ones in when '
+                             'computed in the background [s]; fixed at start-up',
+                             {'range': (0.0, 3600.0), **_FIXED}),
     'collision_clearance': (0.01, 'soft margin the solvers keep beyond the padding [m]; '
                             '0 = off', {'range': (0.0, 1.0)}),
     'collision_fallback_candidates': (8, 'solver candidates (the MAP and the heaviest '
@@ -160,6 +179,13 @@ NODE_PARAMETERS = {
 
 # name: (ROS type, default, description, read-only)
 ARRAY_PARAMETERS = {
+    'tip_links': (Parameter.Type.STRING_ARRAY, [],
+                  'links the goals apply to, one goal slot each (targets/<tip>/...); the '
+                  'first is the tip of target_pose, target_point, /goal_pose; empty: '
+                  'tip_link', True),
+    'initial_base_pose': (Parameter.Type.DOUBLE_ARRAY, [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0],
+                          'with floating_base: the base pose in world_frame at start, '
+                          '[x, y, z, qx, qy, qz, qw] [m]', True),
     'package_paths': (Parameter.Type.STRING_ARRAY, [],
                       'directories holding ROS packages, for package://NAME/... mesh URIs '
                       '(DIR/NAME/..., after the ament index); empty: the ament index and the '
@@ -172,6 +198,31 @@ def check_choice(name, value, choices):
     """Raise ParameterError unless ``value`` is one of ``choices``."""
     if value not in choices:
         raise ParameterError(f'{name} {value!r} is not one of {", ".join(choices)}')
+
+
+def tips_of(values):
+    """Return the tip links of the parameter ``values``: a non-empty ``tip_links`` wins over
+    ``tip_link`` (ParameterError for an empty or repeated name)."""
+    tips = [str(t) for t in values.get('tip_links') or ()] or [values['tip_link']]
+    bad = [t for t in tips if not t.strip()]
+    repeated = sorted({t for t in tips if tips.count(t) > 1})
+    if bad or repeated:
+        raise ParameterError(f'tip_links must name distinct links; got {tips!r}')
+    return tips
+
+
+def initial_base_pose(values):
+    """Return the (4, 4) pose of ``initial_base_pose`` [x, y, z, qx, qy, qz, qw]
+    (ParameterError for another length, a non-finite value or a zero quaternion)."""
+    raw = [float(v) for v in values['initial_base_pose']]
+    norm = math.sqrt(sum(v * v for v in raw[3:])) if len(raw) == 7 else 0.0
+    if len(raw) != 7 or not all(math.isfinite(v) for v in raw) or not 1e-3 < norm < 1e3:
+        raise ParameterError('initial_base_pose must be [x, y, z, qx, qy, qz, qw] (finite, a '
+                             f'non-zero quaternion); got {raw}')
+    pose = np.eye(4)
+    pose[:3, :3] = quat_to_matrix([raw[6] / norm] + [v / norm for v in raw[3:6]])
+    pose[:3, 3] = raw[:3]
+    return pose
 
 
 def descriptor(default, description, options):

@@ -15,6 +15,10 @@ import threading
 import time
 
 from rclpy.executors import SingleThreadedExecutor
+try:                    # Iron and later
+    from rclpy.event_handler import SubscriptionEventCallbacks
+except ImportError:     # Humble
+    from rclpy.qos_event import SubscriptionEventCallbacks
 from sensor_msgs.msg import PointCloud2
 from std_msgs.msg import String
 from visualization_msgs.msg import MarkerArray
@@ -24,7 +28,7 @@ from ..control.reporter import Reporter
 from ..errors import GoalError, ParameterError, SmcIkError
 from .conversions import obstacle_updates, pointcloud2_to_xyz
 from .description import SEMANTIC_TOPIC
-from .interface import DESCRIPTION_QOS, INPUT_QOS, JOINT_STATES_QOS
+from .interface import CONSTRAINTS_QOS, DESCRIPTION_QOS, INPUT_QOS, JOINT_STATES_QOS
 from .runner import stop_requested
 from .schedule import RateGate
 
@@ -36,6 +40,9 @@ __all__ = ['CLOUD_LIBRARY', 'import_beside', 'SemanticTopic', 'SceneInputs',
 # command stream that long, so it is imported in a thread of its own when the subscription
 # is made, and clouds that arrive before it is done are skipped (logged).
 CLOUD_LIBRARY = 'scipy.spatial'
+
+# [s] a constraint set that arrives through both subscriptions within this time is one.
+DUPLICATE_WINDOW = 2.0
 
 # The parameters SceneInputs checks and applies.
 SCENE_PARAMETERS = frozenset((
@@ -124,8 +131,18 @@ class SceneInputs:
         self._specs = None                  # constraint specs checked, not yet applied
         self._srdf = None                   # (source, description) checked, not yet applied
         self.set_constraint_specs(constraints.parse(values['constraints']))
-        node.create_subscription(String, 'constraints',
-                                 node.guarded('constraints', self._on_constraints), INPUT_QOS)
+        # Transient local, so that a set latched while the node starts is not lost; and
+        # volatile, for publishers that are (ros2 topic pub, RViz tools): a transient-local
+        # reader does not match a volatile writer. A latched set reaches both: the second
+        # copy is dropped (``_on_constraints``).
+        self._last_set = (None, None, -1.0)      # (subscription, text, monotonic time)
+        for durable in (True, False):
+            node.create_subscription(
+                String, 'constraints', node.guarded('constraints', lambda msg, d=durable:
+                                                    self._on_constraints(msg, d)),
+                CONSTRAINTS_QOS if durable else INPUT_QOS,
+                event_callbacks=SubscriptionEventCallbacks(incompatible_qos=lambda _: None)
+                if durable else None)
         # keep_out_markers: the obstacles topic of earlier versions, its own scene source (a
         # DELETEALL on one topic leaves the other's obstacles).
         for topic in ('obstacles', 'keep_out_markers'):
@@ -178,7 +195,7 @@ class SceneInputs:
             guard.set_self_collision(changes['self_collision'])
             changed.append(f'self-collision {"on" if guard.self_collision else "off"}')
         if 'collision_clearance' in changes:
-            guard.set_clearance(changes['collision_clearance'])
+            guard.update_settings(clearance=changes['collision_clearance'])
             changed.append(f'clearance {guard.settings.clearance:g} m')
         if changed:
             self._loop.set_constraints(self.solver_constraints())
@@ -189,14 +206,19 @@ class SceneInputs:
             self._log('info', f'recomputing the self-collision pairs for {self._srdf[1]} '
                       '(applied when ready)')
         if 'pointcloud_voxel_size' in changes:
-            guard.set_pointcloud_settings(voxel_size=changes['pointcloud_voxel_size'])
+            guard.update_settings(voxel_size=changes['pointcloud_voxel_size'])
         if 'pointcloud_rate_hz' in changes:
             self._cloud_gate.rate_hz = values['pointcloud_rate_hz']
         if 'pointcloud_topic' in changes:
             self._subscribe_cloud(changes['pointcloud_topic'])
 
     # ------------------------------------------------------------------ messages
-    def _on_constraints(self, msg):
+    def _on_constraints(self, msg, durable=False):
+        via, text, when = self._last_set
+        if via is not None and via != durable and text == msg.data and \
+                time.monotonic() - when < DUPLICATE_WINDOW:
+            return          # the same latched message through the other subscription
+        self._last_set = (durable, msg.data, time.monotonic())
         constraints = self._constraints
         try:
             self.set_constraint_specs(constraints.parse(msg.data))
@@ -254,7 +276,7 @@ class SceneInputs:
                 f'{topic} refused, keeping the previous cloud obstacle: {exc}'), interval=5.0)
             return
         points = points @ frame[:3, :3].T + frame[:3, 3]
-        spheres = self._guard.set_pointcloud(points, self._loop.current_configuration())
+        spheres = self._guard.set_pointcloud(points, self._loop.current_state())
         took = time.perf_counter() - started
         self._timings.add('cloud', took)
         self._report('info', 'pointcloud', (

@@ -69,9 +69,9 @@ def marker_key(loop, guard, drawn, listed, max_particles, cover):
     ghosts = (None if listed is None else
               (listed.q.tobytes(), tuple(r.within_tolerance for r in listed.records)))
     return StateKey((None if settled else solver.last_info, loop.goal, guard.constraint,
-                     drawn, solver),
-                    (loop.q.tobytes(), settled, ghosts, guard.scene.version, max_particles,
-                     cover))
+                     drawn, solver, *loop.constraints_kept),
+                    (loop.q.tobytes(), None if loop.base is None else loop.base.tobytes(),
+                     settled, ghosts, guard.scene.version, max_particles, cover))
 
 
 class MarkerSchedule:

@@ -237,6 +237,11 @@ class Solver:
     Settings = SolverSettings
 
     def __init__(self, chain, settings=None):
+        if chain.floating and not self.honours_constraints:
+            raise ParameterError(
+                f'the {self.name} solver cannot drive a floating base: the base is held, or '
+                'fitted to the contacts, through constraints, which it does not honour; use '
+                'the smc, jacobian or distance solver')
         self.chain = chain
         self.settings = settings if settings is not None else self.Settings()
         self.constraints = []
@@ -248,9 +253,22 @@ class Solver:
         self._estimate = self._q.copy()
 
     # ------------------------------------------------------------------ configuration
+    # Whether the answers keep the constraints given. A solver that does not (ccd, fabrik)
+    # refuses every constraint but a ``preference`` (the collision clearance: the node's
+    # command guard keeps collision for every solver), rather than ignore it silently.
+    honours_constraints = True
+
     def set_constraints(self, constraints):
-        """Replace the constraint set (GoalError if one does not fit the chain)."""
-        self.constraints = check_terms(list(constraints or ()), self.chain)
+        """Replace the constraint set (GoalError if one does not fit the chain, or if this
+        solver does not honour constraints)."""
+        constraints = check_terms(list(constraints or ()), self.chain)
+        refused = [type(c).__name__ for c in constraints
+                   if not self.honours_constraints and not getattr(c, 'preference', False)]
+        if refused:
+            raise GoalError(f'the {self.name} solver does not honour constraints (given: '
+                            f'{", ".join(refused)}): its answers would ignore them; use the '
+                            'smc, jacobian or distance solver for these, or send none')
+        self.constraints = constraints
         self._on_constraints_changed()
 
     def _on_constraints_changed(self):
@@ -300,6 +318,8 @@ class Solver:
             return self._targets, False
         targets = self._make_goal(goal)
         targets_key = goal_signature(targets)
+        if self._targets_key is None and self._targets is not None:
+            self._targets_key = goal_signature(self._targets)   # solve()'s, signed when used
         changed = self._targets is None or targets_key != self._targets_key
         self._goal_key, self._targets_key = key, targets_key
         self._targets = targets
@@ -354,7 +374,7 @@ class Solver:
             raise ParameterError(f'max_iters must be >= 0; got {max_iters}')
         targets = self._make_goal(goal)
         self._targets, self._goal_key = targets, None
-        self._targets_key = goal_signature(targets)
+        self._targets_key = None        # signed by the next step() that needs it
         self._solve_tolerance = (pos_tol, ori_tol)
         q_seed = self.chain.check_configuration(q_seed, 'q_seed')
         if q_seed.ndim != 1:

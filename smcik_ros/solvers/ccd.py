@@ -49,6 +49,7 @@ class CcdSolver(LocalSolver):
     """Cyclic coordinate descent on joint values (see the module docstring)."""
 
     Settings = CcdSettings
+    honours_constraints = False   # refused, not ignored (base.Solver.set_constraints)
 
     def __init__(self, chain, settings=None):
         mimics = [chain.body_joint[b] for b in range(chain.num_bodies)

@@ -44,6 +44,7 @@ class FabrikSolver(LocalSolver):
     """FABRIK on serial ball-joint chains (see the module docstring)."""
 
     Settings = FabrikSettings
+    honours_constraints = False   # refused, not ignored (base.Solver.set_constraints)
 
     def __init__(self, chain, settings=None):
         self._segments = _check_chain(chain)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ... import kernels
-from ...goals import Target, Term, task_errors
+from ...goals import Target, Term, project, task_errors
 from ...rotations import quat_times_exp
 
 __all__ = ['FilterModel', 'FilterState', 'Policies', 'Step', 'feasible', 'filter_step',
@@ -266,6 +266,8 @@ class FilterModel:
     its previous value, which is always valid.
     """
 
+    PROJECTION_ITERATIONS = 3   # Gauss-Newton steps of a particle onto the equalities
+
     def __init__(self, chain, settings, scalar_noise, ball_noise, targets, constraints,
                  temperature, tolerance):
         self.chain = chain
@@ -276,6 +278,9 @@ class FilterModel:
         self.targets = targets
         self.constraints = constraints
         self.hard = [c for c in constraints if c.hard]
+        # Hard equalities (a planted foot) are projected onto, not only checked: the seed's
+        # rejection alone cannot hit an equality (docs/smc.md, "Hard constraints").
+        self.projects = any(getattr(c, 'equality', False) for c in self.hard)
         # Constraints with a residual enter the likelihood (eq. 14); those with a Jacobian
         # too enter the refinement, unless they are a ``preference`` (the collision
         # clearance: it weighs the particles but must never pull one off its goal). A hard
@@ -336,13 +341,23 @@ class FilterModel:
         return cand
 
     def enforce_hard(self, prev, particles, frames, scale, rng):
-        """Redraw particles that violate hard constraints; fall back to their previous state."""
+        """Project particles onto the hard equalities; redraw those that violate hard
+        constraints; fall back to their previous state."""
         bad = self.violated(frames)
+        if self.projects and bad.any():
+            idx = np.flatnonzero(bad)
+            particles[idx], kept = project(self.chain, particles[idx], self.hard,
+                                           iterations=self.PROJECTION_ITERATIONS)
+            _assign_frames(frames, idx, self.chain.frames(particles[idx]), particles)
+            bad[idx] = ~kept
         for _ in range(self.max_redraws):
             if not bad.any():
                 break
             idx = np.flatnonzero(bad)
             particles[idx] = self.propagate(prev[idx], scale[idx], rng)
+            if self.projects:
+                particles[idx], _ = project(self.chain, particles[idx], self.hard,
+                                            iterations=self.PROJECTION_ITERATIONS)
             sub = self.chain.frames(particles[idx])
             _assign_frames(frames, idx, sub, particles)
             bad[idx] = self.violated(sub)

@@ -10,11 +10,11 @@ has converged (``settled``): the online filter then keeps it as it is.
 import numpy as np
 
 from .... import kernels as _kernels
-from ....goals import OrientationTarget, PoseTarget, PositionTarget
+from ....goals import Contact, OrientationTarget, PoseTarget, PositionTarget, project
 from ....kernels.records import LM, MOTION, TARGETS
 from ...base import stack_terms
 
-__all__ = ['Refinement']
+__all__ = ['KERNEL_TARGETS', 'Refinement']
 
 # The held particle's refinement has converged when it moved at most SETTLE_MOVE [rad or m]
 # per joint and its cost changed by at most a relative SETTLE_GAIN (RESTING_*: while the goal
@@ -48,6 +48,7 @@ class Refinement:
     """
 
     PRECISE_FRACTION = 0.25
+    COST_DAMPING = 0.5          # Sugihara's lambda = cost / 2 + refine_damping
     SPRING = 0.1                # share of the motion prior's weight in the coarse LM
     SPRING_FADE = 10.0          # the spring fades below this many tolerance costs
     SLIDE_CORRECTION = 0.01     # [rad] pulls larger than this get a corrector step
@@ -61,8 +62,9 @@ class Refinement:
         self.min_cost = float(settings.refine_min_cost)
         self.alphas = np.array([1.0, 0.5, 0.25])
         self.lm = LM.pack(steps=self.steps, alphas=self.alphas, damping=self.damping,
-                          max_step=self.max_step)
+                          max_step=self.max_step, cost_damping=self.COST_DAMPING)
         self._targets_key = self._targets_record = None
+        self._plain = None          # the plain step's motion record (no prior), built once
         self.reset()
 
     def choose(self, rank, held, searchers=()):
@@ -202,8 +204,10 @@ class Refinement:
     def _stepwise(self, problem, extra, records, q, state):
         """The refinement's steps one at a time for rows where a term the kernels do not
         evaluate is active: its whitened rows at each row's configuration join the targets'
-        (``kernels.propose``), its costs at the trials and the hard constraints' verdicts
-        join their judgement (``kernels.choose``)."""
+        (``kernels.propose``), the trials are projected back onto the hard equalities
+        (``goals.project``: a linear step leaves a planted foot by a second-order error), and
+        the term's costs at them and the hard constraints' verdicts join their judgement
+        (``kernels.choose``)."""
         chain = self.chain
         nv = chain.nv
         _kernels.begin(*records, q, state)
@@ -219,6 +223,9 @@ class Refinement:
                                           tuple(np.ascontiguousarray(a) for a in extra_rows),
                                           q, state)
             k_count, count, nq = trials.shape
+            if getattr(problem, 'projects', False):     # back onto the hard equalities
+                trials = project(chain, trials.reshape(-1, nq), problem.hard,
+                                 iterations=1)[0].reshape(trials.shape)
             flat = chain.frames(trials.reshape(-1, nq))
             extra_cost = _terms_cost(extra, flat) if extra else np.zeros(len(flat))
             for c in problem.hard:
@@ -231,14 +238,21 @@ class Refinement:
         joints, the ``targets`` (with the solution ``tolerance``: position [m], orientation
         [rad]), the steps, and the motion prior (None: the plain LM step)."""
         chain = self.chain
-        key = (tuple(map(id, targets)), tuple(tolerance))
+        # Everything but the goals depends on the targets' structure (kinds, links, sigmas,
+        # weights, covariances, offsets) and the tolerance: built once per structure, the
+        # goals filled on every call (solve() gets new targets every call).
+        key = (tuple(map(_structure, targets)), tuple(tolerance))
         if self._targets_key != key:
             self._targets_record = _targets_record(chain, targets, tolerance)
             self._targets_key = key
+        targets_record = _with_goals(self._targets_record, targets)
         if motion is None:
-            prior = MOTION.pack(spring=0.0, spring_fade=1.0, tolerance_cost=1.0, gain=0.0,
-                                slide_min=0.0, precise_fraction=-1.0,
-                                weights=np.ones(chain.nv), reference=np.zeros(chain.nq))
+            if self._plain is None:
+                self._plain = MOTION.pack(
+                    spring=0.0, spring_fade=1.0, tolerance_cost=1.0, gain=0.0, slide_min=0.0,
+                    precise_fraction=-1.0, weights=np.ones(chain.nv),
+                    reference=np.zeros(chain.nq))
+            prior = self._plain
         else:
             prior = MOTION.pack(spring=self.SPRING * motion.spring,
                                 spring_fade=self.SPRING_FADE, tolerance_cost=tolerance_cost,
@@ -246,7 +260,7 @@ class Refinement:
                                 precise_fraction=self.PRECISE_FRACTION,
                                 weights=motion.weights, reference=motion.reference)
         bodies, columns, _, joints = chain.records
-        return (bodies, columns, joints, self._targets_record, self.lm, prior)
+        return (bodies, columns, joints, targets_record, self.lm, prior)
 
 
 def _no_progress(before, q, cost, resting=False):
@@ -274,35 +288,65 @@ def _held_position_error(model, frames, held):
 
 
 def _split(terms):
-    """Return (the targets the kernels evaluate, the other terms)."""
-    targets = [t for t in terms if type(t) in _KINDS]
-    return targets, [t for t in terms if type(t) not in _KINDS]
+    """Return (the targets the kernels evaluate: targets of their kinds, anchored contacts
+    as their pose targets; the other terms)."""
+    targets, other = [], []
+    for t in terms:
+        if type(t) in KERNEL_TARGETS:
+            targets.append(t)
+        elif type(t) is Contact and t.anchored:
+            targets.append(t.target)
+        else:
+            other.append(t)
+    return targets, other
 
 
-_KINDS = {PoseTarget: 0, PositionTarget: 1, OrientationTarget: 2}
+KERNEL_TARGETS = {PoseTarget: 0, PositionTarget: 1, OrientationTarget: 2}  # record kinds
+
+
+def _structure(target):
+    """Return what a target's kernel record depends on besides its goal."""
+    cov, offset = target.covariance, getattr(target, 'offset', None)
+    return (type(target), target.link, target.weight, target.sigma.tobytes(),
+            None if cov is None else cov.tobytes(), None if offset is None else offset.tobytes())
+
+
+_GOAL = TARGETS.names.index('goal')
+_EYE4 = np.eye(4)
+
+
+def _with_goals(record, targets):
+    """Return the targets' record ``record`` with the goals of ``targets`` (same structure)."""
+    goal = np.empty((len(targets), 4, 4))
+    for i, t in enumerate(targets):
+        kind = type(t)
+        if kind is PoseTarget:
+            goal[i] = t.pose
+        else:
+            goal[i] = _EYE4
+            if kind is PositionTarget:
+                goal[i, :3, 3] = t.position
+            else:
+                goal[i, :3, :3] = t.rotation
+    return record[:_GOAL] + (goal,) + record[_GOAL + 1:]
 
 
 def _targets_record(chain, targets, tolerance):
-    """Return the targets as the kernels' record (``records.TARGETS``)."""
+    """Return the targets as the kernels' record (``records.TARGETS``); its goals are
+    ``_with_goals``'."""
     count = len(targets)
     body, offset = np.empty(count, dtype=np.int64), np.empty((count, 4, 4))
     goal, whiten = np.tile(np.eye(4), (count, 1, 1)), np.zeros((count, 6, 6))
     full = np.zeros(count, dtype=bool)
-    kind = np.array([_KINDS[type(t)] for t in targets], dtype=np.int64)
+    kind = np.array([KERNEL_TARGETS[type(t)] for t in targets], dtype=np.int64)
     weight, sigma_p, sigma_o = np.empty(count), np.ones(count), np.ones(count)
     rows = 0
     for i, t in enumerate(targets):
         body[i], offset[i] = chain.link_anchor(t.link)
         lo = 3 if kind[i] == 2 else 0
         hi = 3 if kind[i] == 1 else 6
-        if kind[i] == 0:
-            goal[i] = t.pose
-        elif kind[i] == 1:
-            goal[i, :3, 3] = t.position
-            if t.offset is not None:
-                offset[i, :3, 3] += offset[i, :3, :3] @ t.offset
-        else:
-            goal[i, :3, :3] = t.rotation
+        if kind[i] == 1 and t.offset is not None:
+            offset[i, :3, 3] += offset[i, :3, :3] @ t.offset
         weight[i] = t.weight
         if kind[i] != 2:
             sigma_p[i] = t.sigma[0]

@@ -1,0 +1,385 @@
+"""The solver's state around the command stream: the floating base and the hard equalities.
+
+Pure numpy, no ROS. The commands are the URDF's joints, (C,) in ``limits.commanded`` order;
+the solver's state q (nq,) adds the floating base when the chain has one (``chain.base_index``:
+six joints, ``model.floating``). The base is never measured: it follows from the contacts and
+the commanded joints, and is held when there are none (issue 32, decision 6).
+``FigureState`` keeps it:
+
+- ``state(q)``: the state of a command: the joints with the base *fitted*: with contacts
+  (``goals.Contact``: a link keeps its anchored pose, a hard equality), the base pose that puts
+  the contact links where they were anchored (exact for one contact; for several, the mean of
+  the poses each implies, the projection then closes the loop); without, the held base
+  (``base``: ``initial_base_pose`` at start, then the base of the last command).
+- ``keep(q, v, dt, shaped)``: the shaped command projected onto the hard equalities
+  (``goals.project``: the contacts, planes kept as equalities) on every tick, so that a
+  straight joint-space step between two good configurations does not leave the closed loop of
+  two planted feet by millimetres; the position limits kept, and returned only when the
+  velocity and acceleration limits still hold on the projected command (None otherwise: the
+  loop brakes instead and keeps that brake, or the largest share of its correction that the
+  limits allow: ``share=True``).
+- ``solver_terms(constraints)``: what the solver keeps besides the constraint set: with a
+  floating base and no contact, a Contact that holds the base link where it is (so that the
+  solver does not float the base away to reach a goal).
+- ``anchor(q)``: contacts and support polygons without a pose of their own take it at the
+  state of the command ``q`` (when they arrive while the arm is commanded, else at the first
+  joint_states); ``violations(q)``: the hard constraints violated there (accepted with a
+  warning: the guard then passes only motion that reduces the violation).
+
+A fixed-base chain without equalities costs nothing here: ``state`` is the identity and
+``keep`` returns the shaped command itself.
+"""
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from ..goals import CenterOfMassPolygon, Contact, project
+from ..rotations import matrix_to_quat
+from .limits import commanded
+from .shaping import ShapedCommand
+
+__all__ = ['FigureState', 'FigureView', 'MARGIN', 'base_pose_list', 'figure_view',
+           'largest_share']
+
+# Share of the velocity and acceleration limits kept free for the projection while hard
+# equalities are kept: the shaper plans within (1 - MARGIN) of them, so that the projection's
+# small per-tick correction (second order in the step: ~0.5 % of the velocity at 1 rad/s,
+# 100 Hz, on a 1 m leg) fits inside the real limits that the command is checked against.
+MARGIN = 0.05
+
+
+def largest_share(u0, d, low, high):
+    """Return the largest t in [0, 1] with low <= u0 + t d <= high (each (n,)); u0 must hold
+    (t = 0 always does)."""
+    t = 1.0
+    up, down = d > 0.0, d < 0.0
+    if up.any():
+        t = min(t, float(np.min((high[up] - u0[up]) / d[up])))
+    if down.any():
+        t = min(t, float(np.min((low[down] - u0[down]) / d[down])))
+    return max(0.0, t)
+
+
+def _mean_pose(poses):
+    """Return the (4, 4) pose nearest the (K, 4, 4) ``poses``: the mean position, the rotation
+    nearest the sum of the rotations (chordal mean, by SVD)."""
+    out = np.eye(4)
+    out[:3, 3] = poses[:, :3, 3].mean(axis=0)
+    u, _, vt = np.linalg.svd(poses[:, :3, :3].sum(axis=0))
+    if np.linalg.det(u @ vt) < 0.0:
+        u[:, -1] = -u[:, -1]
+    out[:3, :3] = u @ vt
+    return out
+
+
+class FigureState:
+    """The floating base and the hard equalities of one control loop (see the module doc).
+
+    chain: the Chain; limits: the command stream's JointLimits (the commanded joints);
+    base: (4, 4) the base pose in the world frame at start (floating base only; default the
+    identity); report: callable(level, key, text, interval=...) (default: discard).
+    """
+
+    def __init__(self, chain, limits, base=None, report=None):
+        self.chain = chain
+        self.limits = limits
+        self.report = report or (lambda *args, **kwargs: None)
+        self.floating = bool(getattr(chain, 'floating', False))
+        self.index = commanded(chain)
+        self.base = np.eye(4) if base is None else np.array(base, dtype=float)
+        if self.floating:       # a pose beyond the base joints' limits: GoalError here
+            chain.with_base(np.zeros(len(self.index)), self.base)
+        self.equalities = []        # the set's hard equalities (contacts, planes)
+        self.contacts = []          # the anchored Contacts among them (the base's fit)
+        self.pins = []              # Contacts keeping tips that the goal leaves where they are
+        self.kept = []              # what the command stream projects onto (``_update``)
+        self._hold = None           # the Contact holding the base link (no contact set)
+        self._checked = set()       # ids of constraints checked for a violation on arrival
+        self._passive = None        # passive joints' values waiting for the next tick
+        self.projected = 0          # commands projected
+        self.shared = 0             # commands that took a share of their correction only
+        self.unconverged = 0        # projections that did not reach the tolerances
+
+    # ------------------------------------------------------------------ the state
+    @property
+    def active(self):
+        """True when commands are projected (hard equalities or pinned tips)."""
+        return bool(self.kept)
+
+    def command(self, q):
+        """Return the commanded joints (..., C) of states (..., nq)."""
+        q = np.asarray(q, dtype=float)
+        return q[..., self.index] if self.floating else q
+
+    def state(self, q, base=None):
+        """Return the state (nq,) or (N, nq) of commands q (C,) or (N, C): the joints with
+        ``base`` (4, 4), by default the fitted base (see the module doc)."""
+        if not self.floating:
+            return np.asarray(q, dtype=float)
+        q = np.asarray(q, dtype=float)
+        if base is None:
+            base = self.fit(q) if self.contacts else self.base
+        return self.chain.with_base(q, base)
+
+    def fit(self, q):
+        """Return the base pose(s) (4, 4) or (N, 4, 4) that put the contact links of commands
+        q (C,) or (N, C) where they were anchored (the held base without contacts)."""
+        q = np.asarray(q, dtype=float)
+        if not self.floating or not self.contacts:
+            return self.base if q.ndim == 1 else np.broadcast_to(self.base, (len(q), 4, 4))
+        frames = self.chain.frames(self.chain.with_base(q, np.eye(4)))
+        implied = np.stack([c.pose @ np.linalg.inv(frames.link_pose(c.link))
+                            for c in self.contacts], axis=1)              # (N, K, 4, 4)
+        fitted = np.array([_mean_pose(row) for row in implied])
+        return fitted[0] if q.ndim == 1 else fitted
+
+    def set_base(self, base):
+        """Note the base (4, 4) of the last command: held from there when no contact is set
+        (the next ``solver_terms`` holds it there)."""
+        self.base = np.array(base, dtype=float)
+
+    # ------------------------------------------------------------------ constraints
+    def set_constraints(self, constraints):
+        """Take the hard equalities of the constraint set; return the extra terms the solver
+        keeps (``solver_terms``)."""
+        self.equalities = [c for c in constraints
+                           if getattr(c, 'hard', False) and getattr(c, 'equality', False)]
+        self.contacts = [c for c in self.equalities
+                         if isinstance(c, Contact) and getattr(c, 'anchored', True)]
+        terms = self.solver_terms()
+        self._update()
+        return terms
+
+    def pin_tips(self, goal, previous, q, tolerances):
+        """Pin the tips that the new ``goal`` leaves as they were: each tip that holds, or
+        keeps the very goal it had in ``previous``, and is within ``tolerances`` (position
+        [m], orientation [rad]) of its target at the command q (C,), keeps its pose there
+        (a Contact the commands are projected onto) until the next goal. A straight
+        joint-space step between two configurations that both keep a tip moves it by
+        millimetres on the way (the torso turns, the other arm compensates): a goal for the
+        left hand must not move the right one."""
+        pins = []
+        if goal is not None and len(goal.terms) > 1:
+            frames = self.chain.frames(self.state(q))
+            for k, term in enumerate(goal.terms):
+                held = goal.tips[k] is None or (
+                    previous is not None and previous.tips[k] is goal.tips[k])
+                if not held:
+                    continue
+                pos, ori = (float(e[0]) for e in term.errors(frames))
+                if pos <= tolerances[0] and ori <= tolerances[1]:
+                    pose = frames.link_pose(term.link)[0]
+                    pins.append(Contact(term.link, pose=pose).bind(self.chain))
+        self.pins = pins
+        self._update()
+        return pins
+
+    def _update(self):
+        """What the commands are projected onto: the set's equalities and the pinned tips;
+        with a floating base and no contact among them, the base held too."""
+        kept = self.equalities + self.pins
+        if kept and self.floating and not any(isinstance(c, Contact) for c in self.equalities):
+            kept.append(self._hold or self._base_hold())
+        self.kept = kept
+
+    def solver_terms(self):
+        """Return [the Contact holding the base link] with a floating base and no contact,
+        else []: the solver must not move a base that nothing else places."""
+        if not self.floating or any(isinstance(c, Contact) for c in self.equalities):
+            self._hold = None
+            return []
+        if self._hold is None:
+            self._hold = self._base_hold()
+        return [self._hold]
+
+    def _base_hold(self):
+        link = self.chain.floating_link
+        return Contact(link, pose=self.base).bind(self.chain)
+
+    def pending(self, constraints):
+        """Return the constraints of the set that wait for a configuration to anchor at."""
+        return [c for c in constraints if not getattr(c, 'anchored', True)]
+
+    def anchor(self, constraints, q):
+        """Anchor the ``pending`` constraints at the state of the command q (C,); return
+        them. The base is fitted to the contacts anchored before (held without)."""
+        waiting = self.pending(constraints)
+        if waiting:
+            frames = self.chain.frames(self.state(q))
+            for constraint in waiting:
+                constraint.anchor(frames)
+            self.contacts = [c for c in self.equalities
+                             if isinstance(c, Contact) and c.anchored]
+            self._update()
+        return waiting
+
+    def arrivals(self, constraints, q):
+        """Warn once for each hard constraint of ``constraints`` that is violated at the
+        command q (C,) when first checked there (it arrived violated: accepted, and the guard
+        passes only motion that reduces the violation); return those."""
+        anchored = [c for c in constraints if getattr(c, 'anchored', True)]
+        fresh = [c for c in anchored if id(c) not in self._checked]
+        self._checked = {id(c) for c in anchored}
+        violated = self.violations(fresh, q)
+        for constraint in violated:
+            self.report('warn', f'violated:{type(constraint).__name__}', (
+                f'hard constraint {type(constraint).__name__} is violated where the arm is '
+                'now: accepted; only motion that reduces the violation passes'))
+        return violated
+
+    def set_passive(self, values):
+        """Take measured values {joint: value [rad or m]} of the passive (off-path) joints;
+        the model's masses follow them at the next ``apply_passive`` (the control tick)."""
+        self._passive = dict(values) if self._passive is None else {**self._passive, **values}
+
+    def apply_passive(self):
+        """Hand the passive joints' values that arrived to the model (``Chain.set_passive``)."""
+        if self._passive is None:
+            return
+        values, self._passive = self._passive, None
+        try:
+            self.chain.set_passive(values)
+        except Exception as exc:   # noqa: BLE001 - a bad value: reported, the masses stay
+            self.report('warn', 'passive', f'passive joint values refused: {exc}')
+
+    def violations(self, constraints, q):
+        """Return the hard constraints of ``constraints`` violated at the command q (C,)."""
+        hard = [c for c in constraints if getattr(c, 'hard', False)
+                and getattr(c, 'anchored', True) and not hasattr(c, 'check_motion')]
+        if not hard:
+            return []
+        frames = self.chain.frames(self.state(q))
+        return [c for c in hard if bool(np.asarray(c.violated(frames))[0])]
+
+    # ------------------------------------------------------------------ projection
+    def shaper_limits(self, limits):
+        """Return the limits the shaper plans within: ``limits`` less MARGIN while commands
+        are projected onto contacts (room for the correction), else ``limits`` itself."""
+        if not self.kept:
+            return limits
+        return _scaled(limits, 1.0 - MARGIN)
+
+    def keep(self, q, v, dt, shaped, share=False):
+        """Return (ShapedCommand, base (4, 4) or None) for the ``shaped`` command from the
+        last command q, v (C,) over dt [s]: projected onto the hard equalities, within the
+        position limits; None when the projected command breaks a velocity or acceleration
+        limit (``share``: then the largest share of its correction that keeps them)."""
+        if not self.kept:
+            return shaped, (self.base if self.floating else None)
+        state = self.state(shaped.q)
+        projected, ok = project(self.chain, state, self.kept)
+        if not ok:
+            self.unconverged += 1
+        q_new = self.limits.clip(self.command(projected))
+        t = self._share(q, v, dt, shaped, q_new)
+        if t < 1.0:
+            if not share:
+                return None
+            self.shared += 1
+            q_new = self.limits.clip(shaped.q + t * (q_new - shaped.q))
+            projected = self.state(q_new)
+        self.projected += 1
+        base = self.chain.base_pose(projected) if self.floating else None
+        return ShapedCommand(q_new, (q_new - q) / dt, shaped.limited_by), base
+
+    def keep_within(self, q, v, dt, shaped, brake):
+        """Return (shaped, base): ``keep`` of the shaped command; where its projection would
+        break a velocity or acceleration limit, the brake (``brake()`` -> ShapedCommand)
+        instead, projected as far as the limits allow."""
+        if not self.kept:
+            return shaped, (self.base if self.floating else None)
+        kept = self.keep(q, v, dt, shaped)
+        if kept is None:
+            self.report('warn', 'projection', (
+                'keeping the contacts would break a velocity or acceleration limit on this '
+                'command: braking instead, the contacts corrected as far as the limits allow'),
+                interval=1.0)
+            kept = self.keep(q, v, dt, brake(), share=True)
+        return kept
+
+    def on_manifold(self, q):
+        """Return the command q (C,) projected onto what the commands keep (the solver's
+        answer: the commands then reach it exactly and rest there), inside the limits."""
+        if not self.kept:
+            return q
+        projected, _ = project(self.chain, self.state(q), self.kept)
+        return self.limits.clip(self.command(projected))
+
+    def _share(self, q, v, dt, shaped, q_new):
+        """Return the largest share t in [0, 1] of the correction q_new - shaped.q that keeps
+        the velocity and acceleration limits from (q, v) over dt."""
+        lim = self.limits
+        u0 = (shaped.q - q) / dt
+        d = (q_new - shaped.q) / dt
+        if not np.any(d):
+            return 1.0
+        adt = lim.acceleration * dt
+        low = np.maximum(-lim.velocity, v - adt)
+        high = np.minimum(lim.velocity, v + adt)
+        u0 = np.clip(u0, low, high)         # the shaped command holds them (rounding)
+        return largest_share(u0, d, low, high)
+
+    def status(self):
+        """Return the counters of the projection (JSON-ready)."""
+        return {'projected': self.projected, 'projection_shared': self.shared,
+                'projection_unconverged': self.unconverged}
+
+
+def _scaled(limits, factor):
+    """Return JointLimits with the velocity and acceleration limits times ``factor``."""
+    return replace(limits, velocity=limits.velocity * factor,
+                   acceleration=limits.acceleration * factor)
+
+
+
+@dataclass(frozen=True)
+class FigureView:
+    """The whole figure at one state, for the view and the health (JSON-ready lists).
+
+    com: (3,) centre of mass [m] or None (no mass, or nothing that asks for it);
+    com_margin: the smallest distance [m] of its projection inside a support polygon less
+    its margin (negative: outside), None without one; polygons: [(hull (H, 2), region
+    (R, 2))] [m]; contacts: [{'link', 'position_error' [m], 'orientation_error' [rad],
+    'held'}] of the anchored Contacts; contact_poses: their anchored (4, 4) poses; ground:
+    the height [m] the projection is drawn at (the lowest contact, else 0).
+    """
+
+    com: tuple = None
+    com_margin: float = None
+    polygons: tuple = ()
+    contacts: tuple = ()
+    contact_poses: tuple = ()
+    ground: float = 0.0
+
+
+def figure_view(chain, constraints, state, floating=False):
+    """Return the FigureView of ``constraints`` at the solver state (nq,) (the centre of mass
+    is shown with a support polygon, or with a floating base)."""
+    contacts = [c for c in constraints if isinstance(c, Contact) and c.anchored]
+    supports = [c for c in constraints if isinstance(c, CenterOfMassPolygon) and c.anchored]
+    if not contacts and not supports and not floating:
+        return FigureView()
+    frames = chain.frames(state)
+    rows, poses = [], []
+    for c in contacts:
+        pos, ori = (float(e[0]) for e in c.errors(frames))
+        rows.append({'link': c.link, 'position_error': round(pos, 6),
+                     'orientation_error': round(ori, 6),
+                     'held': bool(not np.asarray(c.violated(frames))[0])})
+        poses.append(c.pose)
+    com = margin = None
+    if chain.total_mass > 0.0:
+        com = tuple(round(float(v), 6) for v in frames.center_of_mass()[0])
+        if supports:
+            margin = round(min(float(c.clearance(frames)[0].min()) for c in supports), 6)
+    ground = min((float(p[2, 3]) for p in poses), default=0.0)
+    return FigureView(com=com, com_margin=margin,
+                      polygons=tuple((c.polygon, c.region) for c in supports),
+                      contacts=tuple(rows), contact_poses=tuple(poses), ground=ground)
+
+
+def base_pose_list(base):
+    """Return the (4, 4) base pose as [x, y, z, qx, qy, qz, qw] (ROS order), rounded."""
+    w, x, y, z = matrix_to_quat(np.asarray(base, dtype=float)[:3, :3])
+    return [round(float(v), 6) for v in (*base[:3, 3], x, y, z, w)]

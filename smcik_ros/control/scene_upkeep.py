@@ -1,0 +1,63 @@
+"""What the collision scene needs at each control tick, without ROS.
+
+``SceneUpkeep.before_tick()`` swaps in what the guard computed in the background (an SRDF's
+pairs, fine or finer covers: ``CollisionGuard.poll``), hands the loop the new constraints and
+cancels a detour planned on the old model, and brings the planted contacts' surfaces up to
+date (``surfaces.PlantedSurfaces``). ``after_command(q)``, after each published command, notes
+once (at the first command, and again once the fine covers replace coarse ones) the pairs the
+robot rests in contact with, and starts the finer covers of their links
+(``CollisionGuard.start_contact_refinement``). Both return (level, text) log lines.
+"""
+
+from .surfaces import PlantedSurfaces
+
+__all__ = ['SceneUpkeep']
+
+
+class SceneUpkeep:
+    """guard (CollisionGuard), loop (ControlLoop), constraints (callable -> the solver's
+    constraint list), padding [m] (the collision padding), report (the node's rate-limited
+    reporter, for a failed check)."""
+
+    def __init__(self, guard, loop, constraints, padding, report):
+        self.guard, self.loop, self.constraints, self.report = guard, loop, constraints, report
+        self.surfaces = PlantedSurfaces(padding=padding)
+        self.noted = False      # the contact note: None = due again once the fine pairs are in
+
+    def before_tick(self):
+        """Apply background updates and the surfaces' exemptions; return log lines."""
+        lines = []
+        coarse = self.guard.model.coarse
+        event = self.guard.poll()
+        if event is not None:
+            level, text, changed = event
+            if changed:
+                self.loop.set_constraints(self.constraints())
+                self.loop.cancel_detour('the collision model changed')
+            lines.append((level, text))
+            if coarse and not self.guard.model.coarse:
+                self.noted = None
+            elif changed and self.noted is None:
+                self.noted = False
+        lines += [('info', line) for line in self.surfaces.update(
+            self.guard.scene, self.guard.model, self.constraints(), lambda: self.loop.state)]
+        return lines
+
+    def after_command(self, q):
+        """After a published command at q (nq,): the contact note when it is due."""
+        if self.noted is not False:
+            return []
+        self.noted = True
+        guard = self.guard
+        try:
+            if guard.model.coarse:
+                count = len(guard.constraint.contacts(q))
+                note = (f'with the coarse covers the robot rests in contact in {count} '
+                        'pair(s) at its first command: none may get deeper until the fine '
+                        'covers are in') if count else None
+            else:
+                note = guard.contact_note(q, guard.start_contact_refinement(q))
+        except Exception as exc:      # never in the way of the command stream
+            self.report('warn', 'contact_note', f'contact check failed ({exc})', exc)
+            return []
+        return [] if note is None else [('warn', note)]

@@ -1,0 +1,199 @@
+"""The floating base and the projection of the command stream (control/base.py), on the biped
+of test/urdf (two 6-DOF legs, two arms, a floating pelvis): the base is held without
+contacts, fitted to them (checked through the chain's own kinematics), the shaped commands
+are projected onto two planted feet within every limit, and a projection that would break a
+limit is refused or cut to the share the limits allow (against a brute-force search)."""
+
+import numpy as np
+import pytest
+
+from smcik_ros.control.base import MARGIN, FigureState, largest_share
+from smcik_ros.control.limits import limits_for_chain
+from smcik_ros.control.shaping import CommandShaper, ShapedCommand
+from smcik_ros.goals import CenterOfMassPolygon, Contact, project
+from smcik_ros.model import Chain
+
+BIPED = 'test/urdf/biped.urdf'
+TIPS = ['l_palm', 'r_palm', 'l_sole', 'r_sole']
+DT = 0.01
+SLACK = 1e-9
+
+
+@pytest.fixture(scope='module')
+def biped():
+    chain = Chain.from_urdf(BIPED, 'pelvis', TIPS, floating_base=True)
+    limits, _ = limits_for_chain(chain, 0.5, 3.0)
+    return chain, limits
+
+
+def standing(limits, crouch=0.0):
+    """The biped's standing joints (soles flat, 0.944 m below the pelvis), knees bent more
+    by 2 ``crouch`` [rad]."""
+    q = np.zeros(limits.n)
+    for side in 'lr':
+        q[limits.names.index(f'{side}_hip_pitch')] = -0.3 - crouch
+        q[limits.names.index(f'{side}_knee')] = 0.6 + 2.0 * crouch
+        q[limits.names.index(f'{side}_ankle_pitch')] = -0.3 - crouch
+    return q
+
+
+def pose(x=0.0, y=0.0, z=0.944, yaw=0.0):
+    out = np.eye(4)
+    out[:2, :2] = [[np.cos(yaw), -np.sin(yaw)], [np.sin(yaw), np.cos(yaw)]]
+    out[:3, 3] = (x, y, z)
+    return out
+
+
+def feet(chain):
+    return [Contact('l_sole').bind(chain), Contact('r_sole').bind(chain)]
+
+
+def contact_errors(chain, state, contacts):
+    frames = chain.frames(state)
+    return np.array([[float(e[0]) for e in c.errors(frames)] for c in contacts])
+
+
+def test_a_fixed_base_without_equalities_is_left_as_it_is(arm7):
+    limits, _ = limits_for_chain(arm7, 0.5, 3.0)
+    figure = FigureState(arm7, limits)
+    q = arm7.neutral_configuration()
+    assert figure.state(q) is not None and np.array_equal(figure.state(q), q)
+    shaped = ShapedCommand(q + 0.01, np.full(7, 1.0), 'target')
+    kept, base = figure.keep(q, np.zeros(7), DT, shaped)
+    assert kept is shaped and base is None and not figure.active
+    assert figure.set_constraints([]) == [], 'no base to hold'
+    assert figure.shaper_limits(limits) is limits
+
+
+def test_without_contacts_the_base_is_held_and_the_solver_holds_it_too(biped):
+    chain, limits = biped
+    start = pose(0.2, -0.1, 0.944, yaw=0.3)
+    figure = FigureState(chain, limits, start)
+    q = standing(limits, 0.1)
+    np.testing.assert_allclose(chain.base_pose(figure.state(q)), start, atol=1e-12)
+    np.testing.assert_array_equal(figure.command(figure.state(q)), q)
+    (hold,) = figure.set_constraints([])
+    assert isinstance(hold, Contact) and hold.link == 'pelvis'
+    np.testing.assert_allclose(hold.pose, start, atol=1e-12)
+    assert figure.set_constraints([]) == [hold], 'the same hold: the solver sees no change'
+    assert figure.set_constraints(feet(chain)) == [], 'contacts place the base'
+
+
+def test_one_contact_fits_the_base_exactly(biped):
+    chain, limits = biped
+    figure = FigureState(chain, limits, pose(0.1, 0.0, 0.944))
+    (left,) = contacts = [Contact('l_sole').bind(chain)]
+    figure.set_constraints(contacts)
+    q0 = standing(limits)
+    assert figure.anchor(contacts, q0) == contacts and left.anchored
+    np.testing.assert_allclose(left.pose, chain.fk(chain.with_base(q0, pose(0.1, 0.0, 0.944)),
+                                                   'l_sole'), atol=1e-12)
+    rng = np.random.default_rng(2)
+    for _ in range(5):
+        q = limits.clip(q0 + rng.uniform(-0.4, 0.4, limits.n))
+        state = figure.state(q)
+        np.testing.assert_allclose(chain.fk(state, 'l_sole'), left.pose, atol=1e-9)
+        np.testing.assert_array_equal(figure.command(state), q)
+    # A crouch lowers the base; the sole stays.
+    low = figure.fit(standing(limits, 0.3))
+    assert low[2, 3] < 0.944 - 0.05
+
+
+def test_two_feet_crouching_symmetrically_keep_both_without_a_correction(biped):
+    chain, limits = biped
+    figure = FigureState(chain, limits, pose())
+    contacts = feet(chain)
+    figure.set_constraints(contacts)
+    figure.anchor(contacts, standing(limits))
+    state = figure.state(standing(limits, 0.25))
+    assert contact_errors(chain, state, contacts).max() < 1e-9
+
+
+@pytest.mark.parametrize('seed', [1, 2, 3])
+def test_shaped_commands_between_two_stances_keep_both_feet_and_every_limit(biped, seed):
+    """From standing to another configuration of the closed loop (projected at random): the
+    straight joint-space line leaves the loop; the projected commands keep both feet within
+    the contacts' tolerances and the velocity and acceleration limits on every tick."""
+    chain, limits = biped
+    figure = FigureState(chain, limits, pose())
+    contacts = feet(chain)
+    figure.set_constraints(contacts)
+    q0 = standing(limits)
+    figure.anchor(contacts, q0)
+    rng = np.random.default_rng(seed)
+    goal_state, ok = project(chain, figure.state(q0 + rng.uniform(-0.6, 0.6, limits.n)),
+                             contacts, iterations=30)
+    assert ok
+    goal = figure.command(goal_state)
+    shaper = CommandShaper(figure.shaper_limits(limits))
+    assert np.allclose(shaper.limits.velocity, (1.0 - MARGIN) * limits.velocity)
+    line = figure.state(q0 + np.linspace(0.0, 1.0, 21)[:, None] * (goal - q0))
+    straight = max(contact_errors(chain, row, contacts)[:, 0].max() for row in line)
+    q, v, worst = q0, np.zeros(limits.n), 0.0
+    for _ in range(500):
+        shaped = shaper.step(q, v, DT, goal)
+        kept = figure.keep(q, v, DT, shaped) or \
+            figure.keep(q, v, DT, shaper.brake(q, v, DT), share=True)
+        command, base = kept
+        state = chain.with_base(command.q, base)
+        worst = max(worst, contact_errors(chain, state, contacts)[:, 0].max())
+        assert np.all(np.abs(command.v) <= limits.velocity * (1 + SLACK))
+        assert np.all(np.abs(command.v - v) <= limits.acceleration * DT * (1 + SLACK))
+        assert np.all((command.q >= limits.lower) & (command.q <= limits.upper))
+        np.testing.assert_allclose(command.v, (command.q - q) / DT)
+        q, v = command.q, command.v
+    assert worst < 1e-4, f'a foot left its anchor by {1e3 * worst:.3f} mm'
+    assert straight > 1e-3, 'the unprojected line would have left the loop by millimetres'
+    np.testing.assert_allclose(q, goal, atol=1e-9)
+
+
+def test_a_correction_beyond_the_limits_is_refused_then_cut_to_the_limits(biped):
+    """A measurement off the loop (one knee bent alone by 0.05 rad: the feet 12 mm apart
+    from their anchors) cannot be corrected in one tick: keep refuses; with share, the
+    largest share that keeps the limits, and the error shrinks tick by tick."""
+    chain, limits = biped
+    figure = FigureState(chain, limits, pose())
+    contacts = feet(chain)
+    figure.set_constraints(contacts)
+    q0 = standing(limits)
+    figure.anchor(contacts, q0)
+    q = q0.copy()
+    q[limits.names.index('l_knee')] += 0.05
+    v = np.zeros(limits.n)
+    still = ShapedCommand(q, v, 'stop')
+    assert figure.keep(q, v, DT, still) is None
+    errors = [contact_errors(chain, figure.state(q), contacts)[:, 0].max()]
+    for _ in range(60):
+        command, base = figure.keep(q, v, DT, CommandShaper(limits).brake(q, v, DT),
+                                    share=True)
+        assert np.all(np.abs(command.v) <= limits.velocity * (1 + SLACK))
+        assert np.all(np.abs(command.v - v) <= limits.acceleration * DT * (1 + SLACK))
+        q, v = command.q, command.v
+        errors.append(contact_errors(chain, chain.with_base(q, base), contacts)[:, 0].max())
+    assert errors[1] < errors[0] and errors[-1] < 1e-3 < errors[0]
+    assert figure.shared > 0
+
+
+@pytest.mark.parametrize('seed', range(20))
+def test_largest_share_is_the_brute_force_one(seed):
+    rng = np.random.default_rng(seed)
+    low, high = -rng.uniform(0.1, 1.0, 6), rng.uniform(0.1, 1.0, 6)
+    u0 = rng.uniform(low, high)
+    d = rng.normal(size=6) * rng.choice([0.0, 1.0], 6)
+    t = largest_share(u0, d, low, high)
+    grid = np.linspace(0.0, 1.0, 20001)
+    fits = [s for s in grid if np.all((u0 + s * d >= low - 1e-12) & (u0 + s * d <= high + 1e-12))]
+    assert t == pytest.approx(max(fits), abs=1e-4)
+    assert np.all(u0 + t * d >= low - 1e-12) and np.all(u0 + t * d <= high + 1e-12)
+
+
+def test_constraints_arriving_violated_are_reported_and_anchors_wait_for_a_state(biped):
+    chain, limits = biped
+    figure = FigureState(chain, limits, pose())
+    q = standing(limits)
+    waiting = Contact('l_sole').bind(chain)
+    far = CenterOfMassPolygon(polygon=[[1.0, 1.0], [1.2, 1.0], [1.1, 1.2]]).bind(chain)
+    near = CenterOfMassPolygon(polygon=[[-0.3, -0.3], [0.3, -0.3], [0.0, 0.3]]).bind(chain)
+    assert figure.pending([waiting, far]) == [waiting]
+    assert figure.violations([waiting, far, near], q) == [far], \
+        'the unanchored contact waits; the CoM far from its polygon is violated'
