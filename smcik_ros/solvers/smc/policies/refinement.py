@@ -175,17 +175,19 @@ class Refinement:
                                   np.full(len(q), np.inf) if guard is None
                                   else np.array(guard, dtype=float))
         busy = _constrained(extra, problem.hard, frames) if extra or problem.hard else None
-        free = np.flatnonzero(~busy) if busy is not None else np.arange(len(q))
-        if len(free):
+        free = np.flatnonzero(~busy) if busy is not None else None
+        if free is None:        # targets alone: every row in place, no copies
+            _kernels.refine(*records, q, state)
+        elif len(free):
             part = _rows(state, free)
             qf = q[free]
             _kernels.refine(*records, qf, part)
-            if busy is not None:        # ends where a term is active: stepwise instead
-                moved = np.flatnonzero(part[4])
-                ends = moved[_constrained(extra, problem.hard, chain.frames(qf[moved]))]
-                busy[free[ends]] = True
-                keep = np.setdiff1d(np.arange(len(free)), ends)
-                free, qf, part = free[keep], qf[keep], _rows(part, keep)
+            # Ends where a term is active: stepwise instead.
+            moved = np.flatnonzero(part[4])
+            ends = moved[_constrained(extra, problem.hard, chain.frames(qf[moved]))]
+            busy[free[ends]] = True
+            keep = np.setdiff1d(np.arange(len(free)), ends)
+            free, qf, part = free[keep], qf[keep], _rows(part, keep)
             q[free] = qf
             _put(state, free, part)
         if busy is not None and busy.any():
