@@ -251,7 +251,7 @@ def _plain_trials(bodies, columns, joints, targets, lm, qrow, cost, trials, ws):
             trials[j, v] = cand[v]
 
 
-@njit(cache=True)
+@njit(cache=True, inline='always')
 def _prior_trials(bodies, columns, joints, targets, lm, motion, extra, qrow, cost, precise,
                   trials, ws):
     """Write the trials of a row's step with the minimal-motion prior; return mu, the
@@ -326,7 +326,7 @@ def _prior_trials(bodies, columns, joints, targets, lm, motion, extra, qrow, cos
     return mu
 
 
-@njit(cache=True)
+@njit(cache=True, inline='always')
 def _correct(bodies, columns, joints, targets, extra, qrow, winv2, damping, cand, ws):
     """One Gauss-Newton task step on the trial ``cand`` with the step's Jacobian (ws's jac,
     as masked): a slide along a curved solution set leaves it by a second-order error,
