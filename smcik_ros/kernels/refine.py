@@ -60,6 +60,14 @@ def _workspace(bodies, columns, targets, extra_rows, nq):
             np.empty(m))
 
 
+@njit(cache=True, inline='always')
+def _judging(ws):
+    """Return the buffers ``_judge`` uses of the workspace ``ws``: (FK and pose work, res6,
+    jac6, tmp). A tuple binds (one reference count) each of its arrays wherever it is passed:
+    the judgement, run for every trial, gets only these."""
+    return ws[0], ws[1], ws[2], ws[11]
+
+
 @njit(cache=True)
 def _judged(count):
     """Return the judgement of ``count`` trials: cost, position error, squared distance
@@ -159,7 +167,8 @@ def _full_costs(columns, targets, rot, pos, work, res6, jac6):
 @njit(cache=True, inline='always')
 def _costs(bodies, columns, targets, tgt, qrow, ws):
     """Return (cost, worst position error, worst orientation error) of the targets at
-    qrow, full covariances included; tgt: ``_hot(targets)``."""
+    qrow, full covariances included; tgt: ``_hot(targets)``; ws: ``_workspace`` or
+    ``_judging`` (its first three)."""
     hot, any_full = tgt
     work = ws[0]
     frame = work[0]
@@ -372,7 +381,7 @@ def _judge(bodies, columns, joints, targets, tgt, motion, cand, extra_cost, guar
            ws):
     """Judge the trial ``cand`` as number j: cost (targets + ``extra_cost``, inf where the
     guard or a hard constraint refuses), position error, squared distance from the
-    reference, precise. tgt: ``_hot(targets)``."""
+    reference, precise. tgt: ``_hot(targets)``; ws: ``_judging``'s buffers."""
     c, pe, oe = _costs(bodies, columns, targets, tgt, cand, ws)
     c += extra_cost
     if not pe <= guard + 1e-12:
@@ -386,7 +395,7 @@ def _judge(bodies, columns, joints, targets, tgt, motion, cand, extra_cost, guar
         t_d2[j] = 0.0
         t_prec[j] = False
         return
-    w, ref, tmp = motion[6], motion[7], ws[11]
+    w, ref, tmp = motion[6], motion[7], ws[3]
     _tangent_diff(joints, cand, ref, tmp)
     s = 0.0
     for v in range(tmp.shape[0]):
@@ -468,9 +477,10 @@ def begin(bodies, columns, joints, targets, lm, motion, q, state):
     ws = _workspace(bodies, columns, targets, 0, q.shape[1])
     judged = _judged(1)
     tgt = _hot(targets)
+    jw = _judging(ws)
     for k in range(q.shape[0]):
         _judge(bodies, columns, joints, targets, tgt, motion, q[k], 0.0, np.inf, judged, 0,
-               ws)
+               jw)
         precise[k] = judged[3][0]
         dist2[k] = judged[2][0]
 
@@ -498,6 +508,7 @@ def _refine_rows(bodies, columns, joints, targets, lm, motion, q, state, ws, tri
     begin(bodies, columns, joints, targets, lm, motion, q, state)
     cand = ws[9]
     tgt = _hot(targets)
+    jw = _judging(ws)
     for k in range(q.shape[0]):
         for _ in range(lm[0]):
             if not active[k]:
@@ -509,7 +520,7 @@ def _refine_rows(bodies, columns, joints, targets, lm, motion, q, state, ws, tri
                 for v in range(cand.shape[0]):
                     cand[v] = trials[j, v]
                 _judge(bodies, columns, joints, targets, tgt, motion, cand, 0.0, guard[k],
-                       judged, j, ws)
+                       judged, j, jw)
                 if solved_stops and judged[0][j] < cost[k]:
                     judged_count = j + 1        # the longest step that lowers the cost
                     break
@@ -552,6 +563,7 @@ def choose(bodies, columns, joints, targets, motion, q, state, trials, mu, extra
     ws = _workspace(bodies, columns, targets, 0, nq)
     cand = ws[9]
     tgt = _hot(targets)
+    jw = _judging(ws)
     cost, guard, precise, dist2, _, _, active = state
     for k in range(k_count):
         if not active[k]:
@@ -560,7 +572,7 @@ def choose(bodies, columns, joints, targets, motion, q, state, trials, mu, extra
             for v in range(nq):
                 cand[v] = trials[k, j, v]
             _judge(bodies, columns, joints, targets, tgt, motion, cand, extra_cost[k, j],
-                   guard[k], judged, j, ws)
+                   guard[k], judged, j, jw)
         pick = _pick(plain, precise[k], cost[k], dist2[k], mu[k], count, judged)
         _accept(k, pick, q, state, trials[k], judged)
 
