@@ -27,14 +27,14 @@ from rclpy.parameter_client import AsyncParameterClient  # noqa: E402
 from visualization_msgs.msg import Marker, MarkerArray  # noqa: E402
 
 from collision_helpers import FclArm, substeps, write_two_link_urdf  # noqa: E402
-from conftest import assert_in_fresh_interpreter  # noqa: E402
+from conftest import assert_in_fresh_interpreter, private_domain_id  # noqa: E402
 from ros_helpers import (REPO_ROOT, ArmPlayer, dds_fixtures, read_log,  # noqa: E402
                          start_node_process, stop_process, stream_ratios, wait_for, wait_for_log)
 from smcik_ros.model import Chain  # noqa: E402
 
 pytestmark = pytest.mark.ros
 
-DOMAIN_ID = 1 + (os.getpid() + 23) % 100
+DOMAIN_ID = private_domain_id(os.getpid() + 23)
 URDF = REPO_ROOT / 'urdf' / 'smcik_arm.urdf'
 SRDF = REPO_ROOT / 'urdf' / 'smcik_arm.srdf'
 NODE_PARAMETERS = ['smcik_node:smc.seed:=3', 'smcik_node:status_rate_hz:=10.0']
