@@ -65,6 +65,46 @@ class FclRobot:
                     items.append((shape, np.eye(4) if col.origin is None else col.origin))
             if items:
                 self.geometry[link.name] = items
+        self._joints = self._tree_order()
+
+    def _tree_order(self):
+        """Return the joints parents first (None with a mimic joint: ``link_poses`` then asks
+        yourdfpy's scene graph, which applies the mimic)."""
+        joints = self.urdf.robot.joints
+        if any(j.mimic is not None for j in joints):
+            return None
+        placed, order = {self.urdf.base_link}, []
+        while len(order) < len(joints):
+            ready = [j for j in joints if j.parent in placed and j.child not in placed]
+            assert ready, 'the URDF is not a tree'
+            order += ready
+            placed.update(j.child for j in ready)
+        return order
+
+    def link_poses(self, cfg):
+        """Return {link: (4, 4) pose in the base frame} at joint values ``cfg`` {joint: value}
+        (joints not named: 0).
+
+        yourdfpy's own joint transforms (``_forward_kinematics_joint``, what its
+        ``update_cfg`` puts on the scene graph's edges) multiplied along the tree: the poses
+        of ``update_cfg`` + ``get_transform``, ~30x faster than asking its scene graph link by
+        link (test_collision_constraint checks they agree).
+        """
+        if self._joints is None:
+            return self.scene_graph_poses(cfg)
+        world = {self.urdf.base_link: np.eye(4)}
+        for joint in self._joints:
+            q = cfg.get(joint.name, 0.0) if joint.type != 'fixed' else None
+            world[joint.child] = world[joint.parent] @ self.urdf._forward_kinematics_joint(
+                joint, q=q)[0]
+        to_base = np.linalg.inv(world[self.base])
+        return {name: to_base @ world[name] for name in self.geometry}
+
+    def scene_graph_poses(self, cfg):
+        """Return ``link_poses`` through yourdfpy's ``update_cfg`` and ``get_transform``."""
+        self.urdf.update_cfg({**dict.fromkeys(self.urdf.actuated_joint_names, 0.0), **cfg})
+        return {name: self.urdf.get_transform(frame_to=name, frame_from=self.base)
+                for name in self.geometry}
 
     def _mesh_file(self, uri):
         for prefix, directory in self.mesh_map.items():
@@ -94,13 +134,10 @@ class FclRobot:
 
     def objects(self, cfg):
         """Return {link: [fcl.CollisionObject]} at joint values ``cfg`` {joint: value}."""
-        self.urdf.update_cfg(cfg)
-        out = {}
-        for name, items in self.geometry.items():
-            pose = self.urdf.get_transform(frame_to=name, frame_from=self.base)
-            out[name] = [fcl.CollisionObject(shape, _transform(pose @ origin))
-                         for shape, origin in items]
-        return out
+        poses = self.link_poses(cfg)
+        return {name: [fcl.CollisionObject(shape, _transform(poses[name] @ origin))
+                       for shape, origin in items]
+                for name, items in self.geometry.items()}
 
 
 

@@ -1,10 +1,12 @@
 """Shared fixtures: the demo arms, loaded once per session; the kernels compiled first; what
 a named Python logger says (``logged``), whatever logger class is installed."""
 
+import fcntl
 import logging
 import os
 import subprocess
 import sys
+import tempfile
 
 # One BLAS thread, as the node pins it (smcik_ros/node.py): on the shared 2-core machine a
 # threaded OpenBLAS made the collision queries several times slower. Set before numpy loads.
@@ -25,6 +27,34 @@ def thread_policy(tid):
     ``tid`` (0: the calling thread)."""
     policy = os.sched_getscheduler(tid) & ~getattr(os, 'SCHED_RESET_ON_FORK', 0)
     return policy, os.sched_getparam(tid).sched_priority
+
+
+_DOMAIN_LOCKS = []      # the open lock files of the domains this process holds
+
+
+def private_domain_id(start):
+    """Return a ROS_DOMAIN_ID in 1..100, the first from ``start`` (mod 100) that no other
+    call of this function holds on this machine, and hold it until this process exits.
+
+    DDS discovery reaches every process of the host on a domain: two test runs at once (a
+    shared machine, parallel CI jobs) on one domain see each other's nodes, and a probe then
+    records two command streams interleaved. A pid-derived domain alone collided now and
+    then; an exclusive ``flock`` on a file per domain makes the choice exclusive. Each call
+    takes another domain, in one process too (a lock is per open file). Child processes do
+    not inherit the lock (Python opens files non-inheritable)."""
+    for k in range(100):
+        domain = 1 + (start + k) % 100
+        handle = open(os.path.join(tempfile.gettempdir(), f'smcik_ros-dds-domain-{domain}.lock'),
+                      'a')
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            continue
+        _DOMAIN_LOCKS.append(handle)
+        return domain
+    raise RuntimeError('every ROS_DOMAIN_ID in 1..100 is held by another test process '
+                       f'(lock files smcik_ros-dds-domain-*.lock in {tempfile.gettempdir()})')
 
 
 def assert_in_fresh_interpreter(code, timeout=180):

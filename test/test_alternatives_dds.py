@@ -32,6 +32,7 @@ from trajectory_msgs.msg import JointTrajectory  # noqa: E402
 from visualization_msgs.msg import Marker  # noqa: E402
 
 from goal_helpers import free_configuration_near  # noqa: E402
+from conftest import private_domain_id  # noqa: E402
 from ros_helpers import (REPO_ROOT, Probe, dds_fixtures, read_log,  # noqa: E402
                          start_node_process, stop_process, wait_for, wait_for_log)
 from smcik_ros.model import Chain  # noqa: E402
@@ -39,7 +40,7 @@ from smcik_ros.ros.conversions import matrix_to_pose  # noqa: E402
 
 pytestmark = pytest.mark.ros
 
-DOMAIN_ID = 1 + (os.getpid() + 89) % 100
+DOMAIN_ID = private_domain_id(os.getpid() + 89)
 PARAMS = REPO_ROOT / 'config' / 'arm.yaml'
 URDF = REPO_ROOT / 'urdf' / 'smcik_arm.urdf'
 POSITION_TOL = 1e-3     # [m]

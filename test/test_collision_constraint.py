@@ -52,6 +52,22 @@ def _pair_minimum(constraint, frames):
     return out
 
 
+def test_the_fcl_helper_poses_the_links_as_yourdfpys_scene_graph(arm):
+    """The FCL reference (collision_helpers.FclRobot) multiplies yourdfpy's joint transforms
+    along the tree itself: the link poses are those of yourdfpy's update_cfg + get_transform
+    at random configurations, links off the chain (no joint named: 0) included."""
+    urdf, chain, _, _ = arm
+    fcl_robot = FclRobot(urdf, 'base_link')
+    assert fcl_robot._joints is not None, 'the fast path is the one tested'
+    rng = np.random.default_rng(3)
+    for q in chain.random_configuration(rng, 20):
+        cfg = dict(zip(chain.joint_names, q))
+        fast, graph = fcl_robot.link_poses(cfg), fcl_robot.scene_graph_poses(cfg)
+        assert fast.keys() == graph.keys() and len(fast) >= chain.n
+        for name in fast:
+            assert np.allclose(fast[name], graph[name], atol=1e-12), name
+
+
 def test_conservative_against_fcl_on_the_urdf_shapes(arm):
     """Whenever FCL finds two URDF shapes (or a shape and an obstacle) touching, the model's
     distance for that pair is negative; in general it never exceeds FCL's distance.

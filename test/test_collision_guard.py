@@ -58,15 +58,16 @@ def test_settings_are_validated():
 def test_the_cover_tolerance_reaches_the_model(guard_and_chain):
     """A tighter cover_tolerance gives covers whose excess bound stays within it (plus the
     tenth a cylinder's circumscribed prism adds; the default one's reaches beyond), with more
-    spheres."""
+    spheres. (0.006 m: 2.3x the default's spheres in ~4 s; 0.004 m took ~11 s to show the
+    same, its bound as tight: 4.397 mm for 4.4.)"""
     coarse, chain = guard_and_chain
     tight, _ = CollisionGuard.from_urdf(chain, ARM7_URDF, urdf_path=ARM7_URDF, srdf=SRDF,
-                                        settings=CollisionSettings(cover_tolerance=0.004),
+                                        settings=CollisionSettings(cover_tolerance=0.006),
                                         cache_dir=cover_cache_dir())
-    assert tight.model.tolerance == 0.004 and coarse.model.tolerance == 0.01
+    assert tight.model.tolerance == 0.006 and coarse.model.tolerance == 0.01
     def worst(model):     # links on chain joints (a swept finger adds its sweep's sagitta)
         return max(e for _, _, e, swept in model.excess_table() if not swept)
-    assert worst(tight.model) <= 1.1 * 0.004 + 1e-9 < worst(coarse.model)
+    assert worst(tight.model) <= 1.1 * 0.006 + 1e-9 < worst(coarse.model)
     assert len(tight.model.radii) > len(coarse.model.radii)
 
 

@@ -30,6 +30,7 @@ from std_msgs.msg import String  # noqa: E402
 from visualization_msgs.msg import Marker, MarkerArray  # noqa: E402
 
 from goal_helpers import free_configuration_near  # noqa: E402
+from conftest import private_domain_id  # noqa: E402
 from ros_helpers import (REPO_ROOT, Probe, dds_fixtures, read_log,  # noqa: E402
                          start_node_process, stop_process, wait_for, wait_for_log)
 from smcik_ros.model import Chain  # noqa: E402
@@ -40,7 +41,7 @@ from smcik_ros.solvers import available_solvers, make_solver  # noqa: E402
 
 pytestmark = pytest.mark.ros
 
-DOMAIN_ID = 1 + (os.getpid() + 41) % 100
+DOMAIN_ID = private_domain_id(os.getpid() + 41)
 PARAMS = REPO_ROOT / 'config' / 'arm.yaml'
 URDF = REPO_ROOT / 'urdf' / 'smcik_arm.urdf'
 POSITION_TOL = 1e-3     # [m]
@@ -679,7 +680,7 @@ def test_a_node_without_an_arm_says_what_it_waits_for(ros_env):
     sim_arm publishes joint_states.)"""
     env, log_dir = ros_env
     log = log_dir / 'waiting.log'
-    alone = dict(env, ROS_DOMAIN_ID=str(1 + (os.getpid() + 43) % 100))
+    alone = dict(env, ROS_DOMAIN_ID=str(private_domain_id(os.getpid() + 43)))
     proc = start_node_process('smcik_ros.node', alone, log, parameters=[
         'smcik_node:marker_rate_hz:=0.0'])
     try:

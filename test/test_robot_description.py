@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import private_domain_id
 from smcik_ros.errors import ModelError
 from smcik_ros.model import Chain
 from smcik_ros.ros.description import (SEMANTIC_TOPIC, SrdfSources, read_urdf_file,
@@ -164,7 +165,7 @@ def test_the_wait_for_the_robot_description_names_its_topic_every_period():
 
     topic = f'/smcik_wait_test_{os.getpid()}/robot_description'
     context = rclpy.Context()
-    rclpy.init(context=context, domain_id=1 + (os.getpid() + 71) % 100)
+    rclpy.init(context=context, domain_id=private_domain_id(os.getpid() + 71))
     node = rclpy.create_node('smcik_wait_test', context=context, cli_args=[
         '--ros-args', '-r', f'/robot_description:={topic}'])
     lines = []

@@ -13,13 +13,14 @@ rclpy = pytest.importorskip('rclpy', reason='rclpy is needed to build sim_arm no
 
 from rclpy.parameter import Parameter  # noqa: E402
 
+from conftest import private_domain_id  # noqa: E402
 from ros_helpers import REPO_ROOT  # noqa: E402
 from smcik_ros.control.arm_state import initial_configuration  # noqa: E402
 from smcik_ros.errors import GoalError, SmcIkError  # noqa: E402
 from smcik_ros.model import Chain  # noqa: E402
 from smcik_ros.sim_arm import SimArm  # noqa: E402
 
-DOMAIN_ID = 1 + (os.getpid() + 53) % 100
+DOMAIN_ID = private_domain_id(os.getpid() + 53)
 URDF = REPO_ROOT / 'urdf' / 'smcik_arm.urdf'
 HOME = [0.0, 0.0, 0.0, -1.57, 0.0, 1.57, 0.0]      # urdf/smcik_arm.srdf's group_state 'home'
 
