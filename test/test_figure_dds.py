@@ -15,6 +15,7 @@ import yaml
 
 rclpy = pytest.importorskip('rclpy', reason='rclpy is needed for the graph-level tests')
 
+from conftest import private_domain_id  # noqa: E402
 from ros_helpers import (REPO_ROOT, Probe, dds_fixtures, read_log,  # noqa: E402
                          start_node_process, stop_process, stream_ratios, wait_for,
                          wait_for_log)
@@ -26,7 +27,7 @@ from smcik_ros.ros.conversions import matrix_to_pose  # noqa: E402
 
 pytestmark = pytest.mark.ros
 
-DOMAIN_ID = 1 + (os.getpid() + 67) % 100
+DOMAIN_ID = private_domain_id(os.getpid() + 67)
 URDF = REPO_ROOT / 'test' / 'urdf' / 'two_tips.urdf'
 TIPS = ['left_tool', 'right_tool']
 POSITION_TOL, ORIENTATION_TOL = 1e-3, 1e-2     # [m], [rad]

@@ -24,6 +24,7 @@ rclpy = pytest.importorskip('rclpy', reason='rclpy is needed for the graph-level
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 
+from conftest import private_domain_id  # noqa: E402
 from ros_helpers import (REPO_ROOT, Probe, dds_fixtures, read_log,  # noqa: E402
                          start_node_process, stop_process, stream_ratios, wait_for,
                          wait_for_log)
@@ -35,7 +36,7 @@ from smcik_ros.ros.conversions import matrix_to_pose, pose_to_matrix  # noqa: E4
 
 pytestmark = pytest.mark.ros
 
-DOMAIN_ID = 1 + (os.getpid() + 71) % 100
+DOMAIN_ID = private_domain_id(os.getpid() + 71)
 URDF = REPO_ROOT / 'test' / 'urdf' / 'biped.urdf'
 TIPS = ['l_palm', 'r_palm', 'l_sole', 'r_sole']
 HEIGHT = 0.944          # [m] the pelvis above the soles, standing (biped.urdf)
