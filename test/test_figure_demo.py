@@ -156,19 +156,7 @@ def test_plot_writes_the_picture(figure, goals, tmp_path):
     assert check.failures() == []
 
 
-def _node_has_the_figure():
-    """Whether smcik_node declares tip_links and floating_base (figure-node's work)."""
-    try:
-        from smcik_ros.ros.parameters import ARRAY_PARAMETERS, NODE_PARAMETERS
-    except ImportError:
-        return False
-    declared = set(NODE_PARAMETERS) | set(ARRAY_PARAMETERS)
-    return {'tip_links', 'floating_base', 'world_frame'} <= declared
-
-
 @pytest.mark.ros
-@pytest.mark.skipif(not _node_has_the_figure(),
-                    reason='smcik_node has no tip_links / floating_base parameters yet')
 def test_figure_demo_over_dds_reaches_every_goal_with_the_feet_planted(capsys):
     """The whole demo, as `./smcik demo --figure` runs it: exit 0 means every goal reached
     with the soles within 1 mm / 0.01 rad and the CoM inside the polygon on every command."""
@@ -183,7 +171,7 @@ def test_figure_demo_over_dds_reaches_every_goal_with_the_feet_planted(capsys):
 
 def test_run_reports_what_is_missing_without_a_node():
     """Without smcik_node the sequence stops after the start-up wait and says what it lacked."""
-    pytest.importorskip('rclpy')
+    pytest.importorskip('rclpy', reason='rclpy is needed for the DDS side of the demo')
     import rclpy
     from rclpy.node import Node
 
@@ -263,7 +251,7 @@ class _FakeFigureNode:
 
 
 def _run_against_fake(figure, slide):
-    pytest.importorskip('rclpy')
+    pytest.importorskip('rclpy', reason='rclpy is needed for the DDS side of the demo')
     import rclpy
     from rclpy.node import Node
 
