@@ -23,6 +23,7 @@ import itertools
 
 import numpy as np
 
+from ..kernels.cover import ball_containment
 from ..model import cache as model_cache
 from ..model.cache import default_cache_dir   # the cover cache shares its directory
 from .engine import smallest_per_group
@@ -276,49 +277,31 @@ def _compute_cover(vertices, faces, tolerance, item_edge, poses, rotation_sag):
     return SphereCover(centers[used], radii[used], excess[used], hull)
 
 
-def _containment(centers, allowance, items, block=256, pair_limit=1_000_000):
+def _containment(centers, allowance, items):
     """Return the (C, I) sparse int8 matrix: 1 where ball c (radius ``allowance[c]``, less a
     relative 1e-9) contains every point of item i ((I, m, 3) points).
 
     A ball contains all of an item's points only if it contains their mean (a ball is
-    convex), so a k-d tree of the means gives the candidates. A candidate whose mean lies
+    convex), so a grid of the means gives the candidates. A candidate whose mean lies
     within the radius less the item's own radius (its points' largest distance from their
     mean) is inside (the triangle inequality, with a relative margin of 1e-12 so rounding
-    cannot differ from the exact test); the others are checked point by point. Balls go in
-    blocks, and each block's pairs in slices of at most ``pair_limit`` (bounded memory: a
-    swept finger has millions of pairs).
+    cannot differ from the exact test); the others are checked point by point
+    (``kernels.cover.ball_containment``: a swept finger has millions of pairs).
     """
-    from scipy.spatial import cKDTree
     import scipy.sparse as sp
 
     n_items = len(items)
     if not len(centers) or not n_items:
         return sp.csr_matrix((len(centers), n_items), dtype=np.int8)
+    items = np.ascontiguousarray(items, dtype=float)
     means = items.mean(axis=1)
     spread = np.sqrt(np.max(np.sum((items - means[:, None, :]) ** 2, axis=2), axis=1))
-    tree = cKDTree(means)
-    radius = allowance * (1.0 - 1e-9)
-    rows_out, cols_out = [], []
-    for start in range(0, len(centers), block):
-        c, r = centers[start:start + block], radius[start:start + block]
-        lists = tree.query_ball_point(c, r * (1.0 + 1e-9))     # a superset of the means
-        lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
-        cols = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64,
-                           count=int(lengths.sum()))
-        rows = np.repeat(np.arange(len(lists)), lengths)
-        for lo in range(0, len(cols), pair_limit):
-            sub_rows, sub_cols = rows[lo:lo + pair_limit], cols[lo:lo + pair_limit]
-            centre = c[sub_rows]
-            near = np.sqrt(np.sum((means[sub_cols] - centre) ** 2, axis=1))
-            inside = near + spread[sub_cols] <= r[sub_rows] * (1.0 - 1e-12)
-            check = np.flatnonzero(~inside)
-            far = np.max(np.sum((items[sub_cols[check]] - centre[check][:, None, :]) ** 2,
-                                axis=2), axis=1)
-            inside[check] = far <= r[sub_rows[check]] ** 2
-            rows_out.append((sub_rows[inside] + start).astype(np.int32))
-            cols_out.append(sub_cols[inside].astype(np.int32))
-    rows, cols = np.concatenate(rows_out), np.concatenate(cols_out)
-    return sp.csr_matrix((np.ones(len(rows), dtype=np.int8), (rows, cols)),
+    radius = np.ascontiguousarray(allowance * (1.0 - 1e-9), dtype=float)
+    extent = float(np.max(means.max(axis=0) - means.min(axis=0)))
+    size = max(0.25 * float(np.median(radius)), extent / 100.0, 1e-4)
+    indptr, indices = ball_containment(np.ascontiguousarray(centers, dtype=float), radius,
+                                       items, means, spread, size)
+    return sp.csr_matrix((np.ones(len(indices), dtype=np.int8), indices, indptr),
                          shape=(len(centers), n_items))
 
 
@@ -373,8 +356,8 @@ def _fit_radii(items, centers, depths, tolerance, pair_limit=2_000_000):
     point's distance minus the centre's depth; the lowest index among equals); a piece no
     sphere contains within tolerance (only the fallback spheres' own pieces can be in that
     case) goes to the one with the least excess of all. A sphere can take a piece only if
-    the piece's mean lies within ``tolerance`` plus the deepest centre's depth of it (the
-    farthest point is at least as far as the mean), so a k-d tree of the centres gives the
+    the piece's mean lies within ``tolerance`` plus that centre's depth of it (the farthest
+    point is at least as far as the mean), so a k-d tree of the pieces' means gives the
     candidates: the same assignment as comparing every piece with every sphere, without
     the (pieces x spheres) work (Baxter's torso: minutes). Returns (radii (S,), excess
     bounds (S,)).
@@ -386,12 +369,12 @@ def _fit_radii(items, centers, depths, tolerance, pair_limit=2_000_000):
     if not n_items or not n_centers:
         return radii, radii - depths
     means = items.mean(axis=1)
-    reach = tolerance + 1e-12 + max(float(np.max(depths)), 0.0)
-    lists = cKDTree(centers).query_ball_point(means, reach * (1.0 + 1e-9) + 1e-12)
-    lengths = np.fromiter(map(len, lists), dtype=np.int64, count=n_items)
-    cols = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64,
+    reach = tolerance + 1e-12 + np.maximum(depths, 0.0)
+    lists = cKDTree(means).query_ball_point(centers, reach * (1.0 + 1e-9) + 1e-12)
+    lengths = np.fromiter(map(len, lists), dtype=np.int64, count=n_centers)
+    rows = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64,
                        count=int(lengths.sum()))
-    rows = np.repeat(np.arange(n_items), lengths)
+    cols = np.repeat(np.arange(n_centers), lengths)
     best_cost = np.full(n_items, np.inf)
     best = np.full(n_items, -1, dtype=np.int64)
     best_far = np.zeros(n_items)
@@ -410,11 +393,14 @@ def _fit_radii(items, centers, depths, tolerance, pair_limit=2_000_000):
         better = (cost < best_cost[r]) | ((cost == best_cost[r]) & (c < best[r]))
         r, c, far, cost = r[better], c[better], far[better], cost[better]
         best_cost[r], best[r], best_far[r] = cost, c, far
-    for i in np.flatnonzero(best < 0):          # no sphere fits: the least excess of all
-        far = np.sqrt(np.max(np.sum((items[i][:, None, :] - centers[None]) ** 2, axis=-1),
-                             axis=0))
-        best[i] = int(np.argmin(far - depths))
-        best_far[i] = far[best[i]]
+    lost = np.flatnonzero(best < 0)             # no sphere fits: the least excess of all
+    chunk = max(1, pair_limit // (n_centers * items.shape[1]))
+    for lo in range(0, len(lost), chunk):
+        i = lost[lo:lo + chunk]
+        far = np.sqrt(np.max(np.sum((items[i][:, :, None, :] - centers) ** 2, axis=-1),
+                             axis=1))                                        # (chunk, S)
+        pick = np.argmin(far - depths, axis=1)
+        best[i], best_far[i] = pick, far[np.arange(len(i)), pick]
     np.maximum.at(radii, best, best_far)
     radii = np.where(radii > 0.0, radii * (1.0 + 1e-12) + 1e-12, 0.0)
     return radii, radii - depths

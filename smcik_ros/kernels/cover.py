@@ -1,0 +1,98 @@
+"""The cover builder's containment test: which balls contain which surface pieces.
+
+Used once per link when its sphere cover is computed (``collision.covers``), not on the hot
+path; a kernel because the test runs on millions of (ball, piece) pairs for a mesh at a few
+millimetres of tolerance.
+"""
+
+import numpy as np
+
+from .jit import njit
+
+__all__ = ['ball_containment']
+
+
+@njit(cache=True)
+def _cells(means, lo, size, dims):
+    """Return (order, starts): piece indices sorted by grid cell, and each cell's first index
+    in that order ((cells + 1,), a prefix sum)."""
+    n = means.shape[0]
+    key = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        ix = min(max(int((means[i, 0] - lo[0]) / size), 0), dims[0] - 1)
+        iy = min(max(int((means[i, 1] - lo[1]) / size), 0), dims[1] - 1)
+        iz = min(max(int((means[i, 2] - lo[2]) / size), 0), dims[2] - 1)
+        key[i] = (ix * dims[1] + iy) * dims[2] + iz
+    order = np.argsort(key, kind='mergesort')
+    starts = np.zeros(dims[0] * dims[1] * dims[2] + 1, dtype=np.int64)
+    for i in range(n):
+        starts[key[i] + 1] += 1
+    for c in range(1, len(starts)):
+        starts[c] += starts[c - 1]
+    return order, starts
+
+
+@njit(cache=True, inline='always')
+def _contains(centers, c, r, items, means, spread, i):
+    """Return whether ball c (centers[c], radius r) holds every point of piece i."""
+    dx = means[i, 0] - centers[c, 0]
+    dy = means[i, 1] - centers[c, 1]
+    dz = means[i, 2] - centers[c, 2]
+    near = np.sqrt(dx * dx + dy * dy + dz * dz)
+    if near > r * (1.0 + 1e-9):
+        return False                     # the farthest point is as far as the mean (rounding)
+    if near + spread[i] <= r * (1.0 - 1e-12):
+        return True                      # the triangle inequality, with a rounding margin
+    far = 0.0
+    for k in range(items.shape[1]):
+        px = items[i, k, 0] - centers[c, 0]
+        py = items[i, k, 1] - centers[c, 1]
+        pz = items[i, k, 2] - centers[c, 2]
+        far = max(far, px * px + py * py + pz * pz)
+    return far <= r * r
+
+
+@njit(cache=True)
+def ball_containment(centers, radius, items, means, spread, size):
+    """Return the CSR (indptr (C + 1,), indices) of which pieces each ball contains.
+
+    centers (C, 3), radius (C,) [m]; items (I, m, 3) points of each piece, means (I, 3) and
+    spread (I,) (its points' largest distance from their mean); size [m]: the edge of the
+    grid cells the pieces are bucketed in. Row c lists, in increasing order, every piece
+    whose points all lie within radius[c] of centers[c].
+    """
+    lo = np.empty(3)
+    dims = np.empty(3, dtype=np.int64)
+    b0 = np.empty(3, dtype=np.int64)
+    b1 = np.empty(3, dtype=np.int64)
+    for a in range(3):
+        lo[a] = means[:, a].min() if means.shape[0] else 0.0
+        span = (means[:, a].max() - lo[a]) if means.shape[0] else 0.0
+        dims[a] = int(span / size) + 1
+    order, starts = _cells(means, lo, size, dims)
+    indptr = np.zeros(centers.shape[0] + 1, dtype=np.int64)
+    found = np.empty(max(16, items.shape[0]), dtype=np.int64)
+    indices = np.empty(max(16, 4 * items.shape[0]), dtype=np.int64)
+    for c in range(centers.shape[0]):
+        count = 0
+        r = radius[c]
+        for a in range(3):
+            b0[a] = max(int((centers[c, a] - r - lo[a]) / size), 0)
+            b1[a] = min(int((centers[c, a] + r - lo[a]) / size), dims[a] - 1)
+        for ix in range(b0[0], b1[0] + 1):
+            for iy in range(b0[1], b1[1] + 1):
+                for iz in range(b0[2], b1[2] + 1):
+                    cell = (ix * dims[1] + iy) * dims[2] + iz
+                    for j in range(starts[cell], starts[cell + 1]):
+                        i = order[j]
+                        if _contains(centers, c, r, items, means, spread, i):
+                            found[count] = i
+                            count += 1
+        start = indptr[c]
+        if start + count > len(indices):
+            grown = np.empty(2 * (start + count), dtype=np.int64)
+            grown[:start] = indices[:start]
+            indices = grown
+        indices[start:start + count] = np.sort(found[:count])
+        indptr[c + 1] = start + count
+    return indptr, indices[:indptr[-1]].copy()
