@@ -506,3 +506,16 @@ def test_pair_tables_are_cached_on_disk_and_identical(tmp_path):
     other = engine.PairTables(robot, chain, pairs.pairs[:3], lever, cache_dir=str(tmp_path))
     assert other.num_pairs == 3
     assert len([f for f in tmp_path.iterdir() if f.name.startswith('tables-')]) == 2
+
+
+def test_no_configurations_give_empty_answers(arm):
+    """A batch of none (a refinement where no particle moved) is answered, not an error: it
+    once took the node's alternatives callback down (reshape of an empty array)."""
+    urdf, chain, model, pairs = arm
+    q = chain.neutral_configuration()
+    scene = Scene({('o', 1): Obstacle.sphere(chain.fk(q)[:3, 3], 0.04)})
+    c = CollisionConstraint(model, scene, pairs=pairs)
+    c.set_reference(q)
+    empty = chain.frames(np.zeros((0, chain.nq)))
+    assert c.violated(empty).shape == (0,)
+    assert c.cost(empty).shape == (0,)

@@ -426,7 +426,8 @@ def query(robot, world, self_pairs, obstacles, threshold, padding, tables=None, 
     if tables is None:
         q_arr = np.zeros((world.n, 1))
     else:
-        q_arr = np.array(q, dtype=float, order='C').reshape(world.n, -1)   # writable
+        q_arr = np.array(q, dtype=float, order='C').reshape(world.n, -1 if world.n else
+                                                             np.shape(q)[-1])   # writable
     args = (robot.record, pair_record(self_pairs, tables, robot),
             _NO_OBSTACLES if obstacles is None else obstacles.record, world.rot, world.pos,
             q_arr, float(threshold), float(padding), 2 if per_pair else 1 if nearest else 0)
