@@ -58,7 +58,7 @@ def ball_containment(centers, radius, items, means, spread, size):
 
     centers (C, 3), radius (C,) [m]; items (I, m, 3) points of each piece, means (I, 3) and
     spread (I,) (its points' largest distance from their mean); size [m]: the edge of the
-    grid cells the pieces are bucketed in. Row c lists, in increasing order, every piece
+    grid cells the pieces are bucketed in. Row c lists, in no particular order, every piece
     whose points all lie within radius[c] of centers[c].
     """
     lo = np.empty(3)
@@ -70,9 +70,11 @@ def ball_containment(centers, radius, items, means, spread, size):
         span = (means[:, a].max() - lo[a]) if means.shape[0] else 0.0
         dims[a] = int(span / size) + 1
     order, starts = _cells(means, lo, size, dims)
+    # The pieces in cell order: a run of cells along z is one contiguous slice.
+    items, means, spread = items[order], means[order], spread[order]
     indptr = np.zeros(centers.shape[0] + 1, dtype=np.int64)
-    found = np.empty(max(16, items.shape[0]), dtype=np.int64)
-    indices = np.empty(max(16, 4 * items.shape[0]), dtype=np.int64)
+    found = np.empty(max(16, items.shape[0]), dtype=np.int32)
+    indices = np.empty(max(16, 4 * items.shape[0]), dtype=np.int32)
     for c in range(centers.shape[0]):
         count = 0
         r = radius[c]
@@ -81,18 +83,16 @@ def ball_containment(centers, radius, items, means, spread, size):
             b1[a] = min(int((centers[c, a] + r - lo[a]) / size), dims[a] - 1)
         for ix in range(b0[0], b1[0] + 1):
             for iy in range(b0[1], b1[1] + 1):
-                for iz in range(b0[2], b1[2] + 1):
-                    cell = (ix * dims[1] + iy) * dims[2] + iz
-                    for j in range(starts[cell], starts[cell + 1]):
-                        i = order[j]
-                        if _contains(centers, c, r, items, means, spread, i):
-                            found[count] = i
-                            count += 1
+                row = (ix * dims[1] + iy) * dims[2]
+                for j in range(starts[row + b0[2]], starts[row + b1[2] + 1]):
+                    if _contains(centers, c, r, items, means, spread, j):
+                        found[count] = order[j]
+                        count += 1
         start = indptr[c]
         if start + count > len(indices):
-            grown = np.empty(2 * (start + count), dtype=np.int64)
+            grown = np.empty(2 * (start + count), dtype=np.int32)
             grown[:start] = indices[:start]
             indices = grown
-        indices[start:start + count] = np.sort(found[:count])
+        indices[start:start + count] = found[:count]
         indptr[c + 1] = start + count
     return indptr, indices[:indptr[-1]].copy()
