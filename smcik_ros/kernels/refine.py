@@ -60,14 +60,6 @@ def _workspace(bodies, columns, targets, extra_rows, nq):
             np.empty(m))
 
 
-@njit(cache=True, inline='always')
-def _judging(ws):
-    """Return the buffers ``_judge`` uses of the workspace ``ws``: (FK and pose work, res6,
-    jac6, tmp). A tuple binds (one reference count) each of its arrays wherever it is passed:
-    the judgement, run for every trial, gets only these."""
-    return ws[0], ws[1], ws[2], ws[11]
-
-
 @njit(cache=True)
 def _judged(count):
     """Return the judgement of ``count`` trials: cost, position error, squared distance
@@ -110,15 +102,11 @@ def _target_rows(columns, targets, rot, pos, work, res6, jac6, r, jac):
 
 
 @njit(cache=True, inline='always')
-def _errors(bodies, frame, pose, tgt, qrow):
+def _errors(targets, rot, pos, pose):
     """Return (cost, worst position error [m], worst orientation error [rad]) of the
-    targets at configuration qrow, its FK into row 0 of ``frame`` (rot, pos, loc, t); tgt:
-    the targets' arrays (body, offset, kind, goal, full, weight, sigma_position,
-    sigma_orientation), unpacked once by the caller. Targets with a full covariance are left
-    out of the cost (``_full_costs``)."""
-    body, offset, kind, goal, full, weight, sigma_p, sigma_o = tgt
-    rot, pos, loc, t = frame
-    _fk_row(bodies, qrow, rot, pos, 0, loc, t)
+    targets at the frames in row 0 of rot, pos (pose: ``_pose_work``'s arrays). Targets with
+    a full covariance are left out of the cost (``_full_costs``)."""
+    body, offset, kind, goal, _, full, weight, sigma_p, sigma_o, _, _, _ = targets
     cost, worst_p, worst_o = 0.0, 0.0, 0.0
     for i in range(body.shape[0]):
         pe, oe = _pose_errors_row(rot, pos, 0, body[i], offset, i, goal, i, pose)
@@ -136,17 +124,21 @@ def _errors(bodies, frame, pose, tgt, qrow):
 
 
 @njit(cache=True)
-def _hot(targets):
-    """Return the targets' arrays the trials read (``_errors``' tgt) and whether any has a
-    full covariance."""
-    body, offset, kind, goal, _, full, weight, sigma_p, sigma_o, _, _, _ = targets
-    return (body, offset, kind, goal, full, weight, sigma_p, sigma_o), bool(full.any())
+def _costs(bodies, columns, targets, qrow, ws):
+    """Return (cost, worst position error, worst orientation error) of the targets at
+    qrow, full covariances included (``_judge`` for many trials)."""
+    frame, pose = ws[0]
+    rot, pos, loc, t = frame
+    _fk_row(bodies, qrow, rot, pos, 0, loc, t)
+    c, pe, oe = _errors(targets, rot, pos, pose)
+    if targets[5].any():
+        c += _full_costs(columns, targets, rot, pos, pose, ws[1], ws[2])
+    return c, pe, oe
 
 
 @njit(cache=True)
 def _full_costs(columns, targets, rot, pos, work, res6, jac6):
-    """Return the summed cost |W r|^2 of the targets with a full covariance (kept out of
-    the targets' loop above: a call inside it slowed every trial)."""
+    """Return the summed cost |W r|^2 of the targets with a full covariance (0 if none)."""
     body, offset, kind, goal, whiten, full, _, _, _, _, _, _ = targets
     cost = 0.0
     for i in range(body.shape[0]):
@@ -162,20 +154,6 @@ def _full_costs(columns, targets, rot, pos, work, res6, jac6):
                 s += whiten[i, a, b] * res6[b]
             cost += s * s
     return cost
-
-
-@njit(cache=True, inline='always')
-def _costs(bodies, columns, targets, tgt, qrow, ws):
-    """Return (cost, worst position error, worst orientation error) of the targets at
-    qrow, full covariances included; tgt: ``_hot(targets)``; ws: ``_workspace`` or
-    ``_judging`` (its first three)."""
-    hot, any_full = tgt
-    work = ws[0]
-    frame = work[0]
-    c, pe, oe = _errors(bodies, frame, work[1], hot, qrow)
-    if any_full:
-        c += _full_costs(columns, targets, frame[0], frame[1], work[1], ws[1], ws[2])
-    return c, pe, oe
 
 
 # ---------------------------------------------------------------------------- one step
@@ -376,34 +354,51 @@ def _correct(bodies, columns, joints, targets, extra, qrow, winv2, damping, cand
     cand[:] = moved
 
 
-@njit(cache=True, inline='always')
-def _judge(bodies, columns, joints, targets, tgt, motion, cand, extra_cost, guard, judged, j,
+@njit(cache=True)
+def _judge(bodies, columns, joints, targets, motion, trials, extra_cost, guard, stop, judged,
            ws):
-    """Judge the trial ``cand`` as number j: cost (targets + ``extra_cost``, inf where the
-    guard or a hard constraint refuses), position error, squared distance from the
-    reference, precise. tgt: ``_hot(targets)``; ws: ``_judging``'s buffers."""
-    c, pe, oe = _costs(bodies, columns, targets, tgt, cand, ws)
-    c += extra_cost
-    if not pe <= guard + 1e-12:
-        c = np.inf
+    """Judge the trials (T, nq), in order, into ``judged``: cost (targets + ``extra_cost``
+    (T,), inf where the guard or a hard constraint refuses), position error, squared
+    distance from the reference, precise, orientation error. Return how many were judged:
+    all, or those up to the first that costs less than ``stop`` (-inf: none stops).
+
+    One call judges a row's trials, not one: a call binds (one reference count each) the
+    arrays of its records for as long as it runs past a compiled call (``_fk_row`` here),
+    so the trials' loop runs in here."""
+    fraction, w, ref = motion[5], motion[6], motion[7]
+    any_full = targets[5].any()
+    frame, pose = ws[0]
+    rot, pos, loc, t = frame
+    cand, tmp = ws[9], ws[11]
     t_cost, t_pos, t_d2, t_prec, t_ori = judged
-    t_cost[j] = c
-    t_pos[j] = pe
-    t_ori[j] = oe
-    fraction = motion[5]
-    if fraction < 0.0:
-        t_d2[j] = 0.0
-        t_prec[j] = False
-        return
-    w, ref, tmp = motion[6], motion[7], ws[3]
-    _tangent_diff(joints, cand, ref, tmp)
-    s = 0.0
-    for v in range(tmp.shape[0]):
-        x = tmp[v] * w[v]
-        s += x * x
-    t_d2[j] = math.sqrt(s) ** 2         # MinimalMotion.distance squared, in its arithmetic
-    t_prec[j] = pe <= fraction * targets[9] and oe <= fraction * targets[10] \
-        and math.isfinite(c)
+    for j in range(trials.shape[0]):
+        for v in range(cand.shape[0]):
+            cand[v] = trials[j, v]
+        _fk_row(bodies, cand, rot, pos, 0, loc, t)
+        c, pe, oe = _errors(targets, rot, pos, pose)
+        if any_full:
+            c += _full_costs(columns, targets, rot, pos, pose, ws[1], ws[2])
+        c += extra_cost[j]
+        if not pe <= guard + 1e-12:
+            c = np.inf
+        t_cost[j] = c
+        t_pos[j] = pe
+        t_ori[j] = oe
+        if fraction < 0.0:
+            t_d2[j] = 0.0
+            t_prec[j] = False
+        else:
+            _tangent_diff(joints, cand, ref, tmp)
+            s = 0.0
+            for v in range(tmp.shape[0]):
+                x = tmp[v] * w[v]
+                s += x * x
+            t_d2[j] = math.sqrt(s) ** 2     # MinimalMotion.distance squared, in its arithmetic
+            t_prec[j] = pe <= fraction * targets[9] and oe <= fraction * targets[10] \
+                and math.isfinite(c)
+        if c < stop:
+            return j + 1
+    return trials.shape[0]
 
 
 @njit(cache=True, inline='always')
@@ -475,14 +470,12 @@ def begin(bodies, columns, joints, targets, lm, motion, q, state):
         return
     _, _, precise, dist2, _, _, _ = state
     ws = _workspace(bodies, columns, targets, 0, q.shape[1])
-    judged = _judged(1)
-    tgt = _hot(targets)
-    jw = _judging(ws)
-    for k in range(q.shape[0]):
-        _judge(bodies, columns, joints, targets, tgt, motion, q[k], 0.0, np.inf, judged, 0,
-               jw)
-        precise[k] = judged[3][0]
-        dist2[k] = judged[2][0]
+    k_count = q.shape[0]
+    judged = _judged(k_count)
+    _judge(bodies, columns, joints, targets, motion, q, np.zeros(k_count), np.inf, -np.inf,
+           judged, ws)
+    precise[:] = judged[3]
+    dist2[:] = judged[2]
 
 
 @njit(cache=True)
@@ -506,24 +499,16 @@ def _refine_rows(bodies, columns, joints, targets, lm, motion, q, state, ws, tri
     none = (np.empty(0), np.empty((0, ws[7].shape[0])))
     cost, guard, precise, dist2, _, _, active = state
     begin(bodies, columns, joints, targets, lm, motion, q, state)
-    cand = ws[9]
-    tgt = _hot(targets)
-    jw = _judging(ws)
+    no_cost = np.zeros(trials.shape[0])
     for k in range(q.shape[0]):
         for _ in range(lm[0]):
             if not active[k]:
                 break
             count, mu = _trials(bodies, columns, joints, targets, lm, motion, none, q[k],
                                 cost[k], precise[k], trials, ws)
-            judged_count = count
-            for j in range(count):
-                for v in range(cand.shape[0]):
-                    cand[v] = trials[j, v]
-                _judge(bodies, columns, joints, targets, tgt, motion, cand, 0.0, guard[k],
-                       judged, j, jw)
-                if solved_stops and judged[0][j] < cost[k]:
-                    judged_count = j + 1        # the longest step that lowers the cost
-                    break
+            # solved_stops: the longest step that lowers the cost ends the judgement
+            judged_count = _judge(bodies, columns, joints, targets, motion, trials, no_cost,
+                                  guard[k], cost[k] if solved_stops else -np.inf, judged, ws)
             pick = _pick(plain, precise[k], cost[k], dist2[k], mu, judged_count, judged)
             _accept(k, pick, q, state, trials, judged)
             if solved_stops and pick >= 0 and judged[1][pick] <= targets[9] \
@@ -561,18 +546,12 @@ def choose(bodies, columns, joints, targets, motion, q, state, trials, mu, extra
     k_count, count, nq = trials.shape
     judged = _judged(count)
     ws = _workspace(bodies, columns, targets, 0, nq)
-    cand = ws[9]
-    tgt = _hot(targets)
-    jw = _judging(ws)
     cost, guard, precise, dist2, _, _, active = state
     for k in range(k_count):
         if not active[k]:
             continue
-        for j in range(count):
-            for v in range(nq):
-                cand[v] = trials[k, j, v]
-            _judge(bodies, columns, joints, targets, tgt, motion, cand, extra_cost[k, j],
-                   guard[k], judged, j, jw)
+        _judge(bodies, columns, joints, targets, motion, trials[k], extra_cost[k], guard[k],
+               -np.inf, judged, ws)
         pick = _pick(plain, precise[k], cost[k], dist2[k], mu[k], count, judged)
         _accept(k, pick, q, state, trials[k], judged)
 
@@ -593,10 +572,9 @@ def first_solution(bodies, columns, joints, targets, lm, motion, q):
     ws = _workspace(bodies, columns, targets, 0, nq)
     trials, judged = np.empty((count, nq)), _judged(count)
     state = state_of(np.empty(1), np.full(1, np.inf))
-    tgt = _hot(targets)
     for r in range(q.shape[0]):
         row = q[r:r + 1]
-        c, pe, oe = _costs(bodies, columns, targets, tgt, row[0], ws)
+        c, pe, oe = _costs(bodies, columns, targets, row[0], ws)
         if pe <= tol_p and oe <= tol_o:
             return r, pe, oe
         state[0][0] = c
@@ -604,7 +582,7 @@ def first_solution(bodies, columns, joints, targets, lm, motion, q):
         state[6][0] = True
         _refine_rows(bodies, columns, joints, targets, lm, motion, row, state, ws, trials,
                      judged, True)
-        c, pe, oe = _costs(bodies, columns, targets, tgt, row[0], ws)
+        c, pe, oe = _costs(bodies, columns, targets, row[0], ws)
         if pe <= tol_p and oe <= tol_o:
             return r, pe, oe
     return -1, math.nan, math.nan
