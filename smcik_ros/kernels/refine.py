@@ -48,16 +48,17 @@ def state_of(cost, guard):
 
 
 @njit(cache=True)
-def _workspace(bodies, columns, targets, extra_rows, nq):
+def _workspace(bodies, columns, targets, extra_rows, nq, count):
     """Return the buffers of one kernel call: (FK and pose work, res6 (6,), jac6 (1, 6, nv),
-    r (1, m), jac (1, m, nv), a (m, m), y (m,), dv (nv,), step (nv,), cand (nq,),
-    diff (1, nv), tmp (nv,), blocked (nv,), r1 (m,)); m: the targets' rows and ``extra_rows``."""
+    r (1, m), jac (1, m, nv), a (m, m), y (m,), dv (1, nv), steps (count, nv), cand (nq,),
+    diff (1, nv), tmp (nv,), blocked (nv,), r1 (m,), moved (1, nq)); m: the targets' rows
+    and ``extra_rows``, count: the trials of a step."""
     nv = columns[6]
     m = targets[11] + extra_rows
     return (_row_work(bodies, nv), np.empty(6), np.zeros((1, 6, nv)), np.empty((1, m)),
-            np.empty((1, m, nv)), np.empty((m, m)), np.empty(m), np.empty(nv), np.empty(nv),
-            np.empty(nq), np.zeros((1, nv)), np.empty(nv), np.zeros(nv, dtype=np.bool_),
-            np.empty(m))
+            np.empty((1, m, nv)), np.empty((m, m)), np.empty(m), np.empty((1, nv)),
+            np.empty((count, nv)), np.empty(nq), np.zeros((1, nv)), np.empty(nv),
+            np.zeros(nv, dtype=np.bool_), np.empty(m), np.empty((1, nq)))
 
 
 @njit(cache=True)
@@ -169,17 +170,21 @@ def _cap(step, max_step):
 
 
 @njit(cache=True, inline='always')
-def _moved(joints, qrow, step, cand):
-    """Write clip(integrate(qrow, step)) into cand (nq,): inline for scalar joints, through
-    ``motion``'s helpers for ball joints."""
-    lower, upper = joints[0], joints[1]
+def _moved(joints, qrow, steps, count, out):
+    """Write clip(integrate(qrow, steps[j])) into out[j] (nq,) for the first ``count`` steps
+    (count, nv): inline for scalar joints, through ``motion``'s helpers for ball joints. All
+    of a step's trials at once: the joints stay bound (counted) across those helpers' calls
+    once per step, not once per trial."""
     if joints[5].shape[0]:
-        _integrate_row(joints, qrow, step, cand)
-        _clip_row(joints, cand)
+        for j in range(count):
+            _integrate_row(joints, qrow, steps[j], out[j])
+            _clip_row(joints, out[j])
         return
-    for v in range(cand.shape[0]):
-        x = qrow[v] + step[v]
-        cand[v] = min(max(x, lower[v]), upper[v])
+    lower, upper = joints[0], joints[1]
+    for j in range(count):
+        for v in range(qrow.shape[0]):
+            x = qrow[v] + steps[j, v]
+            out[j, v] = min(max(x, lower[v]), upper[v])
 
 
 @njit(cache=True, inline='always')
@@ -217,9 +222,8 @@ def _rows(bodies, columns, targets, extra_r, extra_j, qrow, ws):
 def _plain_trials(bodies, columns, joints, targets, lm, qrow, cost, trials, ws):
     """Write the plain LM step's trials of a row (the step capped to max_step, at each
     alpha), the joints it pushes out of their limits left out of it."""
-    steps, alphas, damping, max_step, cost_damping = lm
-    r, jac, a, y, dv, step, cand, blocked = ws[3], ws[4], ws[5], ws[6], ws[7], ws[8], ws[9], \
-        ws[12]
+    _, alphas, damping, max_step, cost_damping = lm
+    r, jac, a, y, dv, steps, blocked = ws[3], ws[4], ws[5], ws[6], ws[7][0], ws[8], ws[12]
     lam = cost_damping * cost + damping
     jm, rm = jac[0], r[0]
     _lm_row(jm, rm, lam, a, y, dv)
@@ -232,10 +236,8 @@ def _plain_trials(bodies, columns, joints, targets, lm, qrow, cost, trials, ws):
     _cap(dv, max_step)
     for j in range(alphas.shape[0]):
         for v in range(dv.shape[0]):
-            step[v] = alphas[j] * dv[v]
-        _moved(joints, qrow, step, cand)
-        for v in range(cand.shape[0]):
-            trials[j, v] = cand[v]
+            steps[j, v] = alphas[j] * dv[v]
+    _moved(joints, qrow, steps, alphas.shape[0], trials)
 
 
 @njit(cache=True, inline='always')
@@ -247,9 +249,9 @@ def _prior_trials(bodies, columns, joints, targets, lm, motion, extra, qrow, cos
     d0 = gain (x_ref - q) projected on the task's null space, each slide of more than
     slide_min corrected by one Gauss-Newton task step (the step's Jacobian reused). Each
     step capped to max_step; joints at a limit a step pushes outwards left out of it."""
-    steps, alphas, damping, max_step, cost_damping = lm
+    _, alphas, damping, max_step, cost_damping = lm
     spring_w, spring_fade, tol_cost, gain, slide_min, fraction, w, ref = motion
-    r, jac, step, cand, diff = ws[3], ws[4], ws[8], ws[9], ws[10]
+    r, jac, steps, diff = ws[3], ws[4], ws[8], ws[10]
     nq, nv = qrow.shape[0], jac.shape[2]
     lam = cost_damping * cost + damping
     one = np.full(1, lam)
@@ -270,11 +272,8 @@ def _prior_trials(bodies, columns, joints, targets, lm, motion, extra, qrow, cos
             dv_c = lm_spring_step(jb, r, one, np.full(1, mu), w, db)
         for j in range(n_alpha):
             for v in range(nv):
-                step[v] = alphas[j] * dv_c[0, v]
-            _cap(step, max_step)
-            _moved(joints, qrow, step, cand)
-            for v in range(nq):
-                trials[j, v] = cand[v]
+                steps[j, v] = alphas[j] * dv_c[0, v]
+            _cap(steps[j], max_step)
     winv2 = np.empty(nv)
     d0 = np.empty((1, nv))
     for v in range(nv):
@@ -292,66 +291,68 @@ def _prior_trials(bodies, columns, joints, targets, lm, motion, extra, qrow, cos
     _cap(dv_p[0], max_step)
     if not precise:         # the coarse row's last trial: the task step alone
         for v in range(nv):
-            step[v] = dv_t[0, v]
-        _cap(step, max_step)
-        _moved(joints, qrow, step, cand)
-        for v in range(nq):
-            trials[n_alpha, v] = cand[v]
+            steps[n_alpha, v] = dv_t[0, v]
+        _cap(steps[n_alpha], max_step)
+        _moved(joints, qrow, steps, n_alpha + 1, trials)
         return mu
     pull = 0.0
     for v in range(nv):
         pull = max(pull, abs(dv_p[0, v]))
     for j in range(PULL_SHARES.shape[0]):
         for v in range(nv):
-            step[v] = dv_t[0, v] + PULL_SHARES[j] * dv_p[0, v]
-        _cap(step, max_step)
-        _moved(joints, qrow, step, cand)
-        if pull > slide_min and PULL_SHARES[j] > 0.0:
-            _correct(bodies, columns, joints, targets, extra, qrow, winv2, damping, cand, ws)
-        for v in range(nq):
-            trials[j, v] = cand[v]
+            steps[j, v] = dv_t[0, v] + PULL_SHARES[j] * dv_p[0, v]
+        _cap(steps[j], max_step)
+    _moved(joints, qrow, steps, PULL_SHARES.shape[0], trials)
+    if pull > slide_min:
+        _correct(bodies, columns, joints, targets, extra, qrow, winv2, damping, trials, ws)
     return mu
 
 
-@njit(cache=True, inline='always')
-def _correct(bodies, columns, joints, targets, extra, qrow, winv2, damping, cand, ws):
-    """One Gauss-Newton task step on the trial ``cand`` with the step's Jacobian (ws's jac,
-    as masked): a slide along a curved solution set leaves it by a second-order error,
-    corrected here so long slides stay precise (another term's rows: linearised at qrow)."""
+@njit(cache=True)
+def _correct(bodies, columns, joints, targets, extra, qrow, winv2, damping, trials, ws):
+    """One Gauss-Newton task step on each slide (the trials with a share of the pull > 0)
+    with the step's Jacobian (ws's jac, as masked): a slide along a curved solution set
+    leaves it by a second-order error, corrected here so long slides stay precise (another
+    term's rows: linearised at qrow). One call for a step's slides, as ``_judge``."""
     extra_r, extra_j = extra
-    work, res6, jac6, jac, a, y, step, r1 = ws[0], ws[1], ws[2], ws[4], ws[5], ws[6], \
-        ws[7], ws[13]
+    work, res6, jac6, jac, a, y, step, cand, r1, moved = ws[0], ws[1], ws[2], ws[4], ws[5], \
+        ws[6], ws[7], ws[9], ws[13], ws[14]
     m_t = targets[11]
     m, nv = jac.shape[1], jac.shape[2]
     rot, pos, loc, t = work[0]
-    _fk_row(bodies, cand, rot, pos, 0, loc, t)
     rows = r1.reshape(1, m)
     spare = np.empty((1, m_t, nv))
-    _target_rows(columns, targets, rot, pos, work[1], res6, jac6, rows, spare)
-    if extra_r.shape[0]:
-        dq = np.empty(nv)
-        _tangent_diff(joints, qrow, cand, dq)        # cand - qrow in the tangent space
-        for i in range(extra_r.shape[0]):
-            s = extra_r[i]
-            for v in range(nv):
-                s += extra_j[i, v] * dq[v]
-            r1[m_t + i] = s
-    for i in range(m):
-        for j in range(i + 1):
-            s = 0.0
-            for v in range(nv):
-                s += jac[0, i, v] * winv2[v] * jac[0, j, v]
-            a[i, j] = s
-        a[i, i] += damping
-    _chol_solve(a, r1, y)
-    for v in range(nv):
-        s = 0.0
+    dq = np.empty(nv)
+    for k in range(PULL_SHARES.shape[0]):
+        if PULL_SHARES[k] <= 0.0:
+            continue
+        for v in range(cand.shape[0]):
+            cand[v] = trials[k, v]
+        _fk_row(bodies, cand, rot, pos, 0, loc, t)
+        _target_rows(columns, targets, rot, pos, work[1], res6, jac6, rows, spare)
+        if extra_r.shape[0]:
+            _tangent_diff(joints, qrow, cand, dq)        # cand - qrow in the tangent space
+            for i in range(extra_r.shape[0]):
+                s = extra_r[i]
+                for v in range(nv):
+                    s += extra_j[i, v] * dq[v]
+                r1[m_t + i] = s
         for i in range(m):
-            s += jac[0, i, v] * winv2[v] * y[i]
-        step[v] = -s
-    moved = np.empty(cand.shape[0])
-    _moved(joints, cand, step, moved)
-    cand[:] = moved
+            for j in range(i + 1):
+                s = 0.0
+                for v in range(nv):
+                    s += jac[0, i, v] * winv2[v] * jac[0, j, v]
+                a[i, j] = s
+            a[i, i] += damping
+        _chol_solve(a, r1, y)
+        for v in range(nv):
+            s = 0.0
+            for i in range(m):
+                s += jac[0, i, v] * winv2[v] * y[i]
+            step[0, v] = -s
+        _moved(joints, cand, step, 1, moved)
+        for v in range(cand.shape[0]):
+            trials[k, v] = moved[0, v]
 
 
 @njit(cache=True)
@@ -447,7 +448,7 @@ def _accept(k, pick, q, state, trials, judged):
         guard[k] = t_pos[pick]
 
 
-@njit(cache=True, inline='always')
+@njit(cache=True)
 def _trials(bodies, columns, joints, targets, lm, motion, extra, qrow, cost, precise,
             trials, ws):
     """Write a row's trials for one step (its rows first); return (their count, mu)."""
@@ -469,7 +470,7 @@ def begin(bodies, columns, joints, targets, lm, motion, q, state):
     if fraction < 0.0:
         return
     _, _, precise, dist2, _, _, _ = state
-    ws = _workspace(bodies, columns, targets, 0, q.shape[1])
+    ws = _workspace(bodies, columns, targets, 0, q.shape[1], 0)
     k_count = q.shape[0]
     judged = _judged(k_count)
     _judge(bodies, columns, joints, targets, motion, q, np.zeros(k_count), np.inf, -np.inf,
@@ -483,7 +484,7 @@ def refine(bodies, columns, joints, targets, lm, motion, q, state):
     """Run every step of the refinement on the rows of q (K, nq), each on its own, for a
     problem of targets alone; q and ``state`` are updated in place."""
     count = lm[1].shape[0] + (0 if motion[5] < 0.0 else 1)
-    ws = _workspace(bodies, columns, targets, 0, q.shape[1])
+    ws = _workspace(bodies, columns, targets, 0, q.shape[1], count)
     _refine_rows(bodies, columns, joints, targets, lm, motion, q, state, ws,
                  np.empty((count, q.shape[1])), _judged(count), False)
 
@@ -496,7 +497,7 @@ def _refine_rows(bodies, columns, joints, targets, lm, motion, q, state, ws, tri
     tolerance, and each step takes the first trial (the longest) that lowers the cost
     without judging the shorter ones (plain steps only)."""
     plain = motion[5] < 0.0
-    none = (np.empty(0), np.empty((0, ws[7].shape[0])))
+    none = (np.empty(0), np.empty((0, ws[7].shape[1])))
     cost, guard, precise, dist2, _, _, active = state
     begin(bodies, columns, joints, targets, lm, motion, q, state)
     no_cost = np.zeros(trials.shape[0])
@@ -526,7 +527,7 @@ def propose(bodies, columns, joints, targets, lm, motion, extra, q, state):
     k_count, nq = q.shape
     trials = np.empty((k_count, count, nq))
     mu = np.zeros(k_count)
-    ws = _workspace(bodies, columns, targets, extra_r.shape[1], nq)
+    ws = _workspace(bodies, columns, targets, extra_r.shape[1], nq, count)
     cost, _, precise, _, _, _, active = state
     for k in range(k_count):
         if not active[k]:
@@ -545,7 +546,7 @@ def choose(bodies, columns, joints, targets, motion, q, state, trials, mu, extra
     plain = motion[5] < 0.0
     k_count, count, nq = trials.shape
     judged = _judged(count)
-    ws = _workspace(bodies, columns, targets, 0, nq)
+    ws = _workspace(bodies, columns, targets, 0, nq, 0)
     cost, guard, precise, dist2, _, _, active = state
     for k in range(k_count):
         if not active[k]:
@@ -569,7 +570,7 @@ def first_solution(bodies, columns, joints, targets, lm, motion, q):
     tol_p, tol_o = targets[9], targets[10]
     nq = q.shape[1]
     count = lm[1].shape[0] + (0 if motion[5] < 0.0 else 1)
-    ws = _workspace(bodies, columns, targets, 0, nq)
+    ws = _workspace(bodies, columns, targets, 0, nq, count)
     trials, judged = np.empty((count, nq)), _judged(count)
     state = state_of(np.empty(1), np.full(1, np.inf))
     for r in range(q.shape[0]):
