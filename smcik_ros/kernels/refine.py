@@ -16,10 +16,15 @@ the minimal-motion prior (``records.MOTION``; precise_fraction < 0: none, the pl
 step). ``state``: per row (cost (K,), guard (K,; inf: none), precise (K,), dist2 (K,),
 improved (K,), gained (K,), active (K,)), updated in place with q (K, nq).
 
-Written for speed the way the fused kernels before it were: the records unpacked where a
-kernel starts, buffers allocated once per call (``_workspace``), no array view per trial
-(each costs a reference count; 1-D buffers are copied instead), and the scalar joints'
-integration and clipping inline (ball joints through ``motion``'s helpers).
+Written for speed the way the fused kernels before it were: buffers allocated once per call
+(``_workspace``), no array view per trial (1-D buffers are copied instead), and the scalar
+joints' integration and clipping inline (ball joints through ``motion``'s helpers). Every
+array a function binds (an argument, a record's field, each array of a tuple passed to an
+inlined helper) costs a reference count, an atomic increment and decrement, wherever the
+binding lives across a compiled call (``_fk_row``, ``_pose_rj_row``, an LM step): numba
+cannot drop those counts past a call that may fail. So the loops over a step's trials run
+inside one compiled call each (``_judge``, ``_moved``, ``_correct``), the records bound once
+per step rather than per trial, and ``_judge`` gets only its buffers (``_judging``).
 """
 
 import math
@@ -59,6 +64,13 @@ def _workspace(bodies, columns, targets, extra_rows, nq, count):
             np.empty((1, m, nv)), np.empty((m, m)), np.empty(m), np.empty((1, nv)),
             np.empty((count, nv)), np.empty(nq), np.zeros((1, nv)), np.empty(nv),
             np.zeros(nv, dtype=np.bool_), np.empty(m), np.empty((1, nq)))
+
+
+@njit(cache=True)
+def _judging(ws):
+    """Return the buffers ``_judge`` uses of the workspace ``ws``: (FK and pose work, res6,
+    jac6, cand, tmp); it binds (counts) each array it gets once per call."""
+    return ws[0], ws[1], ws[2], ws[9], ws[11]
 
 
 @njit(cache=True)
@@ -370,7 +382,7 @@ def _judge(bodies, columns, joints, targets, motion, trials, extra_cost, guard, 
     any_full = targets[5].any()
     frame, pose = ws[0]
     rot, pos, loc, t = frame
-    cand, tmp = ws[9], ws[11]
+    cand, tmp = ws[3], ws[4]
     t_cost, t_pos, t_d2, t_prec, t_ori = judged
     for j in range(trials.shape[0]):
         for v in range(cand.shape[0]):
@@ -474,7 +486,7 @@ def begin(bodies, columns, joints, targets, lm, motion, q, state):
     k_count = q.shape[0]
     judged = _judged(k_count)
     _judge(bodies, columns, joints, targets, motion, q, np.zeros(k_count), np.inf, -np.inf,
-           judged, ws)
+           judged, _judging(ws))
     precise[:] = judged[3]
     dist2[:] = judged[2]
 
@@ -501,6 +513,7 @@ def _refine_rows(bodies, columns, joints, targets, lm, motion, q, state, ws, tri
     cost, guard, precise, dist2, _, _, active = state
     begin(bodies, columns, joints, targets, lm, motion, q, state)
     no_cost = np.zeros(trials.shape[0])
+    jw = _judging(ws)
     for k in range(q.shape[0]):
         for _ in range(lm[0]):
             if not active[k]:
@@ -509,7 +522,7 @@ def _refine_rows(bodies, columns, joints, targets, lm, motion, q, state, ws, tri
                                 cost[k], precise[k], trials, ws)
             # solved_stops: the longest step that lowers the cost ends the judgement
             judged_count = _judge(bodies, columns, joints, targets, motion, trials, no_cost,
-                                  guard[k], cost[k] if solved_stops else -np.inf, judged, ws)
+                                  guard[k], cost[k] if solved_stops else -np.inf, judged, jw)
             pick = _pick(plain, precise[k], cost[k], dist2[k], mu, judged_count, judged)
             _accept(k, pick, q, state, trials, judged)
             if solved_stops and pick >= 0 and judged[1][pick] <= targets[9] \
@@ -548,11 +561,12 @@ def choose(bodies, columns, joints, targets, motion, q, state, trials, mu, extra
     judged = _judged(count)
     ws = _workspace(bodies, columns, targets, 0, nq, 0)
     cost, guard, precise, dist2, _, _, active = state
+    jw = _judging(ws)
     for k in range(k_count):
         if not active[k]:
             continue
         _judge(bodies, columns, joints, targets, motion, trials[k], extra_cost[k], guard[k],
-               -np.inf, judged, ws)
+               -np.inf, judged, jw)
         pick = _pick(plain, precise[k], cost[k], dist2[k], mu[k], count, judged)
         _accept(k, pick, q, state, trials[k], judged)
 
