@@ -520,9 +520,11 @@ def _refine_rows(bodies, columns, joints, targets, lm, motion, q, state, ws, tri
                 break
             count, mu = _trials(bodies, columns, joints, targets, lm, motion, none, q[k],
                                 cost[k], precise[k], trials, ws)
-            # solved_stops: the longest step that lowers the cost ends the judgement
+            # solved_stops: the longest step that lowers the cost ends the judgement (not
+            # written in the call: a branch among its arguments binds the ones before again)
+            stop = cost[k] if solved_stops else -np.inf
             judged_count = _judge(bodies, columns, joints, targets, motion, trials, no_cost,
-                                  guard[k], cost[k] if solved_stops else -np.inf, judged, jw)
+                                  guard[k], stop, judged, jw)
             pick = _pick(plain, precise[k], cost[k], dist2[k], mu, judged_count, judged)
             _accept(k, pick, q, state, trials, judged)
             if solved_stops and pick >= 0 and judged[1][pick] <= targets[9] \
