@@ -16,10 +16,15 @@ the minimal-motion prior (``records.MOTION``; precise_fraction < 0: none, the pl
 step). ``state``: per row (cost (K,), guard (K,; inf: none), precise (K,), dist2 (K,),
 improved (K,), gained (K,), active (K,)), updated in place with q (K, nq).
 
-Written for speed the way the fused kernels before it were: the records unpacked where a
-kernel starts, buffers allocated once per call (``_workspace``), no array view per trial
-(each costs a reference count; 1-D buffers are copied instead), and the scalar joints'
-integration and clipping inline (ball joints through ``motion``'s helpers).
+Written for speed the way the fused kernels before it were: buffers allocated once per call
+(``_workspace``), no array view per trial (1-D buffers are copied instead), and the scalar
+joints' integration and clipping inline (ball joints through ``motion``'s helpers). Every
+array a function binds (an argument, a record's field, each array of a tuple passed to an
+inlined helper) costs a reference count, an atomic increment and decrement, wherever the
+binding lives across a compiled call (``_fk_row``, ``_pose_rj_row``, an LM step): numba
+cannot drop those counts past a call that may fail. So the loops over a step's trials run
+inside one compiled call each (``_judge``, ``_moved``, ``_correct``), the records bound once
+per step rather than per trial, and ``_judge`` gets only its buffers (``_judging``).
 """
 
 import math
@@ -48,24 +53,24 @@ def state_of(cost, guard):
 
 
 @njit(cache=True)
-def _workspace(bodies, columns, targets, extra_rows, nq):
+def _workspace(bodies, columns, targets, extra_rows, nq, count):
     """Return the buffers of one kernel call: (FK and pose work, res6 (6,), jac6 (1, 6, nv),
-    r (1, m), jac (1, m, nv), a (m, m), y (m,), dv (nv,), step (nv,), cand (nq,),
-    diff (1, nv), tmp (nv,), blocked (nv,), r1 (m,)); m: the targets' rows and ``extra_rows``."""
+    r (1, m), jac (1, m, nv), a (m, m), y (m,), dv (1, nv), steps (count, nv), cand (nq,),
+    diff (1, nv), tmp (nv,), blocked (nv,), r1 (m,), moved (1, nq)); m: the targets' rows
+    and ``extra_rows``, count: the trials of a step."""
     nv = columns[6]
     m = targets[11] + extra_rows
     return (_row_work(bodies, nv), np.empty(6), np.zeros((1, 6, nv)), np.empty((1, m)),
-            np.empty((1, m, nv)), np.empty((m, m)), np.empty(m), np.empty(nv), np.empty(nv),
-            np.empty(nq), np.zeros((1, nv)), np.empty(nv), np.zeros(nv, dtype=np.bool_),
-            np.empty(m))
+            np.empty((1, m, nv)), np.empty((m, m)), np.empty(m), np.empty((1, nv)),
+            np.empty((count, nv)), np.empty(nq), np.zeros((1, nv)), np.empty(nv),
+            np.zeros(nv, dtype=np.bool_), np.empty(m), np.empty((1, nq)))
 
 
-@njit(cache=True, inline='always')
+@njit(cache=True)
 def _judging(ws):
     """Return the buffers ``_judge`` uses of the workspace ``ws``: (FK and pose work, res6,
-    jac6, tmp). A tuple binds (one reference count) each of its arrays wherever it is passed:
-    the judgement, run for every trial, gets only these."""
-    return ws[0], ws[1], ws[2], ws[11]
+    jac6, cand, tmp); it binds (counts) each array it gets once per call."""
+    return ws[0], ws[1], ws[2], ws[9], ws[11]
 
 
 @njit(cache=True)
@@ -110,15 +115,11 @@ def _target_rows(columns, targets, rot, pos, work, res6, jac6, r, jac):
 
 
 @njit(cache=True, inline='always')
-def _errors(bodies, frame, pose, tgt, qrow):
+def _errors(targets, rot, pos, pose):
     """Return (cost, worst position error [m], worst orientation error [rad]) of the
-    targets at configuration qrow, its FK into row 0 of ``frame`` (rot, pos, loc, t); tgt:
-    the targets' arrays (body, offset, kind, goal, full, weight, sigma_position,
-    sigma_orientation), unpacked once by the caller. Targets with a full covariance are left
-    out of the cost (``_full_costs``)."""
-    body, offset, kind, goal, full, weight, sigma_p, sigma_o = tgt
-    rot, pos, loc, t = frame
-    _fk_row(bodies, qrow, rot, pos, 0, loc, t)
+    targets at the frames in row 0 of rot, pos (pose: ``_pose_work``'s arrays). Targets with
+    a full covariance are left out of the cost (``_full_costs``)."""
+    body, offset, kind, goal, _, full, weight, sigma_p, sigma_o, _, _, _ = targets
     cost, worst_p, worst_o = 0.0, 0.0, 0.0
     for i in range(body.shape[0]):
         pe, oe = _pose_errors_row(rot, pos, 0, body[i], offset, i, goal, i, pose)
@@ -136,17 +137,21 @@ def _errors(bodies, frame, pose, tgt, qrow):
 
 
 @njit(cache=True)
-def _hot(targets):
-    """Return the targets' arrays the trials read (``_errors``' tgt) and whether any has a
-    full covariance."""
-    body, offset, kind, goal, _, full, weight, sigma_p, sigma_o, _, _, _ = targets
-    return (body, offset, kind, goal, full, weight, sigma_p, sigma_o), bool(full.any())
+def _costs(bodies, columns, targets, qrow, ws):
+    """Return (cost, worst position error, worst orientation error) of the targets at
+    qrow, full covariances included (``_judge`` for many trials)."""
+    frame, pose = ws[0]
+    rot, pos, loc, t = frame
+    _fk_row(bodies, qrow, rot, pos, 0, loc, t)
+    c, pe, oe = _errors(targets, rot, pos, pose)
+    if targets[5].any():
+        c += _full_costs(columns, targets, rot, pos, pose, ws[1], ws[2])
+    return c, pe, oe
 
 
 @njit(cache=True)
 def _full_costs(columns, targets, rot, pos, work, res6, jac6):
-    """Return the summed cost |W r|^2 of the targets with a full covariance (kept out of
-    the targets' loop above: a call inside it slowed every trial)."""
+    """Return the summed cost |W r|^2 of the targets with a full covariance (0 if none)."""
     body, offset, kind, goal, whiten, full, _, _, _, _, _, _ = targets
     cost = 0.0
     for i in range(body.shape[0]):
@@ -164,20 +169,6 @@ def _full_costs(columns, targets, rot, pos, work, res6, jac6):
     return cost
 
 
-@njit(cache=True, inline='always')
-def _costs(bodies, columns, targets, tgt, qrow, ws):
-    """Return (cost, worst position error, worst orientation error) of the targets at
-    qrow, full covariances included; tgt: ``_hot(targets)``; ws: ``_workspace`` or
-    ``_judging`` (its first three)."""
-    hot, any_full = tgt
-    work = ws[0]
-    frame = work[0]
-    c, pe, oe = _errors(bodies, frame, work[1], hot, qrow)
-    if any_full:
-        c += _full_costs(columns, targets, frame[0], frame[1], work[1], ws[1], ws[2])
-    return c, pe, oe
-
-
 # ---------------------------------------------------------------------------- one step
 @njit(cache=True, inline='always')
 def _cap(step, max_step):
@@ -191,17 +182,21 @@ def _cap(step, max_step):
 
 
 @njit(cache=True, inline='always')
-def _moved(joints, qrow, step, cand):
-    """Write clip(integrate(qrow, step)) into cand (nq,): inline for scalar joints, through
-    ``motion``'s helpers for ball joints."""
-    lower, upper = joints[0], joints[1]
+def _moved(joints, qrow, steps, count, out):
+    """Write clip(integrate(qrow, steps[j])) into out[j] (nq,) for the first ``count`` steps
+    (count, nv): inline for scalar joints, through ``motion``'s helpers for ball joints. All
+    of a step's trials at once: the joints stay bound (counted) across those helpers' calls
+    once per step, not once per trial."""
     if joints[5].shape[0]:
-        _integrate_row(joints, qrow, step, cand)
-        _clip_row(joints, cand)
+        for j in range(count):
+            _integrate_row(joints, qrow, steps[j], out[j])
+            _clip_row(joints, out[j])
         return
-    for v in range(cand.shape[0]):
-        x = qrow[v] + step[v]
-        cand[v] = min(max(x, lower[v]), upper[v])
+    lower, upper = joints[0], joints[1]
+    for j in range(count):
+        for v in range(qrow.shape[0]):
+            x = qrow[v] + steps[j, v]
+            out[j, v] = min(max(x, lower[v]), upper[v])
 
 
 @njit(cache=True, inline='always')
@@ -239,9 +234,8 @@ def _rows(bodies, columns, targets, extra_r, extra_j, qrow, ws):
 def _plain_trials(bodies, columns, joints, targets, lm, qrow, cost, trials, ws):
     """Write the plain LM step's trials of a row (the step capped to max_step, at each
     alpha), the joints it pushes out of their limits left out of it."""
-    steps, alphas, damping, max_step, cost_damping = lm
-    r, jac, a, y, dv, step, cand, blocked = ws[3], ws[4], ws[5], ws[6], ws[7], ws[8], ws[9], \
-        ws[12]
+    _, alphas, damping, max_step, cost_damping = lm
+    r, jac, a, y, dv, steps, blocked = ws[3], ws[4], ws[5], ws[6], ws[7][0], ws[8], ws[12]
     lam = cost_damping * cost + damping
     jm, rm = jac[0], r[0]
     _lm_row(jm, rm, lam, a, y, dv)
@@ -254,10 +248,8 @@ def _plain_trials(bodies, columns, joints, targets, lm, qrow, cost, trials, ws):
     _cap(dv, max_step)
     for j in range(alphas.shape[0]):
         for v in range(dv.shape[0]):
-            step[v] = alphas[j] * dv[v]
-        _moved(joints, qrow, step, cand)
-        for v in range(cand.shape[0]):
-            trials[j, v] = cand[v]
+            steps[j, v] = alphas[j] * dv[v]
+    _moved(joints, qrow, steps, alphas.shape[0], trials)
 
 
 @njit(cache=True, inline='always')
@@ -269,9 +261,9 @@ def _prior_trials(bodies, columns, joints, targets, lm, motion, extra, qrow, cos
     d0 = gain (x_ref - q) projected on the task's null space, each slide of more than
     slide_min corrected by one Gauss-Newton task step (the step's Jacobian reused). Each
     step capped to max_step; joints at a limit a step pushes outwards left out of it."""
-    steps, alphas, damping, max_step, cost_damping = lm
+    _, alphas, damping, max_step, cost_damping = lm
     spring_w, spring_fade, tol_cost, gain, slide_min, fraction, w, ref = motion
-    r, jac, step, cand, diff = ws[3], ws[4], ws[8], ws[9], ws[10]
+    r, jac, steps, diff = ws[3], ws[4], ws[8], ws[10]
     nq, nv = qrow.shape[0], jac.shape[2]
     lam = cost_damping * cost + damping
     one = np.full(1, lam)
@@ -292,11 +284,8 @@ def _prior_trials(bodies, columns, joints, targets, lm, motion, extra, qrow, cos
             dv_c = lm_spring_step(jb, r, one, np.full(1, mu), w, db)
         for j in range(n_alpha):
             for v in range(nv):
-                step[v] = alphas[j] * dv_c[0, v]
-            _cap(step, max_step)
-            _moved(joints, qrow, step, cand)
-            for v in range(nq):
-                trials[j, v] = cand[v]
+                steps[j, v] = alphas[j] * dv_c[0, v]
+            _cap(steps[j], max_step)
     winv2 = np.empty(nv)
     d0 = np.empty((1, nv))
     for v in range(nv):
@@ -314,96 +303,115 @@ def _prior_trials(bodies, columns, joints, targets, lm, motion, extra, qrow, cos
     _cap(dv_p[0], max_step)
     if not precise:         # the coarse row's last trial: the task step alone
         for v in range(nv):
-            step[v] = dv_t[0, v]
-        _cap(step, max_step)
-        _moved(joints, qrow, step, cand)
-        for v in range(nq):
-            trials[n_alpha, v] = cand[v]
+            steps[n_alpha, v] = dv_t[0, v]
+        _cap(steps[n_alpha], max_step)
+        _moved(joints, qrow, steps, n_alpha + 1, trials)
         return mu
     pull = 0.0
     for v in range(nv):
         pull = max(pull, abs(dv_p[0, v]))
     for j in range(PULL_SHARES.shape[0]):
         for v in range(nv):
-            step[v] = dv_t[0, v] + PULL_SHARES[j] * dv_p[0, v]
-        _cap(step, max_step)
-        _moved(joints, qrow, step, cand)
-        if pull > slide_min and PULL_SHARES[j] > 0.0:
-            _correct(bodies, columns, joints, targets, extra, qrow, winv2, damping, cand, ws)
-        for v in range(nq):
-            trials[j, v] = cand[v]
+            steps[j, v] = dv_t[0, v] + PULL_SHARES[j] * dv_p[0, v]
+        _cap(steps[j], max_step)
+    _moved(joints, qrow, steps, PULL_SHARES.shape[0], trials)
+    if pull > slide_min:
+        _correct(bodies, columns, joints, targets, extra, qrow, winv2, damping, trials, ws)
     return mu
 
 
-@njit(cache=True, inline='always')
-def _correct(bodies, columns, joints, targets, extra, qrow, winv2, damping, cand, ws):
-    """One Gauss-Newton task step on the trial ``cand`` with the step's Jacobian (ws's jac,
-    as masked): a slide along a curved solution set leaves it by a second-order error,
-    corrected here so long slides stay precise (another term's rows: linearised at qrow)."""
+@njit(cache=True)
+def _correct(bodies, columns, joints, targets, extra, qrow, winv2, damping, trials, ws):
+    """One Gauss-Newton task step on each slide (the trials with a share of the pull > 0)
+    with the step's Jacobian (ws's jac, as masked): a slide along a curved solution set
+    leaves it by a second-order error, corrected here so long slides stay precise (another
+    term's rows: linearised at qrow). One call for a step's slides, as ``_judge``."""
     extra_r, extra_j = extra
-    work, res6, jac6, jac, a, y, step, r1 = ws[0], ws[1], ws[2], ws[4], ws[5], ws[6], \
-        ws[7], ws[13]
+    work, res6, jac6, jac, a, y, step, cand, r1, moved = ws[0], ws[1], ws[2], ws[4], ws[5], \
+        ws[6], ws[7], ws[9], ws[13], ws[14]
     m_t = targets[11]
     m, nv = jac.shape[1], jac.shape[2]
     rot, pos, loc, t = work[0]
-    _fk_row(bodies, cand, rot, pos, 0, loc, t)
     rows = r1.reshape(1, m)
     spare = np.empty((1, m_t, nv))
-    _target_rows(columns, targets, rot, pos, work[1], res6, jac6, rows, spare)
-    if extra_r.shape[0]:
-        dq = np.empty(nv)
-        _tangent_diff(joints, qrow, cand, dq)        # cand - qrow in the tangent space
-        for i in range(extra_r.shape[0]):
-            s = extra_r[i]
-            for v in range(nv):
-                s += extra_j[i, v] * dq[v]
-            r1[m_t + i] = s
-    for i in range(m):
-        for j in range(i + 1):
-            s = 0.0
-            for v in range(nv):
-                s += jac[0, i, v] * winv2[v] * jac[0, j, v]
-            a[i, j] = s
-        a[i, i] += damping
-    _chol_solve(a, r1, y)
-    for v in range(nv):
-        s = 0.0
+    dq = np.empty(nv)
+    for k in range(PULL_SHARES.shape[0]):
+        if PULL_SHARES[k] <= 0.0:
+            continue
+        for v in range(cand.shape[0]):
+            cand[v] = trials[k, v]
+        _fk_row(bodies, cand, rot, pos, 0, loc, t)
+        _target_rows(columns, targets, rot, pos, work[1], res6, jac6, rows, spare)
+        if extra_r.shape[0]:
+            _tangent_diff(joints, qrow, cand, dq)        # cand - qrow in the tangent space
+            for i in range(extra_r.shape[0]):
+                s = extra_r[i]
+                for v in range(nv):
+                    s += extra_j[i, v] * dq[v]
+                r1[m_t + i] = s
         for i in range(m):
-            s += jac[0, i, v] * winv2[v] * y[i]
-        step[v] = -s
-    moved = np.empty(cand.shape[0])
-    _moved(joints, cand, step, moved)
-    cand[:] = moved
+            for j in range(i + 1):
+                s = 0.0
+                for v in range(nv):
+                    s += jac[0, i, v] * winv2[v] * jac[0, j, v]
+                a[i, j] = s
+            a[i, i] += damping
+        _chol_solve(a, r1, y)
+        for v in range(nv):
+            s = 0.0
+            for i in range(m):
+                s += jac[0, i, v] * winv2[v] * y[i]
+            step[0, v] = -s
+        _moved(joints, cand, step, 1, moved)
+        for v in range(cand.shape[0]):
+            trials[k, v] = moved[0, v]
 
 
-@njit(cache=True, inline='always')
-def _judge(bodies, columns, joints, targets, tgt, motion, cand, extra_cost, guard, judged, j,
+@njit(cache=True)
+def _judge(bodies, columns, joints, targets, motion, trials, extra_cost, guard, stop, judged,
            ws):
-    """Judge the trial ``cand`` as number j: cost (targets + ``extra_cost``, inf where the
-    guard or a hard constraint refuses), position error, squared distance from the
-    reference, precise. tgt: ``_hot(targets)``; ws: ``_judging``'s buffers."""
-    c, pe, oe = _costs(bodies, columns, targets, tgt, cand, ws)
-    c += extra_cost
-    if not pe <= guard + 1e-12:
-        c = np.inf
+    """Judge the trials (T, nq), in order, into ``judged``: cost (targets + ``extra_cost``
+    (T,), inf where the guard or a hard constraint refuses), position error, squared
+    distance from the reference, precise, orientation error. Return how many were judged:
+    all, or those up to the first that costs less than ``stop`` (-inf: none stops).
+
+    One call judges a row's trials, not one: a call binds (one reference count each) the
+    arrays of its records for as long as it runs past a compiled call (``_fk_row`` here),
+    so the trials' loop runs in here."""
+    fraction, w, ref = motion[5], motion[6], motion[7]
+    any_full = targets[5].any()
+    frame, pose = ws[0]
+    rot, pos, loc, t = frame
+    cand, tmp = ws[3], ws[4]
     t_cost, t_pos, t_d2, t_prec, t_ori = judged
-    t_cost[j] = c
-    t_pos[j] = pe
-    t_ori[j] = oe
-    fraction = motion[5]
-    if fraction < 0.0:
-        t_d2[j] = 0.0
-        t_prec[j] = False
-        return
-    w, ref, tmp = motion[6], motion[7], ws[3]
-    _tangent_diff(joints, cand, ref, tmp)
-    s = 0.0
-    for v in range(tmp.shape[0]):
-        x = tmp[v] * w[v]
-        s += x * x
-    t_d2[j] = math.sqrt(s) ** 2         # MinimalMotion.distance squared, in its arithmetic
-    t_prec[j] = pe <= fraction * targets[9] and oe <= fraction * targets[10] \
-        and math.isfinite(c)
+    for j in range(trials.shape[0]):
+        for v in range(cand.shape[0]):
+            cand[v] = trials[j, v]
+        _fk_row(bodies, cand, rot, pos, 0, loc, t)
+        c, pe, oe = _errors(targets, rot, pos, pose)
+        if any_full:
+            c += _full_costs(columns, targets, rot, pos, pose, ws[1], ws[2])
+        c += extra_cost[j]
+        if not pe <= guard + 1e-12:
+            c = np.inf
+        t_cost[j] = c
+        t_pos[j] = pe
+        t_ori[j] = oe
+        if fraction < 0.0:
+            t_d2[j] = 0.0
+            t_prec[j] = False
+        else:
+            _tangent_diff(joints, cand, ref, tmp)
+            s = 0.0
+            for v in range(tmp.shape[0]):
+                x = tmp[v] * w[v]
+                s += x * x
+            t_d2[j] = math.sqrt(s) ** 2     # MinimalMotion.distance squared, in its arithmetic
+            t_prec[j] = pe <= fraction * targets[9] and oe <= fraction * targets[10] \
+                and math.isfinite(c)
+        if c < stop:
+            return j + 1
+    return trials.shape[0]
 
 
 @njit(cache=True, inline='always')
@@ -452,7 +460,7 @@ def _accept(k, pick, q, state, trials, judged):
         guard[k] = t_pos[pick]
 
 
-@njit(cache=True, inline='always')
+@njit(cache=True)
 def _trials(bodies, columns, joints, targets, lm, motion, extra, qrow, cost, precise,
             trials, ws):
     """Write a row's trials for one step (its rows first); return (their count, mu)."""
@@ -474,15 +482,13 @@ def begin(bodies, columns, joints, targets, lm, motion, q, state):
     if fraction < 0.0:
         return
     _, _, precise, dist2, _, _, _ = state
-    ws = _workspace(bodies, columns, targets, 0, q.shape[1])
-    judged = _judged(1)
-    tgt = _hot(targets)
-    jw = _judging(ws)
-    for k in range(q.shape[0]):
-        _judge(bodies, columns, joints, targets, tgt, motion, q[k], 0.0, np.inf, judged, 0,
-               jw)
-        precise[k] = judged[3][0]
-        dist2[k] = judged[2][0]
+    ws = _workspace(bodies, columns, targets, 0, q.shape[1], 0)
+    k_count = q.shape[0]
+    judged = _judged(k_count)
+    _judge(bodies, columns, joints, targets, motion, q, np.zeros(k_count), np.inf, -np.inf,
+           judged, _judging(ws))
+    precise[:] = judged[3]
+    dist2[:] = judged[2]
 
 
 @njit(cache=True)
@@ -490,7 +496,7 @@ def refine(bodies, columns, joints, targets, lm, motion, q, state):
     """Run every step of the refinement on the rows of q (K, nq), each on its own, for a
     problem of targets alone; q and ``state`` are updated in place."""
     count = lm[1].shape[0] + (0 if motion[5] < 0.0 else 1)
-    ws = _workspace(bodies, columns, targets, 0, q.shape[1])
+    ws = _workspace(bodies, columns, targets, 0, q.shape[1], count)
     _refine_rows(bodies, columns, joints, targets, lm, motion, q, state, ws,
                  np.empty((count, q.shape[1])), _judged(count), False)
 
@@ -503,11 +509,10 @@ def _refine_rows(bodies, columns, joints, targets, lm, motion, q, state, ws, tri
     tolerance, and each step takes the first trial (the longest) that lowers the cost
     without judging the shorter ones (plain steps only)."""
     plain = motion[5] < 0.0
-    none = (np.empty(0), np.empty((0, ws[7].shape[0])))
+    none = (np.empty(0), np.empty((0, ws[7].shape[1])))
     cost, guard, precise, dist2, _, _, active = state
     begin(bodies, columns, joints, targets, lm, motion, q, state)
-    cand = ws[9]
-    tgt = _hot(targets)
+    no_cost = np.zeros(trials.shape[0])
     jw = _judging(ws)
     for k in range(q.shape[0]):
         for _ in range(lm[0]):
@@ -515,15 +520,11 @@ def _refine_rows(bodies, columns, joints, targets, lm, motion, q, state, ws, tri
                 break
             count, mu = _trials(bodies, columns, joints, targets, lm, motion, none, q[k],
                                 cost[k], precise[k], trials, ws)
-            judged_count = count
-            for j in range(count):
-                for v in range(cand.shape[0]):
-                    cand[v] = trials[j, v]
-                _judge(bodies, columns, joints, targets, tgt, motion, cand, 0.0, guard[k],
-                       judged, j, jw)
-                if solved_stops and judged[0][j] < cost[k]:
-                    judged_count = j + 1        # the longest step that lowers the cost
-                    break
+            # solved_stops: the longest step that lowers the cost ends the judgement (not
+            # written in the call: a branch among its arguments binds the ones before again)
+            stop = cost[k] if solved_stops else -np.inf
+            judged_count = _judge(bodies, columns, joints, targets, motion, trials, no_cost,
+                                  guard[k], stop, judged, jw)
             pick = _pick(plain, precise[k], cost[k], dist2[k], mu, judged_count, judged)
             _accept(k, pick, q, state, trials, judged)
             if solved_stops and pick >= 0 and judged[1][pick] <= targets[9] \
@@ -541,7 +542,7 @@ def propose(bodies, columns, joints, targets, lm, motion, extra, q, state):
     k_count, nq = q.shape
     trials = np.empty((k_count, count, nq))
     mu = np.zeros(k_count)
-    ws = _workspace(bodies, columns, targets, extra_r.shape[1], nq)
+    ws = _workspace(bodies, columns, targets, extra_r.shape[1], nq, count)
     cost, _, precise, _, _, _, active = state
     for k in range(k_count):
         if not active[k]:
@@ -560,19 +561,14 @@ def choose(bodies, columns, joints, targets, motion, q, state, trials, mu, extra
     plain = motion[5] < 0.0
     k_count, count, nq = trials.shape
     judged = _judged(count)
-    ws = _workspace(bodies, columns, targets, 0, nq)
-    cand = ws[9]
-    tgt = _hot(targets)
-    jw = _judging(ws)
+    ws = _workspace(bodies, columns, targets, 0, nq, 0)
     cost, guard, precise, dist2, _, _, active = state
+    jw = _judging(ws)
     for k in range(k_count):
         if not active[k]:
             continue
-        for j in range(count):
-            for v in range(nq):
-                cand[v] = trials[k, j, v]
-            _judge(bodies, columns, joints, targets, tgt, motion, cand, extra_cost[k, j],
-                   guard[k], judged, j, jw)
+        _judge(bodies, columns, joints, targets, motion, trials[k], extra_cost[k], guard[k],
+               -np.inf, judged, jw)
         pick = _pick(plain, precise[k], cost[k], dist2[k], mu[k], count, judged)
         _accept(k, pick, q, state, trials[k], judged)
 
@@ -590,13 +586,12 @@ def first_solution(bodies, columns, joints, targets, lm, motion, q):
     tol_p, tol_o = targets[9], targets[10]
     nq = q.shape[1]
     count = lm[1].shape[0] + (0 if motion[5] < 0.0 else 1)
-    ws = _workspace(bodies, columns, targets, 0, nq)
+    ws = _workspace(bodies, columns, targets, 0, nq, count)
     trials, judged = np.empty((count, nq)), _judged(count)
     state = state_of(np.empty(1), np.full(1, np.inf))
-    tgt = _hot(targets)
     for r in range(q.shape[0]):
         row = q[r:r + 1]
-        c, pe, oe = _costs(bodies, columns, targets, tgt, row[0], ws)
+        c, pe, oe = _costs(bodies, columns, targets, row[0], ws)
         if pe <= tol_p and oe <= tol_o:
             return r, pe, oe
         state[0][0] = c
@@ -604,7 +599,7 @@ def first_solution(bodies, columns, joints, targets, lm, motion, q):
         state[6][0] = True
         _refine_rows(bodies, columns, joints, targets, lm, motion, row, state, ws, trials,
                      judged, True)
-        c, pe, oe = _costs(bodies, columns, targets, tgt, row[0], ws)
+        c, pe, oe = _costs(bodies, columns, targets, row[0], ws)
         if pe <= tol_p and oe <= tol_o:
             return r, pe, oe
     return -1, math.nan, math.nan
