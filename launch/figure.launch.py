@@ -31,12 +31,13 @@ from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import Node
 from launch_ros.parameter_descriptions import ParameterValue
 from launch_ros.substitutions import FindPackageShare
+from smcik_ros.ros.description import read_urdf_file, resolve_path
 
 DEFAULT_TIPS = 'left_hand, right_hand, left_foot, right_foot'
 
 
 def _arm_launch():
-    """Return launch/arm.launch.py as a module (its URDF reader and RViz check)."""
+    """Return launch/arm.launch.py as a module (its RViz check)."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'arm.launch.py')
     spec = importlib.util.spec_from_file_location('smcik_arm_launch', path)
     module = importlib.util.module_from_spec(spec)
@@ -77,7 +78,7 @@ def launch_nodes(context):
         return LaunchConfiguration(name).perform(context)
 
     arm = _arm_launch()
-    xml = arm.read_robot_description(arg('urdf_path'))
+    xml = read_urdf_file(resolve_path(arg('urdf_path')))
     tips = parse_tip_links(arg('tip_links'))
     floating = parse_flag('floating_base', arg('floating_base'))
     model = {

@@ -166,3 +166,18 @@ def test_goal_markers_without_interactive_markers_says_so_and_exits_0(capsys):
         pytest.skip('interactive_markers is installed here')
     assert goal_markers.main([]) == 0
     assert 'interactive_markers package is not installed' in capsys.readouterr().out
+
+
+def test_what_the_figure_launch_takes_from_elsewhere_exists(tree):
+    """Every function it calls on launch/arm.launch.py is defined there, and what it imports
+    from smcik_ros is there (a renamed reader once broke the launch only under ros2 launch)."""
+    arm_tree = ast.parse((ROOT / 'launch' / 'arm.launch.py').read_text())
+    defined = {n.name for n in arm_tree.body if isinstance(n, ast.FunctionDef)}
+    used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+            and isinstance(n.value, ast.Name) and n.value.id == 'arm'}
+    assert used and used <= defined, used - defined
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or '').startswith('smcik_ros'):
+            module = __import__(node.module, fromlist=['_'])
+            for alias in node.names:
+                assert hasattr(module, alias.name), f'{node.module}.{alias.name}'
