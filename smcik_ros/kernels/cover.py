@@ -53,13 +53,43 @@ def _contains(centers, c, r, items, means, spread, i):
 
 
 @njit(cache=True)
+def _cell_spread(starts, spread):
+    """Return (cells,) the largest spread of the pieces of each cell (0 when empty); the
+    spreads are in cell order."""
+    out = np.zeros(len(starts) - 1)
+    for cell in range(len(out)):
+        for j in range(starts[cell], starts[cell + 1]):
+            out[cell] = max(out[cell], spread[j])
+    return out
+
+
+@njit(cache=True, inline='always')
+def _box_distances(center, r, lo, size, ix, iy, iz):
+    """Return (nearest, farthest) distance from ``center`` to the grid cell (ix, iy, iz)."""
+    near = 0.0
+    far = 0.0
+    for a, i in ((0, ix), (1, iy), (2, iz)):
+        low = lo[a] + i * size - center[a]
+        high = low + size
+        gap = max(low, -high, 0.0)
+        near += gap * gap
+        reach = max(abs(low), abs(high))
+        far += reach * reach
+    return np.sqrt(near), np.sqrt(far)
+
+
+@njit(cache=True)
 def ball_containment(centers, radius, items, means, spread, size):
     """Return the CSR (indptr (C + 1,), indices) of which pieces each ball contains.
 
     centers (C, 3), radius (C,) [m]; items (I, m, 3) points of each piece, means (I, 3) and
     spread (I,) (its points' largest distance from their mean); size [m]: the edge of the
     grid cells the pieces are bucketed in. Row c lists, in no particular order, every piece
-    whose points all lie within radius[c] of centers[c].
+    whose points all lie within radius[c] of centers[c]. A cell whose every piece the
+    per-piece test would refuse (its nearest point is beyond the radius) or take (its
+    farthest point plus its largest spread is within it), by a margin above rounding, is
+    decided whole: the answer is the per-piece test's, at a fraction of the work for the
+    large balls deep inside a link.
     """
     lo = np.empty(3)
     dims = np.empty(3, dtype=np.int64)
@@ -72,22 +102,37 @@ def ball_containment(centers, radius, items, means, spread, size):
     order, starts = _cells(means, lo, size, dims)
     # The pieces in cell order: a run of cells along z is one contiguous slice.
     items, means, spread = items[order], means[order], spread[order]
+    widest = _cell_spread(starts, spread)
     indptr = np.zeros(centers.shape[0] + 1, dtype=np.int64)
     found = np.empty(max(16, items.shape[0]), dtype=np.int32)
     indices = np.empty(max(16, 4 * items.shape[0]), dtype=np.int32)
     for c in range(centers.shape[0]):
         count = 0
         r = radius[c]
+        margin = 1e-9 * (r + size)       # above the rounding of the cell distances
         for a in range(3):
             b0[a] = max(int((centers[c, a] - r - lo[a]) / size), 0)
             b1[a] = min(int((centers[c, a] + r - lo[a]) / size), dims[a] - 1)
         for ix in range(b0[0], b1[0] + 1):
             for iy in range(b0[1], b1[1] + 1):
                 row = (ix * dims[1] + iy) * dims[2]
-                for j in range(starts[row + b0[2]], starts[row + b1[2] + 1]):
-                    if _contains(centers, c, r, items, means, spread, j):
-                        found[count] = order[j]
-                        count += 1
+                for iz in range(b0[2], b1[2] + 1):
+                    cell = row + iz
+                    first, end = starts[cell], starts[cell + 1]
+                    if first == end:
+                        continue
+                    near, far = _box_distances(centers[c], r, lo, size, ix, iy, iz)
+                    if near > r * (1.0 + 1e-9) + margin:
+                        continue
+                    if far + widest[cell] <= r * (1.0 - 1e-12) - margin:
+                        for j in range(first, end):
+                            found[count] = order[j]
+                            count += 1
+                        continue
+                    for j in range(first, end):
+                        if _contains(centers, c, r, items, means, spread, j):
+                            found[count] = order[j]
+                            count += 1
         start = indptr[c]
         if start + count > len(indices):
             grown = np.empty(2 * (start + count), dtype=np.int32)
