@@ -522,6 +522,102 @@ def test_coarse_covers_hold_the_geometry_over_every_sweep_and_the_fine_covers(
     assert not again.coarse and np.array_equal(again.radii, fine.radii)
 
 
+def _link_spheres(model, name):
+    i = model.link_index(name)
+    part = slice(model.link_start[i], model.link_start[i] + model.link_count[i])
+    return np.hstack([model.centers[part], model.radii[part, None]])
+
+
+def test_a_coarse_model_turns_fine_in_stages_the_chain_links_first(gripper, tmp_path):
+    """``next_fine_links``: the links riding on the chain come before those swept over
+    off-chain joints (seconds against up to a minute each on a real robot); ``fine`` with
+    the covers of some links keeps the others coarse and stores nothing until none is; a
+    contact refinement of a fine link, merged with ``with_covers`` under the swept links'
+    fine covers, keeps both."""
+    urdf, chain, fine = gripper
+    cache = str(tmp_path)
+    coarse = CollisionModel.from_urdf(chain, urdf, cache_dir=cache, coarse=True)
+    first = coarse.next_fine_links()
+    assert first and not set(first) & set(coarse.swept_links)
+    assert set(first) | set(coarse.swept_links) == set(coarse.coarse_links)
+    half = coarse.fine(link_covers(*coarse.fine_inputs(first))[0])
+    assert half.coarse and set(half.coarse_links) == set(coarse.swept_links)
+    assert half.next_fine_links() == list(half.coarse_links)
+    assert half.link_names == coarse.link_names
+    for name in coarse.link_names:
+        expected = fine if name in first else coarse
+        assert np.array_equal(_link_spheres(half, name), _link_spheres(expected, name)), name
+    assert CollisionModel.from_urdf(chain, urdf, cache_dir=cache, coarse=True).coarse
+    assert half.refine_inputs(list(half.coarse_links), 0.004)[0] == {}
+    refined, names = half.refined(['hand'], 0.004)
+    assert names == ['hand'] and refined.coarse_links == half.coarse_links
+    swept = link_covers(*half.fine_inputs())[0]
+    whole = half.fine(swept)
+    assert not whole.coarse and np.array_equal(whole.radii, fine.radii)
+    assert np.array_equal(whole.centers, fine.centers)
+    again = CollisionModel.from_urdf(chain, urdf, cache_dir=cache, coarse=True)
+    assert not again.coarse and np.array_equal(again.radii, fine.radii)
+    merged = refined.with_covers(swept)
+    assert not merged.coarse
+    for name in coarse.link_names:
+        expected = refined if name == 'hand' else fine
+        assert np.array_equal(_link_spheres(merged, name), _link_spheres(expected, name)), name
+    assert not np.array_equal(_link_spheres(merged, 'hand'), _link_spheres(fine, 'hand'))
+
+
+def test_a_first_start_applies_the_chain_links_fine_covers_then_the_swept_ones(gripper,
+                                                                               tmp_path):
+    """The guard's first start: the chain's links get their fine covers within the wait
+    (the swept links stay coarse, named in the warning); the swept ones are computed when
+    asked (the node: after the first command's contact refinement, which goes first), and
+    only then are the pairs computed again. The guard ends with the fine model."""
+    from smcik_ros.control.collision_guard import CollisionGuard
+    urdf, chain, fine = gripper
+    guard, notes = CollisionGuard.from_urdf(chain, urdf, urdf_path=urdf, cache_dir=str(tmp_path),
+                                            cover_wait=300.0)
+    model = guard.model
+    assert set(model.coarse_links) == set(model.swept_links)
+    texts = [t for _, t in notes]
+    assert texts[0].startswith('fine covers in') and 'stay until' in texts[0], texts
+    warned = [t for level, t in notes if level == 'warn' and 'more motions' in t]
+    assert warned and all(name in warned[0] for name in model.coarse_links), notes
+    assert not [t for t in texts if 'pairs of the fine' in t]
+    assert guard.start_fine_covers() and not guard.start_fine_covers()
+    assert guard.wait_for_update(120.0)
+    level, text, changed = guard.poll()
+    assert changed and text.startswith('fine covers in') and not guard.model.coarse, text
+    assert np.array_equal(guard.model.radii, fine.radii)
+    assert guard.wait_for_update(60.0)
+    assert 'pairs of the fine covers' in guard.poll()[1]
+    assert not guard.start_fine_covers()
+
+
+def test_cover_updates_run_one_after_the_other_in_the_order_started():
+    """``BackgroundUpdates.start(covers=True)``: a cover update waits for the one started
+    before it (one child process at a time); other updates do not wait."""
+    import threading
+    from smcik_ros.control.cover_updates import BackgroundUpdates
+    updates, order = BackgroundUpdates(), []
+    release, other_done = threading.Event(), threading.Event()
+
+    def first():
+        release.wait(30.0)
+        order.append('first')
+        return {}
+
+    def other():
+        order.append('other')
+        other_done.set()
+        return {}
+    updates.start('a', first, str, covers=True)
+    updates.start('b', lambda: order.append('second') or {}, str, covers=True)
+    updates.start('c', other, str)
+    assert other_done.wait(30.0) and order == ['other'] and updates.busy('b')
+    release.set()
+    updates.wait(30.0)
+    assert order == ['other', 'first', 'second'] and not updates.running
+
+
 def test_rigid_ancestors_are_included_and_moving_ones_reported(gripper):
     urdf, chain, model = gripper
     world = model.link_index('world')

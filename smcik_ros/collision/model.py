@@ -125,7 +125,7 @@ class CollisionModel:
         self.warnings = list(warnings)
         self.urdf_path = urdf_path
         self.cache_dir = ''          # from_urdf: where covers (and the constraint's tables) live
-        self.coarse = False          # from_urdf(coarse=True): bounding-box covers until fine()
+        self.coarse_links = ()       # from_urdf(coarse=True): links with coarse covers
         self._source = None          # a coarse model: what fine() builds the model from
         names, bodies, groups, starts, counts, excess = [], [], [], [], [], []
         centers, radii, sphere_link = [], [], []
@@ -193,32 +193,64 @@ class CollisionModel:
         return _build(cls, _Source(chain, text, path, base_dir, package_paths, tolerance,
                                    cache_dir, item_edge, key), coarse)
 
+    @property
+    def coarse(self):
+        """True while some links have coarse covers (``coarse_links``; see ``fine``)."""
+        return bool(self.coarse_links)
+
     def fine(self, covers=None):
-        """Return the model with the fine covers of a coarse model, or this model when it is
-        not coarse. covers: {link: SphereCover} of its links at its tolerance (``link_covers``
-        of ``fine_inputs()``, e.g. computed in another process); None: computed here
-        (seconds to minutes). The model has this model's links, bodies and groups (pair ids
-        stay valid) and is stored in the disk cache, where the next ``from_urdf`` finds it."""
+        """Return the model with fine covers in place of coarse ones, or this model when it is
+        not coarse. covers: {link: SphereCover} at its tolerance of some or all of its
+        ``coarse_links`` (``link_covers`` of ``fine_inputs(links)``, e.g. computed in another
+        process); None: all of them, computed here (seconds to minutes). The model has this
+        model's links, bodies and groups (pair ids stay valid); it stays coarse while links
+        remain, and once none does it is stored in the disk cache, where the next
+        ``from_urdf`` finds it."""
         if not self.coarse:
             return self
-        source, notes = self._source, []
+        notes = []
         if covers is None:
             covers, notes = link_covers(*self.fine_inputs())
-        model = type(self)(self.chain, [(n, covers[n]) for n in self.link_names],
+        model = self.with_covers(covers)
+        if model.coarse:
+            model._source = self._source
+        else:
+            _store_model(self._source.cache_dir, self._source.key, list(model._covers.items()),
+                         self._attachments, self.geometry, self.warnings, notes,
+                         self.group_parent, self.urdf_links)
+        return model
+
+    def fine_inputs(self, links=None):
+        """Return the arguments of ``link_covers`` that give the fine covers of ``links``
+        (names; None: every coarse link) as plain data: they can be sent to another
+        process."""
+        source = self._source
+        names = [n for n in (self.coarse_links if links is None else links)
+                 if n in self.coarse_links]
+        return ({n: self.geometry[n] for n in names}, {n: self._attachments[n] for n in names},
+                source.tolerance, source.item_edge, source.cache_dir)
+
+    def next_fine_links(self):
+        """Return the coarse links whose fine covers come first: those riding on the chain
+        (seconds), before the links swept over an off-chain joint's range (a head, fingers:
+        up to a minute each); [] when the model is not coarse."""
+        return ([n for n in self.coarse_links if n not in self.swept_links]
+                or list(self.coarse_links))
+
+    def with_covers(self, covers):
+        """Return a copy whose links in ``covers`` ({link: SphereCover}, e.g. what ``fine``
+        or ``refined`` put on another copy of this model) have those covers;
+        every other cover, the attachments and the link order are this model's, so pair ids
+        and link indices stay valid; the links given are no longer coarse."""
+        merged = dict(self._covers)
+        merged.update(covers)
+        model = type(self)(self.chain, [(n, merged[n]) for n in self.link_names],
                            self._attachments, self.geometry, self.warnings, self.source,
                            self.tolerance, self.group_parent, self.urdf_path, self.urdf_links)
         model.cache_dir = self.cache_dir
-        _store_model(source.cache_dir, source.key, list(model._covers.items()),
-                     self._attachments, self.geometry, self.warnings, notes,
-                     self.group_parent, self.urdf_links)
+        model.coarse_links = tuple(n for n in self.coarse_links if n not in covers)
+        model._source = self._source if model.coarse_links else None
         return model
-
-    def fine_inputs(self):
-        """Return the arguments of ``link_covers`` that give this model's fine covers (plain
-        data: they can be sent to another process)."""
-        source = self._source
-        return (self.geometry, self._attachments, source.tolerance, source.item_edge,
-                source.cache_dir)
 
     def refined(self, links, tolerance, covers=None):
         """Return (model, refined names): a copy whose covers of ``links`` (names) are
@@ -230,8 +262,8 @@ class CollisionModel:
         the link's sphere budget (``LINK_SPHERES``); the covers go to the same disk cache.
         covers: {link: SphereCover} of ``link_covers(*refine_inputs(links, tolerance))``,
         computed elsewhere (another process); None: computed here. Raises ModelError when a
-        mesh can no longer be read. A coarse model is returned as it is (its ``fine`` covers
-        replace every link's).
+        mesh can no longer be read. Links whose covers are still coarse are not refined
+        (their ``fine`` covers come first).
         """
         inputs = self.refine_inputs(links, tolerance)
         names = list(inputs[0])
@@ -239,13 +271,7 @@ class CollisionModel:
             return self, []
         if covers is None:
             covers, _ = link_covers(*inputs)
-        merged = dict(self._covers)
-        merged.update((name, covers[name]) for name in names)
-        model = type(self)(self.chain, [(n, merged[n]) for n in self.link_names],
-                           self._attachments, self.geometry, self.warnings, self.source,
-                           self.tolerance, self.group_parent, self.urdf_path, self.urdf_links)
-        model.cache_dir = self.cache_dir
-        return model, names
+        return self.with_covers({name: covers[name] for name in names}), names
 
     def refine_inputs(self, links, tolerance):
         """Return the ``link_covers`` arguments of ``refined(links, tolerance)`` (plain data:
@@ -253,8 +279,8 @@ class CollisionModel:
         refined."""
         tolerance = _checked_tolerance(tolerance)
         names = [n for n in dict.fromkeys(links) if n in self.geometry and n in self._covers
-                 and self._covers[n].max_excess > tolerance]
-        if self.source != 'urdf' or self.coarse:
+                 and n not in self.coarse_links and self._covers[n].max_excess > tolerance]
+        if self.source != 'urdf':
             names = []
         return ({n: self.geometry[n] for n in names}, {n: self._attachments[n] for n in names},
                 tolerance, None, self.cache_dir)
@@ -923,7 +949,7 @@ def _build(cls, source, coarse):
     for w in warnings:
         _LOG.warning('%s', w)
     if coarse:
-        model.coarse, model._source = True, source
+        model.coarse_links, model._source = model.link_names, source
     else:
         _store_model(source.cache_dir, source.key, link_covers, attachments, geometry,
                      warnings, notes, group_parent, tuple(raw_links))

@@ -278,18 +278,25 @@ class CollisionGuard:
         return True
 
     def start_fine_covers(self):
-        """Compute the fine covers of a coarse model in a thread (``full_covers``); ``poll``
-        swaps them in, then starts the pairs again (the 'always' rule needs the fine covers).
-        Returns False (nothing to do) when the model is not coarse."""
-        if not self.model.coarse:
+        """Compute the next fine covers of a coarse model in a thread (``full_covers``: the
+        chain's links, then those swept over off-chain joints); ``poll`` swaps them in. Once
+        none is coarse, the pairs are computed again (the 'always' rule needs the fine
+        covers); until then, call again for the next links (``SceneUpkeep`` does, after the
+        contact refinement that the chain's fine covers may start, which goes first).
+        Returns False (nothing to do) when the model is not coarse or its covers are being
+        computed."""
+        if not self.model.coarse or self._updates.busy('smcik-fine-covers'):
             return False
-        work = full_covers(self.model, self.pairs, self.settings, self._build_constraint,
-                           lambda: self.start_srdf_update(
-                               self.srdf_parsed, self.srdf,
-                               'self-collision pairs of the fine covers computed'))
+
+        def then():
+            if not self.model.coarse:
+                self.start_srdf_update(self.srdf_parsed, self.srdf,
+                                       'self-collision pairs of the fine covers computed')
+        work = full_covers(self.model, self.pairs, self.settings, self._build_constraint, then)
         self._updates.start('smcik-fine-covers', work, lambda exc: (
             f'the fine covers were not computed ({type(exc).__name__}: {exc}); the coarse '
-            'covers stay (the collision guard stays more conservative than its settings)'))
+            'covers stay (the collision guard stays more conservative than its settings)'),
+            covers=True)
         return True
 
     def start_contact_refinement(self, q):
@@ -306,12 +313,12 @@ class CollisionGuard:
         """
         tolerance = self.settings.contact_tolerance
         model = self.model
-        if not (self.has_geometry and tolerance > 0.0) or model.coarse:
+        if not (self.has_geometry and tolerance > 0.0):
             return []
         contacts = self.constraint.contacts(np.asarray(q, dtype=float))
         links = [n for pair, _ in contacts for n in pair if model.has_link(n)]
-        links = [n for n in dict.fromkeys(links)
-                 if model.link_excess[model.link_index(n)] > tolerance]
+        links = [n for n in dict.fromkeys(links) if n not in model.coarse_links
+                 and model.link_excess[model.link_index(n)] > tolerance]
         if not links:
             return []
         work = finer_covers(model, links, np.array(q, dtype=float), contacts, self.pairs,
@@ -319,7 +326,7 @@ class CollisionGuard:
         self._updates.start('smcik-contact-covers', work, lambda exc: (
             f'the finer covers of {", ".join(links)} were not computed '
             f'({type(exc).__name__}: {exc}); keeping the covers at tolerance '
-            f'{self.settings.cover_tolerance:g} m'))
+            f'{self.settings.cover_tolerance:g} m'), covers=True)
         return links
 
     def wait_for_update(self, timeout=None):
@@ -343,8 +350,9 @@ class CollisionGuard:
         if 'constraint' not in result:     # computed, and nothing to change
             return ('info', result['text'](), False)
         constraint = result['constraint']
-        if 'model' in result:
-            self.model = result['model']
+        if 'model' in result:     # on top of what another update applied since it started
+            self.model = (result['model'] if result['from'] is self.model
+                          else self.model.with_covers(result['covers']))
             self.reach = reach_bound(self.model)
         if 'pairs' in result:
             self.pairs, self.srdf = result['pairs'], result['srdf']

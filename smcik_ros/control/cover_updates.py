@@ -56,19 +56,28 @@ def _shown(contacts):
 
 
 def full_covers(model, pairs, settings, build, then):
-    """Return the work (callable -> result) of the fine covers of the coarse ``model``
-    (``CollisionModel.fine``, the covers from ``covers_in_child``) and their constraint with
-    the same ``pairs`` and settings; then() runs once they are applied (the pairs again)."""
+    """Return the work (callable -> result) of the next fine covers of the coarse ``model``
+    (``CollisionModel.next_fine_links``: the chain's links before those swept over off-chain
+    joints; ``fine``, the covers from ``covers_in_child``) and their constraint with the same
+    ``pairs`` and settings; then() runs once they are applied."""
     def work():
         started = time.monotonic()
-        fine = model.fine(covers_in_child(model.fine_inputs()))
-        constraint = build(fine, pairs, settings)
+        links = model.next_fine_links()
+        covers = covers_in_child(model.fine_inputs(links))
+        fine = model.fine(covers)
         took = time.monotonic() - started
-        return {'model': fine, 'constraint': constraint, 'base': (fine, pairs), 'then': then,
+        if fine.coarse:
+            rest = (f'; the coarse covers of {", ".join(fine.coarse_links)} (swept over '
+                    'joints off the chain) stay until theirs are computed')
+        else:
+            rest = '; the self-collision pairs are computed again for them'
+        spheres = sum(len(covers[n].radii) for n in links)
+        return {'model': fine, 'covers': covers, 'constraint': build(fine, pairs, settings),
+                'base': (fine, pairs), 'from': model, 'then': then,
                 'text': lambda: (
-                    f'fine covers in after {took:.0f} s: {len(fine.radii)} spheres (tolerance '
-                    f'{fine.tolerance:g} m) replace the {len(model.radii)} coarse ones; the '
-                    'self-collision pairs are computed again for them')}
+                    f'fine covers in after {took:.0f} s: {spheres} spheres (tolerance '
+                    f'{fine.tolerance:g} m) on {len(links)} link(s) replace their coarse '
+                    f'ones{rest}')}
     return work
 
 
@@ -173,8 +182,8 @@ def finer_covers(model, links, q, contacts, pairs, settings, build):
 
     def work():
         inputs = model.refine_inputs(links, tolerance)
-        refined, names = model.refined(links, tolerance,
-                                       covers_in_child(inputs) if inputs[0] else {})
+        covers = covers_in_child(inputs) if inputs[0] else {}
+        refined, names = model.refined(links, tolerance, covers)
         constraint = build(refined, pairs, settings)
         after = constraint.fork().contacts(q)      # the fork reads a scene snapshot
         before = sum(int(model.link_count[model.link_index(n)]) for n in names)
@@ -188,7 +197,8 @@ def finer_covers(model, links, q, contacts, pairs, settings, build):
                 f'{settings.cover_tolerance:g} m')}
         rest = (f'the arm now rests in contact at {_shown(after)} (padded cover distances)'
                 if after else 'the arm no longer rests in contact')
-        return {'model': refined, 'constraint': constraint, 'base': (refined, pairs),
+        return {'model': refined, 'covers': {n: covers[n] for n in names},
+                'from': model, 'constraint': constraint, 'base': (refined, pairs),
                 'text': lambda: f'{done}: {rest}'}
     return work
 
@@ -211,9 +221,12 @@ def settle(guard, seconds):
 
 def coarse_note(model, waited):
     """Return the log line of a start with the coarse ``model`` after ``waited`` [s]."""
+    links = model.coarse_links
+    which = ('every link' if len(links) == len(model.link_names) else
+             f'{", ".join(links)} (swept over joints off the chain; they come last)')
     return (f'the fine sphere covers are not ready after {waited:g} s (a first start with '
-            f'this robot): the collision guard starts with coarse covers ({len(model.radii)} '
-            'spheres over each collision element\'s bounding box, reaching up to '
+            f'this robot): the collision guard starts with coarse covers on {which} '
+            '(spheres over each collision element\'s bounding box, reaching up to '
             f'{COARSE_TOLERANCE:g} m beyond the box) and checks every pair the SRDF leaves, '
             'so it refuses more motions than its settings ask, never fewer, until the fine '
             'covers being computed in the background replace them ("fine covers in" is '
@@ -227,11 +240,19 @@ class BackgroundUpdates:
         self._lock = threading.Lock()
         self._pending = []
         self._workers = []
+        self._last_cover = None      # the thread of the cover update started last
 
-    def start(self, name, work, failure):
+    def start(self, name, work, failure, covers=False):
         """Run ``work()`` in a thread named ``name``; its result (or {'error': failure(exc)}
-        when it raised) waits for ``take``."""
+        when it raised) waits for ``take``. covers: the work computes covers in a child
+        process; such updates run one after the other, in the order started (two processes
+        would take the control tick's core, and the one started first is the one needed
+        first)."""
+        before = self._last_cover if covers else None
+
         def run():
+            if before is not None:
+                before.join()
             try:
                 result = work()
             except Exception as exc:   # reported by the guard's poll, never raised here
@@ -241,6 +262,8 @@ class BackgroundUpdates:
 
         worker = threading.Thread(target=run, name=name, daemon=True)
         self._workers = [w for w in self._workers if w.is_alive()] + [worker]
+        if covers:
+            self._last_cover = worker
         worker.start()
 
     def wait(self, timeout=None):
@@ -248,6 +271,10 @@ class BackgroundUpdates:
         deadline = None if timeout is None else time.monotonic() + timeout
         for worker in list(self._workers):
             worker.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+
+    def busy(self, name):
+        """True while an update started under ``name`` is being computed."""
+        return any(w.is_alive() and w.name == name for w in self._workers)
 
     @property
     def running(self):

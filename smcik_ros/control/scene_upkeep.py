@@ -4,9 +4,11 @@
 pairs, fine or finer covers: ``CollisionGuard.poll``), hands the loop the new constraints and
 cancels a detour planned on the old model, and brings the planted contacts' surfaces up to
 date (``surfaces.PlantedSurfaces``). ``after_command(q)``, after each published command, notes
-once (at the first command, and again once the fine covers replace coarse ones) the pairs the
+once (at the first command, and again once fine covers replace coarse ones) the pairs the
 robot rests in contact with, and starts the finer covers of their links
-(``CollisionGuard.start_contact_refinement``). Both return (level, text) log lines.
+(``CollisionGuard.start_contact_refinement``), then the fine covers of the links still coarse
+(swept over off-chain joints: ``CollisionGuard.start_fine_covers``). Both return (level,
+text) log lines.
 """
 
 from .surfaces import PlantedSurfaces
@@ -27,7 +29,7 @@ class SceneUpkeep:
     def before_tick(self):
         """Apply background updates and the surfaces' exemptions; return log lines."""
         lines = []
-        coarse = self.guard.model.coarse
+        coarse = len(self.guard.model.coarse_links)
         event = self.guard.poll()
         if event is not None:
             level, text, changed = event
@@ -35,8 +37,9 @@ class SceneUpkeep:
                 self.loop.set_constraints(self.constraints())
                 self.loop.cancel_detour('the collision model changed')
             lines.append((level, text))
-            if coarse and not self.guard.model.coarse:
-                self.noted = None
+            if len(self.guard.model.coarse_links) < coarse:    # fine covers came in
+                # The note is due now, or once the pairs of a wholly fine model are in.
+                self.noted = False if self.guard.model.coarse else None
             elif changed and self.noted is None:
                 self.noted = False
         lines += [('info', line) for line in self.surfaces.update(
@@ -44,19 +47,22 @@ class SceneUpkeep:
         return lines
 
     def after_command(self, q):
-        """After a published command at q (nq,): the contact note when it is due."""
+        """After a published command at q (nq,): the contact note when it is due; then the
+        next fine covers of a model that still has coarse ones (after the refinement)."""
         if self.noted is not False:
             return []
         self.noted = True
         guard = self.guard
+        model = guard.model
         try:
-            if guard.model.coarse:
+            if [n for n in model.coarse_links if n not in model.swept_links]:
                 count = len(guard.constraint.contacts(q))
                 note = (f'with the coarse covers the robot rests in contact in {count} '
                         'pair(s) at its first command: none may get deeper until the fine '
                         'covers are in') if count else None
             else:
                 note = guard.contact_note(q, guard.start_contact_refinement(q))
+                guard.start_fine_covers()    # the swept links' (a head, fingers), if coarse
         except Exception as exc:      # never in the way of the command stream
             self.report('warn', 'contact_note', f'contact check failed ({exc})', exc)
             return []
