@@ -126,8 +126,12 @@ class Step:
         kept = self.searchers if self.shadow < 0 else \
             np.union1d(self.searchers, [self.shadow]).astype(int)
         self.kept = kept
-        held_carried = policies.keep_map and self.held >= 0
-        self.carried = np.union1d(kept, [self.held]).astype(int) if held_carried else kept
+        if not (policies.keep_map and self.held >= 0):
+            self.carried = kept
+        elif len(kept):
+            self.carried = np.union1d(kept, [self.held]).astype(int)
+        else:       # the common case, without union1d's ~8 us
+            self.carried = np.array([self.held])
         # The particles refined besides the best: this iteration's share of the searchers
         # and the shadow.
         batch = search.batch() if (search is not None and len(self.searchers)) else \
@@ -148,11 +152,14 @@ class Step:
         self.particles = particles
 
     # -- 2. weights
-    def evaluate(self, rows=None):
+    def evaluate(self, rows=None, frames=None):
         """Evaluate the costs (and online the task errors) of every particle, or of
-        ``rows`` (after the refinement moved them)."""
+        ``rows`` (after the refinement moved them; ``frames``: theirs, if at hand)."""
         model = self.model
-        frames = self.frames if rows is None else self.frames.subset(rows)
+        if rows is None:
+            frames = self.frames
+        elif frames is None:
+            frames = self.frames.subset(rows)
         if self.online:
             values = model.costs_and_errors(frames)
         else:

@@ -128,7 +128,7 @@ class Refinement:
             step.particles[idx] = sub.q
             step.frames.assign(idx, sub)
             step.frames.q = step.particles
-            step.evaluate(idx)
+            step.evaluate(idx, sub)
         if before is not None:
             self._settle(step, gained[int(np.flatnonzero(idx == held)[0])], before)
 
