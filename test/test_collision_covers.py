@@ -199,3 +199,29 @@ def test_ball_containment_matches_every_pair_checked(width):
         expected = np.flatnonzero(far[c] <= radius[c] * (1.0 - 1e-12))
         np.testing.assert_array_equal(np.sort(indices[indptr[c]:indptr[c + 1]]), expected)
     assert indptr[-1] > 400      # the check is not vacuous: many pairs are contained
+
+
+@pytest.mark.parametrize('width', [3, 6])
+def test_best_fit_matches_every_pair_compared(width):
+    """Each piece goes to the ball of least excess within the tolerance (the lowest index
+    among equals), as comparing every piece with every ball finds, with the same distance;
+    -1 where none fits. Some centres are outside the mesh (negative depth)."""
+    from smcik_ros.kernels.cover import best_fit
+
+    rng = np.random.default_rng(10 + width)
+    items = rng.uniform(-0.1, 0.1, size=(500, 1, 3)) + rng.normal(0, 0.004, (500, width, 3))
+    centers = rng.uniform(-0.12, 0.12, size=(300, 3))
+    centers[1::7] = centers[::7][:len(centers[1::7])]     # equal balls: ties go low
+    depths = rng.uniform(-0.01, 0.05, size=300)
+    depths[1::7] = depths[::7][:len(depths[1::7])]
+    tolerance = 0.01
+    best, far = best_fit(centers, depths, items, items.mean(axis=1), tolerance, 0.01)
+    all_far = np.sqrt(np.max(np.sum((items[None] - centers[:, None, None]) ** 2, axis=-1),
+                             axis=2))                                      # (C, I)
+    cost = np.where(all_far - depths[:, None] <= tolerance + 1e-12,
+                    all_far - depths[:, None], np.inf)
+    expected = np.where(np.isfinite(cost.min(axis=0)), np.argmin(cost, axis=0), -1)
+    np.testing.assert_array_equal(best, expected)
+    fitted = expected >= 0
+    np.testing.assert_array_equal(far[fitted], all_far[expected[fitted], fitted])
+    assert 0 < fitted.sum() < len(items)       # both cases occur

@@ -19,11 +19,10 @@ the settings.
 import contextlib
 import dataclasses
 import heapq
-import itertools
 
 import numpy as np
 
-from ..kernels.cover import ball_containment
+from ..kernels.cover import ball_containment, best_fit
 from ..model import cache as model_cache
 from ..model.cache import default_cache_dir   # the cover cache shares its directory
 from .engine import smallest_per_group
@@ -353,46 +352,23 @@ def _fit_radii(items, centers, depths, tolerance, pair_limit=2_000_000):
     """Assign every piece to a sphere and shrink radii to what they must contain.
 
     Each piece goes to the sphere that contains it with the least excess (its farthest
-    point's distance minus the centre's depth; the lowest index among equals); a piece no
-    sphere contains within tolerance (only the fallback spheres' own pieces can be in that
-    case) goes to the one with the least excess of all. A sphere can take a piece only if
-    the piece's mean lies within ``tolerance`` plus that centre's depth of it (the farthest
-    point is at least as far as the mean), so a k-d tree of the pieces' means gives the
-    candidates: the same assignment as comparing every piece with every sphere, without
-    the (pieces x spheres) work (Baxter's torso: minutes). Returns (radii (S,), excess
-    bounds (S,)).
+    point's distance minus the centre's depth; the lowest index among equals: the kernel
+    ``kernels.cover.best_fit``, over a grid of the pieces' means); a piece no sphere
+    contains within tolerance (only the fallback spheres' own pieces can be in that case)
+    goes to the one with the least excess of all. Returns (radii (S,), excess bounds (S,)).
     """
-    from scipy.spatial import cKDTree
-
     n_items, n_centers = len(items), len(centers)
     radii = np.zeros(n_centers)
     if not n_items or not n_centers:
         return radii, radii - depths
+    items = np.ascontiguousarray(items, dtype=float)
     means = items.mean(axis=1)
-    reach = tolerance + 1e-12 + np.maximum(depths, 0.0)
-    lists = cKDTree(means).query_ball_point(centers, reach * (1.0 + 1e-9) + 1e-12)
-    lengths = np.fromiter(map(len, lists), dtype=np.int64, count=n_centers)
-    rows = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64,
-                       count=int(lengths.sum()))
-    cols = np.repeat(np.arange(n_centers), lengths)
-    best_cost = np.full(n_items, np.inf)
-    best = np.full(n_items, -1, dtype=np.int64)
-    best_far = np.zeros(n_items)
-    for lo in range(0, len(cols), pair_limit):
-        r, c = rows[lo:lo + pair_limit], cols[lo:lo + pair_limit]
-        far = np.sqrt(np.max(np.sum((items[r] - centers[c][:, None, :]) ** 2, axis=-1),
-                             axis=1))
-        cost = far - depths[c]
-        fits = cost <= tolerance + 1e-12
-        r, c, far, cost = r[fits], c[fits], far[fits], cost[fits]
-        order = np.lexsort((c, cost, r))        # per piece: least excess, then lowest index
-        r, c, far, cost = r[order], c[order], far[order], cost[order]
-        first = np.ones(len(r), dtype=bool)
-        first[1:] = r[1:] != r[:-1]
-        r, c, far, cost = r[first], c[first], far[first], cost[first]
-        better = (cost < best_cost[r]) | ((cost == best_cost[r]) & (c < best[r]))
-        r, c, far, cost = r[better], c[better], far[better], cost[better]
-        best_cost[r], best[r], best_far[r] = cost, c, far
+    extent = float(np.max(means.max(axis=0) - means.min(axis=0)))
+    reach = tolerance + np.maximum(depths, 0.0)
+    size = max(0.25 * float(np.median(reach)), extent / 100.0, 1e-4)
+    best, best_far = best_fit(np.ascontiguousarray(centers, dtype=float),
+                              np.ascontiguousarray(depths, dtype=float), items, means,
+                              float(tolerance), size)
     lost = np.flatnonzero(best < 0)             # no sphere fits: the least excess of all
     chunk = max(1, pair_limit // (n_centers * items.shape[1]))
     for lo in range(0, len(lost), chunk):

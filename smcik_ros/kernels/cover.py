@@ -1,4 +1,5 @@
-"""The cover builder's containment test: which balls contain which surface pieces.
+"""The cover builder's containment test (which balls contain which surface pieces) and its
+assignment of each piece to the ball that holds it with the least excess.
 
 Used once per link when its sphere cover is computed (``collision.covers``), not on the hot
 path; a kernel because the test runs on millions of (ball, piece) pairs for a mesh at a few
@@ -9,7 +10,7 @@ import numpy as np
 
 from .jit import njit
 
-__all__ = ['ball_containment']
+__all__ = ['ball_containment', 'best_fit']
 
 
 @njit(cache=True)
@@ -141,3 +142,65 @@ def ball_containment(centers, radius, items, means, spread, size):
         indices[start:start + count] = found[:count]
         indptr[c + 1] = start + count
     return indptr, indices[:indptr[-1]].copy()
+
+
+@njit(cache=True)
+def _grid_of(means, size):
+    """Return (lo (3,), dims (3,)) of a grid of cells of edge ``size`` over ``means``."""
+    lo = np.empty(3)
+    dims = np.empty(3, dtype=np.int64)
+    for a in range(3):
+        lo[a] = means[:, a].min() if means.shape[0] else 0.0
+        span = (means[:, a].max() - lo[a]) if means.shape[0] else 0.0
+        dims[a] = int(span / size) + 1
+    return lo, dims
+
+
+@njit(cache=True)
+def best_fit(centers, depths, items, means, tolerance, size):
+    """Return (best (I,), far (I,)): for each piece the ball that holds it with the least
+    excess (its farthest point's distance minus the centre's depth, at most ``tolerance``
+    + 1e-12; the lowest index among equals), -1 where none does, and that distance [m].
+
+    centers (C, 3) [m], depths (C,) [m] (inside the mesh > 0); items (I, m, 3), means (I, 3)
+    as in ``ball_containment``; size [m]: the grid's cell edge. Only pieces whose mean lies
+    within the largest fitting distance (plus a margin above rounding) are measured: the
+    farthest point is at least as far as the mean.
+    """
+    lo, dims = _grid_of(means, size)
+    order, starts = _cells(means, lo, size, dims)
+    n = means.shape[0]
+    best = np.full(n, -1, dtype=np.int64)
+    best_cost = np.full(n, np.inf)
+    best_far = np.zeros(n)
+    b0 = np.empty(3, dtype=np.int64)
+    b1 = np.empty(3, dtype=np.int64)
+    for c in range(centers.shape[0]):
+        limit = tolerance + 1e-12 + depths[c]
+        if limit < 0.0:
+            continue
+        reach = limit * (1.0 + 1e-9) + 1e-12
+        for a in range(3):
+            b0[a] = max(int((centers[c, a] - reach - lo[a]) / size), 0)
+            b1[a] = min(int((centers[c, a] + reach - lo[a]) / size), dims[a] - 1)
+        for ix in range(b0[0], b1[0] + 1):
+            for iy in range(b0[1], b1[1] + 1):
+                row = (ix * dims[1] + iy) * dims[2]
+                for j in range(starts[row + b0[2]], starts[row + b1[2] + 1]):
+                    i = order[j]
+                    dx = means[i, 0] - centers[c, 0]
+                    dy = means[i, 1] - centers[c, 1]
+                    dz = means[i, 2] - centers[c, 2]
+                    if dx * dx + dy * dy + dz * dz > reach * reach:
+                        continue
+                    far2 = 0.0
+                    for k in range(items.shape[1]):
+                        px = items[i, k, 0] - centers[c, 0]
+                        py = items[i, k, 1] - centers[c, 1]
+                        pz = items[i, k, 2] - centers[c, 2]
+                        far2 = max(far2, px * px + py * py + pz * pz)
+                    far = np.sqrt(far2)
+                    cost = far - depths[c]
+                    if cost <= tolerance + 1e-12 and cost < best_cost[i]:
+                        best[i], best_cost[i], best_far[i] = c, cost, far
+    return best, best_far
