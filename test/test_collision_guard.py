@@ -11,6 +11,7 @@ from smcik_ros.collision import (CollisionConstraint, Obstacle, conventional_srd
                                  pointcloud_obstacle)
 from smcik_ros.control.collision_guard import (CollisionGuard, CollisionSettings, choose_srdf,
                                                reach_bound)
+from smcik_ros.control.cover_updates import CONTACT_GAIN
 from smcik_ros.errors import GoalError, ModelError, ParameterError
 
 from arm_urdfs import ur5_like_urdf
@@ -465,10 +466,10 @@ def _table_guard(chain, gap, contact_tolerance=0.004):
 def test_links_resting_in_contact_get_finer_covers_in_the_background(guard_and_chain):
     """The base stands 8 mm above a table box: its 1 cm cover reaches into the box (a
     contact of the covers, not of the parts). ``start_contact_refinement`` names the link,
-    computes its cover again at ``contact_tolerance`` in a thread, and ``poll`` swaps the
-    finer model and its constraint in: no contact left, the same pairs, every other link's
-    spheres as they were, the validator on the new constraint. Nothing in contact, or off:
-    nothing to do."""
+    computes its cover again in a thread (6 mm first, then ``contact_tolerance`` if the pair
+    stays in contact), and ``poll`` swaps the finer model and its constraint in: no contact
+    left, the same pairs, every other link's spheres as they were, the validator on the new
+    constraint. Nothing in contact, or off: nothing to do."""
     _, chain = guard_and_chain
     q = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
     guard = _table_guard(chain, 0.008)
@@ -477,16 +478,22 @@ def test_links_resting_in_contact_get_finer_covers_in_the_background(guard_and_c
     links = guard.start_contact_refinement(q)
     assert links == ['base_link']
     note = guard.contact_note(q, links)
-    assert 'base_link / t/1' in note and 'collision_contact_tolerance 0.004 m' in note
+    assert 'base_link / t/1' in note and 'tolerance 0.006 then 0.004 m' in note, note
     guard.wait_for_update(60.0)
     level, text, changed = guard.poll()
     assert (level, changed) == ('info', True) and 'no longer rests in contact' in text, text
+    applied = float(text.split('at tolerance ')[1].split(' m')[0])
+    assert applied in (0.006, 0.004), text
     assert guard.poll() is None
     assert guard.model is not model and guard.constraint is not constraint
     assert guard.constraint.model is guard.model and np.array_equal(guard.constraint.pairs,
                                                                     pairs)
     base = guard.model.link_index('base_link')
-    assert guard.model.link_excess[base] <= 0.005 < model.link_excess[base]
+    assert guard.model.link_excess[base] <= applied + 0.001 < model.link_excess[base]
+    if applied == 0.004:       # only when 6 mm left the pair in contact or nearly
+        coarser = model.refined(['base_link'], 0.006)[0]
+        assert guard._build_constraint(coarser, guard.pairs, guard.settings).contacts(
+            q, within=CONTACT_GAIN)
     for name in guard.model.link_names[1:]:
         k = model.link_index(name)
         rows = slice(model.link_start[k], model.link_start[k] + model.link_count[k])
@@ -495,6 +502,8 @@ def test_links_resting_in_contact_get_finer_covers_in_the_background(guard_and_c
         new = slice(grown.link_start[j], grown.link_start[j] + grown.link_count[j])
         assert np.array_equal(guard.model.centers[new], model.centers[rows]), name
     assert not guard.constraint.contacts(q) and guard.contact_note(q) is None
+    near = guard.constraint.contacts(q, within=0.01)          # apart, but within 1 cm
+    assert [p for p, _ in near] == [('base_link', 't/1')] and 0.0 <= near[0][1] < 0.01
     assert guard(q, chain.clip(q + 0.05))
     assert guard.start_contact_refinement(q) == []            # nothing in contact now
     assert _table_guard(chain, 0.008, 0.0).start_contact_refinement(q) == []    # off

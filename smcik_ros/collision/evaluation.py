@@ -238,10 +238,11 @@ class CollisionEvaluation:
              np.ascontiguousarray(robot.sphere_body[leaves.a], dtype=np.int64),
              np.ascontiguousarray(ca), body_b, cb, grad))
 
-    def contacts(self, q):
-        """Return [((name a, name b), padded distance [m] < 0)] of the object pairs that
-        penetrate at the configuration q (nq,), deepest first."""
-        pairs, depth = self._pair_depths(q, 0.0)
+    def contacts(self, q, within=0.0):
+        """Return [((name a, name b), padded distance [m] < within)] of the object pairs that
+        penetrate (or come closer than ``within`` [m]) at the configuration q (nq,), deepest
+        first."""
+        pairs, depth = self._pair_depths(q, within)
         order = np.argsort(depth, kind='stable')
         return [(self.pair_names(int(pairs[k])), float(depth[k])) for k in order]
 

@@ -24,8 +24,8 @@ from ..collision import (DEFAULT_CLEARANCE, DEFAULT_PADDING, DEFAULT_TOLERANCE, 
                          parse_srdf, pointcloud_obstacle, self_collision_pairs)
 from ..collision.constraint import CONTACT_RELEASE
 from ..errors import GoalError, ModelError, ParameterError
-from .cover_updates import (BackgroundUpdates, coarse_note, finer_covers, full_covers,
-                            settle, srdf_pairs)
+from .cover_updates import (BackgroundUpdates, coarse_note, contact_tolerances, finer_covers,
+                            full_covers, settle, srdf_pairs)
 from .free_motion import FreeMotionProofs, motion_key
 
 __all__ = ['CollisionSettings', 'CollisionGuard', 'choose_srdf', 'reach_bound', 'SOURCES']
@@ -301,8 +301,9 @@ class CollisionGuard:
 
     def start_contact_refinement(self, q):
         """Compute again, in a thread, the covers of the links that rest in contact at q (nq,)
-        at ``settings.contact_tolerance`` (``CollisionModel.refined``); ``poll`` swaps the
-        model and its constraint in (the same pairs, settings and scene).
+        at a finer tolerance (``finer_covers``: 60 % of the cover tolerance, then
+        ``settings.contact_tolerance`` if pairs remain; ``CollisionModel.refined``); ``poll``
+        swaps the model and its constraint in (the same pairs, settings and scene).
 
         Where covers, not meshes, overlap (a folded start pose, a base on its table), goals
         near the start can be out of reach; finer covers of just those links take the
@@ -464,9 +465,10 @@ class CollisionGuard:
         shown = ', '.join(f'{a} / {b} {1e3 * d:.1f} mm' for (a, b), d in contacts[:4])
         more = f' and {len(contacts) - 4} more' if len(contacts) > 4 else ''
         if refining:
+            steps = ' then '.join(f'{t:g}' for t in contact_tolerances(self.settings))
             tighter = (f'the covers of {", ".join(refining)} are being computed again at '
-                       f'collision_contact_tolerance {self.settings.contact_tolerance:g} m '
-                       '(applied when ready) to take away what is only an overlap of the '
+                       f'tolerance {steps} m (collision_contact_tolerance, if pairs remain; '
+                       'applied when ready) to take away what is only an overlap of the '
                        'covers')
         else:
             tighter = ('a smaller collision_cover_tolerance tightens them (e.g. 0.004 for a '

@@ -138,10 +138,12 @@ NODE_PARAMETERS = {
                                   'slower tick) and a slower first start (covers are cached '
                                   'on disk); fixed at start-up',
                                   {'range': (MIN_TOLERANCE, 0.1), **_FIXED}),
-    'collision_contact_tolerance': (DEFAULT_CONTACT_TOLERANCE, 'cover tolerance of the links '
-                                    'that rest in contact at the first command, computed '
-                                    'again in the background (their overlap is often the '
-                                    "covers', not the meshes') [m]; 0 = off, else >= "
+    'collision_contact_tolerance': (DEFAULT_CONTACT_TOLERANCE, 'finest cover tolerance of the '
+                                    'links that rest in contact at the first command, '
+                                    'computed again in the background (their overlap is '
+                                    "often the covers', not the meshes'; 60 % of "
+                                    'collision_cover_tolerance is tried first) [m]; 0 = off, '
+                                    'else >= '
                                     f'{MIN_TOLERANCE:g}; fixed at start-up',
                                     {'range': (0.0, 0.1), **_FIXED}),
     'collision_cover_wait': (20.0, 'a first start with a robot computes the covers of its '
