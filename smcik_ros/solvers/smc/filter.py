@@ -293,9 +293,10 @@ class FilterModel:
         # clearance: it weighs the particles but must never pull one off its goal). A hard
         # constraint may offer only ``violated(frames)`` (accept/reject alone).
         self.soft = [c for c in constraints if _implements(c, 'residual')]
-        self.terms = targets + [c for c in self.soft if (
+        self._refined = [c for c in self.soft if (
             _implements(c, 'jacobian') or hasattr(c, 'residual_jacobian'))
             and not getattr(c, 'preference', False)]
+        self.terms = targets + self._refined
         self.temperature = temperature
         self.tolerance = tolerance
         self.resample_threshold = settings.resample_threshold
@@ -306,6 +307,11 @@ class FilterModel:
         # which the refinement's spring fades out.
         self.tolerance_cost = ((tolerance[0] / settings.sigma_position) ** 2
                                + (tolerance[1] / settings.sigma_orientation) ** 2)
+
+    def retarget(self, targets):
+        """Take the ``targets`` of a new goal (the constraints and tolerance unchanged)."""
+        self.targets = targets
+        self.terms = targets + self._refined
 
     # -- p(x_k | x_{k-1})
     def propagate(self, prev, scale, rng):
