@@ -472,4 +472,4 @@ def _moved(vec, before, scale, threshold):
     """Return whether goal numbers ``vec`` are more than ``threshold`` scales from
     ``before`` (None, or another shape: another goal)."""
     return (before is None or before.shape != vec.shape
-            or np.max(np.abs(vec - before) / scale) > threshold)
+            or (np.abs(vec - before) / scale).max() > threshold)

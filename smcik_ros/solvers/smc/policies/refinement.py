@@ -285,7 +285,7 @@ def _no_progress(before, q, cost, resting=False):
     is the best it will get, and an arm that creeps towards it is no use."""
     q_before, cost_before = before
     move, gain = (RESTING_MOVE, RESTING_GAIN) if resting else (SETTLE_MOVE, SETTLE_GAIN)
-    return bool(np.max(np.abs(q - q_before)) <= move
+    return bool(np.abs(q - q_before).max() <= move
                 and abs(cost_before - cost) <= gain * cost_before)
 
 
