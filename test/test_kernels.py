@@ -964,6 +964,36 @@ def test_records_are_plain_tuples_of_the_kernels_types():
                         cost_damping=0.5)
 
 
+def test_the_motion_prior_record_follows_the_reference_and_the_tolerance():
+    """The refinement packs the motion prior's record once per (motion, tolerance cost)
+    and renews its reference on every call (``Layout.replace``): after any sequence of
+    references and tolerances it equals a fresh pack; ``replace`` converts like ``pack``
+    and refuses a field the layout lacks."""
+    from smcik_ros.kernels import records
+    chain = _urdf_chains()[0]
+    solver = make_solver('smc', chain)
+    refinement, motion = Refinement(chain, solver.settings), solver.policies.minimal_motion
+    target = [PoseTarget(chain.fk(chain.neutral_configuration()))]
+    rng = np.random.default_rng(5)
+    for tolerance_cost in (1.0, 1.0, 4.0, 1.0):
+        motion.reference = chain.random_configuration(rng)
+        got = refinement.records(target, (1e-3, 1e-2), motion, tolerance_cost)[5]
+        fresh = records.MOTION.pack(
+            spring=Refinement.SPRING * motion.spring, spring_fade=Refinement.SPRING_FADE,
+            tolerance_cost=tolerance_cost, gain=motion.gain,
+            slide_min=Refinement.SLIDE_CORRECTION, precise_fraction=Refinement.PRECISE_FRACTION,
+            weights=motion.weights, reference=motion.reference)
+        assert len(got) == len(fresh) and got[:6] == fresh[:6]
+        for a, b in zip(got[6:], fresh[6:]):
+            np.testing.assert_array_equal(a, b)
+    replaced = records.MOTION.replace(got, reference=[1, 2, 3])
+    assert replaced[7].dtype == np.float64 and replaced[:7] == got[:7]
+    with pytest.raises(TypeError, match="unknown 'ref'"):
+        records.MOTION.replace(got, ref=np.zeros(3))
+    with pytest.raises(ValueError, match='reference must have 1 dimensions'):
+        records.MOTION.replace(got, reference=np.zeros((1, 3)))
+
+
 def test_warm_up_reports_a_cold_cache_and_the_kernels_it_compiled():
     from smcik_ros.warmup import warm_up
     messages = []

@@ -54,6 +54,28 @@ def test_fk_shapes_single_and_batch_agree():
     assert chain.jacobian(qs).shape == (7, 6, chain.nv)
 
 
+def test_frames_subset_by_indices_mask_or_slice_is_the_fk_of_those_rows():
+    """Frames.subset picks rows by an index list or array (copies, C-contiguous), a mask or
+    a slice; each is the forward kinematics of those configurations alone."""
+    chain = Chain.from_urdf(ARM7)
+    qs = chain.random_configuration(np.random.default_rng(4), 9)
+    frames = chain.frames(qs)
+    rows = [7, 2, 2]
+    mask = np.zeros(9, dtype=bool)
+    mask[[1, 4]] = True
+    for index, picked in ((rows, rows), (np.array(rows), rows), (mask, [1, 4]),
+                          (slice(3, 5), [3, 4])):
+        sub = frames.subset(index)
+        alone = chain.frames(qs[picked])
+        assert len(sub) == len(picked)
+        np.testing.assert_array_equal(sub.q, qs[picked])
+        np.testing.assert_array_equal(sub.link_pose(), alone.link_pose())
+    sub = frames.subset(rows)
+    assert sub.rot.flags.c_contiguous and sub.pos.flags.c_contiguous
+    sub.q[0] = 0.0                      # a copy: the frames it came from keep their rows
+    np.testing.assert_array_equal(frames.q, qs)
+
+
 def test_mimic_joint_is_not_in_the_state_and_follows_its_source():
     chain = Chain.from_urdf(MIMIC)
     assert 'mimic_rev' not in chain.joint_names

@@ -37,6 +37,18 @@ class Layout:
                             f'{missing}, unknown {extra}')
         return tuple(_convert(self.name, field, values[field[0]]) for field in self.fields)
 
+    def replace(self, record, **values):
+        """Return ``record`` with the fields ``values`` replaced, converted like ``pack``'s
+        (a record built once, with the fields that change per call renewed)."""
+        out = list(record)
+        for name, value in values.items():
+            if name not in self.names:
+                raise TypeError(f'{self.name} record: fields {list(self.names)}; unknown '
+                                f'{name!r}')
+            i = self.names.index(name)
+            out[i] = _convert(self.name, self.fields[i], value)
+        return tuple(out)
+
     def view(self, record):
         """Return ``record`` as a namedtuple of this layout (to read it by name in Python)."""
         return self._view(*record)

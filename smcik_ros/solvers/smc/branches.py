@@ -142,11 +142,12 @@ class Branches:
         if motion is None:
             return
         jump = self.solver.settings.branch_jump
-        idx = np.flatnonzero(ok)
         # Most are on the estimate's branch: drop those in one vectorised test.
-        jumps = info['jumps'][idx] if info['jumps'] is not None \
-            else motion.jump(info['particles'][idx], info['q'])
-        idx = idx[jumps > jump]
+        if info['jumps'] is not None:
+            idx = np.flatnonzero(ok & (info['jumps'] > jump))
+        else:
+            idx = np.flatnonzero(ok)
+            idx = idx[motion.jump(info['particles'][idx], info['q']) > jump]
         if not len(idx):
             return
         idx = idx[np.argsort(info['cost'][idx])][:16]

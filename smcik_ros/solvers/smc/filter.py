@@ -196,7 +196,7 @@ class Step:
             self.ok = model.precise(self.frames, 1.0, (self.pos_err, self.ori_err))
         else:
             self.ok = np.zeros(self.n, dtype=bool)  # solve() judges its result itself
-        self.map_index = int(np.argmax(weights))
+        self.map_index = int(weights.argmax())
         self.index = self.map_index if self.online else int(np.argmin(self.cost))
 
     # -- 4. selection
@@ -220,8 +220,8 @@ class Step:
         if pool.sum() <= 0.0:
             pool = self.weights.copy()
         pool /= pool.sum()
-        ess = 1.0 / np.sum(pool * pool)
-        self.info['ess'] = float(1.0 / np.sum(self.weights * self.weights))
+        ess = 1.0 / (pool * pool).sum()
+        self.info['ess'] = float(1.0 / (self.weights * self.weights).sum())
         n, pinned = self.n, self.pinned
         self.next = self.particles
         if ess < self.model.resample_threshold * n and n > len(pinned):
@@ -250,7 +250,7 @@ class Step:
                     distance=None if self.dist_ref is None else float(self.dist_ref[index]),
                     jumps=getattr(self, 'jumps', None), frames=self.frames.subset([index]),
                     particles=particles, weights=weights, ok=self.ok, cost=self.cost,
-                    task=self.task, confidence=float(np.sum(weights[self.ok])),
+                    task=self.task, confidence=float(weights[self.ok].sum()),
                     switch=getattr(self, 'switch', None),
                     warning=getattr(self, 'warning', False),
                     approximate=getattr(self, 'approximate', False), resampled=False,
@@ -293,9 +293,10 @@ class FilterModel:
         # clearance: it weighs the particles but must never pull one off its goal). A hard
         # constraint may offer only ``violated(frames)`` (accept/reject alone).
         self.soft = [c for c in constraints if _implements(c, 'residual')]
-        self.terms = targets + [c for c in self.soft if (
+        self._refined = [c for c in self.soft if (
             _implements(c, 'jacobian') or hasattr(c, 'residual_jacobian'))
             and not getattr(c, 'preference', False)]
+        self.terms = targets + self._refined
         self.temperature = temperature
         self.tolerance = tolerance
         self.resample_threshold = settings.resample_threshold
@@ -306,6 +307,11 @@ class FilterModel:
         # which the refinement's spring fades out.
         self.tolerance_cost = ((tolerance[0] / settings.sigma_position) ** 2
                                + (tolerance[1] / settings.sigma_orientation) ** 2)
+
+    def retarget(self, targets):
+        """Take the ``targets`` of a new goal (the constraints and tolerance unchanged)."""
+        self.targets = targets
+        self.terms = targets + self._refined
 
     # -- p(x_k | x_{k-1})
     def propagate(self, prev, scale, rng):

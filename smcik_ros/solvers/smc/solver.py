@@ -10,6 +10,8 @@ noise of seed 001, the policies' bookkeeping, the motion prior's proposal), and 
 iteration ends with the policies' solver-level hooks (a recovery, another search window).
 """
 
+import functools
+
 import numpy as np
 
 from ... import kernels
@@ -232,12 +234,14 @@ class SmcSolver(Solver):
 
     def _model(self, targets):
         model = self._model_cache
-        if (model is None or model.targets is not targets or model.constraints is not
-                self.constraints or model.tolerance != self._tolerance):
+        if (model is None or model.constraints is not self.constraints
+                or model.tolerance != self._tolerance):
             model = FilterModel(self.chain, self.settings, self._scalar_noise,
                                 self._ball_noise, targets, self.constraints,
                                 self._anneal_level, self._tolerance)
             self._model_cache = model
+        elif model.targets is not targets:
+            model.retarget(targets)     # a new goal: the rest of the model holds
         recovery = self._policies.recovery
         model.temperature = self._anneal_level
         model.goal_still = self.goal_still
@@ -431,24 +435,41 @@ def _noise(chain, s):
 
 
 def _goal_vector(targets, s):
-    """Return the goals' numbers (K,) (rotation entries, then positions) and their scales
-    (K,): ``sigma_orientation`` for rotation entries, ``sigma_position`` for positions."""
-    vec, scale = [np.zeros(0)], [np.ones(0)]
+    """Return the goals' numbers (K,) (per pose, its top three rows: rotation entries and
+    position; positions; rotation entries), a copy, and their scales (K,):
+    ``sigma_orientation`` for rotation entries, ``sigma_position`` for positions."""
+    parts, kinds = [], []
     for t in targets:
         if getattr(t, 'pose', None) is not None:
-            vec.append(np.concatenate((t.pose[:3, :3].ravel(), t.pose[:3, 3])))
-            scale.append(np.repeat((s.sigma_orientation, s.sigma_position), (9, 3)))
+            parts.append(t.pose[:3])
+            kinds.append('pose')
         elif getattr(t, 'position', None) is not None:
-            vec.append(np.asarray(t.position, dtype=float))
-            scale.append(np.full(3, s.sigma_position))
+            parts.append(t.position)
+            kinds.append('position')
         elif getattr(t, 'rotation', None) is not None:
-            vec.append(np.ravel(t.rotation))
-            scale.append(np.full(9, s.sigma_orientation))
-    return np.concatenate(vec), np.concatenate(scale)
+            parts.append(t.rotation)
+            kinds.append('rotation')
+    if len(parts) == 1:     # one target (the common case): without concatenate's ~2 us
+        vec = np.array(parts[0], dtype=float).ravel()
+    else:
+        vec = np.concatenate([np.ravel(v) for v in parts] or [[]]).astype(float)
+    return vec, _goal_scale(tuple(kinds), s.sigma_orientation, s.sigma_position)
+
+
+@functools.lru_cache(maxsize=32)
+def _goal_scale(kinds, sigma_orientation, sigma_position):
+    """Return the scales (K,) of ``_goal_vector``'s numbers for targets of ``kinds``
+    (read-only: shared by every call with the same kinds and sigmas)."""
+    rows = {'pose': [sigma_orientation] * 3 + [sigma_position],
+            'position': [sigma_position] * 3, 'rotation': [sigma_orientation] * 9}
+    scale = np.array([x for k in kinds for x in rows[k] * (3 if k == 'pose' else 1)],
+                     dtype=float)
+    scale.flags.writeable = False
+    return scale
 
 
 def _moved(vec, before, scale, threshold):
     """Return whether goal numbers ``vec`` are more than ``threshold`` scales from
     ``before`` (None, or another shape: another goal)."""
     return (before is None or before.shape != vec.shape
-            or np.max(np.abs(vec - before) / scale) > threshold)
+            or (np.abs(vec - before) / scale).max() > threshold)

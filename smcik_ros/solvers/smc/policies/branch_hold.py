@@ -131,7 +131,7 @@ class BranchHold:
                 and self.stalled(stall) and still >= self.patience):
             pool = np.flatnonzero(exact)
             key = dist_ref[pool] if dist_ref is not None else cost[pool]
-            cand = int(pool[np.argmin(key)])
+            cand = int(pool[key.argmin()])
             return cand, (None if near[cand]
                           else 'held branch reaches the goal only approximately')
         if exact is not None and exact[held]:
@@ -139,7 +139,7 @@ class BranchHold:
         if ok.any():
             pool = np.flatnonzero(ok)
             key = dist_ref[pool] if dist_ref is not None else cost[pool]
-            cand = int(pool[np.argmin(key)])
+            cand = int(pool[key.argmin()])
             nearer = dist_ref is not None and dist_ref[cand] < dist_ref[held] - 1e-9
             if cand == held:
                 return held, None
@@ -165,5 +165,5 @@ class BranchHold:
             better &= position <= position[held]
         if better.any():
             pool = np.flatnonzero(better)
-            return int(pool[np.argmin(cost[pool])]), None
+            return int(pool[cost[pool].argmin()]), None
         return held, None

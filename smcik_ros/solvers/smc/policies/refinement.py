@@ -65,6 +65,7 @@ class Refinement:
                           max_step=self.max_step, cost_damping=self.COST_DAMPING)
         self._targets_key = self._targets_record = None
         self._plain = None          # the plain step's motion record (no prior), built once
+        self._prior_key = self._prior = None    # the prior's record, (motion, tolerance cost)
         self.reset()
 
     def choose(self, rank, held, searchers=()):
@@ -171,9 +172,8 @@ class Refinement:
         targets, extra = _split(problem.terms)
         records = self.records(targets, problem.tolerance, motion, problem.tolerance_cost)
         q = np.array(frames.q, dtype=float)
-        state = _kernels.state_of(np.array(cost, dtype=float),
-                                  np.full(len(q), np.inf) if guard is None
-                                  else np.array(guard, dtype=float))
+        state = _state_of(np.array(cost, dtype=float), np.full(len(q), np.inf)
+                          if guard is None else np.array(guard, dtype=float))
         busy = _constrained(extra, problem.hard, frames) if extra or problem.hard else None
         free = np.flatnonzero(~busy) if busy is not None else None
         if free is None:        # targets alone: every row in place, no copies
@@ -256,11 +256,17 @@ class Refinement:
                     reference=np.zeros(chain.nq))
             prior = self._plain
         else:
-            prior = MOTION.pack(spring=self.SPRING * motion.spring,
-                                spring_fade=self.SPRING_FADE, tolerance_cost=tolerance_cost,
-                                gain=motion.gain, slide_min=self.SLIDE_CORRECTION,
-                                precise_fraction=self.PRECISE_FRACTION,
-                                weights=motion.weights, reference=motion.reference)
+            # The prior's record holds while the motion policy and the tolerance do; its
+            # reference is renewed on every call (a new goal moves it).
+            key = (motion, tolerance_cost)
+            if self._prior_key != key:
+                self._prior = MOTION.pack(
+                    spring=self.SPRING * motion.spring, spring_fade=self.SPRING_FADE,
+                    tolerance_cost=tolerance_cost, gain=motion.gain,
+                    slide_min=self.SLIDE_CORRECTION, precise_fraction=self.PRECISE_FRACTION,
+                    weights=motion.weights, reference=motion.reference)
+                self._prior_key = key
+            prior = MOTION.replace(self._prior, reference=motion.reference)
         bodies, columns, _, joints = chain.records
         return (bodies, columns, joints, targets_record, self.lm, prior)
 
@@ -279,7 +285,7 @@ def _no_progress(before, q, cost, resting=False):
     is the best it will get, and an arm that creeps towards it is no use."""
     q_before, cost_before = before
     move, gain = (RESTING_MOVE, RESTING_GAIN) if resting else (SETTLE_MOVE, SETTLE_GAIN)
-    return bool(np.max(np.abs(q - q_before)) <= move
+    return bool(np.abs(q - q_before).max() <= move
                 and abs(cost_before - cost) <= gain * cost_before)
 
 
@@ -364,6 +370,14 @@ def _targets_record(chain, targets, tolerance):
                         full=full, weight=weight, sigma_position=sigma_p,
                         sigma_orientation=sigma_o, position_tolerance=tolerance[0],
                         orientation_tolerance=tolerance[1], rows=rows)
+
+
+def _state_of(cost, guard):
+    """Return ``kernels.state_of(cost, guard)``, built here (its kernel call costs twice
+    these five arrays)."""
+    k_count = len(cost)
+    return (cost, guard, np.zeros(k_count, dtype=bool), np.zeros(k_count),
+            np.zeros(k_count, dtype=bool), np.zeros(k_count), np.ones(k_count, dtype=bool))
 
 
 def _rows(state, index):

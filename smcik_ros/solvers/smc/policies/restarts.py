@@ -71,9 +71,9 @@ class Restarts:
         if self.paused:
             return
         self.best_cost, self.stall = self.progress(self.best_cost, self.stall,
-                                                   float(np.min(step.cost)))
+                                                   float(step.cost.min()))
         if (not len(step.searchers)
-                and self.due(self.stall, float(np.min(step.task)), step.online)):
+                and self.due(self.stall, float(step.task.min()), step.online)):
             self.restart(step, rng)
 
     def restart(self, step, rng):
