@@ -262,13 +262,14 @@ def test_an_obstacle_published_onto_the_arm_is_not_driven_deeper(session, chain,
 
 
 def test_a_base_on_a_table_gets_finer_covers_at_the_first_command(session, chain, fcl_arm):
-    """The constraint YAML puts a table 8 mm under the base: the base's 1 cm cover reaches into
-    it, so the arm rests in contact at its first command. The node says so, computes the
-    base's cover again at a finer tolerance in the background and swaps it in: the
-    contact is gone from ~/status; the command stream holds its limits across the swap and a
-    goal after it, and no command comes near the table (FCL on the URDF's shapes)."""
+    """The constraint YAML puts a table 7.5 mm under the base: the base's 1 cm cover reaches
+    into it, so the arm rests in contact at its first command. The node says so, computes
+    the base's cover again in the background (6 mm, then 4 mm while still in contact) and
+    swaps it in: the contact is gone from ~/status; the command stream holds its limits
+    across the swaps and a goal after them, and no command comes near the table (FCL on the
+    URDF's shapes)."""
     q0 = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
-    table = ('[{type: obstacle, shape: box, size: [1.2, 1.2, 0.1], position: [0, 0, -0.058], '
+    table = ('[{type: obstacle, shape: box, size: [1.2, 1.2, 0.1], position: [0, 0, -0.0575], '
              'id: table}]')
     since = time.monotonic()
     s = session('table', q0, [f'smcik_node:constraints:="{table}"'])
@@ -277,8 +278,9 @@ def test_a_base_on_a_table_gets_finer_covers_at_the_first_command(session, chain
     text = read_log(s.log)
     assert 'base_link / constraints/table -' in text, text
     assert 'tolerance 0.006 then 0.004 m (collision_contact_tolerance' in text, text
-    assert wait_for_log(s.log, 'covers of base_link computed again at tolerance 0.00',
+    assert wait_for_log(s.log, 'covers of base_link computed again at tolerance 0.004 m',
                         60.0), read_log(s.log)
+    assert 'the arm now rests in contact at base_link / constraints/table' in read_log(s.log)
     assert 'the arm no longer rests in contact' in read_log(s.log), read_log(s.log)
     assert wait_for(lambda: (latest_status(s.probe) or {}).get('in_collision') is False
                     and (latest_status(s.probe) or {}).get('min_distance', -1) > 0.0, 5.0), \

@@ -9,9 +9,9 @@ import pytest
 
 from smcik_ros.collision import (CollisionConstraint, Obstacle, conventional_srdf_path,
                                  pointcloud_obstacle)
+from smcik_ros.collision.constraint import CONTACT_RELEASE
 from smcik_ros.control.collision_guard import (CollisionGuard, CollisionSettings, choose_srdf,
                                                reach_bound)
-from smcik_ros.control.cover_updates import CONTACT_GAIN
 from smcik_ros.errors import GoalError, ModelError, ParameterError
 
 from arm_urdfs import ur5_like_urdf
@@ -463,16 +463,26 @@ def _table_guard(chain, gap, contact_tolerance=0.004):
     return guard
 
 
+def _updates(guard):
+    """Wait for and poll the guard's updates until none is left (an applied refinement step
+    starts the next): return the (level, text, changed) events."""
+    events = []
+    while guard.wait_for_update(60.0) and (event := guard.poll()) is not None:
+        events.append(event)
+    return events
+
+
 def test_links_resting_in_contact_get_finer_covers_in_the_background(guard_and_chain):
-    """The base stands 8 mm above a table box: its 1 cm cover reaches into the box (a
+    """The base stands 7.5 mm above a table box: its 1 cm cover reaches into the box (a
     contact of the covers, not of the parts). ``start_contact_refinement`` names the link,
-    computes its cover again in a thread (6 mm first, then ``contact_tolerance`` if the pair
-    stays in contact), and ``poll`` swaps the finer model and its constraint in: no contact
-    left, the same pairs, every other link's spheres as they were, the validator on the new
-    constraint. Nothing in contact, or off: nothing to do."""
+    computes its cover again in a thread at 6 mm, and ``poll`` swaps the finer model and its
+    constraint in: still in contact, 4 mm shallower. The next step computes it at
+    ``contact_tolerance`` (4 mm): apart, swapped in too. The same pairs, every other link's
+    spheres as they were, the validator on the new constraint. Nothing in contact, or off:
+    nothing to do."""
     _, chain = guard_and_chain
     q = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
-    guard = _table_guard(chain, 0.008)
+    guard = _table_guard(chain, 0.0075)
     model, constraint, pairs = guard.model, guard.constraint, guard.constraint.pairs
     assert [p for p, _ in constraint.contacts(q)] == [('base_link', 't/1')]
     links = guard.start_contact_refinement(q)
@@ -481,19 +491,16 @@ def test_links_resting_in_contact_get_finer_covers_in_the_background(guard_and_c
     assert 'base_link / t/1' in note and 'tolerance 0.006 then 0.004 m' in note, note
     guard.wait_for_update(60.0)
     level, text, changed = guard.poll()
-    assert (level, changed) == ('info', True) and 'no longer rests in contact' in text, text
-    applied = float(text.split('at tolerance ')[1].split(' m')[0])
-    assert applied in (0.006, 0.004), text
-    assert guard.poll() is None
+    assert (level, changed) == ('info', True) and 'at tolerance 0.006 m' in text, text
+    assert 'now rests in contact at base_link / t/1 -0.' in text, text
+    (level, text, changed), = _updates(guard)
+    assert changed and 'at tolerance 0.004 m' in text, text
+    assert 'no longer rests in contact' in text, text
     assert guard.model is not model and guard.constraint is not constraint
     assert guard.constraint.model is guard.model and np.array_equal(guard.constraint.pairs,
                                                                     pairs)
     base = guard.model.link_index('base_link')
-    assert guard.model.link_excess[base] <= applied + 0.001 < model.link_excess[base]
-    if applied == 0.004:       # only when 6 mm left the pair in contact or nearly
-        coarser = model.refined(['base_link'], 0.006)[0]
-        assert guard._build_constraint(coarser, guard.pairs, guard.settings).contacts(
-            q, within=CONTACT_GAIN)
+    assert guard.model.link_excess[base] <= 0.005 < model.link_excess[base]
     for name in guard.model.link_names[1:]:
         k = model.link_index(name)
         rows = slice(model.link_start[k], model.link_start[k] + model.link_count[k])
@@ -506,7 +513,7 @@ def test_links_resting_in_contact_get_finer_covers_in_the_background(guard_and_c
     assert [p for p, _ in near] == [('base_link', 't/1')] and 0.0 <= near[0][1] < 0.01
     assert guard(q, chain.clip(q + 0.05))
     assert guard.start_contact_refinement(q) == []            # nothing in contact now
-    assert _table_guard(chain, 0.008, 0.0).start_contact_refinement(q) == []    # off
+    assert _table_guard(chain, 0.0075, 0.0).start_contact_refinement(q) == []    # off
     with pytest.raises(ParameterError, match='contact_tolerance'):
         CollisionSettings(contact_tolerance=0.001)
 
@@ -518,7 +525,7 @@ def test_background_updates_computed_together_are_both_applied(guard_and_chain, 
     so the guard ends with the refined model AND the SRDF's pairs, in either order."""
     _, chain = guard_and_chain
     q = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
-    guard = _table_guard(chain, 0.008)
+    guard = _table_guard(chain, 0.0075)
     before = len(guard.constraint.pairs)
     text = open(SRDF).read().replace(
         '</robot>', '<disable_collisions link1="link5" link2="link7" reason="Test"/></robot>')
@@ -527,9 +534,9 @@ def test_background_updates_computed_together_are_both_applied(guard_and_chain, 
     for name in (first, 'covers' if first == 'srdf' else 'srdf'):
         assert starts[name]()
         guard.wait_for_update(60.0)
-    messages = [guard.poll()[1], guard.poll()[1]]
+    messages = [guard.poll()[1], guard.poll()[1]] + [e[1] for e in _updates(guard)]
     assert messages[0].startswith('SRDF' if first == 'srdf' else 'covers'), messages
-    assert guard.poll() is None
+    assert len(messages) == 3 and 'at tolerance 0.004 m' in messages[2], messages
     assert guard.constraint.model is guard.model
     assert guard.model.link_excess[guard.model.link_index('base_link')] <= 0.005
     assert len(guard.constraint.pairs) == before - 1 and guard.srdf == 'a test SRDF'
@@ -626,7 +633,8 @@ def test_finer_covers_from_a_child_that_dies_leave_the_guard_as_it_was(guard_and
     assert guard.poll()[2] and not guard.constraint.contacts(q)
 
 def test_the_swap_rule_of_finer_covers():
-    """``frees_contact``: a pair released, or one at least CONTACT_GAIN shallower."""
+    """``frees_contact``: a pair released (apart, or beyond the query), or one at least
+    CONTACT_GAIN farther."""
     from smcik_ros.control.cover_updates import CONTACT_GAIN, frees_contact as _frees_contact
     before = [(('a', 'b'), -0.02), (('a', 'c'), -0.001)]
     assert _frees_contact(before, [(('a', 'b'), -0.02)])                      # a, c released
@@ -635,6 +643,10 @@ def test_the_swap_rule_of_finer_covers():
     assert not _frees_contact(before, [(('a', 'b'), -0.02 + 0.5 * CONTACT_GAIN),
                                        (('a', 'c'), -0.001)])
     assert not _frees_contact(before, before)
+    assert _frees_contact(before, [(('a', 'b'), -0.02), (('a', 'c'), 0.0)])   # apart now
+    near = [(('a', 'b'), 0.001)]                         # apart already, within the query
+    assert _frees_contact(near, [(('a', 'b'), 0.001 + CONTACT_GAIN)]) and _frees_contact(near, [])
+    assert not _frees_contact(near, [(('a', 'b'), 0.001 + 0.5 * CONTACT_GAIN)])
 
 
 def test_scene_upkeep_notes_a_resting_contact_once_and_swaps_the_finer_covers_in(

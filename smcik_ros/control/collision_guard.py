@@ -1,11 +1,7 @@
 """Collision avoidance in the command stream, without ROS: the model, the scene, the validator.
 
-        Where covers, not meshes, overlap (a folded start pose, a base on its table), goals
-        near the start can be out of reach; finer covers of just those links take the
-        overlap away without the cost of fine covers everywhere. They are swapped in only
-        when they release a pair in contact or make one ``CONTACT_GAIN`` shallower. Returns
-        the names of the links being refined ([]: no contact, no geometry, off, or those
-        covers are that fine already).
+Links resting in contact at the first command (where covers, not meshes, overlap) get finer
+covers in the background (``start_contact_refinement``).
 
 With ``cover_wait`` [s], a first start whose covers are not in the disk cache waits for them
 no longer than that: it starts with coarse covers (supersets of the fine ones, every
@@ -24,8 +20,8 @@ from ..collision import (DEFAULT_CLEARANCE, DEFAULT_PADDING, DEFAULT_TOLERANCE, 
                          parse_srdf, pointcloud_obstacle, self_collision_pairs)
 from ..collision.constraint import CONTACT_RELEASE
 from ..errors import GoalError, ModelError, ParameterError
-from .cover_updates import (BackgroundUpdates, coarse_note, contact_tolerances, finer_covers,
-                            full_covers, settle, srdf_pairs)
+from .cover_updates import (BackgroundUpdates, coarse_note, contact_tolerances,
+                            finer_covers, full_covers, settle, srdf_pairs)
 from .free_motion import FreeMotionProofs, motion_key
 
 __all__ = ['CollisionSettings', 'CollisionGuard', 'choose_srdf', 'reach_bound', 'SOURCES']
@@ -281,8 +277,8 @@ class CollisionGuard:
         """Compute the next fine covers of a coarse model in a thread (``full_covers``: the
         chain's links, then those swept over off-chain joints); ``poll`` swaps them in. Once
         none is coarse, the pairs are computed again (the 'always' rule needs the fine
-        covers); until then, call again for the next links (``SceneUpkeep`` does, after the
-        contact refinement that the chain's fine covers may start, which goes first).
+        covers); until then, call again for the next links (``start_contact_refinement``
+        does, after its last step: the refinement the chain's fine covers start goes first).
         Returns False (nothing to do) when the model is not coarse or its covers are being
         computed."""
         if not self.model.coarse or self._updates.busy('smcik-fine-covers'):
@@ -299,11 +295,16 @@ class CollisionGuard:
             covers=True)
         return True
 
-    def start_contact_refinement(self, q):
+    def start_contact_refinement(self, q, links=None, tolerance=None):
         """Compute again, in a thread, the covers of the links that rest in contact at q (nq,)
-        at a finer tolerance (``finer_covers``: 60 % of the cover tolerance, then
-        ``settings.contact_tolerance`` if pairs remain; ``CollisionModel.refined``); ``poll``
-        swaps the model and its constraint in (the same pairs, settings and scene).
+        at a finer tolerance (``finer_covers``, ``CollisionModel.refined``); ``poll`` swaps
+        the model and its constraint in (the same pairs, settings and scene), then starts
+        the next step: ``contact_tolerances`` (60 % of the cover tolerance, then
+        ``settings.contact_tolerance``), each for the links of those still within
+        ``CONTACT_RELEASE`` of another (``links``, ``tolerance``: that next step; a step not
+        applied or failed ends them). After the last step (or at once when there is nothing
+        to refine) the fine covers of the links still coarse are started
+        (``start_fine_covers``: the swept ones).
 
         Where covers, not meshes, overlap (a folded start pose, a base on its table), goals
         near the start can be out of reach; finer covers of just those links take the
@@ -312,23 +313,34 @@ class CollisionGuard:
         the names of the links being refined ([]: no contact, no geometry, off, those
         covers are that fine already, or they are coarse: the fine covers are coming).
         """
-        tolerance = self.settings.contact_tolerance
+        steps = contact_tolerances(self.settings)
+        if not (self.has_geometry and steps[-1] > 0.0):
+            self.start_fine_covers()
+            return []
+        q = np.array(q, dtype=float)
         model = self.model
-        if not (self.has_geometry and tolerance > 0.0):
-            return []
-        contacts = self.constraint.contacts(np.asarray(q, dtype=float))
-        links = [n for pair, _ in contacts for n in pair if model.has_link(n)]
-        links = [n for n in dict.fromkeys(links) if n not in model.coarse_links
+        if links is None:
+            contacts, tolerance = self.constraint.contacts(q), steps[0]
+        else:
+            contacts = [(pair, d) for pair, d in self.constraint.contacts(
+                q, within=CONTACT_RELEASE) if set(pair) & set(links)]
+        names = [n for pair, _ in contacts for n in pair if model.has_link(n)]
+        names = [n for n in dict.fromkeys(names) if (links is None or n in links)
+                 and n not in model.coarse_links
                  and model.link_excess[model.link_index(n)] > tolerance]
-        if not links:
+        if not names:
+            self.start_fine_covers()      # the links still coarse, if any, come next
             return []
-        work = finer_covers(model, links, np.array(q, dtype=float), contacts, self.pairs,
-                            self.settings, self._build_constraint)
+        finer = [t for t in steps if t < tolerance]
+        applied = ((lambda: self.start_contact_refinement(q, names, finer[0])) if finer
+                   else self.start_fine_covers)
+        work = finer_covers(model, names, q, contacts, self.pairs, self.settings,
+                            self._build_constraint, tolerance, applied)
         self._updates.start('smcik-contact-covers', work, lambda exc: (
-            f'the finer covers of {", ".join(links)} were not computed '
+            f'the finer covers of {", ".join(names)} were not computed '
             f'({type(exc).__name__}: {exc}); keeping the covers at tolerance '
-            f'{self.settings.cover_tolerance:g} m'), covers=True)
-        return links
+            f'{self.settings.cover_tolerance:g} m'), covers=True, then=self.start_fine_covers)
+        return names
 
     def wait_for_update(self, timeout=None):
         """Wait until the background updates have finished computing, at most ``timeout``
@@ -346,9 +358,11 @@ class CollisionGuard:
         result = self._updates.take()
         if result is None:
             return None
-        if 'error' in result:
-            return ('error', result['error'], False)
-        if 'constraint' not in result:     # computed, and nothing to change
+        if 'constraint' not in result:     # failed, or computed and nothing to change
+            if 'then' in result:
+                result['then']()
+            if 'error' in result:
+                return ('error', result['error'], False)
             return ('info', result['text'](), False)
         constraint = result['constraint']
         if 'model' in result:     # on top of what another update applied since it started

@@ -12,7 +12,8 @@ finished:
   ``/robot_description_semantic`` arriving after start-up) and their constraint.
 - ``finer_covers``: the covers of the links that rest in contact at the first command,
   computed again at a finer tolerance, kept only when they release a pair in contact or
-  make one at least ``CONTACT_GAIN`` shallower.
+  make one at least ``CONTACT_GAIN`` shallower; in steps (``contact_tolerances``), each
+  for the links that have not left their contact (``CONTACT_RELEASE``).
 
 Covers are computed in a child process (``covers_in_child``), the rest in the thread.
 
@@ -31,6 +32,7 @@ import threading
 import time
 
 from ..collision import self_collision_pairs
+from ..collision.constraint import CONTACT_RELEASE
 from ..collision.model import COARSE_TOLERANCE, link_covers
 from ..errors import ModelError
 
@@ -43,11 +45,13 @@ CONTACT_GAIN = 0.002
 
 
 def frees_contact(before, after):
-    """True when finer covers are worth their spheres: a pair in contact at ``before``
-    ([((a, b), depth)], ``CollisionConstraint.contacts``) is apart at ``after``, or at least
-    ``CONTACT_GAIN`` shallower."""
+    """True when finer covers are worth their spheres: a pair in contact (padded distance
+    < 0) at ``before`` ([((a, b), distance)], ``CollisionConstraint.contacts``) is apart at
+    ``after``, or a pair of ``before`` is at least ``CONTACT_GAIN`` farther (a pair missing
+    from ``after`` is as far as the query looked)."""
     now = dict(after)
-    return any(pair not in now or now[pair] >= depth + CONTACT_GAIN for pair, depth in before)
+    return any(pair not in now or now[pair] >= distance + CONTACT_GAIN
+               or (distance < 0.0 <= now[pair]) for pair, distance in before)
 
 
 def _shown(contacts):
@@ -173,44 +177,42 @@ def srdf_pairs(model, parsed, settings, description, build, summary, label=None)
     return work
 
 
-def finer_covers(model, links, q, contacts, pairs, settings, build):
-    """Return the work (callable -> result) of the covers of ``links`` again at a finer
-    tolerance (``CollisionModel.refined``, the covers from ``covers_in_child``), its
-    constraint with the same ``pairs`` and settings; ``contacts``: the pairs in contact at
-    q (nq,) before. The tolerances tried are ``contact_tolerances``, coarser first: the
-    first that leaves every pair at least ``CONTACT_GAIN`` apart is kept (fewer spheres for
-    every query of every tick: talos's five resting links take 2722 spheres at 6 mm, 6630
-    at 4 mm; a pair released by micrometres could not move closer), else the finest."""
+def finer_covers(model, links, q, contacts, pairs, settings, build, tolerance, then):
+    """Return the work (callable -> result) of the covers of ``links`` again at the finer
+    ``tolerance`` [m] (``CollisionModel.refined``, the covers from ``covers_in_child``), its
+    constraint with the same ``pairs`` and settings; ``contacts``: the pairs in contact (or
+    within ``CONTACT_RELEASE``) at q (nq,) before. Applied when they free one of those
+    pairs (``frees_contact``), and then() runs (the next, finer step)."""
     def work():
-        for tolerance in contact_tolerances(settings):
-            inputs = model.refine_inputs(links, tolerance)
-            covers = covers_in_child(inputs) if inputs[0] else {}
-            refined, names = model.refined(links, tolerance, covers)
-            constraint = build(refined, pairs, settings)
-            snapshot = constraint.fork()      # the fork reads a snapshot of the scene
-            if not snapshot.contacts(q, within=CONTACT_GAIN):
-                break
-        after = snapshot.contacts(q)
+        inputs = model.refine_inputs(links, tolerance)
+        covers = covers_in_child(inputs) if inputs[0] else {}
+        refined, names = model.refined(links, tolerance, covers)
+        constraint = build(refined, pairs, settings)
+        near = constraint.fork().contacts(q, within=CONTACT_RELEASE)   # a scene snapshot
+        after = [(pair, d) for pair, d in near if d < 0.0]
         before = sum(int(model.link_count[model.link_index(n)]) for n in names)
         spheres = sum(int(refined.link_count[refined.link_index(n)]) for n in names)
         done = (f'covers of {", ".join(names)} computed again at tolerance '
                 f'{tolerance:g} m ({before} -> {spheres} spheres)')
-        if not frees_contact(contacts, after):
+        if not frees_contact(contacts, near):
             return {'text': lambda: (
-                f'{done}: not applied, they free no pair in contact ({_shown(after)}: the '
-                f'parts themselves are that close); the covers stay at tolerance '
-                f'{settings.cover_tolerance:g} m')}
+                f'{done}: not applied, they part no pair and take none {CONTACT_GAIN:g} m '
+                f'farther ({_shown(near)}: the parts themselves are about that close); the '
+                'covers stay as they were')}
         rest = (f'the arm now rests in contact at {_shown(after)} (padded cover distances)'
                 if after else 'the arm no longer rests in contact')
         return {'model': refined, 'covers': {n: covers[n] for n in names},
                 'from': model, 'constraint': constraint, 'base': (refined, pairs),
-                'text': lambda: f'{done}: {rest}'}
+                'then': then, 'text': lambda: f'{done}: {rest}'}
     return work
 
 
 def contact_tolerances(settings):
-    """Return the tolerances [m] of the contact refinement, coarser first: 60 % of the cover
-    tolerance (when coarser than the contact tolerance), then ``contact_tolerance``."""
+    """Return the steps [m] of the contact refinement, coarser first: 60 % of the cover
+    tolerance (when coarser than ``contact_tolerance``), then ``contact_tolerance`` for the
+    links whose pairs have not left their contact (``CONTACT_RELEASE`` apart): every sphere
+    costs in every query of every tick, and the coarser step comes sooner (talos's five
+    resting links: 2722 spheres at 6 mm in 8 s, 6630 at 4 mm)."""
     finest = settings.contact_tolerance
     return sorted({finest, max(finest, 0.6 * settings.cover_tolerance)}, reverse=True)
 
@@ -233,16 +235,19 @@ def settle(guard, seconds):
 
 def coarse_note(model, waited):
     """Return the log line of a start with the coarse ``model`` after ``waited`` [s]."""
-    links = model.coarse_links
-    which = ('every link' if len(links) == len(model.link_names) else
-             f'{", ".join(links)} (swept over joints off the chain; they come last)')
+    boxes = ('spheres over each collision element\'s bounding box, reaching up to '
+             f'{COARSE_TOLERANCE:g} m beyond the box')
+    later = ('("fine covers in" is logged; later starts read them from the disk cache)')
+    if len(model.coarse_links) < len(model.link_names):
+        return (f'the fine covers of {", ".join(model.coarse_links)} (swept over joints off '
+                'the chain: the slowest to compute) are computed after the first command\'s '
+                f'contact check; until then they keep coarse covers ({boxes}), so the guard '
+                f'refuses more motions near them than its settings ask, never fewer {later}')
     return (f'the fine sphere covers are not ready after {waited:g} s (a first start with '
-            f'this robot): the collision guard starts with coarse covers on {which} '
-            '(spheres over each collision element\'s bounding box, reaching up to '
-            f'{COARSE_TOLERANCE:g} m beyond the box) and checks every pair the SRDF leaves, '
-            'so it refuses more motions than its settings ask, never fewer, until the fine '
-            'covers being computed in the background replace them ("fine covers in" is '
-            'logged; later starts read them from the disk cache)')
+            f'this robot): the collision guard starts with coarse covers ({boxes}) and '
+            'checks every pair the SRDF leaves, so it refuses more motions than its settings '
+            'ask, never fewer, until the fine covers being computed in the background replace '
+            f'them {later}')
 
 
 class BackgroundUpdates:
@@ -254,12 +259,12 @@ class BackgroundUpdates:
         self._workers = []
         self._last_cover = None      # the thread of the cover update started last
 
-    def start(self, name, work, failure, covers=False):
+    def start(self, name, work, failure, covers=False, then=None):
         """Run ``work()`` in a thread named ``name``; its result (or {'error': failure(exc)}
-        when it raised) waits for ``take``. covers: the work computes covers in a child
-        process; such updates run one after the other, in the order started (two processes
-        would take the control tick's core, and the one started first is the one needed
-        first)."""
+        when it raised) waits for ``take``, with ``then`` (callable: what the guard's poll
+        runs once it is taken, whatever the result) as 'then' unless the work gave one.
+        covers: the work computes covers in a child process; such updates run one after the
+        other, in the order started (two processes would take the control tick's core)."""
         before = self._last_cover if covers else None
 
         def run():
@@ -269,6 +274,8 @@ class BackgroundUpdates:
                 result = work()
             except Exception as exc:   # reported by the guard's poll, never raised here
                 result = {'error': failure(exc)}
+            if then is not None:
+                result.setdefault('then', then)
             with self._lock:
                 self._pending.append(result)
 

@@ -61,8 +61,8 @@ class SceneUpkeep:
                         'pair(s) at its first command: none may get deeper until the fine '
                         'covers are in') if count else None
             else:
+                # Then the swept links' fine covers (a head, fingers), if coarse.
                 note = guard.contact_note(q, guard.start_contact_refinement(q))
-                guard.start_fine_covers()    # the swept links' (a head, fingers), if coarse
         except Exception as exc:      # never in the way of the command stream
             self.report('warn', 'contact_note', f'contact check failed ({exc})', exc)
             return []
