@@ -532,8 +532,8 @@ def test_a_coarse_model_turns_fine_in_stages_the_chain_links_first(gripper, tmp_
     """``next_fine_links``: the links riding on the chain come before those swept over
     off-chain joints (seconds against up to a minute each on a real robot); ``fine`` with
     the covers of some links keeps the others coarse and stores nothing until none is; a
-    contact refinement of a fine link, merged with ``with_covers`` under the swept links'
-    fine covers, keeps both."""
+    contact refinement of a fine link keeps its finer cover when the swept links' fine
+    covers come in, and the disk cache gets the cover at the model's tolerance."""
     urdf, chain, fine = gripper
     cache = str(tmp_path)
     coarse = CollisionModel.from_urdf(chain, urdf, cache_dir=cache, coarse=True)
@@ -552,17 +552,16 @@ def test_a_coarse_model_turns_fine_in_stages_the_chain_links_first(gripper, tmp_
     refined, names = half.refined(['hand'], 0.004)
     assert names == ['hand'] and refined.coarse_links == half.coarse_links
     swept = link_covers(*half.fine_inputs())[0]
-    whole = half.fine(swept)
-    assert not whole.coarse and np.array_equal(whole.radii, fine.radii)
-    assert np.array_equal(whole.centers, fine.centers)
-    again = CollisionModel.from_urdf(chain, urdf, cache_dir=cache, coarse=True)
-    assert not again.coarse and np.array_equal(again.radii, fine.radii)
-    merged = refined.with_covers(swept)
-    assert not merged.coarse
+    whole = refined.fine(swept)          # the refined hand stays; the disk gets its 1 cm cover
+    assert not whole.coarse
     for name in coarse.link_names:
         expected = refined if name == 'hand' else fine
-        assert np.array_equal(_link_spheres(merged, name), _link_spheres(expected, name)), name
-    assert not np.array_equal(_link_spheres(merged, 'hand'), _link_spheres(fine, 'hand'))
+        assert np.array_equal(_link_spheres(whole, name), _link_spheres(expected, name)), name
+    assert not np.array_equal(_link_spheres(whole, 'hand'), _link_spheres(fine, 'hand'))
+    again = CollisionModel.from_urdf(chain, urdf, cache_dir=cache, coarse=True)
+    assert not again.coarse and np.array_equal(again.radii, fine.radii)
+    assert np.array_equal(again.centers, fine.centers)
+    assert np.array_equal(half.fine(swept).radii, fine.radii)
 
 
 def test_a_first_start_applies_the_chain_links_fine_covers_then_the_swept_ones(gripper,

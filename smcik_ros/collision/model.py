@@ -127,6 +127,7 @@ class CollisionModel:
         self.cache_dir = ''          # from_urdf: where covers (and the constraint's tables) live
         self.coarse_links = ()       # from_urdf(coarse=True): links with coarse covers
         self._source = None          # a coarse model: what fine() builds the model from
+        self._plain = {}             # refined links: their covers at the model's tolerance
         names, bodies, groups, starts, counts, excess = [], [], [], [], [], []
         centers, radii, sphere_link = [], [], []
         for name, cover in link_covers:
@@ -204,8 +205,9 @@ class CollisionModel:
         ``coarse_links`` (``link_covers`` of ``fine_inputs(links)``, e.g. computed in another
         process); None: all of them, computed here (seconds to minutes). The model has this
         model's links, bodies and groups (pair ids stay valid); it stays coarse while links
-        remain, and once none does it is stored in the disk cache, where the next
-        ``from_urdf`` finds it."""
+        remain, and once none does it is stored in the disk cache (at its tolerance: a
+        refined link's cover as it was before ``refined``), where the next ``from_urdf``
+        finds it."""
         if not self.coarse:
             return self
         notes = []
@@ -215,7 +217,8 @@ class CollisionModel:
         if model.coarse:
             model._source = self._source
         else:
-            _store_model(self._source.cache_dir, self._source.key, list(model._covers.items()),
+            stored = [(n, model._plain.get(n, c)) for n, c in model._covers.items()]
+            _store_model(self._source.cache_dir, self._source.key, stored,
                          self._attachments, self.geometry, self.warnings, notes,
                          self.group_parent, self.urdf_links)
         return model
@@ -250,6 +253,7 @@ class CollisionModel:
         model.cache_dir = self.cache_dir
         model.coarse_links = tuple(n for n in self.coarse_links if n not in covers)
         model._source = self._source if model.coarse_links else None
+        model._plain = {n: c for n, c in self._plain.items() if n not in covers}
         return model
 
     def refined(self, links, tolerance, covers=None):
@@ -271,7 +275,9 @@ class CollisionModel:
             return self, []
         if covers is None:
             covers, _ = link_covers(*inputs)
-        return self.with_covers({name: covers[name] for name in names}), names
+        model = self.with_covers({name: covers[name] for name in names})
+        model._plain = {**{n: self._covers[n] for n in names}, **self._plain}
+        return model, names
 
     def refine_inputs(self, links, tolerance):
         """Return the ``link_covers`` arguments of ``refined(links, tolerance)`` (plain data:

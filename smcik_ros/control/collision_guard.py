@@ -367,7 +367,7 @@ class CollisionGuard:
         constraint = result['constraint']
         if 'model' in result:     # on top of what another update applied since it started
             self.model = (result['model'] if result['from'] is self.model
-                          else self.model.with_covers(result['covers']))
+                          else result['merge'](self.model))
             self.reach = reach_bound(self.model)
         if 'pairs' in result:
             self.pairs, self.srdf = result['pairs'], result['srdf']

@@ -19,8 +19,9 @@ Covers are computed in a child process (``covers_in_child``), the rest in the th
 
 A result is a dict: 'text' (callable -> the log line), and for a change 'constraint' with
 'base' (the model and pairs it was built on; ``poll`` builds it again when either has been
-replaced since), 'model' and/or 'pairs' and 'srdf', and 'then' (callable, run once it is
-applied); or 'error' (the log line of a failure).
+replaced since), 'model' (with 'from', the model it was computed on, and 'merge', callable:
+the same change made on the model that replaced 'from' since) and/or 'pairs' and 'srdf';
+'then' (callable, run once it is taken); or 'error' (the log line of a failure).
 """
 
 import logging
@@ -76,7 +77,8 @@ def full_covers(model, pairs, settings, build, then):
         else:
             rest = '; the self-collision pairs are computed again for them'
         spheres = sum(len(covers[n].radii) for n in links)
-        return {'model': fine, 'covers': covers, 'constraint': build(fine, pairs, settings),
+        return {'model': fine, 'merge': lambda current: current.fine(covers),
+                'constraint': build(fine, pairs, settings),
                 'base': (fine, pairs), 'from': model, 'then': then,
                 'text': lambda: (
                     f'fine covers in after {took:.0f} s: {spheres} spheres (tolerance '
@@ -201,8 +203,8 @@ def finer_covers(model, links, q, contacts, pairs, settings, build, tolerance, t
                 'covers stay as they were')}
         rest = (f'the arm now rests in contact at {_shown(after)} (padded cover distances)'
                 if after else 'the arm no longer rests in contact')
-        return {'model': refined, 'covers': {n: covers[n] for n in names},
-                'from': model, 'constraint': constraint, 'base': (refined, pairs),
+        return {'model': refined, 'from': model,
+                'merge': lambda current: current.refined(names, tolerance, covers)[0], 'constraint': constraint, 'base': (refined, pairs),
                 'then': then, 'text': lambda: f'{done}: {rest}'}
     return work
 
