@@ -542,7 +542,7 @@ def test_a_coarse_model_turns_fine_in_stages_the_chain_links_first(gripper, tmp_
     assert set(first) | set(coarse.swept_links) == set(coarse.coarse_links)
     half = coarse.fine(link_covers(*coarse.fine_inputs(first))[0])
     assert half.coarse and set(half.coarse_links) == set(coarse.swept_links)
-    assert half.next_fine_links() == list(half.coarse_links)
+    assert half.next_fine_links() == list(half.coarse_links[:1])   # one swept link at a time
     assert half.link_names == coarse.link_names
     for name in coarse.link_names:
         expected = fine if name in first else coarse
@@ -582,9 +582,12 @@ def test_a_first_start_applies_the_chain_links_fine_covers_then_the_swept_ones(g
     assert warned and all(name in warned[0] for name in model.coarse_links), notes
     assert not [t for t in texts if 'pairs of the fine' in t]
     assert guard.start_fine_covers() and not guard.start_fine_covers()
-    assert guard.wait_for_update(120.0)
-    level, text, changed = guard.poll()
-    assert changed and text.startswith('fine covers in') and not guard.model.coarse, text
+    swept = list(guard.model.coarse_links)
+    for k, name in enumerate(swept):                # one at a time, each starting the next
+        assert guard.wait_for_update(120.0)
+        level, text, changed = guard.poll()
+        assert changed and text.startswith('fine covers in') and 'on 1 link' in text, text
+        assert guard.model.coarse_links == tuple(swept[k + 1:])
     assert np.array_equal(guard.model.radii, fine.radii)
     assert guard.wait_for_update(60.0)
     assert 'pairs of the fine covers' in guard.poll()[1]

@@ -234,11 +234,12 @@ class CollisionModel:
                 source.tolerance, source.item_edge, source.cache_dir)
 
     def next_fine_links(self):
-        """Return the coarse links whose fine covers come first: those riding on the chain
-        (seconds), before the links swept over an off-chain joint's range (a head, fingers:
-        up to a minute each); [] when the model is not coarse."""
-        return ([n for n in self.coarse_links if n not in self.swept_links]
-                or list(self.coarse_links))
+        """Return the coarse links whose fine covers come next: all those riding on the
+        chain (seconds), then the links swept over an off-chain joint's range one at a time
+        (each up to a minute: a head), so that each is applied when ready; [] when the model
+        is not coarse."""
+        chain_links = [n for n in self.coarse_links if n not in self.swept_links]
+        return chain_links or list(self.coarse_links[:1])
 
     def with_covers(self, covers):
         """Return a copy whose links in ``covers`` ({link: SphereCover}, e.g. what ``fine``

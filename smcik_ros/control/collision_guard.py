@@ -275,19 +275,23 @@ class CollisionGuard:
 
     def start_fine_covers(self):
         """Compute the next fine covers of a coarse model in a thread (``full_covers``: the
-        chain's links, then those swept over off-chain joints); ``poll`` swaps them in. Once
-        none is coarse, the pairs are computed again (the 'always' rule needs the fine
-        covers); until then, call again for the next links (``start_contact_refinement``
-        does, after its last step: the refinement the chain's fine covers start goes first).
+        chain's links, then those swept over off-chain joints one at a time, each starting
+        the next); ``poll`` swaps them in. Once none is coarse, the pairs are computed again
+        (the 'always' rule needs the fine covers). After the chain's links, call again for
+        the swept ones (``start_contact_refinement`` does, after its last step: the
+        refinement the chain's fine covers start goes first).
         Returns False (nothing to do) when the model is not coarse or its covers are being
         computed."""
         if not self.model.coarse or self._updates.busy('smcik-fine-covers'):
             return False
+        swept = set(self.model.next_fine_links()) <= set(self.model.swept_links)
 
         def then():
             if not self.model.coarse:
                 self.start_srdf_update(self.srdf_parsed, self.srdf,
                                        'self-collision pairs of the fine covers computed')
+            elif swept:              # the next swept link
+                self.start_fine_covers()
         work = full_covers(self.model, self.pairs, self.settings, self._build_constraint, then)
         self._updates.start('smcik-fine-covers', work, lambda exc: (
             f'the fine covers were not computed ({type(exc).__name__}: {exc}); the coarse '
