@@ -12,10 +12,12 @@ numba cache lives beside the package), so neither start pays for that.
 Times are seconds from spawning the node: 'model' (its "model from" line: the URDF read,
 the chain built), 'collision' (the collision model's summary line), 'ready' (its "ready"
 line), 'command' (the first command received here: the node commands the robot), and
-'fine' (the log line saying that the fine covers replaced the coarse ones computed first;
-empty when the start had nothing to refine, e.g. on a warm cache). The node's log lines
+'fine' (the first log line saying that fine covers replaced coarse ones computed first: the
+chain's links), 'all_fine' (every link's, the swept ones last: the pairs computed again for
+them); both empty when the start had nothing to refine, e.g. on a warm cache. The node's log
+lines
 about covers are listed under the table (what a user sees while it computes). 'rate_hz' is
-the command rate received here from the first command until the fine covers are in (or for
+the command rate received here from the first command until all fine covers are in (or for
 10 s when there is nothing to wait for), 'late_ticks' the node's late control ticks
 (``~/status``) by then: what computing the fine covers beside the control tick costs it.
 
@@ -63,11 +65,11 @@ ROBOTS = {
                ['left_hand', 'right_hand', 'left_foot', 'right_foot'], True),
 }
 FIELDS = ['robot', 'joints', 'cache', 'model_s', 'collision_s', 'ready_s', 'command_s',
-          'fine_s', 'spheres', 'rate_hz', 'late_ticks']
+          'fine_s', 'all_fine_s', 'spheres', 'rate_hz', 'late_ticks']
 # The node's log lines, as rcutils prints them: [LEVEL] [seconds.nanoseconds] [name]: text
 LINE = re.compile(r'^\[(\w+)\] \[(\d+\.\d+)\] \[smcik_node\]: (.*)$')
 PHASES = {'model_s': 'model from ', 'collision_s': 'collision model: ', 'ready_s': 'ready: ',
-          'fine_s': 'fine covers '}
+          'fine_s': 'fine covers ', 'all_fine_s': 'self-collision pairs of the fine covers'}
 
 
 def log_times(path, spawned):
@@ -123,7 +125,7 @@ def start_once(spec, cache, log_dir, args, node_ctx):
             received.wait(lambda r: False, 10.0)
             while time.monotonic() < deadline and node.poll() is None:
                 times, _ = log_times(node_log, spawned)
-                if 'fine_s' in times or 'starts with coarse covers' not in node_log.read_text(
+                if 'all_fine_s' in times or 'coarse covers' not in node_log.read_text(
                         errors='replace'):
                     break
                 received.wait(lambda r: False, 1.0)

@@ -328,6 +328,8 @@ class CollisionGuard:
         else:
             contacts = [(pair, d) for pair, d in self.constraint.contacts(
                 q, within=CONTACT_RELEASE) if set(pair) & set(links)]
+        # A pair with a coarse cover waits for its fine one (it may free the pair).
+        contacts = [(pair, d) for pair, d in contacts if not set(pair) & set(model.coarse_links)]
         names = [n for pair, _ in contacts for n in pair if model.has_link(n)]
         names = [n for n in dict.fromkeys(names) if (links is None or n in links)
                  and n not in model.coarse_links

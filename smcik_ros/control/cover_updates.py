@@ -204,8 +204,9 @@ def finer_covers(model, links, q, contacts, pairs, settings, build, tolerance, t
         rest = (f'the arm now rests in contact at {_shown(after)} (padded cover distances)'
                 if after else 'the arm no longer rests in contact')
         return {'model': refined, 'from': model,
-                'merge': lambda current: current.refined(names, tolerance, covers)[0], 'constraint': constraint, 'base': (refined, pairs),
-                'then': then, 'text': lambda: f'{done}: {rest}'}
+                'merge': lambda current: current.refined(names, tolerance, covers)[0],
+                'constraint': constraint, 'base': (refined, pairs), 'then': then,
+                'text': lambda: f'{done}: {rest}'}
     return work
 
 

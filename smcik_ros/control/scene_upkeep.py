@@ -29,7 +29,7 @@ class SceneUpkeep:
     def before_tick(self):
         """Apply background updates and the surfaces' exemptions; return log lines."""
         lines = []
-        coarse = len(self.guard.model.coarse_links)
+        chain_coarse, coarse = _chain_coarse(self.guard.model), self.guard.model.coarse
         event = self.guard.poll()
         if event is not None:
             level, text, changed = event
@@ -37,9 +37,11 @@ class SceneUpkeep:
                 self.loop.set_constraints(self.constraints())
                 self.loop.cancel_detour('the collision model changed')
             lines.append((level, text))
-            if len(self.guard.model.coarse_links) < coarse:    # fine covers came in
-                # The note is due now, or once the pairs of a wholly fine model are in.
-                self.noted = False if self.guard.model.coarse else None
+            model = self.guard.model
+            if chain_coarse and not _chain_coarse(model):    # the chain's fine covers: now
+                self.noted = False
+            elif coarse and not model.coarse:      # the last ones: once their pairs are in
+                self.noted = None
             elif changed and self.noted is None:
                 self.noted = False
         lines += [('info', line) for line in self.surfaces.update(
@@ -53,9 +55,8 @@ class SceneUpkeep:
             return []
         self.noted = True
         guard = self.guard
-        model = guard.model
         try:
-            if [n for n in model.coarse_links if n not in model.swept_links]:
+            if _chain_coarse(guard.model):
                 count = len(guard.constraint.contacts(q))
                 note = (f'with the coarse covers the robot rests in contact in {count} '
                         'pair(s) at its first command: none may get deeper until the fine '
@@ -67,3 +68,9 @@ class SceneUpkeep:
             self.report('warn', 'contact_note', f'contact check failed ({exc})', exc)
             return []
         return [] if note is None else [('warn', note)]
+
+
+def _chain_coarse(model):
+    """True while links riding on the chain still have coarse covers (the swept ones come
+    after the contact refinement)."""
+    return any(n not in model.swept_links for n in model.coarse_links)
