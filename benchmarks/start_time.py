@@ -70,6 +70,8 @@ FIELDS = ['robot', 'joints', 'cache', 'model_s', 'collision_s', 'ready_s', 'comm
 LINE = re.compile(r'^\[(\w+)\] \[(\d+\.\d+)\] \[smcik_node\]: (.*)$')
 PHASES = {'model_s': 'model from ', 'collision_s': 'collision model: ', 'ready_s': 'ready: ',
           'fine_s': 'fine covers ', 'all_fine_s': 'self-collision pairs of the fine covers'}
+# The node's notes of a start with coarse covers (everywhere, or on the swept links).
+COARSE_START = ('starts with coarse covers', 'keep coarse covers')
 
 
 def log_times(path, spawned):
@@ -125,8 +127,9 @@ def start_once(spec, cache, log_dir, args, node_ctx):
             received.wait(lambda r: False, 10.0)
             while time.monotonic() < deadline and node.poll() is None:
                 times, _ = log_times(node_log, spawned)
-                if 'all_fine_s' in times or 'coarse covers' not in node_log.read_text(
-                        errors='replace'):
+                text = node_log.read_text(errors='replace')
+                if 'all_fine_s' in times or not any(
+                        note in text for note in COARSE_START):
                     break
                 received.wait(lambda r: False, 1.0)
             span = time.time() - received.first_command
