@@ -54,6 +54,27 @@ def _contains(centers, c, r, items, means, spread, i):
 
 
 @njit(cache=True)
+def _grid_of(means, size):
+    """Return (lo (3,), dims (3,)) of a grid of cells of edge ``size`` over ``means``."""
+    lo = np.empty(3)
+    dims = np.empty(3, dtype=np.int64)
+    for a in range(3):
+        lo[a] = means[:, a].min() if means.shape[0] else 0.0
+        span = (means[:, a].max() - lo[a]) if means.shape[0] else 0.0
+        dims[a] = int(span / size) + 1
+    return lo, dims
+
+
+@njit(cache=True, inline='always')
+def _cell_range(center, r, lo, size, dims, b0, b1):
+    """Write to b0, b1 (3,) the first and last grid cells, per axis, of the box around the
+    ball (center, r)."""
+    for a in range(3):
+        b0[a] = max(int((center[a] - r - lo[a]) / size), 0)
+        b1[a] = min(int((center[a] + r - lo[a]) / size), dims[a] - 1)
+
+
+@njit(cache=True)
 def _cell_spread(starts, spread):
     """Return (cells,) the largest spread of the pieces of each cell (0 when empty); the
     spreads are in cell order."""
@@ -92,14 +113,9 @@ def ball_containment(centers, radius, items, means, spread, size):
     decided whole: the answer is the per-piece test's, at a fraction of the work for the
     large balls deep inside a link.
     """
-    lo = np.empty(3)
-    dims = np.empty(3, dtype=np.int64)
+    lo, dims = _grid_of(means, size)
     b0 = np.empty(3, dtype=np.int64)
     b1 = np.empty(3, dtype=np.int64)
-    for a in range(3):
-        lo[a] = means[:, a].min() if means.shape[0] else 0.0
-        span = (means[:, a].max() - lo[a]) if means.shape[0] else 0.0
-        dims[a] = int(span / size) + 1
     order, starts = _cells(means, lo, size, dims)
     # The pieces in cell order: a run of cells along z is one contiguous slice.
     items, means, spread = items[order], means[order], spread[order]
@@ -111,9 +127,7 @@ def ball_containment(centers, radius, items, means, spread, size):
         count = 0
         r = radius[c]
         margin = 1e-9 * (r + size)       # above the rounding of the cell distances
-        for a in range(3):
-            b0[a] = max(int((centers[c, a] - r - lo[a]) / size), 0)
-            b1[a] = min(int((centers[c, a] + r - lo[a]) / size), dims[a] - 1)
+        _cell_range(centers[c], r, lo, size, dims, b0, b1)
         for ix in range(b0[0], b1[0] + 1):
             for iy in range(b0[1], b1[1] + 1):
                 row = (ix * dims[1] + iy) * dims[2]
@@ -145,18 +159,6 @@ def ball_containment(centers, radius, items, means, spread, size):
 
 
 @njit(cache=True)
-def _grid_of(means, size):
-    """Return (lo (3,), dims (3,)) of a grid of cells of edge ``size`` over ``means``."""
-    lo = np.empty(3)
-    dims = np.empty(3, dtype=np.int64)
-    for a in range(3):
-        lo[a] = means[:, a].min() if means.shape[0] else 0.0
-        span = (means[:, a].max() - lo[a]) if means.shape[0] else 0.0
-        dims[a] = int(span / size) + 1
-    return lo, dims
-
-
-@njit(cache=True)
 def best_fit(centers, depths, items, means, tolerance, size):
     """Return (best (I,), far (I,)): for each piece the ball that holds it with the least
     excess (its farthest point's distance minus the centre's depth, at most ``tolerance``
@@ -180,9 +182,7 @@ def best_fit(centers, depths, items, means, tolerance, size):
         if limit < 0.0:
             continue
         reach = limit * (1.0 + 1e-9) + 1e-12
-        for a in range(3):
-            b0[a] = max(int((centers[c, a] - reach - lo[a]) / size), 0)
-            b1[a] = min(int((centers[c, a] + reach - lo[a]) / size), dims[a] - 1)
+        _cell_range(centers[c], reach, lo, size, dims, b0, b1)
         for ix in range(b0[0], b1[0] + 1):
             for iy in range(b0[1], b1[1] + 1):
                 row = (ix * dims[1] + iy) * dims[2]
