@@ -44,13 +44,19 @@ def _contains(centers, c, r, items, means, spread, i):
         return False                     # the farthest point is as far as the mean (rounding)
     if near + spread[i] <= r * (1.0 - 1e-12):
         return True                      # the triangle inequality, with a rounding margin
+    return _farthest2(items, i, centers, c) <= r * r
+
+
+@njit(cache=True, inline='always')
+def _farthest2(items, i, centers, c):
+    """Return the squared distance of piece i's farthest point from centers[c]."""
     far = 0.0
     for k in range(items.shape[1]):
         px = items[i, k, 0] - centers[c, 0]
         py = items[i, k, 1] - centers[c, 1]
         pz = items[i, k, 2] - centers[c, 2]
         far = max(far, px * px + py * py + pz * pz)
-    return far <= r * r
+    return far
 
 
 @njit(cache=True)
@@ -193,13 +199,7 @@ def best_fit(centers, depths, items, means, tolerance, size):
                     dz = means[i, 2] - centers[c, 2]
                     if dx * dx + dy * dy + dz * dz > reach * reach:
                         continue
-                    far2 = 0.0
-                    for k in range(items.shape[1]):
-                        px = items[i, k, 0] - centers[c, 0]
-                        py = items[i, k, 1] - centers[c, 1]
-                        pz = items[i, k, 2] - centers[c, 2]
-                        far2 = max(far2, px * px + py * py + pz * pz)
-                    far = np.sqrt(far2)
+                    far = np.sqrt(_farthest2(items, i, centers, c))
                     cost = far - depths[c]
                     if cost <= tolerance + 1e-12 and cost < best_cost[i]:
                         best[i], best_cost[i], best_far[i] = c, cost, far
