@@ -233,13 +233,17 @@ class CollisionModel:
         return ({n: self.geometry[n] for n in names}, {n: self._attachments[n] for n in names},
                 source.tolerance, source.item_edge, source.cache_dir)
 
+    @property
+    def coarse_chain_links(self):
+        """The coarse links riding on the chain (not swept over an off-chain joint)."""
+        return tuple(n for n in self.coarse_links if n not in self.swept_links)
+
     def next_fine_links(self):
         """Return the coarse links whose fine covers come next: all those riding on the
         chain (seconds), then the links swept over an off-chain joint's range one at a time
         (each up to a minute: a head), so that each is applied when ready; [] when the model
         is not coarse."""
-        chain_links = [n for n in self.coarse_links if n not in self.swept_links]
-        return chain_links or list(self.coarse_links[:1])
+        return list(self.coarse_chain_links or self.coarse_links[:1])
 
     def with_covers(self, covers):
         """Return a copy whose links in ``covers`` ({link: SphereCover}, e.g. what ``fine``

@@ -284,7 +284,7 @@ class CollisionGuard:
         computed."""
         if not self.model.coarse or self._updates.busy('smcik-fine-covers'):
             return False
-        swept = set(self.model.next_fine_links()) <= set(self.model.swept_links)
+        swept = not self.model.coarse_chain_links
 
         def then():
             if not self.model.coarse:

@@ -29,7 +29,8 @@ class SceneUpkeep:
     def before_tick(self):
         """Apply background updates and the surfaces' exemptions; return log lines."""
         lines = []
-        chain_coarse, coarse = _chain_coarse(self.guard.model), self.guard.model.coarse
+        chain_coarse = bool(self.guard.model.coarse_chain_links)
+        coarse = self.guard.model.coarse
         event = self.guard.poll()
         if event is not None:
             level, text, changed = event
@@ -38,7 +39,7 @@ class SceneUpkeep:
                 self.loop.cancel_detour('the collision model changed')
             lines.append((level, text))
             model = self.guard.model
-            if chain_coarse and not _chain_coarse(model):    # the chain's fine covers: now
+            if chain_coarse and not model.coarse_chain_links:    # the chain's fine covers: now
                 self.noted = False
             elif coarse and not model.coarse:      # the last ones: once their pairs are in
                 self.noted = None
@@ -56,7 +57,7 @@ class SceneUpkeep:
         self.noted = True
         guard = self.guard
         try:
-            if _chain_coarse(guard.model):
+            if guard.model.coarse_chain_links:
                 count = len(guard.constraint.contacts(q))
                 note = (f'with the coarse covers the robot rests in contact in {count} '
                         'pair(s) at its first command: none may get deeper until the fine '
@@ -69,8 +70,3 @@ class SceneUpkeep:
             return []
         return [] if note is None else [('warn', note)]
 
-
-def _chain_coarse(model):
-    """True while links riding on the chain still have coarse covers (the swept ones come
-    after the contact refinement)."""
-    return any(n not in model.swept_links for n in model.coarse_links)
