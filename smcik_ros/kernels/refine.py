@@ -91,7 +91,8 @@ def _target_rows(columns, targets, rot, pos, work, res6, jac6, r, jac):
     m0 = 0
     for i in range(body.shape[0]):
         jac6[:] = 0.0
-        _pose_rj_row(columns, rot, pos, 0, body[i], offset, i, goal, i, res6, jac6, work)
+        _pose_rj_row(columns, rot, pos, 0, body[i], offset, i, goal, i, res6, jac6, work,
+                     kind[i] != 1)
         lo = 3 if kind[i] == 2 else 0
         hi = 3 if kind[i] == 1 else 6
         for a in range(lo, hi):
@@ -158,7 +159,8 @@ def _full_costs(columns, targets, rot, pos, work, res6, jac6):
         if not full[i]:
             continue
         jac6[:] = 0.0
-        _pose_rj_row(columns, rot, pos, 0, body[i], offset, i, goal, i, res6, jac6, work)
+        _pose_rj_row(columns, rot, pos, 0, body[i], offset, i, goal, i, res6, jac6, work,
+                     kind[i] != 1)
         lo = 3 if kind[i] == 2 else 0
         hi = 3 if kind[i] == 1 else 6
         for a in range(lo, hi):
@@ -495,41 +497,24 @@ def begin(bodies, columns, joints, targets, lm, motion, q, state):
 def refine(bodies, columns, joints, targets, lm, motion, q, state):
     """Run every step of the refinement on the rows of q (K, nq), each on its own, for a
     problem of targets alone; q and ``state`` are updated in place."""
-    count = lm[1].shape[0] + (0 if motion[5] < 0.0 else 1)
-    ws = _workspace(bodies, columns, targets, 0, q.shape[1], count)
-    _refine_rows(bodies, columns, joints, targets, lm, motion, q, state, ws,
-                 np.empty((count, q.shape[1])), _judged(count), False)
-
-
-@njit(cache=True)
-def _refine_rows(bodies, columns, joints, targets, lm, motion, q, state, ws, trials, judged,
-                 solved_stops):
-    """``refine`` with its buffers given (``first_solution`` reuses them row after row);
-    solved_stops (``first_solution``): a row stops at the first step that meets the targets'
-    tolerance, and each step takes the first trial (the longest) that lowers the cost
-    without judging the shorter ones (plain steps only)."""
     plain = motion[5] < 0.0
+    count = lm[1].shape[0] + (0 if plain else 1)
+    ws = _workspace(bodies, columns, targets, 0, q.shape[1], count)
+    trials, judged, jw = np.empty((count, q.shape[1])), _judged(count), _judging(ws)
     none = (np.empty(0), np.empty((0, ws[7].shape[1])))
+    no_cost = np.zeros(count)
     cost, guard, precise, dist2, _, _, active = state
     begin(bodies, columns, joints, targets, lm, motion, q, state)
-    no_cost = np.zeros(trials.shape[0])
-    jw = _judging(ws)
     for k in range(q.shape[0]):
         for _ in range(lm[0]):
             if not active[k]:
                 break
             count, mu = _trials(bodies, columns, joints, targets, lm, motion, none, q[k],
                                 cost[k], precise[k], trials, ws)
-            # solved_stops: the longest step that lowers the cost ends the judgement (not
-            # written in the call: a branch among its arguments binds the ones before again)
-            stop = cost[k] if solved_stops else -np.inf
             judged_count = _judge(bodies, columns, joints, targets, motion, trials, no_cost,
-                                  guard[k], stop, judged, jw)
+                                  guard[k], -np.inf, judged, jw)
             pick = _pick(plain, precise[k], cost[k], dist2[k], mu, judged_count, judged)
             _accept(k, pick, q, state, trials, judged)
-            if solved_stops and pick >= 0 and judged[1][pick] <= targets[9] \
-                    and judged[4][pick] <= targets[10]:
-                break
 
 
 @njit(cache=True)
@@ -575,31 +560,39 @@ def choose(bodies, columns, joints, targets, motion, q, state, trials, mu, extra
 
 @njit(cache=True)
 def first_solution(bodies, columns, joints, targets, lm, motion, q):
-    """Refine the rows of ``q`` (K, nq) one after another, each alone by ``refine`` (plain
-    ``motion``) and only up to the step that meets the targets' tolerance, until one meets
-    it; return (its index, position error
-    [m], orientation error [rad]), or (-1, NaN, NaN) when none did.
+    """Refine the rows of ``q`` (K, nq) one after another, each alone by plain LM steps
+    (``motion``: the plain record) until one meets the targets' tolerance; return (its
+    index, position error [m], orientation error [rad]), or (-1, NaN, NaN) when none did.
 
     The SMC ``solve``'s first stage (``policies/seed_first.py``): row 0 is the seed, the
-    others draws of the filter's proposal. q is updated in place (refined rows); rows after
-    the returned one are untouched."""
+    others draws of the filter's proposal. Each step takes its longest trial that lowers
+    the cost (the shorter ones are not judged); a row stops when it meets the tolerance or
+    no trial lowers its cost. q is updated in place (refined rows); rows after the returned
+    one are untouched. ``refine``'s step without its per-row state: this loop runs on every
+    solve(), where that bookkeeping cost a third of the kernel's time."""
     tol_p, tol_o = targets[9], targets[10]
-    nq = q.shape[1]
-    count = lm[1].shape[0] + (0 if motion[5] < 0.0 else 1)
+    k_count, nq = q.shape
+    count = lm[1].shape[0]
     ws = _workspace(bodies, columns, targets, 0, nq, count)
-    trials, judged = np.empty((count, nq)), _judged(count)
-    state = state_of(np.empty(1), np.full(1, np.inf))
-    for r in range(q.shape[0]):
-        row = q[r:r + 1]
-        c, pe, oe = _costs(bodies, columns, targets, row[0], ws)
+    trials, judged, jw = np.empty((count, nq)), _judged(count), _judging(ws)
+    none = (np.empty(0), np.empty((0, ws[7].shape[1])))
+    no_cost = np.zeros(count)
+    t_cost, t_pos, _, _, t_ori = judged
+    for k in range(k_count):
+        row = q[k]
+        cost, pe, oe = _costs(bodies, columns, targets, row, ws)
+        for _ in range(lm[0]):
+            if pe <= tol_p and oe <= tol_o:
+                break
+            _rows(bodies, columns, targets, none[0], none[1], row, ws)
+            _plain_trials(bodies, columns, joints, targets, lm, row, cost, trials, ws)
+            last = _judge(bodies, columns, joints, targets, motion, trials, no_cost, np.inf,
+                          cost, judged, jw) - 1
+            if not t_cost[last] < cost:
+                break
+            for v in range(nq):
+                row[v] = trials[last, v]
+            cost, pe, oe = t_cost[last], t_pos[last], t_ori[last]
         if pe <= tol_p and oe <= tol_o:
-            return r, pe, oe
-        state[0][0] = c
-        state[4][0] = False
-        state[6][0] = True
-        _refine_rows(bodies, columns, joints, targets, lm, motion, row, state, ws, trials,
-                     judged, True)
-        c, pe, oe = _costs(bodies, columns, targets, row[0], ws)
-        if pe <= tol_p and oe <= tol_o:
-            return r, pe, oe
+            return k, pe, oe
     return -1, math.nan, math.nan
