@@ -212,7 +212,10 @@ def parse_tolerance(tol):
 
     A number ``t`` gives (t, 10 t): 1e-3 means 1 mm and 0.01 rad. A pair is taken as is.
     """
-    if isinstance(tol, float) or np.ndim(tol) == 0:     # (a float: no numpy call)
+    if type(tol) in (tuple, list) and len(tol) == 2 and \
+            all(isinstance(x, (float, int)) for x in tol):  # (a pair of numbers: no numpy call)
+        pos, ori = float(tol[0]), float(tol[1])
+    elif isinstance(tol, float) or np.ndim(tol) == 0:   # (a float: none either)
         pos = float(tol)
         ori = ORIENTATION_PER_POSITION * pos
     else:

@@ -260,9 +260,10 @@ class SmcSolver(Solver):
         if found is not None:
             q, pos, ori = found
             if self._selection is not None and self._selection.has_turns:
-                q = self._selection.map_turns(q[None], q_seed)[0]
-            # The first stage's rows are finite already: reset without checking them again.
-            self._reset_checked(self.chain.clip(q))
+                q = self.chain.clip(self._selection.map_turns(q[None], q_seed)[0])
+            # The first stage's rows are finite and in the limits (its steps clip them):
+            # reset without checking them again.
+            self._reset_checked(q)
             return q, pos, ori
         self.reset(q_seed)
         s = self.settings

@@ -326,16 +326,15 @@ _EYE4 = np.eye(4)
 def _with_goals(record, targets):
     """Return the targets' record ``record`` with the goals of ``targets`` (same structure)."""
     goal = np.empty((len(targets), 4, 4))
+    goal[:] = _EYE4
     for i, t in enumerate(targets):
         kind = type(t)
         if kind is PoseTarget:
             goal[i] = t.pose
+        elif kind is PositionTarget:
+            goal[i, :3, 3] = t.position
         else:
-            goal[i] = _EYE4
-            if kind is PositionTarget:
-                goal[i, :3, 3] = t.position
-            else:
-                goal[i, :3, :3] = t.rotation
+            goal[i, :3, :3] = t.rotation
     return record[:_GOAL] + (goal,) + record[_GOAL + 1:]
 
 

@@ -1,9 +1,9 @@
 """Seed first: ``solve``'s compiled first stage (policy ``seed_rows``).
 
-Before the filter runs, ``solve`` refines the seed, then ``seed_rows - 1`` draws of the
-filter's uniform proposal, each alone by compiled LM steps (the refinement's own step,
-damped less: ``COST_DAMPING``, its longest trial that lowers the cost taken) until one
-meets the tolerance. Only where the compiled kernel can judge the problem whole: targets
+Before the filter runs, ``solve`` refines the seed, then (only when the seed fails)
+``seed_rows - 1`` draws of the filter's uniform proposal, each alone by compiled LM steps
+(the refinement's own step, damped less: ``COST_DAMPING``, its longest trial that lowers
+the cost taken) until one meets the tolerance. Only where the compiled kernel can judge the problem whole: targets
 of its kinds (pose, position, orientation, any number, on moving links), no ball joints, and
 of the hard constraints only contacts (``Contact``: a link keeps its pose), which it takes
 as pose targets at their own sigmas; the row it returns must then keep every hard
@@ -48,13 +48,15 @@ class SeedFirst:
             return None
         if len(terms) > len(targets):       # contacts: kept well inside their tolerance
             tolerance = (CONTACT_SHARE * tolerance[0], CONTACT_SHARE * tolerance[1])
-        rows = np.empty((self.rows, chain.nq))
-        rows[0] = q_seed
-        if self.rows > 1:
-            rows[1:] = chain.random_configuration(rng, self.rows - 1)
         bodies, columns, joints, record, _, plain = self.refinement.records(terms, tolerance)
+        # The seed alone first: the draws are made only when it fails.
+        rows = q_seed[None].copy()
         index, pos, ori = kernels.first_solution(bodies, columns, joints, record, self.lm,
                                                  plain, rows)
+        if index < 0 and self.rows > 1:
+            rows = chain.random_configuration(rng, self.rows - 1)
+            index, pos, ori = kernels.first_solution(bodies, columns, joints, record, self.lm,
+                                                     plain, rows)
         if index < 0:
             return None
         # The kernel met ``tolerance`` on the contacts' pose targets (the same errors):
