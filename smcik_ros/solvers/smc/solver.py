@@ -92,7 +92,9 @@ class SmcSolver(Solver):
     def _reset(self, q):
         n = self.settings.num_particles
         # Every particle starts at q; particle 0 is the estimate's (held) particle.
-        self.state = FilterState(np.repeat(q[None], n, axis=0), np.zeros(n), 0)
+        particles = np.empty((n, len(q)))
+        particles[:] = q                    # (np.repeat's dispatch took longer: solve())
+        self.state = FilterState(particles, np.zeros(n), 0)
         self._anneal_level = 1.0            # the task noise's annealing factor (seed 001)
         self._last_goal_vec = None
         self.goal_still = 0                 # iterations since the goal last changed
