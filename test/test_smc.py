@@ -8,7 +8,7 @@ from scipy.spatial.transform import Rotation
 
 from smcik_ros.collision import KeepOutSphere
 from smcik_ros.errors import GoalError, ParameterError
-from smcik_ros.goals import Constraint, PoseTarget, PositionTarget, PosturePreference
+from smcik_ros.goals import Constraint, PoseTarget, PositionTarget, PosturePreference, as_goal
 from smcik_ros.model import Chain
 from smcik_ros.rotations import quat_conjugate, quat_multiply, quat_to_rotvec, quat_from_rotvec
 from smcik_ros.solvers import available_solvers, make_solver
@@ -1109,6 +1109,26 @@ def test_a_first_stage_answer_leaves_the_state_reset_would(arm7):
         assert np.array_equal(solver.estimate, reference.estimate)
         assert np.array_equal(solver.step(pose), solver.estimate)
     assert answered >= 20
+
+
+def test_first_stage_draws_its_rows_only_when_the_seed_fails(arm7):
+    """The seed goes alone first: a seed that the stage brings within tolerance takes no
+    number from the generator (the draws cost more than its steps); one it cannot (one step
+    from far away) takes the seven draws' numbers, as ``random_configuration`` draws them."""
+    rng = np.random.default_rng(9)
+    q = arm7.random_configuration(rng)
+    targets = as_goal(arm7.fk(q), arm7)
+    stage = make_solver('smc', arm7, seed=2)._seed_first
+    generator = np.random.default_rng(4)
+    found = stage.solve(arm7, targets, [], arm7.clip(q + 0.05), (1e-3, 1e-2), generator)
+    assert found is not None
+    assert generator.bit_generator.state == np.random.default_rng(4).bit_generator.state
+    short = make_solver('smc', arm7, seed=2, seed_steps=1)._seed_first
+    generator, drawn = np.random.default_rng(4), np.random.default_rng(4)
+    far = arm7.clip(q + 1.0)
+    assert short.solve(arm7, targets, [], far, (1e-6, 1e-5), generator) is None
+    arm7.random_configuration(drawn, 7)
+    assert generator.bit_generator.state == drawn.bit_generator.state
 
 
 def test_first_stage_answers_only_what_keeps_the_hard_constraints(arm7):
