@@ -380,6 +380,31 @@ def test_fine_covers_computed_in_a_child_process_and_its_failure(guard_and_chain
         covers_in_child((geometry,) + tuple(inputs[1:]))
 
 
+def test_the_covers_child_is_kept_between_jobs_and_replaced_when_it_ends(guard_and_chain,
+                                                                        tmp_path):
+    """``covers_in_child`` sends each job to one child process (no interpreter start per
+    job); a child that has ended is replaced by the next job, with the same covers."""
+    import os
+    import signal
+    from smcik_ros.collision import CollisionModel
+    from smcik_ros.control import cover_updates
+    _, chain = guard_and_chain
+    inputs = CollisionModel.from_urdf(chain, ARM7_URDF, cache_dir=str(tmp_path),
+                                      coarse=True).fine_inputs()
+    first = cover_updates.covers_in_child(inputs)
+    child = cover_updates._WORKER.child()
+    again = cover_updates.covers_in_child(inputs)
+    assert cover_updates._WORKER.child() is child and child.poll() is None
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    third = cover_updates.covers_in_child(inputs)
+    assert cover_updates._WORKER.child().pid != child.pid
+    for covers in (again, third):
+        assert list(covers) == list(first)
+        for name in first:
+            assert np.array_equal(covers[name].radii, first[name].radii), name
+
+
 def test_status_says_why(guard_and_chain):
     guard, chain = guard_and_chain
     q = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])

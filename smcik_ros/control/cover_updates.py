@@ -15,7 +15,8 @@ finished:
   make one at least ``CONTACT_GAIN`` shallower; in steps (``contact_tolerances``), each
   for the links that have not left their contact (``CONTACT_RELEASE``).
 
-Covers are computed in a child process (``covers_in_child``), the rest in the thread.
+Covers are computed in a child process (``covers_in_child``, one kept for every job), the
+rest in the thread.
 
 A result is a dict: 'text' (callable -> the log line), and for a change 'constraint' with
 'base' (the model and pairs it was built on; ``poll`` builds it again when either has been
@@ -27,6 +28,7 @@ the same change made on the model that replaced 'from' since) and/or 'pairs' and
 import logging
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import threading
@@ -91,41 +93,78 @@ def covers_in_child(inputs):
     """Return the covers {link: SphereCover} of ``link_covers(*inputs)``, computed in a child
     Python process: a minute of covers computed in a thread held up the control tick through
     the GIL (talos: 277 late ticks of 100 Hz in 107 s). The child is a fresh interpreter
-    (``python -c``, nothing of this process forked or re-imported); the inputs and its
+    (``python -c``, nothing of this process forked or re-imported), started on the first
+    job and kept for the next ones (``_Worker``: a talos first start sends six, and each
+    fresh interpreter took 1-3 s to import before it computed anything); the inputs and its
     messages travel pickled over its stdin and stdout, and its log lines come out of this
-    process's loggers. ModelError when it fails or ends without a result; where no process
-    can be started, the covers are computed here."""
-    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [package] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]))
-    try:
-        child = subprocess.Popen(
+    process's loggers. ModelError when the covers fail or the child ends without them (the
+    next job starts another); where no process can be started, the covers are computed
+    here."""
+    with _WORKER.lock:         # one job at a time (BackgroundUpdates runs them in turn)
+        try:
+            child = _WORKER.child()
+        except OSError as exc:
+            logging.getLogger('smcik_ros.collision').info(
+                'no process for the fine covers (%s): computed in this one', exc)
+            return link_covers(*inputs)[0]
+        try:
+            pickle.dump(inputs, child.stdin)
+            child.stdin.flush()
+            while True:
+                kind, *rest = pickle.load(child.stdout)
+                if kind == 'log':
+                    logging.getLogger(rest[0]).log(rest[1], '%s', rest[2])
+                elif kind == 'covers':
+                    return rest[0]
+                else:
+                    raise ModelError(rest[0])
+        except (EOFError, OSError, pickle.UnpicklingError):
+            raise ModelError('the process computing the fine covers ended without them (exit '
+                             f'code {_WORKER.stop()})') from None
+
+
+class _Worker:
+    """The child process of ``covers_in_child``, kept between jobs: started again when it
+    has ended (or was started with another ``sys.executable``). It ends when this process
+    closes its stdin (this process ending) or when ``stop`` kills it."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self._child = None
+
+    def child(self):
+        """Return the running child, starting one when there is none (OSError: none can
+        be started)."""
+        child = self._child
+        if child is not None and child.poll() is None and child.args[0] == sys.executable:
+            return child
+        self.stop()
+        package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [package] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]))
+        self._child = subprocess.Popen(
             [sys.executable, '-c', 'from smcik_ros.control.cover_updates import '
              'child_covers; child_covers()'], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             env=env)
-    except OSError as exc:
-        logging.getLogger('smcik_ros.collision').info(
-            'no process for the fine covers (%s): computed in this one', exc)
-        return link_covers(*inputs)[0]
-    try:
-        with child.stdin:
-            pickle.dump(inputs, child.stdin)
-        while True:
-            kind, *rest = pickle.load(child.stdout)
-            if kind == 'log':
-                logging.getLogger(rest[0]).log(rest[1], '%s', rest[2])
-            elif kind == 'covers':
-                return rest[0]
-            else:
-                raise ModelError(rest[0])
-    except (EOFError, BrokenPipeError, pickle.UnpicklingError):
-        raise ModelError('the process computing the fine covers ended without them (exit '
-                         f'code {child.wait()})') from None
-    finally:
+        return self._child
+
+    def stop(self):
+        """End the child (if any); return its exit code (None: there was none)."""
+        child, self._child = self._child, None
+        if child is None:
+            return None
         if child.poll() is None:
             child.kill()
-        child.wait()
-        child.stdout.close()
+        code = child.wait()
+        for stream in (child.stdin, child.stdout):
+            try:
+                stream.close()
+            except OSError:         # its pipe broke with it
+                pass
+        return code
+
+
+_WORKER = _Worker()
 
 
 class _PickleHandler(logging.Handler):
@@ -148,21 +187,29 @@ class _PickleHandler(logging.Handler):
 
 
 def child_covers():
-    """The child process of ``covers_in_child``: read the inputs on stdin, send the log lines
-    and the covers (or the error) on stdout."""
-    out = sys.stdout.buffer
+    """The child process of ``covers_in_child``: for each job, read the inputs on stdin and
+    send the log lines and the covers (or the error) on stdout; end when stdin closes. A
+    Ctrl-C in the terminal reaches the whole process group: the parent decides when this
+    ends, so SIGINT is ignored here."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    out, stdin = sys.stdout.buffer, sys.stdin.buffer
     sys.stdout = sys.stderr          # stray prints must not corrupt the stream
     handler = _PickleHandler(out)
     logger = logging.getLogger('smcik_ros')
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
-    try:
-        covers, _ = link_covers(*pickle.load(sys.stdin.buffer))
-        message = ('covers', covers)
-    except Exception as exc:     # sent to the parent, which raises it there
-        message = ('error', f'{type(exc).__name__}: {exc}')
-    with handler.lock:
-        handler.send(message)
+    while True:
+        try:
+            inputs = pickle.load(stdin)
+        except EOFError:            # the parent closed the pipe (or ended)
+            return
+        try:
+            covers, _ = link_covers(*inputs)
+            message = ('covers', covers)
+        except Exception as exc:     # sent to the parent, which raises it there
+            message = ('error', f'{type(exc).__name__}: {exc}')
+        with handler.lock:
+            handler.send(message)
 
 
 def srdf_pairs(model, parsed, settings, description, build, summary, label=None):
