@@ -383,7 +383,8 @@ def test_fine_covers_computed_in_a_child_process_and_its_failure(guard_and_chain
 def test_the_covers_child_is_kept_between_jobs_and_replaced_when_it_ends(guard_and_chain,
                                                                         tmp_path):
     """``covers_in_child`` sends each job to one child process (no interpreter start per
-    job); a child that has ended is replaced by the next job, with the same covers."""
+    job), which a Ctrl-C (SIGINT to the process group) does not end; a child that has ended
+    is replaced by the next job, with the same covers."""
     import os
     import signal
     from smcik_ros.collision import CollisionModel
@@ -393,6 +394,7 @@ def test_the_covers_child_is_kept_between_jobs_and_replaced_when_it_ends(guard_a
                                       coarse=True).fine_inputs()
     first = cover_updates.covers_in_child(inputs)
     child = cover_updates._WORKER.child()
+    os.kill(child.pid, signal.SIGINT)
     again = cover_updates.covers_in_child(inputs)
     assert cover_updates._WORKER.child() is child and child.poll() is None
     os.kill(child.pid, signal.SIGKILL)
