@@ -2,16 +2,16 @@
 
 Before the filter runs, ``solve`` refines the seed, then (only when the seed fails)
 ``seed_rows - 1`` draws of the filter's uniform proposal, each alone by compiled LM steps
-(the refinement's own step, damped less: ``COST_DAMPING``, its longest trial that lowers
-the cost taken) until one meets the tolerance. Only where the compiled kernel can judge the problem whole: targets
-of its kinds (pose, position, orientation, any number, on moving links), no ball joints, and
-of the hard constraints only contacts (``Contact``: a link keeps its pose), which it takes
-as pose targets at their own sigmas; the row it returns must then keep every hard
-constraint (``violated``: a CoM polygon, ...; the contacts at their tolerance, which the
-kernel's own check covers when it is no tighter), else the filter runs. The seed row goes
-first, so a seed on (or near) a solution's branch keeps it; a draw is a random branch,
-which the filter's nearest-success choice would not necessarily pick: the price of
-answering most queries in tens of microseconds (docs/smc.md and docs/benchmarks.md,
+(the refinement's own step, damped less: ``COST_DAMPING``, its longest trial that lowers the
+cost taken) until one meets the tolerance. Only where the compiled kernel can judge the
+problem whole: targets of its kinds (pose, position, orientation, any number, on moving
+links), no ball joints, and of the hard constraints only contacts (``Contact``: a link keeps
+its pose), which it takes as pose targets at their own sigmas; the row it returns must then
+keep every hard constraint (``violated``: a CoM polygon, ...; the contacts at their
+tolerance, which the kernel's own check covers when it is no tighter), else the filter runs.
+The seed row goes first, so a seed on (or near) a solution's branch keeps it; a draw is a
+random branch, which the filter's nearest-success choice would not necessarily pick: the
+price of answering most queries in tens of microseconds (docs/smc.md and docs/benchmarks.md,
 ``bench speed``).
 """
 
