@@ -133,13 +133,16 @@ def arm7():
 
 @PROPERTY
 @given(seed=st.integers(0, 2 ** 31 - 1), share=st.sampled_from([0.0, 0.3, 0.8]),
-       batched=st.booleans(), candidates=st.integers(0, 12), moving=st.booleans())
+       batched=st.booleans(), candidates=st.integers(0, 12), moving=st.booleans(),
+       held_here=st.booleans())
 def test_a_refused_estimate_is_replaced_by_an_accepted_motion_no_farther_or_a_brake(
-        arm7, seed, share, batched, candidates, moving):
+        arm7, seed, share, batched, candidates, moving, held_here):
     """The estimate's motion is refused. Either the guard falls back: the command's motion
-    to its stop was accepted by every validator, and the tool ends no farther from the goal
-    than at the current command; or it holds: a brake on the validated line, the answer
-    forgotten and the solver restarted at the brake's stop."""
+    to its stop was accepted by every validator, and each tool (the tip towards its goal,
+    the elbow towards a second target: where it is, as a held tip, or elsewhere) ends no
+    farther from its target than at the current command, or within ``FALLBACK_NEAR`` of it;
+    or it holds: a brake on the validated line, the answer forgotten and the solver
+    restarted at the brake's stop."""
     rng = np.random.default_rng(seed)
     chain = arm7
     limits = make_limits(chain.n, rng, span=(2.5, 3.0))
@@ -155,8 +158,10 @@ def test_a_refused_estimate_is_replaced_by_an_accepted_motion_no_farther_or_a_br
     dt = RATE_DT
     guard.validated = (q_prev, shaper.stopping_point(q, v))
     goal_point = chain.fk(chain.clip(rng.uniform(-1.5, 1.5, chain.n)))[:3, 3]
-    goal = Goal(terms=(PositionTarget(goal_point),), display=goal_point, source='test',
-                stamp=None, received=0.0, sequence=1)
+    held = chain.fk(q if held_here else chain.clip(rng.uniform(-1.5, 1.5, chain.n)),
+                    link='link4')[:3, 3]
+    goal = Goal(terms=(PositionTarget(goal_point), PositionTarget(held, link='link4')),
+                display=goal_point, source='test', stamp=None, received=0.0, sequence=1)
     desired = chain.clip(rng.uniform(-1.5, 1.5, chain.n))
     box = (q - 0.15, q + 0.15)
     shaped = shaper.step(q, v, dt, desired, box)
@@ -168,8 +173,9 @@ def test_a_refused_estimate_is_replaced_by_an_accepted_motion_no_farther_or_a_br
         assert all(validator.accepts(q, stop) for validator in validators)
         assert guard.validated[0] is not q and np.array_equal(guard.validated[0], q)
         assert np.array_equal(guard.validated[1], stop)
-        tool = [np.linalg.norm(chain.fk(c)[:3, 3] - goal_point) for c in (q, out.q)]
-        assert tool[1] <= tool[0] + guard.FALLBACK_SLACK
+        for link, point in ((None, goal_point), ('link4', held)):
+            tool = [np.linalg.norm(chain.fk(c, link=link)[:3, 3] - point) for c in (q, out.q)]
+            assert tool[1] <= max(tool[0], guard.FALLBACK_NEAR) + guard.FALLBACK_SLACK
     else:
         assert guard.holds == 1 and guard.last_refusal['outcome'] == 'hold'
         assert _on_segment(out.q, guard.validated) and _on_segment(stop, guard.validated)
