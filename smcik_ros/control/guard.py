@@ -7,8 +7,9 @@ the motion from the last command to where the new one could stop at the latest.
 ``MotionGuard`` decides what the tick commands when one refuses:
 
 1. A fallback: the first of the solver's other candidates (its MAP and heaviest particles)
-   whose shaped motion every validator accepts and that takes no tool farther from its
-   target than the current command is (one within ``FALLBACK_NEAR`` of it stays within).
+   whose shaped motion every validator accepts and that takes the tools on their way no
+   farther from their targets than the current command is (the sum of their errors), while
+   a tool within ``FALLBACK_NEAR`` of its target stays within it.
 2. Else a hold: brake, and restart the solver at the braking stop (a hard constraint is
    never entered; the solver looks again from where the arm stops).
 
@@ -118,7 +119,7 @@ class MotionGuard:
     """
 
     FALLBACK_SLACK = 1e-6   # [m] a fallback's tool may be this much farther from the goal
-    FALLBACK_NEAR = 0.001   # [m] a tool this near its target may move within this of it
+    FALLBACK_NEAR = 0.001   # [m] a tool this near its target stays this near in a fallback
 
     def __init__(self, chain, limits, shaper, stepper, report, validators=(),
                  fallback_candidates=8, hold_reset_interval=1):
@@ -234,16 +235,20 @@ class MotionGuard:
         stops = np.array([self.shaper.stopping_point(s.q, s.v) for s in shaped])
         ok = np.ones(len(stops), dtype=bool)
         if goal is not None:
-            # No fallback command takes a tool farther from its target than the current
-            # command is (the branch hold's rule for the estimate), each tip on its own (a
-            # sum of errors let a fallback trade a held hand's pose for the other hand's
-            # progress: 22 mm on talos), a tip within FALLBACK_NEAR of its target staying
-            # within it: at the margin of an obstacle that blocks the goal, the arm holds
-            # instead of wandering along it, and the other tips stay where they are.
+            # No fallback command takes the tools farther from their targets than the
+            # current command is (the branch hold's rule for the estimate; several tips on
+            # their way: the sum of their position errors): at the margin of an obstacle
+            # that blocks the goal, the arm holds instead of wandering along it. A tip
+            # within FALLBACK_NEAR of its target (holding, or its goal reached) stays
+            # within it: the sum alone let a fallback trade a held hand's pose for the
+            # other hand's progress (22 mm on talos).
             frames = self.chain.frames(self._state(np.vstack([q] + [s.q for s in shaped])))
             pos = np.array([term.errors(frames)[0] for term in goal.terms])
-            allowed = np.maximum(pos[:, :1], self.FALLBACK_NEAR) + self.FALLBACK_SLACK
-            ok &= np.all(pos[:, 1:] <= allowed, axis=0)
+            near = pos[:, 0] <= self.FALLBACK_NEAR
+            ok &= np.all(pos[near, 1:] <= self.FALLBACK_NEAR, axis=0)
+            if not near.all():
+                way = pos[~near].sum(axis=0)
+                ok &= way[1:] <= way[0] + self.FALLBACK_SLACK
             if not ok.any():
                 return None
         state, stop_states = self._state(q), self._state(stops)
