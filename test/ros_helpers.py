@@ -193,6 +193,19 @@ def stream_ratios(stamps, positions, velocity, acceleration):
     return (float(np.max(np.abs(v) / velocity)), float(np.max(np.abs(a) / acceleration)))
 
 
+def resync_cuts(probe, since, positions):
+    """Return the indices [0, ..., K] that cut the K commands received after ``since`` (their
+    ``positions`` (K, n), ``Probe.command_stream``'s) at the resyncs: after joint_states went
+    stale the node restarts the stream from the measurement at rest, by design, a command at
+    rest that jumps. Each part starts at rest: judge the limits part by part."""
+    with probe.lock:
+        velocities = [m.velocity for t, m in probe.commands if t >= since]
+    positions = np.asarray(positions, float)
+    at_rest = np.array([not np.any(v) for v in velocities[:len(positions)]], dtype=bool)
+    jumps = np.r_[False, np.any(positions[1:] != positions[:-1], axis=1)]
+    return [0] + [int(k) for k in np.flatnonzero(at_rest & jumps) if k > 0] + [len(positions)]
+
+
 def get_parameters(node, target, names, timeout=10.0):
     """Return {name: value} of ``target``'s parameters through its parameter services."""
     client = AsyncParameterClient(node, target)

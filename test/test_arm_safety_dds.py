@@ -25,8 +25,8 @@ from geometry_msgs.msg import PointStamped, PoseStamped  # noqa: E402
 from arm_urdfs import ur5_like_urdf  # noqa: E402
 from conftest import private_domain_id  # noqa: E402
 from ros_helpers import (REPO_ROOT, ArmPlayer, dds_fixtures, get_parameters,  # noqa: E402
-                         read_log, start_node_process, stop_process, stream_ratios, wait_for,
-                         wait_for_log)
+                         read_log, resync_cuts, start_node_process, stop_process,
+                         stream_ratios, wait_for, wait_for_log)
 from smcik_ros.model import Chain  # noqa: E402
 from smcik_ros.ros.conversions import matrix_to_pose  # noqa: E402
 
@@ -296,15 +296,21 @@ def test_continuous_joint_at_seven_radians_is_commanded_from_seven(session_facto
     _, stamps, q = s.commands_after(0.0)
     assert np.max(np.abs(q[:, 0] - 7.0)) < math.pi, 'joint1 took the long way round'
     assert np.min(q[:, 0]) > 7.0 - math.pi and np.max(q[:, 0]) > 7.5, 'joint1 was wrapped'
-    # A resync (the stream restarted at the measurement) would show as a jump below: the
-    # log tells it first (one CI run, session 15, failed the ratio with 8.9 and no log kept).
+    # A resync because the commands and the measurement of the continuous joint disagree
+    # would be this test's failure: the log tells it (one CI run, session 15, failed the
+    # ratio with 8.9 and no log kept). A resync after joint_states went stale (this
+    # process's player was silent for 0.5 s under load: two CI runs on 2026-11-29) restarts
+    # the stream at the measurement, by design: the limits are judged part by part.
     log = read_log(s.log)
     assert 'measured and commanded positions differ' not in log, 'spurious resync:\n' + log
-    v_ratio, a_ratio = stream_ratios(stamps, q, s.velocity, s.acceleration)
-    if not (v_ratio <= 1 + SLACK and a_ratio <= 1 + SLACK):
-        print(s.jump_report(stamps, q))
-        print('node log:\n' + read_log(s.log))
-    assert v_ratio <= 1 + SLACK and a_ratio <= 1 + SLACK, (v_ratio, a_ratio)
+    cuts = resync_cuts(s.probe, 0.0, q)
+    assert len(cuts) == 2 or 'joint_states stale' in log, 'a resync without a reason:\n' + log
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        v_ratio, a_ratio = stream_ratios(stamps[a:b], q[a:b], s.velocity, s.acceleration)
+        if not (v_ratio <= 1 + SLACK and a_ratio <= 1 + SLACK):
+            print(s.jump_report(stamps, q))
+            print('node log:\n' + log)
+        assert v_ratio <= 1 + SLACK and a_ratio <= 1 + SLACK, (v_ratio, a_ratio)
     assert s.lead_violations() <= JUDGE_LEAD
 
 

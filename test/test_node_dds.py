@@ -32,7 +32,7 @@ from visualization_msgs.msg import Marker, MarkerArray  # noqa: E402
 
 from goal_helpers import free_configuration_near  # noqa: E402
 from conftest import private_domain_id  # noqa: E402
-from ros_helpers import (REPO_ROOT, Probe, dds_fixtures, read_log,  # noqa: E402
+from ros_helpers import (REPO_ROOT, Probe, dds_fixtures, read_log, resync_cuts,  # noqa: E402
                          start_node_process, stop_process, wait_for, wait_for_log)
 from smcik_ros.model import Chain  # noqa: E402
 from smcik_ros.ros.markers import link_segments  # noqa: E402
@@ -150,11 +150,7 @@ def assert_commands_sane(probe, chain, since):
         'a command left the joint limits'
     # A resync (joint_states went stale under load, then resumed: the stream restarts from
     # the measurement at rest, by design) is a command at rest that jumps: split there.
-    with probe.lock:
-        velocities = [m.velocity for t, m in probe.commands if t >= since]
-    at_rest = np.array([not np.any(v) for v in velocities[:len(q)]])   # newer ones arrived since
-    jumps = np.r_[False, np.any(q[1:] != q[:-1], axis=1)]
-    cuts = [0] + [k for k in np.flatnonzero(at_rest & jumps) if k > 0] + [len(q)]
+    cuts = resync_cuts(probe, since, q)
     for a, b in zip(cuts[:-1], cuts[1:]):
         # The window starts mid-motion: accelerations from its second velocity on (a resync
         # part starts at rest).
