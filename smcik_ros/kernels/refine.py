@@ -35,7 +35,7 @@ from .fk import _fk_row
 from .jit import njit
 from .lm import _chol_solve, _lm_row, lm_null_step, lm_spring_step
 from .motion import _clip_row, _integrate_row, _tangent_diff, blocked_joints
-from .residuals import _pose_errors_row, _pose_rj_row, _row_work
+from .residuals import _pose_errors_row, _pose_rj_row, _position_rj_row, _row_work
 
 __all__ = ['PULL_SHARES', 'begin', 'choose', 'first_solution', 'propose', 'refine',
            'state_of']
@@ -83,18 +83,28 @@ def _judged(count):
 
 # ---------------------------------------------------------------------------- the targets
 @njit(cache=True, inline='always')
+def _target_rj(columns, targets, i, rot, pos, work, res6, jac6):
+    """Write target i's residual res6 (6,) and Jacobian jac6 (1, 6, nv) at the frames in row
+    0 of rot, pos; return (lo, hi), the rows of its kind (a position target: 0-3, computed
+    alone; an orientation target: 3-6)."""
+    body, offset, kind, goal = targets[0], targets[1], targets[2], targets[3]
+    jac6[:] = 0.0
+    if kind[i] == 1:
+        _position_rj_row(columns, rot, pos, 0, body[i], offset, i, goal, i, res6, jac6, work)
+    else:
+        _pose_rj_row(columns, rot, pos, 0, body[i], offset, i, goal, i, res6, jac6, work)
+    return (3 if kind[i] == 2 else 0), (3 if kind[i] == 1 else 6)
+
+
+@njit(cache=True, inline='always')
 def _target_rows(columns, targets, rot, pos, work, res6, jac6, r, jac):
     """Write the targets' whitened residual rows r[0, :m] and Jacobian rows jac[0, :m] at
     the frames in row 0 of rot, pos."""
-    body, offset, kind, goal, whiten, full, _, _, _, _, _, _ = targets
+    body, _, _, _, whiten, full, _, _, _, _, _, _ = targets
     nv = jac.shape[2]
     m0 = 0
     for i in range(body.shape[0]):
-        jac6[:] = 0.0
-        _pose_rj_row(columns, rot, pos, 0, body[i], offset, i, goal, i, res6, jac6, work,
-                     kind[i] != 1)
-        lo = 3 if kind[i] == 2 else 0
-        hi = 3 if kind[i] == 1 else 6
+        lo, hi = _target_rj(columns, targets, i, rot, pos, work, res6, jac6)
         for a in range(lo, hi):
             row = m0 + a - lo
             if full[i]:
@@ -153,16 +163,12 @@ def _costs(bodies, columns, targets, qrow, ws):
 @njit(cache=True)
 def _full_costs(columns, targets, rot, pos, work, res6, jac6):
     """Return the summed cost |W r|^2 of the targets with a full covariance (0 if none)."""
-    body, offset, kind, goal, whiten, full, _, _, _, _, _, _ = targets
+    body, _, _, _, whiten, full, _, _, _, _, _, _ = targets
     cost = 0.0
     for i in range(body.shape[0]):
         if not full[i]:
             continue
-        jac6[:] = 0.0
-        _pose_rj_row(columns, rot, pos, 0, body[i], offset, i, goal, i, res6, jac6, work,
-                     kind[i] != 1)
-        lo = 3 if kind[i] == 2 else 0
-        hi = 3 if kind[i] == 1 else 6
+        lo, hi = _target_rj(columns, targets, i, rot, pos, work, res6, jac6)
         for a in range(lo, hi):
             s = 0.0
             for b in range(lo, hi):

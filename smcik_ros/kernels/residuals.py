@@ -80,7 +80,7 @@ def pose_residual_jacobian(columns, links, rot, pos, link, target):
     goals = target.reshape(1, 4, 4)
     for i in range(n):
         _pose_rj_row(columns, rot, pos, i, links[0][link], links[1], link, goals, 0, res[i],
-                     jac, work, True)
+                     jac, work)
     return res, jac
 
 
@@ -91,20 +91,26 @@ def _pose_work(nv):
     return np.empty((3, 3)), np.empty(3), np.empty((3, 3)), np.empty((3, nv))
 
 
-@njit(cache=True)
-def _pose_rj_row(columns, rot, pos, i, body, offs, j, goals, g, res, jac, work, rotation):
-    """Write row i of ``pose_residual_jacobian`` for the link fixed to ``body`` at
-    ``offs[j]`` towards the goal pose ``goals[g]``: res (6,), jac[i] (jac zeroed by the
-    caller); work: ``_pose_work``'s arrays. rotation False (a position target): the
-    position rows only (res[3:] and jac[i, 3:] are left as they are, not meaningful)."""
-    lr, lp, rel, tmp = work
-    nv = jac.shape[2]
+@njit(cache=True, inline='always')
+def _position_rj_row(columns, rot, pos, i, body, offs, j, goals, g, res, jac, work):
+    """Write the position rows of ``_pose_rj_row``: res[:3] and jac[i, :3] (jac[i, 3:]
+    gets the link's angular columns; work's lr, lp: the link's pose). A position target
+    needs no more."""
+    lr, lp, _, _ = work
     _link_pose(rot, pos, body, offs, j, i, lr, lp)
     for r in range(3):
         res[r] = lp[r] - goals[g, r, 3]
     _add_columns(columns, jac, rot, pos, i, body, lp)
-    if not rotation:
-        return
+
+
+@njit(cache=True)
+def _pose_rj_row(columns, rot, pos, i, body, offs, j, goals, g, res, jac, work):
+    """Write row i of ``pose_residual_jacobian`` for the link fixed to ``body`` at
+    ``offs[j]`` towards the goal pose ``goals[g]``: res (6,), jac[i] (jac zeroed by the
+    caller); work: ``_pose_work``'s arrays."""
+    lr, _, rel, tmp = work
+    nv = jac.shape[2]
+    _position_rj_row(columns, rot, pos, i, body, offs, j, goals, g, res, jac, work)
     _relative(lr, goals, g, rel)
     _rotvec(rel, res[3:])
     # J_l^-1(r) = I - K / 2 + coeff K^2, K = skew(r), K @ K = r r^T - th2 I.
