@@ -12,9 +12,7 @@ the commanded joints, and is held when there are none (issue 32, decision 6).
   the poses each implies, the projection then closes the loop); without, the held base
   (``base``: ``initial_base_pose`` at start, then the base of the last command).
 - ``keep(q, v, dt, shaped)``: the shaped command projected onto the hard equalities
-  (``goals.project``: the contacts, planes kept as equalities), and onto the hard
-  inequalities with rows that the last command keeps (the CoM over its polygon), on every
-  tick, so that a
+  (``goals.project``: the contacts, planes kept as equalities) on every tick, so that a
   straight joint-space step between two good configurations does not leave the closed loop of
   two planted feet by millimetres; the position limits kept, and returned only when the
   velocity and acceleration limits still hold on the projected command (None otherwise: the
@@ -93,7 +91,6 @@ class FigureState:
         if self.floating:       # a pose beyond the base joints' limits: GoalError here
             chain.with_base(np.zeros(len(self.index)), self.base)
         self.equalities = []        # the set's hard equalities (contacts, planes)
-        self.inequalities = []      # its hard inequalities with rows (kept by ``keep`` too)
         self.contacts = []          # the anchored Contacts among them (the base's fit)
         self.pins = []              # Contacts keeping tips that the goal leaves where they are
         self.kept = []              # what the command stream projects onto (``_update``)
@@ -148,9 +145,6 @@ class FigureState:
         keeps (``solver_terms``)."""
         self.equalities = [c for c in constraints
                            if getattr(c, 'hard', False) and getattr(c, 'equality', False)]
-        self.inequalities = [c for c in constraints if getattr(c, 'hard', False)
-                             and not getattr(c, 'equality', False)
-                             and callable(getattr(c, 'clearance', None))]
         self.contacts = [c for c in self.equalities
                          if isinstance(c, Contact) and getattr(c, 'anchored', True)]
         terms = self.solver_terms()
@@ -274,7 +268,7 @@ class FigureState:
         if not self.kept:
             return shaped, (self.base if self.floating else None)
         state = self.state(shaped.q)
-        projected, ok = project(self.chain, state, self.kept + self._kept_inequalities(q))
+        projected, ok = project(self.chain, state, self.kept)
         if not ok:
             self.unconverged += 1
         q_new = self.limits.clip(self.command(projected))
@@ -288,19 +282,6 @@ class FigureState:
         self.projected += 1
         base = self.chain.base_pose(projected) if self.floating else None
         return ShapedCommand(q_new, (q_new - q) / dt, shaped.limited_by), base
-
-    def _kept_inequalities(self, q):
-        """Return the hard inequalities with rows (the CoM over its polygon, a one-sided
-        plane) that the command q (C,) keeps: the projection keeps them too. The guard
-        validates the shaped motion; the projection onto the contacts then moved talos's
-        CoM out of its polygon by 0.05-0.1 mm a tick where a goal held it at the margin
-        (issue 32, 2026-11-29). One that q violates (it arrived violated) is left to the
-        guard, which passes only motion that reduces it."""
-        ready = [c for c in self.inequalities if getattr(c, 'anchored', True)]
-        if not ready:
-            return []
-        frames = self.chain.frames(self.state(q))
-        return [c for c in ready if not bool(c.violated(frames)[0])]
 
     def keep_within(self, q, v, dt, shaped, brake):
         """Return (shaped, base): ``keep`` of the shaped command; where its projection would
