@@ -470,16 +470,12 @@ class FilterModel:
 def feasible(model, fresh, fallback, rng, draw=None):
     """Return ``fresh`` (K, nq) with hard-constraint violators redrawn (``draw(k)``, at most
     ``max_redraws`` times), the rest replaced by copies of ``fallback`` (feasible). With
-    hard equalities, a violating draw (and each redraw) first takes ``fallback``'s values of
-    the joints that move an equality's link and is projected onto them
-    (``FilterModel.onto_equalities``)."""
+    hard equalities, each draw first takes ``fallback``'s values of the joints that move an
+    equality's link and is projected onto them (``FilterModel.onto_equalities``)."""
     if not model.hard or not len(fresh):
         return fresh
+    fresh = model.onto_equalities(fresh, fallback)
     bad = model.violated(model.chain.frames(fresh))
-    if model.projects and bad.any():
-        idx = np.flatnonzero(bad)
-        fresh[idx] = model.onto_equalities(fresh[idx], fallback)
-        bad[idx] = model.violated(model.chain.frames(fresh[idx]))
     for _ in range(model.max_redraws if draw is not None else 0):
         if not bad.any():
             break
