@@ -197,3 +197,39 @@ def test_constraints_arriving_violated_are_reported_and_anchors_wait_for_a_state
     assert figure.pending([waiting, far]) == [waiting]
     assert figure.violations([waiting, far, near], q) == [far], \
         'the unanchored contact waits; the CoM far from its polygon is violated'
+
+
+@pytest.mark.parametrize('seed', range(12))
+def test_a_projected_command_can_still_brake_inside_the_position_limits(biped, seed):
+    """The projection's correction must not carry a joint towards its position limit faster
+    than the shaper can then stop it (romeo broke its acceleration limit 1.41x and 1.76x
+    that way: the next command stopped the joint at the limit in one tick). Straightening
+    the knees towards their limit at 0 with both feet planted: from every kept command, the
+    loop's own shaper brakes to a stop inside the position limits within its acceleration
+    limit."""
+    chain, limits = biped
+    rng = np.random.default_rng(seed)
+    figure = FigureState(chain, limits, pose())
+    contacts = feet(chain)
+    figure.set_constraints(contacts)
+    q = standing(limits, crouch=-0.1)
+    figure.anchor(contacts, q)
+    shaper = CommandShaper(figure.shaper_limits(limits))
+    bound = shaper.limits.acceleration * DT * (1 + SLACK)
+    goal = limits.clip(standing(limits, crouch=-0.3)
+                       + rng.normal(0.0, 0.3, limits.n) * (rng.random(limits.n) < 0.3))
+    v = np.zeros(limits.n)
+    for tick in range(120):
+        shaped = shaper.step(q, v, DT, goal)
+        command, _ = figure.keep(q, v, DT, shaped) or \
+            figure.keep(q, v, DT, shaper.brake(q, v, DT), share=True)
+        assert np.all(np.abs(command.v - v) <= limits.acceleration * DT * (1 + SLACK))
+        q, v = command.q, command.v
+        stop_q, stop_v = q, v
+        while np.any(stop_v):
+            stop = shaper.brake(stop_q, stop_v, DT)
+            worst = np.abs(stop.v - stop_v) / bound
+            assert worst.max() <= 1.0, (
+                f'tick {tick}: stopping {limits.names[int(np.argmax(worst))]} needs '
+                f'{worst.max():.3f}x the acceleration the shaper plans with')
+            stop_q, stop_v = stop.q, stop.v

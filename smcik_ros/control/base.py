@@ -37,7 +37,7 @@ import numpy as np
 from ..goals import CenterOfMassPolygon, Contact, project
 from ..rotations import matrix_to_quat
 from .limits import commanded
-from .shaping import ShapedCommand
+from .shaping import ShapedCommand, bound_speed
 
 __all__ = ['FigureState', 'FigureView', 'MARGIN', 'base_pose_list', 'figure_view',
            'largest_share']
@@ -308,7 +308,12 @@ class FigureState:
 
     def _share(self, q, v, dt, shaped, q_new):
         """Return the largest share t in [0, 1] of the correction q_new - shaped.q that keeps
-        the velocity and acceleration limits from (q, v) over dt."""
+        the velocity and acceleration limits from (q, v) over dt, and from which every joint
+        can still brake inside its position limits at the shaper's deceleration
+        (``bound_speed`` with (1 - MARGIN) of the acceleration limit): a correction that
+        carried a joint towards its limit faster than that made a later command stop it
+        beyond the acceleration limit (romeo, 1.41x and 1.76x). A shaped command that is
+        itself faster than that (the shaper put the acceleration first) bounds it instead."""
         lim = self.limits
         u0 = (shaped.q - q) / dt
         d = (q_new - shaped.q) / dt
@@ -318,6 +323,9 @@ class FigureState:
         low = np.maximum(-lim.velocity, v - adt)
         high = np.minimum(lim.velocity, v + adt)
         u0 = np.clip(u0, low, high)         # the shaped command holds them (rounding)
+        brake = (1.0 - MARGIN) * lim.acceleration      # what the shaper brakes with next
+        low = np.maximum(low, np.minimum(-bound_speed(q - lim.lower, brake, dt), u0))
+        high = np.minimum(high, np.maximum(bound_speed(lim.upper - q, brake, dt), u0))
         return largest_share(u0, d, low, high)
 
     def status(self):

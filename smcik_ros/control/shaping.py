@@ -50,7 +50,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ['ShapedCommand', 'CommandShaper', 'brake_speed', 'allowed_speed', 'LIMITERS',
+__all__ = ['ShapedCommand', 'CommandShaper', 'brake_speed', 'allowed_speed', 'bound_speed',
+           'LIMITERS',
            'LANDING', 'JUMP']
 
 # What bounded a tick's command, most binding last (reported in ~/status as limited_by).
@@ -105,7 +106,7 @@ def allowed_speed(distance, accel, dt):
     return np.maximum(brake_speed(d, accel, dt), np.minimum(d / dt, LANDING * accel * dt))
 
 
-def _bound_speed(distance, accel, dt):
+def bound_speed(distance, accel, dt):
     """Return the signed speed limit towards a bound ``distance`` ahead (negative: behind).
 
     Inside (distance >= 0): allowed_speed. Outside: the bound acts as a target approached from
@@ -295,11 +296,11 @@ class CommandShaper:
         adt = a * dt
         lo, hi = v - adt, v + adt
         lo, hi = _narrow(lo, hi, -lim.velocity, lim.velocity)
-        lo, hi = _narrow(lo, hi, -_bound_speed(q - lim.lower, a, dt),
-                         _bound_speed(lim.upper - q, a, dt))
+        lo, hi = _narrow(lo, hi, -bound_speed(q - lim.lower, a, dt),
+                         bound_speed(lim.upper - q, a, dt))
         if box.lead_lo is not None:
-            lo, hi = _narrow(lo, hi, -_bound_speed(q - box.lead_lo, a, dt),
-                             _bound_speed(box.lead_hi - q, a, dt))
+            lo, hi = _narrow(lo, hi, -bound_speed(q - box.lead_lo, a, dt),
+                             bound_speed(box.lead_hi - q, a, dt))
         u_safe = np.minimum(np.maximum(u, lo), hi)
         if (np.abs(u_safe - u) > 1e-12 * (1.0 + np.abs(u))).any():
             limited = self._clamp_reason(q, u, u_safe, dt, box)
@@ -351,8 +352,8 @@ class CommandShaper:
         a = lim.acceleration
         j = int(np.argmax(np.abs(u_safe - u)))
         if box.lead_lo is not None:
-            up = _bound_speed(box.lead_hi[j] - q[j], a[j], dt)
-            down = -_bound_speed(q[j] - box.lead_lo[j], a[j], dt)
+            up = bound_speed(box.lead_hi[j] - q[j], a[j], dt)
+            down = -bound_speed(q[j] - box.lead_lo[j], a[j], dt)
             if (u_safe[j] <= up + 1e-12 and u[j] > up) or (
                     u_safe[j] >= down - 1e-12 and u[j] < down):
                 return 'lead'
