@@ -98,3 +98,25 @@ def test_solve_keeps_contacts_tighter_than_its_first_stage(biped):
         refused += result.iterations > 1
     assert worst <= tight[0], f'a foot left its contact by {worst * 1e6:.1f} um'
     assert refused >= 2          # the first stage's answer was refused on some (filter ran)
+
+
+def test_uniform_draws_for_a_planted_figure_keep_the_feet_and_bring_new_arms(biped):
+    """A restart's uniform draws (``feasible``): each takes the legs and base of the valid
+    fallback and is projected onto the feet, so it keeps them and differs in the rest.
+    Drawn whole, almost none met two planted feet and every one came back a copy of the
+    estimate: the online filter froze 74 mm from a romeo hand goal (issue 32)."""
+    from smcik_ros.solvers.smc import FilterModel
+    from smcik_ros.solvers.smc.filter import feasible
+    rng = np.random.default_rng(7)
+    q0, feet, goals = _problem(biped, rng)
+    solver = make_solver('smc', biped, seed=0)
+    model = FilterModel(biped, solver.settings, solver._scalar_noise, solver._ball_noise,
+                        [g.bind(biped) for g in goals], feet, 1.0, (1e-3, 1e-2))
+    draws = feasible(model, biped.random_configuration(rng, 40), q0, rng,
+                     lambda count: biped.random_configuration(rng, count))
+    assert not model.violated(biped.frames(draws)).any()
+    fresh = np.any(np.abs(draws - q0) > 1e-6, axis=1)
+    assert fresh.sum() >= 36, f'{int(fresh.sum())} of 40 draws are not the fallback'
+    names = list(biped.joint_names)
+    arms = [names.index(n) for n in ('l_shoulder_pitch', 'r_elbow', 'torso_yaw')]
+    assert np.all(np.ptp(draws[:, arms], axis=0) > 0.5)

@@ -355,6 +355,14 @@ class Chain:
             self.link_anchor(link)
             raise
 
+    def moving(self, link):
+        """Return (nv,) bool: the tangent entries that move ``link`` (its path from the base:
+        a planted foot's leg and the floating base). Raises ModelError like ``link_anchor``."""
+        body = self.link_anchor(link)[0]
+        if body < 0:
+            return np.zeros(self.nv, dtype=bool)
+        return np.any(self.column_scatter[self.columns_of_body[body]] != 0.0, axis=0)
+
     def is_body_frame(self, link):
         """Return True when ``link``'s frame is a body frame (the child of a movable joint)."""
         body, offset = self.link_anchor(link)

@@ -288,6 +288,7 @@ class FilterModel:
         # Hard equalities (a planted foot) are projected onto, not only checked: the seed's
         # rejection alone cannot hit an equality (docs/smc.md, "Hard constraints").
         self.projects = any(getattr(c, 'equality', False) for c in self.hard)
+        self._anchored = None       # (nq,) bool: joints that move an equality's link
         # Constraints with a residual enter the likelihood (eq. 14); those with a Jacobian
         # too enter the refinement, unless they are a ``preference`` (the collision
         # clearance: it weighs the particles but must never pull one off its goal). A hard
@@ -380,6 +381,29 @@ class FilterModel:
             _assign_frames(frames, idx, self.chain.frames(prev[idx]), particles)
         return particles, frames
 
+    def onto_equalities(self, q, anchor):
+        """Return draws q (K, nq) fit for the hard equalities: the joints that move an
+        equality's link (a planted foot's leg, the floating base) at ``anchor``'s values
+        (nq,), then projected onto them; q itself without hard equalities. A uniform draw of
+        the whole figure is projected onto two planted feet almost never: a restart kept
+        nothing but copies of the estimate (romeo, issue 32), where a new arm is what it
+        needs."""
+        if not self.projects:
+            return q
+        if self._anchored is None:
+            mask = np.zeros(self.chain.nq, dtype=bool)
+            for c in self.hard:
+                link = getattr(c, 'link', None) if getattr(c, 'equality', False) else None
+                if link is not None and not self.chain.has_ball_joints:
+                    body = self.chain.link_anchor(link)[0]
+                    if body >= 0:
+                        moves = self.chain.column_scatter[self.chain.columns_of_body[body]]
+                        mask |= np.any(moves != 0.0, axis=0)
+            self._anchored = mask
+        q = np.array(q, dtype=float)
+        q[:, self._anchored] = np.asarray(anchor, dtype=float)[self._anchored]
+        return project(self.chain, q, self.hard, iterations=self.PROJECTION_ITERATIONS)[0]
+
     def violated(self, frames):
         """Return (N,) bool: some hard constraint is violated."""
         bad = np.zeros(len(frames), dtype=bool)
@@ -445,15 +469,22 @@ class FilterModel:
 
 def feasible(model, fresh, fallback, rng, draw=None):
     """Return ``fresh`` (K, nq) with hard-constraint violators redrawn (``draw(k)``, at most
-    ``max_redraws`` times), the rest replaced by copies of ``fallback`` (feasible)."""
+    ``max_redraws`` times), the rest replaced by copies of ``fallback`` (feasible). With
+    hard equalities, a violating draw (and each redraw) first takes ``fallback``'s values of
+    the joints that move an equality's link and is projected onto them
+    (``FilterModel.onto_equalities``)."""
     if not model.hard or not len(fresh):
         return fresh
     bad = model.violated(model.chain.frames(fresh))
+    if model.projects and bad.any():
+        idx = np.flatnonzero(bad)
+        fresh[idx] = model.onto_equalities(fresh[idx], fallback)
+        bad[idx] = model.violated(model.chain.frames(fresh[idx]))
     for _ in range(model.max_redraws if draw is not None else 0):
         if not bad.any():
             break
         idx = np.flatnonzero(bad)
-        fresh[idx] = draw(len(idx))
+        fresh[idx] = model.onto_equalities(draw(len(idx)), fallback)
         bad[idx] = model.violated(model.chain.frames(fresh[idx]))
     fresh[bad] = fallback
     return fresh
