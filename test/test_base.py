@@ -233,3 +233,43 @@ def test_a_projected_command_can_still_brake_inside_the_position_limits(biped, s
                 f'tick {tick}: stopping {limits.names[int(np.argmax(worst))]} needs '
                 f'{worst.max():.3f}x the acceleration the shaper plans with')
             stop_q, stop_v = stop.q, stop.v
+
+
+@pytest.mark.parametrize('seed', range(4))
+def test_the_projection_onto_the_feet_keeps_the_centre_of_mass_inside(biped, seed):
+    """The guard validates the shaped command; projecting it onto the feet then moves the
+    CoM by a fraction of a millimetre (talos crossed its polygon's margin that way by
+    0.05-0.1 mm a tick, held at the margin by a goal beyond it). One tick from a stance
+    at an edge, with a step the edge lets through before the projection: the kept command
+    stays inside, where without the polygon in the projection it crosses."""
+    chain, limits = biped
+    dt = 0.1
+    rng = np.random.default_rng(seed)
+    figure = FigureState(chain, limits, pose())
+    contacts = feet(chain)
+    figure.set_constraints(contacts)
+    q = standing(limits, crouch=0.1)
+    figure.anchor(contacts, q)
+    start = chain.frames(figure.state(q)).center_of_mass()[0, :2]
+    for _ in range(50):          # a step whose projection moves the CoM measurably
+        v = rng.uniform(-0.15, 0.15, limits.n)
+        shaped = ShapedCommand(q + v * dt, v, 'target')
+        kept = figure.keep(q, v, dt, shaped)
+        if kept is None:
+            continue
+        before = chain.frames(figure.state(shaped.q)).center_of_mass()[0, :2]
+        after = chain.frames(chain.with_base(kept[0].q, kept[1])).center_of_mass()[0, :2]
+        n = (after - before) / max(np.linalg.norm(after - before), 1e-300)
+        if np.linalg.norm(after - before) > 5e-5 and start @ n <= before @ n:
+            break        # the step moves towards the edge, the projection beyond it
+    else:
+        pytest.fail('no step moved the CoM by projection')
+    edge = float(before @ n) + 1e-7
+    t = np.array([-n[1], n[0]])
+    polygon = CenterOfMassPolygon(polygon=[edge * n + t, edge * n - t, (edge - 2.0) * n - t,
+                                           (edge - 2.0) * n + t]).bind(chain)
+    figure.set_constraints(contacts + [polygon])
+    command, base = figure.keep(q, v, dt, shaped)
+    com = chain.frames(chain.with_base(command.q, base)).center_of_mass()[0, :2]
+    assert float(com @ n) <= edge + 1e-7, f'the CoM crossed by {1e3 * (com @ n - edge):.4f} mm'
+    assert contact_errors(chain, chain.with_base(command.q, base), contacts)[:, 0].max() < 1e-4

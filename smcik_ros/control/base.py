@@ -91,12 +91,14 @@ class FigureState:
         if self.floating:       # a pose beyond the base joints' limits: GoalError here
             chain.with_base(np.zeros(len(self.index)), self.base)
         self.equalities = []        # the set's hard equalities (contacts, planes)
+        self.inequalities = []      # its hard inequalities with rows (``_keep_inside``)
         self.contacts = []          # the anchored Contacts among them (the base's fit)
         self.pins = []              # Contacts keeping tips that the goal leaves where they are
         self.kept = []              # what the command stream projects onto (``_update``)
         self._hold = None           # the Contact holding the base link (no contact set)
         self._checked = set()       # ids of constraints checked for a violation on arrival
         self._passive = None        # passive joints' values waiting for the next tick
+        self._legs = None
         self.projected = 0          # commands projected
         self.shared = 0             # commands that took a share of their correction only
         self.unconverged = 0        # projections that did not reach the tolerances
@@ -145,8 +147,12 @@ class FigureState:
         keeps (``solver_terms``)."""
         self.equalities = [c for c in constraints
                            if getattr(c, 'hard', False) and getattr(c, 'equality', False)]
+        self.inequalities = [c for c in constraints if getattr(c, 'hard', False)
+                             and not getattr(c, 'equality', False)
+                             and callable(getattr(c, 'clearance', None))]
         self.contacts = [c for c in self.equalities
                          if isinstance(c, Contact) and getattr(c, 'anchored', True)]
+        self._legs = None           # ``_keep_inside``'s weights: the contacts' joints free
         terms = self.solver_terms()
         self._update()
         return terms
@@ -211,6 +217,7 @@ class FigureState:
                 constraint.anchor(frames)
             self.contacts = [c for c in self.equalities
                              if isinstance(c, Contact) and c.anchored]
+            self._legs = None
             self._update()
         return waiting
 
@@ -271,6 +278,7 @@ class FigureState:
         projected, ok = project(self.chain, state, self.kept)
         if not ok:
             self.unconverged += 1
+        projected = self._keep_inside(q, projected)
         q_new = self.limits.clip(self.command(projected))
         t = self._share(q, v, dt, shaped, q_new)
         if t < 1.0:
@@ -282,6 +290,30 @@ class FigureState:
         self.projected += 1
         base = self.chain.base_pose(projected) if self.floating else None
         return ShapedCommand(q_new, (q_new - q) / dt, shaped.limited_by), base
+
+    def _keep_inside(self, q, state):
+        """Return the projected ``state`` (nq,) moved back inside the hard inequalities with
+        rows (the CoM over its polygon) that it crosses and the last command q (C,) kept,
+        by the joints that move the contacts alone (the legs and the floating base), the
+        contacts kept. The guard validates the shaped command; the projection onto the
+        contacts then carried talos's CoM 0.05-0.1 mm a tick beyond its polygon's margin
+        where a goal held it there (issue 32). The arms are left out: with them an arm joint
+        took the correction near its position limit and the next command broke the
+        acceleration limit stopping it. One that q violates (it arrived violated) is the
+        guard's (it passes only motion that reduces it)."""
+        ready = [c for c in self.inequalities if getattr(c, 'anchored', True)]
+        if not ready or not self.contacts:
+            return state
+        crossed = [c for c in ready if bool(c.violated(self.chain.frames(state))[0])]
+        if crossed:
+            before = self.chain.frames(self.state(q))
+            crossed = [c for c in crossed if not bool(c.violated(before)[0])]
+        if not crossed:
+            return state
+        if self._legs is None:
+            moves = np.any([self.chain.moving(c.link) for c in self.contacts], axis=0)
+            self._legs = np.where(moves, 1.0, 1e12)     # the rest as good as blocked
+        return project(self.chain, state, self.equalities + crossed, weights=self._legs)[0]
 
     def keep_within(self, q, v, dt, shaped, brake):
         """Return (shaped, base): ``keep`` of the shaped command; where its projection would
