@@ -395,10 +395,7 @@ class FilterModel:
             for c in self.hard:
                 link = getattr(c, 'link', None) if getattr(c, 'equality', False) else None
                 if link is not None and not self.chain.has_ball_joints:
-                    body = self.chain.link_anchor(link)[0]
-                    if body >= 0:
-                        moves = self.chain.column_scatter[self.chain.columns_of_body[body]]
-                        mask |= np.any(moves != 0.0, axis=0)
+                    mask |= self.chain.moving(link)
             self._anchored = mask
         q = np.array(q, dtype=float)
         q[:, self._anchored] = np.asarray(anchor, dtype=float)[self._anchored]
