@@ -94,6 +94,7 @@ class FigureState:
         self.inequalities = []      # its hard inequalities with rows (``_keep_inside``)
         self.contacts = []          # the anchored Contacts among them (the base's fit)
         self.pins = []              # Contacts keeping tips that the goal leaves where they are
+        self.frozen = None          # (C,) bool: joints serving pinned tips only (``pin_tips``)
         self.kept = []              # what the command stream projects onto (``_update``)
         self._hold = None           # the Contact holding the base link (no contact set)
         self._checked = set()       # ids of constraints checked for a violation on arrival
@@ -178,8 +179,30 @@ class FigureState:
                     pose = frames.link_pose(term.link)[0]
                     pins.append(Contact(term.link, pose=pose).bind(self.chain))
         self.pins = pins
+        self.frozen = self._frozen(goal, pins)
         self._update()
         return pins
+
+    def _frozen(self, goal, pins):
+        """Return (C,) bool, or None: the joints of the pinned tips whose whole path serves
+        nothing else (one arm of a fixed-base dual arm). ``on_manifold`` holds them where
+        they are: the solver's answer drifts in that arm's null space, and commanding the
+        drift made the projection pull the arm back every tick, at the acceleration bound,
+        so that the whole robot braked for seconds (baxter, issue 32). Never with a
+        floating base (it moves every tip)."""
+        if not pins or self.floating or self.chain.has_ball_joints:
+            return None
+        pinned = {pin.link for pin in pins}
+        busy = np.zeros(self.chain.nv, dtype=bool)
+        for link in [t.link for t in goal.terms if t.link not in pinned] + \
+                [c.link for c in self.equalities if getattr(c, 'link', None)]:
+            busy |= self.chain.moving(link)
+        frozen = np.zeros(self.chain.nv, dtype=bool)
+        for link in pinned:
+            path = self.chain.moving(link)
+            if not (path & busy).any():
+                frozen |= path
+        return frozen if frozen.any() else None
 
     def _update(self):
         """What the commands are projected onto: the set's equalities and the pinned tips;
@@ -330,11 +353,14 @@ class FigureState:
             kept = self.keep(q, v, dt, brake(), share=True)
         return kept
 
-    def on_manifold(self, q):
+    def on_manifold(self, q, at=None):
         """Return the command q (C,) projected onto what the commands keep (the solver's
-        answer: the commands then reach it exactly and rest there), inside the limits."""
+        answer: the commands then reach it exactly and rest there), inside the limits; the
+        ``frozen`` joints at the command ``at`` (C,) when given."""
         if not self.kept:
             return q
+        if self.frozen is not None and at is not None:
+            q = np.where(self.frozen, at, q)
         projected, _ = project(self.chain, self.state(q), self.kept)
         return self.limits.clip(self.command(projected))
 

@@ -241,8 +241,9 @@ class SolverStepper:
         continuous = self.limits.continuous
         desired = nearest_equivalent(estimate, q, continuous)
         if self.figure is not None and self.figure.active:
-            # On what the commands keep (contacts, pinned tips): reached exactly, at rest.
-            desired = self.figure.on_manifold(desired)
+            # On what the commands keep (contacts, pinned tips): reached exactly, at rest;
+            # an arm that serves pinned tips only is held where it is.
+            desired = self.figure.on_manifold(desired, q)
         if self._wraps and np.any(continuous & (np.abs(estimate) > RECENTER)):
             # Restart the solver at the same configuration, wrapped into [-pi, pi): its
             # +-2 pi working range then always leaves at least a half turn each way (it
