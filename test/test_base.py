@@ -273,3 +273,39 @@ def test_the_projection_onto_the_feet_keeps_the_centre_of_mass_inside(biped, see
     com = chain.frames(chain.with_base(command.q, base)).center_of_mass()[0, :2]
     assert float(com @ n) <= edge + 1e-7, f'the CoM crossed by {1e3 * (com @ n - edge):.4f} mm'
     assert contact_errors(chain, chain.with_base(command.q, base), contacts)[:, 0].max() < 1e-4
+
+
+def test_a_joint_at_its_braking_bound_leaves_the_correction_to_the_others(biped):
+    """Straightening the knees onto their limit between stances of the closed loop: where
+    the projection's correction would carry a joint past what the limits allow (a knee
+    braking onto its limit), the joints that break them are blocked and the others take
+    the correction, instead of braking the whole figure (romeo braked with its feet 0.3 mm
+    and the other hand 1.9 mm off). Without that, 184 of the 3600 ticks of these runs are
+    refused; with it at most 2, the feet kept and every limit held on every tick."""
+    chain, limits = biped
+    refused, worst = 0, 0.0
+    for seed in range(24):
+        rng = np.random.default_rng(seed)
+        figure = FigureState(chain, limits, pose())
+        contacts = feet(chain)
+        figure.set_constraints(contacts)
+        q = standing(limits, crouch=-0.1)
+        figure.anchor(contacts, q)
+        shaper = CommandShaper(figure.shaper_limits(limits))
+        goal = figure.on_manifold(limits.clip(
+            standing(limits, crouch=-0.3)
+            + rng.normal(0.0, 0.3, limits.n) * (rng.random(limits.n) < 0.3)))
+        v = np.zeros(limits.n)
+        for _ in range(150):
+            kept = figure.keep(q, v, DT, shaper.step(q, v, DT, goal))
+            if kept is None:
+                refused += 1
+                kept = figure.keep(q, v, DT, shaper.brake(q, v, DT), share=True)
+            command, base = kept
+            assert np.all(np.abs(command.v - v) <= limits.acceleration * DT * (1 + SLACK))
+            assert np.all(np.abs(command.v) <= limits.velocity * (1 + SLACK))
+            worst = max(worst, contact_errors(chain, chain.with_base(command.q, base),
+                                              contacts)[:, 0].max())
+            q, v = command.q, command.v
+    assert refused <= 2, f'{refused} of 3600 ticks braked instead of keeping the feet'
+    assert worst < 1e-4, f'a foot left its anchor by {1e3 * worst:.3f} mm'
