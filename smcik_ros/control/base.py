@@ -106,7 +106,7 @@ class FigureState:
         self._hold = None           # the Contact holding the base link (no contact set)
         self._checked = set()       # ids of constraints checked for a violation on arrival
         self._passive = None        # passive joints' values waiting for the next tick
-        self._legs = None
+        self._legs = None           # ``_keep_inside``'s weights (the contacts' joints free)
         self.projected = 0          # commands projected
         self.shared = 0             # commands that took a share of their correction only
         self.unconverged = 0        # projections that did not reach the tolerances
@@ -160,7 +160,7 @@ class FigureState:
                              and callable(getattr(c, 'clearance', None))]
         self.contacts = [c for c in self.equalities
                          if isinstance(c, Contact) and getattr(c, 'anchored', True)]
-        self._legs = None           # ``_keep_inside``'s weights: the contacts' joints free
+        self._legs = None
         terms = self.solver_terms()
         self._update()
         return terms
@@ -384,9 +384,9 @@ class FigureState:
         return self.limits.clip(self.command(projected))
 
     def _share(self, q, v, dt, shaped, q_new):
-        """Return (t, over): the largest share t in [0, 1] of the correction q_new - shaped.q that keeps
-        the velocity and acceleration limits from (q, v) over dt, and from which every joint
-        can still brake inside its position limits at the shaper's deceleration
+        """Return (t, over): the largest share t in [0, 1] of the correction q_new - shaped.q
+        that keeps the velocity and acceleration limits from (q, v) over dt, and from which
+        every joint can still brake inside its position limits at the shaper's deceleration
         (``bound_speed`` with (1 - MARGIN) of the acceleration limit): a correction that
         carried a joint towards its limit faster than that made a later command stop it
         beyond the acceleration limit (romeo, 1.41x and 1.76x). A shaped command that is

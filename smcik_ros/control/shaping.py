@@ -51,8 +51,7 @@ from typing import NamedTuple
 import numpy as np
 
 __all__ = ['ShapedCommand', 'CommandShaper', 'brake_speed', 'allowed_speed', 'bound_speed',
-           'LIMITERS',
-           'LANDING', 'JUMP']
+           'LIMITERS', 'LANDING', 'JUMP']
 
 # What bounded a tick's command, most binding last (reported in ~/status as limited_by).
 LIMITERS = ('none', 'target', 'velocity', 'acceleration', 'position_limit', 'lead', 'stop')
