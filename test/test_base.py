@@ -199,6 +199,21 @@ def test_constraints_arriving_violated_are_reported_and_anchors_wait_for_a_state
         'the unanchored contact waits; the CoM far from its polygon is violated'
 
 
+def _straightening(chain, limits, seed):
+    """Return (figure, q, goal): both feet planted at a stance with the knees bent 0.4 rad
+    (q), and a goal with the knees straighter than their limit allows (clipped there), a
+    third of the joints moved at random."""
+    rng = np.random.default_rng(seed)
+    figure = FigureState(chain, limits, pose())
+    contacts = feet(chain)
+    figure.set_constraints(contacts)
+    q = standing(limits, crouch=-0.1)
+    figure.anchor(contacts, q)
+    goal = limits.clip(standing(limits, crouch=-0.3)
+                       + rng.normal(0.0, 0.3, limits.n) * (rng.random(limits.n) < 0.3))
+    return figure, q, goal
+
+
 @pytest.mark.parametrize('seed', range(12))
 def test_a_projected_command_can_still_brake_inside_the_position_limits(biped, seed):
     """The projection's correction must not carry a joint towards its position limit faster
@@ -208,16 +223,9 @@ def test_a_projected_command_can_still_brake_inside_the_position_limits(biped, s
     loop's own shaper brakes to a stop inside the position limits within its acceleration
     limit."""
     chain, limits = biped
-    rng = np.random.default_rng(seed)
-    figure = FigureState(chain, limits, pose())
-    contacts = feet(chain)
-    figure.set_constraints(contacts)
-    q = standing(limits, crouch=-0.1)
-    figure.anchor(contacts, q)
+    figure, q, goal = _straightening(chain, limits, seed)
     shaper = CommandShaper(figure.shaper_limits(limits))
     bound = shaper.limits.acceleration * DT * (1 + SLACK)
-    goal = limits.clip(standing(limits, crouch=-0.3)
-                       + rng.normal(0.0, 0.3, limits.n) * (rng.random(limits.n) < 0.3))
     v = np.zeros(limits.n)
     for tick in range(120):
         shaped = shaper.step(q, v, DT, goal)
@@ -285,16 +293,10 @@ def test_a_joint_at_its_braking_bound_leaves_the_correction_to_the_others(biped)
     chain, limits = biped
     refused, worst = 0, 0.0
     for seed in range(24):
-        rng = np.random.default_rng(seed)
-        figure = FigureState(chain, limits, pose())
-        contacts = feet(chain)
-        figure.set_constraints(contacts)
-        q = standing(limits, crouch=-0.1)
-        figure.anchor(contacts, q)
+        figure, q, goal = _straightening(chain, limits, seed)
+        goal = figure.on_manifold(goal)
+        contacts = figure.contacts
         shaper = CommandShaper(figure.shaper_limits(limits))
-        goal = figure.on_manifold(limits.clip(
-            standing(limits, crouch=-0.3)
-            + rng.normal(0.0, 0.3, limits.n) * (rng.random(limits.n) < 0.3)))
         v = np.zeros(limits.n)
         for _ in range(150):
             kept = figure.keep(q, v, DT, shaper.step(q, v, DT, goal))

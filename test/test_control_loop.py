@@ -1044,27 +1044,33 @@ def _tip_positions(chain, commands):
     return {tip: chain.fk(q, tip)[:, :3, 3] for tip in TIPS}
 
 
-@pytest.mark.parametrize('seed', [1, 2])
-def test_a_goal_on_one_tip_leaves_the_other_where_it_was(two_tips, seed):
-    chain = two_tips
+def _left_goal(chain, tip, seed, scale):
+    """Run a loop from a random start (``scale`` of the range) to a goal on the left ``tip``
+    whose new pose the left arm's joints alone reach (no torso); return (loop, limits,
+    stream, start) once it is reached."""
     loop, limits = make_loop(chain, solver=make_solver('smc', chain, seed=seed))
     stream = Stream(loop, seed=seed)
     rng = np.random.default_rng(seed)
-    start = chain.clip(0.6 * chain.random_configuration(rng))
+    start = chain.clip(scale * chain.random_configuration(rng))
     stream.measure(start)
     stream.tick()
-    # Left arm joints only: the left tool's new pose is reachable without the torso.
     left = [chain.joint_index(n) for n in chain.joint_names if n.startswith('left_')]
     q_goal = start.copy()
-    q_goal[left] = chain.clip(0.6 * chain.random_configuration(rng))[left]
-    loop.offer_goal('pose', chain.fk(q_goal, 'left_tool'), '', None, stream.t,
-                    tip='left_tool')
+    q_goal[left] = chain.clip(scale * chain.random_configuration(rng))[left]
+    loop.offer_goal('pose', chain.fk(q_goal, tip), '', None, stream.t, tip=tip)
     for _ in range(1000):
         follower(1)(stream)
         stream.tick()
         if loop.goal_reached:
             break
     assert loop.goal_reached, f'left goal not reached: {loop.tip_errors}'
+    return loop, limits, stream, start
+
+
+@pytest.mark.parametrize('seed', [1, 2])
+def test_a_goal_on_one_tip_leaves_the_other_where_it_was(two_tips, seed):
+    chain = two_tips
+    loop, limits, stream, _ = _left_goal(chain, 'left_tool', seed, 0.6)
     right = _tip_positions(chain, stream.commands)['right_tool']
     drift = np.linalg.norm(right - right[0], axis=1)
     assert drift.max() < 2e-3, f'the right tool moved {1e3 * drift.max():.2f} mm'
@@ -1082,26 +1088,9 @@ def test_an_arm_that_serves_only_a_held_tip_stays_still(seed):
     projection pull it back every tick (baxter's 7-DOF arm: 3e-4 rad a tick, at the
     acceleration bound, so that the robot braked for seconds on its first goal; here the
     drift is micro-radians)."""
-    hands = ['left_hand', 'right_hand']
-    chain = Chain.from_urdf('urdf/smcik_figure.urdf', 'torso', hands)
-    loop, limits = make_loop(chain, solver=make_solver('smc', chain, seed=seed))
-    stream = Stream(loop, seed=seed)
-    rng = np.random.default_rng(seed)
-    start = chain.clip(0.5 * chain.random_configuration(rng))
-    stream.measure(start)
-    stream.tick()
-    left = [chain.joint_index(n) for n in chain.joint_names if n.startswith('left_')]
+    chain = Chain.from_urdf('urdf/smcik_figure.urdf', 'torso', ['left_hand', 'right_hand'])
+    loop, limits, stream, start = _left_goal(chain, 'left_hand', seed, 0.5)
     right = [chain.joint_index(n) for n in chain.joint_names if n.startswith('right_')]
-    q_goal = start.copy()
-    q_goal[left] = chain.clip(0.5 * chain.random_configuration(rng))[left]
-    loop.offer_goal('pose', chain.fk(q_goal, 'left_hand'), '', None, stream.t,
-                    tip='left_hand')
-    for _ in range(1000):
-        follower(1)(stream)
-        stream.tick()
-        if loop.goal_reached:
-            break
-    assert loop.goal_reached, f'left goal not reached: {loop.tip_errors}'
     q = np.array([c.q for c in stream.commands])
     assert np.abs(q[:, right] - start[right]).max() == 0.0, 'the held arm moved'
     np.testing.assert_array_equal(np.flatnonzero(loop.figure.frozen), right)
