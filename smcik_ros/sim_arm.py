@@ -211,13 +211,17 @@ class SimArm(Node):
 def urdf_joints(xml):
     """Return (names, lower (J,), upper (J,), velocity (J,)) of every movable joint of the URDF
     (revolute, continuous, prismatic; mimic joints excepted), in URDF order; continuous joints
-    are unbounded (-inf, inf); velocity is NaN where the URDF gives none."""
+    and bounds the URDF leaves out are unbounded (-inf, inf: PR2's continuous joints have a
+    ``<limit>`` with effort and velocity only); velocity is NaN where the URDF gives none."""
     joints, _, _ = parse_urdf(xml)
     movable = [j for j in joints if j.type in ('revolute', 'continuous', 'prismatic')
                and j.mimic is None]
-    continuous = np.array([j.type == 'continuous' for j in movable], dtype=bool)
-    lower = np.where(continuous, -np.inf, [float(j.lower) for j in movable])
-    upper = np.where(continuous, np.inf, [float(j.upper) for j in movable])
+
+    def bound(joint, value, unbounded):
+        return unbounded if joint.type == 'continuous' or value is None else float(value)
+
+    lower = np.array([bound(j, j.lower, -np.inf) for j in movable])
+    upper = np.array([bound(j, j.upper, np.inf) for j in movable])
     velocity = np.array([float(j.velocity) if j.velocity is not None else np.nan
                          for j in movable])
     return [j.name for j in movable], lower, upper, velocity

@@ -18,7 +18,7 @@ from ros_helpers import REPO_ROOT  # noqa: E402
 from smcik_ros.control.arm_state import initial_configuration  # noqa: E402
 from smcik_ros.errors import GoalError, SmcIkError  # noqa: E402
 from smcik_ros.model import Chain  # noqa: E402
-from smcik_ros.sim_arm import SimArm  # noqa: E402
+from smcik_ros.sim_arm import SimArm, urdf_joints  # noqa: E402
 
 DOMAIN_ID = private_domain_id(os.getpid() + 53)
 URDF = REPO_ROOT / 'urdf' / 'smcik_arm.urdf'
@@ -122,3 +122,21 @@ def test_every_movable_joint_of_the_urdf_is_played(context, tmp_path):
         assert node.chain.joint_names == chain.joint_names[:4]
     finally:
         node.destroy_node()
+
+
+def test_continuous_joints_without_bounds_are_played_unbounded(context, tmp_path):
+    """PR2 (example-robot-data) writes its continuous joints' <limit> with effort and
+    velocity only: sim_arm stopped at start-up on them (float(None))."""
+    from arm_urdfs import ur5_like_urdf
+    path = tmp_path / 'ur5.urdf'
+    path.write_text(ur5_like_urdf(continuous=(4, 6)))
+    node = SimArm(context=context, parameter_overrides=[
+        Parameter('urdf_path', value=str(path)), Parameter('tip_link', value='tool0')])
+    try:
+        names, lower, upper, _ = urdf_joints(path.read_text())
+        assert np.isneginf(lower[[3, 5]]).all() and np.isposinf(upper[[3, 5]]).all()
+        assert np.isfinite(lower[[0, 1, 2, 4]]).all() and names == list(node.joint_names)
+        np.testing.assert_array_equal(node._clip(np.full(len(names), 100.0))[[3, 5]], 100.0)
+    finally:
+        node.destroy_node()
+
