@@ -17,11 +17,14 @@ from collision_helpers import FclRobot, demo_model, fcl_obstacle, substeps
 from test_control_loop import SLACK, Log, Stream, follower, make_loop
 
 from smcik_ros.collision import Obstacle, self_collision_pairs
+from smcik_ros.control.base import FigureState
 from smcik_ros.control.collision_guard import CollisionGuard
 from smcik_ros.control.detour import Detour, DetourSettings
 from smcik_ros.control.detour_planner import END_CLEARANCE, FREE_ITERATIONS, DetourPlanner
+from smcik_ros.control.limits import limits_for_chain
 from smcik_ros.errors import ParameterError
-from smcik_ros.goals import PoseTarget
+from smcik_ros.model import Chain
+from smcik_ros.goals import Contact, PoseTarget
 from smcik_ros.solvers import make_solver
 
 URDF = 'urdf/smcik_arm.urdf'
@@ -229,6 +232,31 @@ def test_without_the_detour_the_arm_stops_at_the_margin(demo):
     loop, _, _, reached = run_loop(chain, guard, q0, chain.fk(q_goal), 0, 500, detour=False)
     assert reached is None and loop.guard.holds > 0
     assert loop.status(0.0)['detour'] == 'off'
+
+
+def test_a_detour_runs_beside_an_equality_it_cannot_leave_and_never_beside_a_pin(demo):
+    """A detour's joint-space legs leave the contacts and pinned tips that the commands are
+    projected onto: every projection back was refused and PR2 (example-robot-data, a goal
+    on one gripper, the other pinned) braked for the rest of the goal. So no detour is
+    planned while a kept link moves with the joints (``FigureState.binds``); a hard contact
+    that no joint moves (the base link's) leaves the detour as it was."""
+    chain, model, _ = demo
+    guard, q0, q_goal, _ = blocked_case(chain, model, 0)
+    base = Contact('base_link', pose=np.eye(4)).bind(chain)
+
+    def keep_the_base(stream, k):
+        if k == 0:
+            stream.loop.set_constraints([guard.constraint, base])
+
+    loop, limits, stream, reached = run_loop(chain, guard, q0, chain.fk(q_goal), 0, 1500,
+                                             during=keep_the_base)
+    assert loop.figure.active and not loop.figure.binds
+    assert reached is not None and loop.status(stream.t)['detours']['completed'] >= 1
+    check_stream(chain, limits, stream)
+    two = Chain.from_urdf('test/urdf/two_tips.urdf', 'base_link', ['left_tool', 'right_tool'])
+    figure = FigureState(two, limits_for_chain(two, 0.5, 3.0)[0])
+    figure.set_constraints([Contact('right_tool', pose=np.eye(4)).bind(two)])
+    assert figure.binds, 'a kept tip moves with the joints: no detour'
 
 
 def test_the_detour_reaches_goals_behind_a_box_without_collision(demo):

@@ -117,6 +117,13 @@ class FigureState:
         """True when commands are projected (hard equalities or pinned tips)."""
         return bool(self.kept)
 
+    @property
+    def binds(self):
+        """True when some joint moves a link that the commands are projected onto (a planted
+        foot, a pinned tip): a joint-space path then leaves it (no detour)."""
+        return any(self.chain.moving(c.link).any() for c in self.kept
+                   if getattr(c, 'link', None))
+
     def command(self, q):
         """Return the commanded joints (..., C) of states (..., nq)."""
         q = np.asarray(q, dtype=float)

@@ -412,6 +412,14 @@ class DetourDrive:
         detour = self.detour
         if detour is None or not detour.observe(loop, now):
             return
+        if loop.figure.binds:
+            # Its joint-space legs leave the contacts and the pinned tips: every command's
+            # projection back onto them was refused, and PR2 braked for the rest of the goal.
+            self.report('info', 'detour:projected', (
+                f'goal {loop.goal.sequence}: blocked at the collision margin; no detour '
+                'while the commands keep contacts or pinned tips (its path would leave '
+                'them): holding at the margin'), interval=5.0)
+            return
         detour.start(loop, exact=lambda a, b: self.guard.refuses(a, b) is None)
         self.report('info', 'detour:start', (
             f'goal {loop.goal.sequence}: blocked at the collision margin '
