@@ -14,7 +14,7 @@ class SmcSettings(SolverSettings):
     num_particles: int = 100            # N, particles
     seed: int = -1                      # random seed; -1: fresh entropy each construction
     joint_noise: float = 0.1            # [rad] std of the revolute random walk per iteration
-    prismatic_noise: float = 0.02       # [m] std of the prismatic random walk
+    prismatic_noise: float = 0.02       # [m] std of the prismatic random walk (less if slow)
     ball_noise: float = 0.1             # [rad] ball rotation-angle std per axis (2x eq. 17's)
     joint_noise_per_joint: tuple = ()   # [rad or m] one std per 1-DOF joint; () = the above
     ball_noise_per_axis: tuple = ()     # [rad] 3 stds per ball joint (QuTem diag); () = above

@@ -424,8 +424,9 @@ def _noise(chain, s):
                 f' of {names}); got {len(s.joint_noise_per_joint)}')
         noise = np.array(s.joint_noise_per_joint, dtype=float)
     else:
-        noise = np.array([s.prismatic_noise if t == 'prismatic' else s.joint_noise
-                          for t in scalar_types])
+        noise = _slow_prismatic(chain, scalar_types, np.array(
+            [s.prismatic_noise if t == 'prismatic' else s.joint_noise for t in scalar_types]),
+            s.joint_noise)
     balls = chain.ball_joints
     if s.ball_noise_per_axis:
         if len(s.ball_noise_per_axis) != 3 * len(balls):
@@ -435,6 +436,24 @@ def _noise(chain, s):
     else:
         ball = np.full((len(balls), 3), s.ball_noise)
     return noise, ball
+
+
+def _slow_prismatic(chain, types, noise, joint_noise):
+    """Return the default stds ``noise`` (n1,) with each prismatic joint's at most the
+    distance it moves in the time a typical revolute joint (the chain's median revolute
+    velocity limit) moves ``joint_noise``. A lift column 100x slower than its arms (PR2's
+    torso, 0.013 m/s) was walked like a fast rail: the online answers moved it 5-12 cm on
+    goals the arms alone reach, and the synchronised commands took over 10 s (the motion
+    prior's weight, ``joint_noise / std``, follows: a slow joint's motion costs its time)."""
+    types = np.array(types)
+    velocity = np.asarray(chain.velocity_limits, dtype=float)[chain.scalar_q]
+    revolute = np.isin(types, ('revolute', 'continuous')) & np.isfinite(velocity)
+    prismatic = (types == 'prismatic') & np.isfinite(velocity) & (velocity > 0.0)
+    if not revolute.any() or not prismatic.any():
+        return noise
+    typical = float(np.median(velocity[revolute]))
+    noise[prismatic] = np.minimum(noise[prismatic], joint_noise * velocity[prismatic] / typical)
+    return noise
 
 
 def _goal_vector(targets, s):
