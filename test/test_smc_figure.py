@@ -120,3 +120,25 @@ def test_uniform_draws_for_a_planted_figure_keep_the_feet_and_bring_new_arms(bip
     names = list(biped.joint_names)
     arms = [names.index(n) for n in ('l_shoulder_pitch', 'r_elbow', 'torso_yaw')]
     assert np.all(np.ptp(draws[:, arms], axis=0) > 0.5)
+
+
+def test_draws_keep_the_arm_of_a_hand_that_holds(biped):
+    """A one-hand goal: the other hand's target is met at the fallback, so the draws keep
+    the joints that move it (a new arm there made the commands carry that hand 3-4 mm on
+    the way, talos) and draw the moving arm anew."""
+    from smcik_ros.solvers.smc import FilterModel
+    from smcik_ros.solvers.smc.filter import feasible
+    rng = np.random.default_rng(7)
+    q0, feet, goals = _problem(biped, rng)
+    held = PoseTarget(biped.fk(q0, goals[0].link), goals[0].link)
+    solver = make_solver('smc', biped, seed=0)
+    model = FilterModel(biped, solver.settings, solver._scalar_noise, solver._ball_noise,
+                        [held.bind(biped), goals[1].bind(biped)], feet, 1.0, (1e-3, 1e-2))
+    draws = feasible(model, biped.random_configuration(rng, 40), q0, rng,
+                     lambda count: biped.random_configuration(rng, count))
+    names = list(biped.joint_names)
+    kept = biped.moving(held.link)
+    assert kept[names.index('l_shoulder_pitch')] and not kept[names.index('r_elbow')]
+    assert np.all(draws[:, kept] == q0[kept]), "the holding arm was drawn anew"
+    assert np.ptp(draws[:, names.index('r_elbow')]) > 0.5
+
