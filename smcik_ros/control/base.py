@@ -40,7 +40,7 @@ from .limits import commanded
 from .shaping import ShapedCommand, bound_speed
 
 __all__ = ['FigureState', 'FigureView', 'MARGIN', 'base_pose_list', 'figure_view',
-           'largest_share']
+           'held_arms', 'largest_share']
 
 # Share of the velocity and acceleration limits kept free for the projection while hard
 # equalities are kept: the shaper plans within (1 - MARGIN) of them, so that the projection's
@@ -193,30 +193,10 @@ class FigureState:
                     pose = frames.link_pose(term.link)[0]
                     pins.append(Contact(term.link, pose=pose).bind(self.chain))
         self.pins = pins
-        self.frozen = self._frozen(goal, pins)
+        self.frozen = None if self.floating else held_arms(self.chain, goal, pins,
+                                                           self.equalities)
         self._update()
         return pins
-
-    def _frozen(self, goal, pins):
-        """Return (C,) bool, or None: the joints of the pinned tips whose whole path serves
-        nothing else (one arm of a fixed-base dual arm). ``on_manifold`` holds them where
-        they are: the solver's answer drifts in that arm's null space, and commanding the
-        drift made the projection pull the arm back every tick, at the acceleration bound,
-        so that the whole robot braked for seconds (baxter, issue 32). Never with a
-        floating base (it moves every tip)."""
-        if not pins or self.floating or self.chain.has_ball_joints:
-            return None
-        pinned = {pin.link for pin in pins}
-        busy = np.zeros(self.chain.nv, dtype=bool)
-        for link in [t.link for t in goal.terms if t.link not in pinned] + \
-                [c.link for c in self.equalities if getattr(c, 'link', None)]:
-            busy |= self.chain.moving(link)
-        frozen = np.zeros(self.chain.nv, dtype=bool)
-        for link in pinned:
-            path = self.chain.moving(link)
-            if not (path & busy).any():
-                frozen |= path
-        return frozen if frozen.any() else None
 
     def _update(self):
         """What the commands are projected onto: the set's equalities and the pinned tips;
@@ -418,6 +398,29 @@ class FigureState:
         """Return the counters of the projection (JSON-ready)."""
         return {'projected': self.projected, 'projection_shared': self.shared,
                 'projection_unconverged': self.unconverged}
+
+
+def held_arms(chain, goal, pins, equalities=()):
+    """Return (nv,) bool, or None: the joints of the ``pins``' links whose whole path serves
+    nothing else that ``goal``'s other terms or the ``equalities`` need (one arm of a
+    fixed-base dual arm). ``FigureState.on_manifold`` holds them where they are: the
+    solver's answer drifts in that arm's null space, and commanding the drift made the
+    projection pull the arm back every tick, at the acceleration bound, so that the whole
+    robot braked for seconds (baxter, issue 32). Not for a floating base (it moves every
+    tip)."""
+    if not pins or chain.has_ball_joints:
+        return None
+    pinned = {pin.link for pin in pins}
+    busy = np.zeros(chain.nv, dtype=bool)
+    for link in [t.link for t in goal.terms if t.link not in pinned] + \
+            [c.link for c in equalities if getattr(c, 'link', None)]:
+        busy |= chain.moving(link)
+    frozen = np.zeros(chain.nv, dtype=bool)
+    for link in pinned:
+        path = chain.moving(link)
+        if not (path & busy).any():
+            frozen |= path
+    return frozen if frozen.any() else None
 
 
 def _scaled(limits, factor):

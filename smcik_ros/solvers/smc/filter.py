@@ -381,17 +381,14 @@ class FilterModel:
             _assign_frames(frames, idx, self.chain.frames(prev[idx]), particles)
         return particles, frames
 
-    def onto_equalities(self, q, anchor):
-        """Return draws q (K, nq) fit for the hard equalities: the joints that move an
-        equality's link (a planted foot's leg, the floating base) or a target already met at
-        ``anchor`` (nq,) (the hand that holds while the other moves) at ``anchor``'s values,
-        then projected onto the equalities; q itself without hard equalities. A uniform draw
-        of the whole figure is projected onto two planted feet almost never: a restart kept
-        nothing but copies of the estimate (romeo, issue 32), where a new arm is what it
-        needs; a new arm for the hand that holds made the commands carry that hand 3-4 mm
-        on the way (talos)."""
-        if not self.projects:
-            return q
+    def held_joints(self, anchor):
+        """Return (nq,) bool: the joints a draw takes from ``anchor`` (nq,) (``feasible``):
+        those that move an equality's link (a planted foot's leg, the floating base) or the
+        link of a target already met there (the hand that holds while the other moves).
+        A uniform draw of the whole figure is projected onto two planted feet almost never:
+        a restart kept nothing but copies of the estimate (romeo, issue 32), where a new arm
+        is what it needs; a new arm for the hand that holds made the commands carry that
+        hand 3-4 mm on the way (talos)."""
         if self._anchored is None:
             mask = np.zeros(self.chain.nq, dtype=bool)
             for c in self.hard:
@@ -399,18 +396,10 @@ class FilterModel:
                 if link is not None and not self.chain.has_ball_joints:
                     mask |= self.chain.moving(link)
             self._anchored = mask
-        anchor = np.asarray(anchor, dtype=float)
-        keep = self._anchored | self._met(anchor)
-        q = np.array(q, dtype=float)
-        q[:, keep] = anchor[keep]
-        return project(self.chain, q, self.hard, iterations=self.PROJECTION_ITERATIONS)[0]
-
-    def _met(self, q):
-        """Return (nq,) bool: the joints that move the link of a target met at q (nq,)."""
-        mask = np.zeros(self.chain.nq, dtype=bool)
+        mask = self._anchored.copy()
         if self.chain.has_ball_joints:
             return mask
-        frames = self.chain.frames(q[None])
+        frames = self.chain.frames(np.asarray(anchor, dtype=float)[None])
         for target in self.targets:
             link = getattr(target, 'link', None)
             if link is not None and callable(getattr(target, 'errors', None)):
@@ -418,6 +407,13 @@ class FilterModel:
                 if pos <= self.tolerance[0] and ori <= self.tolerance[1]:
                     mask |= self.chain.moving(link)
         return mask
+
+    def onto_equalities(self, q, anchor, held):
+        """Return draws q (K, nq) with the ``held`` joints (``held_joints``) at ``anchor``'s
+        values (nq,), projected onto the hard equalities."""
+        q = np.array(q, dtype=float)
+        q[:, held] = np.asarray(anchor, dtype=float)[held]
+        return project(self.chain, q, self.hard, iterations=self.PROJECTION_ITERATIONS)[0]
 
     def violated(self, frames):
         """Return (N,) bool: some hard constraint is violated."""
@@ -486,20 +482,23 @@ def feasible(model, fresh, fallback, rng, draw=None):
     """Return ``fresh`` (K, nq) with hard-constraint violators redrawn (``draw(k)``, at most
     ``max_redraws`` times), the rest replaced by copies of ``fallback`` (feasible). With
     hard equalities, a violating draw (and each redraw) first takes ``fallback``'s values of
-    the joints that move an equality's link and is projected onto them
-    (``FilterModel.onto_equalities``)."""
+    the joints that move an equality's link or a target met there, computed once
+    (``FilterModel.held_joints``), and is projected onto them (``onto_equalities``)."""
     if not model.hard or not len(fresh):
         return fresh
     bad = model.violated(model.chain.frames(fresh))
-    if model.projects and bad.any():
+    projects = model.projects and bad.any()
+    held = model.held_joints(fallback) if projects else None
+    if projects:
         idx = np.flatnonzero(bad)
-        fresh[idx] = model.onto_equalities(fresh[idx], fallback)
+        fresh[idx] = model.onto_equalities(fresh[idx], fallback, held)
         bad[idx] = model.violated(model.chain.frames(fresh[idx]))
     for _ in range(model.max_redraws if draw is not None else 0):
         if not bad.any():
             break
         idx = np.flatnonzero(bad)
-        fresh[idx] = model.onto_equalities(draw(len(idx)), fallback)
+        redrawn = draw(len(idx))
+        fresh[idx] = model.onto_equalities(redrawn, fallback, held) if projects else redrawn
         bad[idx] = model.violated(model.chain.frames(fresh[idx]))
     fresh[bad] = fallback
     return fresh
