@@ -11,7 +11,7 @@ import trimesh
 
 from smcik_ros.collision import (CollisionConstraint, CollisionModel, KeepOutSphere,
                                  conventional_srdf_path, resolve_mesh_uri)
-from smcik_ros.collision.model import link_covers
+from smcik_ros.collision.model import SWEEP_BATCH, link_covers
 from smcik_ros.errors import ModelError
 from smcik_ros.model import Chain
 
@@ -530,7 +530,8 @@ def _link_spheres(model, name):
 
 def test_a_coarse_model_turns_fine_in_stages_the_chain_links_first(gripper, tmp_path):
     """``next_fine_links``: the links riding on the chain come before those swept over
-    off-chain joints (seconds against up to a minute each on a real robot); ``fine`` with
+    off-chain joints (seconds against up to a minute each on a real robot), the light swept
+    ones together before the heavy one; ``fine`` with
     the covers of some links keeps the others coarse and stores nothing until none is; a
     contact refinement of a fine link keeps its finer cover when the swept links' fine
     covers come in, and the disk cache gets the cover at the model's tolerance."""
@@ -542,7 +543,11 @@ def test_a_coarse_model_turns_fine_in_stages_the_chain_links_first(gripper, tmp_
     assert set(first) | set(coarse.swept_links) == set(coarse.coarse_links)
     half = coarse.fine(link_covers(*coarse.fine_inputs(first))[0])
     assert half.coarse and set(half.coarse_links) == set(coarse.swept_links)
-    assert half.next_fine_links() == list(half.coarse_links[:1])   # one swept link at a time
+    work = {n: half._sweep_work(n) for n in half.coarse_links}
+    heavy = max(work, key=work.get)
+    assert half.next_fine_links() == [n for n in half.coarse_links if n != heavy]  # light ones
+    assert heavy == 'flap' and all(work[n] <= SWEEP_BATCH * work[heavy] for n in work
+                                   if n != heavy)
     assert half.link_names == coarse.link_names
     for name in coarse.link_names:
         expected = fine if name in first else coarse
@@ -568,8 +573,10 @@ def test_a_first_start_applies_the_chain_links_fine_covers_then_the_swept_ones(g
                                                                                tmp_path):
     """The guard's first start: the chain's links get their fine covers within the wait
     (the swept links stay coarse, named in the warning); the swept ones are computed when
-    asked (the node: after the first command's contact refinement, which goes first), and
-    only then are the pairs computed again. The guard ends with the fine model."""
+    asked (the node: after the first command's contact refinement, which goes first): the
+    light ones in one job, then the heavy 'flap' (its mesh over its sampled poses). The
+    pairs are computed again after the chain's links (the 'always' rule judges the pairs of
+    fine covers) and after the last swept link. The guard ends with the fine model."""
     from smcik_ros.control.collision_guard import CollisionGuard
     urdf, chain, fine = gripper
     guard, notes = CollisionGuard.from_urdf(chain, urdf, urdf_path=urdf, cache_dir=str(tmp_path),
@@ -580,14 +587,18 @@ def test_a_first_start_applies_the_chain_links_fine_covers_then_the_swept_ones(g
     assert texts[0].startswith('fine covers in') and 'stay until' in texts[0], texts
     warned = [t for level, t in notes if level == 'warn' and 'more motions' in t]
     assert warned and all(name in warned[0] for name in model.coarse_links), notes
-    assert not [t for t in texts if 'pairs of the fine' in t]
+    assert len([t for t in texts if 'pairs of the fine' in t]) == 1, texts
     assert guard.start_fine_covers() and not guard.start_fine_covers()
-    swept = list(guard.model.coarse_links)
-    for k, name in enumerate(swept):                # one at a time, each starting the next
+    jobs = 0
+    while guard.model.coarse:         # the light ones together, then each heavy one alone
+        batch = guard.model.next_fine_links()
         assert guard.wait_for_update(120.0)
         level, text, changed = guard.poll()
-        assert changed and text.startswith('fine covers in') and 'on 1 link' in text, text
-        assert guard.model.coarse_links == tuple(swept[k + 1:])
+        assert changed and text.startswith('fine covers in') and \
+            f'on {len(batch)} link' in text, text
+        assert not set(batch) & set(guard.model.coarse_links)
+        jobs += 1
+    assert jobs == 2, jobs
     assert np.array_equal(guard.model.radii, fine.radii)
     assert guard.wait_for_update(60.0)
     assert 'pairs of the fine covers' in guard.poll()[1]

@@ -7,6 +7,7 @@ import pytest
 
 from smcik_ros.collision import (CollisionModel, conventional_srdf_path, parse_srdf,
                                  self_collision_pairs)
+from smcik_ros.collision.model import link_covers
 from smcik_ros.errors import ModelError
 from smcik_ros.model import Chain
 
@@ -126,7 +127,9 @@ def test_a_coarse_model_keeps_its_always_overlapping_pairs_checked():
     """On coarse covers (bounding boxes: they overlap where the fine covers need not) the
     'always' rule is off: a pair disabled 'always' on the fine covers stays checked, the
     SRDF still applies, and the coarse pairs hold every fine one (more are checked, never
-    fewer). The arm6 SRDF's pair disabled as 'Default' is still off."""
+    fewer). The arm6 SRDF's pair disabled as 'Default' is still off. Once both links of a
+    pair have their fine covers (the chain's links come first on a first start) the rule
+    judges that pair, while the pairs of links still coarse stay checked."""
     chain, model = demo_model(ARM6_URDF)
     coarse = CollisionModel.from_urdf(chain, ARM6_URDF, cache_dir='', coarse=True)
     assert coarse.coarse and coarse.link_names == model.link_names
@@ -136,6 +139,13 @@ def test_a_coarse_model_keeps_its_always_overlapping_pairs_checked():
     assert pairs.reason('base_link', 'upper_arm_link') is None
     assert not [r for r in pairs.disabled.values() if r.startswith('always')]
     assert set(fine.names) < set(pairs.names)
+    both = ['base_link', 'upper_arm_link']
+    partly = coarse.fine(link_covers(*coarse.fine_inputs(both))[0])
+    assert partly.coarse and not set(both) & set(partly.coarse_links)
+    mixed = self_collision_pairs(partly, None, always_samples=100)
+    assert mixed.reason('base_link', 'upper_arm_link').startswith('always')
+    assert all(not set(pair) - set(both) for pair, reason in mixed.disabled.items()
+               if reason.startswith('always'))
     srdf = conventional_srdf_path(ARM6_URDF)
     assert self_collision_pairs(coarse, parse_srdf(srdf)).reason(
         'base_link', 'upper_arm_link') == 'srdf (Default)'

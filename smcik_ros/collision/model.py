@@ -58,6 +58,7 @@ MIN_TOLERANCE = 0.002         # [m] tighter covers take minutes and thousands of
 DEFAULT_SKELETON_RADIUS = 0.01  # [m]
 MAX_SWEEP = 0.3    # [m] off-chain links whose points travel farther over their range are left out
 LINK_SPHERES = 2000  # most spheres of one link's cover: beyond, its tolerance doubles (to 8x)
+SWEEP_BATCH = 0.25   # swept links computed together: work at most this share of the largest
 
 
 @dataclasses.dataclass(frozen=True)
@@ -240,10 +241,24 @@ class CollisionModel:
 
     def next_fine_links(self):
         """Return the coarse links whose fine covers come next: all those riding on the
-        chain (seconds), then the links swept over an off-chain joint's range one at a time
-        (each up to a minute: a head), so that each is applied when ready; [] when the model
-        is not coarse."""
-        return list(self.coarse_chain_links or self.coarse_links[:1])
+        chain (seconds), then the links swept over an off-chain joint's range: together
+        those whose work (mesh bytes times sampled poses, ``_sweep_work``) is at most
+        ``SWEEP_BATCH`` of the largest (TIAGo's sixteen finger links, a second in all, before
+        its head's 18 s), else the lightest alone (talos: each gripper, a few seconds, then
+        the head, 20 s), so that the light ones are applied without waiting for a heavy one;
+        [] when the model is not coarse."""
+        if self.coarse_chain_links or not self.coarse_links:
+            return list(self.coarse_chain_links)
+        work = {n: self._sweep_work(n) for n in self.coarse_links}
+        light = [n for n in self.coarse_links if work[n] <= SWEEP_BATCH * max(work.values())]
+        return light or [min(self.coarse_links, key=work.get)]
+
+    def _sweep_work(self, name):
+        """Return a link's cover work estimate: its mesh files' bytes (1000 for a primitive)
+        times its sampled poses."""
+        size = sum(os.path.getsize(g.mesh_path) if g.kind == 'mesh' and g.mesh_path
+                   and os.path.isfile(g.mesh_path) else 1000 for g in self.geometry[name])
+        return size * len(self._attachments[name].poses)
 
     def with_covers(self, covers):
         """Return a copy whose links in ``covers`` ({link: SphereCover}, e.g. what ``fine``

@@ -9,9 +9,10 @@ Rules, in order (each disabled pair keeps its reason):
    warning (in the returned ``warnings`` and the ``smcik_ros.collision`` logger);
 3. always: pairs whose covers (with padding) overlap at every sampled in-limit
    configuration (MoveIt's "default/always" rule: such an overlap is a cover artefact of
-   links that sit close by design, and would leave no configuration free); not on a
-   coarse model (``CollisionModel.from_urdf(coarse=True)``): its boxes overlap where the
-   fine covers may not, and the pair stays checked until the pairs of the fine model;
+   links that sit close by design, and would leave no configuration free); only pairs of
+   two links with fine covers: a coarse cover (``CollisionModel.from_urdf(coarse=True)``,
+   ``coarse_links``) overlaps where the fine one may not, and its pairs stay checked until
+   the pairs are computed again with its fine cover;
 4. never (optional, ``never_samples > 0``): pairs that never come within ``never_margin``
    in a large seeded sample of in-limit configurations (MoveIt's "never" rule). This rule
    is statistical: a pair that only meets in a small corner of the joint space can be
@@ -112,7 +113,7 @@ def self_collision_pairs(model, srdf=None, padding=0.002, always_samples=100, ne
 
     srdf: an ``Srdf``, a path or XML text, or None. padding [m]: the padding the covers are
     checked with. always_samples: random in-limit configurations of the 'always' rule (0:
-    off; always off on a coarse model); the neutral configuration, ``configurations``
+    off; never for a pair with a coarse cover); the neutral configuration, ``configurations``
     (M, nq) and the SRDF's group states of this chain's joints are added to them, so a pair
     overlapping at, e.g., MoveIt's 'ready' pose is never called 'always'. never_samples,
     never_margin [m]: the statistical 'never' rule (0: off). seed: the sampling seed (the
@@ -143,13 +144,14 @@ def self_collision_pairs(model, srdf=None, padding=0.002, always_samples=100, ne
     candidates = [(i, j) for i in range(L) for j in range(i + 1, L)
                   if (names[i], names[j]) not in disabled]
     chain = model.chain
-    if getattr(model, 'coarse', False):
-        always_samples = 0
+    coarse = set(getattr(model, 'coarse_links', ()))
+    fine = [k for k, (i, j) in enumerate(candidates)
+            if names[i] not in coarse and names[j] not in coarse]
     if candidates and (always_samples > 0 or never_samples > 0):
         rng = np.random.default_rng(seed)
         robot = RobotGeometry(model)
         pairs = np.array(candidates, dtype=np.int64).reshape(-1, 2)
-        if always_samples > 0:
+        if always_samples > 0 and fine:
             q = [chain.neutral_configuration()[None],
                  chain.random_configuration(rng, int(always_samples))]
             if configurations is not None:
@@ -157,8 +159,8 @@ def self_collision_pairs(model, srdf=None, padding=0.002, always_samples=100, ne
             if srdf is not None:
                 q.extend(_group_states(chain, srdf))
             q = np.concatenate(q)
-            hits = _colliding_counts(robot, chain, q, pairs, 0.0, padding)
-            for k in np.flatnonzero(hits == len(q)):
+            hits = _colliding_counts(robot, chain, q, pairs[fine], 0.0, padding)
+            for k in np.asarray(fine)[hits == len(q)]:
                 i, j = candidates[k]
                 disabled[(names[i], names[j])] = (
                     f'always (covers + padding overlap at all {len(q)} sampled configurations)')
