@@ -494,8 +494,12 @@ def _updates(guard):
     """Wait for and poll the guard's updates until none is left (an applied refinement step
     starts the next): return the (level, text, changed) events."""
     events = []
-    while guard.wait_for_update(60.0) and (event := guard.poll()) is not None:
-        events.append(event)
+    while guard.wait_for_update(60.0):
+        event = guard.poll()
+        if event is None and not guard.updating:
+            return events
+        if event is not None:
+            events.append(event)
     return events
 
 
@@ -548,8 +552,9 @@ def test_links_resting_in_contact_get_finer_covers_in_the_background(guard_and_c
 @pytest.mark.parametrize('first', ['srdf', 'covers'])
 def test_background_updates_computed_together_are_both_applied(guard_and_chain, first):
     """An SRDF update and a contact refinement both computed from the same model and pairs:
-    whichever is polled second is applied on top of the first (its constraint built again),
-    so the guard ends with the refined model AND the SRDF's pairs, in either order."""
+    whichever is polled second is applied on top of the first (its constraint built again
+    in the background, not in the poll), so the guard ends with the refined model AND the
+    SRDF's pairs, in either order."""
     _, chain = guard_and_chain
     q = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
     guard = _table_guard(chain, 0.0075)
@@ -561,9 +566,12 @@ def test_background_updates_computed_together_are_both_applied(guard_and_chain, 
     for name in (first, 'covers' if first == 'srdf' else 'srdf'):
         assert starts[name]()
         guard.wait_for_update(60.0)
-    messages = [guard.poll()[1], guard.poll()[1]] + [e[1] for e in _updates(guard)]
+    messages = [guard.poll()[1]]
+    assert guard.poll() is None and guard.updating      # the second: built again, meanwhile
+    messages += [e[1] for e in _updates(guard)]
     assert messages[0].startswith('SRDF' if first == 'srdf' else 'covers'), messages
-    assert len(messages) == 3 and 'at tolerance 0.004 m' in messages[2], messages
+    assert len(messages) == 3 and [m for m in messages if 'at tolerance 0.004 m' in m] and \
+        [m for m in messages if m.startswith('SRDF')], messages
     assert guard.constraint.model is guard.model
     assert guard.model.link_excess[guard.model.link_index('base_link')] <= 0.005
     assert len(guard.constraint.pairs) == before - 1 and guard.srdf == 'a test SRDF'
@@ -574,8 +582,8 @@ def test_an_srdf_applied_while_finer_covers_compute_is_kept_under_them(guard_and
                                                                        monkeypatch):
     """The start-up race: MoveIt's SRDF arrives and is applied while the finer covers of the
     first command are still being computed (they take seconds). The covers, applied next,
-    go on top of the SRDF's pairs (their constraint built again), never back to the pairs
-    they were computed with."""
+    go on top of the SRDF's pairs (their constraint built again, in the background), never
+    back to the pairs they were computed with."""
     _, chain = guard_and_chain
     q = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
     guard = _table_guard(chain, 0.008)
@@ -597,8 +605,7 @@ def test_an_srdf_applied_while_finer_covers_compute_is_kept_under_them(guard_and
     assert event is not None and event[2] and 'a test SRDF' in event[1], event
     assert len(guard.constraint.pairs) == before - 1
     gate.set()
-    guard.wait_for_update(60.0)
-    level, message, changed = guard.poll()
+    level, message, changed = _updates(guard)[0]
     assert changed and 'no longer rests in contact' in message, message
     assert guard.constraint.model is guard.model and not guard.constraint.contacts(q)
     assert len(guard.constraint.pairs) == before - 1 and guard.srdf == 'a test SRDF'
@@ -680,7 +687,9 @@ def test_scene_upkeep_notes_a_resting_contact_once_and_swaps_the_finer_covers_in
         guard_and_chain):
     """The node's per-tick upkeep (no ROS): after the first command it notes the pair in
     contact once and starts the finer covers; at a later tick it swaps them in, hands the
-    loop the new constraint, and the note is not repeated."""
+    loop the new constraint, and the note is not repeated. While the solver's worker is busy
+    the tick neither waits for it nor swaps (the loop would have to wait for the step):
+    the swap comes at the first tick that finds the worker idle."""
     from smcik_ros.control.limits import limits_for_chain
     from smcik_ros.control.arm_state import ArmSettings
     from smcik_ros.control.scene_upkeep import SceneUpkeep
@@ -691,7 +700,7 @@ def test_scene_upkeep_notes_a_resting_contact_once_and_swaps_the_finer_covers_in
     guard = _table_guard(chain, 0.008)
     limits, _ = limits_for_chain(chain, velocity_scale=0.5, max_acceleration=3.0)
     loop = ControlLoop(chain, make_solver('smc', chain, seed=5), limits, ArmSettings(),
-                       validators=[guard])
+                       validators=[guard], solver_thread=True)
     reports = []
     upkeep = SceneUpkeep(guard, loop, lambda: [guard.constraint], 0.002,
                          lambda *args: reports.append(args))
@@ -700,6 +709,12 @@ def test_scene_upkeep_notes_a_resting_contact_once_and_swaps_the_finer_covers_in
     assert level == 'warn' and 'base_link / t/1' in note, note
     assert upkeep.after_command(q) == [] and not reports
     guard.wait_for_update(60.0)
+    gate, before = threading.Event(), guard.constraint
+    assert loop.beside(lambda: gate.wait(10.0))       # a long step in the worker
+    assert upkeep.before_tick() == [] and guard.constraint is before
+    assert not loop.solver_idle                       # returned while it still runs
+    gate.set()
+    loop.settle()
     lines = upkeep.before_tick()
     assert [level for level, _ in lines] == ['info'], lines
     assert 'no longer rests in contact' in lines[0][1]

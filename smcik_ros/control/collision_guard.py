@@ -356,13 +356,19 @@ class CollisionGuard:
         self._updates.wait(timeout)
         return not self._updates.running
 
+    @property
+    def updating(self):
+        """True while a background update is being computed or waits for ``poll``."""
+        return self._updates.running or self._updates.waiting
+
     def poll(self):
         """Apply the next update computed in the background (one per call, in the order they
         finished); return (level, text, changed), or None when none is waiting.
 
         changed: True when ``constraint`` is a new object (hand it to the control loop).
-        An update computed on a model or pairs that another update has replaced since is
-        applied on top of it (its constraint is built again here)."""
+        An update computed on a model or pairs that another update has replaced since (or
+        under other settings) is built again on top of them in the background (``_rebuilt``:
+        seconds on a big model, never in the control tick) and applied from there."""
         result = self._updates.take()
         if result is None:
             return None
@@ -372,24 +378,40 @@ class CollisionGuard:
             if 'error' in result:
                 return ('error', result['error'], False)
             return ('info', result['text'](), False)
-        constraint = result['constraint']
-        if 'model' in result:     # on top of what another update applied since it started
-            self.model = (result['model'] if result['from'] is self.model
-                          else result['merge'](self.model))
-            self.reach = reach_bound(self.model)
+        model = self.model
+        if 'model' in result:
+            model = result['model'] if result['from'] is self.model else None
+        pairs = result['pairs'] if 'pairs' in result else self.pairs
+        s, constraint = self.settings, result['constraint']
+        base_model, base_pairs = result['base']
+        if not (base_model is model and base_pairs is pairs and (
+                constraint.clearance, constraint.self_collision) == (
+                s.clearance, s.self_collision and pairs is not None)):
+            self._updates.start('smcik-rebuild', lambda: self._rebuilt(result), lambda exc: (
+                f'an update of the collision model was lost ({type(exc).__name__}: {exc}); '
+                'the model stays as it is'))
+            return None
+        self.model, self.reach = model, reach_bound(model)
         if 'pairs' in result:
             self.pairs, self.srdf = result['pairs'], result['srdf']
-        s = self.settings
-        base_model, base_pairs = result['base']
-        if base_model is self.model and base_pairs is self.pairs and (
-                constraint.clearance, constraint.self_collision) == (
-                s.clearance, s.self_collision and self.pairs is not None):
-            self.constraint = constraint
-        else:   # another update, or a setting changed while the thread ran
-            self.constraint = self._build_constraint(self.model, self.pairs, s)
+        self.constraint = constraint
         if 'then' in result:
             result['then']()
         return ('info', result['text'](), True)
+
+    def _rebuilt(self, result):
+        """Return ``result`` made again on the guard's current model, pairs and settings (the
+        same change on top of what replaced its base meanwhile)."""
+        current = self.model
+        model = current
+        if 'model' in result:
+            model = result['model'] if result['from'] is current else result['merge'](current)
+        pairs = result['pairs'] if 'pairs' in result else self.pairs
+        constraint = self._build_constraint(model, pairs, self.settings)
+        rebuilt = dict(result, constraint=constraint, base=(model, pairs))
+        if 'model' in result:
+            rebuilt.update(model=model, **{'from': current})
+        return rebuilt
 
     # ------------------------------------------------------------------ the validator
     def __call__(self, q_from, q_to):

@@ -282,7 +282,7 @@ def settle(guard, seconds):
         while (event := guard.poll()) is not None:
             events.append(event[:2])
         notes += events
-        if not finished or not events:
+        if not finished or not (events or guard.updating):
             return notes
 
 
@@ -352,6 +352,12 @@ class BackgroundUpdates:
     def running(self):
         """True while an update is being computed."""
         return any(worker.is_alive() for worker in self._workers)
+
+    @property
+    def waiting(self):
+        """True while a finished result waits for ``take``."""
+        with self._lock:
+            return bool(self._pending)
 
     def take(self):
         """Return the oldest finished result, or None."""

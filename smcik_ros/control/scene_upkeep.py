@@ -31,7 +31,9 @@ class SceneUpkeep:
         lines = []
         chain_coarse = bool(self.guard.model.coarse_chain_links)
         coarse = self.guard.model.coarse
-        event = self.guard.poll()
+        # A new constraint waits for the solver's running step (the loop hands it over
+        # between steps): applied at a tick that finds the step done, never waited for.
+        event = self.guard.poll() if self.loop.solver_idle else None
         if event is not None:
             level, text, changed = event
             if changed:
@@ -50,9 +52,11 @@ class SceneUpkeep:
         return lines
 
     def after_command(self, q):
-        """After a published command at q (nq,): the contact note when it is due; then the
-        next fine covers of a model that still has coarse ones (after the refinement)."""
-        if self.noted is not False:
+        """After a published command at q (nq,): the contact note when it is due and no
+        background update is on its way (the pairs of the chain's fine covers, computed
+        after them, may disable a pair in contact: no refinement for it); then the next fine
+        covers of a model that still has coarse ones (after the refinement)."""
+        if self.noted is not False or self.guard.updating:
             return []
         self.noted = True
         guard = self.guard
