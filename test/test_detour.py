@@ -8,6 +8,7 @@ limits on every tick from the commands' positions and stamps.
 
 
 import dataclasses
+import time
 
 import fcl
 import numpy as np
@@ -140,6 +141,35 @@ def test_a_certified_leg_passes_the_guards_own_motion_check(demo):
         else:
             refused += 1
     assert certified >= 5 and refused >= 5, (certified, refused)
+
+
+def test_a_slow_clearance_is_certified_in_small_units_with_the_same_verdicts(demo,
+                                                                           monkeypatch):
+    """Each unit of a leg's certification (one yield, one clearance batch) is sized to
+    about UNIT_SECONDS of its measured cost per sample: with clearance made to cost 2 ms a
+    sample (a big robot's covers), the batches after the first hold one sample, and every
+    leg gets the verdict it gets with the fast clearance."""
+    chain, model, _ = demo
+    guard, q0, q_goal, _ = blocked_case(chain, model, 0)
+    rng = np.random.default_rng(2)
+    legs = [(chain.clip(q0 + rng.normal(0.0, 0.3, 7)),
+             chain.clip(q_goal + rng.normal(0.0, 0.3, 7))) for _ in range(20)]
+    fast = DetourPlanner(chain, make_loop(chain)[1], DetourSettings(seed=0))
+    fast.prepare((guard.constraint,), None, ())
+    verdicts = [_run_generator(fast._leg(a, b)) for a, b in legs]
+    slow = DetourPlanner(chain, make_loop(chain)[1], DetourSettings(seed=0))
+    slow.prepare((guard.constraint,), None, ())
+    sizes, clearance = [], DetourPlanner.clearance
+
+    def costly(self, qs, constraints=None):
+        sizes.append(len(np.atleast_2d(qs)))
+        time.sleep(0.002 * sizes[-1])
+        return clearance(self, qs, constraints)
+    monkeypatch.setattr(DetourPlanner, 'clearance', costly)
+    assert [_run_generator(slow._leg(a, b)) for a, b in legs] == verdicts
+    assert True in verdicts and False in verdicts
+    batches = sizes[2:]            # after the first leg's ends (2) and unmeasured batch (8)
+    assert batches and max(batches) <= 2, sizes
 
 
 def _run_generator(work):

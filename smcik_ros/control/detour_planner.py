@@ -24,6 +24,7 @@ a budget per tick (see ``detour`` for when a detour is planned and how it is fol
 """
 
 import math
+import time
 
 import numpy as np
 
@@ -37,6 +38,9 @@ CLEARANCE_CAP = 0.2
 # Most clearance evaluations for one leg before it is declared not free, and per unit of work.
 MAX_LEG_SAMPLES = 2048
 SAMPLES_PER_UNIT = 48
+# [s] the clearance batch of a unit is sized to about this (its last measured cost per
+# sample): TIAGo's 7000-sphere covers took over 120 ms per 48 samples, in the tick.
+UNIT_SECONDS = 0.003
 # A leg's ends need at least this padded clearance [m]; the leg keeps min(margin, half the
 # smaller end clearance) at every point (a goal configuration may lie closer than the margin).
 END_CLEARANCE = 0.001
@@ -70,6 +74,7 @@ class DetourPlanner:
         self.free_solver = make_solver(
             'jacobian', chain, collision_security_distance=settings.margin,
             seed=-1 if seed is None else (seed + 1) % 2 ** 31)
+        self.sample_seconds = 0.0   # the last measured clearance cost per sample [s]
         self.constraints = ()       # the hard constraints a plan keeps clear of
         self.exact = None           # the command stream's own check of a straight motion
         self.history = ()           # recent commands (oldest first), for the retreat
@@ -308,10 +313,14 @@ class DetourPlanner:
             if used > MAX_LEG_SAMPLES:
                 return False
             pending = []
-            for first in range(0, len(split), SAMPLES_PER_UNIT):
-                chunk = split[first:first + SAMPLES_PER_UNIT]
+            while split:
+                size = 8 if self.sample_seconds <= 0.0 else \
+                    int(np.clip(UNIT_SECONDS / self.sample_seconds, 1, SAMPLES_PER_UNIT))
+                chunk, split = split[:size], split[size:]
                 mids = np.array([0.5 * (p[0] + p[1]) for p in chunk])
+                started = time.perf_counter()
                 d = self.clearance(a + mids[:, None] * (b - a), collision)
+                self.sample_seconds = (time.perf_counter() - started) / len(chunk)
                 yield
                 if d.min() < margin:
                     return False
