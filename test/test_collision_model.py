@@ -429,6 +429,39 @@ def test_a_link_over_the_sphere_budget_is_covered_coarser(tmp_path, logged, monk
         assert inside_cover(points, centers[sel], radii[sel]).all()
 
 
+def test_the_root_bodys_links_are_coarsened_at_most_twice(tmp_path, logged, monkeypatch):
+    """Over the sphere budget, a link on the root body (a mobile base, a pedestal: it never
+    moves, and its spheres cost only near a moving link) is covered at most at
+    ROOT_COARSEST times the tolerance, where a moving link goes on to 8x (TIAGo's base: 16 319
+    spheres at 2 cm, 669 at 8 cm, where FCL put a goal's arm 15 mm clear)."""
+    from smcik_ros.collision import model as collision_model
+    assert collision_model.ROOT_COARSEST == 2.0
+    mesh = trimesh.creation.box(extents=(0.3, 0.2, 0.4))
+    _write_mesh(str(tmp_path / 'part.stl'), mesh)
+    collision = '<collision><geometry><mesh filename="part.stl"/></geometry></collision>'
+    urdf = tmp_path / 'root.urdf'
+    urdf.write_text(f'''<robot name="root">
+      <link name="base_link">{collision}</link>
+      <joint name="j1" type="revolute"><parent link="base_link"/><child link="link1"/>
+        <origin xyz="0 0 1"/><axis xyz="0 0 1"/>
+        <limit lower="-1" upper="1" effort="1" velocity="1"/></joint>
+      <link name="link1">{collision}</link>
+    </robot>''')
+    chain = Chain.from_urdf(str(urdf), 'base_link', 'link1')
+    fine = CollisionModel.from_urdf(chain, str(urdf), cache_dir='')
+    counts = dict(zip(fine.link_names, fine.link_count))
+    monkeypatch.setattr(collision_model, 'LINK_SPHERES', 1)        # nothing fits
+    log = logged('smcik_ros.collision', logging.INFO)
+    coarse = CollisionModel.from_urdf(chain, str(urdf), cache_dir='')
+    assert "link 'base_link': its cover at tolerance 0.01 m has more than 1 spheres; " \
+        'covered at 0.02 m' in log.text, log.text
+    assert "link 'link1': its cover at tolerance 0.01 m has more than 1 spheres; " \
+        'covered at 0.08 m' in log.text, log.text
+    excess = dict(zip(coarse.link_names, coarse.link_excess))
+    assert excess['base_link'] <= 1.1 * 0.02 < excess['link1']
+    assert 1 < dict(zip(coarse.link_names, coarse.link_count))['base_link'] < counts['base_link']
+
+
 def _link_points(fcl_robot, link):
     lk = [x for x in fcl_robot.urdf.robot.links if x.name == link][0]
     out = []

@@ -58,6 +58,10 @@ MIN_TOLERANCE = 0.002         # [m] tighter covers take minutes and thousands of
 DEFAULT_SKELETON_RADIUS = 0.01  # [m]
 MAX_SWEEP = 0.3    # [m] off-chain links whose points travel farther over their range are left out
 LINK_SPHERES = 2000  # most spheres of one link's cover: beyond, its tolerance doubles (to 8x)
+# The root body's links (a mobile base, a pedestal) are coarsened at most 2x: they never move,
+# so their spheres cost only near a moving link, and the arms reach close to them (TIAGo's
+# base at 8 cm excess refused goals 15 mm clear in FCL).
+ROOT_COARSEST = 2.0
 SWEEP_BATCH = 0.25   # swept links computed together: work at most this share of the largest
 
 
@@ -1061,11 +1065,12 @@ def _computing(total, tolerance, cache_dir):
 # ---------------------------------------------------------------------- covering elements
 def _link_cover(name, items, att, tolerance, item_edge, cache_dir, notes):
     """Return the merged SphereCover of one link's <collision> elements ``items``: at
-    ``tolerance``, or coarser (doubled, up to 8x) while it has more than LINK_SPHERES spheres
-    (noted in ``notes`` and the log)."""
+    ``tolerance``, or coarser (doubled, up to 8x; up to ROOT_COARSEST on the root body) while
+    it has more than LINK_SPHERES spheres (noted in ``notes`` and the log)."""
     covers = [_cover_element(g, att, tolerance, item_edge, cache_dir) for g in items]
     coarse, edge = tolerance, item_edge
-    while sum(len(c.radii) for c in covers) > LINK_SPHERES and coarse < 8.0 * tolerance:
+    most = (ROOT_COARSEST if att.body < 0 else 8.0) * tolerance
+    while sum(len(c.radii) for c in covers) > LINK_SPHERES and coarse < most:
         coarse, edge = 2.0 * coarse, None if edge is None else 2.0 * edge
         covers = [_cover_element(g, att, coarse, edge, cache_dir) for g in items]
     if coarse != tolerance:
