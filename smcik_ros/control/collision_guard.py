@@ -391,7 +391,8 @@ class CollisionGuard:
                 f'an update of the collision model was lost ({type(exc).__name__}: {exc}); '
                 'the model stays as it is'))
             return None
-        self.model, self.reach = model, reach_bound(model)
+        if model is not self.model:
+            self.model, self.reach = model, reach_bound(model)
         if 'pairs' in result:
             self.pairs, self.srdf = result['pairs'], result['srdf']
         self.constraint = constraint

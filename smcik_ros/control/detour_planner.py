@@ -39,7 +39,8 @@ CLEARANCE_CAP = 0.2
 MAX_LEG_SAMPLES = 2048
 SAMPLES_PER_UNIT = 48
 # [s] the clearance batch of a unit is sized to about this (its last measured cost per
-# sample): TIAGo's 7000-sphere covers took over 120 ms per 48 samples, in the tick.
+# sample; 8 samples before the first measure): TIAGo's 7000-sphere covers took over 120 ms
+# per 48 samples, in the tick.
 UNIT_SECONDS = 0.003
 # A leg's ends need at least this padded clearance [m]; the leg keeps min(margin, half the
 # smaller end clearance) at every point (a goal configuration may lie closer than the margin).
