@@ -243,6 +243,29 @@ def test_a_projected_command_can_still_brake_inside_the_position_limits(biped, s
             stop_q, stop_v = stop.q, stop.v
 
 
+@pytest.mark.parametrize('seed', range(12))
+def test_a_projected_command_stays_within_the_lead_of_an_arm_that_lags(biped, seed):
+    """The command may lead the measurement by max_lead at most (a braking constraint of
+    the shaper); the projection's correction must keep that too (TIAGo dual: a held arm's
+    joints, moved by the projection as the shared torso rose, ran 0.22 rad ahead of an arm
+    that lagged, and the stream was resynced). Straightening with both feet planted while
+    the arm stays where it was measured: every kept command stays within 0.05 of it."""
+    chain, limits = biped
+    figure, q, goal = _straightening(chain, limits, seed)
+    box = (q - 0.05, q + 0.05)                      # the measurement does not move
+    shaper = CommandShaper(figure.shaper_limits(limits))
+    v = np.zeros(limits.n)
+    for tick in range(150):
+        shaped = shaper.step(q, v, DT, goal, box)
+        command, _ = figure.keep(q, v, DT, shaped, lead_box=box) or figure.keep(
+            q, v, DT, shaper.brake(q, v, DT, box), share=True, lead_box=box)
+        assert np.all(np.abs(command.v - v) <= limits.acceleration * DT * (1 + SLACK))
+        q, v = command.q, command.v
+        out = np.maximum(box[0] - q, q - box[1])
+        assert out.max() <= 1e-9, (
+            f'tick {tick}: {limits.names[int(np.argmax(out))]} {out.max():.4f} beyond the lead')
+
+
 @pytest.mark.parametrize('seed', range(4))
 def test_the_projection_onto_the_feet_keeps_the_centre_of_mass_inside(biped, seed):
     """The guard validates the shaped command; projecting it onto the feet then moves the

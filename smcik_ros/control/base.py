@@ -284,11 +284,13 @@ class FigureState:
             return limits
         return _scaled(limits, 1.0 - MARGIN)
 
-    def keep(self, q, v, dt, shaped, share=False):
+    def keep(self, q, v, dt, shaped, share=False, lead_box=None):
         """Return (ShapedCommand, base (4, 4) or None) for the ``shaped`` command from the
         last command q, v (C,) over dt [s]: projected onto the hard equalities, within the
         position limits; None when the projected command breaks a velocity or acceleration
-        limit (``share``: then the largest share of its correction that keeps them)."""
+        limit (``share``: then the largest share of its correction that keeps them).
+        lead_box: None or (lo, hi) (C,), the box around the measurement that the command
+        must be able to stop in (``ArmMonitor.lead_box``), kept like the position limits."""
         if not self.kept:
             return shaped, (self.base if self.floating else None)
         state = self.state(shaped.q)
@@ -297,7 +299,7 @@ class FigureState:
             projected, ok = project(self.chain, state, self.kept, weights=weights)
             projected = self._keep_inside(q, projected, weights)
             q_new = self.limits.clip(self.command(projected))
-            t, over = self._share(q, v, dt, shaped, q_new)
+            t, over = self._share(q, v, dt, shaped, q_new, lead_box)
             if best is None or (ok and t > best[3]):
                 best = (projected, ok, q_new, t)
             if t >= 1.0 or not ok or not over.any() or self.chain.has_ball_joints:
@@ -344,19 +346,19 @@ class FigureState:
         legs = self._legs if weights is None else np.maximum(self._legs, weights)
         return project(self.chain, state, self.equalities + crossed, weights=legs)[0]
 
-    def keep_within(self, q, v, dt, shaped, brake):
-        """Return (shaped, base): ``keep`` of the shaped command; where its projection would
-        break a velocity or acceleration limit, the brake (``brake()`` -> ShapedCommand)
-        instead, projected as far as the limits allow."""
+    def keep_within(self, q, v, dt, shaped, brake, lead_box=None):
+        """Return (shaped, base): ``keep`` of the shaped command (within ``lead_box``);
+        where its projection would break a velocity or acceleration limit, the brake
+        (``brake()`` -> ShapedCommand) instead, projected as far as the limits allow."""
         if not self.kept:
             return shaped, (self.base if self.floating else None)
-        kept = self.keep(q, v, dt, shaped)
+        kept = self.keep(q, v, dt, shaped, lead_box=lead_box)
         if kept is None:
             self.report('warn', 'projection', (
                 'keeping the contacts would break a velocity or acceleration limit on this '
                 'command: braking instead, the contacts corrected as far as the limits allow'),
                 interval=1.0)
-            kept = self.keep(q, v, dt, brake(), share=True)
+            kept = self.keep(q, v, dt, brake(), share=True, lead_box=lead_box)
         return kept
 
     def on_manifold(self, q, at=None):
@@ -370,16 +372,21 @@ class FigureState:
         projected, _ = project(self.chain, self.state(q), self.kept)
         return self.limits.clip(self.command(projected))
 
-    def _share(self, q, v, dt, shaped, q_new):
+    def _share(self, q, v, dt, shaped, q_new, lead_box=None):
         """Return (t, over): the largest share t in [0, 1] of the correction q_new - shaped.q
         that keeps the velocity and acceleration limits from (q, v) over dt, and from which
-        every joint can still brake inside its position limits at the shaper's deceleration
-        (``bound_speed`` with (1 - MARGIN) of the acceleration limit): a correction that
-        carried a joint towards its limit faster than that made a later command stop it
-        beyond the acceleration limit (romeo, 1.41x and 1.76x). A shaped command that is
-        itself faster than that (the shaper put the acceleration first) bounds it instead.
+        every joint can still brake inside its position limits (and ``lead_box``) at the
+        shaper's deceleration (``bound_speed`` with (1 - MARGIN) of the acceleration limit):
+        a correction that carried a joint towards its limit faster than that made a later
+        command stop it beyond the acceleration limit (romeo, 1.41x and 1.76x), and one that
+        carried a held arm's joints away from a lagging measurement let the command run
+        0.22 rad ahead of the arm (TIAGo dual, a resync). A shaped command that is itself
+        faster than that (the shaper put the acceleration first) bounds it instead.
         over (C,) bool: the joints that the whole correction takes beyond those bounds."""
         lim = self.limits
+        lower, upper = lim.lower, lim.upper
+        if lead_box is not None:
+            lower, upper = np.maximum(lower, lead_box[0]), np.minimum(upper, lead_box[1])
         u0 = (shaped.q - q) / dt
         d = (q_new - shaped.q) / dt
         if not np.any(d):
@@ -389,8 +396,8 @@ class FigureState:
         high = np.minimum(lim.velocity, v + adt)
         u0 = np.clip(u0, low, high)         # the shaped command holds them (rounding)
         brake = (1.0 - MARGIN) * lim.acceleration      # what the shaper brakes with next
-        low = np.maximum(low, np.minimum(-bound_speed(q - lim.lower, brake, dt), u0))
-        high = np.minimum(high, np.maximum(bound_speed(lim.upper - q, brake, dt), u0))
+        low = np.maximum(low, np.minimum(-bound_speed(q - lower, brake, dt), u0))
+        high = np.minimum(high, np.maximum(bound_speed(upper - q, brake, dt), u0))
         full = u0 + d
         return largest_share(u0, d, low, high), (full > high) | (full < low)
 

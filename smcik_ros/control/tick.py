@@ -442,8 +442,9 @@ class ControlLoop:
             raise FloatingPointError('the shaped command is not finite')
         dt = now - self.stamp
         q, v = self.q, self.v
-        shaped, base = self.figure.keep_within(q, v, dt, shaped, lambda: self.guard.brake(
-            q, v, dt, self.arm.lead_box(q) if self.arm.complete else None))
+        lead_box = self.arm.lead_box(q) if self.arm.complete else None
+        shaped, base = self.figure.keep_within(
+            q, v, dt, shaped, lambda: self.guard.brake(q, v, dt, lead_box), lead_box)
         accel = np.abs(shaped.v - self.v) / (self.limits.acceleration * dt)
         self._last_acceleration = float(accel.max()) if accel.size else 0.0
         self.q, self.v, self.stamp, self.base = shaped.q, shaped.v, now, base
