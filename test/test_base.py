@@ -246,9 +246,9 @@ def test_a_projected_command_can_still_brake_inside_the_position_limits(biped, s
 @pytest.mark.parametrize('seed', range(12))
 def test_a_projected_command_stays_within_the_lead_of_an_arm_that_lags(biped, seed):
     """The command may lead the measurement by max_lead at most (a braking constraint of
-    the shaper); the projection's correction must keep that too (TIAGo dual: a held arm's
-    joints, moved by the projection as the shared torso rose, ran 0.22 rad ahead of an arm
-    that lagged, and the stream was resynced). Straightening with both feet planted while
+    the shaper); the projection's correction must keep that too (on TIAGo dual's first
+    start a held wrist was 0.22 rad from its lagging measurement and the stream was
+    resynced, the likely path). Straightening with both feet planted while
     the arm stays where it was measured: every kept command stays within 0.05 of it."""
     chain, limits = biped
     figure, q, goal = _straightening(chain, limits, seed)

@@ -379,8 +379,9 @@ class FigureState:
         shaper's deceleration (``bound_speed`` with (1 - MARGIN) of the acceleration limit):
         a correction that carried a joint towards its limit faster than that made a later
         command stop it beyond the acceleration limit (romeo, 1.41x and 1.76x), and one that
-        carried a held arm's joints away from a lagging measurement let the command run
-        0.22 rad ahead of the arm (TIAGo dual, a resync). A shaped command that is itself
+        carries a held arm's joints away from a lagging measurement can put the command
+        beyond max_lead of the arm (the likely cause of a 0.22 rad resync of TIAGo dual's
+        held wrist on a first start). A shaped command that is itself
         faster than that (the shaper put the acceleration first) bounds it instead.
         over (C,) bool: the joints that the whole correction takes beyond those bounds."""
         lim = self.limits
