@@ -21,7 +21,7 @@ from ..collision import (DEFAULT_CLEARANCE, DEFAULT_PADDING, DEFAULT_TOLERANCE, 
 from ..collision.constraint import CONTACT_RELEASE
 from ..errors import GoalError, ModelError, ParameterError
 from .cover_updates import (BackgroundUpdates, coarse_note, contact_tolerances,
-                            finer_covers, full_covers, settle, srdf_pairs)
+                            finer_covers, full_covers, rebased, settle, srdf_pairs)
 from .free_motion import FreeMotionProofs, motion_key
 
 __all__ = ['CollisionSettings', 'CollisionGuard', 'choose_srdf', 'reach_bound', 'SOURCES']
@@ -367,7 +367,7 @@ class CollisionGuard:
 
         changed: True when ``constraint`` is a new object (hand it to the control loop).
         An update computed on a model or pairs that another update has replaced since (or
-        under other settings) is built again on top of them in the background (``_rebuilt``:
+        under other settings) is built again on top of them in the background (``rebased``:
         seconds on a big model, never in the control tick) and applied from there."""
         result = self._updates.take()
         if result is None:
@@ -387,7 +387,10 @@ class CollisionGuard:
         if not (base_model is model and base_pairs is pairs and (
                 constraint.clearance, constraint.self_collision) == (
                 s.clearance, s.self_collision and pairs is not None)):
-            self._updates.start('smcik-rebuild', lambda: self._rebuilt(result), lambda exc: (
+            def work():           # on what the guard has when the thread runs
+                return rebased(result, self.model, self.pairs, self.settings,
+                               self._build_constraint)
+            self._updates.start('smcik-rebuild', work, lambda exc: (
                 f'an update of the collision model was lost ({type(exc).__name__}: {exc}); '
                 'the model stays as it is'))
             return None
@@ -399,20 +402,6 @@ class CollisionGuard:
         if 'then' in result:
             result['then']()
         return ('info', result['text'](), True)
-
-    def _rebuilt(self, result):
-        """Return ``result`` made again on the guard's current model, pairs and settings (the
-        same change on top of what replaced its base meanwhile)."""
-        current = self.model
-        model = current
-        if 'model' in result:
-            model = result['model'] if result['from'] is current else result['merge'](current)
-        pairs = result['pairs'] if 'pairs' in result else self.pairs
-        constraint = self._build_constraint(model, pairs, self.settings)
-        rebuilt = dict(result, constraint=constraint, base=(model, pairs))
-        if 'model' in result:
-            rebuilt.update(model=model, **{'from': current})
-        return rebuilt
 
     # ------------------------------------------------------------------ the validator
     def __call__(self, q_from, q_to):

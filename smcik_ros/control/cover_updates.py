@@ -20,8 +20,8 @@ Covers are computed in a child process (``covers_in_child``, one kept for every 
 rest in the thread.
 
 A result is a dict: 'text' (callable -> the log line), and for a change 'constraint' with
-'base' (the model and pairs it was built on; ``poll`` builds it again when either has been
-replaced since), 'model' (with 'from', the model it was computed on, and 'merge', callable:
+'base' (the model and pairs it was built on; when either has been replaced since,
+``poll`` has it built again in the background, ``rebased``), 'model' (with 'from', the model it was computed on, and 'merge', callable:
 the same change made on the model that replaced 'from' since) and/or 'pairs' and 'srdf';
 'then' (callable, run once it is taken); or 'error' (the log line of a failure).
 """
@@ -41,7 +41,7 @@ from ..collision.model import COARSE_TOLERANCE, link_covers
 from ..errors import ModelError
 
 __all__ = ['BackgroundUpdates', 'full_covers', 'srdf_pairs', 'finer_covers', 'frees_contact',
-           'contact_tolerances', 'settle', 'coarse_note', 'CONTACT_GAIN']
+           'rebased', 'contact_tolerances', 'settle', 'coarse_note', 'CONTACT_GAIN']
 
 # [m] finer covers are swapped in when a pair in contact is released or at least this much
 # shallower: every sphere costs in every query (docs/collision.md, section 4: the Panda case).
@@ -258,6 +258,20 @@ def finer_covers(model, links, q, contacts, pairs, settings, build, tolerance, t
                 'constraint': constraint, 'base': (refined, pairs), 'then': then,
                 'text': lambda: f'{done}: {rest}'}
     return work
+
+
+def rebased(result, model, pairs, settings, build):
+    """Return the update ``result`` made again on ``model``, ``pairs`` and ``settings`` (the
+    guard's current ones, which replaced its base meanwhile: the same change on top of them;
+    ``build``: the guard's constraint builder)."""
+    current = model
+    if 'model' in result:
+        model = result['model'] if result['from'] is current else result['merge'](current)
+    pairs = result['pairs'] if 'pairs' in result else pairs
+    rebuilt = dict(result, constraint=build(model, pairs, settings), base=(model, pairs))
+    if 'model' in result:
+        rebuilt.update(model=model, **{'from': current})
+    return rebuilt
 
 
 def contact_tolerances(settings):

@@ -322,16 +322,16 @@ class ControlLoop:
         if self.stopping or state is ArmState.STALE:
             self.detours.cancel('stopping' if self.stopping else 'joint_states are stale',
                                 now, q, v)
-            return self._commit(self.guard.brake(q, v, dt, lead_box), now, state)
+            return self._commit(self.guard.brake(q, v, dt, lead_box), now, state, lead_box)
         new_goal = self._take_goal(now)
         self.detours.cancel_requested(now, q, v)
         if self.detours.active:
             shaped = self.detours.command(q, v, dt, lead_box, now, self.goal, self.ticks)
-            return self._commit(shaped, now, state)
+            return self._commit(shaped, now, state, lead_box)
         desired, velocity = self.stepper.follow(q, v, self.goal, now, self.ticks, new_goal)
         shaped = self.shaper.step(q, v, dt, desired, lead_box, velocity)
         shaped = self.guard.admit(q, v, dt, lead_box, shaped, desired, self.goal, self.ticks)
-        command = self._commit(shaped, now, state)
+        command = self._commit(shaped, now, state, lead_box)
         self.detours.observe(self, now)
         return command
 
@@ -393,7 +393,8 @@ class ControlLoop:
                 return None
             lead_box = self.arm.lead_box(self.q) if self.arm.complete else None
             command = self._commit(self.guard.brake(self.q, self.v, dt, lead_box,
-                                                    validate=False), now, self.arm.state)
+                                                    validate=False), now, self.arm.state,
+                                   lead_box)
         except Exception as exc:
             self.report('error', f'hold:{type(exc).__name__}',
                         f'braking after a failed tick failed too ({type(exc).__name__}: {exc}):'
@@ -434,15 +435,15 @@ class ControlLoop:
         self._update_goal_errors(now)
         return self.last
 
-    def _commit(self, shaped, now, state):
+    def _commit(self, shaped, now, state, lead_box):
         """Make the ShapedCommand the published command at ``now``, projected onto the hard
-        equalities within the limits (``FigureState.keep_within``: else the brake, projected
-        as far as the limits allow); return its Command."""
+        equalities within the limits and ``lead_box`` (the tick's, or None;
+        ``FigureState.keep_within``: else the brake, projected as far as the limits allow);
+        return its Command."""
         if not (np.isfinite(shaped.q).all() and np.isfinite(shaped.v).all()):
             raise FloatingPointError('the shaped command is not finite')
         dt = now - self.stamp
         q, v = self.q, self.v
-        lead_box = self.arm.lead_box(q) if self.arm.complete else None
         shaped, base = self.figure.keep_within(
             q, v, dt, shaped, lambda: self.guard.brake(q, v, dt, lead_box), lead_box)
         accel = np.abs(shaped.v - self.v) / (self.limits.acceleration * dt)
