@@ -363,6 +363,19 @@ def test_a_high_poly_swept_finger_is_covered_through_a_convex_proxy(tmp_path, lo
             points = vertices @ pose[:3, :3].T + pose[:3, 3]
             assert inside_cover(points, centers[sel], radii[sel]).all(), angle
     assert collision_model.SWEPT_PIECES == 200_000
+    # A first start's coarse cover holds this fine one, and bounds the proxy by the lattice
+    # cell the fine cover used (logged), not by the 4 x tolerance a lattice may reach: that
+    # bound put the coarse spheres 9 cm beyond a finger (TIAGo's head: its shoulders froze).
+    coarse = CollisionModel.from_urdf(chain, urdf, cache_dir='', coarse=True)
+    assert coarse.coarse and 'finger' in coarse.coarse_links
+    cell = float(re.search(r'lattice ([0-9.]+) m', text).group(1))
+    assert cell < 0.04
+    d = rng.normal(size=(64, 3))
+    d /= np.linalg.norm(d, axis=1, keepdims=True)
+    fine, rough = _link_spheres(model, 'finger'), _link_spheres(coarse, 'finger')
+    shell = (fine[:, None, :3] + fine[:, None, 3:] * d).reshape(-1, 3)
+    assert inside_cover(shell, rough[:, :3], rough[:, 3], tol=1e-7).all()
+    assert coarse.link_excess[coarse.link_index('finger')] < 0.06
 
 
 def test_the_sweep_travel_is_the_longest_vertex_path_found_on_the_hull(tmp_path):

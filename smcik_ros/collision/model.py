@@ -1175,20 +1175,25 @@ def _fine_reach(geom, att, tolerance, item_edge, hull):
     """Return how far [m] beyond the element (over its sweep) its fine cover may reach: the
     tolerance (1.1 x: a cylinder's prism adds a tenth), for a swept element the sag of the
     thinned steps (at most tan(pi / 8) / 2 of a step that moves a vertex by the tolerance)
-    and, when it is covered through a convex proxy, the proxy's lattice cells (4 x the
-    tolerance at most, their diagonal, and the larger chords of the proxy's points). A link
+    or, when it is covered through a convex proxy (``_proxy``), the sag of the proxy's own
+    steps (what its fine cover adds) and the diagonal of the proxy's lattice cells: the
+    cell the fine cover uses, not the 4 x tolerance it may reach (a bound for 4 x froze
+    TIAGo's shoulders against its head's coarse cover for a minute of a first start). A link
     whose fine cover is made coarser for its sphere budget (LINK_SPHERES, logged) can reach
     farther."""
     reach = 1.1 * tolerance
     if not att.swept:
         return reach
-    reach += 0.21 * tolerance
     if geom.kind == 'mesh':
         vertices, faces = _element_mesh(geom, tolerance)
-        placement, _ = _thinned_sweep(hull, att.poses @ geom.origin, att.sag, tolerance)
+        placement, factor = _thinned_sweep(hull, att.poses @ geom.origin, att.sag, tolerance)
         if _over_budget(vertices, faces, placement, tolerance, item_edge):
-            reach += 1.3 * math.sqrt(3.0) * 4.0 * tolerance
-    return reach
+            proxy, cell = _proxy(vertices, len(placement) - 1, tolerance, item_edge)
+            placed = _placed(placement, np.asarray(proxy.vertices))
+            sag = factor * float(np.linalg.norm(np.diff(placed, axis=0), axis=-1).max()) \
+                if factor and len(placed) > 1 else 0.0
+            return reach + sag + math.sqrt(3.0) * cell
+    return reach + 0.21 * tolerance
 
 
 def _element_points(geom, tolerance):
@@ -1289,27 +1294,33 @@ def _swept_within_budget(geom, vertices, faces, placement, factor, tolerance, it
     the corners of the lattice cells (``tolerance`` / 4, doubled until it fits) holding the
     vertices (conservative; ``proxy`` True, logged).
     """
-    import trimesh
-
     placement, factor = _thinned_sweep(vertices, placement, factor, tolerance)
     if not _over_budget(vertices, faces, placement, tolerance, item_edge):
         return vertices, faces, placement, factor, False
+    hull, cell = _proxy(vertices, len(placement) - 1, tolerance, item_edge)
+    _LOG.info('swept %s (%d faces, %d poses): covering a convex proxy of %d faces '
+              '(lattice %.4f m; SWEPT_PIECES %d)', geom.uri or geom.kind, len(faces),
+              len(placement), len(hull.faces), cell, SWEPT_PIECES)
+    return np.asarray(hull.vertices), np.asarray(hull.faces), placement, factor, True
+
+
+def _proxy(vertices, steps, tolerance, item_edge):
+    """Return (hull, cell [m]): the convex proxy of a swept mesh (``_swept_within_budget``)
+    and the edge of its lattice cells, the finest of tolerance / 4 doubled (4 x tolerance
+    at most) whose surface pieces over ``steps`` pose steps fit SWEPT_PIECES."""
+    import trimesh
+
     edge = tolerance if item_edge is None else item_edge     # cover_mesh's default
-    steps = len(placement) - 1
     corners = np.stack(np.meshgrid([0, 1], [0, 1], [0, 1], indexing='ij'), -1).reshape(-1, 3)
     cell = 0.25 * tolerance
     while True:
         cells = np.unique(np.floor(vertices / cell).astype(np.int64), axis=0)
         points = np.unique((cells[:, None, :] + corners[None]).reshape(-1, 3), axis=0) * cell
         hull = trimesh.points.PointCloud(points).convex_hull
-        count = len(bisect_triangles(hull.triangles, edge)) * steps
-        if count <= SWEPT_PIECES or cell >= 4.0 * tolerance:
-            break
+        if len(bisect_triangles(hull.triangles, edge)) * steps <= SWEPT_PIECES \
+                or cell >= 4.0 * tolerance:
+            return hull, cell
         cell *= 2.0
-    _LOG.info('swept %s (%d faces, %d poses): covering a convex proxy of %d faces '
-              '(lattice %.4f m; SWEPT_PIECES %d)', geom.uri or geom.kind, len(faces),
-              len(placement), len(hull.faces), cell, SWEPT_PIECES)
-    return np.asarray(hull.vertices), np.asarray(hull.faces), placement, factor, True
 
 
 def _placed(poses, vertices):
