@@ -508,6 +508,49 @@ def test_pair_tables_are_cached_on_disk_and_identical(tmp_path):
     assert len([f for f in tmp_path.iterdir() if f.name.startswith('tables-')]) == 2
 
 
+def test_pair_tables_reuse_the_last_builds_tables_of_the_pairs_it_did_not_change(
+        monkeypatch):
+    """A build tabulates only the pairs whose inputs changed since the last build (fewer
+    pairs, or new covers on some links: a first start's updates); the result is what a
+    build from nothing gives, field for field."""
+    import dataclasses
+    chain, model = demo_model(ARM7_URDF)
+    pairs = self_collision_pairs(model, conventional_srdf_path(ARM7_URDF)).pairs
+    tabulated = []
+    real = engine.PairTables._tabulate
+    monkeypatch.setattr(engine.PairTables, '_tabulate', staticmethod(
+        lambda robot, chain, pair, *rest: tabulated.append(pair) or real(robot, chain, pair,
+                                                                          *rest)))
+
+    def tables(model, pairs, fresh=False):
+        if fresh:
+            monkeypatch.setattr(engine.PairTables, '_last', {})
+        return engine.PairTables(engine.RobotGeometry(model), chain, pairs,
+                                 engine.lever_matrix(chain, model), cache_dir='')
+
+    def same(a, b):
+        for name in engine.PairTables._FIELDS:
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+
+    full = tables(model, pairs, fresh=True)
+    assert len(full) >= 2 and len(tabulated) == len(full)
+    fewer = pairs[1:][::-1]
+    del tabulated[:]
+    again = tables(model, fewer)
+    assert tabulated == []
+    same(again, tables(model, fewer, fresh=True))
+    # link7 a little larger: only its tables (link5/link7) are tabulated again.
+    cover = model._covers['link7']
+    grown = model.with_covers({'link7': dataclasses.replace(cover, radii=cover.radii + 1e-3)})
+    tables(model, pairs, fresh=True)
+    del tabulated[:]
+    changed = tables(grown, pairs)
+    names = {tuple(model.link_names[k] for k in pair) for pair in tabulated}
+    assert names and all('link7' in pair for pair in names), names
+    assert len(tabulated) < len(full)
+    same(changed, tables(grown, pairs, fresh=True))
+
+
 def test_no_configurations_give_empty_answers(arm):
     """A batch of none (a refinement where no particle moved) is answered, not an error: it
     once took the node's alternatives callback down (reshape of an empty array)."""
