@@ -277,11 +277,11 @@ class CollisionGuard:
         """Compute the next fine covers of a coarse model in a thread (``full_covers``: the
         chain's links, then those swept over off-chain joints: the light ones together, then
         each heavy one, ``CollisionModel.next_fine_links``, each job starting the next);
-        ``poll`` swaps them in. After the chain's links, and once none is coarse,
-        the pairs are computed again (the 'always' rule judges only pairs of two links with
-        fine covers: wrist parts that sit close by design, say). After the chain's links,
-        call again for the swept ones (``start_contact_refinement`` does, after its last
-        step: the refinement the chain's fine covers start goes first).
+        ``poll`` swaps them in. After each job the pairs are computed again (the 'always'
+        rule judges only pairs of two links with fine covers: wrist parts, or swept
+        fingers of one hand, that sit close by design). After the chain's links, call again
+        for the swept ones (``start_contact_refinement`` does, after its last step: the
+        refinement the chain's fine covers start goes first).
         Returns False (nothing to do) when the model is not coarse or its covers are being
         computed."""
         if not self.model.coarse or self._updates.busy('smcik-fine-covers'):
@@ -289,10 +289,9 @@ class CollisionGuard:
         swept = not self.model.coarse_chain_links
 
         def then():
-            if not (swept and self.model.coarse):     # the chain's links, or the last one
-                self.start_srdf_update(self.srdf_parsed, self.srdf,
-                                       'self-collision pairs of the fine covers computed')
-            else:                    # the next swept link
+            self.start_srdf_update(self.srdf_parsed, self.srdf,
+                                   'self-collision pairs of the fine covers computed')
+            if swept:                # the next swept links, if any
                 self.start_fine_covers()
         work = full_covers(self.model, self.pairs, self.settings, self._build_constraint, then)
         self._updates.start('smcik-fine-covers', work, lambda exc: (

@@ -6,9 +6,9 @@ finished:
 
 - ``full_covers``: the fine covers of a coarse model (``CollisionModel.fine``: a first start
   with meshes begins with coarse covers, see ``CollisionGuard.from_urdf``'s ``cover_wait``)
-  and their constraint; once the chain's links or the last swept link are applied, the
-  pairs are computed again (``srdf_pairs``: the 'always' rule judges only pairs of two
-  links with fine covers).
+  and their constraint; once each batch is applied (the chain's links, then the swept
+  ones), the pairs are computed again (``srdf_pairs``: the 'always' rule judges only pairs
+  of two links with fine covers).
 - ``srdf_pairs``: the self-collision pairs of another SRDF (MoveIt's
   ``/robot_description_semantic`` arriving after start-up) and their constraint.
 - ``finer_covers``: the covers of the links that rest in contact at the first command,
@@ -74,13 +74,10 @@ def full_covers(model, pairs, settings, build, then):
         covers = covers_in_child(model.fine_inputs(links))
         fine = model.fine(covers)
         took = time.monotonic() - started
+        rest = '; the self-collision pairs are computed again for them'
         if fine.coarse:
-            rest = (f'; the coarse covers of {", ".join(fine.coarse_links)} (swept over '
-                    'joints off the chain) stay until theirs are computed')
-            if not set(links) & set(model.swept_links):
-                rest += '; the self-collision pairs are computed again for the others'
-        else:
-            rest = '; the self-collision pairs are computed again for them'
+            rest += (f'; the coarse covers of {", ".join(fine.coarse_links)} (swept over '
+                     'joints off the chain) stay until theirs are computed')
         spheres = sum(len(covers[n].radii) for n in links)
         return {'model': fine, 'merge': lambda current: current.fine(covers),
                 'constraint': build(fine, pairs, settings),
