@@ -369,17 +369,21 @@ class CollisionModel:
     def adjacent_links(self):
         """Return the set of (i, j), i < j, link index pairs that are adjacent.
 
-        Adjacent: the same rigid group (links fixed together are one body) or groups joined
-        by one joint (parent/child).
+        Adjacent: the same rigid group (links fixed together are one body), groups joined
+        by one joint (parent/child), or links on the same body of the chain (covers swept
+        over off-chain joints ride on their body: two such fingers of one hand never move
+        relative to each other, so the chain cannot part them; TIAGo's, coarse, rested in
+        contact and held the wrists).
         """
         out = set()
         g = self.link_group
+        body = self.link_body
         parent = self.group_parent
         for i in range(len(g)):
             for j in range(i + 1, len(g)):
                 a, b = int(g[i]), int(g[j])
-                if a == b or (0 <= a < len(parent) and parent[a] == b) or \
-                        (0 <= b < len(parent) and parent[b] == a):
+                if a == b or body[i] == body[j] or (0 <= a < len(parent) and parent[a] == b) \
+                        or (0 <= b < len(parent) and parent[b] == a):
                     out.add((i, j))
         return out
 
