@@ -372,8 +372,8 @@ class CollisionModel:
         Adjacent: the same rigid group (links fixed together are one body), groups joined
         by one joint (parent/child), or links on the same body of the chain (covers swept
         over off-chain joints ride on their body: two such fingers of one hand never move
-        relative to each other, so the chain cannot part them; TIAGo's, coarse, rested in
-        contact and held the wrists).
+        relative to each other, so the chain cannot part them; TIAGo's coarse ones rested
+        in contact, -65 mm, from the first command).
         """
         out = set()
         g = self.link_group
