@@ -247,7 +247,9 @@ def finer_covers(model, links, q, contacts, pairs, settings, build, tolerance, t
             return {'text': lambda: (
                 f'{done}: not applied, they part no pair and take none {CONTACT_GAIN:g} m '
                 f'farther ({_shown(near)}: the parts themselves are about that close); the '
-                'covers stay as they were')}
+                'covers stay as they were, and those pairs no deeper. Parts that overlap by '
+                'design (a shoulder in its housing) move freely once an SRDF disables their '
+                'pair (<disable_collisions link1= link2= reason="Default"/>, srdf_path)')}
         rest = (f'the arm now rests in contact at {_shown(after)} (padded cover distances)'
                 if after else 'the arm no longer rests in contact')
         return {'model': refined, 'from': model,
