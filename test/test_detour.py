@@ -22,6 +22,7 @@ from smcik_ros.control.base import FigureState
 from smcik_ros.control.collision_guard import CollisionGuard
 from smcik_ros.control.detour import Detour, DetourSettings
 from smcik_ros.control.detour_planner import END_CLEARANCE, FREE_ITERATIONS, DetourPlanner
+from smcik_ros.control.goal_inbox import Goal
 from smcik_ros.control.limits import limits_for_chain
 from smcik_ros.errors import ParameterError
 from smcik_ros.model import Chain
@@ -268,8 +269,9 @@ def test_a_detour_runs_beside_an_equality_it_cannot_leave_and_never_beside_a_pin
     """A detour's joint-space legs leave the contacts and pinned tips that the commands are
     projected onto: every projection back was refused and PR2 (example-robot-data, a goal
     on one gripper, the other pinned) braked for the rest of the goal. So no detour is
-    planned while a kept link moves with the joints (``FigureState.binds``); a hard contact
-    that no joint moves (the base link's) leaves the detour as it was."""
+    planned while a kept link moves with the joints (``FigureState.binds``, unless held:
+    the next test); a hard contact that no joint moves (the base link's) leaves the detour
+    as it was."""
     chain, model, _ = demo
     guard, q0, q_goal, _ = blocked_case(chain, model, 0)
     base = Contact('base_link', pose=np.eye(4)).bind(chain)
@@ -286,7 +288,64 @@ def test_a_detour_runs_beside_an_equality_it_cannot_leave_and_never_beside_a_pin
     two = Chain.from_urdf('test/urdf/two_tips.urdf', 'base_link', ['left_tool', 'right_tool'])
     figure = FigureState(two, limits_for_chain(two, 0.5, 3.0)[0])
     figure.set_constraints([Contact('right_tool', pose=np.eye(4)).bind(two)])
-    assert figure.binds, 'a kept tip moves with the joints: no detour'
+    assert figure.binds and figure.detour_hold is None, 'a kept tip moves: no detour'
+
+
+def _pinned_right(chain, q, left_goal):
+    """Return a FigureState of ``chain`` whose right tip is pinned where q puts it while the
+    left one has ``left_goal`` (4, 4)."""
+    figure = FigureState(chain, limits_for_chain(chain, 0.5, 3.0)[0])
+    right = chain.frames(q).link_pose('right_tool')[0]
+    goal = Goal(terms=(PoseTarget(left_goal, link='left_tool').bind(chain),
+                       PoseTarget(right, link='right_tool').bind(chain)),
+                display=None, source='', stamp=0.0, received=0.0, sequence=1,
+                tips=('left', None))
+    assert len(figure.pin_tips(goal, None, q, (1e-3, 1e-2))) == 1 and figure.binds
+    return figure, goal
+
+
+def test_a_tip_pinned_on_an_arm_of_its_own_is_held_where_it_is_through_a_detour():
+    """Two arms on a torso, a goal for the left tip, the right one pinned. On a torso that
+    the chain does not turn (each arm on joints of its own) the detour may run holding the
+    right arm (``FigureState.detour_hold``); with the torso joint in the chain (it moves
+    both tips) it may not. Seeded boxes across the left arm's swing: the planned paths
+    keep the right arm's joints at the start on every waypoint (so the pinned tip stays
+    exactly), their legs are certified free, and they end at the left goal."""
+    urdf = 'test/urdf/two_tips.urdf'
+    shared = Chain.from_urdf(urdf, 'base_link', ['left_tool', 'right_tool'])
+    q = shared.neutral_configuration()
+    assert _pinned_right(shared, q, shared.fk(q, 'left_tool'))[0].detour_hold is None
+    chain, model = demo_model(urdf, 'torso_link', ('left_tool', 'right_tool'))
+    right = chain.moving('right_tool')
+    planned = 0
+    for trial in range(6):
+        rng = np.random.default_rng(trial)
+        q0 = chain.clip(rng.uniform(-0.3, 0.3, chain.nq) + np.r_[-0.8, 1.0, 0.0, 0.8, 1.0, 0.0])
+        q_goal = q0.copy()
+        q_goal[0] += 1.6 if q0[0] < 0 else -1.6
+        q_goal = chain.clip(q_goal)
+        figure, goal = _pinned_right(chain, q0, chain.fk(q_goal, 'left_tool'))
+        held = figure.detour_hold
+        assert held is not None and np.array_equal(held, right)
+        guard = CollisionGuard(model, self_collision_pairs(model, None))
+        pose = np.eye(4)
+        pose[:3, 3] = chain.fk(0.5 * (q0 + q_goal), 'left_tool')[:3, 3]
+        guard.scene.apply([('add', ('test', 1), Obstacle('box', (0.08, 0.08, 0.08), pose))],
+                          'obstacles')
+        assert not guard.check_many(q0, q_goal[None])[0], 'the box does not block the swing'
+        planner = DetourPlanner(chain, limits_for_chain(chain, 0.5, 3.0)[0],
+                                DetourSettings(seed=trial))
+        planner.prepare((guard.constraint,), lambda a, b: bool(guard.check_many(a, b[None])[0]),
+                        (), held)
+        path, reason = _run_generator(planner.plan(q0, goal.terms, (1e-3, 1e-2)))
+        if path is None:
+            continue
+        planned += 1
+        assert np.array_equal(path[:, right], np.tile(q0[right], (len(path), 1)))
+        assert planner.certify(path)
+        pos, ori = goal.terms[0].errors(chain.frames(path[-1:]))
+        assert pos[0] <= 1e-3 and ori[0] <= 1e-2, (trial, pos, ori)
+    assert planned >= 4, planned
 
 
 def test_the_detour_reaches_goals_behind_a_box_without_collision(demo):

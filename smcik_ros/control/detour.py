@@ -236,18 +236,20 @@ class Detour:
         return max(1e-3, (last.stamp - loop.first_tick) / max(1, loop.ticks - 1))
 
     # ------------------------------------------------------------------ planning
-    def start(self, loop, exact):
+    def start(self, loop, exact, held=None):
         """Start planning for the loop's goal (from where the arm comes to rest, ``plan``).
 
         exact: callable (q_from, q_to) -> bool, the command stream's own validation of a
         straight motion (the loop's validators), used for the retreat from a start closer
         than the margin to an obstacle (the rest of the path is certified, module doc).
+        held: (nq,) bool, joints the path keeps where the arm rests (pinned tips' arms).
         """
         self._attempts += 1
         self.goal_sequence = loop.goal.sequence
         self.state, self.reason = 'planning', ''
         self.path, self.index, self._work = None, 0, None
-        self.planner.prepare((c for c in loop.constraints if c.hard), exact, self._history)
+        self.planner.prepare((c for c in loop.constraints if c.hard), exact, self._history,
+                             held)
         self._scene_version = self._version()
         self.last_plan_time, self.last_plan_ticks, self.longest_tick = 0.0, 0, 0.0
         self._terms, self._tolerances = loop.goal.terms, loop.tolerances
@@ -412,15 +414,17 @@ class DetourDrive:
         detour = self.detour
         if detour is None or not detour.observe(loop, now):
             return
-        if loop.figure.binds:
+        held = loop.figure.detour_hold
+        if held is None:
             # Its joint-space legs leave the contacts and the pinned tips: every command's
             # projection back onto them was refused, and PR2 braked for the rest of the goal.
+            # Tips pinned on arms of their own are held with those arms (``detour_hold``).
             self.report('info', 'detour:projected', (
                 f'goal {loop.goal.sequence}: blocked at the collision margin; no detour '
-                'while the commands keep contacts or pinned tips (its path would leave '
-                'them): holding at the margin'), interval=5.0)
+                'while the commands keep contacts, or tips pinned on joints the goal moves '
+                '(its path would leave them): holding at the margin'), interval=5.0)
             return
-        detour.start(loop, exact=lambda a, b: self.guard.refuses(a, b) is None)
+        detour.start(loop, exact=lambda a, b: self.guard.refuses(a, b) is None, held=held)
         self.report('info', 'detour:start', (
             f'goal {loop.goal.sequence}: blocked at the collision margin '
             f'({detour.trigger}): planning a detour'), interval=1.0)

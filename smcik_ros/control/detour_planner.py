@@ -79,14 +79,27 @@ class DetourPlanner:
         self.constraints = ()       # the hard constraints a plan keeps clear of
         self.exact = None           # the command stream's own check of a straight motion
         self.history = ()           # recent commands (oldest first), for the retreat
+        self.held = None            # (n,) bool: joints every configuration keeps at the start
+        self._rest = None           # the start of the plan (the held joints' values)
 
-    def prepare(self, constraints, exact, history):
+    def prepare(self, constraints, exact, history, held=None):
         """Plan against ``constraints`` (hard ones), retreat along ``history`` ((K, n) recent
-        commands) where ``exact(q_from, q_to) -> bool`` allows it."""
+        commands) where ``exact(q_from, q_to) -> bool`` allows it; ``held`` (n,) bool: the
+        joints every configuration of the plan keeps where the arm rests (the arms of tips
+        pinned there: they then stay exactly; None or none: all free)."""
         self.constraints = tuple(constraints)
         self.free_solver.set_constraints(self.constraints)
         self.exact = exact
         self.history = history
+        self.held = np.array(held, dtype=bool) if held is not None and np.any(held) else None
+
+    def _hold(self, q):
+        """Return q (..., n) with the held joints (``prepare``) at the plan's start."""
+        if self.held is None:
+            return q
+        q = np.array(q, dtype=float)
+        q[..., self.held] = self._rest[self.held]
+        return q
 
     def plan(self, start, terms, tolerances):
         """Generator: yield after each unit of work; return (path (K, n) or None, reason).
@@ -95,6 +108,7 @@ class DetourPlanner:
         [m], orientation [rad]) of the goal (the goal configurations are solved to half)."""
         s = self.settings
         prefix = []
+        self._rest = np.array(start, dtype=float)
         if self.clearance(start[None])[0] < s.margin:
             retreat = yield from self._retreat(start)
             if retreat is None:
@@ -146,7 +160,7 @@ class DetourPlanner:
         if result is None or not result.success:
             return None
         q = nearest_equivalent(np.asarray(result.q, dtype=float), start, self.limits.continuous)
-        q = self.limits.clip(q)
+        q = self._hold(self.limits.clip(q))     # held: only pinned tips, resting there
         if any(np.max(np.abs(q - g)) < 0.05 for g in goals):
             return None
         return q if self.clearance(q[None])[0] >= END_CLEARANCE else None
@@ -162,6 +176,8 @@ class DetourPlanner:
             return None
         history = np.array(self.history)[::-1] if self.history else np.zeros((0, len(start)))
         history = history[np.max(np.abs(history - start), axis=1) > 1e-6][::5]
+        if self.held is not None:           # only commands that held those joints as well
+            history = history[np.all(history[:, self.held] == start[self.held], axis=1)]
         if len(history):
             clear = self.clearance(history) >= 2.0 * self.settings.margin + 0.004
             yield
@@ -196,6 +212,8 @@ class DetourPlanner:
             if not len(d) or d.min() >= aim - 0.001:
                 break
             jac = np.vstack([r[1] for r in rows])
+            if self.held is not None:
+                jac[:, self.held] = 0.0         # least norm: the held joints stay
             dv = np.linalg.lstsq(jac, aim - d, rcond=1e-6)[0]
             largest = float(np.max(np.abs(dv)))
             if not math.isfinite(largest) or largest <= 0.0:
@@ -221,7 +239,7 @@ class DetourPlanner:
                 g = goals[self.rng.integers(len(goals))]
                 sample = start + self.rng.uniform() * (g - start) + self.rng.normal(
                     0.0, 0.5, self.chain.n)
-            sample = np.clip(sample, low, high)
+            sample = self._hold(np.clip(sample, low, high))
             nodes, parents = grow
             k = _nearest(nodes, sample)
             delta = sample - nodes[k]
