@@ -279,9 +279,9 @@ class CollisionGuard:
         each heavy one, ``CollisionModel.next_fine_links``, each job starting the next);
         ``poll`` swaps them in. After each job the pairs are computed again (the 'always'
         rule judges only pairs of two links with fine covers: wrist parts that sit close by
-        design). After the chain's links, call again
-        for the swept ones (``start_contact_refinement`` does, after its last step: the
-        refinement the chain's fine covers start goes first).
+        design). After the chain's links, call again for the swept ones
+        (``start_contact_refinement`` does, after its last step: the refinement the chain's
+        fine covers start goes first).
         Returns False (nothing to do) when the model is not coarse or its covers are being
         computed."""
         if not self.model.coarse or self._updates.busy('smcik-fine-covers'):
