@@ -416,13 +416,13 @@ class DetourDrive:
             return
         held = loop.figure.detour_hold
         if held is None:
-            # Its joint-space legs leave the contacts: every command's projection back onto
-            # them was refused (PR2 braked for the rest of a goal). Pinned tips are held
-            # with every joint that moves them (``detour_hold``).
+            # Its joint-space legs leave the contacts and the pinned tips: every command's
+            # projection back onto them was refused, and PR2 braked for the rest of the goal.
+            # Tips pinned on arms of their own are held with those arms (``detour_hold``).
             self.report('info', 'detour:projected', (
                 f'goal {loop.goal.sequence}: blocked at the collision margin; no detour '
-                'while the commands keep contacts (its path would leave them): holding at '
-                'the margin'), interval=5.0)
+                'while the commands keep contacts, or tips pinned on joints the goal moves '
+                '(its path would leave them): holding at the margin'), interval=5.0)
             return
         detour.start(loop, exact=lambda a, b: self.guard.refuses(a, b) is None, held=held)
         self.report('info', 'detour:start', (

@@ -11,9 +11,7 @@ a budget per tick (see ``detour`` for when a detour is planned and how it is fol
    random seeds; while none is found, a seed whose solution collides is solved again, at
    most ``free_searches`` times per plan, by a second private Jacobian solver with the
    collision constraints as inequalities, which finds goals in narrow free pockets of their
-   self-motion; kept when END_CLEARANCE clear. With joints held (``prepare``: the arms and
-   torso of pinned tips) every configuration keeps them at the start, and the goals come
-   from damped least squares on the other joints (``_held_ik``).
+   self-motion; kept when END_CLEARANCE clear.
 3. The straight leg to each, then a small RRT-connect between the start and those
    configurations, and a greedy shortcut of the path found.
 4. A leg (straight joint-space segment) is accepted when it is certified free: the padded
@@ -30,9 +28,7 @@ import time
 
 import numpy as np
 
-from ..goals import task_errors
 from ..solvers import make_solver
-from ..solvers.base import IKResult, stack_terms
 from .limits import nearest_equivalent
 
 __all__ = ['DetourPlanner', 'END_CLEARANCE', 'CLEARANCE_CAP']
@@ -56,11 +52,6 @@ RETREAT_TRIES = 4
 # The push out of the margin: most Gauss-Newton steps, and the largest joint change of one.
 PUSH_ITERATIONS = 12
 PUSH_STEP = 0.05
-# The goal search with held joints: most damped least-squares steps, the largest joint change
-# of one [rad or m], and the damping relative to the mean squared row norm of the Jacobian.
-HELD_IK_ITERATIONS = 100
-HELD_IK_STEP = 0.2
-HELD_IK_DAMPING = 1e-3
 
 
 class DetourPlanner:
@@ -132,15 +123,11 @@ class DetourPlanner:
         for k in range(s.goal_seeds):
             seed = start if k == 0 else (self.chain.lower + span * (
                 0.05 + 0.9 * self.rng.uniform(size=self.chain.n)))
-            if self.held is None:
-                result = yield from self.ik_solver.solve_steps(list(terms), seed,
-                                                               max_iters=100, tol=tol)
-            else:
-                result = yield from self._held_ik(terms, seed, tol)
+            result = yield from self.ik_solver.solve_steps(list(terms), seed, max_iters=100,
+                                                           tol=tol)
             yield
             found = self._goal_configuration(result, start, goals)
-            if found is None and not goals and searched < s.free_searches and \
-                    self.held is None:
+            if found is None and not goals and searched < s.free_searches:
                 # The nearest solution collides (a goal in a narrow free pocket of its
                 # self-motion): search again from the same seed with the collision
                 # constraints as inequalities (one iteration per unit of work).
@@ -166,35 +153,6 @@ class DetourPlanner:
                           f'to {len(goals)} goal configuration(s)')
         path = yield from self._shortcut(path)
         return np.array(prefix + path), ''
-
-    def _held_ik(self, terms, seed, tol):
-        """Generator: return the IKResult of ``terms`` from ``seed`` (n,) with the held
-        joints at the plan's start, by damped least squares on the other joints' columns
-        (each step at most HELD_IK_STEP per joint, inside the limits; HELD_IK_ITERATIONS at
-        most, one unit of work each): the private solvers move every joint. A local search:
-        about half the seeds of the demo figure's arm meet a pose goal, and a plan tries
-        ``goal_seeds`` of them."""
-        chain, free = self.chain, ~self.held
-        q = self._hold(self.limits.clip(chain.clip(np.asarray(seed, dtype=float))))
-        for k in range(HELD_IK_ITERATIONS + 1):
-            frames = chain.frames(q[None])
-            pos, ori = (float(e[0]) for e in task_errors(terms, frames))
-            if (pos <= tol[0] and ori <= tol[1]) or k == HELD_IK_ITERATIONS:
-                break
-            r, jac = stack_terms(terms, frames)
-            j = jac[0][:, free]
-            gram = j @ j.T
-            damping = HELD_IK_DAMPING * np.trace(gram) / max(len(gram), 1) + 1e-12
-            dv = np.zeros(chain.nv)
-            dv[free] = j.T @ np.linalg.solve(gram + damping * np.eye(len(gram)), -r[0])
-            largest = float(np.max(np.abs(dv)))
-            if not math.isfinite(largest) or largest <= 0.0:
-                break
-            dv *= min(1.0, HELD_IK_STEP / largest)
-            q = self._hold(self.limits.clip(chain.clip(chain.integrate(q, dv))))
-            yield
-        return IKResult(q=q, success=pos <= tol[0] and ori <= tol[1], position_error=pos,
-                        orientation_error=ori, iterations=k)
 
     def _goal_configuration(self, result, start, goals):
         """Return the IK result as a new collision-free goal configuration (n,), or None
