@@ -20,7 +20,7 @@ from test_control_loop import SLACK, Log, Stream, follower, make_loop
 from smcik_ros.collision import Obstacle, self_collision_pairs
 from smcik_ros.control.base import FigureState
 from smcik_ros.control.collision_guard import CollisionGuard
-from smcik_ros.control.detour import Detour, DetourSettings
+from smcik_ros.control.detour import Detour, DetourSettings, detour_hold
 from smcik_ros.control.detour_planner import END_CLEARANCE, FREE_ITERATIONS, DetourPlanner
 from smcik_ros.control.goal_inbox import Goal
 from smcik_ros.control.limits import limits_for_chain
@@ -288,7 +288,7 @@ def test_a_detour_runs_beside_an_equality_it_cannot_leave_and_never_beside_a_pin
     two = Chain.from_urdf('test/urdf/two_tips.urdf', 'base_link', ['left_tool', 'right_tool'])
     figure = FigureState(two, limits_for_chain(two, 0.5, 3.0)[0])
     figure.set_constraints([Contact('right_tool', pose=np.eye(4)).bind(two)])
-    assert figure.binds and figure.detour_hold is None, 'a kept tip moves: no detour'
+    assert figure.binds and detour_hold(figure) is None, 'a kept tip moves: no detour'
 
 
 def _pinned_right(chain, q, left_goal):
@@ -307,14 +307,14 @@ def _pinned_right(chain, q, left_goal):
 def test_a_tip_pinned_on_an_arm_of_its_own_is_held_where_it_is_through_a_detour():
     """Two arms on a torso, a goal for the left tip, the right one pinned. On a torso that
     the chain does not turn (each arm on joints of its own) the detour may run holding the
-    right arm (``FigureState.detour_hold``); with the torso joint in the chain (it moves
+    right arm (``detour_hold``); with the torso joint in the chain (it moves
     both tips) it may not. Seeded boxes across the left arm's swing: the planned paths
     keep the right arm's joints at the start on every waypoint (so the pinned tip stays
     exactly), their legs are certified free, and they end at the left goal."""
     urdf = 'test/urdf/two_tips.urdf'
     shared = Chain.from_urdf(urdf, 'base_link', ['left_tool', 'right_tool'])
     q = shared.neutral_configuration()
-    assert _pinned_right(shared, q, shared.fk(q, 'left_tool'))[0].detour_hold is None
+    assert detour_hold(_pinned_right(shared, q, shared.fk(q, 'left_tool'))[0]) is None
     chain, model = demo_model(urdf, 'torso_link', ('left_tool', 'right_tool'))
     right = chain.moving('right_tool')
     planned = 0
@@ -325,7 +325,7 @@ def test_a_tip_pinned_on_an_arm_of_its_own_is_held_where_it_is_through_a_detour(
         q_goal[0] += 1.6 if q0[0] < 0 else -1.6
         q_goal = chain.clip(q_goal)
         figure, goal = _pinned_right(chain, q0, chain.fk(q_goal, 'left_tool'))
-        held = figure.detour_hold
+        held = detour_hold(figure)
         assert held is not None and np.array_equal(held, right)
         guard = CollisionGuard(model, self_collision_pairs(model, None))
         pose = np.eye(4)

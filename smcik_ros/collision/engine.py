@@ -327,15 +327,8 @@ class PairTables:
                 n = [max(1, int(np.ceil(k / scale))) for k in n]
             h = [w / k for w, k in zip(span, n)]
             margin = sum(0.5 * hh * r for hh, r in zip(h, rate))
-            ra, rb = (slice(start[k], start[k] + count[k]) for k in (la, lb))
-            key = model_cache.digest(same_chain, qs, n, h, cap, ba, bb, robot.centers[ra],
-                                     robot.radii[ra], robot.centers[rb], robot.radii[rb])
-            found = self._last.get(key)
-            if found is None:       # spheres that came near, counted from their link's first
-                grid, near_a, near_b = self._tabulate(robot, chain, (la, lb), qs, n, h, cap)
-                found = (grid, near_a - start[la], near_b - start[lb])
-            tabulated[key] = found
-            grid, near_a, near_b = found[0], found[1] + start[la], found[2] + start[lb]
+            grid, near_a, near_b = self._reused(robot, chain, (la, lb), qs, n, h, cap,
+                                                same_chain, tabulated)
             index.append(p)
             qcols.append(qs + [qs[0]] * (2 - len(qs)))
             lows.append([chain.lower[q] for q in qs] + [0.0] * (2 - len(qs)))
@@ -376,6 +369,21 @@ class PairTables:
 
     def __len__(self):
         return len(self.pair_index)
+
+    def _reused(self, robot, chain, pair, qs, n, h, cap, same_chain, tabulated):
+        """Return ``_tabulate``'s answer, from the last build when every input it depends
+        on is the same (``same_chain``: the chain's digest); noted in ``tabulated``."""
+        start, count = robot.link_sphere_start, robot.link_sphere_count
+        (la, lb), (ba, bb) = pair, (int(robot.link_body[k]) for k in pair)
+        ra, rb = (slice(start[k], start[k] + count[k]) for k in pair)
+        key = model_cache.digest(same_chain, qs, n, h, cap, ba, bb, robot.centers[ra],
+                                 robot.radii[ra], robot.centers[rb], robot.radii[rb])
+        found = self._last.get(key)
+        if found is None:           # spheres that came near, counted from their link's first
+            grid, near_a, near_b = self._tabulate(robot, chain, pair, qs, n, h, cap)
+            found = (grid, near_a - start[la], near_b - start[lb])
+        tabulated[key] = found
+        return found[0], found[1] + start[la], found[2] + start[lb]
 
     @staticmethod
     def _tabulate(robot, chain, pair, qs, n, h, cap, chunk=1024):

@@ -124,22 +124,6 @@ class FigureState:
         return any(self.chain.moving(c.link).any() for c in self.kept
                    if getattr(c, 'link', None))
 
-    @property
-    def detour_hold(self):
-        """(nq,) bool: the joints a joint-space detour must hold where they are (none when
-        nothing binds), or None when its legs would leave what the commands keep. Only
-        pinned tips bind (no contact, no plane, a fixed base), each on joints that serve
-        nothing the goal moves (``frozen``: the other arm of a dual arm): held, those tips
-        stay exactly where they are. A planted foot, or a pinned tip sharing a torso with
-        the goal's, gives None."""
-        if not self.binds:
-            return np.zeros(self.chain.nq, dtype=bool)
-        if self.floating or self.equalities or self.frozen is None:
-            return None
-        if any((self.chain.moving(pin.link) & ~self.frozen).any() for pin in self.pins):
-            return None
-        return self.frozen.copy()
-
     def command(self, q):
         """Return the commanded joints (..., C) of states (..., nq)."""
         q = np.asarray(q, dtype=float)

@@ -20,9 +20,10 @@ Covers are computed in a child process (``covers_in_child``, one kept for every 
 rest in the thread.
 
 A result is a dict: 'text' (callable -> the log line), and for a change 'constraint' with
-'base' (the model and pairs it was built on; when either has been replaced since,
-``poll`` has it built again in the background, ``rebased``), 'model' (with 'from', the model it was computed on, and 'merge', callable:
-the same change made on the model that replaced 'from' since) and/or 'pairs' and 'srdf';
+'base' (the model and pairs it was built on; when either has been replaced since, ``poll``
+has it built again in the background, ``rebased``), 'model' (with 'from', the model it was
+computed on, and 'merge', callable: the same change made on the model that replaced 'from'
+since) and/or 'pairs' and 'srdf';
 'then' (callable, run once it is taken); or 'error' (the log line of a failure).
 """
 

@@ -39,7 +39,7 @@ from ..solvers.base import StateKey, goal_signature
 from .detour_planner import DetourPlanner
 from .shaping import ShapedCommand
 
-__all__ = ['Detour', 'DetourDrive', 'DetourSettings']
+__all__ = ['Detour', 'DetourDrive', 'DetourSettings', 'detour_hold']
 
 # An orientation error counts this much [m/rad] in the progress measure.
 ORIENTATION_WEIGHT = 0.1
@@ -357,6 +357,23 @@ class Detour:
         }
 
 
+def detour_hold(figure):
+    """Return (nq,) bool: the joints a joint-space detour must hold where they are (none when
+    nothing binds; ``FigureState`` ``figure``), or None when its legs would leave what the
+    commands keep. Only pinned tips bind (no contact, no plane, a fixed base), each on joints
+    that serve nothing the goal moves (``frozen``: the other arm of a dual arm): held, those
+    tips stay exactly where they are. A planted foot, or a pinned tip sharing a torso with
+    the goal's, gives None."""
+    chain = figure.chain
+    if not figure.binds:
+        return np.zeros(chain.nq, dtype=bool)
+    if figure.floating or figure.equalities or figure.frozen is None:
+        return None
+    if any((chain.moving(pin.link) & ~figure.frozen).any() for pin in figure.pins):
+        return None
+    return figure.frozen.copy()
+
+
 class DetourDrive:
     """The control loop's side of a detour: what to command while one is planned or followed.
 
@@ -414,7 +431,7 @@ class DetourDrive:
         detour = self.detour
         if detour is None or not detour.observe(loop, now):
             return
-        held = loop.figure.detour_hold
+        held = detour_hold(loop.figure)
         if held is None:
             # Its joint-space legs leave the contacts and the pinned tips: every command's
             # projection back onto them was refused, and PR2 braked for the rest of the goal.
