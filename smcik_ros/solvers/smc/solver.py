@@ -89,12 +89,26 @@ class SmcSolver(Solver):
         self.state = state
         self._reset_policies(self._estimate)
 
+    @property
+    def state(self):
+        """The particle population (``FilterState``). After a reset every particle is at
+        the reset configuration (particle 0: the estimate's, held); that population is
+        built at its first use, not in the reset: ``solve`` resets on every call, mostly
+        to answer from its first stage without touching the particles, and filling them
+        there cost a tenth of such a solve (the kernel ran slower after it)."""
+        if self._state is None:
+            q = self._reset_q
+            particles = np.empty((self.settings.num_particles, len(q)))
+            particles[:] = q
+            self._state = FilterState(particles, np.zeros(len(particles)), 0)
+        return self._state
+
+    @state.setter
+    def state(self, state):
+        self._state = state
+
     def _reset(self, q):
-        n = self.settings.num_particles
-        # Every particle starts at q; particle 0 is the estimate's (held) particle.
-        particles = np.empty((n, len(q)))
-        particles[:] = q                    # (np.repeat's dispatch took longer: solve())
-        self.state = FilterState(particles, np.zeros(n), 0)
+        self._state, self._reset_q = None, q    # every particle at q (``state``)
         self._anneal_level = 1.0            # the task noise's annealing factor (seed 001)
         self._last_goal_vec = None
         self.goal_still = 0                 # iterations since the goal last changed
