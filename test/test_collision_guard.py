@@ -720,3 +720,87 @@ def test_scene_upkeep_notes_a_resting_contact_once_and_swaps_the_finer_covers_in
     assert 'no longer rests in contact' in lines[0][1]
     assert loop.constraints_kept == [guard.constraint]
     assert upkeep.after_command(q) == []
+
+
+def _blocked_run(chain, guard, q0, q_goal, ticks, upkeep=True):
+    """Tick a loop (the guard its validator and the solver's constraint) from q0 towards the
+    tool pose at q_goal as the node does (``SceneUpkeep.before_tick``, the tick,
+    ``after_command``), the arm following the commands; the guard's background updates
+    are waited for as they start. Return (tick the goal was reached or None, upkeep lines,
+    the commanded configurations)."""
+    from test_control_loop import Log, Stream, follower, make_loop
+    from smcik_ros.control.scene_upkeep import SceneUpkeep
+    from smcik_ros.solvers import make_solver
+    loop, _ = make_loop(chain, solver=make_solver('smc', chain, seed=1), log=Log())
+    loop.validators.append(guard)
+    loop.set_constraints([guard.constraint])
+    keep = SceneUpkeep(guard, loop, lambda: [guard.constraint], 0.002, lambda *a: None)
+    stream, arm, lines = Stream(loop, seed=1), follower(1), []
+    stream.measure(q0)
+    stream.tick()
+    loop.offer_goal('pose', chain.fk(q_goal), '', None, stream.t)
+    for k in range(ticks):
+        arm(stream)
+        if upkeep:
+            guard.wait_for_update(60.0)
+            lines += keep.before_tick()
+        command = stream.tick()
+        if upkeep and command is not None:
+            lines += keep.after_command(command.q)
+        if loop.goal_reached:
+            break
+    return (k if loop.goal_reached else None), lines, [c.q for c in stream.commands]
+
+
+def test_a_goal_blocked_where_only_the_covers_touch_gets_finer_covers_and_is_reached(
+        guard_and_chain):
+    """Covers exceed the parts by up to their tolerance: a goal whose tool stops 5 mm
+    (python-fcl, the URDF's own shapes) above a box is blocked by the 1 cm covers (the
+    flange's reaches 2 mm into it there) and the arm stays short of it. While a goal is
+    blocked (a validator refused a motion, or the command stood still, for
+    ``BLOCKED_TICKS``; here the solver itself holds the arm at the margin) the upkeep
+    computes again the covers of the links within ``CONTACT_RELEASE`` of another part at
+    the command (the flange), once, swaps them in where they widen a pair, and the goal is
+    reached with no command touching the box (python-fcl)."""
+    import fcl
+    from collision_helpers import FclRobot
+    _, chain = guard_and_chain
+    q0 = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
+    rng = np.random.default_rng(1)
+    q_goal = chain.clip(q0 + np.r_[rng.uniform(-0.3, 0.3), rng.uniform(0.3, 0.7),
+                                   rng.uniform(-0.2, 0.2), rng.uniform(0.0, 0.5),
+                                   rng.uniform(-0.2, 0.2), rng.uniform(-0.2, 0.2), 0.0])
+    objects = FclRobot(ARM7_URDF, chain.base_link).objects(dict(zip(chain.joint_names,
+                                                                    q_goal)))
+    floor = fcl.CollisionObject(fcl.Box(4.0, 4.0, 0.1), fcl.Transform(np.array([0, 0, -2.0])))
+    lowest = min(fcl.distance(o, floor, fcl.DistanceRequest(), fcl.DistanceResult())
+                 for name, items in objects.items() if name != 'base_link' for o in items)
+    pose = np.eye(4)
+    pose[:3, 3] = chain.fk(q_goal)[:2, 3].tolist() + [-1.95 + lowest - 0.005 - 0.05]
+
+    def guard_with_box():
+        guard, _ = CollisionGuard.from_urdf(chain, ARM7_URDF, urdf_path=ARM7_URDF, srdf=SRDF,
+                                            cache_dir=cover_cache_dir())
+        guard.replace({('t', 1): Obstacle('box', (0.3, 0.3, 0.1), pose)}, 'obstacles')
+        return guard
+
+    guard = guard_with_box()
+    assert guard.constraint.contacts(q_goal)[0][0] == ('flange', 't/1'), 'the set-up'
+    assert not guard.constraint.contacts(q0, within=CONTACT_RELEASE), 'the set-up'
+    excess = guard.model.link_excess[guard.model.link_index('flange')]
+    reached, lines, _ = _blocked_run(chain, guard_with_box(), q0, q_goal, 1500, upkeep=False)
+    assert reached is None, 'without: blocked short of the goal'
+    reached, lines, commands = _blocked_run(chain, guard, q0, q_goal, 1500)
+    assert reached is not None, lines
+    text = ' '.join(t for _, t in lines)
+    assert 'goal 1 is blocked with flange within 5 mm' in text, text
+    assert text.count('is blocked with') == 1, text
+    assert 'covers of flange computed again at tolerance 0.006 m' in text, text
+    assert guard.model.link_excess[guard.model.link_index('flange')] < excess
+    assert not guard.constraint.contacts(q_goal)
+    box = fcl.CollisionObject(fcl.Box(0.3, 0.3, 0.1), fcl.Transform(pose[:3, 3]))
+    robot = FclRobot(ARM7_URDF, chain.base_link)
+    for q in commands[::10] + commands[-1:]:
+        items = robot.objects(dict(zip(chain.joint_names, q)))
+        assert min(fcl.distance(o, box, fcl.DistanceRequest(), fcl.DistanceResult())
+                   for name, group in items.items() for o in group) > 0.0

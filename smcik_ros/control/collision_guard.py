@@ -300,11 +300,12 @@ class CollisionGuard:
             covers=True)
         return True
 
-    def start_contact_refinement(self, q, links=None, tolerance=None):
+    def start_contact_refinement(self, q, links=None, tolerance=None, within=0.0, skip=()):
         """Compute again, in a thread, the covers of the links that rest in contact at q (nq,)
-        at a finer tolerance (``finer_covers``, ``CollisionModel.refined``); ``poll`` swaps
-        the model and its constraint in (the same pairs, settings and scene), then starts
-        the next step: ``contact_tolerances`` (60 % of the cover tolerance, then
+        (or come closer than ``within`` [m]: an arm blocked there; none of ``skip``) at a
+        finer tolerance (``finer_covers``, ``CollisionModel.refined``); ``poll`` swaps the
+        model and its constraint in (the same pairs, settings and scene), then starts the
+        next step: ``contact_tolerances`` (60 % of the cover tolerance, then
         ``settings.contact_tolerance``), each for the links of those still within
         ``CONTACT_RELEASE`` of another (``links``, ``tolerance``: that next step; a step not
         applied or failed ends them). After the last step (or at once when there is nothing
@@ -312,7 +313,9 @@ class CollisionGuard:
         (``start_fine_covers``: the swept ones).
 
         Where covers, not meshes, overlap (a folded start pose, a base on its table), goals
-        near the start can be out of reach; finer covers of just those links take the
+        near the start can be out of reach, and where they only nearly touch, an arm blocked
+        there gets no detour (Reach Bravo 7: link1 / link3 are 0.3 mm apart at its SRDF's
+        standing pose with 1 cm covers, 8.5 mm with 4 mm ones); finer covers of just those links take the
         overlap away without the cost of fine covers everywhere. They are swapped in only
         when they release a pair in contact or make one ``CONTACT_GAIN`` shallower. Returns
         the names of the links being refined ([]: no contact, no geometry, off, those
@@ -325,7 +328,7 @@ class CollisionGuard:
         q = np.array(q, dtype=float)
         model = self.model
         if links is None:
-            contacts, tolerance = self.constraint.contacts(q), steps[0]
+            contacts, tolerance = self.constraint.contacts(q, within=within), steps[0]
         else:
             contacts = [(pair, d) for pair, d in self.constraint.contacts(
                 q, within=CONTACT_RELEASE) if set(pair) & set(links)]
@@ -333,7 +336,7 @@ class CollisionGuard:
         contacts = [(pair, d) for pair, d in contacts if not set(pair) & set(model.coarse_links)]
         names = [n for pair, _ in contacts for n in pair if model.has_link(n)]
         names = [n for n in dict.fromkeys(names) if (links is None or n in links)
-                 and n not in model.coarse_links
+                 and n not in model.coarse_links and n not in skip
                  and model.link_excess[model.link_index(n)] > tolerance]
         if not names:
             self.start_fine_covers()      # the links still coarse, if any, come next

@@ -7,13 +7,23 @@ date (``surfaces.PlantedSurfaces``). ``after_command(q)``, after each published 
 once (at the first command, and again once fine covers replace coarse ones) the pairs the
 robot rests in contact with, and starts the finer covers of their links
 (``CollisionGuard.start_contact_refinement``), then the fine covers of the links still coarse
-(swept over off-chain joints: ``CollisionGuard.start_fine_covers``). Both return (level,
-text) log lines.
+(swept over off-chain joints: ``CollisionGuard.start_fine_covers``); later, while a goal is
+blocked, the finer covers of the links near another part at the command
+(``_refine_blocked``). Both return (level, text) log lines.
 """
 
+import numpy as np
+
+from ..collision.constraint import CONTACT_RELEASE
+from .cover_updates import contact_tolerances
 from .surfaces import PlantedSurfaces
 
 __all__ = ['SceneUpkeep']
+
+# [ticks] a goal not reached is blocked when a validator refused a motion within this many
+# ticks or the command has not changed for as many; the pairs near the command are looked
+# at no more often than that.
+BLOCKED_TICKS = 50
 
 
 class SceneUpkeep:
@@ -25,6 +35,9 @@ class SceneUpkeep:
         self.guard, self.loop, self.constraints, self.report = guard, loop, constraints, report
         self.surfaces = PlantedSurfaces(padding=padding)
         self.noted = False      # the contact note: None = due again once the fine pairs are in
+        self.refined = set()    # the links refined (or tried) where a goal was blocked
+        self._next_look = 0     # the tick from which a blocked goal's pairs are looked at
+        self._still = (None, 0)     # the last command and the ticks it has not changed
 
     def before_tick(self):
         """Apply background updates and the surfaces' exemptions; return log lines."""
@@ -55,8 +68,14 @@ class SceneUpkeep:
         """After a published command at q (nq,): the contact note when it is due and no
         background update is on its way (the pairs of the chain's fine covers, computed
         after them, may disable a pair in contact: no refinement for it); then the next fine
-        covers of a model that still has coarse ones (after the refinement)."""
-        if self.noted is not False or self.guard.updating:
+        covers of a model that still has coarse ones (after the refinement). Once noted,
+        while a goal is blocked: the finer covers of the links near another there
+        (``_refine_blocked``)."""
+        if self.guard.updating:
+            return []
+        if self.noted is True:
+            return self._refine_blocked(q)
+        if self.noted is not False:
             return []
         self.noted = True
         guard = self.guard
@@ -74,3 +93,35 @@ class SceneUpkeep:
             return []
         return [] if note is None else [('warn', note)]
 
+    def _refine_blocked(self, q):
+        """While the loop's goal is blocked (a validator refused a motion, or the solver
+        held the command still, for ``BLOCKED_TICKS``), compute again at the contact tolerances the covers of the links
+        within ``CONTACT_RELEASE`` of another at the command q, once per link
+        (``CollisionGuard.start_contact_refinement``: swapped in only where they part or
+        widen a pair). Covers exceed the meshes by up to their tolerance: an arm held where
+        only they touch had no way on, and its detour none either (its start is inside the
+        margin; a push out cannot widen a pair of covers that always nearly touch)."""
+        loop = self.loop
+        last, still = self._still
+        still = still + 1 if last is not None and np.array_equal(last, q) else 0
+        self._still = (np.array(q, dtype=float), still)
+        if (loop.goal is None or loop.goal_reached or loop.ticks < self._next_look
+                or (still < BLOCKED_TICKS and loop.refusal(within=BLOCKED_TICKS) is None)):
+            return []
+        self._next_look = loop.ticks + BLOCKED_TICKS
+        try:
+            names = self.guard.start_contact_refinement(q, within=CONTACT_RELEASE,
+                                                        skip=self.refined)
+        except Exception as exc:      # never in the way of the command stream
+            self.report('warn', 'blocked_refinement', f'blocked-goal cover check failed '
+                        f'({exc})', exc)
+            return []
+        if not names:
+            return []
+        self.refined.update(names)
+        steps = ' then '.join(f'{t:g}' for t in contact_tolerances(self.guard.settings))
+        return [('info', f'goal {loop.goal.sequence} is blocked with {", ".join(names)} '
+                 f'within {1e3 * CONTACT_RELEASE:g} mm of another part (padded cover '
+                 f'distances): their covers are being computed again at tolerance {steps} m '
+                 '(collision_contact_tolerance; applied when ready, where they part or widen '
+                 'a pair) to take away what is only an overlap of the covers')]
