@@ -315,9 +315,10 @@ class CollisionGuard:
         Where covers, not meshes, overlap (a folded start pose, a base on its table), goals
         near the start can be out of reach, and where they only nearly touch, an arm blocked
         there gets no detour (Reach Bravo 7: link1 / link3 are 0.3 mm apart at its SRDF's
-        standing pose with 1 cm covers, 8.5 mm with 4 mm ones); finer covers of just those links take the
-        overlap away without the cost of fine covers everywhere. They are swapped in only
-        when they release a pair in contact or make one ``CONTACT_GAIN`` shallower. Returns
+        standing pose with 1 cm covers, 8.5 mm with 4 mm ones); finer covers of just those
+        links take the overlap away without the cost of fine covers everywhere. They are
+        swapped in only when they release a pair in contact or make one ``CONTACT_GAIN``
+        shallower (or, near, farther). Returns
         the names of the links being refined ([]: no contact, no geometry, off, those
         covers are that fine already, or they are coarse: the fine covers are coming).
         """

@@ -95,12 +95,13 @@ class SceneUpkeep:
 
     def _refine_blocked(self, q):
         """While the loop's goal is blocked (a validator refused a motion, or the solver
-        held the command still, for ``BLOCKED_TICKS``), compute again at the contact tolerances the covers of the links
-        within ``CONTACT_RELEASE`` of another at the command q, once per link
-        (``CollisionGuard.start_contact_refinement``: swapped in only where they part or
-        widen a pair). Covers exceed the meshes by up to their tolerance: an arm held where
-        only they touch had no way on, and its detour none either (its start is inside the
-        margin; a push out cannot widen a pair of covers that always nearly touch)."""
+        held the command still, for ``BLOCKED_TICKS``), compute again at the contact
+        tolerances the covers of the links within ``CONTACT_RELEASE`` of another at the
+        command q, once per link (``CollisionGuard.start_contact_refinement``: swapped in
+        only where they part or widen a pair). Covers exceed the meshes by up to their
+        tolerance: an arm held where only they touch had no way on, and its detour none
+        either (its start is inside the margin; a push out cannot widen a pair of covers
+        that always nearly touch)."""
         loop = self.loop
         last, still = self._still
         still = still + 1 if last is not None and np.array_equal(last, q) else 0
