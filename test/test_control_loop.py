@@ -14,6 +14,7 @@ from smcik_ros.control.arm_state import ArmSettings, ArmState
 from smcik_ros.control.guard import HardConstraintValidator
 from smcik_ros.control.limits import limits_for_chain
 from smcik_ros.control.reporter import Reporter
+from smcik_ros.control.shaping import LANDING
 from smcik_ros.control.tick import ControlLoop, LoopSettings
 from smcik_ros.collision import KeepOutSphere
 from smcik_ros.goals import CenterOfMassPolygon, Constraint, Contact
@@ -187,6 +188,53 @@ def test_goals_are_reached_within_every_limit_and_the_lead(arm7, seed):
                                                           stream.measured[1:])]
     assert max(leads) <= loop.arm.settings.max_lead + 1e-9
     assert loop.faults == 0 and loop.arm.resyncs == 1
+
+
+class LateTimer(Stream):
+    """A timer that fires late now and then (40-60 ms instead of 10, at random 30 % of the
+    ticks) and catches up at once (the next tick 2-4 ms later), as a ROS timer on a busy
+    machine does."""
+
+    def tick(self):
+        late = getattr(self, '_late', False)
+        self._late = not late and self.rng.uniform() < 0.3
+        self.dt = DT * (self.rng.uniform(4.0, 6.0) if self._late else
+                        self.rng.uniform(0.2, 0.4) if late else 1.0)
+        self.jitter = 0.0
+        return super().tick()
+
+
+@pytest.mark.parametrize('seed', range(12))
+def test_a_timer_catching_up_after_a_late_tick_breaks_no_limit(arm7, seed):
+    """A step lands on a still target or a position limit at a speed the next tick can stop
+    from when that tick is at least ``LANDING`` times as long; a timer catching up after a
+    late tick fires sooner (3 ms after 57 ms: Alex's shoulder took 7.2 rad/s^2 of 3 to stop
+    at its limit). Such a tick publishes nothing, and every command keeps the velocity,
+    acceleration and position limits, from the stamps, over goals with a joint on its upper
+    limit. (Publishing them, 3 of these 12 seeds broke the acceleration limit, by up to
+    2.3 times.)"""
+    loop, limits = make_loop(arm7)
+    stream = LateTimer(loop, seed=seed)
+    stream.measure(arm7.neutral_configuration())
+    stream.tick()
+    rng = np.random.default_rng(seed)
+    for _ in range(4):
+        q = stream.commands[-1].q + rng.uniform(-0.8, 0.8, arm7.n)
+        q[rng.integers(arm7.n)] = np.inf                # clipped: on its upper limit
+        loop.offer_goal('pose', arm7.fk(np.clip(q, limits.lower, limits.upper)), '', None,
+                        stream.t)
+        for _ in range(600):
+            follower(delay=1)(stream)
+            stream.tick()
+            if loop.goal_reached and np.all(stream.commands[-1].v == 0.0):
+                break
+        assert loop.goal_reached
+    v_ratio, a_ratio = stream.worst_ratios(limits)
+    assert v_ratio <= 1 + SLACK and a_ratio <= 1 + SLACK, (v_ratio, a_ratio)
+    q = np.array([c.q for c in stream.commands])
+    assert np.all(q >= limits.lower - 1e-12) and np.all(q <= limits.upper + 1e-12)
+    dt = np.diff([c.stamp for c in stream.commands])
+    assert np.all(dt[1:] >= LANDING * dt[:-1] - 1e-12)
 
 
 # ---------------------------------------------------------------------- stale and resync
