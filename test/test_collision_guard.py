@@ -804,3 +804,86 @@ def test_a_goal_blocked_where_only_the_covers_touch_gets_finer_covers_and_is_rea
         items = robot.objects(dict(zip(chain.joint_names, q)))
         assert min(fcl.distance(o, box, fcl.DistanceRequest(), fcl.DistanceResult())
                    for name, group in items.items() for o in group) > 0.0
+
+
+def _elbow_urdf(path):
+    """An arm whose forearm box enters the upper-arm box (two joints apart, across a slide
+    and a bend, as Alex's meshes do at its elbow; apart with the slide out), and a hand box,
+    four joints from the upper arm, that the wrist folds into it: written to ``path``."""
+    def link(name, size=None, xyz='0 0 0'):
+        shape = '' if size is None else (
+            f'<collision><origin xyz="{xyz}"/><geometry><box size="{size}"/></geometry>'
+            '</collision>')
+        return f'<link name="{name}">{shape}</link>'
+
+    def joint(name, parent, child, xyz, kind='revolute', axis='0 1 0', lower=-2.0):
+        return (f'<joint name="{name}" type="{kind}"><parent link="{parent}"/>'
+                f'<child link="{child}"/><origin xyz="{xyz}"/><axis xyz="{axis}"/>'
+                f'<limit lower="{lower}" upper="{0.3 if kind == "prismatic" else 2.0}" '
+                'velocity="1" effort="1"/></joint>')
+    text = ('<robot name="elbow">' + link('base_link', '0.2 0.2 0.05', '0 0 -0.1')
+            + link('upper', '0.06 0.06 0.3', '0 0 0.15') + link('elbow')
+            + link('fore', '0.05 0.05 0.3', '0 0 0.1') + link('wrist')
+            + link('hand', '0.1 0.1 0.1', '0.45 0 0')
+            + joint('shoulder', 'base_link', 'upper', '0 0 0')
+            + joint('slide', 'upper', 'elbow', '0 0 0.25', 'prismatic', '0 0 1', 0.0)
+            + joint('bend', 'elbow', 'fore', '0 0 0')
+            + joint('wrist_joint', 'fore', 'wrist', '0 0 0.3')
+            + joint('hand_joint', 'wrist', 'hand', '0 0 0') + '</robot>')
+    path.write_text(text)
+    return str(path)
+
+
+def test_pairs_whose_urdf_shapes_intersect_at_the_first_command_are_disabled(tmp_path):
+    """MoveIt's "Default" rule (python-fcl on the URDF's own shapes): at the first command the
+    forearm box enters the upper-arm box by 5 cm (two joints apart): that pair is disabled
+    in the background, logged, and kept when the pairs are computed again; the forearm then
+    slides deeper in, which the allowance refused before. The hand box, four joints from the
+    upper arm, is not disabled where the folded wrist puts it inside."""
+    from smcik_ros.collision import overlapping_parts
+    from smcik_ros.model import Chain
+    urdf = _elbow_urdf(tmp_path / 'elbow.urdf')
+    chain = Chain.from_urdf(urdf, 'base_link', 'hand')
+    q = np.zeros(chain.nq)
+    q[chain.joint_index('slide')] = 0.05
+    guard, _ = CollisionGuard.from_urdf(chain, urdf, urdf_path=urdf, cache_dir=str(tmp_path))
+    in_contact = [pair for pair, _ in guard.constraint.contacts(q)]
+    assert in_contact == [('upper', 'fore')], in_contact
+    assert overlapping_parts(guard.model, q, in_contact) == [('upper', 'fore')]
+    folded = q.copy()
+    folded[chain.joint_index('wrist_joint')] = 1.57
+    hand = [('upper', 'hand')]
+    assert overlapping_parts(guard.model, folded, hand, joints=4) == hand
+    assert overlapping_parts(guard.model, folded, hand) == []
+    deeper = q.copy()
+    deeper[chain.joint_index('slide')] = 0.0
+    assert not guard(q, deeper), 'the set-up: the allowance refuses a deeper overlap'
+    guard.start_contact_refinement(q)
+    events = _updates(guard)
+    text = ' '.join(t for _, t, _ in events)
+    assert '1 self-collision pair(s) disabled, their URDF shapes intersect at the first ' \
+        'command (upper / fore;' in text, text
+    assert guard.pairs.reason('upper', 'fore') == 'srdf (Default)'
+    assert guard.pairs.reason('upper', 'hand') is None
+    assert guard(q, deeper)
+    guard.start_srdf_update(guard.srdf_parsed, guard.srdf, 'again')
+    _updates(guard)
+    assert guard.pairs.reason('upper', 'fore') == 'srdf (Default)'
+
+
+def test_without_python_fcl_the_default_rule_says_so_and_keeps_the_pair(tmp_path, monkeypatch):
+    """python-fcl is what tells the URDF's shapes apart: without it the pair in contact at the
+    first command stays checked, held at its depth, and the log says why and what to do."""
+    import sys
+    from smcik_ros.model import Chain
+    urdf = _elbow_urdf(tmp_path / 'elbow.urdf')
+    chain = Chain.from_urdf(urdf, 'base_link', 'hand')
+    q = np.zeros(chain.nq)
+    q[chain.joint_index('slide')] = 0.05
+    guard, _ = CollisionGuard.from_urdf(chain, urdf, urdf_path=urdf, cache_dir=str(tmp_path))
+    monkeypatch.setitem(sys.modules, 'fcl', None)         # import fcl raises ImportError
+    guard.start_contact_refinement(q)
+    text = ' '.join(t for _, t, _ in _updates(guard))
+    assert 'python-fcl is not installed: pairs whose URDF shapes intersect at the first ' \
+        'command stay checked' in text, text
+    assert guard.pairs.reason('upper', 'fore') is None

@@ -29,7 +29,8 @@ import numpy as np
 from ..errors import ModelError
 from .engine import RobotGeometry, query
 
-__all__ = ['Srdf', 'parse_srdf', 'SelfCollisionPairs', 'self_collision_pairs']
+__all__ = ['Srdf', 'overlapping_parts', 'parse_srdf', 'SelfCollisionPairs',
+           'self_collision_pairs']
 
 _LOG = logging.getLogger('smcik_ros.collision')
 
@@ -206,3 +207,59 @@ def _colliding_counts(robot, chain, q, pairs, threshold, padding, chunk=256):
                        per_pair=True)
         counts += np.bincount(leaves.pair, minlength=len(pairs))
     return counts
+
+
+def overlapping_parts(model, q, pairs, joints=2):
+    """Return the link pairs of ``pairs`` [(a, b)] at most ``joints`` joints apart in the
+    URDF's tree whose own shapes (meshes and primitives, not their covers) intersect at q
+    (nq,), by python-fcl; None when python-fcl is not installed.
+
+    MoveIt's setup assistant disables such pairs ("Default": in collision at the default
+    pose): a forearm mesh that enters the upper arm's at the elbow (Alex, example-robot-data,
+    whose SRDF disables nothing) is a modelling overlap, not a contact, and held at its depth
+    it blocks the elbow. Only near pairs: a hand resting on a thigh stays checked."""
+    try:
+        import fcl
+    except ImportError:
+        return None
+    objects = {}
+
+    def shapes(link):
+        if link not in objects:
+            placed = model.placed_shapes(link, q) or ()
+            objects[link] = []
+            for vertices, faces in placed:
+                bvh = fcl.BVHModel()
+                bvh.beginModel(len(vertices), len(faces))
+                bvh.addSubModel(np.asarray(vertices, dtype=float),
+                                np.asarray(faces, dtype=np.int64))
+                bvh.endModel()
+                objects[link].append(fcl.CollisionObject(bvh, fcl.Transform()))
+        return objects[link]
+
+    out = []
+    for a, b in pairs:
+        if _joints_apart(model, a, b) > joints:
+            continue
+        if any(fcl.collide(x, y, fcl.CollisionRequest(), fcl.CollisionResult())
+               for x in shapes(a) for y in shapes(b)):
+            out.append((a, b))
+    return out
+
+
+def _joints_apart(model, a, b):
+    """Return how many joints join links a and b in the URDF's tree (0: one rigid group)."""
+    parent = model.group_parent
+
+    def ancestors(link):
+        g, out = int(model.link_group[model.link_index(link)]), []
+        while g >= 0 and g not in out:
+            out.append(g)
+            g = int(parent[g]) if g < len(parent) else -1
+        return out
+
+    up_a, up_b = ancestors(a), ancestors(b)
+    common = next((g for g in up_a if g in up_b), None)
+    if common is None:
+        return len(up_a) + len(up_b)
+    return up_a.index(common) + up_b.index(common)

@@ -21,7 +21,8 @@ from ..collision import (DEFAULT_CLEARANCE, DEFAULT_PADDING, DEFAULT_TOLERANCE, 
 from ..collision.constraint import CONTACT_RELEASE
 from ..errors import GoalError, ModelError, ParameterError
 from .cover_updates import (BackgroundUpdates, coarse_note, contact_tolerances,
-                            finer_covers, full_covers, rebased, settle, srdf_pairs)
+                            default_pairs, finer_covers, full_covers, rebased, settle,
+                            srdf_pairs)
 from .free_motion import FreeMotionProofs, motion_key
 
 __all__ = ['CollisionSettings', 'CollisionGuard', 'choose_srdf', 'reach_bound', 'SOURCES']
@@ -312,6 +313,10 @@ class CollisionGuard:
         to refine) the fine covers of the links still coarse are started
         (``start_fine_covers``: the swept ones).
 
+        At the first command (``links`` None, ``within`` 0) the pairs in contact whose URDF
+        shapes themselves intersect there, at most two joints apart, are disabled in the
+        background too (``default_pairs``: MoveIt's "Default" rule).
+
         Where covers, not meshes, overlap (a folded start pose, a base on its table), goals
         near the start can be out of reach, and where they only nearly touch, an arm blocked
         there gets no detour (Reach Bravo 7: link1 / link3 are 0.3 mm apart at its SRDF's
@@ -330,6 +335,14 @@ class CollisionGuard:
         model = self.model
         if links is None:
             contacts, tolerance = self.constraint.contacts(q, within=within), steps[0]
+            pairs = [p for p, _ in contacts if all(model.has_link(n) for n in p)]
+            if pairs and not within and self.pairs is not None:   # the first command
+                self._updates.start('smcik-default-pairs', default_pairs(
+                    model, q, pairs, self.srdf_parsed, self.settings, self.srdf,
+                    self._build_constraint, self.summary,
+                    lambda srdf: setattr(self, 'srdf_parsed', srdf)), lambda exc: (
+                    f'the pairs in contact at the first command were not checked for '
+                    f'intersecting URDF shapes ({type(exc).__name__}: {exc})'))
         else:
             contacts = [(pair, d) for pair, d in self.constraint.contacts(
                 q, within=CONTACT_RELEASE) if set(pair) & set(links)]

@@ -27,6 +27,7 @@ since) and/or 'pairs' and 'srdf';
 'then' (callable, run once it is taken); or 'error' (the log line of a failure).
 """
 
+import dataclasses
 import logging
 import os
 import pickle
@@ -36,13 +37,14 @@ import sys
 import threading
 import time
 
-from ..collision import self_collision_pairs
+from ..collision import Srdf, overlapping_parts, self_collision_pairs
 from ..collision.constraint import CONTACT_RELEASE
 from ..collision.model import COARSE_TOLERANCE, link_covers
 from ..errors import ModelError
 
-__all__ = ['BackgroundUpdates', 'full_covers', 'srdf_pairs', 'finer_covers', 'frees_contact',
-           'rebased', 'contact_tolerances', 'settle', 'coarse_note', 'CONTACT_GAIN']
+__all__ = ['BackgroundUpdates', 'full_covers', 'srdf_pairs', 'default_pairs', 'finer_covers',
+           'frees_contact', 'rebased', 'contact_tolerances', 'settle', 'coarse_note',
+           'CONTACT_GAIN']
 
 # [m] finer covers are swapped in when a pair in contact is released or at least this much
 # shallower: every sphere costs in every query (docs/collision.md, section 4: the Panda case).
@@ -224,6 +226,36 @@ def srdf_pairs(model, parsed, settings, description, build, summary, label=None)
         return {'pairs': pairs, 'srdf': description, 'base': (model, pairs),
                 'constraint': build(model, pairs, settings),
                 'text': lambda: f'{label}: {summary()}'}
+    return work
+
+
+def default_pairs(model, q, candidates, parsed, settings, description, build, summary, adopt):
+    """Return the work (callable -> result) of MoveIt's "Default" rule at the first command
+    q (nq,): of the link pairs ``candidates`` (in contact there in the covers), those at most
+    two joints apart whose URDF shapes themselves intersect (``overlapping_parts``,
+    python-fcl) are disabled as an SRDF's ``<disable_collisions reason="Default"/>`` would
+    (``srdf_pairs`` on ``parsed`` with them added); adopt(srdf) runs once they are applied
+    (the pairs computed later keep them)."""
+    def work():
+        found = overlapping_parts(model, q, candidates)
+        if not found:
+            return {'text': lambda: (
+                'python-fcl is not installed: pairs whose URDF shapes intersect at the first '
+                'command stay checked, held at their depth (pip install python-fcl, or '
+                'disable them in an SRDF)' if found is None else
+                'the pairs in contact at the first command do not intersect in the URDF\'s '
+                'own shapes, or are more than two joints apart: they stay checked')}
+        extra = tuple((a, b, 'Default') for a, b in found)
+        srdf = (Srdf('', extra, {}, 'the first command') if parsed is None else
+                dataclasses.replace(parsed, disabled=parsed.disabled + extra))
+        label = (f'{len(found)} self-collision pair(s) disabled, their URDF shapes intersect '
+                 f'at the first command ({", ".join(f"{a} / {b}" for a, b in found)}; '
+                 'MoveIt\'s "Default" rule: <disable_collisions ... reason="Default"/> in '
+                 'the SRDF lists them for good)')
+        result = srdf_pairs(model, srdf, settings, f'{description} + Default pairs', build,
+                            summary, label)()
+        result['then'] = lambda: adopt(srdf)
+        return result
     return work
 
 
