@@ -6,8 +6,9 @@ when installed). ``CollisionModel.from_urdf`` (covers of every link's <collision
 ``overlapping_parts`` (MoveIt's "Default" rule), ``Scene`` of ``Obstacle`` keyed by (ns, id)
 (``obstacle_from_marker``, ``pointcloud_obstacle``), ``CollisionConstraint`` (the hard
 constraint and soft clearance every solver respects), ``KeepOutSphere``/``KeepOutObstacle``
-(one obstacle as a constraint) and ``support_polygon`` (links' collision shapes, not their covers, for
-``goals.CenterOfMassPolygon``). docs/collision.md describes the calls the node makes.
+(one obstacle as a constraint) and ``support_polygon`` (links' collision shapes, not their
+covers, for ``goals.CenterOfMassPolygon``). docs/collision.md describes the calls the node
+makes.
 """
 
 from .constraint import (DEFAULT_CLEARANCE, DEFAULT_PADDING, CollisionConstraint,

@@ -323,9 +323,9 @@ class CollisionGuard:
         standing pose with 1 cm covers, 8.5 mm with 4 mm ones); finer covers of just those
         links take the overlap away without the cost of fine covers everywhere. They are
         swapped in only when they release a pair in contact or make one ``CONTACT_GAIN``
-        shallower (or, near, farther). Returns
-        the names of the links being refined ([]: no contact, no geometry, off, those
-        covers are that fine already, or they are coarse: the fine covers are coming).
+        shallower (or, near, farther). Returns the names of the links being refined ([]: no
+        contact, no geometry, off, those covers are that fine already, or they are coarse:
+        the fine covers are coming).
         """
         steps = contact_tolerances(self.settings)
         if not (self.has_geometry and steps[-1] > 0.0):
