@@ -334,32 +334,3 @@ def test_a_joint_at_its_braking_bound_leaves_the_correction_to_the_others(biped)
             q, v = command.q, command.v
     assert refused <= 2, f'{refused} of 3600 ticks braked instead of keeping the feet'
     assert worst < 1e-4, f'a foot left its anchor by {1e3 * worst:.3f} mm'
-
-
-def test_a_held_tip_is_pinned_where_the_answer_has_it_within_the_goal_tolerance():
-    """A tip the goal holds is pinned where the command had it, and the solver holds it to
-    the goal's tolerance. On a shared torso, projecting an answer that keeps it 0.5 mm away
-    back onto the pin moves the other tip off its goal for good (a simple humanoid's left
-    hand stopped 1.39 mm short, its right hand 0.83 mm from its pin). So the answer is
-    commanded as it is when the held tip is within the tolerance of its pin (0.5 mm and
-    0.0008 rad here), and projected back onto the pin beyond it (3.1 mm)."""
-    from smcik_ros.control.goal_inbox import Goal
-    from smcik_ros.goals import PoseTarget
-    chain = Chain.from_urdf('test/urdf/two_tips.urdf', 'base_link', ['left_tool', 'right_tool'])
-    q = chain.neutral_configuration()
-    figure = FigureState(chain, limits_for_chain(chain, 0.5, 3.0)[0])
-    right = chain.fk(q, 'right_tool')
-    goal = Goal(terms=(PoseTarget(chain.fk(q, 'left_tool'), link='left_tool').bind(chain),
-                       PoseTarget(right, link='right_tool').bind(chain)),
-                display=None, source='', stamp=0.0, received=0.0, sequence=1,
-                tips=('left', None))
-    assert len(figure.pin_tips(goal, None, q, (1e-3, 1e-2))) == 1
-    assert figure.frozen is None, 'the set-up: the torso moves both tips'
-    near, far = q.copy(), q.copy()
-    near[0] += 0.0008
-    far[0] += 0.005
-    np.testing.assert_allclose(figure.on_manifold(near), near, atol=1e-12)
-    back = figure.on_manifold(far)
-    np.testing.assert_allclose(chain.fk(back, 'right_tool'), right, atol=2e-5)
-    moved = np.linalg.norm(chain.fk(far, 'right_tool')[:3, 3] - right[:3, 3])
-    assert moved > 3e-3 and not np.allclose(back, far)

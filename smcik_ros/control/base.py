@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..goals import CenterOfMassPolygon, Contact, project
-from ..rotations import matrix_to_quat, matrix_to_rotvec
+from ..rotations import matrix_to_quat
 from .limits import commanded
 from .shaping import ShapedCommand, bound_speed
 
@@ -101,7 +101,6 @@ class FigureState:
         self.inequalities = []      # its hard inequalities with rows (``_keep_inside``)
         self.contacts = []          # the anchored Contacts among them (the base's fit)
         self.pins = []              # Contacts keeping tips that the goal leaves where they are
-        self._pinned = ([], (0.0, 0.0))     # their poses when pinned, the goal's tolerances
         self.frozen = None          # (C,) bool: joints serving pinned tips only (``pin_tips``)
         self.kept = []              # what the command stream projects onto (``_update``)
         self._hold = None           # the Contact holding the base link (no contact set)
@@ -194,7 +193,6 @@ class FigureState:
                     pose = frames.link_pose(term.link)[0]
                     pins.append(Contact(term.link, pose=pose).bind(self.chain))
         self.pins = pins
-        self._pinned = ([p.pose for p in pins], tuple(tolerances))    # (``on_manifold``)
         self.frozen = None if self.floating else held_arms(self.chain, goal, pins,
                                                            self.equalities)
         self._update()
@@ -371,27 +369,6 @@ class FigureState:
             return q
         if self.frozen is not None and at is not None:
             q = np.where(self.frozen, at, q)
-        elif self.pins:
-            # A tip the goal holds is pinned where the answer has it when that is within
-            # the goal's tolerance of where it was pinned: the solver holds it to that
-            # tolerance, and projected onto the old pin through a shared torso the answer's
-            # other tip missed its goal (a simple humanoid's left hand 1.39 mm short, its
-            # right hand 0.83 mm from its pin, for good).
-            frames = self.chain.frames(self.state(q))
-            planted = {c.link for c in self.equalities if isinstance(c, Contact)}
-            origins, (tol_p, tol_o) = self._pinned
-            pins = []
-            for pin, origin in zip(self.pins, origins):
-                pose = frames.link_pose(pin.link)[0]
-                turn = np.linalg.norm(matrix_to_rotvec(origin[:3, :3].T @ pose[:3, :3]))
-                if not (np.linalg.norm(pose[:3, 3] - origin[:3, 3]) <= tol_p
-                        and turn <= tol_o and pin.link not in planted):
-                    pose = origin
-                pins.append(pin if np.array_equal(pin.pose, pose) else
-                            Contact(pin.link, pose=pose).bind(self.chain))
-            if any(new is not old for new, old in zip(pins, self.pins)):
-                self.pins = pins
-                self._update()
         projected, _ = project(self.chain, self.state(q), self.kept)
         return self.limits.clip(self.command(projected))
 
