@@ -366,16 +366,16 @@ class CollisionModel:
         """Return True when link ``name`` has spheres in the model."""
         return name in self._index
 
-    def placed_shapes(self, link, q):
+    def placed_shapes(self, link, frames):
         """Return [(vertices (V, 3) [m], faces (F, 3))] of ``link``'s <collision> elements
-        (the URDF's meshes and primitives, not their covers) in the base frame at q (nq,);
-        None for a link without geometry or on an off-chain joint (its pose is a sweep)."""
+        (the URDF's meshes and primitives, not their covers) in the base frame at the one
+        configuration of ``frames`` (``Chain.frames``); None for a link without geometry or
+        on an off-chain joint (its pose is a sweep)."""
         att, items = self._attachments.get(link), self.geometry.get(link, ())
         if att is None or att.swept or not items:
             return None
         pose = np.eye(4)
         if att.body >= 0:
-            frames = self.chain.frames(np.asarray(q, dtype=float))
             pose[:3, :3], pose[:3, 3] = frames.rot[att.body][0], frames.pos[att.body][0]
         out = []
         for geom in items:

@@ -222,11 +222,11 @@ def overlapping_parts(model, q, pairs, joints=2):
         import fcl
     except ImportError:
         return None
-    objects = {}
+    objects, frames = {}, model.chain.frames(np.asarray(q, dtype=float))
 
     def shapes(link):
         if link not in objects:
-            placed = model.placed_shapes(link, q) or ()
+            placed = model.placed_shapes(link, frames) or ()
             objects[link] = []
             for vertices, faces in placed:
                 bvh = fcl.BVHModel()

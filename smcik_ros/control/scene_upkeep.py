@@ -37,7 +37,7 @@ class SceneUpkeep:
         self.noted = False      # the contact note: None = due again once the fine pairs are in
         self.refined = set()    # the links refined (or tried) where a goal was blocked
         self._next_look = 0     # the tick from which a blocked goal's pairs are looked at
-        self._still = (None, 0)     # the last command and the ticks it has not changed
+        self._still = 0         # ticks the command has not changed (its velocity 0)
 
     def before_tick(self):
         """Apply background updates and the surfaces' exemptions; return log lines."""
@@ -103,11 +103,10 @@ class SceneUpkeep:
         either (its start is inside the margin; a push out cannot widen a pair of covers
         that always nearly touch)."""
         loop = self.loop
-        last, still = self._still
-        still = still + 1 if last is not None and np.array_equal(last, q) else 0
-        self._still = (np.array(q, dtype=float), still)
+        self._still = 0 if loop.v is None or np.any(loop.v) else self._still + 1
         if (loop.goal is None or loop.goal_reached or loop.ticks < self._next_look
-                or (still < BLOCKED_TICKS and loop.refusal(within=BLOCKED_TICKS) is None)):
+                or (self._still < BLOCKED_TICKS
+                    and loop.refusal(within=BLOCKED_TICKS) is None)):
             return []
         self._next_look = loop.ticks + BLOCKED_TICKS
         try:

@@ -398,7 +398,7 @@ class ControlLoop:
             return None
         try:
             dt = now - self.stamp
-            if not dt >= LANDING * self.last_dt or not dt > 0.0:
+            if not (dt > 0.0 and dt >= LANDING * self.last_dt):
                 return None
             lead_box = self.arm.lead_box(self.q) if self.arm.complete else None
             command = self._commit(self.guard.brake(self.q, self.v, dt, lead_box,
