@@ -306,6 +306,47 @@ def test_the_projection_onto_the_feet_keeps_the_centre_of_mass_inside(biped, see
     assert contact_errors(chain, chain.with_base(command.q, base), contacts)[:, 0].max() < 1e-4
 
 
+@pytest.mark.parametrize('seed', range(4))
+def test_a_command_already_beyond_the_centre_of_mass_margin_goes_no_deeper(biped, seed):
+    """A command can end a hair beyond the polygon (a brake that takes only a share of its
+    correction); the next commands must not go on deeper (a simple humanoid's CoM stayed
+    0.06 mm beyond its margin for two more commands): from a command 0.05 mm out, a step
+    deeper is kept no deeper than where it started."""
+    chain, limits = biped
+    dt = 0.1
+    rng = np.random.default_rng(seed)
+    figure = FigureState(chain, limits, pose())
+    contacts = feet(chain)
+    figure.set_constraints(contacts)
+    q = standing(limits, crouch=0.1)
+    figure.anchor(contacts, q)
+    start = chain.frames(figure.state(q)).center_of_mass()[0, :2]
+    for _ in range(50):          # a step that carries the CoM measurably one way
+        v = rng.uniform(-0.15, 0.15, limits.n)
+        shaped = ShapedCommand(q + v * dt, v, 'target')
+        kept = figure.keep(q, v, dt, shaped)
+        if kept is None:
+            continue
+        moved, base = kept
+        com = chain.frames(chain.with_base(moved.q, base)).center_of_mass()[0, :2]
+        if np.linalg.norm(com - start) > 2e-4:
+            break
+    else:
+        pytest.fail('no step moved the CoM')
+    n = (com - start) / np.linalg.norm(com - start)
+    t = np.array([-n[1], n[0]])
+    edge = float(start @ n) - 5e-5              # the command is 0.05 mm out already
+    polygon = CenterOfMassPolygon(polygon=[edge * n + t, edge * n - t, (edge - 2.0) * n - t,
+                                           (edge - 2.0) * n + t]).bind(chain)
+    figure.set_constraints(contacts + [polygon])
+    kept = figure.keep(q, v, dt, shaped, share=True)
+    com = chain.frames(chain.with_base(kept[0].q, kept[1])).center_of_mass()[0, :2]
+    assert float(com @ n) <= float(start @ n) + 1e-9, \
+        f'the CoM went {1e3 * float((com - start) @ n):.4f} mm deeper'
+    assert contact_errors(chain, chain.with_base(kept[0].q, kept[1]), contacts)[:, 0].max() \
+        < 1e-4
+
+
 def test_a_joint_at_its_braking_bound_leaves_the_correction_to_the_others(biped):
     """Straightening the knees onto their limit between stances of the closed loop: where
     the projection's correction would carry a joint past what the limits allow (a knee
