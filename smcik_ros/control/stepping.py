@@ -71,6 +71,7 @@ class SolverStepper:
         self._solver = solver
         self.constraints = []       # what the solver respects (also on a solver switch)
         self.twins = []             # the solver's constraint objects (thread: the forks)
+        self._pins = ()             # the pinned tips the solver holds besides (``_step_job``)
         # Callables (solver, goal, now) run after every solver step (e.g. the alternatives'
         # bookkeeping, which latches the step's branch-switch record).
         self.step_observers = []
@@ -130,7 +131,7 @@ class SolverStepper:
         one does not fit); the caller resets it where the command is."""
         self.drop_step()
         solver.set_constraints(self.twins)
-        self._solver = solver
+        self._solver, self._pins = solver, ()
 
     def set_constraints(self, constraints):
         """Hand ``constraints`` to the solver (now and on every switch); with the thread, as
@@ -142,7 +143,7 @@ class SolverStepper:
             twins = [c.bind(self.chain).fork() if hasattr(c, 'fork') else c
                      for c in constraints]
         self._solver.set_constraints(twins)
-        self.constraints, self.twins = constraints, twins
+        self.constraints, self.twins, self._pins = constraints, twins, ()
 
     def reset(self, q):
         """Restart the solver at ``q`` (n,). With ``solver_thread`` the tick does not wait for
@@ -199,26 +200,34 @@ class SolverStepper:
         state = self._state(q)
         set_references(self.constraints, state)
         worker = self.worker
+        pins = tuple(getattr(self.figure, 'pins', ()))
         if worker is None or self.iterations_per_tick > 1:
             self.settle()
             if self.twins is not self.constraints:
                 set_references(self.twins, state)
             result = None
             for _ in range(self.iterations_per_tick):
-                result = self._step_job(self._solver, goal, now)
+                result = self._step_job(self._solver, goal, now, pins=pins)
             return self._take(result, q, previous, now)
-        worker.start((now, self.goal_changes), self._step_job, self._solver, goal, now, state)
+        worker.start((now, self.goal_changes), self._step_job, self._solver, goal, now, state,
+                     pins)
         if worker.wait(self.step_budget):
             _, result = worker.take()
             return self._take(result, q, previous, now)
         self.steps_in_thread += 1
         return self._carry(previous, q, now)
 
-    def _step_job(self, solver, goal, now, reference=None):
+    def _step_job(self, solver, goal, now, reference=None, pins=()):
         """One solver step and its observers (in the worker thread with ``solver_thread``);
         return (estimate, a copy of the solver's ``last_info`` after it). ``reference``: the
         command the solver's constraint twins compare with (set here, in the worker, with a
-        new snapshot of the scene, where side work cannot be reading them)."""
+        new snapshot of the scene, where side work cannot be reading them). ``pins``: the
+        figure's pinned tips (hard Contacts), which the solver holds as the commands do: held
+        to the goal's tolerance only, a pinned hand pulled back onto its pin by the command
+        stream moved the other hand off its goal through a shared torso (issue 32)."""
+        if pins != self._pins:
+            solver.set_constraints(list(self.twins) + list(pins))
+            self._pins = pins
         if reference is not None:
             for twin in self.twins:
                 refresh = getattr(twin, 'refresh', None)
