@@ -1158,7 +1158,7 @@ def test_the_solver_holds_a_pinned_tip_exactly_through_a_shared_torso(two_tips, 
         if loop.goal_reached:
             break
     assert loop.goal_reached, f'not reached: {loop.tip_errors}'
-    print("GAP", seed, max(gaps), len(gaps)); assert max(gaps) <= 1e-5, f'an answer left the pin by {1e3 * max(gaps):.3f} mm'
+    assert max(gaps) <= 1e-5, f'an answer left the pin by {1e3 * max(gaps):.3f} mm'
     right = _tip_positions(chain, stream.commands)['right_tool']
     assert np.linalg.norm(right - right[0], axis=1).max() < 2e-3
 
