@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from smcik_ros.control.base import MARGIN, FigureState, largest_share
+from smcik_ros.control.goal_inbox import Goal
 from smcik_ros.control.limits import limits_for_chain
 from smcik_ros.control.shaping import CommandShaper, ShapedCommand
-from smcik_ros.goals import CenterOfMassPolygon, Contact, project
+from smcik_ros.goals import CenterOfMassPolygon, Contact, PoseTarget, project
 from smcik_ros.model import Chain
 
 BIPED = 'test/urdf/biped.urdf'
@@ -345,6 +346,53 @@ def test_a_command_already_beyond_the_centre_of_mass_margin_goes_no_deeper(biped
         f'the CoM went {1e3 * float((com - start) @ n):.4f} mm deeper'
     assert contact_errors(chain, chain.with_base(kept[0].q, kept[1]), contacts)[:, 0].max() \
         < 1e-4
+
+
+@pytest.mark.parametrize('seed', range(4))
+def test_moving_the_centre_of_mass_back_inside_keeps_a_pinned_hand(biped, seed):
+    """A goal on the right palm, the left one pinned, the CoM at its polygon's edge: the
+    correction that keeps the CoM inside moves the legs and the base, and must move the
+    pinned arm with them (moved by the legs alone, talos's held hand went 8 mm off its
+    pin while the other hand reached out)."""
+    chain, limits = biped
+    dt = 0.1
+    rng = np.random.default_rng(seed)
+    figure = FigureState(chain, limits, pose())
+    contacts = feet(chain)
+    figure.set_constraints(contacts)
+    q = standing(limits, crouch=0.1)
+    figure.anchor(contacts, q)
+    frames = chain.frames(figure.state(q))
+    terms = tuple(PoseTarget(frames.link_pose(tip)[0], link=tip).bind(chain) for tip in TIPS)
+    goal = Goal(terms=terms, display=None, source='', stamp=0.0, received=0.0, sequence=1,
+                tips=(None, 'right', None, None))
+    assert [p.link for p in figure.pin_tips(goal, None, q, (1e-3, 1e-2))] == [
+        'l_palm', 'l_sole', 'r_sole']
+    pin = figure.pins[0]
+    start = frames.center_of_mass()[0, :2]
+    for _ in range(50):          # a step that carries the CoM measurably one way
+        v = rng.uniform(-0.15, 0.15, limits.n)
+        shaped = ShapedCommand(q + v * dt, v, 'target')
+        kept = figure.keep(q, v, dt, shaped)
+        if kept is None:
+            continue
+        com = chain.frames(chain.with_base(kept[0].q, kept[1])).center_of_mass()[0, :2]
+        if np.linalg.norm(com - start) > 5e-4:
+            break
+    else:
+        pytest.fail('no step moved the CoM')
+    n = (com - start) / np.linalg.norm(com - start)
+    t = np.array([-n[1], n[0]])
+    edge = float(start @ n) + 0.5 * float((com - start) @ n)    # crossed half way
+    polygon = CenterOfMassPolygon(polygon=[edge * n + t, edge * n - t, (edge - 2.0) * n - t,
+                                           (edge - 2.0) * n + t]).bind(chain)
+    figure.set_constraints(contacts + [polygon])
+    kept = figure.keep(q, v, dt, shaped, share=True)
+    state = chain.with_base(kept[0].q, kept[1])
+    com = chain.frames(state).center_of_mass()[0, :2]
+    assert float(com @ n) <= edge + 1e-7, f'the CoM crossed by {1e3 * (com @ n - edge):.4f} mm'
+    errors = contact_errors(chain, state, contacts + [pin])
+    assert errors[:, 0].max() < 1e-4 and errors[:, 1].max() < 1e-3, errors
 
 
 def test_a_joint_at_its_braking_bound_leaves_the_correction_to_the_others(biped):

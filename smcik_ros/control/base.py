@@ -192,7 +192,7 @@ class FigureState:
                 if pos <= tolerances[0] and ori <= tolerances[1]:
                     pose = frames.link_pose(term.link)[0]
                     pins.append(Contact(term.link, pose=pose).bind(self.chain))
-        self.pins = pins
+        self.pins, self._legs = pins, None
         self.frozen = None if self.floating else held_arms(self.chain, goal, pins,
                                                            self.equalities)
         self._update()
@@ -323,16 +323,19 @@ class FigureState:
 
     def _keep_inside(self, q, state, weights=None):
         """Return the projected ``state`` (nq,) moved back inside the hard inequalities with
-        rows (the CoM over its polygon) that it crosses and the last command q (C,) kept,
-        by the joints that move the contacts alone (the legs and the floating base), the
-        contacts kept. The guard validates the shaped command; the projection onto the
-        contacts then carried talos's CoM 0.05-0.1 mm a tick beyond its polygon's margin
-        where a goal held it there (issue 32). The arms are left out: with them an arm joint
-        took the correction near its position limit and the next command broke the
-        acceleration limit stopping it. One that q violates (it arrived violated, or a
-        share of a correction left it out) is moved back only where the state goes deeper
-        than q: a simple humanoid's CoM went on 0.06 mm beyond the margin for two commands
-        after one ended out (the guard's sampled check passes less violation only)."""
+        rows (the CoM over its polygon) that it crosses and the last command q (C,) kept.
+
+        The guard validates the shaped command; the projection onto the contacts then
+        carried talos's CoM 0.05-0.1 mm a tick beyond its polygon's margin where a goal held
+        it there (issue 32). The correction moves the joints that move the contacts and the
+        pinned tips (the legs, the floating base, a held hand's arm), those kept: by the legs
+        alone, talos's held hand went 8 mm off its pin while the other hand reached out. The
+        other arms are left out: with them an arm joint took the correction near its
+        position limit and the next command broke the acceleration limit stopping it. A
+        constraint that q violates (it arrived violated, or a share of a correction left it
+        out) is corrected only where the state goes deeper than q: a simple humanoid's CoM
+        went on 0.06 mm beyond the margin for two commands after one ended out (the guard
+        passes motion that reduces a violation, checked at samples)."""
         ready = [c for c in self.inequalities if getattr(c, 'anchored', True)]
         if not ready or not self.contacts:
             return state
@@ -345,10 +348,11 @@ class FigureState:
         if not crossed:
             return state
         if self._legs is None:
-            moves = np.any([self.chain.moving(c.link) for c in self.contacts], axis=0)
+            moves = np.any([self.chain.moving(c.link) for c in self.contacts + self.pins],
+                           axis=0)
             self._legs = np.where(moves, 1.0, BLOCKED)
         legs = self._legs if weights is None else np.maximum(self._legs, weights)
-        return project(self.chain, state, self.equalities + crossed, weights=legs)[0]
+        return project(self.chain, state, self.kept + crossed, weights=legs)[0]
 
     def keep_within(self, q, v, dt, shaped, brake, lead_box=None):
         """Return (shaped, base): ``keep`` of the shaped command (within ``lead_box``);
