@@ -349,11 +349,12 @@ def test_a_command_already_beyond_the_centre_of_mass_margin_goes_no_deeper(biped
 
 
 @pytest.mark.parametrize('seed', range(4))
-def test_moving_the_centre_of_mass_back_inside_keeps_a_pinned_hand(biped, seed):
+def test_moving_the_centre_of_mass_back_inside_keeps_the_hands(biped, seed):
     """A goal on the right palm, the left one pinned, the CoM at its polygon's edge: the
     correction that keeps the CoM inside moves the legs and the base, and must move the
-    pinned arm with them (moved by the legs alone, talos's held hand went 8 mm off its
-    pin while the other hand reached out)."""
+    hands' arms with them, both hands kept where the step has them (moved by the legs
+    alone, talos's held hand went 8 mm off its pin while the other hand reached out, and a
+    hand whose goal held the CoM at its margin rested 4 mm off it)."""
     chain, limits = biped
     dt = 0.1
     rng = np.random.default_rng(seed)
@@ -376,11 +377,13 @@ def test_moving_the_centre_of_mass_back_inside_keeps_a_pinned_hand(biped, seed):
         kept = figure.keep(q, v, dt, shaped)
         if kept is None:
             continue
-        com = chain.frames(chain.with_base(kept[0].q, kept[1])).center_of_mass()[0, :2]
+        free = chain.frames(chain.with_base(kept[0].q, kept[1]))
+        com = free.center_of_mass()[0, :2]
         if np.linalg.norm(com - start) > 5e-4:
             break
     else:
         pytest.fail('no step moved the CoM')
+    right = Contact('r_palm', pose=free.link_pose('r_palm')[0]).bind(chain)
     n = (com - start) / np.linalg.norm(com - start)
     t = np.array([-n[1], n[0]])
     edge = float(start @ n) + 0.5 * float((com - start) @ n)    # crossed half way
@@ -391,7 +394,7 @@ def test_moving_the_centre_of_mass_back_inside_keeps_a_pinned_hand(biped, seed):
     state = chain.with_base(kept[0].q, kept[1])
     com = chain.frames(state).center_of_mass()[0, :2]
     assert float(com @ n) <= edge + 1e-7, f'the CoM crossed by {1e3 * (com @ n - edge):.4f} mm'
-    errors = contact_errors(chain, state, contacts + [pin])
+    errors = contact_errors(chain, state, contacts + [pin, right])
     assert errors[:, 0].max() < 1e-4 and errors[:, 1].max() < 1e-3, errors
 
 

@@ -107,6 +107,7 @@ class FigureState:
         self._checked = set()       # ids of constraints checked for a violation on arrival
         self._passive = None        # passive joints' values waiting for the next tick
         self._legs = None           # ``_keep_inside``'s weights (the contacts' joints free)
+        self._tips = []             # the tips of the goal (``pin_tips``): kept by it too
         self.projected = 0          # commands projected
         self.shared = 0             # commands that took a share of their correction only
         self.unconverged = 0        # projections that did not reach the tolerances
@@ -193,6 +194,7 @@ class FigureState:
                     pose = frames.link_pose(term.link)[0]
                     pins.append(Contact(term.link, pose=pose).bind(self.chain))
         self.pins, self._legs = pins, None
+        self._tips = [term.link for term in goal.terms] if goal is not None else []
         self.frozen = None if self.floating else held_arms(self.chain, goal, pins,
                                                            self.equalities)
         self._update()
@@ -328,10 +330,12 @@ class FigureState:
         The guard validates the shaped command; the projection onto the contacts then
         carried talos's CoM 0.05-0.1 mm a tick beyond its polygon's margin where a goal held
         it there (issue 32). The correction moves the joints that move the contacts and the
-        pinned tips (the legs, the floating base, a held hand's arm), those kept: by the legs
-        alone, talos's held hand went 8 mm off its pin while the other hand reached out. The
-        other arms are left out: with them an arm joint took the correction near its
-        position limit and the next command broke the acceleration limit stopping it. A
+        goal's tips (the legs, the floating base, the hands' arms), and keeps the tips where
+        the state has them: by the legs alone, talos's held hand went 8 mm off its pin while
+        the other hand reached out, and a hand whose goal held the CoM at the margin rested
+        4 mm off it (each tick's correction carried it back). Other joints are left out
+        (the head; with every arm joint, one took the correction near its position limit
+        and the next command broke the acceleration limit stopping it). A
         constraint that q violates (it arrived violated, or a share of a correction left it
         out) is corrected only where the state goes deeper than q: a simple humanoid's CoM
         went on 0.06 mm beyond the margin for two commands after one ended out (the guard
@@ -347,12 +351,15 @@ class FigureState:
                        or _depth(c, after) > _depth(c, before)]
         if not crossed:
             return state
+        kept = {c.link for c in self.kept if isinstance(c, Contact)}
+        tips = [Contact(link, pose=after.link_pose(link)[0]).bind(self.chain)
+                for link in self._tips if link not in kept]
         if self._legs is None:
-            moves = np.any([self.chain.moving(c.link) for c in self.contacts + self.pins],
-                           axis=0)
+            moves = np.any([self.chain.moving(c.link) for c in self.contacts + self.pins
+                            + tips], axis=0)
             self._legs = np.where(moves, 1.0, BLOCKED)
         legs = self._legs if weights is None else np.maximum(self._legs, weights)
-        return project(self.chain, state, self.kept + crossed, weights=legs)[0]
+        return project(self.chain, state, self.kept + tips + crossed, weights=legs)[0]
 
     def keep_within(self, q, v, dt, shaped, brake, lead_box=None):
         """Return (shaped, base): ``keep`` of the shaped command (within ``lead_box``);
