@@ -267,6 +267,38 @@ def test_a_projected_command_stays_within_the_lead_of_an_arm_that_lags(biped, se
             f'tick {tick}: {limits.names[int(np.argmax(out))]} {out.max():.4f} beyond the lead')
 
 
+def _standing_figure(chain, limits):
+    """Return (figure, feet, q, CoM xy (2,)): the biped standing on both feet."""
+    figure = FigureState(chain, limits, pose())
+    contacts = feet(chain)
+    figure.set_constraints(contacts)
+    q = standing(limits, crouch=0.1)
+    figure.anchor(contacts, q)
+    return figure, contacts, q, chain.frames(figure.state(q)).center_of_mass()[0, :2]
+
+
+def _com_step(chain, figure, q, start, rng, dt, least):
+    """Return (v, shaped, frames after keep): a random step whose kept command moves the
+    CoM more than ``least`` [m] from ``start``."""
+    for _ in range(50):
+        v = rng.uniform(-0.15, 0.15, len(q))
+        shaped = ShapedCommand(q + v * dt, v, 'target')
+        kept = figure.keep(q, v, dt, shaped)
+        if kept is None:
+            continue
+        frames = chain.frames(chain.with_base(kept[0].q, kept[1]))
+        if np.linalg.norm(frames.center_of_mass()[0, :2] - start) > least:
+            return v, shaped, frames
+    pytest.fail('no step moved the CoM')
+
+
+def _half_plane(chain, n, edge):
+    """Return a CenterOfMassPolygon keeping the CoM on the side n . xy <= edge."""
+    t = np.array([-n[1], n[0]])
+    return CenterOfMassPolygon(polygon=[edge * n + t, edge * n - t, (edge - 2.0) * n - t,
+                                        (edge - 2.0) * n + t]).bind(chain)
+
+
 @pytest.mark.parametrize('seed', range(4))
 def test_the_projection_onto_the_feet_keeps_the_centre_of_mass_inside(biped, seed):
     """The guard validates the shaped command; projecting it onto the feet then moves the
@@ -277,12 +309,7 @@ def test_the_projection_onto_the_feet_keeps_the_centre_of_mass_inside(biped, see
     chain, limits = biped
     dt = 0.1
     rng = np.random.default_rng(seed)
-    figure = FigureState(chain, limits, pose())
-    contacts = feet(chain)
-    figure.set_constraints(contacts)
-    q = standing(limits, crouch=0.1)
-    figure.anchor(contacts, q)
-    start = chain.frames(figure.state(q)).center_of_mass()[0, :2]
+    figure, contacts, q, start = _standing_figure(chain, limits)
     for _ in range(50):          # a step whose projection moves the CoM measurably
         v = rng.uniform(-0.15, 0.15, limits.n)
         shaped = ShapedCommand(q + v * dt, v, 'target')
@@ -297,10 +324,7 @@ def test_the_projection_onto_the_feet_keeps_the_centre_of_mass_inside(biped, see
     else:
         pytest.fail('no step moved the CoM by projection')
     edge = float(before @ n) + 1e-7
-    t = np.array([-n[1], n[0]])
-    polygon = CenterOfMassPolygon(polygon=[edge * n + t, edge * n - t, (edge - 2.0) * n - t,
-                                           (edge - 2.0) * n + t]).bind(chain)
-    figure.set_constraints(contacts + [polygon])
+    figure.set_constraints(contacts + [_half_plane(chain, n, edge)])
     command, base = figure.keep(q, v, dt, shaped)
     com = chain.frames(chain.with_base(command.q, base)).center_of_mass()[0, :2]
     assert float(com @ n) <= edge + 1e-7, f'the CoM crossed by {1e3 * (com @ n - edge):.4f} mm'
@@ -315,37 +339,17 @@ def test_a_command_already_beyond_the_centre_of_mass_margin_goes_no_deeper(biped
     deeper is kept no deeper than where it started."""
     chain, limits = biped
     dt = 0.1
-    rng = np.random.default_rng(seed)
-    figure = FigureState(chain, limits, pose())
-    contacts = feet(chain)
-    figure.set_constraints(contacts)
-    q = standing(limits, crouch=0.1)
-    figure.anchor(contacts, q)
-    start = chain.frames(figure.state(q)).center_of_mass()[0, :2]
-    for _ in range(50):          # a step that carries the CoM measurably one way
-        v = rng.uniform(-0.15, 0.15, limits.n)
-        shaped = ShapedCommand(q + v * dt, v, 'target')
-        kept = figure.keep(q, v, dt, shaped)
-        if kept is None:
-            continue
-        moved, base = kept
-        com = chain.frames(chain.with_base(moved.q, base)).center_of_mass()[0, :2]
-        if np.linalg.norm(com - start) > 2e-4:
-            break
-    else:
-        pytest.fail('no step moved the CoM')
-    n = (com - start) / np.linalg.norm(com - start)
-    t = np.array([-n[1], n[0]])
-    edge = float(start @ n) - 5e-5              # the command is 0.05 mm out already
-    polygon = CenterOfMassPolygon(polygon=[edge * n + t, edge * n - t, (edge - 2.0) * n - t,
-                                           (edge - 2.0) * n + t]).bind(chain)
-    figure.set_constraints(contacts + [polygon])
-    kept = figure.keep(q, v, dt, shaped, share=True)
-    com = chain.frames(chain.with_base(kept[0].q, kept[1])).center_of_mass()[0, :2]
+    figure, contacts, q, start = _standing_figure(chain, limits)
+    v, shaped, free = _com_step(chain, figure, q, start, np.random.default_rng(seed), dt, 2e-4)
+    n = free.center_of_mass()[0, :2] - start
+    n /= np.linalg.norm(n)
+    figure.set_constraints(contacts + [_half_plane(chain, n, float(start @ n) - 5e-5)])
+    command, base = figure.keep(q, v, dt, shaped, share=True)
+    state = chain.with_base(command.q, base)
+    com = chain.frames(state).center_of_mass()[0, :2]
     assert float(com @ n) <= float(start @ n) + 1e-9, \
         f'the CoM went {1e3 * float((com - start) @ n):.4f} mm deeper'
-    assert contact_errors(chain, chain.with_base(kept[0].q, kept[1]), contacts)[:, 0].max() \
-        < 1e-4
+    assert contact_errors(chain, state, contacts)[:, 0].max() < 1e-4
 
 
 @pytest.mark.parametrize('seed', range(4))
@@ -357,44 +361,24 @@ def test_moving_the_centre_of_mass_back_inside_keeps_the_hands(biped, seed):
     hand whose goal held the CoM at its margin rested 4 mm off it)."""
     chain, limits = biped
     dt = 0.1
-    rng = np.random.default_rng(seed)
-    figure = FigureState(chain, limits, pose())
-    contacts = feet(chain)
-    figure.set_constraints(contacts)
-    q = standing(limits, crouch=0.1)
-    figure.anchor(contacts, q)
+    figure, contacts, q, start = _standing_figure(chain, limits)
     frames = chain.frames(figure.state(q))
     terms = tuple(PoseTarget(frames.link_pose(tip)[0], link=tip).bind(chain) for tip in TIPS)
     goal = Goal(terms=terms, display=None, source='', stamp=0.0, received=0.0, sequence=1,
                 tips=(None, 'right', None, None))
     assert [p.link for p in figure.pin_tips(goal, None, q, (1e-3, 1e-2))] == [
         'l_palm', 'l_sole', 'r_sole']
-    pin = figure.pins[0]
-    start = frames.center_of_mass()[0, :2]
-    for _ in range(50):          # a step that carries the CoM measurably one way
-        v = rng.uniform(-0.15, 0.15, limits.n)
-        shaped = ShapedCommand(q + v * dt, v, 'target')
-        kept = figure.keep(q, v, dt, shaped)
-        if kept is None:
-            continue
-        free = chain.frames(chain.with_base(kept[0].q, kept[1]))
-        com = free.center_of_mass()[0, :2]
-        if np.linalg.norm(com - start) > 5e-4:
-            break
-    else:
-        pytest.fail('no step moved the CoM')
+    v, shaped, free = _com_step(chain, figure, q, start, np.random.default_rng(seed), dt, 5e-4)
     right = Contact('r_palm', pose=free.link_pose('r_palm')[0]).bind(chain)
+    com = free.center_of_mass()[0, :2]
     n = (com - start) / np.linalg.norm(com - start)
-    t = np.array([-n[1], n[0]])
     edge = float(start @ n) + 0.5 * float((com - start) @ n)    # crossed half way
-    polygon = CenterOfMassPolygon(polygon=[edge * n + t, edge * n - t, (edge - 2.0) * n - t,
-                                           (edge - 2.0) * n + t]).bind(chain)
-    figure.set_constraints(contacts + [polygon])
-    kept = figure.keep(q, v, dt, shaped, share=True)
-    state = chain.with_base(kept[0].q, kept[1])
+    figure.set_constraints(contacts + [_half_plane(chain, n, edge)])
+    command, base = figure.keep(q, v, dt, shaped, share=True)
+    state = chain.with_base(command.q, base)
     com = chain.frames(state).center_of_mass()[0, :2]
     assert float(com @ n) <= edge + 1e-7, f'the CoM crossed by {1e3 * (com @ n - edge):.4f} mm'
-    errors = contact_errors(chain, state, contacts + [pin, right])
+    errors = contact_errors(chain, state, contacts + [figure.pins[0], right])
     assert errors[:, 0].max() < 1e-4 and errors[:, 1].max() < 1e-3, errors
 
 
