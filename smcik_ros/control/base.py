@@ -334,12 +334,13 @@ class FigureState:
         the state has them: by the legs alone, talos's held hand went 8 mm off its pin while
         the other hand reached out, and a hand whose goal held the CoM at the margin rested
         4 mm off it (each tick's correction carried it back). Other joints are left out
-        (the head; with every arm joint, one took the correction near its position limit
-        and the next command broke the acceleration limit stopping it). A
-        constraint that q violates (it arrived violated, or a share of a correction left it
-        out) is corrected only where the state goes deeper than q: a simple humanoid's CoM
-        went on 0.06 mm beyond the margin for two commands after one ended out (the guard
-        passes motion that reduces a violation, checked at samples)."""
+        (the head; with every arm joint free and no tip kept, an arm joint took the
+        correction near its position limit and the next command broke the acceleration
+        limit stopping it). A constraint that q violates (it arrived violated, or a share
+        of a correction left it out) is corrected only where the state goes deeper than q:
+        a simple humanoid's CoM went on 0.06 mm beyond the margin for two commands after
+        one ended out (the guard passes motion that reduces a violation, checked at
+        samples)."""
         ready = [c for c in self.inequalities if getattr(c, 'anchored', True)]
         if not ready or not self.contacts:
             return state
@@ -351,9 +352,9 @@ class FigureState:
                        or _depth(c, after) > _depth(c, before)]
         if not crossed:
             return state
-        kept = {c.link for c in self.kept if isinstance(c, Contact)}
+        held = {c.link for c in self.kept if isinstance(c, Contact)}
         tips = [Contact(link, pose=after.link_pose(link)[0]).bind(self.chain)
-                for link in self._tips if link not in kept]
+                for link in self._tips if link not in held]
         if self._legs is None:
             moves = np.any([self.chain.moving(c.link) for c in self.contacts + self.pins
                             + tips], axis=0)
