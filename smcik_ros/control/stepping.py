@@ -39,6 +39,11 @@ __all__ = ['SolverStepper', 'RECENTER']
 RECENTER = math.pi + 0.25
 # The worker tag of a solver reset queued behind a running step (``reset``).
 _RESET = 'reset'
+# [s] An answer's velocity is taken from answers at most this far apart, and carried on for
+# at most this long: over a longer gap (a slow step, a low solver rate) a jump of the answer
+# looked like a slow motion, and carrying it on for the next slow step took the demo arm's
+# tool 23 mm past its goal (talos's hand 9 mm, with its steps late under load).
+FOLLOW_GAP = 0.1
 
 
 def set_references(constraints, q):
@@ -259,7 +264,7 @@ class SolverStepper:
             # would stop at 2 pi, or come back the long way, after many turns one way).
             self.reset(estimate)
         desired_velocity = None
-        if previous is not None:
+        if previous is not None and stamp - previous[1] <= FOLLOW_GAP:
             # How fast the solver's answer moves (a tracked target): the shaper follows
             # it without braking onto it every tick (jumps are ignored by the shaper).
             desired_velocity = self.shaper.target_velocity(
@@ -270,13 +275,14 @@ class SolverStepper:
 
     def _carry(self, previous, q, now):
         """Return (desired, velocity): the last answer carried on at its own velocity to
-        ``now`` (between solver steps), or (None, None) without one."""
+        ``now``, for ``FOLLOW_GAP`` at most (between solver steps), or (None, None) without
+        one."""
         if previous is None:
             return None, None
         self._answer = previous
         desired, stamp, desired_velocity = previous
         if desired_velocity is not None:
-            desired = desired + desired_velocity * (now - stamp)
+            desired = desired + desired_velocity * min(now - stamp, FOLLOW_GAP)
         if self._wraps:      # the command may have followed a re-homed coordinate
             desired = nearest_equivalent(desired, q, self.limits.continuous)
         return desired, desired_velocity
