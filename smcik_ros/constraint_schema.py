@@ -76,7 +76,7 @@ from .errors import GoalError
 __all__ = [
     'KeepOutSphereSpec', 'PostureSpec', 'JointCouplingSpec', 'PlaneContactSpec', 'ObstacleSpec',
     'CenterOfMassSpec', 'ContactSpec', 'SmoothnessSpec', 'TargetSpec',
-    'CONSTRAINT_TYPES', 'OBSTACLE_SHAPES', 'parse_constraints', 'dump_constraints',
+    'CONSTRAINT_TYPES', 'OBSTACLE_SHAPES', 'COM_GUARD', 'parse_constraints', 'dump_constraints',
     'build_constraints', 'build_obstacles', 'needs_anchor',
 ]
 
@@ -206,6 +206,11 @@ class TargetSpec:
 
 
 OBSTACLE_SHAPES = {'sphere': ('radius',), 'box': ('size',), 'cylinder': ('radius', 'height')}
+# [m] A hard support polygon is kept this much farther inside than its ``margin``: the guard
+# checks the command stream's motions at samples and the projection onto the contacts (and
+# a brake that may take only a share of its correction) can then pass the checked edge by a
+# fraction of a millimetre (a simple humanoid: 0.35 mm past its margin while braking).
+COM_GUARD = 0.001
 
 _REQUIRED = {
     'keep_out_sphere': ('center', 'radius'),
@@ -462,10 +467,12 @@ def _build_com(spec, ctx):
         point = transform[:3, :3] @ np.asarray(spec.point) + transform[:3, 3]
         return CenterOfMassLine(point, transform[:3, :3] @ np.asarray(spec.direction),
                                 tolerance=spec.margin or 0.001, **options).bind(chain)
+    guard = COM_GUARD if spec.hard else 0.0
     if spec.polygon:
         xy = np.asarray(spec.polygon, dtype=float)
         points = xy @ transform[:3, :2].T + transform[:3, 3]     # the frame's xy plane
-        return CenterOfMassPolygon(points[:, :2], margin=spec.margin, **options).bind(chain)
+        return CenterOfMassPolygon(points[:, :2], margin=spec.margin, guard=guard,
+                                   **options).bind(chain)
     if ctx.urdf is None:
         raise GoalError('support links need the URDF (build_constraints(..., urdf=...)) to '
                         'read their collision shapes')
@@ -473,7 +480,7 @@ def _build_com(spec, ctx):
 
     term = CenterOfMassPolygon(
         support=support_points(ctx.urdf, spec.support, ctx.package_paths, ctx.urdf_path),
-        margin=spec.margin, **options).bind(chain)
+        margin=spec.margin, guard=guard, **options).bind(chain)
     return term if ctx.q is None else term.anchor(ctx.q)
 
 

@@ -225,6 +225,19 @@ def test_the_figures_entries_build_core_objects(biped):
     assert cs.needs_anchor(objects) == []
 
 
+def test_a_hard_support_polygon_is_kept_com_guard_inside_its_margin(biped):
+    """The node keeps a hard support polygon COM_GUARD farther inside than its margin (its
+    brakes and projections can pass a checked edge by a fraction of a millimetre); a soft
+    one is a cost at the margin itself."""
+    text = ('- {type: center_of_mass, polygon: [[0, 0], [0.2, 0], [0.2, 0.1], [0, 0.1]], '
+            'margin: 0.01}\n'
+            '- {type: center_of_mass, polygon: [[0, 0], [0.2, 0], [0.2, 0.1], [0, 0.1]], '
+            'margin: 0.01, hard: false}')
+    hard, soft = cs.build_constraints(cs.parse_constraints(text, biped.joint_names,
+                                                           biped.link_names), biped)
+    assert (hard.margin, hard.guard, soft.guard) == (0.01, cs.COM_GUARD, 0.0)
+
+
 def test_entries_anchor_later_without_a_configuration(biped):
     specs = cs.parse_constraints('- {type: center_of_mass, support: [l_foot, r_foot]}\n'
                                  '- {type: contact, link: r_sole}', biped.joint_names,

@@ -162,6 +162,26 @@ def test_com_polygon_residual_is_the_distance_outside_the_shrunk_polygon():
     assert (r == 0).sum() >= 10 and (r > 0).sum() >= 100
 
 
+def test_com_polygon_guard_keeps_the_com_farther_inside_than_the_margin():
+    """``guard``: the checks use the polygon less margin and guard; ``region`` (drawn and
+    reported) stays the polygon less its margin."""
+    chain = _polygon_chain()
+    square = [[0.0, 0.0], [0.4, 0.0], [0.4, 0.4], [0.0, 0.4]]
+    plain = CenterOfMassPolygon(square, margin=0.05).bind(chain)
+    guarded = CenterOfMassPolygon(square, margin=0.05, guard=0.01).bind(chain)
+    np.testing.assert_allclose(guarded.region, plain.region)
+    q = np.array([[0.2, 0.2], [0.055, 0.2], [0.065, 0.2], [0.045, 0.2]])
+    frames = chain.frames(q)
+    np.testing.assert_array_equal(plain.violated(frames), [False, False, False, True])
+    np.testing.assert_array_equal(guarded.violated(frames), [False, True, False, True])
+    np.testing.assert_allclose(guarded.residual(frames)[:, 0], [0.0, 0.005, 0.0, 0.015],
+                               atol=1e-12)
+    np.testing.assert_allclose(guarded.clearance(frames)[0].min(axis=1) + guarded.guard,
+                               plain.clearance(frames)[0].min(axis=1), atol=1e-12)
+    with pytest.raises(GoalError, match='guard must be a number >= 0'):
+        CenterOfMassPolygon(square, guard=-0.001)
+
+
 def test_com_polygon_jacobians_match_finite_differences(biped):
     rng = np.random.default_rng(34)
     feet = [[-0.1, -0.15], [0.16, -0.15], [0.16, 0.15], [-0.1, 0.15]]

@@ -498,7 +498,8 @@ def figure_view(chain, constraints, state, floating=False):
     if chain.total_mass > 0.0:
         com = tuple(round(float(v), 6) for v in frames.center_of_mass()[0])
         if supports:
-            margin = round(min(float(c.clearance(frames)[0].min()) for c in supports), 6)
+            margin = round(min(float(c.clearance(frames)[0].min()) + c.guard
+                               for c in supports), 6)
     ground = min((float(p[2, 3]) for p in poses), default=0.0)
     return FigureView(com=com, com_margin=margin,
                       polygons=tuple((c.polygon, c.region) for c in supports),

@@ -258,21 +258,26 @@ class CenterOfMassPolygon(Constraint):
 
     polygon: (P, 2) world xy points [m] (their convex hull is used); or None with
     ``support``: {link: (K, 3) points in the link frame} (``collision.support_points``),
-    whose hull is taken at ``anchor(frames_or_q)``. Residual (N, 1): the distance [m]
-    outside the shrunk polygon (0 inside); ``clearance``: one row per edge of the shrunk
-    polygon, the distance inside its line (>= 0 where kept); ``violated``: outside.
+    whose hull is taken at ``anchor(frames_or_q)``. guard [m]: the CoM is kept this much
+    farther inside than ``margin`` (the node's command stream: see ``constraint_schema``);
+    ``region`` is the polygon less ``margin`` (drawn, reported), the checks below use it
+    less ``guard`` too. Residual (N, 1): the distance [m] outside that guarded polygon (0
+    inside); ``clearance``: one row per edge of it, the distance inside its line (>= 0
+    where kept); ``violated``: outside it.
     """
 
     def __init__(self, polygon=None, margin=0.0, hard=True, sigma=0.01, weight=1.0,
-                 support=None):
-        self.margin = float(margin)
+                 support=None, guard=0.0):
+        self.margin, self.guard = float(margin), float(guard)
         if not np.isfinite(self.margin) or self.margin < 0.0:
             raise GoalError(f'CenterOfMassPolygon margin must be a number >= 0 [m]; got {margin}')
+        if not np.isfinite(self.guard) or self.guard < 0.0:
+            raise GoalError(f'CenterOfMassPolygon guard must be a number >= 0 [m]; got {guard}')
         self.hard = bool(hard)
         self.sigma = np.full(1, positive(sigma, 'sigma'))
         self.weight = positive(weight, 'weight')
         self.support = None
-        self.polygon = self.region = None
+        self.polygon = self.region = self._kept = None
         self._chain = None
         if (polygon is None) == (support is None):
             raise GoalError('CenterOfMassPolygon: give a polygon (P, 2) or support points '
@@ -289,7 +294,8 @@ class CenterOfMassPolygon(Constraint):
         hull = convex_hull(polygon)
         region = _shrunk(hull, self.margin) if self.margin > 0.0 else hull
         self.polygon, self.region = hull, region
-        self._normals, self._offsets = _edges(region)
+        self._kept = _shrunk(hull, self.margin + self.guard) if self.guard > 0.0 else region
+        self._normals, self._offsets = _edges(self._kept)
 
     @property
     def anchored(self):
@@ -327,7 +333,7 @@ class CenterOfMassPolygon(Constraint):
         """Return (outside (N,) bool, distance (N,) [m], unit direction (N, 2) from the
         nearest point of the shrunk polygon)."""
         outside = (p @ self._normals.T - self._offsets).max(axis=1) > 0.0
-        a = self.region
+        a = self._kept
         e = np.roll(a, -1, axis=0) - a
         t = np.clip(np.einsum('nhk,hk->nh', p[:, None] - a, e) / np.einsum('hk,hk->h', e, e),
                     0.0, 1.0)
