@@ -51,7 +51,7 @@ from typing import NamedTuple
 import numpy as np
 
 __all__ = ['ShapedCommand', 'CommandShaper', 'brake_speed', 'allowed_speed', 'bound_speed',
-           'LIMITERS', 'LANDING', 'JUMP']
+           'LIMITERS', 'LANDING', 'JUMP', 'FOLLOW_GAP']
 
 # What bounded a tick's command, most binding last (reported in ~/status as limited_by).
 LIMITERS = ('none', 'target', 'velocity', 'acceleration', 'position_limit', 'lead', 'stop')
@@ -65,6 +65,13 @@ LANDING = 0.25
 # A desired configuration moving faster than JUMP times a joint's velocity limit jumped (a new
 # goal, a branch change): no velocity feed-forward for it.
 JUMP = 2.0
+
+# [s] A target's velocity is taken from positions at most this far apart (and the solver
+# stepper carries an answer on for at most this long): over a longer gap (a slow solver step,
+# a low solver rate) a jump of the answer looked like a slow motion, and carrying it on for
+# the next slow step took the demo arm's tool 23 mm past its goal (talos's hand 9 mm, its
+# steps late under load).
+FOLLOW_GAP = 0.1
 
 
 class ShapedCommand(NamedTuple):
@@ -328,11 +335,11 @@ class CommandShaper:
 
     def target_velocity(self, desired, previous, dt, previous_velocity=None):
         """Return the velocity (n,) of a target at ``desired`` that was at ``previous`` (n,)
-        ``dt`` [s] earlier, or None when it cannot be followed as a motion: its change of
-        velocity since ``previous_velocity`` (n,) needs more than a joint's acceleration limit
-        (a turn the arm cannot make: moving with it would overshoot and ring, so the command
-        brakes onto it as onto a still target instead)."""
-        if previous is None or not dt > 0.0:
+        ``dt`` [s] earlier, or None when it cannot be followed as a motion: ``dt`` is over
+        ``FOLLOW_GAP``, or its change of velocity since ``previous_velocity`` (n,) needs more
+        than a joint's acceleration limit (a turn the arm cannot make: moving with it would
+        overshoot and ring, so the command brakes onto it as onto a still target instead)."""
+        if previous is None or not 0.0 < dt <= FOLLOW_GAP:
             return None
         w = (np.asarray(desired, dtype=float) - np.asarray(previous, dtype=float)) / dt
         if previous_velocity is not None and np.any(

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..solvers.base import StateKey
 from .limits import nearest_equivalent, to_solver_range
+from .shaping import FOLLOW_GAP
 from .step_worker import StepWorker
 
 __all__ = ['SolverStepper', 'RECENTER']
@@ -39,11 +40,6 @@ __all__ = ['SolverStepper', 'RECENTER']
 RECENTER = math.pi + 0.25
 # The worker tag of a solver reset queued behind a running step (``reset``).
 _RESET = 'reset'
-# [s] An answer's velocity is taken from answers at most this far apart, and carried on for
-# at most this long: over a longer gap (a slow step, a low solver rate) a jump of the answer
-# looked like a slow motion, and carrying it on for the next slow step took the demo arm's
-# tool 23 mm past its goal (talos's hand 9 mm, with its steps late under load).
-FOLLOW_GAP = 0.1
 
 
 def set_references(constraints, q):
@@ -264,7 +260,7 @@ class SolverStepper:
             # would stop at 2 pi, or come back the long way, after many turns one way).
             self.reset(estimate)
         desired_velocity = None
-        if previous is not None and stamp - previous[1] <= FOLLOW_GAP:
+        if previous is not None:
             # How fast the solver's answer moves (a tracked target): the shaper follows
             # it without braking onto it every tick (jumps are ignored by the shaper).
             desired_velocity = self.shaper.target_velocity(
