@@ -5,11 +5,13 @@ frame layout third-party UR5 URDFs have: a ``world`` link above ``base_link`` (`
 -fixed-> base_link``), optionally continuous joints, a camera fixed to ``world`` beside the
 arm, a gripper finger on a prismatic joint below ``tool0`` (a frame the chain does not move),
 and optionally a linear rail (prismatic) between ``world`` and ``base_link``.
+``panda_like_urdf`` builds a 7-DOF arm from the Franka Panda's published kinematic
+parameters and joint limits (offset elbow and wrist: a curved self-motion).
 """
 
 import math
 
-__all__ = ['UR5_DH', 'ur5_like_urdf', 'JOINTS']
+__all__ = ['UR5_DH', 'ur5_like_urdf', 'JOINTS', 'PANDA', 'panda_like_urdf']
 
 # UR5 standard DH: (d, a, alpha) per joint [m, m, rad].
 UR5_DH = [(0.089159, 0.0, math.pi / 2), (0.0, -0.425, 0.0), (0.0, -0.39225, 0.0),
@@ -66,4 +68,32 @@ def ur5_like_urdf(continuous=(), world=True, camera=True, finger=True, rail=Fals
                      '<parent link="finger"/><child link="finger_pad"/>'
                      '<origin xyz="0 0 0.02"/></joint>')
     parts.append('</robot>')
+    return ''.join(parts)
+
+
+# Franka Panda: per joint (origin xyz [m], origin roll [rad], lower, upper [rad], velocity
+# [rad/s]); every joint turns about its own z, the flange is 0.107 m along the last z and the
+# hand turned -pi/4 about it.
+PANDA = [((0, 0, 0.333), 0.0, -2.8973, 2.8973, 2.175),
+         ((0, 0, 0), -math.pi / 2, -1.7628, 1.7628, 2.175),
+         ((0, -0.316, 0), math.pi / 2, -2.8973, 2.8973, 2.175),
+         ((0.0825, 0, 0), math.pi / 2, -3.0718, -0.0698, 2.175),
+         ((-0.0825, 0.384, 0), -math.pi / 2, -2.8973, 2.8973, 2.61),
+         ((0, 0, 0), math.pi / 2, -0.0175, 3.7525, 2.61),
+         ((0.088, 0, 0), math.pi / 2, -2.8973, 2.8973, 2.61)]
+
+
+def panda_like_urdf():
+    """Return URDF text of a Panda-like arm: panda_link0 -> panda_hand (kinematics only)."""
+    parts = ['<robot name="panda_like"><link name="panda_link0"/>']
+    for i, (xyz, roll, lower, upper, velocity) in enumerate(PANDA, start=1):
+        parts.append(
+            f'<link name="panda_link{i}"/><joint name="panda_joint{i}" type="revolute">'
+            f'<parent link="panda_link{i - 1}"/><child link="panda_link{i}"/>'
+            f'<origin xyz="{xyz[0]} {xyz[1]} {xyz[2]}" rpy="{roll} 0 0"/><axis xyz="0 0 1"/>'
+            f'<limit lower="{lower}" upper="{upper}" velocity="{velocity}" effort="87"/>'
+            '</joint>')
+    parts.append('<link name="panda_hand"/><joint name="panda_hand_joint" type="fixed">'
+                 '<parent link="panda_link7"/><child link="panda_hand"/>'
+                 f'<origin xyz="0 0 0.107" rpy="0 0 {-math.pi / 4}"/></joint></robot>')
     return ''.join(parts)

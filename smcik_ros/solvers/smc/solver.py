@@ -179,7 +179,7 @@ class SmcSolver(Solver):
         if p.search is not None:
             p.search.new_goal(far)
         if p.refinement is not None:
-            p.refinement.settled = False
+            p.refinement.reset()
         if far:
             if p.recovery is not None:
                 p.recovery.end()        # a new goal: the motion starts from the anchor

@@ -23,6 +23,13 @@ SETTLE_MOVE = 1e-6
 SETTLE_GAIN = 1e-9
 RESTING_MOVE = 1e-4         # [rad or m] per joint and step: 0.6 deg/s at 100 Hz
 RESTING_GAIN = 1e-6
+# A precise held particle whose nearest approach to the reference improved by less than
+# PULL_PROGRESS [rad] from one window of PULL_WINDOW refinements to the next has converged
+# too. The null-space pull of a 7-joint arm can cycle on a curved solution set: a long slide
+# lands a little off it, the task step back lands where the slide began, and a Panda's
+# answer, and the arm, kept moving by 0.01 rad every six steps at rest, for good.
+PULL_WINDOW = 10
+PULL_PROGRESS = 1e-4
 
 
 class Refinement:
@@ -39,10 +46,10 @@ class Refinement:
     one batched FK. Acceptance: while a particle is coarse (task errors above a quarter of
     the solution tolerance) the trial with the lowest cost is kept if it lowers the cost;
     once precise, the trial nearest the reference that stays precise is kept if it moves
-    nearer (or, as near, lowers the cost). A trial that violates a hard constraint is never
-    kept. One plain pose target with constraints (the node's collision avoidance): where the
-    constraints are inactive at a particle's start and at the end of the compiled pose-only
-    refinement, that result is taken without checking the trials in between
+    nearer, else the lowest-cost trial if precise and lower. A trial that violates a hard
+    constraint is never kept. One plain pose target with constraints (the node's collision
+    avoidance): where the constraints are inactive at a particle's start and at the end of
+    the compiled pose-only refinement, that result is taken without checking the trials in between
     (``_move_fused_where_free``; a refinement result is a hypothesis: the command stream
     checks every motion towards it).
     """
@@ -90,6 +97,9 @@ class Refinement:
         """Forget the estimate's convergence (a reset, a new goal, a new estimate)."""
         self.settled = False            # the estimate's particle has converged
         self.settled_cost = np.inf      # its cost then, when above the cost floor
+        # The held particle's nearest approach to the reference [rad]: in the last window,
+        # in the current one, and the current window's length (``_pull_stalled``).
+        self._approach = [np.inf, np.inf, 0]
 
     # -- filter_step hook
     def move(self, step):
@@ -146,8 +156,27 @@ class Refinement:
             step.frames.q = step.particles
             step.evaluate([held])
             self.settled, self.settled_cost = True, float(step.cost[held])
+        elif self._pull_stalled(step):
+            self.settled, self.settled_cost = True, float(step.cost[held])
         else:
             self.settled, self.settled_cost = False, np.inf
+
+    def _pull_stalled(self, step):
+        """Return whether the held particle, precise, has stopped getting nearer the
+        reference (``PULL_WINDOW``, ``PULL_PROGRESS``); a particle that is not precise
+        starts the count afresh."""
+        held = step.held
+        if step.dist_ref is None or not step.model.precise(
+                None, self.PRECISE_FRACTION, (step.pos_err[held], step.ori_err[held])):
+            self._approach = [np.inf, np.inf, 0]
+            return False
+        last, now, count = self._approach
+        now, count = min(now, float(step.dist_ref[held])), count + 1
+        if count < PULL_WINDOW:
+            self._approach = [last, now, count]
+            return False
+        self._approach = [now, np.inf, 0]
+        return now > last - PULL_PROGRESS
 
     # -- the move itself
     def refine(self, problem, frames, cost, motion, guard=None):
