@@ -2,7 +2,7 @@
 
 Setup:
 
-- chain: ``Chain.ball_chain(30, segment_length=0.1, max_angle=1.0, mass=1.0)``: 30 ball
+- chain: ``ball_chain(30, segment_length=0.1, max_angle=1.0, mass=1.0)``: 30 ball
   joints (90 DOF), 3 m long, 1 kg per segment at its middle, straight up (+z) at the start,
   each joint limited to a 1 rad rotation.
 - constraints: ``CenterOfMassLine(sigma=0.02)``: the CoM on the vertical line through the
@@ -31,7 +31,7 @@ import _common as C  # noqa: I100  (first: pins BLAS to one thread)
 import numpy as np
 
 from smcik_ros.goals import CenterOfMassLine, ChainSmoothness, PositionTarget
-from smcik_ros.model import Chain
+from smcik_ros.model import ball_chain
 from smcik_ros.solvers import make_solver
 
 TARGET = np.array([0.8, 0.5, 2.0])
@@ -39,7 +39,7 @@ VARIANTS = {'defaults': {}, 'plain': dict(C.PLAIN_SMC)}
 
 
 def setup():
-    chain = Chain.ball_chain(30, 0.1, max_angle=1.0, mass=1.0)
+    chain = ball_chain(30, 0.1, max_angle=1.0, mass=1.0)
     constraints = [CenterOfMassLine(sigma=0.02), ChainSmoothness(neighbours=1, sigma=0.3)]
     return chain, constraints, PositionTarget(TARGET)
 

@@ -4,7 +4,7 @@ Setup (decided here; the paper gives only "a chain whose number of DOF is parame
 "0.001 unit for a 2 units original distance to target within 200 iterations", 1000 runs):
 
 - chains of 3-DOF ball joints: 1, 4, 10, 30 joints = 3, 12, 30, 90 DOF, built with
-  ``Chain.ball_chain(J, segment_length=3 / J, max_angle=pi / 2)``: the total length is fixed
+  ``ball_chain(J, segment_length=3 / J, max_angle=pi / 2)``: the total length is fixed
   at 3 units (so the one-joint chain can still reach targets 2 units from its tip), every
   ball joint is limited to a rotation of pi/2 from straight, the chain starts straight
   (``neutral_configuration``, pointing up +z).
@@ -43,7 +43,7 @@ import _common as C  # noqa: I100  (first: pins BLAS to one thread)
 import numpy as np
 
 from smcik_ros.goals import PositionTarget
-from smcik_ros.model import Chain
+from smcik_ros.model import ball_chain
 from smcik_ros.rotations import quat_from_rotvec, quat_to_rotvec
 from smcik_ros.solvers import make_solver
 
@@ -64,7 +64,7 @@ _CHAINS = {}
 def chain_for(dof):
     if dof not in _CHAINS:
         joints = dof // 3
-        _CHAINS[dof] = Chain.ball_chain(joints, LENGTH / joints, max_angle=MAX_ANGLE)
+        _CHAINS[dof] = ball_chain(joints, LENGTH / joints, max_angle=MAX_ANGLE)
     return _CHAINS[dof]
 
 

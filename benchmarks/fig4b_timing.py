@@ -2,7 +2,7 @@
 
 Setup:
 
-- chains: ``Chain.ball_chain(J, segment_length=3 / J, max_angle=pi / 2)``, J ball joints
+- chains: ``ball_chain(J, segment_length=3 / J, max_angle=pi / 2)``, J ball joints
   (3 J DOF; J = 1, 2, 4, 8, 10, 15, 20, 30, 50, 70, 100, i.e. 3 .. 300 DOF), 3 units long,
   straight at the start; PositionTargets at a point 2 units from the start tip (the tip
   of the configuration whose joints all turn by the same angle about x, chosen by
@@ -30,7 +30,7 @@ import _common as C  # noqa: I100  (first: pins BLAS to one thread)
 import numpy as np
 
 from smcik_ros.goals import PositionTarget
-from smcik_ros.model import Chain
+from smcik_ros.model import ball_chain
 from smcik_ros.rotations import quat_from_rotvec
 from smcik_ros.solvers import make_solver
 
@@ -122,7 +122,7 @@ def main():
     rows = []
     meths = methods()
     for j in joints:
-        chain = Chain.ball_chain(j, 3.0 / j, max_angle=np.pi / 2)
+        chain = ball_chain(j, 3.0 / j, max_angle=np.pi / 2)
         goals = moving_goals(chain)
         for label, name, settings in meths:
             t = time_method(chain, goals, name, settings, args.repeats, args.budget)

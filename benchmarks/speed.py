@@ -22,7 +22,7 @@ medians. ``./smcik bench speed --before a77c096``: issue 31's before/after.
     of ``--steps`` (at least 100). Its circle is around the first random configuration
     (Generator seed 0) whose covers are 5 cm clear of each other: goals in free space, as
     users send them (around one in the clearance band the filter keeps restarting).
-(b) the 90-DOF chain: Chain.ball_chain(30, segment_length=0.1, max_angle=1.0, mass=1.0)
+(b) the 90-DOF chain: ball_chain(30, segment_length=0.1, max_angle=1.0, mass=1.0)
     (30 ball joints, 3 m long, pointing up), 50 particles, constraints
     CenterOfMassLine(sigma=0.02) (vertical through the root) and ChainSmoothness(sigma=0.3),
     PositionTarget (0.8, 0.5, 2.0); steps per second = 1 / median step time over
@@ -58,7 +58,7 @@ import _common as C  # noqa: I100  (first: pins BLAS to one thread)
 import numpy as np
 
 from smcik_ros.goals import CenterOfMassLine, ChainSmoothness, PoseTarget, PositionTarget
-from smcik_ros.model import Chain
+from smcik_ros.model import Chain, ball_chain
 from smcik_ros.solvers import make_solver
 
 
@@ -147,7 +147,7 @@ def bench_arm_step_collision(chain, steps):
 
 def chain90():
     """Return (chain, constraints, goal) of the 90-DOF set-up of seed 000 section 6.1."""
-    chain = Chain.ball_chain(30, 0.1, max_angle=1.0, mass=1.0)
+    chain = ball_chain(30, 0.1, max_angle=1.0, mass=1.0)
     constraints = [CenterOfMassLine(sigma=0.02), ChainSmoothness(sigma=0.3)]
     goal = PositionTarget(np.array([0.8, 0.5, 2.0]))
     return chain, constraints, goal

@@ -11,7 +11,7 @@ import yourdfpy
 from smcik_ros.collision.model import CollisionModel, _model_key
 from smcik_ros.errors import GoalError, ModelError
 from smcik_ros.model import (FLOATING_JOINTS, FLOATING_PITCH_LIMIT, FLOATING_RANGE, Chain,
-                             JointSpec)
+                             JointSpec, ball_chain)
 from smcik_ros.rotations import rotvec_to_matrix
 
 from arm_urdfs import ur5_like_urdf
@@ -179,7 +179,7 @@ def test_bad_world_frames_and_taken_names_are_refused():
 
 
 def test_from_joints_builds_a_floating_figure():
-    chain = Chain.ball_chain(3, segment_length=0.5)
+    chain = ball_chain(3, segment_length=0.5)
     joints = list(chain.tree_joints)
     figure = Chain.from_joints(joints, 'base_link', 'tip', floating_base=True, world_frame='map')
     assert figure.base_link == 'map' and figure.nq == chain.nq + 6

@@ -9,14 +9,14 @@ from smcik_ros.collision import KeepOutSphere
 from smcik_ros.goals import (CenterOfMassLine, ChainSmoothness, JointCoupling,
                              OrientationTarget, PlaneContact, PoseTarget, PositionTarget,
                              PosturePreference, as_goal, task_errors)
-from smcik_ros.model import Chain
+from smcik_ros.model import ball_chain
 
 
 
 
 @pytest.fixture(scope='module')
 def balls():
-    return Chain.ball_chain(6, 0.3, max_angle=1.2)
+    return ball_chain(6, 0.3, max_angle=1.2)
 
 
 def _numeric_jacobian(term, chain, q, h=1e-6):

@@ -21,7 +21,7 @@ from smcik_ros import kernels
 from smcik_ros.errors import ModelError
 from smcik_ros.goals import OrientationTarget, PoseTarget, PositionTarget
 from smcik_ros.kernels import records
-from smcik_ros.model import Chain, JointSpec
+from smcik_ros.model import Chain, JointSpec, ball_chain
 from smcik_ros.solvers import available_solvers, make_solver
 from smcik_ros.solvers.smc.policies import Refinement
 
@@ -47,7 +47,7 @@ def _chains():
         JointSpec('b3', 'l2', 'l3', 'ball', upper=2.5, origin=_translation(0.0, 0.0, 0.2)),
         JointSpec('t', 'l3', 'tip', 'fixed', origin=_translation(0.05, 0.0, 0.1))],
         'base', 'tip')
-    return _urdf_chains() + [Chain.ball_chain(4, max_angle=2.0), mixed]
+    return _urdf_chains() + [ball_chain(4, max_angle=2.0), mixed]
 
 
 def _translation(x, y, z):
@@ -463,7 +463,7 @@ def test_motion_distance_kernel_is_the_weighted_tangent_difference():
         JointSpec('r1', 'l0', 'l1', 'revolute', lower=-1.0, upper=1.0),
         JointSpec('c2', 'l1', 'l2', 'continuous'),
         JointSpec('b3', 'l2', 'l3', 'ball', upper=2.5)], 'base', 'l3')
-    for chain in (Chain.ball_chain(30, 0.1, max_angle=1.0), mixed, _urdf_chains()[0]):
+    for chain in (ball_chain(30, 0.1, max_angle=1.0), mixed, _urdf_chains()[0]):
         w = rng.uniform(0.5, 3.0, size=chain.nv)
         ref = chain.random_configuration(rng)
         q = chain.random_configuration(rng, 40)
@@ -680,7 +680,7 @@ def test_refine_kernel_with_the_prior_keeps_precise_rows_and_pulls_them_nearer()
 def test_refine_kernel_moves_ball_joints_on_the_sphere_within_their_limits():
     """A chain of ball joints (the papers' figures): the kernel integrates the tangent steps
     as rotations (unit quaternions, w >= 0, within the angle limits) and lowers the cost."""
-    chain = Chain.ball_chain(6, segment_length=0.2, max_angle=1.2)
+    chain = ball_chain(6, segment_length=0.2, max_angle=1.2)
     rng = np.random.default_rng(10)
     solution = chain.random_configuration(rng)
     term = PositionTarget(chain.fk(solution)[:3, 3], link='tip')
@@ -888,7 +888,7 @@ def test_distance_gradient_kernel_matches_finite_differences():
     constraint = CollisionConstraint(scene_constraint.model, scene_constraint.scene,
                                      pairs=scene_constraint.pairs, clearance=0.05)
     q = chain.clip(chain.neutral_configuration() + rng.normal(0.0, 0.4, (40, chain.n)))
-    ball = Chain.ball_chain(4, max_angle=2.0)
+    ball = ball_chain(4, max_angle=2.0)
     qb = ball.random_configuration(rng, 30)
     tips = ball.frames(qb).link_pose()[:, :3, 3]
     scene = Scene({('o', k): Obstacle.sphere(tips[k] + rng.normal(0.0, 0.02, 3), 0.05)
@@ -997,7 +997,7 @@ def test_the_motion_prior_record_follows_the_reference_and_the_tolerance():
 def test_warm_up_reports_a_cold_cache_and_the_kernels_it_compiled():
     from smcik_ros.warmup import warm_up
     messages = []
-    spent = warm_up(Chain.ball_chain(2), messages.append)
+    spent = warm_up(ball_chain(2), messages.append)
     # A cold cache announces the compilation before it and reports after it; a warm one
     # says nothing.
     assert spent > 0.0

@@ -8,7 +8,7 @@ import yourdfpy
 
 from smcik_ros.collision.model import CollisionModel
 from smcik_ros.errors import ModelError
-from smcik_ros.model import BODY_BALL, BODY_PRISMATIC, Chain, JointSpec
+from smcik_ros.model import BODY_BALL, BODY_PRISMATIC, Chain, JointSpec, ball_chain
 
 HERE = os.path.dirname(__file__)
 ROOT = os.path.dirname(HERE)
@@ -113,7 +113,7 @@ def test_jacobian_matches_finite_differences_for_every_link(path, tip):
 
 
 def test_ball_chain_jacobian_and_limits():
-    chain = Chain.ball_chain(5, segment_length=0.5, max_angle=1.0)
+    chain = ball_chain(5, segment_length=0.5, max_angle=1.0)
     assert chain.nq == 20 and chain.nv == 15
     rng = np.random.default_rng(4)
     qs = chain.random_configuration(rng, 200)
@@ -283,7 +283,7 @@ def test_public_structure_describes_the_model():
     with pytest.raises(ValueError):
         chain.scalar_q[0] = 3
     # Ball chain: index maps of the quaternions and rotation vectors.
-    ball = Chain.ball_chain(3)
+    ball = ball_chain(3)
     assert ball.ball_q_index.tolist() == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
     assert ball.ball_v_index.tolist() == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
     assert all(k == BODY_BALL for k in ball.body_kind)
@@ -312,7 +312,7 @@ def test_random_configuration_draws_generator_uniforms_numbers(path, tip):
 
 
 def test_random_configuration_of_a_ball_chain_stays_on_its_own_path():
-    chain = Chain.ball_chain(3, 0.1, max_angle=1.0)
+    chain = ball_chain(3, 0.1, max_angle=1.0)
     q = chain.random_configuration(np.random.default_rng(3), 50)
     assert q.shape == (50, chain.nq)
     assert chain.within_limits(q).all()

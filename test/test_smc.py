@@ -10,7 +10,7 @@ from arm_urdfs import panda_like_urdf
 from smcik_ros.collision import KeepOutSphere
 from smcik_ros.errors import GoalError, ParameterError
 from smcik_ros.goals import Constraint, PoseTarget, PositionTarget, PosturePreference, as_goal
-from smcik_ros.model import Chain
+from smcik_ros.model import Chain, ball_chain
 from smcik_ros.rotations import quat_conjugate, quat_multiply, quat_to_rotvec, quat_from_rotvec
 from smcik_ros.solvers import available_solvers, make_solver
 from smcik_ros.solvers.smc import FilterModel, FilterState, Policies, filter_step, sample_qutem
@@ -243,7 +243,7 @@ def test_plain_filter_of_the_paper_reaches_position_targets():
     without selection (resample_threshold=0) reaches 0/30, with 5 particles 1/30: the test
     measures what the weights and resampling do, not a lucky tolerance.
     """
-    chain = Chain.ball_chain(4, 0.75, max_angle=np.pi / 2)
+    chain = ball_chain(4, 0.75, max_angle=np.pi / 2)
     rng = np.random.default_rng(3)
     plain = dict(refine_count=0, restart_after=0, keep_map=False, anneal_initial=1.0,
                  minimal_motion=False, branch_hold=False, num_particles=50)
@@ -1062,7 +1062,7 @@ def test_each_policy_is_switched_off_by_its_setting(arm7):
 def test_ninety_dof_chain_with_center_of_mass_and_smoothness_runs():
     """Seed 000 section 6.1: 30 ball joints, CoM on the vertical through the root."""
     from smcik_ros.goals import CenterOfMassLine, ChainSmoothness
-    chain = Chain.ball_chain(30, 0.1, max_angle=1.0)
+    chain = ball_chain(30, 0.1, max_angle=1.0)
     assert chain.nv == 90
     solver = make_solver('smc', chain, seed=1, num_particles=50)
     solver.set_constraints([CenterOfMassLine(sigma=0.02), ChainSmoothness(sigma=0.3)])

@@ -14,7 +14,7 @@ import pytest
 
 from smcik_ros.errors import GoalError, ParameterError
 from smcik_ros.goals import OrientationTarget, PoseTarget, PositionTarget
-from smcik_ros.model import Chain, JointSpec
+from smcik_ros.model import Chain, JointSpec, ball_chain
 from smcik_ros.solvers import make_solver
 from smcik_ros.solvers.ccd import _best_angle
 from smcik_ros.solvers.fabrik import _fabrik_pass
@@ -37,7 +37,7 @@ def far_pose():
     (None, 'position', 0.96), (None, 'pose', 0.96),
     (1.0, 'position', 0.85), (1.0, 'pose', 0.85)])
 def test_fabrik_reaches_random_targets_on_ball_chains(max_angle, kind, threshold):
-    chain = Chain.ball_chain(6, 0.2, max_angle=max_angle)
+    chain = ball_chain(6, 0.2, max_angle=max_angle)
     rng = np.random.default_rng(0)
     solver = make_solver('fabrik', chain, seed=0)
     ok = 0
@@ -69,7 +69,7 @@ def test_fabrik_pass_keeps_lengths_and_reaches():
 
 def test_fabrik_joints_reproduce_the_fabrik_points():
     """From points to joints: FK of the recovered quaternions is the FABRIK chain."""
-    chain = Chain.ball_chain(5, 0.3)
+    chain = ball_chain(5, 0.3)
     solver = make_solver('fabrik', chain, online_gain=1.0)
     rng = np.random.default_rng(2)
     for _ in range(10):
@@ -84,7 +84,7 @@ def test_fabrik_joints_reproduce_the_fabrik_points():
 
 
 def test_fabrik_point_target_on_an_inner_link():
-    chain = Chain.ball_chain(6, 0.2)
+    chain = ball_chain(6, 0.2)
     rng = np.random.default_rng(3)
     solver = make_solver('fabrik', chain)
     for _ in range(10):
@@ -102,7 +102,7 @@ def test_fabrik_refuses_revolute_arms(chain):
 
 
 def test_fabrik_refuses_unsupported_goals():
-    chain = Chain.ball_chain(4, 0.2)
+    chain = ball_chain(4, 0.2)
     solver = make_solver('fabrik', chain)
     pose = chain.fk(chain.random_configuration(np.random.default_rng(0)))
     with pytest.raises(GoalError, match='one PositionTarget or PoseTarget'):
@@ -116,7 +116,7 @@ def test_fabrik_refuses_unsupported_goals():
 
 
 def test_fabrik_unreachable_and_online_limits():
-    chain = Chain.ball_chain(5, 0.2, max_angle=0.8)
+    chain = ball_chain(5, 0.2, max_angle=0.8)
     solver = make_solver('fabrik', chain, seed=0)
     res = solver.solve(PositionTarget((3.0, 0.0, 0.0)), chain.neutral_configuration(),
                        max_iters=50)
@@ -131,7 +131,7 @@ def test_fabrik_unreachable_and_online_limits():
 
 
 def test_fabrik_bad_settings():
-    chain = Chain.ball_chain(3, 0.2)
+    chain = ball_chain(3, 0.2)
     with pytest.raises(ParameterError, match='>= 1'):
         make_solver('fabrik', chain, passes=0)
     with pytest.raises(ParameterError, match=r'\(0, 1\]'):
@@ -162,7 +162,7 @@ def test_ccd_weighs_orientation_for_pose_targets(chain):
 
 
 def test_ccd_on_ball_chain():
-    chain = Chain.ball_chain(6, 0.2)
+    chain = ball_chain(6, 0.2)
     rng = np.random.default_rng(5)
     solver = make_solver('ccd', chain, seed=0)
     ok = 0
@@ -245,7 +245,7 @@ def test_ccd_unreachable_target_gives_best_effort(chain):
 ])
 def test_ccd_bad_settings(changes, words):
     with pytest.raises(ParameterError) as info:
-        make_solver('ccd', Chain.ball_chain(3, 0.2), **changes)
+        make_solver('ccd', ball_chain(3, 0.2), **changes)
     assert words in str(info.value)
 
 
@@ -255,7 +255,7 @@ def test_classical_solvers_are_registered():
 
 
 def test_pose_target_orientation_is_reached_by_ccd_on_ball_chain():
-    chain = Chain.ball_chain(4, 0.25)
+    chain = ball_chain(4, 0.25)
     rng = np.random.default_rng(9)
     solver = make_solver('ccd', chain, seed=0)
     ok = 0
@@ -285,7 +285,7 @@ def test_ccd_and_fabrik_refuse_constraints_and_a_floating_base_instead_of_ignori
     with pytest.raises(GoalError, match='does not honour constraints'):
         ccd.set_constraints([clearance, Contact(chain.tip_link)])
     assert ccd.constraints == [clearance]           # the refused set changed nothing
-    balls = Chain.ball_chain(3, 0.2)
+    balls = ball_chain(3, 0.2)
     with pytest.raises(GoalError, match='fabrik solver does not honour constraints'):
         make_solver('fabrik', balls).set_constraints([Contact(balls.tip_link)])
     biped = Chain.from_urdf(os.path.join(os.path.dirname(__file__), 'urdf', 'biped.urdf'),

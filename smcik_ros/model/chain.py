@@ -25,7 +25,7 @@ from .floating import FLOATING_JOINTS, base_coordinates, base_poses, floating_jo
 from .passive import lumped_centres, passive_values
 from .urdf import ordered_links, parse_urdf
 
-__all__ = ['Chain', 'Frames', 'JointSpec']
+__all__ = ['Chain', 'Frames', 'JointSpec', 'ball_chain']
 
 
 class Frames:
@@ -289,34 +289,6 @@ class Chain:
         return cls(joints, base_link, tip_link, robot_name=name, floating_base=floating_base,
                    world_frame=world_frame)
 
-    @classmethod
-    def ball_chain(cls, num_segments, segment_length=1.0, max_angle=None, mass=1.0,
-                   axis=(0.0, 0.0, 1.0), name='ball_chain'):
-        """Return a serial chain of ``num_segments`` 3-DOF ball joints (seed 000, section 6).
-
-        The segments point along ``axis`` at the identity configuration; each segment has
-        ``mass`` [kg] at its middle. Links: ``base_link``, ``seg1`` ... ``segK``, tip ``tip``.
-        max_angle: ball-joint limit [rad] (rotation angle from the identity); None: no limit.
-        """
-        axis = np.asarray(axis, dtype=float) / np.linalg.norm(axis)
-        limit = np.pi if max_angle is None else float(max_angle)
-        joints = []
-        parent = 'base_link'
-        for i in range(num_segments):
-            origin = np.eye(4)
-            if i > 0:
-                origin[:3, 3] = axis * segment_length
-            child = f'seg{i + 1}'
-            joints.append(JointSpec(
-                name=f'ball{i + 1}', parent=parent, child=child, type='ball', origin=origin,
-                upper=limit, mass=mass, com=tuple(axis * segment_length / 2.0)))
-            parent = child
-        tip = np.eye(4)
-        tip[:3, 3] = axis * segment_length
-        joints.append(JointSpec(name='tip_joint', parent=parent, child='tip', type='fixed',
-                                origin=tip))
-        return cls(joints, 'base_link', 'tip', robot_name=name)
-
     # ------------------------------------------------------------------ names
     def joint_index(self, name):
         """Return the index of joint ``name`` in the configuration vector."""
@@ -560,6 +532,34 @@ class Chain:
     def __repr__(self):
         return (f'Chain({self.robot_name!r}, base={self.base_link!r}, tips={list(self.tip_links)},'
                 f' joints={list(self.joint_names)})')
+
+
+def ball_chain(num_segments, segment_length=1.0, max_angle=None, mass=1.0,
+               axis=(0.0, 0.0, 1.0), name='ball_chain'):
+    """Return a serial Chain of ``num_segments`` 3-DOF ball joints (seed 000, section 6).
+
+    The segments point along ``axis`` at the identity configuration; each segment has
+    ``mass`` [kg] at its middle. Links: ``base_link``, ``seg1`` ... ``segK``, tip ``tip``.
+    max_angle: ball-joint limit [rad] (rotation angle from the identity); None: no limit.
+    """
+    axis = np.asarray(axis, dtype=float) / np.linalg.norm(axis)
+    limit = np.pi if max_angle is None else float(max_angle)
+    joints = []
+    parent = 'base_link'
+    for i in range(num_segments):
+        origin = np.eye(4)
+        if i > 0:
+            origin[:3, 3] = axis * segment_length
+        child = f'seg{i + 1}'
+        joints.append(JointSpec(
+            name=f'ball{i + 1}', parent=parent, child=child, type='ball', origin=origin,
+            upper=limit, mass=mass, com=tuple(axis * segment_length / 2.0)))
+        parent = child
+    tip = np.eye(4)
+    tip[:3, 3] = axis * segment_length
+    joints.append(JointSpec(name='tip_joint', parent=parent, child='tip', type='fixed',
+                            origin=tip))
+    return Chain(joints, 'base_link', 'tip', robot_name=name)
 
 
 # ---------------------------------------------------------------------- helpers

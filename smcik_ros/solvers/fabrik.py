@@ -166,8 +166,8 @@ def _check_chain(chain):
     if why is not None:
         raise ParameterError(
             f'fabrik cannot represent chain {chain.robot_name!r}: {why}. FABRIK here works on '
-            "serial ball-joint chains (Chain.ball_chain); use 'ccd', 'jacobian', 'distance' or "
-            "'smc' for this chain")
+            "serial ball-joint chains (smcik_ros.model.ball_chain); use 'ccd', 'jacobian', "
+            "'distance' or 'smc' for this chain")
     return segs
 
 
