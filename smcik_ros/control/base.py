@@ -106,7 +106,7 @@ class FigureState:
         self._hold = None           # the Contact holding the base link (no contact set)
         self._checked = set()       # ids of constraints checked for a violation on arrival
         self._passive = None        # passive joints' values waiting for the next tick
-        self._legs = None           # ``_keep_inside``'s weights (the contacts' joints free)
+        self._free = None           # ``_keep_inside``'s weights (the joints it may move)
         self._tips = []             # the tips of the goal (``pin_tips``): kept by it too
         self.projected = 0          # commands projected
         self.shared = 0             # commands that took a share of their correction only
@@ -168,7 +168,7 @@ class FigureState:
                              and callable(getattr(c, 'clearance', None))]
         self.contacts = [c for c in self.equalities
                          if isinstance(c, Contact) and getattr(c, 'anchored', True)]
-        self._legs = None
+        self._free = None
         terms = self.solver_terms()
         self._update()
         return terms
@@ -193,7 +193,7 @@ class FigureState:
                 if pos <= tolerances[0] and ori <= tolerances[1]:
                     pose = frames.link_pose(term.link)[0]
                     pins.append(Contact(term.link, pose=pose).bind(self.chain))
-        self.pins, self._legs = pins, None
+        self.pins, self._free = pins, None
         self._tips = [term.link for term in goal.terms] if goal is not None else []
         self.frozen = None if self.floating else held_arms(self.chain, goal, pins,
                                                            self.equalities)
@@ -236,7 +236,7 @@ class FigureState:
                 constraint.anchor(frames)
             self.contacts = [c for c in self.equalities
                              if isinstance(c, Contact) and c.anchored]
-            self._legs = None
+            self._free = None
             self._update()
         return waiting
 
@@ -355,12 +355,12 @@ class FigureState:
         held = {c.link for c in self.kept if isinstance(c, Contact)}
         tips = [Contact(link, pose=after.link_pose(link)[0]).bind(self.chain)
                 for link in self._tips if link not in held]
-        if self._legs is None:
+        if self._free is None:
             moves = np.any([self.chain.moving(c.link) for c in self.contacts + self.pins
                             + tips], axis=0)
-            self._legs = np.where(moves, 1.0, BLOCKED)
-        legs = self._legs if weights is None else np.maximum(self._legs, weights)
-        return project(self.chain, state, self.kept + tips + crossed, weights=legs)[0]
+            self._free = np.where(moves, 1.0, BLOCKED)
+        free = self._free if weights is None else np.maximum(self._free, weights)
+        return project(self.chain, state, self.kept + tips + crossed, weights=free)[0]
 
     def keep_within(self, q, v, dt, shaped, brake, lead_box=None):
         """Return (shaped, base): ``keep`` of the shaped command (within ``lead_box``);
