@@ -722,6 +722,68 @@ def test_scene_upkeep_notes_a_resting_contact_once_and_swaps_the_finer_covers_in
     assert upkeep.after_command(q) == []
 
 
+def test_a_waiting_collision_update_holds_the_solver_worker_until_it_is_applied(
+        guard_and_chain):
+    """A new collision model is handed to the loop between two solver steps. With side work
+    (markers, alternatives) queued in the worker behind every step, no tick found it idle
+    (talos: busy at 986 of 988 ticks; the finer covers that a blocked goal needed came 14 s
+    late). While an update waits, the worker starts no step and takes no side work
+    (``solver_held``), the ticks carry the last answer on, and the update is applied as
+    soon as the running work ends; then the solver steps again."""
+    from test_control_loop import Stream, follower
+    from smcik_ros.control.limits import limits_for_chain
+    from smcik_ros.control.arm_state import ArmSettings
+    from smcik_ros.control.scene_upkeep import SceneUpkeep
+    from smcik_ros.control.tick import ControlLoop
+    from smcik_ros.solvers import make_solver
+    _, chain = guard_and_chain
+    q = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
+    guard = _table_guard(chain, 0.008)
+    limits, _ = limits_for_chain(chain, velocity_scale=0.5, max_acceleration=3.0)
+    loop = ControlLoop(chain, make_solver('smc', chain, seed=5), limits, ArmSettings(),
+                       validators=[guard], solver_thread=True)
+    loop.set_constraints([guard.constraint])
+    upkeep = SceneUpkeep(guard, loop, lambda: [guard.constraint], 0.002, lambda *a: None)
+    stream, arm = Stream(loop, seed=1), follower(1)
+    stream.measure(q)
+    stream.tick()
+    loop.offer_goal('pose', chain.fk(q + np.array([0.3, -0.2, 0.2, 0.3, 0.0, -0.2, 0.0])),
+                    '', None, stream.t)
+    for _ in range(3):
+        arm(stream)
+        stream.tick()
+        assert loop.beside(lambda: time.sleep(0.03))
+    assert upkeep.after_command(stream.commands[-1].q)     # the finer covers start
+    assert guard.wait_for_update(60.0) and guard.waiting
+    loop.settle()
+    assert loop.beside(lambda: time.sleep(0.03))        # the worker busy when it waits
+    before, applied, refused = guard.constraint, None, 0
+    for k in range(300):
+        time.sleep(0.005)                      # a tick period of wall time
+        arm(stream)
+        lines = upkeep.before_tick()
+        if lines:
+            applied = k
+            break
+        calls = loop.stepper.worker.calls
+        stream.tick()
+        if loop.solver_held:
+            assert loop.stepper.worker.calls == calls      # no step started while held
+        if not loop.beside(lambda: time.sleep(0.03)):      # side work behind each step
+            refused += 1
+            assert loop.solver_held
+    assert applied is not None, 'the update never found the worker idle'
+    assert guard.constraint is not before and loop.constraints_kept == [guard.constraint]
+    assert refused > 0                         # the hold turned side work away
+    calls = loop.stepper.worker.calls
+    arm(stream)
+    assert upkeep.before_tick() == [] and not loop.solver_held
+    stream.run(3, arm)
+    assert loop.stepper.worker.calls > calls   # stepping again
+    assert all(np.isfinite(c.q).all() for c in stream.commands)
+    loop.settle()
+
+
 def _blocked_run(chain, guard, q0, q_goal, ticks, upkeep=True):
     """Tick a loop (the guard its validator and the solver's constraint) from q0 towards the
     tool pose at q_goal as the node does (``SceneUpkeep.before_tick``, the tick,

@@ -373,6 +373,11 @@ class CollisionGuard:
         return not self._updates.running
 
     @property
+    def waiting(self):
+        """True while a finished background update waits for ``poll``."""
+        return self._updates.waiting
+
+    @property
     def updating(self):
         """True while a background update is being computed or waits for ``poll``."""
         return self._updates.running or self._updates.waiting

@@ -46,7 +46,12 @@ class SceneUpkeep:
         coarse = self.guard.model.coarse
         # A new constraint waits for the solver's running step (the loop hands it over
         # between steps): applied at a tick that finds the step done, never waited for.
-        event = self.guard.poll() if self.loop.solver_idle else None
+        # Meanwhile the worker starts no step nor side work (``solver_held``): with side
+        # work queued behind every step, talos's worker was busy at 986 of 988 ticks and
+        # the finer covers that a blocked goal waited for came 14 s late.
+        idle = self.loop.solver_idle
+        self.loop.solver_held = self.guard.waiting and not idle
+        event = self.guard.poll() if idle else None
         if event is not None:
             level, text, changed = event
             if changed:

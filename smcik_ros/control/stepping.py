@@ -19,6 +19,9 @@ which configuration (and at which velocity) should the command move towards?
   dropped and the new goal stepped at once). The solver then works on twins of the
   constraints (``fork``), and every other use of ``solver`` waits for the running step. The
   tick never waits for the worker: a reset drops a running step's answer and runs after it.
+  ``held``: while something waits for the worker to be idle (a new collision model, applied
+  between two steps: ``scene_upkeep``), no step or side work starts; the ticks carry the
+  last answer on, and the first step after the hold counts as a new goal's when it owes one.
 
 An answer is mapped to the command's own coordinate (continuous joints: the equivalent
 nearest the command); a continuous joint that drifts past pi restarts the solver wrapped.
@@ -81,6 +84,8 @@ class SolverStepper:
         self.skipped_steps = 0      # solver steps skipped at rest (rest_step_interval)
         self.interpolated_ticks = 0     # ticks between solver steps (step_interval)
         self.steps_in_thread = 0    # steps that ran on beyond the tick that started them
+        self.held = False           # start no step nor side work (see the module doc)
+        self._owed = False          # a new goal's step that a hold put off
         self.queued_resets = 0      # solver resets run in the worker (solver_thread)
         self._stepped = (-1, None)  # (tick, constraint key) of the last solver step
         self._answer = None         # (desired (n,), time [s], its velocity or None): followed
@@ -115,7 +120,7 @@ class SolverStepper:
         """Run ``fn()`` in the worker thread, after a running step (side work that reads the
         solver: markers, alternatives). Returns False without ``solver_thread`` or while the
         last batch has not finished (run it later)."""
-        return self.worker is not None and self.worker.beside(fn)
+        return self.worker is not None and not self.held and self.worker.beside(fn)
 
     def settle(self):
         """Wait until the worker thread is idle (before changing what side work reads)."""
@@ -186,12 +191,16 @@ class SolverStepper:
             if tag is not _RESET and tag[1] == self.goal_changes:
                 return self._take(result, q, previous, tag[0])
             new_goal = True      # a reset, or a step for a goal replaced meanwhile: step now
+        new_goal, self._owed = new_goal or self._owed, False
         if not new_goal and self._resting(previous, q, v, tick):
             self.skipped_steps += 1
             self._answer = previous
             return previous[0], None
         if not new_goal and self._between_steps(previous, tick):
             self.interpolated_ticks += 1
+            return self._carry(previous, q, now)
+        if self.held and worker is not None:
+            self._owed = new_goal
             return self._carry(previous, q, now)
         return self._step(q, goal, now, tick, previous)
 

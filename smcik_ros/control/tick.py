@@ -134,6 +134,7 @@ class ControlLoop:
     # The solver and when it steps (stepping.SolverStepper).
     solver = _Part('stepper')
     solver_idle = _Part('stepper', 'idle')
+    solver_held = _Part('stepper', 'held')
     estimate = _Part('stepper')
     constraints = _Part('stepper')
     step_observers = _Part('stepper')
