@@ -683,19 +683,15 @@ def test_the_swap_rule_of_finer_covers():
     assert not _frees_contact(near, [(('a', 'b'), 0.001 + 0.5 * CONTACT_GAIN)])
 
 
-def test_scene_upkeep_notes_a_resting_contact_once_and_swaps_the_finer_covers_in(
-        guard_and_chain):
-    """The node's per-tick upkeep (no ROS): after the first command it notes the pair in
-    contact once and starts the finer covers; at a later tick it swaps them in, hands the
-    loop the new constraint, and the note is not repeated. While the solver's worker is busy
-    the tick neither waits for it nor swaps (the loop would have to wait for the step):
-    the swap comes at the first tick that finds the worker idle."""
+def _upkeep_on_table(chain):
+    """Return (q, guard, loop, upkeep, reports): the arm at q with its base 8 mm above a
+    table (``_table_guard``), a loop with the solver in a worker thread validated by the
+    guard, and the node's per-tick ``SceneUpkeep`` (its reports go to the list)."""
     from smcik_ros.control.limits import limits_for_chain
     from smcik_ros.control.arm_state import ArmSettings
     from smcik_ros.control.scene_upkeep import SceneUpkeep
     from smcik_ros.control.tick import ControlLoop
     from smcik_ros.solvers import make_solver
-    _, chain = guard_and_chain
     q = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
     guard = _table_guard(chain, 0.008)
     limits, _ = limits_for_chain(chain, velocity_scale=0.5, max_acceleration=3.0)
@@ -704,6 +700,18 @@ def test_scene_upkeep_notes_a_resting_contact_once_and_swaps_the_finer_covers_in
     reports = []
     upkeep = SceneUpkeep(guard, loop, lambda: [guard.constraint], 0.002,
                          lambda *args: reports.append(args))
+    return q, guard, loop, upkeep, reports
+
+
+def test_scene_upkeep_notes_a_resting_contact_once_and_swaps_the_finer_covers_in(
+        guard_and_chain):
+    """The node's per-tick upkeep (no ROS): after the first command it notes the pair in
+    contact once and starts the finer covers; at a later tick it swaps them in, hands the
+    loop the new constraint, and the note is not repeated. While the solver's worker is busy
+    the tick neither waits for it nor swaps (the loop would have to wait for the step):
+    the swap comes at the first tick that finds the worker idle."""
+    _, chain = guard_and_chain
+    q, guard, loop, upkeep, reports = _upkeep_on_table(chain)
     assert upkeep.before_tick() == []
     (level, note), = upkeep.after_command(q)
     assert level == 'warn' and 'base_link / t/1' in note, note
@@ -731,19 +739,9 @@ def test_a_waiting_collision_update_holds_the_solver_worker_until_it_is_applied(
     (``solver_held``), the ticks carry the last answer on, and the update is applied as
     soon as the running work ends; then the solver steps again."""
     from test_control_loop import Stream, follower
-    from smcik_ros.control.limits import limits_for_chain
-    from smcik_ros.control.arm_state import ArmSettings
-    from smcik_ros.control.scene_upkeep import SceneUpkeep
-    from smcik_ros.control.tick import ControlLoop
-    from smcik_ros.solvers import make_solver
     _, chain = guard_and_chain
-    q = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
-    guard = _table_guard(chain, 0.008)
-    limits, _ = limits_for_chain(chain, velocity_scale=0.5, max_acceleration=3.0)
-    loop = ControlLoop(chain, make_solver('smc', chain, seed=5), limits, ArmSettings(),
-                       validators=[guard], solver_thread=True)
+    q, guard, loop, upkeep, _ = _upkeep_on_table(chain)
     loop.set_constraints([guard.constraint])
-    upkeep = SceneUpkeep(guard, loop, lambda: [guard.constraint], 0.002, lambda *a: None)
     stream, arm = Stream(loop, seed=1), follower(1)
     stream.measure(q)
     stream.tick()
@@ -754,7 +752,7 @@ def test_a_waiting_collision_update_holds_the_solver_worker_until_it_is_applied(
         stream.tick()
         assert loop.beside(lambda: time.sleep(0.03))
     assert upkeep.after_command(stream.commands[-1].q)     # the finer covers start
-    assert guard.wait_for_update(60.0) and guard.waiting
+    assert guard.wait_for_update(60.0) and guard.updates.waiting
     loop.settle()
     assert loop.beside(lambda: time.sleep(0.03))        # the worker busy when it waits
     before, applied, refused = guard.constraint, None, 0

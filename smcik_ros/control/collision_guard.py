@@ -163,7 +163,9 @@ class CollisionGuard:
         self.proofs = FreeMotionProofs()
         self._report = (None, None)
         self._monitored = None       # (constraint, its twin for status and markers)
-        self._updates = BackgroundUpdates()
+        # The background updates (``cover_updates.BackgroundUpdates``); ``updates.waiting``:
+        # a finished one waits for ``poll``.
+        self.updates = BackgroundUpdates()
         self.srdf_parsed = None      # the Srdf of the pairs (None: none): the pairs again
 
     # ------------------------------------------------------------------ construction
@@ -269,7 +271,7 @@ class CollisionGuard:
         self.srdf_parsed = parsed
         work = srdf_pairs(self.model, parsed, self.settings, description,
                           self._build_constraint, self.summary, label)
-        self._updates.start('smcik-srdf-pairs', work, lambda exc: (
+        self.updates.start('smcik-srdf-pairs', work, lambda exc: (
             f'SRDF from {description} not applied ({type(exc).__name__}: {exc}); keeping '
             f'{len(self.constraint.pairs)} pairs'))
         return True
@@ -285,7 +287,7 @@ class CollisionGuard:
         fine covers start goes first).
         Returns False (nothing to do) when the model is not coarse or its covers are being
         computed."""
-        if not self.model.coarse or self._updates.busy('smcik-fine-covers'):
+        if not self.model.coarse or self.updates.busy('smcik-fine-covers'):
             return False
         swept = not self.model.coarse_chain_links
 
@@ -295,7 +297,7 @@ class CollisionGuard:
             if swept:                # the next swept links, if any
                 self.start_fine_covers()
         work = full_covers(self.model, self.pairs, self.settings, self._build_constraint, then)
-        self._updates.start('smcik-fine-covers', work, lambda exc: (
+        self.updates.start('smcik-fine-covers', work, lambda exc: (
             f'the fine covers were not computed ({type(exc).__name__}: {exc}); the coarse '
             'covers stay (the collision guard stays more conservative than its settings)'),
             covers=True)
@@ -337,7 +339,7 @@ class CollisionGuard:
             contacts, tolerance = self.constraint.contacts(q, within=within), steps[0]
             pairs = [p for p, _ in contacts if all(model.has_link(n) for n in p)]
             if pairs and not within and self.pairs is not None:   # the first command
-                self._updates.start('smcik-default-pairs', default_pairs(
+                self.updates.start('smcik-default-pairs', default_pairs(
                     model, q, pairs, self.srdf_parsed, self.settings, self.srdf,
                     self._build_constraint, self.summary,
                     lambda srdf: setattr(self, 'srdf_parsed', srdf)), lambda exc: (
@@ -360,7 +362,7 @@ class CollisionGuard:
                    else self.start_fine_covers)
         work = finer_covers(model, names, q, contacts, self.pairs, self.settings,
                             self._build_constraint, tolerance, applied)
-        self._updates.start('smcik-contact-covers', work, lambda exc: (
+        self.updates.start('smcik-contact-covers', work, lambda exc: (
             f'the finer covers of {", ".join(names)} were not computed '
             f'({type(exc).__name__}: {exc}); keeping the covers at tolerance '
             f'{self.settings.cover_tolerance:g} m'), covers=True, then=self.start_fine_covers)
@@ -369,18 +371,13 @@ class CollisionGuard:
     def wait_for_update(self, timeout=None):
         """Wait until the background updates have finished computing, at most ``timeout``
         [s]; return True when none is running."""
-        self._updates.wait(timeout)
-        return not self._updates.running
-
-    @property
-    def waiting(self):
-        """True while a finished background update waits for ``poll``."""
-        return self._updates.waiting
+        self.updates.wait(timeout)
+        return not self.updates.running
 
     @property
     def updating(self):
         """True while a background update is being computed or waits for ``poll``."""
-        return self._updates.running or self._updates.waiting
+        return self.updates.running or self.updates.waiting
 
     def poll(self):
         """Apply the next update computed in the background (one per call, in the order they
@@ -390,7 +387,7 @@ class CollisionGuard:
         An update computed on a model or pairs that another update has replaced since (or
         under other settings) is built again on top of them in the background (``rebased``:
         seconds on a big model, never in the control tick) and applied from there."""
-        result = self._updates.take()
+        result = self.updates.take()
         if result is None:
             return None
         if 'constraint' not in result:     # failed, or computed and nothing to change
@@ -411,7 +408,7 @@ class CollisionGuard:
             def work():           # on what the guard has when the thread runs
                 return rebased(result, self.model, self.pairs, self.settings,
                                self._build_constraint)
-            self._updates.start('smcik-rebuild', work, lambda exc: (
+            self.updates.start('smcik-rebuild', work, lambda exc: (
                 f'an update of the collision model was lost ({type(exc).__name__}: {exc}); '
                 'the model stays as it is'))
             return None

@@ -50,7 +50,7 @@ class SceneUpkeep:
         # work queued behind every step, talos's worker was busy at 986 of 988 ticks and
         # the finer covers that a blocked goal waited for came 14 s late.
         idle = self.loop.solver_idle
-        self.loop.solver_held = self.guard.waiting and not idle
+        self.loop.solver_held = self.guard.updates.waiting and not idle
         event = self.guard.poll() if idle else None
         if event is not None:
             level, text, changed = event
