@@ -720,13 +720,13 @@ def test_scene_upkeep_notes_a_resting_contact_once_and_swaps_the_finer_covers_in
     gate, before = threading.Event(), guard.constraint
     assert loop.beside(lambda: gate.wait(10.0))       # a long step in the worker
     assert upkeep.before_tick() == [] and guard.constraint is before
-    assert not loop.solver_idle                       # returned while it still runs
+    assert not loop.solver_idle and loop.solver_held  # returned while it still runs
     gate.set()
     loop.settle()
     lines = upkeep.before_tick()
     assert [level for level, _ in lines] == ['info'], lines
     assert 'no longer rests in contact' in lines[0][1]
-    assert loop.constraints_kept == [guard.constraint]
+    assert loop.constraints_kept == [guard.constraint] and not loop.solver_held
     assert upkeep.after_command(q) == []
 
 
@@ -737,7 +737,8 @@ def test_a_waiting_collision_update_holds_the_solver_worker_until_it_is_applied(
     (talos: busy at 986 of 988 ticks; the finer covers that a blocked goal needed came 14 s
     late). While an update waits, the worker starts no step and takes no side work
     (``solver_held``), the ticks carry the last answer on, and the update is applied as
-    soon as the running work ends; then the solver steps again."""
+    soon as the running work ends (a few ticks here; the loop's bound is a liveness
+    deadline); then the solver steps again."""
     from test_control_loop import Stream, follower
     _, chain = guard_and_chain
     q, guard, loop, upkeep, _ = _upkeep_on_table(chain)
@@ -756,7 +757,7 @@ def test_a_waiting_collision_update_holds_the_solver_worker_until_it_is_applied(
     loop.settle()
     assert loop.beside(lambda: time.sleep(0.03))        # the worker busy when it waits
     before, applied, refused = guard.constraint, None, 0
-    for k in range(300):
+    for k in range(1000):                     # a liveness bound (5 s), not a timing test
         time.sleep(0.005)                      # a tick period of wall time
         arm(stream)
         lines = upkeep.before_tick()
