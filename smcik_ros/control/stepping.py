@@ -199,7 +199,7 @@ class SolverStepper:
         if not new_goal and self._between_steps(previous, tick):
             self.interpolated_ticks += 1
             return self._carry(previous, q, now)
-        if self.held and worker is not None:
+        if self.held:           # only ever with a worker: without one it is always idle
             self._owed = new_goal
             return self._carry(previous, q, now)
         return self._step(q, goal, now, tick, previous)
