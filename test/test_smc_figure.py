@@ -142,3 +142,37 @@ def test_draws_keep_the_arm_of_a_hand_that_holds(biped):
     assert np.all(draws[:, kept] == q0[kept]), "the holding arm was drawn anew"
     assert np.ptp(draws[:, names.index('r_elbow')]) > 0.5
 
+
+
+def test_a_held_hand_and_a_slow_shared_joint_do_not_stop_the_other_hand_short():
+    """A one-hand goal whose solutions move the slow joint both arms share (PR2's torso lift:
+    the motion prior weighs it heavily) and so the held arm too. The refinement's spring (the
+    prior's pull in the coarse LM) balanced the task error mm short of the goal, for good:
+    on PR2 7-11 mm, declared out of reach. Released once the goal has been still for a while,
+    the goals that solve() reaches are reached online too."""
+    urdf = os.path.join(os.path.dirname(__file__), '..', 'urdf', 'smcik_figure.urdf')
+    chain = Chain.from_urdf(urdf, 'pelvis', ['left_hand', 'right_hand'])
+    slow = tuple(0.002 if name.startswith('waist') else 0.1 for name in chain.joint_names)
+    solvable = reached = 0
+    for trial in range(20):
+        rng = np.random.default_rng(trial)
+        q0 = chain.clip(0.5 * chain.random_configuration(rng, 1)[0])
+        q_goal = chain.clip(q0 + rng.uniform(-0.8, 0.8, chain.nq))
+        goals = [PoseTarget(chain.fk(q_goal, 'left_hand'), 'left_hand'),
+                 PoseTarget(chain.fk(q0, 'right_hand'), 'right_hand')]      # held
+        if not make_solver('smc', chain, seed=trial).solve(goals, q0).success:
+            continue
+        solvable += 1
+        solver = make_solver('smc', chain, seed=trial, joint_noise_per_joint=slow)
+        solver.reset(q0)
+        for _ in range(300):                        # 3 s at 100 Hz
+            solver.step(goals)
+            frames = chain.frames(solver.estimate)
+            if max(np.linalg.norm(frames.link_pose(g.link)[0][:3, 3] - g.pose[:3, 3])
+                   for g in goals) < 1e-3:
+                reached += 1
+                break
+    # With the spring never released: 11 of 17 reached; released after 50 to 100 still
+    # iterations: 16 of 17 (issue 32 notes, session 13).
+    assert solvable >= 15, f'only {solvable} of 20 goals solvable: the problem changed'
+    assert reached >= solvable - 2, f'{reached} of {solvable} solvable goals reached online'

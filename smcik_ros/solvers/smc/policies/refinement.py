@@ -58,6 +58,8 @@ class Refinement:
     COST_DAMPING = 0.5          # Sugihara's lambda = cost / 2 + refine_damping
     SPRING = 0.1                # share of the motion prior's weight in the coarse LM
     SPRING_FADE = 10.0          # the spring fades below this many tolerance costs
+    SPRING_HOLD = 50            # [iterations] on a still goal at full spring, then as many
+                                # to release it (``spring_share``)
     SLIDE_CORRECTION = 0.01     # [rad] pulls larger than this get a corrector step
 
     def __init__(self, chain, settings):
@@ -199,7 +201,8 @@ class Refinement:
         """
         chain = self.chain
         targets, extra = _split(problem.terms)
-        records = self.records(targets, problem.tolerance, motion, problem.tolerance_cost)
+        records = self.records(targets, problem.tolerance, motion, problem.tolerance_cost,
+                               self.spring_share(problem.goal_still))
         q = np.array(frames.q, dtype=float)
         state = _state_of(np.array(cost, dtype=float), np.full(len(q), np.inf)
                           if guard is None else np.array(guard, dtype=float))
@@ -264,10 +267,23 @@ class Refinement:
             _kernels.choose(*records[:4], records[5], q, state, trials, mu,
                             extra_cost.reshape(k_count, count))
 
-    def records(self, targets, tolerance, motion=None, tolerance_cost=1.0):
+    def spring_share(self, goal_still):
+        """Return the share (0 to 1) of the spring after ``goal_still`` iterations on a
+        still goal: full for ``SPRING_HOLD`` iterations, then released linearly over as many.
+
+        The spring makes the coarse LM minimise the task error plus the prior's pull, a
+        compromise whose minimum is not on the goal: where reaching needs a long motion (a
+        PR2 hand held while the other reaches with the torso) the estimate stopped 7 mm off,
+        and the filter declared the goal out of reach. The spring has done its work (it kept
+        the first steps of a new goal near the reference) by the time it is released; the
+        null-space pull still chooses among the solutions."""
+        return float(np.clip(2.0 - goal_still / self.SPRING_HOLD, 0.0, 1.0))
+
+    def records(self, targets, tolerance, motion=None, tolerance_cost=1.0, spring_share=1.0):
         """Return the kernels' records of a refinement: the chain's bodies, columns and
         joints, the ``targets`` (with the solution ``tolerance``: position [m], orientation
-        [rad]), the steps, and the motion prior (None: the plain LM step)."""
+        [rad]), the steps, and the motion prior (None: the plain LM step) with
+        ``spring_share`` of its spring."""
         chain = self.chain
         # Everything but the goals depends on the targets' structure (kinds, links, sigmas,
         # weights, covariances, offsets) and the tolerance: built once per structure, the
@@ -295,7 +311,8 @@ class Refinement:
                     slide_min=self.SLIDE_CORRECTION, precise_fraction=self.PRECISE_FRACTION,
                     weights=motion.weights, reference=motion.reference)
                 self._prior_key = key
-            prior = MOTION.replace(self._prior, reference=motion.reference)
+            prior = MOTION.replace(self._prior, reference=motion.reference,
+                                   spring=self.SPRING * motion.spring * spring_share)
         bodies, columns, _, joints = chain.records
         return (bodies, columns, joints, targets_record, self.lm, prior)
 
