@@ -447,6 +447,25 @@ def test_row_cache_gives_every_copy_of_a_configuration_its_leaves(arm):
         np.testing.assert_array_equal(a, b)
 
 
+def test_row_cache_skips_a_cached_evaluation_of_no_configurations(arm):
+    """An SMC redraw of no rows is evaluated and cached like any other; the next partial
+    update looked for its changed rows in that empty table and raised an IndexError (a PR2
+    solve with self-collision)."""
+    urdf, chain, model, pairs = arm
+    rng = np.random.default_rng(8)
+    c = CollisionConstraint(model, pairs=pairs)
+    q = chain.random_configuration(rng, 40)
+    c.violated(chain.frames(q))
+    c.violated(chain.frames(q[:0]))
+    q2 = q.copy()
+    q2[:5] = chain.random_configuration(rng, 5)
+    frames = chain.frames(q2)
+    cached = c.violated(frames), c.residual(frames)
+    c._cache = c._rows_cache = None
+    for a, b in zip(cached, (c.violated(frames), c.residual(frames))):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_settings_are_validated():
     _, model = demo_model(ARM7_URDF)
     with pytest.raises(GoalError, match='padding must be a number >= 0'):

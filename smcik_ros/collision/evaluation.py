@@ -291,6 +291,8 @@ def _leaves_of_rows(entry, src, dst, threshold):
 
 def _match_rows(rows, table):
     """Return (found (R,), index (R,)): where each row of ``rows`` occurs in ``table``."""
+    if not len(table):          # an evaluation of no configurations is cached too
+        return np.zeros(len(rows), dtype=bool), np.zeros(len(rows), dtype=np.int64)
     width = rows.shape[1] * rows.dtype.itemsize
     key = np.ascontiguousarray(rows).view(np.dtype((np.void, width))).ravel()
     ref = np.ascontiguousarray(table).view(np.dtype((np.void, width))).ravel()
