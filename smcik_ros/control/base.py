@@ -352,7 +352,7 @@ class FigureState:
                        or _depth(c, after) > _depth(c, before)]
         if not crossed:
             return state
-        tips = self._tips_at(after)
+        tips = _tips_at(self.chain, self._tips, self.kept, after)
         if self._free is None:
             moves = np.any([self.chain.moving(c.link) for c in self.contacts + self.pins
                             + tips], axis=0)
@@ -388,18 +388,11 @@ class FigureState:
         # a torso that the pinned arm shares moved, and the goal's hand with it (PR2: an
         # answer 0.9 mm from the goal commanded 3.1-3.5 mm from it, for good). Where both
         # cannot be kept, the pins and contacts alone.
-        tips = self._tips_at(self.chain.frames(state))
+        tips = _tips_at(self.chain, self._tips, self.kept, self.chain.frames(state))
         projected, ok = project(self.chain, state, self.kept + tips)
         if tips and not ok:
             projected, _ = project(self.chain, state, self.kept)
         return self.limits.clip(self.command(projected))
-
-    def _tips_at(self, frames):
-        """Return Contacts holding the goal's tips that nothing kept holds (pins, contacts)
-        at their poses in the first configuration of ``frames``."""
-        held = {c.link for c in self.kept if isinstance(c, Contact)}
-        return [Contact(link, pose=frames.link_pose(link)[0]).bind(self.chain)
-                for link in self._tips if link not in held]
 
     def _share(self, q, v, dt, shaped, q_new, lead_box=None):
         """Return (t, over): the largest share t in [0, 1] of the correction q_new - shaped.q
@@ -435,6 +428,14 @@ class FigureState:
         """Return the counters of the projection (JSON-ready)."""
         return {'projected': self.projected, 'projection_shared': self.shared,
                 'projection_unconverged': self.unconverged}
+
+
+def _tips_at(chain, tips, kept, frames):
+    """Return Contacts holding the ``tips`` (links) that nothing ``kept`` holds (pins,
+    contacts) at their poses in the first configuration of ``frames``."""
+    held = {c.link for c in kept if isinstance(c, Contact)}
+    return [Contact(link, pose=frames.link_pose(link)[0]).bind(chain)
+            for link in tips if link not in held]
 
 
 def _depth(constraint, frames):
