@@ -279,12 +279,18 @@ class FigureState:
         return [c for c in hard if bool(np.asarray(c.violated(frames))[0])]
 
     # ------------------------------------------------------------------ projection
-    def shaper_limits(self, limits):
+    def shaper_limits(self, limits, q=None):
         """Return the limits the shaper plans within: ``limits`` less MARGIN while commands
-        are projected onto contacts (room for the correction), else ``limits`` itself."""
+        are projected onto contacts (room for the correction), else ``limits`` itself; at
+        the command q (C,), with pinned tips on a fixed base, the joints they share with
+        the goal's tips no faster than the pinned arms can follow (``_followed_share``)."""
         if not self.kept:
             return limits
-        return _scaled(limits, 1.0 - MARGIN)
+        scaled = _scaled(limits, 1.0 - MARGIN)
+        if q is None or self.floating or not self.pins:
+            return scaled
+        share = _followed_share(self.chain, q, self.pins, self._tips, scaled.velocity)
+        return scaled if share is None else replace(scaled, velocity=scaled.velocity * share)
 
     def keep(self, q, v, dt, shaped, share=False, lead_box=None):
         """Return (ShapedCommand, base (4, 4) or None) for the ``shaped`` command from the
@@ -428,6 +434,42 @@ class FigureState:
         """Return the counters of the projection (JSON-ready)."""
         return {'projected': self.projected, 'projection_shared': self.shared,
                 'projection_unconverged': self.unconverged}
+
+
+FOLLOW_SHARE = 0.3      # of a pinned arm's velocity limits that following shared joints may take
+SINGULAR_FLOOR = 1e-3   # [m or rad per rad or m] smaller singular values count as this
+
+
+def _followed_share(chain, q, pins, tips, velocity):
+    """Return (nv,) factors of the velocity limits ``velocity`` (nv,), or None (all 1): each
+    joint that a pinned tip shares with a goal's tip (a torso) at the speed from which the
+    pinned tip's own joints keep it with ``FOLLOW_SHARE`` of their velocity limits, to
+    first order at q (the inverse of their Jacobian, its singular values floored).
+
+    Moved at full speed, TIAGo dual's torso lift made the held arm's wrist roll follow at
+    its velocity limit near a singular pose; on irregular ticks the projection, capped by
+    the limits, fell behind and the held hand went 2.5-3.6 mm off its pin (offline, 2 of 4
+    seeds; 4-9 mm in the node). At 0.3 of the arm's limits: under 0.42 mm in 4 of 4, and
+    PR2's torso goals reach as fast as before (issue 32 notes, session 13). Pins on arms
+    with fewer own joints than the pin's six rows are left out (they cannot follow)."""
+    goal_path = np.zeros(chain.nv, dtype=bool)
+    pinned = {pin.link for pin in pins}
+    for link in tips:
+        if link not in pinned:
+            goal_path |= chain.moving(link)
+    factor = np.ones(chain.nv)
+    for pin in pins:
+        path = chain.moving(pin.link)
+        shared, own = path & goal_path, path & ~goal_path
+        if not shared.any() or np.count_nonzero(own) < 6:
+            continue
+        jac = chain.jacobian(q, pin.link)
+        u, sv, vt = np.linalg.svd(jac[:, own], full_matrices=False)
+        gain = np.abs(vt.T @ ((u.T @ jac[:, shared]) / np.maximum(sv, SINGULAR_FLOOR)[:, None]))
+        need = gain @ velocity[shared]      # (own,): their speeds at full shared speed
+        share = float(np.min(FOLLOW_SHARE * velocity[own] / np.maximum(need, 1e-12)))
+        factor[shared] = np.minimum(factor[shared], min(1.0, share))
+    return None if np.all(factor == 1.0) else factor
 
 
 def _tips_at(chain, tips, kept, frames):

@@ -339,6 +339,8 @@ class ControlLoop:
             shaped = self.detours.command(q, v, dt, lead_box, now, self.goal, self.ticks)
             return self._commit(shaped, now, state, lead_box)
         desired, velocity = self.stepper.follow(q, v, self.goal, now, self.ticks, new_goal)
+        if self.figure.pins:
+            self.shaper.limits = self.figure.shaper_limits(self.limits, q)
         shaped = self.shaper.step(q, v, dt, desired, lead_box, velocity)
         shaped = self.guard.admit(q, v, dt, lead_box, shaped, desired, self.goal, self.ticks)
         command = self._commit(shaped, now, state, lead_box)
