@@ -108,6 +108,7 @@ class FigureState:
         self._passive = None        # passive joints' values waiting for the next tick
         self._free = None           # ``_keep_inside``'s weights (the joints it may move)
         self._tips = []             # the tips of the goal (``pin_tips``): kept by it too
+        self._followed = (None,) * 4   # shaper_limits's last (q, pins, limits, factors)
         self.projected = 0          # commands projected
         self.shared = 0             # commands that took a share of their correction only
         self.unconverged = 0        # projections that did not reach the tolerances
@@ -289,7 +290,12 @@ class FigureState:
         scaled = _scaled(limits, 1.0 - MARGIN)
         if q is None or self.floating or not self.pins:
             return scaled
-        share = _followed_share(self.chain, q, self.pins, self._tips, scaled.velocity)
+        # Every tick with pins: at rest (the same command, pins and limits) the last factors.
+        last_q, last_pins, last_limits, share = self._followed
+        if last_pins is not self.pins or last_limits is not limits or \
+                not np.array_equal(last_q, q):
+            share = _followed_share(self.chain, q, self.pins, self._tips, scaled.velocity)
+            self._followed = (np.array(q, dtype=float), self.pins, limits, share)
         return scaled if share is None else replace(scaled, velocity=scaled.velocity * share)
 
     def keep(self, q, v, dt, shaped, share=False, lead_box=None):
