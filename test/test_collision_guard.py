@@ -636,6 +636,27 @@ def test_finer_covers_that_free_no_contact_are_not_applied(guard_and_chain, monk
     assert guard.poll()[2] and guard.constraint.contacts(q)[0][1] >= depth + 0.002
 
 
+def test_finer_covers_that_come_back_coarser_are_not_applied(guard_and_chain, monkeypatch):
+    """Covers asked for at a finer tolerance that come back coarser (made coarser for the
+    link's sphere budget: TIAGo's torso_lift_link went from 1 cm to 1.2 cm when asked for
+    6 mm) are never swapped in: each step says so and the next one is tried; the guard keeps
+    its model and constraint. Here the child's covers are three times the tolerance asked."""
+    from smcik_ros.collision.model import link_covers
+    from smcik_ros.control import cover_updates as module
+    _, chain = guard_and_chain
+    q = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
+    guard = _table_guard(chain, 0.0075)
+    model, constraint = guard.model, guard.constraint
+    monkeypatch.setattr(module, 'covers_in_child', lambda inputs: link_covers(
+        inputs[0], inputs[1], 3.0 * inputs[2], *inputs[3:])[0])
+    assert guard.start_contact_refinement(q) == ['base_link']
+    events = _updates(guard)
+    assert [(level, changed) for level, _, changed in events] == [('info', False)] * 2, events
+    for (_, text, _), step in zip(events, ('0.006', '0.004')):
+        assert f'base_link at tolerance {step} m: none finer' in text, text
+    assert guard.model is model and guard.constraint is constraint
+
+
 def test_finer_covers_from_a_child_that_dies_leave_the_guard_as_it_was(guard_and_chain,
                                                                        monkeypatch, tmp_path):
     """The contact refinement computes its covers in a child process (``covers_in_child``):

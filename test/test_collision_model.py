@@ -816,6 +816,31 @@ def test_refined_covers_are_finer_contain_the_mesh_and_leave_the_other_links(tmp
         model.refined(['link2'], 0.0005)
 
 
+def test_a_refinement_over_the_sphere_budget_keeps_the_finer_cover_it_had(tmp_path,
+                                                                          monkeypatch):
+    """A cover asked for at a finer tolerance but made coarser for its sphere budget
+    (``LINK_SPHERES``: TIAGo's torso_lift_link, 1830 spheres at 1 cm, came back at 1.2 cm
+    when asked for 6 mm) is not swapped in: ``refined`` keeps the link as it was."""
+    import smcik_ros.collision.model as model_module
+    (tmp_path / 'm').mkdir()
+    mesh_file = str(tmp_path / 'm' / 'part.stl')
+    _write_mesh(mesh_file, _mesh())
+    urdf = write_two_link_urdf(str(tmp_path), 'm/part.stl', name='budget')
+    chain = Chain.from_urdf(urdf, 'base_link', 'tool0')
+    model = CollisionModel.from_urdf(chain, urdf, tolerance=0.01, cache_dir=str(tmp_path / 'c'))
+    two = model.link_index('link2')
+    count, excess = int(model.link_count[two]), float(model.link_excess[two])
+    finer = link_covers(*model.refine_inputs(['link2'], 0.006))[0]['link2']
+    assert len(finer) > count and finer.max_excess < excess       # finer: more spheres
+    monkeypatch.setattr(model_module, 'LINK_SPHERES', count)      # 6 mm is over budget
+    over = link_covers(*model.refine_inputs(['link2'], 0.006))[0]['link2']
+    assert over.max_excess > excess, (over.max_excess, excess)    # doubled to 12 mm
+    assert model.refined(['link2'], 0.006) == (model, [])
+    monkeypatch.setattr(model_module, 'LINK_SPHERES', len(finer))
+    refined, names = model.refined(['link2'], 0.006)
+    assert names == ['link2'] and refined.link_excess[two] < excess
+
+
 def test_conventional_srdf_paths(tmp_path):
     assert conventional_srdf_path(None) is None
     (tmp_path / 'a').mkdir()

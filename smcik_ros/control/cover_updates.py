@@ -269,6 +269,10 @@ def finer_covers(model, links, q, contacts, pairs, settings, build, tolerance, t
         inputs = model.refine_inputs(links, tolerance)
         covers = covers_in_child(inputs) if inputs[0] else {}
         refined, names = model.refined(links, tolerance, covers)
+        if not names:        # none finer within its sphere budget: on to the next step
+            return {'then': then, 'text': lambda: (
+                f'covers of {", ".join(links)} at tolerance {tolerance:g} m: none finer '
+                'than before within its sphere budget; the covers stay as they were')}
         constraint = build(refined, pairs, settings)
         near = constraint.fork().contacts(q, within=CONTACT_RELEASE)   # a scene snapshot
         after = [(pair, d) for pair, d in near if d < 0.0]
