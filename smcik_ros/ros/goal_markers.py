@@ -5,8 +5,9 @@
 
 Each tip of ``tip_links`` gets one interactive marker (three arrows, three rings) on the
 ``goal_markers`` server namespace; dragging it publishes geometry_msgs/PoseStamped on
-``targets/<tip>/pose`` (at most ``rate_hz`` per tip while dragging, and once on release), in
-the marker's frame: ``world_frame`` with ``floating_base`` (the node's goals live there),
+``targets/<tip>/pose`` (``inputs.tip_topic``, as the node names it: Allegro's link_3.0_tip is
+``targets/link_3_0_tip/pose``; at most ``rate_hz`` per tip while dragging, and once on
+release), in the marker's frame: ``world_frame`` with ``floating_base`` (the node's goals live there),
 else ``base_link``. The markers start at the tips' poses: the URDF's kinematics at the first
 ``joint_states`` and, with a floating base, the first ``/smcik_node/base_pose``.
 
@@ -31,6 +32,7 @@ from visualization_msgs.msg import InteractiveMarkerFeedback
 from ..model import Chain
 from .conversions import joint_state_positions, matrix_to_pose, pose_to_matrix
 from .description import load_robot_description
+from .inputs import tip_topic
 from .interface import INPUT_QOS, JOINT_STATES_QOS
 
 __all__ = ['SERVER_NAMESPACE', 'interactive_markers_available', 'make_marker',
@@ -122,7 +124,7 @@ class GoalMarkers(Node):
         self.joints = None
         self.last_sent = {}
         self.server = InteractiveMarkerServer(self, SERVER_NAMESPACE)
-        self.publishers_ = {tip: self.create_publisher(PoseStamped, f'targets/{tip}/pose',
+        self.publishers_ = {tip: self.create_publisher(PoseStamped, tip_topic(tip, 'pose'),
                                                        INPUT_QOS) for tip in self.tips}
         self.subscriptions_ = [
             self.create_subscription(JointState, 'joint_states', self._on_joints,
