@@ -820,7 +820,8 @@ def test_a_refinement_over_the_sphere_budget_keeps_the_finer_cover_it_had(tmp_pa
                                                                           monkeypatch):
     """A cover asked for at a finer tolerance but made coarser for its sphere budget
     (``LINK_SPHERES``: TIAGo's torso_lift_link, 1830 spheres at 1 cm, came back at 1.2 cm
-    when asked for 6 mm) is not swapped in: ``refined`` keeps the link as it was."""
+    when asked for 6 mm) is not swapped in: ``refined`` keeps the link as it was; one
+    predicted to be far over it is not even computed."""
     import smcik_ros.collision.model as model_module
     (tmp_path / 'm').mkdir()
     mesh_file = str(tmp_path / 'm' / 'part.stl')
@@ -830,12 +831,15 @@ def test_a_refinement_over_the_sphere_budget_keeps_the_finer_cover_it_had(tmp_pa
     model = CollisionModel.from_urdf(chain, urdf, tolerance=0.01, cache_dir=str(tmp_path / 'c'))
     two = model.link_index('link2')
     count, excess = int(model.link_count[two]), float(model.link_excess[two])
-    finer = link_covers(*model.refine_inputs(['link2'], 0.006))[0]['link2']
+    inputs = model.refine_inputs(['link2'], 0.006)
+    finer = link_covers(*inputs)[0]['link2']
     assert len(finer) > count and finer.max_excess < excess       # finer: more spheres
     monkeypatch.setattr(model_module, 'LINK_SPHERES', count)      # 6 mm is over budget
-    over = link_covers(*model.refine_inputs(['link2'], 0.006))[0]['link2']
+    over = link_covers(*inputs)[0]['link2']
     assert over.max_excess > excess, (over.max_excess, excess)    # doubled to 12 mm
     assert model.refined(['link2'], 0.006) == (model, [])
+    monkeypatch.setattr(model_module, 'LINK_SPHERES', count // 4)  # far over: not computed
+    assert model.refine_inputs(['link2'], 0.006)[0] == {}
     monkeypatch.setattr(model_module, 'LINK_SPHERES', len(finer))
     refined, names = model.refined(['link2'], 0.006)
     assert names == ['link2'] and refined.link_excess[two] < excess
