@@ -442,7 +442,8 @@ def test_a_start_resting_in_contact_is_noted_with_its_pairs_and_the_tolerance(gu
         assert [d for _, d in contacts] == sorted(d for _, d in contacts)
         table = [(a, d) for (a, b), d in contacts if b == 't/1']
         assert table and table[0][0] == 'base_link'
-        note = guard.contact_note(q)
+        level, note = guard.contact_note(q)
+        assert level == 'warn'
         first = contacts[0]
         assert f'{first[0][0]} / {first[0][1]} {1e3 * first[1]:.1f} mm' in note
         assert 'base_link / t/1' in note and 'collision_cover_tolerance, 0.01 m' in note
@@ -518,8 +519,8 @@ def test_links_resting_in_contact_get_finer_covers_in_the_background(guard_and_c
     assert [p for p, _ in constraint.contacts(q)] == [('base_link', 't/1')]
     links = guard.start_contact_refinement(q)
     assert links == ['base_link']
-    note = guard.contact_note(q, links)
-    assert 'base_link / t/1' in note and 'tolerance 0.006 then 0.004 m' in note, note
+    level, note = guard.contact_note(q, links)
+    assert level == 'warn' and 'base_link / t/1' in note and 'tolerance 0.006 then 0.004 m' in note, note
     guard.wait_for_update(60.0)
     level, text, changed = guard.poll()
     assert (level, changed) == ('info', True) and 'at tolerance 0.006 m' in text, text
@@ -749,6 +750,29 @@ def test_scene_upkeep_notes_a_resting_contact_once_and_swaps_the_finer_covers_in
     assert 'no longer rests in contact' in lines[0][1]
     assert loop.constraints_kept == [guard.constraint] and not loop.solver_held
     assert upkeep.after_command(q) == []
+
+
+def test_parts_only_near_at_the_first_command_get_finer_covers_there(guard_and_chain):
+    """The base 13 mm above the table: its 1 cm cover is 1 mm clear, within the 5 mm of
+    ``CONTACT_RELEASE`` but not in contact. The first command refines it at once (TIAGo
+    dual's arms rest 4.5 mm from its torso; before, the first goal waited at the margin for
+    the covers a blocked goal asked for): one info line, then the finer cover, 2 mm or more
+    farther, swapped in. No Default-rule check for a pair that is not in contact."""
+    _, chain = guard_and_chain
+    q = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
+    guard = _table_guard(chain, 0.013)
+    (pair, gap), = guard.constraint.contacts(q, within=CONTACT_RELEASE)
+    assert pair == ('base_link', 't/1') and 0.0 < gap < CONTACT_RELEASE and \
+        not guard.constraint.contacts(q)
+    names = guard.start_contact_refinement(q)
+    assert names == ['base_link'] and not guard.updates.busy('smcik-default-pairs')
+    level, note = guard.contact_note(q, names)
+    assert level == 'info' and 'within 5 mm' in note and 'covers of base_link' in note, note
+    events = _updates(guard)
+    assert events and events[0][2] and 'at tolerance 0.006 m' in events[0][1], events
+    (_, farther), = guard.constraint.contacts(q, within=0.02)
+    assert farther >= gap + 0.002, (gap, farther)
+    assert guard.start_contact_refinement(q, first=False) == []      # fine enough now
 
 
 def test_a_waiting_collision_update_holds_the_solver_worker_until_it_is_applied(

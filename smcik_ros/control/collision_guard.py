@@ -303,9 +303,9 @@ class CollisionGuard:
             covers=True)
         return True
 
-    def start_contact_refinement(self, q, links=None, tolerance=None, within=0.0, skip=()):
+    def start_contact_refinement(self, q, links=None, tolerance=None, first=True, skip=()):
         """Compute again, in a thread, the covers of the links that rest in contact at q (nq,)
-        (or come closer than ``within`` [m]: an arm blocked there; none of ``skip``) at a
+        or closer than ``CONTACT_RELEASE`` to another part (none of ``skip``) at a
         finer tolerance (``finer_covers``, ``CollisionModel.refined``); ``poll`` swaps the
         model and its constraint in (the same pairs, settings and scene), then starts the
         next step: ``contact_tolerances`` (60 % of the cover tolerance, then
@@ -315,9 +315,12 @@ class CollisionGuard:
         to refine) the fine covers of the links still coarse are started
         (``start_fine_covers``: the swept ones).
 
-        At the first command (``links`` None, ``within`` 0) the pairs in contact whose URDF
-        shapes themselves intersect there, at most two joints apart, are disabled in the
-        background too (``default_pairs``: MoveIt's "Default" rule).
+        At the first command (``first``; else: a goal blocked there) the pairs in contact
+        whose URDF shapes themselves intersect there, at most two joints apart, are disabled
+        in the background too (``default_pairs``: MoveIt's "Default" rule). The pairs only
+        near at the first command are refined there too, not when a goal first meets them:
+        TIAGo dual's arms rest 4.5 mm from its torso, and the first goal for an arm waited
+        7-9 s at the margin for the covers a blocked goal asked for.
 
         Where covers, not meshes, overlap (a folded start pose, a base on its table), goals
         near the start can be out of reach, and where they only nearly touch, an arm blocked
@@ -336,9 +339,10 @@ class CollisionGuard:
         q = np.array(q, dtype=float)
         model = self.model
         if links is None:
-            contacts, tolerance = self.constraint.contacts(q, within=within), steps[0]
-            pairs = [p for p, _ in contacts if all(model.has_link(n) for n in p)]
-            if pairs and not within and self.pairs is not None:   # the first command
+            contacts = self.constraint.contacts(q, within=CONTACT_RELEASE)
+            tolerance = steps[0]
+            pairs = [p for p, d in contacts if d < 0.0 and all(model.has_link(n) for n in p)]
+            if pairs and first and self.pairs is not None:
                 self.updates.start('smcik-default-pairs', default_pairs(
                     model, q, pairs, self.srdf_parsed, self.settings, self.srdf,
                     self._build_constraint, self.summary,
@@ -505,28 +509,29 @@ class CollisionGuard:
         return report[1]
 
     def contact_note(self, q, refining=()):
-        """Return a log line when the arm rests in contact at q (nq,), else None: which
-        pairs, how deep, what the constraint allows them (docs/collision.md, "Contact
-        allowances"), and what makes the covers tighter where they are artefacts: the links
-        ``refining`` (``start_contact_refinement``) or a smaller cover tolerance."""
+        """Return the (level, text) log line of the first command at q (nq,), or None.
+        'warn' when the arm rests in contact: which pairs, how deep, what the constraint
+        allows them (docs/collision.md, "Contact allowances"), and what makes the covers
+        tighter where they are artefacts: the links ``refining`` (``start_contact_refinement``)
+        or a smaller cover tolerance. 'info' when it is only near (``refining``, no contact)."""
         if not self.has_geometry:
             return None
         contacts = self.constraint.contacts(q)
+        steps = ' then '.join(f'{t:g}' for t in contact_tolerances(self.settings))
+        computing = (f'the covers of {", ".join(refining)} are being computed again at '
+                     f'tolerance {steps} m (collision_contact_tolerance, if pairs remain; '
+                     'applied when ready) to take away what is only an overlap of the covers')
         if not contacts:
-            return None
+            return None if not refining else ('info', (
+                f'at the first command parts are within {1e3 * CONTACT_RELEASE:g} mm of '
+                f'another (padded cover distances): {computing}'))
         shown = ', '.join(f'{a} / {b} {1e3 * d:.1f} mm' for (a, b), d in contacts[:4])
         more = f' and {len(contacts) - 4} more' if len(contacts) > 4 else ''
-        if refining:
-            steps = ' then '.join(f'{t:g}' for t in contact_tolerances(self.settings))
-            tighter = (f'the covers of {", ".join(refining)} are being computed again at '
-                       f'tolerance {steps} m (collision_contact_tolerance, if pairs remain; '
-                       'applied when ready) to take away what is only an overlap of the '
-                       'covers')
-        else:
-            tighter = ('a smaller collision_cover_tolerance tightens them (e.g. 0.004 for a '
-                       'small arm folded at rest; the first start then computes finer covers)')
-        return (f'the arm rests in contact at its first command: {shown}{more} (padded cover '
-                f'distances); those pairs may stay as deep, never deeper, until '
+        tighter = computing if refining else (
+            'a smaller collision_cover_tolerance tightens them (e.g. 0.004 for a small arm '
+            'folded at rest; the first start then computes finer covers)')
+        return ('warn', f'the arm rests in contact at its first command: {shown}{more} (padded '
+                f'cover distances); those pairs may stay as deep, never deeper, until '
                 f'{1e3 * CONTACT_RELEASE:g} mm apart. Where the real parts are apart (the '
                 f'covers exceed the meshes by up to collision_cover_tolerance, '
                 f'{self.model.tolerance:g} m), {tighter}')

@@ -87,16 +87,16 @@ class SceneUpkeep:
         try:
             if guard.model.coarse_chain_links:
                 count = len(guard.constraint.contacts(q))
-                note = (f'with the coarse covers the robot rests in contact in {count} '
-                        'pair(s) at its first command: none may get deeper until the fine '
-                        'covers are in') if count else None
+                note = ('warn', f'with the coarse covers the robot rests in contact in '
+                        f'{count} pair(s) at its first command: none may get deeper until '
+                        'the fine covers are in') if count else None
             else:
                 # Then the swept links' fine covers (a head, fingers), if coarse.
                 note = guard.contact_note(q, guard.start_contact_refinement(q))
         except Exception as exc:      # never in the way of the command stream
             self.report('warn', 'contact_note', f'contact check failed ({exc})', exc)
             return []
-        return [] if note is None else [('warn', note)]
+        return [] if note is None else [note]
 
     def _refine_blocked(self, q):
         """While the loop's goal is blocked (a validator refused a motion, or the solver
@@ -115,8 +115,7 @@ class SceneUpkeep:
             return []
         self._next_look = loop.ticks + BLOCKED_TICKS
         try:
-            names = self.guard.start_contact_refinement(q, within=CONTACT_RELEASE,
-                                                        skip=self.refined)
+            names = self.guard.start_contact_refinement(q, first=False, skip=self.refined)
         except Exception as exc:      # never in the way of the command stream
             self.report('warn', 'blocked_refinement', f'blocked-goal cover check failed '
                         f'({exc})', exc)
