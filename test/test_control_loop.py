@@ -1209,6 +1209,41 @@ def test_an_arm_that_serves_only_a_held_tip_stays_still(seed):
     assert v_ratio <= 1 + SLACK and a_ratio <= 1 + SLACK
 
 
+def test_a_new_goal_says_which_tips_move_on_to_an_earlier_goal_not_reached(two_tips):
+    """Each tip keeps its goal until it is reached or released, also while a goal for
+    another tip runs: the node says which ones move on (a judge or a user watching that
+    hand sees it move during the other's goal), and nothing for a tip already there."""
+    chain = two_tips
+    log = Log()
+    loop, _ = make_loop(chain, solver=make_solver('smc', chain, seed=4), log=log)
+    stream = Stream(loop, seed=4)
+    start = chain.neutral_configuration()
+    stream.measure(start)
+    stream.tick()
+    left = [chain.joint_index(n) for n in chain.joint_names if n.startswith('left_')]
+    far = start.copy()
+    far[left] += 0.8                               # the left arm's own joints reach it
+    far = chain.clip(far)
+    loop.offer_goal('pose', chain.fk(far, 'left_tool'), '', None, stream.t, tip='left_tool')
+    stream.run(5, follower(1))                     # left on its way, far from its goal
+    assert not loop.goal_reached and loop.tip_errors[0][0] > 0.01
+    loop.offer_goal('pose', chain.fk(start, 'right_tool'), '', None, stream.t,
+                    tip='right_tool')
+    stream.run(2, follower(1))
+    kept = [text for _, key, text, _ in log.events if key == 'goal_kept']
+    assert len(kept) == 1 and kept[0].startswith('left_tool keep(s) an earlier goal'), kept
+    assert 'during goal 2' in kept[0] and 'targets/<tip>/pose releases' in kept[0]
+    for _ in range(1500):
+        stream.run(1, follower(1))
+        if loop.goal_reached:
+            break
+    assert loop.goal_reached, loop.tip_errors
+    loop.offer_goal('pose', chain.fk(start, 'right_tool'), '', None, stream.t,
+                    tip='right_tool')               # left is there now: nothing to say
+    stream.run(2, follower(1))
+    assert len([key for key in log.keys() if key == 'goal_kept']) == 1
+
+
 def test_both_tips_reach_then_a_release_rests_the_tree(two_tips):
     chain = two_tips
     loop, limits = make_loop(chain, solver=make_solver('smc', chain, seed=3))

@@ -29,7 +29,7 @@ import numpy as np
 from ..errors import GoalError, ParameterError
 from ..goals import PoseTarget, PositionTarget, covariance_to_base
 
-__all__ = ['Goal', 'TipGoal', 'GoalInbox']
+__all__ = ['Goal', 'TipGoal', 'GoalInbox', 'kept_goals']
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,17 @@ class Goal:
         display = np.asarray(self.display)
         point = display[:3, 3] if display.shape == (4, 4) else display
         return f'position {np.array2string(point, precision=3)} m in {frame}'
+
+
+def kept_goals(goal, previous, tip_errors, tolerances):
+    """Return the tips that keep, in the new ``goal``, the very goal they had in ``previous``
+    and are not within ``tolerances`` (position [m], orientation [rad]) of it by
+    ``tip_errors`` (per tip, at the command): they move on towards it while the new goal
+    runs, since each tip has its own slot until it is released."""
+    if previous is None or len(tip_errors) != len(goal.tips):
+        return []
+    return [goal.tips[k].tip for k in goal.goal_tips if previous.tips[k] is goal.tips[k]
+            and not (tip_errors[k][0] <= tolerances[0] and tip_errors[k][1] <= tolerances[1])]
 
 
 class GoalInbox:

@@ -40,7 +40,7 @@ from ..solvers.base import StateKey, goal_signature
 from .arm_state import ArmMonitor, ArmSettings, ArmState, initial_configuration
 from .detour import DetourDrive
 from .frames import FrameResolver
-from .goal_inbox import GoalInbox
+from .goal_inbox import GoalInbox, kept_goals
 from .base import FigureState
 from .guard import MotionGuard
 from .limits import commanded
@@ -374,6 +374,13 @@ class ControlLoop:
             else:
                 self.report('info', 'goal', f'goal {goal.sequence} from {goal.source}: '
                             f'{goal.summary(self.chain.base_link)}', interval=0.5)
+                kept = kept_goals(goal, previous, self.tip_errors, self.tolerances)
+                if kept:
+                    self.report('info', 'goal_kept', (
+                        f'{", ".join(kept)} keep(s) an earlier goal, not reached yet, and '
+                        f'move(s) on towards it during goal {goal.sequence}; an empty '
+                        'PoseStamped on targets/<tip>/pose releases a tip (it then holds '
+                        'where it is)'), interval=0.5)
         self.goal, self.goal_reached = goal, False
         if len(self.inbox.tip_links) > 1:
             self.figure.pin_tips(goal, previous, self.q, self.tolerances)
