@@ -127,9 +127,23 @@ def test_a_package_beside_the_urdfs_own_is_found(tmp_path, monkeypatch):
     _check_model_contains_meshes(urdf, path, {'package://arm_meshes': str(meshes)})
     deep = urdf_dir / 'a' / 'b'                     # src is SIBLING_LEVELS + 1 up
     assert collision_model.SIBLING_LEVELS == 3
-    with pytest.raises(ModelError, match='nor a directory beside the ancestors up to 3'):
+    with pytest.raises(ModelError, match='nor a directory in the ancestors up to 3'):
         resolve_mesh_uri('package://arm_meshes/meshes/part.stl', str(deep))
     assert resolve_mesh_uri('package://arm_meshes/meshes/part.stl', str(urdf_dir / 'a')) == path
+
+
+def test_a_package_in_the_urdfs_own_directory_is_found(tmp_path, monkeypatch):
+    """pybullet_data's xarm: xarm/xarm6_robot.urdf refers to package://xarm_description/...,
+    a directory in the URDF's own directory (no package.xml). All six of its links' meshes
+    went unread, and the arm ran without self-collision checks."""
+    monkeypatch.delenv('AMENT_PREFIX_PATH', raising=False)
+    urdf_dir = tmp_path / 'xarm'
+    meshes = _package(urdf_dir, name='xarm_description', dirname=None, package_xml=False)
+    path = str(meshes / 'meshes' / 'part.stl')
+    _write_mesh(path, _mesh())
+    urdf = write_two_link_urdf(str(urdf_dir), 'package://xarm_description/meshes/part.stl',
+                               name='inside')
+    _check_model_contains_meshes(urdf, path, {'package://xarm_description': str(meshes)})
 
 
 def test_ament_index_is_used_when_it_knows_the_package(tmp_path, monkeypatch):

@@ -455,7 +455,8 @@ def resolve_mesh_uri(uri, urdf_dir=None, package_paths=()):
     NAME is known), then ``DIR/NAME/rest`` (or ``DIR/X/rest`` where DIR/X/package.xml names
     NAME) for each DIR of ``package_paths``, then the ancestors of ``urdf_dir`` (a directory
     named NAME or whose package.xml names NAME) and, up to ``SIBLING_LEVELS`` levels up, the
-    directories beside them (a package next to the URDF's own in an unsourced workspace).
+    directories in them (a package in the URDF's directory, as pybullet_data's xarm keeps
+    xarm_description; a package next to the URDF's own in an unsourced workspace).
     ``file://PATH`` and plain paths: absolute, or relative to ``urdf_dir`` (default: the
     current directory).
     """
@@ -492,18 +493,19 @@ def resolve_mesh_uri(uri, urdf_dir=None, package_paths=()):
                 tried.append(path)
                 if os.path.isfile(path):
                     return path
-            parent = os.path.dirname(ancestor)
-            if parent == ancestor:
-                break
-            ancestor, level = parent, level + 1
             if level <= SIBLING_LEVELS:
-                # A package beside the URDF's own (a workspace's src/ that is not sourced).
+                # A package in the URDF's directory (pybullet_data's xarm/xarm_description)
+                # or beside an ancestor (a workspace's src/ that is not sourced).
                 for root in _package_roots(ancestor, name):
                     path = os.path.join(root, sub)
                     if os.path.isfile(path):
                         return path
+            parent = os.path.dirname(ancestor)
+            if parent == ancestor:
+                break
+            ancestor, level = parent, level + 1
         tried.append(f'no ancestor of {urdf_dir!r} named {name!r} (or whose package.xml names '
-                     f'it) holds it, nor a directory beside the ancestors up to '
+                     f'it) holds it, nor a directory in the ancestors up to '
                      f'{SIBLING_LEVELS} levels up')
         raise ModelError(f'mesh {uri!r} not found; looked in: ' + '; '.join(tried) +
                          '. Set package_paths to a directory containing the package '
