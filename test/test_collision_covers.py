@@ -114,6 +114,33 @@ def test_non_watertight_mesh_is_covered_through_its_hull():
     assert inside_cover(surface_points(open_tube, 5000), cover.centers, cover.radii).all()
 
 
+def _turned(angle, offset=0.06):
+    """(4, 4): a turn by ``angle`` [rad] about the z axis through (offset, 0, 0)."""
+    c, s = np.cos(angle), np.sin(angle)
+    pose = np.eye(4)
+    pose[:2, :2] = [[c, -s], [s, c]]
+    pose[:2, 3] = [offset - c * offset, -s * offset]
+    return pose
+
+
+def test_a_swept_cover_holds_every_pose_and_its_excess_bounds_the_union():
+    """A finger-like box swept over 1.2 rad about an offset axis (16 poses, as a gripper
+    finger's sweep): the surface at every pose and on the straight way between consecutive
+    poses is inside the cover, and each sphere's recorded excess is at least its radius less
+    its centre's depth in the union of all the copies (the depths are lower bounds)."""
+    box = trimesh.creation.box((0.08, 0.02, 0.03))
+    poses = np.array([_turned(a) for a in np.linspace(0.0, 1.2, 16)])
+    cover = cover_mesh(box.vertices, box.faces, 0.006, poses=poses, cache_dir='')
+    pts = surface_points(box, 1500, seed=2)
+    placed = np.einsum('kij,pj->kpi', poses[:, :3, :3], pts) + poses[:, None, :3, 3]
+    between = 0.5 * (placed[:-1] + placed[1:])
+    assert inside_cover(np.vstack([placed.reshape(-1, 3), between.reshape(-1, 3)]),
+                        cover.centers, cover.radii).all()
+    copies = [box.copy().apply_transform(pose) for pose in poses]
+    depth = np.max([trimesh.proximity.signed_distance(m, cover.centers) for m in copies], 0)
+    np.testing.assert_array_less(cover.radii - depth, cover.excess + 1e-9)
+
+
 def test_bisection_tiles_every_triangle_with_short_edges():
     rng = np.random.default_rng(3)
     tris = rng.normal(size=(30, 3, 3)) * [1.0, 0.02, 0.3]     # slivers included

@@ -218,8 +218,10 @@ def _compute_cover(vertices, faces, tolerance, item_edge, poses, rotation_sag):
     if poses is None:
         poses = np.eye(4)[None]
     copies = len(poses)
-    # Depths and candidates come from at most 9 of the poses (the union of fewer copies is
-    # smaller, so its depth is still a lower bound: the excess bound stays valid).
+    # Candidates come from at most 9 of the poses. A candidate's depth is its depth in its
+    # own copy, a lower bound of its depth in the union of the copies: the radius bound and
+    # the excess bound stay valid (the union's depth, 9 copies x 9 poses of queries, took
+    # 3.3 s of 7.3 s for Talos's swept gripper link at 6 mm; 2 % more spheres without it).
     sample = np.unique(np.linspace(0, copies - 1, min(copies, 9)).round().astype(int))
     moved = [mesh.copy().apply_transform(poses[k]) for k in sample]
 
@@ -252,7 +254,7 @@ def _compute_cover(vertices, faces, tolerance, item_edge, poses, rotation_sag):
     local = local[smallest_per_group(-score, *cell.T)]
     cand = (np.einsum('kij,pj->kpi', rot[sample], local) + trans[sample][:, None, :]) \
         .reshape(-1, 3)
-    depth = _depth(moved, cand)
+    depth = np.tile(_depth([mesh], local), len(sample))       # pose-major, as cand
     keep = depth + tolerance > 0.0
     cand, depth = cand[keep], depth[keep]
 
