@@ -186,3 +186,37 @@ def test_a_refused_estimate_is_replaced_by_an_accepted_motion_no_farther_or_a_br
         assert stepper.forgotten == 1 and len(stepper.resets) == 1
         np.testing.assert_array_equal(stepper.resets[0], stop)
     assert guard.refusal(7 + 3)['ticks_ago'] == 3 and guard.refusal(7 + 3, within=2) is None
+
+
+def test_the_fallback_takes_the_first_free_candidate_and_checks_none_after_it(arm7):
+    """Candidates are checked in order, in batches of 1, 2, 4, ...: with only the third
+    free, the guard moves towards the third and never checks the fourth and later (a
+    check of a whole-body motion costs 0.1-1 s of a tick on a robot with fine covers)."""
+    rng = np.random.default_rng(3)
+    chain = arm7
+    limits = make_limits(chain.n, rng, span=(2.5, 3.0))
+    shaper = CommandShaper(limits)
+    particles = chain.clip(rng.uniform(-1.5, 1.5, (40, chain.n)))
+    stepper = Stepper({'map': particles[0], 'particles': particles,
+                       'weights': rng.uniform(size=40)})
+    checked = []
+
+    def third_free(q_from, q_tos):
+        checked.extend(q_tos)
+        return np.array([len(checked) - len(q_tos) + k + 1 >= 3 for k in range(len(q_tos))])
+    validator = Refusing(0, 0.0, batched=False)
+    validator.check_many = third_free
+    guard = MotionGuard(chain, limits, shaper, stepper, _quiet, [validator], 8)
+    q = chain.clip(rng.uniform(-1.0, 1.0, chain.n))
+    v = np.zeros(chain.n)
+    box = (q - 0.15, q + 0.15)
+    desired = chain.clip(rng.uniform(-1.5, 1.5, chain.n))
+    guard.validated = (q, q)
+    validator.refuse_next = True
+    out = guard.admit(q, v, RATE_DT, box, shaper.step(q, v, RATE_DT, desired, box), desired,
+                      None, 1)
+    third = guard._candidates(q, desired)[2]
+    expected = shaper.step(q, v, RATE_DT, third, box)
+    assert guard.fallbacks == 1 and len(checked) == 3
+    np.testing.assert_array_equal(out.q, expected.q)
+    np.testing.assert_array_equal(checked[2], shaper.stopping_point(expected.q, expected.v))
