@@ -189,12 +189,21 @@ class _PickleHandler(logging.Handler):
             os._exit(1)
 
 
+CHILD_NICENESS = 10     # the covers take the CPU the control loop leaves (os.nice)
+
+
 def child_covers():
     """The child process of ``covers_in_child``: for each job, read the inputs on stdin and
     send the log lines and the covers (or the error) on stdout; end when stdin closes. A
     Ctrl-C in the terminal reaches the whole process group: the parent decides when this
-    ends, so SIGINT is ignored here."""
+    ends, so SIGINT is ignored here. It runs at a lower priority (``CHILD_NICENESS``): its
+    seconds of covers are background work, and on a two-core computer they competed as
+    equals with the control tick and the solver's thread."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        os.nice(CHILD_NICENESS)
+    except OSError:          # not permitted here: the same priority as the node
+        pass
     out, stdin = sys.stdout.buffer, sys.stdin.buffer
     sys.stdout = sys.stderr          # stray prints must not corrupt the stream
     handler = _PickleHandler(out)
