@@ -252,3 +252,17 @@ def test_best_fit_matches_every_pair_compared(width):
     fitted = expected >= 0
     np.testing.assert_array_equal(far[fitted], all_far[expected[fitted], fitted])
     assert 0 < fitted.sum() < len(items)       # both cases occur
+
+
+def test_the_cover_kernels_warmed_at_set_up_are_the_ones_a_cover_calls():
+    """``compile_cover_kernels`` (run by ``./smcik`` when it creates the environment) gives
+    the kernels the very types a cover computation uses: a swept and a fixed cover after it
+    compile nothing more (else the covers' child process of a first start compiles them)."""
+    from smcik_ros.kernels.cover import ball_containment, best_fit, compile_cover_kernels
+    compile_cover_kernels()
+    before = (len(ball_containment.signatures), len(best_fit.signatures))
+    box = trimesh.creation.box((0.05, 0.02, 0.03))
+    cover_mesh(box.vertices, box.faces, 0.01, cache_dir='')
+    cover_mesh(box.vertices, box.faces, 0.01, cache_dir='',
+               poses=np.array([_turned(a) for a in (0.0, 0.3, 0.6)]))
+    assert (len(ball_containment.signatures), len(best_fit.signatures)) == before

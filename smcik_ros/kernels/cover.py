@@ -10,7 +10,7 @@ import numpy as np
 
 from .jit import njit
 
-__all__ = ['ball_containment', 'best_fit']
+__all__ = ['ball_containment', 'best_fit', 'compile_cover_kernels']
 
 
 @njit(cache=True)
@@ -204,3 +204,15 @@ def best_fit(centers, depths, items, means, tolerance, size):
                     if cost <= tolerance + 1e-12 and cost < best_cost[i]:
                         best[i], best_cost[i], best_far[i] = c, cost, far
     return best, best_far
+
+
+def compile_cover_kernels():
+    """Call both kernels once on tiny inputs of the types ``collision.covers`` gives them
+    (compiled, or loaded from numba's cache). The ``smcik`` script does it when it creates
+    the environment: the covers' child process of a first start otherwise compiled them
+    before its first cover (6.6 s, measured with an empty NUMBA_CACHE_DIR)."""
+    items = np.zeros((2, 3, 3))
+    means, spread = items.mean(axis=1), np.zeros(2)
+    centers = np.zeros((1, 3))
+    ball_containment(centers, np.ones(1), items, means, spread, 0.1)
+    best_fit(centers, np.zeros(1), items, means, 0.01, 0.1)
