@@ -369,12 +369,12 @@ class FilterModel:
                 break
             idx = np.flatnonzero(bad)
             particles[idx] = self.propagate(prev[idx], scale[idx], rng)
-            if self.projects:
-                particles[idx], _ = project(self.chain, particles[idx], self.hard,
-                                            iterations=self.PROJECTION_ITERATIONS)
+            if self.projects:      # its ``kept`` is ``violated``'s answer (every hard one)
+                particles[idx], kept = project(self.chain, particles[idx], self.hard,
+                                               iterations=self.PROJECTION_ITERATIONS)
             sub = self.chain.frames(particles[idx])
             _assign_frames(frames, idx, sub, particles)
-            bad[idx] = self.violated(sub)
+            bad[idx] = ~kept if self.projects else self.violated(sub)
         if bad.any():
             idx = np.flatnonzero(bad)
             particles[idx] = prev[idx]
