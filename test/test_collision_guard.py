@@ -810,6 +810,7 @@ def test_a_waiting_collision_update_holds_the_solver_worker_until_it_is_applied(
     _, chain = guard_and_chain
     q, guard, loop, upkeep, _ = _upkeep_on_table(chain)
     loop.set_constraints([guard.constraint])
+    loop.stepper.worker.side_share = 1.0     # side work behind every step, searching or not
     stream, arm = Stream(loop, seed=1), follower(1)
     stream.measure(q)
     stream.tick()

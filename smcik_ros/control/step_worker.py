@@ -9,7 +9,8 @@ in the order they were handed over:
   starts it waits at most its budget; while it runs on, the ticks carry the solver's last
   answer on, shaped, limited and validated as between two solver steps (``ControlLoop``,
   ``solver_thread``).
-- ``beside``: side work (markers, alternatives), one batch at a time.
+- ``beside``: side work (markers, alternatives), one batch at a time; while the solver
+  searches (not settled on its goal), at most ``SIDE_SHARE`` of the worker's time.
 
 The tick never waits for the worker: a reset of the solver (a hold, a resync, a detour's
 end) drops the running step's answer (``discard``) and runs behind it in the worker, and the
@@ -36,6 +37,12 @@ __all__ = ['StepWorker', 'SWITCH_INTERVAL']
 # up for 5 ms each time by a busy thread. Node at rate_hz 500 with new goals (2 cores):
 # 0.1 ms 472-483 Hz at 62-70 % CPU, 0.5 ms 487 Hz at 55 %, 1 ms 483-488 Hz at 57-59 %.
 SWITCH_INTERVAL = 0.0005
+# While the solver has not settled on its goal, side work takes at most this share of the
+# worker's time: a batch that took d seconds is followed by the next one d (1 / share - 1)
+# later at the soonest. Talos whole-body goals in the black box (2 cores): markers (11 ms)
+# at 10 Hz and alternatives (31 ms) at 5 Hz took 27 % of the worker, its steps 54 %, and
+# the solver made 3-5 steps a second; on the demo arm a batch of 1-3 ms is not held back.
+SIDE_SHARE = 0.1
 
 
 class StepWorker:
@@ -45,15 +52,18 @@ class StepWorker:
     ``wait(timeout)`` waits for it (None: as long as it takes) and returns ``done``;
     ``take()`` returns ``(tag, result)`` and forgets the step, raising its exception if it
     raised; ``discard()`` forgets it without waiting (what it raises is kept for
-    ``dropped_errors()``). ``beside(fn)`` queues side work behind a running step (False
-    while an earlier batch has not finished); ``side_errors()`` returns and clears what side
-    work raised.
+    ``dropped_errors()``). ``beside(fn, searching)`` queues side work behind a running step
+    (False while an earlier batch has not finished, or while searching too soon after it);
+    ``side_errors()`` returns and clears what side work raised. clock: seconds (monotonic).
     ``settle()`` waits until nothing runs; ``close()`` also ends the thread. ``cpu_time``:
     the CPU seconds the thread spent on steps and side work so far.
     """
 
-    def __init__(self, name='smcik_solver'):
+    def __init__(self, name='smcik_solver', clock=time.perf_counter):
         self._name = name
+        self._clock = clock
+        self.side_share = SIDE_SHARE      # (1.0: side work whenever the worker is free)
+        self._side_free = -float('inf')   # [s] on ``clock``: when side work may run again
         self._pool = None
         self._ident = None
         self._future = None
@@ -107,9 +117,13 @@ class StepWorker:
         self._future = self._submit(self._timed, fn, *args)
         self.calls += 1
 
-    def beside(self, fn):
-        """Queue ``fn()`` (side work) in the worker; False if the last batch is not done."""
+    def beside(self, fn, searching=False):
+        """Queue ``fn()`` (side work) in the worker; False if the last batch is not done, or
+        (``searching``: the solver has not settled on its goal) if it is too soon after it
+        (``side_share``, default ``SIDE_SHARE``)."""
         if self._side is not None and not self._side.done():
+            return False
+        if searching and self._clock() < self._side_free:
             return False
         self._side = self._submit(self._run_side, fn)
         return True
@@ -122,10 +136,14 @@ class StepWorker:
             self.cpu_time += time.thread_time() - started
 
     def _run_side(self, fn):
+        started = self._clock()
         try:
             self._timed(fn)
         except Exception as exc:     # the jobs report their own; this is the last resort
             self._side_errors.append(exc)
+        finally:
+            ended = self._clock()
+            self._side_free = ended + (ended - started) * (1.0 / self.side_share - 1.0)
 
     def side_errors(self):
         errors, self._side_errors = self._side_errors, []

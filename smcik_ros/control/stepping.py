@@ -118,9 +118,11 @@ class SolverStepper:
 
     def beside(self, fn):
         """Run ``fn()`` in the worker thread, after a running step (side work that reads the
-        solver: markers, alternatives). Returns False without ``solver_thread`` or while the
-        last batch has not finished (run it later)."""
-        return self.worker is not None and not self.held and self.worker.beside(fn)
+        solver: markers, alternatives). Returns False without ``solver_thread``, while the
+        last batch has not finished, or while the solver searches (not ``settled``) and side
+        work had its share (``step_worker.SIDE_SHARE``): run it later."""
+        searching = not self.step_info.get('settled', False)    # of the last answer taken
+        return self.worker is not None and not self.held and self.worker.beside(fn, searching)
 
     def settle(self):
         """Wait until the worker thread is idle (before changing what side work reads)."""
@@ -229,7 +231,8 @@ class SolverStepper:
 
     def _step_job(self, solver, goal, now, reference=None, pins=()):
         """One solver step and its observers (in the worker thread with ``solver_thread``);
-        return (estimate, a copy of the solver's ``last_info`` after it). ``reference``: the
+        return (estimate, a copy of the solver's ``last_info`` after it, with ``settled``: the
+        solver's own after the step, read here where it cannot change). ``reference``: the
         command the solver's constraint twins compare with (set here, in the worker, with a
         new snapshot of the scene, where side work cannot be reading them). ``pins``: the
         figure's pinned tips (hard Contacts), which the solver holds as the commands do: held
@@ -247,7 +250,8 @@ class SolverStepper:
         estimate = solver.step(goal.terms)
         for observe in self.step_observers:
             observe(solver, goal, now)
-        return estimate, dict(getattr(solver, 'last_info', None) or {})
+        return estimate, dict(getattr(solver, 'last_info', None) or {},
+                              settled=bool(getattr(solver, 'settled', False)))
 
     def _take(self, result, q, previous, stamp):
         """Return (desired, velocity) from the (estimate, info) of a solver step started at
