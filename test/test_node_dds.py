@@ -535,8 +535,8 @@ def test_bad_parameters_are_refused_with_a_reason(system):
     assert not unknown.successful
     assert "unknown solver 'no_such_solver'" in unknown.reason
     assert all(name in unknown.reason for name in available_solvers())
-    (bad,) = set_parameters(probe, [Parameter('smc.num_particles', value=0)])
-    assert not bad.successful and 'num_particles must be >= 1' in bad.reason
+    (bad,) = set_parameters(probe, [Parameter('smc.num_particles', value=-1)])
+    assert not bad.successful and 'num_particles must be >= 0' in bad.reason
     (command,) = set_parameters(probe, [Parameter('command_type', value='torque')])
     assert not command.successful and 'joint_state' in command.reason
     (read_only,) = set_parameters(probe, [Parameter('tip_link', value='link5')])

@@ -1,6 +1,8 @@
 """The SMC IK filter: QuTem statistics, reproducibility, limits, success rates over seeds,
 minimal motion, branch continuity, alternatives, the policies of filter_step."""
 
+import os
+
 import numpy as np
 import pytest
 from scipy.optimize import least_squares, minimize
@@ -125,7 +127,7 @@ def test_particles_map_and_estimate_never_leave_joint_limits(arm7, settings):
             assert arm7.within_limits(info['map'])
             assert arm7.within_limits(info['particles']).all()
             assert np.all(np.isfinite(info['particles']))
-        assert 1.0 <= info['ess'] <= solver.settings.num_particles + 1e-9
+        assert 1.0 <= info['ess'] <= len(info['particles']) + 1e-9
     # A reset outside the limits is projected inside.
     solver.reset(arm7.upper + rng.uniform(0.1, 1.0, size=7))
     assert arm7.within_limits(solver.estimate)
@@ -475,8 +477,8 @@ def test_timeout_returns_best_so_far(arm7):
 def test_settings_are_validated_with_helpful_messages(arm7):
     with pytest.raises(ParameterError, match='valid settings: .*num_particles'):
         make_solver('smc', arm7, num_particle=10)
-    with pytest.raises(ParameterError, match='num_particles must be >= 1'):
-        make_solver('smc', arm7, num_particles=0)
+    with pytest.raises(ParameterError, match='num_particles must be >= 0'):
+        make_solver('smc', arm7, num_particles=-1)
     with pytest.raises(ParameterError, match='smoothing_alpha'):
         make_solver('smc', arm7, smoothing_alpha=1.5)
     with pytest.raises(ParameterError, match='must be an integer'):
@@ -1230,3 +1232,23 @@ def test_a_slow_prismatic_joint_is_left_where_it_is_when_the_arm_reaches_alone()
         moved.append(abs(q[0] - q0[0]))
     assert reached == 10 and max(moved) < 2e-3, f'{reached} of 10 reached, the rail moved ' \
         f'{1e3 * max(moved):.1f} mm'
+
+
+def test_the_default_particle_count_follows_the_size_of_the_state(arm7):
+    """num_particles 0 (the default): 100 particles for an arm, 50 for a state of more than
+    20 tangent entries (a humanoid with its floating base: a step costs about N x nv); a
+    number given is taken as it is, for any chain."""
+    from smcik_ros.model import Chain
+    from smcik_ros.solvers.smc.settings import WHOLE_FIGURE_DIMENSIONS
+    from conftest import ROOT
+    figure = Chain.from_urdf(os.path.join(ROOT, 'urdf', 'smcik_figure.urdf'), 'pelvis',
+                             ['left_hand', 'right_hand', 'left_foot', 'right_foot'],
+                             floating_base=True)
+    assert arm7.nv <= WHOLE_FIGURE_DIMENSIONS < figure.nv
+    for chain, default in ((arm7, 100), (figure, 50)):
+        solver = make_solver('smc', chain, seed=0)
+        solver.reset(chain.neutral_configuration())
+        goal = chain.fk(chain.neutral_configuration(), chain.tip_links[0])[:3, 3]
+        solver.step([PositionTarget(goal, link=chain.tip_links[0])])
+        assert len(solver.last_info['particles']) == default
+        assert len(make_solver('smc', chain, seed=0, num_particles=70).state.particles) == 70

@@ -48,8 +48,8 @@ def test_values_become_settings_and_changes_are_found():
     assert solver.settings.joint_noise_per_joint == (0.05,) * 7
     with pytest.raises(ParameterError, match="unknown solver 'nope'; available solvers: smc"):
         make_solver_from(fields, 'nope', chain, values)
-    with pytest.raises(ParameterError, match='num_particles must be >= 1'):
-        make_solver_from(fields, 'smc', chain, dict(values, **{'smc.num_particles': 0}))
+    with pytest.raises(ParameterError, match='num_particles must be >= 0'):
+        make_solver_from(fields, 'smc', chain, dict(values, **{'smc.num_particles': -1}))
 
 
 def test_settings_yaml_lists_every_solver_block():

@@ -4,14 +4,31 @@ from dataclasses import dataclass
 
 from ..base import SolverSettings, _check, check_fields
 
-__all__ = ['SmcSettings']
+__all__ = ['SmcSettings', 'particle_count', 'WHOLE_FIGURE_DIMENSIONS']
+
+# A state of more tangent dimensions than this (a humanoid with its floating base: Talos 34)
+# gets FIGURE_PARTICLES by default, not ARM_PARTICLES: a step costs about N x nv, and a
+# Talos whole-body step took 87 ms at 100 particles (offline, idle), so the node made 3-5
+# steps a second on two cores; at 50, 2 of 3 and 3 of 3 goals reached in as many steps or
+# fewer on three goals (issue 32, session 15).
+WHOLE_FIGURE_DIMENSIONS = 20
+ARM_PARTICLES = 100
+FIGURE_PARTICLES = 50
+
+
+def particle_count(settings, nv):
+    """Return N: ``settings.num_particles``, or for 0 (the default) ARM_PARTICLES, or
+    FIGURE_PARTICLES for a state of more than WHOLE_FIGURE_DIMENSIONS tangent entries nv."""
+    if settings.num_particles:
+        return int(settings.num_particles)
+    return FIGURE_PARTICLES if nv > WHOLE_FIGURE_DIMENSIONS else ARM_PARTICLES
 
 
 @dataclass(frozen=True)
 class SmcSettings(SolverSettings):
     """Settings of the SMC IK filter (field names are the ROS parameter names)."""
 
-    num_particles: int = 100            # N, particles
+    num_particles: int = 0              # N, particles; 0: 100, or 50 over 20 state dims
     seed: int = -1                      # random seed; -1: fresh entropy each construction
     joint_noise: float = 0.1            # [rad] std of the revolute random walk per iteration
     prismatic_noise: float = 0.02       # [m] std of the prismatic random walk (less if slow)
@@ -57,8 +74,8 @@ class SmcSettings(SolverSettings):
     hold_patience: int = 4              # iterations without progress before leaving the branch
 
     def validate(self):
-        check_fields(self, '>= 1', 'num_particles', 'refine_steps', 'seed_steps', 'hold_patience',
-                     'anneal_initial')
+        check_fields(self, '>= 1', 'refine_steps', 'seed_steps', 'hold_patience', 'anneal_initial')
+        check_fields(self, '>= 0', 'num_particles', note=' (0: by the state\'s size)')
         check_fields(self, '>= -1', 'seed', note=' (-1: fresh entropy)')
         check_fields(self, '> 0', 'joint_noise', 'prismatic_noise', 'ball_noise', 'sigma_position',
                      'sigma_orientation', 'solution_tolerance_position',
@@ -73,9 +90,9 @@ class SmcSettings(SolverSettings):
         check_fields(self, '>= 0', 'restart_after', 'seed_rows', 'search_count', note=' (0: off)')
         check_fields(self, '>= 0', 'search_batch', note=' (0: every searcher each iteration)')
         check_fields(self, '>= 0', 'online_restart_limit', note=' (0: no limit)')
-        _check(0 <= self.refine_count <= self.num_particles,
-               f'refine_count must be in [0, num_particles={self.num_particles}]; '
-               f'got {self.refine_count}')
+        fewest = self.num_particles or FIGURE_PARTICLES
+        _check(0 <= self.refine_count <= fewest,
+               f'refine_count must be in [0, num_particles={fewest}]; got {self.refine_count}')
         _check(self.keep_map or not self.branch_hold,
                'branch_hold needs keep_map (the held particle is carried over without noise); '
                'set keep_map: true or branch_hold: false')

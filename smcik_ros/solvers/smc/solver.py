@@ -22,7 +22,7 @@ from .branches import Branches
 from .filter import FilterModel, FilterState, Policies, feasible, filter_step, mean_log_weight
 from .policies import (BranchHold, MinimalMotion, NearestSearch, Recovery, Refinement,
                        Restarts, SeedFirst)
-from .settings import SmcSettings
+from .settings import SmcSettings, particle_count
 
 __all__ = ['SmcSettings', 'SmcSolver']
 
@@ -77,7 +77,7 @@ class SmcSolver(Solver):
     def _on_settings_changed(self):
         state = self.state
         self._configure()
-        n = self.settings.num_particles
+        n = particle_count(self.settings, self.chain.nv)
         if n != len(state.particles):
             # Keep the estimate's particle (it becomes 0), then the heaviest others.
             order = np.argsort(-state.logw, kind='stable')
@@ -98,7 +98,7 @@ class SmcSolver(Solver):
         there cost a tenth of such a solve (the kernel ran slower after it)."""
         if self._state is None:
             q = self._reset_q
-            particles = np.empty((self.settings.num_particles, len(q)))
+            particles = np.empty((particle_count(self.settings, self.chain.nv), len(q)))
             particles[:] = q
             self._state = FilterState(particles, np.zeros(len(particles)), 0)
         return self._state
@@ -283,7 +283,7 @@ class SmcSolver(Solver):
             return q, pos, ori
         self.reset(q_seed)
         s = self.settings
-        n = s.num_particles
+        n = particle_count(s, self.chain.nv)
         k = int(round(s.init_uniform_fraction * (n - 1)))
         if k > 0:
             fresh = self.chain.random_configuration(self.rng, k)
