@@ -525,8 +525,9 @@ class CollisionGuard:
         contacts = self.constraint.contacts(q)
         steps = ' then '.join(f'{t:g}' for t in contact_tolerances(self.settings))
         computing = (f'the covers of {", ".join(refining)} are being computed again at '
-                     f'tolerance {steps} m (collision_contact_tolerance, if pairs stay in contact; '
-                     'applied when ready) to take away what is only an overlap of the covers')
+                     f'tolerance {steps} m (collision_contact_tolerance, if pairs stay in '
+                     'contact; applied when ready) to take away what is only an overlap of the '
+                     'covers')
         if not contacts:
             return None if not refining else ('info', (
                 f'at the first command parts are within {1e3 * CONTACT_RELEASE:g} mm of '

@@ -272,7 +272,7 @@ class MotionGuard:
         todo, size = np.flatnonzero(ok), 1
         while len(todo):
             # In order, in batches of 1, 2, 4, ...: the first free candidate ends the
-            # checks (each costs 0.1-1 s of the tick on Talos's refined covers).
+            # checks (eight took up to 0.94 s of one tick on Talos's 4 mm covers).
             batch, todo, size = todo[:size], todo[size:], 2 * size
             free = free_motions(self.validators, state, stop_states[batch])
             if free.any():

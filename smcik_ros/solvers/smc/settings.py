@@ -9,8 +9,8 @@ __all__ = ['SmcSettings', 'particle_count', 'WHOLE_FIGURE_DIMENSIONS']
 # A state of more tangent dimensions than this (a humanoid with its floating base: Talos 34)
 # gets FIGURE_PARTICLES by default, not ARM_PARTICLES: a step costs about N x nv, and a
 # Talos whole-body step took 87 ms at 100 particles (offline, idle), so the node made 3-5
-# steps a second on two cores; at 50, 2 of 3 and 3 of 3 goals reached in as many steps or
-# fewer on three goals (issue 32, session 15).
+# steps a second on two cores; three goals it had missed, replayed offline at 50: 4/4, 2/3,
+# 3/3 reached (4/4, 1/3, 3/3 at 100) at 50-78 % of the wall time (docs/smc.md).
 WHOLE_FIGURE_DIMENSIONS = 20
 ARM_PARTICLES = 100
 FIGURE_PARTICLES = 50
