@@ -475,3 +475,32 @@ def test_a_shared_torso_moves_no_faster_than_the_pinned_arm_can_follow():
         need = gain @ planned.velocity[shared]
         assert np.all(need <= FOLLOW_SHARE * plain.velocity[own] * (1 + 1e-9))
     assert slowed >= 3, f'the torso was slowed at {slowed} of 12 poses only'
+
+
+def test_a_tip_whose_goal_was_reached_is_pinned_even_a_hair_past_its_tolerance(biped):
+    """The left palm keeps the goal it had (the previous goal's) and is 1.5 mm from it when
+    the right palm's goal comes: pinned where it is if that goal was reached at some tick
+    (else the whole-body answer for the right hand may move it: 55 mm on Talos), free to go
+    on towards it if it was never reached."""
+    from smcik_ros.control.goal_inbox import TipGoal
+    chain, limits = biped
+    figure, contacts, q, _ = _standing_figure(chain, limits)
+    frames = chain.frames(figure.state(q))
+    poses = {tip: frames.link_pose(tip)[0] for tip in TIPS}
+    near = poses['l_palm'].copy()
+    near[:3, 3] += (0.0015, 0.0, 0.0)
+    left = PoseTarget(near, link='l_palm').bind(chain)
+    left_goal = TipGoal('l_palm', left, near, 'test', 0.0)
+    right = PoseTarget(poses['r_palm'], link='r_palm').bind(chain)
+    holds = [PoseTarget(poses[tip], link=tip).bind(chain) for tip in TIPS[2:]]
+    previous = Goal(terms=(left, right) + tuple(holds), display=None, source='', stamp=0.0,
+                    received=0.0, sequence=1, tips=(left_goal, None, None, None))
+    goal = Goal(terms=(left, right) + tuple(holds), display=None, source='', stamp=0.0,
+                received=1.0, sequence=2,
+                tips=(left_goal, TipGoal('r_palm', right, poses['r_palm'], 'test', 1.0),
+                      None, None))
+    pinned = [p.link for p in figure.pin_tips(goal, previous, q, (1e-3, 1e-2), reached=True)]
+    assert pinned == ['l_palm', 'l_sole', 'r_sole']
+    np.testing.assert_allclose(figure.pins[0].pose, poses['l_palm'], atol=1e-12)
+    free = [p.link for p in figure.pin_tips(goal, previous, q, (1e-3, 1e-2))]
+    assert free == ['l_sole', 'r_sole']

@@ -190,6 +190,7 @@ class ControlLoop:
         self.goal_errors = (math.nan, math.nan)     # worst of the tips with a goal
         self.tip_errors = ()        # per tip: (position [m], orientation [rad]) error
         self.goal_reached = False
+        self.goal_done = False      # the goal was reached at some tick since it arrived
         self._errors_of = None      # StateKey (goal, command bytes) goal_errors belong to
         self._last_acceleration = 0.0   # max_j |dv_j| / (a_j dt) of the last tick
         self.stopping = False       # request_stop was called
@@ -374,16 +375,20 @@ class ControlLoop:
             else:
                 self.report('info', 'goal', f'goal {goal.sequence} from {goal.source}: '
                             f'{goal.summary(self.chain.base_link)}', interval=0.5)
-                kept = kept_goals(goal, previous, self.tip_errors, self.tolerances)
+                kept = [] if self.goal_done else kept_goals(goal, previous, self.tip_errors,
+                                                            self.tolerances)
                 if kept:
                     self.report('info', 'goal_kept', (
                         f'{", ".join(kept)} keep(s) an earlier goal, not reached yet, and '
                         f'move(s) on towards it during goal {goal.sequence}; an empty '
                         'PoseStamped on targets/<tip>/pose releases a tip (it then holds '
                         'where it is)'), interval=0.5)
+        reached = self.goal_done           # the previous goal, at some tick: its tips stay
+        if goal is None or previous is None or goal.sequence != previous.sequence:
+            self.goal_done = False
         self.goal, self.goal_reached = goal, False
         if len(self.inbox.tip_links) > 1:
-            self.figure.pin_tips(goal, previous, self.q, self.tolerances)
+            self.figure.pin_tips(goal, previous, self.q, self.tolerances, reached)
             self.shaper.limits = self.figure.shaper_limits(self.limits)
         return goal is not None
 
@@ -535,6 +540,7 @@ class ControlLoop:
             self._errors_of = key
         pos, ori = self.goal_errors
         reached = pos <= self.tolerances[0] and ori <= self.tolerances[1]
+        self.goal_done = self.goal_done or reached
         if reached and not self.goal_reached:
             self.report('info', 'reached', (
                 f'goal {goal.sequence} reached in {now - goal.received:.2f} s: '
