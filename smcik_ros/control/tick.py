@@ -383,10 +383,11 @@ class ControlLoop:
                         f'move(s) on towards it during goal {goal.sequence}; an empty '
                         'PoseStamped on targets/<tip>/pose releases a tip (it then holds '
                         'where it is)'), interval=0.5)
-        reached = self.goal_done           # the previous goal, at some tick: its tips stay
-        if goal is None or previous is None or goal.sequence != previous.sequence:
-            self.goal_done = False
-        self.goal, self.goal_reached = goal, False
+        # The previous goal reached at some tick: the tips a new goal leaves stay where they
+        # are (not on a resync's new holds for the same goal: the arm may have been moved).
+        reached = (self.goal_done and goal is not None and previous is not None
+                   and goal.sequence != previous.sequence)
+        self.goal, self.goal_reached, self.goal_done = goal, False, False
         if len(self.inbox.tip_links) > 1:
             self.figure.pin_tips(goal, previous, self.q, self.tolerances, reached)
             self.shaper.limits = self.figure.shaper_limits(self.limits)
