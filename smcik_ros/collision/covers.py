@@ -223,7 +223,6 @@ def _compute_cover(vertices, faces, tolerance, item_edge, poses, rotation_sag):
     # the excess bound stay valid (the union's depth, 9 copies x 9 poses of queries, took
     # 3.3 s of 7.3 s for Talos's swept gripper link at 6 mm; 2 % more spheres without it).
     sample = np.unique(np.linspace(0, copies - 1, min(copies, 9)).round().astype(int))
-    moved = [mesh.copy().apply_transform(poses[k]) for k in sample]
 
     # Pieces that must each fit in one sphere: surface triangles (at two consecutive poses
     # for a moving mesh) and interior points.
@@ -270,6 +269,7 @@ def _compute_cover(vertices, faces, tolerance, item_edge, poses, rotation_sag):
         extra = items[uncovered]
         mid = 0.5 * (extra.max(axis=1) + extra.min(axis=1))
         centers = np.vstack([centers, mid])
+        moved = [mesh.copy().apply_transform(poses[k]) for k in sample]
         depths = np.concatenate([depths, _depth(moved, mid)])
     radii, excess = _fit_radii(items, centers, depths, tolerance)
     radii = radii + rotation_sag
