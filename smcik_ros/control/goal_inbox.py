@@ -29,7 +29,14 @@ import numpy as np
 from ..errors import GoalError, ParameterError
 from ..goals import PoseTarget, PositionTarget, covariance_to_base
 
-__all__ = ['Goal', 'TipGoal', 'GoalInbox', 'kept_goals']
+__all__ = ['Goal', 'TipGoal', 'GoalInbox', 'TipProgress', 'kept_goals']
+
+# [s] a tip that came no nearer its goal for this long when another tip's goal arrives is
+# held where it is instead (``TipProgress``).
+STALL_TIME = 2.0
+# 'Nearer': the tip's error, position over its tolerance plus orientation over its own, down
+# by this fraction of its value when the tip last came nearer, and by one tolerance at least.
+PROGRESS = 0.05
 
 
 @dataclass(frozen=True)
@@ -98,6 +105,45 @@ def kept_goals(goal, previous, tip_errors, tolerances):
         return []
     return [goal.tips[k].tip for k in goal.goal_tips if previous.tips[k] is goal.tips[k]
             and not (tip_errors[k][0] <= tolerances[0] and tip_errors[k][1] <= tolerances[1])]
+
+
+class TipProgress:
+    """When each tip last came nearer its goal, to tell a stalled one (the control loop).
+
+    A tip that keeps a goal not reached yet moves on towards it while another tip's goal
+    runs (each tip has its own slot). One that has come no nearer for ``STALL_TIME`` (out of
+    reach, or blocked: Talos's left hand 52 mm short of a goal behind it for 7 s) was instead
+    dragged about by the other goal's whole-body motion, 40-55 mm in the black box, and never
+    reached its own; such a tip holds where it is when the other goal arrives (``stalled``,
+    ``GoalInbox.retire``). A teleoperation stream sends new goals (new TipGoals) all the
+    time and a tip closing in on its goal makes progress: neither stalls.
+    """
+
+    def __init__(self):
+        self._marks = {}        # tip -> (TipGoal, error [tolerances], since [s])
+
+    def note(self, goal, tip_errors, tolerances, now):
+        """Note the tips' errors (per tip of ``goal``: (position [m], orientation [rad])) at
+        ``now`` [s]; tolerances: (position, orientation)."""
+        for k in goal.goal_tips:
+            tip_goal, (pos, ori) = goal.tips[k], tip_errors[k]
+            error = pos / tolerances[0] + ori / tolerances[1]
+            mark = self._marks.get(tip_goal.tip)
+            if mark is None or mark[0] is not tip_goal or \
+                    error <= mark[1] - max(PROGRESS * mark[1], 1.0):
+                self._marks[tip_goal.tip] = (tip_goal, error, now)
+
+    def stalled(self, goal, tips, now):
+        """Return those of ``tips`` (names) whose goal in ``goal`` has come no nearer for
+        ``STALL_TIME`` at ``now``."""
+        out = []
+        for k in goal.goal_tips:
+            tip_goal = goal.tips[k]
+            mark = self._marks.get(tip_goal.tip)
+            if tip_goal.tip in tips and mark is not None and mark[0] is tip_goal \
+                    and now - mark[2] >= STALL_TIME:
+                out.append(tip_goal.tip)
+        return out
 
 
 class GoalInbox:
@@ -247,6 +293,20 @@ class GoalInbox:
         self._holds[k] = self.resolver.pose(self.tip_links[k], q)
         self.released += 1
         return self._accept({k: None}, None, now, q, source)
+
+    def retire(self, goal, tips, q):
+        """Return ``goal`` (the one a tick just took) with ``tips`` holding their poses at
+        configuration q (n,) instead of their goals, as a release would, in the same
+        sequence (``TipProgress``)."""
+        slots = list(goal.tips)
+        for tip in tips:
+            k = self.tip_index(tip)
+            self._holds[k] = self.resolver.pose(tip, q)
+            slots[k] = None
+            if self._slots[k] is goal.tips[k]:
+                self._slots[k] = None
+        self._applied = slots
+        return replace(goal, terms=self._terms(slots, q), tips=tuple(slots))
 
     def hold_at(self, q):
         """Take every tip's hold pose at configuration q (n,) (start, resync): tips without

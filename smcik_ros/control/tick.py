@@ -40,7 +40,7 @@ from ..solvers.base import StateKey, goal_signature
 from .arm_state import ArmMonitor, ArmSettings, ArmState, initial_configuration
 from .detour import DetourDrive
 from .frames import FrameResolver
-from .goal_inbox import GoalInbox, kept_goals
+from .goal_inbox import STALL_TIME, GoalInbox, TipProgress, kept_goals
 from .base import FigureState
 from .guard import MotionGuard
 from .limits import commanded
@@ -191,6 +191,7 @@ class ControlLoop:
         self.tip_errors = ()        # per tip: (position [m], orientation [rad]) error
         self.goal_reached = False
         self.goal_done = False      # the goal was reached at some tick since it arrived
+        self.progress = TipProgress()   # when each tip last came nearer its goal
         self._errors_of = None      # StateKey (goal, command bytes) goal_errors belong to
         self._last_acceleration = 0.0   # max_j |dv_j| / (a_j dt) of the last tick
         self.stopping = False       # request_stop was called
@@ -365,18 +366,28 @@ class ControlLoop:
                 self.stepper.goal_changes += 1
             goal, self.goal_errors, self.tip_errors = None, (math.nan, math.nan), ()
         else:
+            fresh = previous is None or goal.sequence != previous.sequence
+            kept = [] if self.goal_done or not fresh else kept_goals(
+                goal, previous, self.tip_errors, self.tolerances)
+            stalled = self.progress.stalled(goal, kept, now)
+            if stalled:
+                goal = self.inbox.retire(goal, stalled, self.state)
+                kept = [tip for tip in kept if tip not in stalled]
             if previous is None or \
                     goal_signature(goal.terms) != goal_signature(previous.terms):
                 self.stepper.goal_changes += 1
                 self.detours.cancel(f'a new goal ({goal.sequence}) arrived', now, self.q,
                                     self.v)
-            if previous is not None and goal.sequence == previous.sequence:
+            if not fresh:
                 goal = replace(goal, received=previous.received)   # new holds (resync)
             else:
                 self.report('info', 'goal', f'goal {goal.sequence} from {goal.source}: '
                             f'{goal.summary(self.chain.base_link)}', interval=0.5)
-                kept = [] if self.goal_done else kept_goals(goal, previous, self.tip_errors,
-                                                            self.tolerances)
+                if stalled:
+                    self.report('info', 'goal_stalled', (
+                        f'{", ".join(stalled)} came no nearer an earlier goal for '
+                        f'{STALL_TIME:g} s: it holds where it is during goal {goal.sequence} '
+                        '(that goal is dropped; send it again to resume)'), interval=0.5)
                 if kept:
                     self.report('info', 'goal_kept', (
                         f'{", ".join(kept)} keep(s) an earlier goal, not reached yet, and '
@@ -536,6 +547,7 @@ class ControlLoop:
             frames = self.chain.frames(self.state)
             self.tip_errors = tuple(tuple(float(v[0]) for v in term.errors(frames))
                                     for term in goal.terms)
+            self.progress.note(goal, self.tip_errors, self.tolerances, now)
             chosen = [self.tip_errors[k] for k in goal.goal_tips]
             self.goal_errors = (max(e[0] for e in chosen), max(e[1] for e in chosen))
             self._errors_of = key
