@@ -1209,17 +1209,24 @@ def test_an_arm_that_serves_only_a_held_tip_stays_still(seed):
     assert v_ratio <= 1 + SLACK and a_ratio <= 1 + SLACK
 
 
+def _two_tips_at_neutral(chain, seed):
+    """A logged SMC loop on ``chain`` whose first command is at its neutral configuration:
+    (log, loop, limits, stream, start)."""
+    log = Log()
+    loop, limits = make_loop(chain, solver=make_solver('smc', chain, seed=seed), log=log)
+    stream = Stream(loop, seed=seed)
+    start = chain.neutral_configuration()
+    stream.measure(start)
+    stream.tick()
+    return log, loop, limits, stream, start
+
+
 def test_a_new_goal_says_which_tips_move_on_to_an_earlier_goal_not_reached(two_tips):
     """Each tip keeps its goal until it is reached or released, also while a goal for
     another tip runs: the node says which ones move on (a judge or a user watching that
     hand sees it move during the other's goal), and nothing for a tip already there."""
     chain = two_tips
-    log = Log()
-    loop, _ = make_loop(chain, solver=make_solver('smc', chain, seed=4), log=log)
-    stream = Stream(loop, seed=4)
-    start = chain.neutral_configuration()
-    stream.measure(start)
-    stream.tick()
+    log, loop, _, stream, start = _two_tips_at_neutral(chain, 4)
     left = [chain.joint_index(n) for n in chain.joint_names if n.startswith('left_')]
     far = start.copy()
     far[left] += 0.8                               # the left arm's own joints reach it
@@ -1251,12 +1258,7 @@ def test_a_tip_stalled_short_of_its_goal_holds_when_another_tips_goal_comes(two_
     on its goal keeps it (the test above), and one stalled for less than STALL_TIME too."""
     from smcik_ros.control.goal_inbox import STALL_TIME
     chain = two_tips
-    log = Log()
-    loop, limits = make_loop(chain, solver=make_solver('smc', chain, seed=5), log=log)
-    stream = Stream(loop, seed=5)
-    start = chain.neutral_configuration()
-    stream.measure(start)
-    stream.tick()
+    log, loop, limits, stream, start = _two_tips_at_neutral(chain, 5)
     away = chain.fk(start, 'left_tool')
     away[:3, 3] += (3.0, 0.0, 0.0)                 # 3 m out: out of reach
     loop.offer_goal('pose', away, '', None, stream.t, tip='left_tool')

@@ -103,7 +103,8 @@ class SceneUpkeep:
         held the command still, for ``BLOCKED_TICKS``), compute again at the contact
         tolerances the covers of the links within ``CONTACT_RELEASE`` of another at the
         command q, once per link (``CollisionGuard.start_contact_refinement``: swapped in
-        only where they part or widen a pair). Covers exceed the meshes by up to their
+        only where they part or widen a pair; the finer step only while that goal is still
+        not reached). Covers exceed the meshes by up to their
         tolerance: an arm held where only they touch had no way on, and its detour none
         either (its start is inside the margin; a push out cannot widen a pair of covers
         that always nearly touch)."""
@@ -114,8 +115,14 @@ class SceneUpkeep:
                     and loop.refusal(within=BLOCKED_TICKS) is None)):
             return []
         self._next_look = loop.ticks + BLOCKED_TICKS
+        sequence = loop.goal.sequence
+
+        def wanted():       # the next, finer step: only while this goal is still not reached
+            return (loop.goal is not None and loop.goal.sequence == sequence
+                    and not loop.goal_done)
         try:
-            names = self.guard.start_contact_refinement(q, first=False, skip=self.refined)
+            names = self.guard.start_contact_refinement(q, first=False, skip=self.refined,
+                                                        wanted=wanted)
         except Exception as exc:      # never in the way of the command stream
             self.report('warn', 'blocked_refinement', f'blocked-goal cover check failed '
                         f'({exc})', exc)
