@@ -445,7 +445,7 @@ def test_a_shared_torso_moves_no_faster_than_the_pinned_arm_can_follow():
     the held hand went 2.5-3.6 mm off its pin (offline, 2 of 4 seeds; 4-9 mm in the node).
     The shaper's limits of the shared joints now leave the held arm's own joints within
     FOLLOW_SHARE of theirs (first order), every other joint's limits as they were."""
-    from smcik_ros.control.base import FOLLOW_SHARE, SINGULAR_FLOOR
+    from smcik_ros.control.base import FOLLOW_SHARE, follow_gain
     chain = Chain.from_urdf('urdf/smcik_figure.urdf', 'pelvis', ['left_hand', 'right_hand'])
     limits, _ = limits_for_chain(chain, 0.5, 3.0)
     names = list(chain.joint_names)
@@ -470,11 +470,34 @@ def test_a_shared_torso_moves_no_faster_than_the_pinned_arm_can_follow():
         assert np.all(planned.velocity[shared] <= plain.velocity[shared])
         slowed += bool(np.any(planned.velocity[shared] < plain.velocity[shared]))
         jac = chain.jacobian(q, 'right_hand')
-        u, sv, vt = np.linalg.svd(jac[:, own], full_matrices=False)
-        gain = np.abs(vt.T @ ((u.T @ jac[:, shared]) / np.maximum(sv, SINGULAR_FLOOR)[:, None]))
-        need = gain @ planned.velocity[shared]
+        need = follow_gain(jac[:, own], jac[:, shared]) @ planned.velocity[shared]
         assert np.all(need <= FOLLOW_SHARE * plain.velocity[own] * (1 + 1e-9))
     assert slowed >= 3, f'the torso was slowed at {slowed} of 12 poses only'
+
+
+def test_a_direction_the_pinned_arm_cannot_follow_does_not_stall_the_shared_joints():
+    """The two-armed figure at a pose where the held arm's own joints have a singular value
+    of 0.004 (a direction they can move the hand in only at 250 times its speed): that
+    direction is left to the projection onto the pin, and the waist keeps more than a tenth
+    of its limits. Divided by a floor instead, it was slowed to 0.4 % (Alex's spine to 1 %,
+    and the whole synchronised motion with it: 0.025 rad/s, 10 s for a 0.25 rad goal)."""
+    chain = Chain.from_urdf('urdf/smcik_figure.urdf', 'pelvis', ['left_hand', 'right_hand'])
+    limits, _ = limits_for_chain(chain, 0.5, 3.0)
+    shared = np.array([n.startswith('waist') for n in chain.joint_names])
+    own = chain.moving('right_hand') & ~shared
+    q = chain.clip(0.7 * chain.random_configuration(np.random.default_rng(3), 1)[0])
+    sv = np.linalg.svd(chain.jacobian(q, 'right_hand')[:, own], compute_uv=False)
+    assert 0.0 < sv.min() < 0.005, sv      # the set-up: nearly singular
+    figure = FigureState(chain, limits)
+    frames = chain.frames(q)
+    goal = Goal(terms=tuple(PoseTarget(frames.link_pose(tip)[0], link=tip).bind(chain)
+                            for tip in ('left_hand', 'right_hand')),
+                display=None, source='', stamp=0.0, received=0.0, sequence=1,
+                tips=('left_hand', None))
+    figure.pin_tips(goal, None, q, (1e-3, 1e-2))
+    plain, planned = figure.shaper_limits(limits), figure.shaper_limits(limits, q)
+    share = planned.velocity[shared] / plain.velocity[shared]
+    assert np.all(share > 0.1) and np.all(share < 1.0), share
 
 
 def test_a_tip_whose_goal_was_reached_is_pinned_even_a_hair_past_its_tolerance(biped):

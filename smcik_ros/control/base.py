@@ -446,14 +446,20 @@ class FigureState:
 
 
 FOLLOW_SHARE = 0.3      # of a pinned arm's velocity limits that following shared joints may take
-SINGULAR_FLOOR = 1e-3   # [m or rad per rad or m] smaller singular values count as this
+SINGULAR_FLOOR = 0.01   # [m or rad per rad or m] directions with smaller singular values
+#                         are ones a pinned arm cannot follow at any speed (left out)
 
 
 def _followed_share(chain, q, pins, tips, velocity):
     """Return (nv,) factors of the velocity limits ``velocity`` (nv,), or None (all 1): each
     joint that a pinned tip shares with a goal's tip (a torso) at the speed from which the
     pinned tip's own joints keep it with ``FOLLOW_SHARE`` of their velocity limits, to
-    first order at q (the inverse of their Jacobian, its singular values floored).
+    first order at q (the inverse of their Jacobian), in the directions they can follow at
+    all (singular values of at least ``SINGULAR_FLOOR``; in the others the projection onto
+    the pin holds the tip with the shared joints themselves, at any speed). Divided by a
+    floor of 1e-3 instead, the rank-5 wrist of Alex's held arm slowed its spine to 1 % of
+    its limits, and the whole synchronised motion with it: 0.025 rad/s, goals of 0.25 rad
+    took 10 s (black box).
 
     Moved at full speed, TIAGo dual's torso lift made the held arm's wrist roll follow at
     its velocity limit near a singular pose; on irregular ticks the projection, capped by
@@ -473,12 +479,20 @@ def _followed_share(chain, q, pins, tips, velocity):
         if not shared.any() or np.count_nonzero(own) < 6:
             continue
         jac = chain.jacobian(q, pin.link)
-        u, sv, vt = np.linalg.svd(jac[:, own], full_matrices=False)
-        gain = np.abs(vt.T @ ((u.T @ jac[:, shared]) / np.maximum(sv, SINGULAR_FLOOR)[:, None]))
+        gain = follow_gain(jac[:, own], jac[:, shared])
         need = gain @ velocity[shared]      # (own,): their speeds at full shared speed
         share = float(np.min(FOLLOW_SHARE * velocity[own] / np.maximum(need, 1e-12)))
         factor[shared] = np.minimum(factor[shared], min(1.0, share))
     return None if np.all(factor == 1.0) else factor
+
+
+def follow_gain(own, shared):
+    """Return (own, shared) |d own / d shared|: the own joints' speeds per unit speed of
+    each shared joint that keep a pinned tip, through the directions whose singular value
+    of ``own`` (6, n_own) is at least SINGULAR_FLOOR (``_followed_share``)."""
+    u, sv, vt = np.linalg.svd(own, full_matrices=False)
+    keep = sv >= SINGULAR_FLOOR
+    return np.abs(vt[keep].T @ ((u[:, keep].T @ shared) / sv[keep, None]))
 
 
 def _tips_at(chain, tips, kept, frames):
