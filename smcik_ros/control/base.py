@@ -446,20 +446,22 @@ class FigureState:
 
 
 FOLLOW_SHARE = 0.3      # of a pinned arm's velocity limits that following shared joints may take
-SINGULAR_FLOOR = 0.01   # [m or rad per rad or m] directions with smaller singular values
-#                         are ones a pinned arm cannot follow at any speed (left out)
+SINGULAR_FLOOR = 1e-3   # [m or rad per rad or m] smaller singular values count as this
+# Never slower than this share of their limits: the shaper synchronises every joint, so a
+# shared joint slowed to 1 % slowed the whole figure's motion to 1 % (Alex, black box).
+MIN_SHARE = 0.1
 
 
 def _followed_share(chain, q, pins, tips, velocity):
     """Return (nv,) factors of the velocity limits ``velocity`` (nv,), or None (all 1): each
     joint that a pinned tip shares with a goal's tip (a torso) at the speed from which the
     pinned tip's own joints keep it with ``FOLLOW_SHARE`` of their velocity limits, to
-    first order at q (the inverse of their Jacobian), in the directions they can follow at
-    all (singular values of at least ``SINGULAR_FLOOR``; in the others the projection onto
-    the pin holds the tip with the shared joints themselves, at any speed). Divided by a
-    floor of 1e-3 instead, the rank-5 wrist of Alex's held arm slowed its spine to 1 % of
-    its limits, and the whole synchronised motion with it: 0.025 rad/s, goals of 0.25 rad
-    took 10 s (black box).
+    first order at q (the inverse of their Jacobian, its singular values floored), and at
+    no less than ``MIN_SHARE`` of their own limits. Alex's held arm has a rank-5 wrist: the
+    floored direction slowed its spine to 1 % of its limits, and every joint of the
+    synchronised motion with it (0.025 rad/s: a 0.25 rad goal took 10 s); left out, TIAGo
+    dual's lift ran at full speed where its held arm is near singular, and keeping the pin
+    broke the limits 193 times in one run (braking each time).
 
     Moved at full speed, TIAGo dual's torso lift made the held arm's wrist roll follow at
     its velocity limit near a singular pose; on irregular ticks the projection, capped by
@@ -482,17 +484,16 @@ def _followed_share(chain, q, pins, tips, velocity):
         gain = follow_gain(jac[:, own], jac[:, shared])
         need = gain @ velocity[shared]      # (own,): their speeds at full shared speed
         share = float(np.min(FOLLOW_SHARE * velocity[own] / np.maximum(need, 1e-12)))
-        factor[shared] = np.minimum(factor[shared], min(1.0, share))
+        factor[shared] = np.minimum(factor[shared], min(1.0, max(share, MIN_SHARE)))
     return None if np.all(factor == 1.0) else factor
 
 
 def follow_gain(own, shared):
     """Return (own, shared) |d own / d shared|: the own joints' speeds per unit speed of
-    each shared joint that keep a pinned tip, through the directions whose singular value
-    of ``own`` (6, n_own) is at least SINGULAR_FLOOR (``_followed_share``)."""
+    each shared joint that keep a pinned tip, for own (6, n_own) and shared (6, n_shared)
+    Jacobian columns (singular values of ``own`` floored at SINGULAR_FLOOR)."""
     u, sv, vt = np.linalg.svd(own, full_matrices=False)
-    keep = sv >= SINGULAR_FLOOR
-    return np.abs(vt[keep].T @ ((u[:, keep].T @ shared) / sv[keep, None]))
+    return np.abs(vt.T @ ((u.T @ shared) / np.maximum(sv, SINGULAR_FLOOR)[:, None]))
 
 
 def _tips_at(chain, tips, kept, frames):
