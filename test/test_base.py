@@ -439,6 +439,19 @@ def test_the_answer_projected_onto_a_pinned_hand_keeps_the_other_hand_where_it_i
     assert max(moved) < 1e-5, f'the reaching hand moved by up to {1e3 * max(moved):.3f} mm'
 
 
+def _right_hand_pinned(chain, limits, q):
+    """The two-armed figure's FigureState at q (nq,) with a goal on the left hand (where it
+    is) and the right hand pinned."""
+    figure = FigureState(chain, limits)
+    frames = chain.frames(q)
+    goal = Goal(terms=tuple(PoseTarget(frames.link_pose(tip)[0], link=tip).bind(chain)
+                            for tip in ('left_hand', 'right_hand')),
+                display=None, source='', stamp=0.0, received=0.0, sequence=1,
+                tips=('left_hand', None))
+    figure.pin_tips(goal, None, q, (1e-3, 1e-2))
+    return figure
+
+
 def test_a_shared_torso_moves_no_faster_than_the_pinned_arm_can_follow():
     """TIAGo dual's torso lift at full speed made its held arm's wrist follow at the velocity
     limit near a singular pose, and on irregular ticks the capped projection fell behind:
@@ -456,13 +469,7 @@ def test_a_shared_torso_moves_no_faster_than_the_pinned_arm_can_follow():
         rng = np.random.default_rng(seed)
         q = np.zeros(chain.nq) if seed == 0 else chain.clip(
             0.7 * chain.random_configuration(rng, 1)[0])
-        figure = FigureState(chain, limits)
-        frames = chain.frames(q)
-        goal = Goal(terms=tuple(PoseTarget(frames.link_pose(tip)[0], link=tip).bind(chain)
-                                for tip in ('left_hand', 'right_hand')),
-                    display=None, source='', stamp=0.0, received=0.0, sequence=1,
-                    tips=('left_hand', None))
-        figure.pin_tips(goal, None, q, (1e-3, 1e-2))
+        figure = _right_hand_pinned(chain, limits, q)
         plain = figure.shaper_limits(limits)
         planned = figure.shaper_limits(limits, q)
         np.testing.assert_array_equal(planned.velocity[~shared], plain.velocity[~shared])
@@ -490,13 +497,7 @@ def test_a_nearly_singular_pinned_arm_slows_the_shared_joints_no_more_than_min_s
     q = chain.clip(0.7 * chain.random_configuration(np.random.default_rng(3), 1)[0])
     sv = np.linalg.svd(chain.jacobian(q, 'right_hand')[:, own], compute_uv=False)
     assert 0.0 < sv.min() < 0.005, sv      # the set-up: nearly singular
-    figure = FigureState(chain, limits)
-    frames = chain.frames(q)
-    goal = Goal(terms=tuple(PoseTarget(frames.link_pose(tip)[0], link=tip).bind(chain)
-                            for tip in ('left_hand', 'right_hand')),
-                display=None, source='', stamp=0.0, received=0.0, sequence=1,
-                tips=('left_hand', None))
-    figure.pin_tips(goal, None, q, (1e-3, 1e-2))
+    figure = _right_hand_pinned(chain, limits, q)
     plain, planned = figure.shaper_limits(limits), figure.shaper_limits(limits, q)
     share = planned.velocity[shared] / plain.velocity[shared]
     np.testing.assert_allclose(share, MIN_SHARE)

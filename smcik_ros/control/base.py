@@ -459,9 +459,9 @@ def _followed_share(chain, q, pins, tips, velocity):
     first order at q (the inverse of their Jacobian, its singular values floored), and at
     no less than ``MIN_SHARE`` of their own limits. Alex's held arm has a rank-5 wrist: the
     floored direction slowed its spine to 1 % of its limits, and every joint of the
-    synchronised motion with it (0.025 rad/s: a 0.25 rad goal took 10 s); left out, TIAGo
-    dual's lift ran at full speed where its held arm is near singular, and keeping the pin
-    broke the limits 193 times in one run (braking each time).
+    synchronised motion with it (0.025 rad/s: a 0.25 rad goal took 10 s). Leaving such
+    directions out instead let TIAGo dual's lift run at full speed where its held arm is
+    near singular, and keeping the pin broke the limits 193 times in one run (each a brake).
 
     Moved at full speed, TIAGo dual's torso lift made the held arm's wrist roll follow at
     its velocity limit near a singular pose; on irregular ticks the projection, capped by
