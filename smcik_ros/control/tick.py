@@ -358,6 +358,7 @@ class ControlLoop:
         if goal is None:
             return False
         previous = self.goal
+        fresh = previous is None or goal.sequence != previous.sequence   # not a resync's
         if goal.empty:
             if previous is not None:
                 self.report('info', 'goal', f'every tip released ({goal.source}): holding '
@@ -366,7 +367,6 @@ class ControlLoop:
                 self.stepper.goal_changes += 1
             goal, self.goal_errors, self.tip_errors = None, (math.nan, math.nan), ()
         else:
-            fresh = previous is None or goal.sequence != previous.sequence
             kept = [] if self.goal_done or not fresh else kept_goals(
                 goal, previous, self.tip_errors, self.tolerances)
             stalled = self.progress.stalled(goal, kept, now)
@@ -396,8 +396,7 @@ class ControlLoop:
                         'where it is)'), interval=0.5)
         # The previous goal reached at some tick: the tips a new goal leaves stay where they
         # are (not on a resync's new holds for the same goal: the arm may have been moved).
-        reached = (self.goal_done and goal is not None and previous is not None
-                   and goal.sequence != previous.sequence)
+        reached = self.goal_done and fresh and goal is not None and previous is not None
         self.goal, self.goal_reached, self.goal_done = goal, False, False
         if len(self.inbox.tip_links) > 1:
             self.figure.pin_tips(goal, previous, self.q, self.tolerances, reached)
