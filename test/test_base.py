@@ -382,6 +382,32 @@ def test_moving_the_centre_of_mass_back_inside_keeps_the_hands(biped, seed):
     assert errors[:, 0].max() < 1e-4 and errors[:, 1].max() < 1e-3, errors
 
 
+@pytest.mark.parametrize('seed', range(4))
+def test_a_centre_of_mass_correction_that_breaks_the_contacts_is_reported_not_taken(biped, seed):
+    """Where the CoM cannot go back inside its polygon while the contacts hold (here the
+    polygon's edge is 0.3 m away and the pelvis is held as well; in the black box, Unitree
+    H1's 5-DOF legs with a pin on a 4-DOF arm), the least-squares compromise of the correction broke
+    the contacts (H1's feet 1.4 mm off) and was counted as kept. The command keeps the
+    contacts instead, and the miss is counted and said."""
+    chain, limits = biped
+    dt = 0.1
+    figure, contacts, q, start = _standing_figure(chain, limits)
+    pelvis = Contact('pelvis', pose=chain.base_pose(figure.state(q))).bind(chain)
+    held = contacts + [pelvis]
+    figure.set_constraints(held)
+    v, shaped, free = _com_step(chain, figure, q, start, np.random.default_rng(seed), dt, 2e-4)
+    com = free.center_of_mass()[0, :2]
+    n = (com - start) / np.linalg.norm(com - start)
+    edge = float(start @ n) - 0.3     # 0.3 m out, and the step goes deeper: out of reach
+    said = []
+    figure.report = lambda level, key, text, **kwargs: said.append((level, key))
+    figure.set_constraints(held + [_half_plane(chain, n, edge)])
+    command, base = figure.keep(q, v, dt, shaped, share=True)
+    state = chain.with_base(command.q, base)
+    assert contact_errors(chain, state, held)[:, 0].max() < 1e-4
+    assert figure.unconverged == 1 and ('warn', 'unconverged') in said
+
+
 def test_a_joint_at_its_braking_bound_leaves_the_correction_to_the_others(biped):
     """Straightening the knees onto their limit between stances of the closed loop: where
     the projection's correction would carry a joint past what the limits allow (a knee

@@ -314,7 +314,8 @@ class FigureState:
         weights, best = None, None
         for _ in range(1 + REROUTES):
             projected, ok = project(self.chain, state, self.kept, weights=weights)
-            projected = self._keep_inside(q, projected, weights)
+            projected, inside = self._keep_inside(q, projected, weights)
+            ok = ok and inside
             q_new = self.limits.clip(self.command(projected))
             t, over = self._share(q, v, dt, shaped, q_new, lead_box)
             if best is None or (ok and t > best[3]):
@@ -328,6 +329,10 @@ class FigureState:
         projected, ok, q_new, t = best
         if not ok:
             self.unconverged += 1
+            self.report('warn', 'unconverged', (
+                'the projection of this command did not reach the contacts, pinned tips and '
+                'centre-of-mass polygon within their tolerances: commanded as near as it got'),
+                interval=1.0)
         if t < 1.0:
             if not share:
                 return None
@@ -339,8 +344,12 @@ class FigureState:
         return ShapedCommand(q_new, (q_new - q) / dt, shaped.limited_by), base
 
     def _keep_inside(self, q, state, weights=None):
-        """Return the projected ``state`` (nq,) moved back inside the hard inequalities with
-        rows (the CoM over its polygon) that it crosses and the last command q (C,) kept.
+        """Return (state, ok): the projected ``state`` (nq,) moved back inside the hard
+        inequalities with rows (the CoM over its polygon) that it crosses and the last
+        command q (C,) kept, and whether that correction reached them; where it cannot (the
+        goal's tips held too, then without them), ``state`` as it came and False: a
+        least-squares compromise between the contacts and the polygon broke both (Unitree
+        H1: 5-DOF legs, a pin on a 4-DOF arm; its feet 1.4 mm off, counted as kept).
 
         The guard validates the shaped command; the projection onto the contacts then
         carried talos's CoM 0.05-0.1 mm a tick beyond its polygon's margin where a goal held
@@ -358,7 +367,7 @@ class FigureState:
         samples)."""
         ready = [c for c in self.inequalities if getattr(c, 'anchored', True)]
         if not ready or not self.contacts:
-            return state
+            return state, True
         after = self.chain.frames(state)
         crossed = [c for c in ready if bool(c.violated(after)[0])]
         if crossed:
@@ -366,14 +375,17 @@ class FigureState:
             crossed = [c for c in crossed if not bool(c.violated(before)[0])
                        or _depth(c, after) > _depth(c, before)]
         if not crossed:
-            return state
+            return state, True
         tips = _tips_at(self.chain, self._tips, self.kept, after)
         if self._free is None:
             moves = np.any([self.chain.moving(c.link) for c in self.contacts + self.pins
                             + tips], axis=0)
             self._free = np.where(moves, 1.0, BLOCKED)
         free = self._free if weights is None else np.maximum(self._free, weights)
-        return project(self.chain, state, self.kept + tips + crossed, weights=free)[0]
+        inside, ok = project(self.chain, state, self.kept + tips + crossed, weights=free)
+        if not ok and tips:
+            inside, ok = project(self.chain, state, self.kept + crossed, weights=free)
+        return (inside, True) if ok else (state, False)
 
     def keep_within(self, q, v, dt, shaped, brake, lead_box=None):
         """Return (shaped, base): ``keep`` of the shaped command (within ``lead_box``);
