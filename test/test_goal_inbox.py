@@ -264,3 +264,37 @@ def test_a_stale_goal_leaves_the_slots_of_the_last_applied_goal(two_tips):
     assert inbox.take(11.0) is None, 'went stale while waiting'
     later = inbox.offer('point', [0.2, 0.4, 0.9], '', 11.0, 11.0, q, tip='left_tool')
     assert later.tips[1] is None, "the stale right goal did not stay in its slot"
+
+
+def test_a_tip_that_has_not_reached_its_goal_in_patience_is_held_though_it_closes_in():
+    """TipProgress, on the clock of the ticks that note the errors: a tip closing in on its
+    goal keeps it until PATIENCE; after that it is held when another tip's goal comes (Talos's
+    left hand, still 20-135 mm short after 10 s, moved on by that much during the right
+    hand's next goal). One that comes no nearer is held after STALL_TIME, and each new goal
+    of a tip (a teleoperation stream) starts its clocks again."""
+    from smcik_ros.control.goal_inbox import PATIENCE, STALL_TIME, Goal, TipGoal, TipProgress
+
+    def goal(*tips):
+        return Goal(terms=(), display=None, source='', stamp=0.0, received=0.0, sequence=1,
+                    tips=tips)
+
+    left = TipGoal('left', None, None, '', None)
+    progress, tolerances, dt = TipProgress(), (1e-3, 1e-2), 0.01
+    closing = goal(left, None)
+    errors = [(0.3, 0.0), (0.0, 0.0)]
+    t = 0.0
+    while t < PATIENCE - 0.1:                 # 10 mm/s nearer: progress on every note
+        progress.note(closing, errors, tolerances, t)
+        assert progress.stalled(closing, ['left'], t) == {}, t
+        errors[0] = (errors[0][0] - 0.01 * dt, 0.0)
+        t += dt
+    t = PATIENCE + 0.05
+    progress.note(closing, errors, tolerances, t)
+    assert progress.stalled(closing, ['left'], t) == {
+        'left': f'did not reach an earlier goal in {PATIENCE:g} s'}
+    assert progress.stalled(closing, ['right'], t) == {}      # only the tips asked about
+    renewed = goal(TipGoal('left', None, None, '', None), None)
+    progress.note(renewed, errors, tolerances, t)
+    assert progress.stalled(renewed, ['left'], t + 0.5 * STALL_TIME) == {}
+    assert progress.stalled(renewed, ['left'], t + STALL_TIME) == {
+        'left': f'came no nearer an earlier goal for {STALL_TIME:g} s'}

@@ -31,9 +31,10 @@ from ..goals import PoseTarget, PositionTarget, covariance_to_base
 
 __all__ = ['Goal', 'TipGoal', 'GoalInbox', 'TipProgress', 'kept_goals']
 
-# [s] a tip that came no nearer its goal for this long when another tip's goal arrives is
-# held where it is instead (``TipProgress``).
+# [s] a tip that came no nearer its goal for this long, or has not reached it in PATIENCE,
+# when another tip's goal arrives is held where it is instead (``TipProgress``).
 STALL_TIME = 2.0
+PATIENCE = 10.0
 # 'Nearer': the tip's error, position over its tolerance plus orientation over its own, down
 # by this fraction of its value when the tip last came nearer, and by one tolerance at least.
 PROGRESS = 0.05
@@ -115,12 +116,15 @@ class TipProgress:
     reach, or blocked: Talos's left hand 52 mm short of a goal behind it for 7 s) was instead
     dragged about by the other goal's whole-body motion, 40-55 mm in the black box, and never
     reached its own; such a tip holds where it is when the other goal arrives (``stalled``,
-    ``GoalInbox.retire``). A teleoperation stream sends new goals (new TipGoals) all the
-    time and a tip closing in on its goal makes progress: neither stalls.
+    ``GoalInbox.retire``). So does one that has not reached its goal in ``PATIENCE`` (the
+    issue's 10 s a goal), though it still closes in: Talos's left hand, 20-135 mm short of
+    a goal behind it after 10 s, moved on by that much during the right hand's next goal,
+    which must leave it where it is. A teleoperation stream sends new goals (new TipGoals)
+    all the time, and a tip closing in on a recent goal makes progress: neither stalls.
     """
 
     def __init__(self):
-        self._marks = {}        # tip -> (TipGoal, error [tolerances], since [s])
+        self._marks = {}        # tip -> (TipGoal, error [tolerances], since [s], first [s])
 
     def note(self, goal, tip_errors, tolerances, now):
         """Note the tips' errors (per tip of ``goal``: (position [m], orientation [rad])) at
@@ -129,20 +133,24 @@ class TipProgress:
             tip_goal, (pos, ori) = goal.tips[k], tip_errors[k]
             error = pos / tolerances[0] + ori / tolerances[1]
             mark = self._marks.get(tip_goal.tip)
-            if mark is None or mark[0] is not tip_goal or \
-                    error <= mark[1] - max(PROGRESS * mark[1], 1.0):
-                self._marks[tip_goal.tip] = (tip_goal, error, now)
+            if mark is None or mark[0] is not tip_goal:
+                self._marks[tip_goal.tip] = (tip_goal, error, now, now)
+            elif error <= mark[1] - max(PROGRESS * mark[1], 1.0):
+                self._marks[tip_goal.tip] = (tip_goal, error, now, mark[3])
 
     def stalled(self, goal, tips, now):
-        """Return those of ``tips`` (names) whose goal in ``goal`` has come no nearer for
-        ``STALL_TIME`` at ``now``."""
-        out = []
+        """Return {tip: why} for those of ``tips`` (names) whose goal in ``goal`` has come
+        no nearer for ``STALL_TIME``, or was not reached in ``PATIENCE``, at ``now``."""
+        out = {}
         for k in goal.goal_tips:
             tip_goal = goal.tips[k]
             mark = self._marks.get(tip_goal.tip)
-            if tip_goal.tip in tips and mark is not None and mark[0] is tip_goal \
-                    and now - mark[2] >= STALL_TIME:
-                out.append(tip_goal.tip)
+            if tip_goal.tip not in tips or mark is None or mark[0] is not tip_goal:
+                continue
+            if now - mark[3] >= PATIENCE:
+                out[tip_goal.tip] = f'did not reach an earlier goal in {PATIENCE:g} s'
+            elif now - mark[2] >= STALL_TIME:
+                out[tip_goal.tip] = f'came no nearer an earlier goal for {STALL_TIME:g} s'
         return out
 
 

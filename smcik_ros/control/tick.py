@@ -40,7 +40,7 @@ from ..solvers.base import StateKey, goal_signature
 from .arm_state import ArmMonitor, ArmSettings, ArmState, initial_configuration
 from .detour import DetourDrive
 from .frames import FrameResolver
-from .goal_inbox import STALL_TIME, GoalInbox, TipProgress, kept_goals
+from .goal_inbox import GoalInbox, TipProgress, kept_goals
 from .base import FigureState
 from .guard import MotionGuard
 from .limits import commanded
@@ -383,10 +383,9 @@ class ControlLoop:
             else:
                 self.report('info', 'goal', f'goal {goal.sequence} from {goal.source}: '
                             f'{goal.summary(self.chain.base_link)}', interval=0.5)
-                if stalled:
+                for tip, why in stalled.items():
                     self.report('info', 'goal_stalled', (
-                        f'{", ".join(stalled)} came no nearer an earlier goal for '
-                        f'{STALL_TIME:g} s: it holds where it is during goal {goal.sequence} '
+                        f'{tip} {why}: it holds where it is during goal {goal.sequence} '
                         '(that goal is dropped; send it again to resume)'), interval=0.5)
                 if kept:
                     self.report('info', 'goal_kept', (
