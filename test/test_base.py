@@ -386,9 +386,9 @@ def test_moving_the_centre_of_mass_back_inside_keeps_the_hands(biped, seed):
 def test_a_centre_of_mass_correction_that_breaks_the_contacts_is_reported_not_taken(biped, seed):
     """Where the CoM cannot go back inside its polygon while the contacts hold (here the
     polygon's edge is 0.3 m away and the pelvis is held as well; in the black box, Unitree
-    H1's 5-DOF legs with a pin on a 4-DOF arm), the least-squares compromise of the correction broke
-    the contacts (H1's feet 1.4 mm off) and was counted as kept. The command keeps the
-    contacts instead, and the miss is counted and said."""
+    H1's 5-DOF legs with a pin on a 4-DOF arm), the least-squares compromise of the
+    correction broke the contacts (H1's feet 1.4 mm off) and was counted as kept. The
+    command keeps the contacts instead, and the miss is counted and said."""
     chain, limits = biped
     dt = 0.1
     figure, contacts, q, start = _standing_figure(chain, limits)
