@@ -17,7 +17,8 @@ the commanded joints, and is held when there are none (issue 32, decision 6).
   two planted feet by millimetres; the position limits kept, and returned only when the
   velocity and acceleration limits still hold on the projected command (None otherwise: the
   loop brakes instead and keeps that brake, or the largest share of its correction that the
-  limits allow: ``share=True``).
+  limits allow: ``share=True``); the contacts and the CoM polygon before the pinned tips,
+  where the limits or the polygon cannot keep all of them.
 - ``solver_terms(constraints)``: what the solver keeps besides the constraint set: with a
   floating base and no contact, a Contact that holds the base link where it is (so that the
   solver does not float the base away to reach a goal).
@@ -54,6 +55,12 @@ MARGIN = 0.05
 # being kept (romeo: the feet 0.3 mm and the other hand 1.9 mm off while braking instead).
 BLOCKED = 1e12
 REROUTES = 2
+
+# Share of their tolerances within which a share of a correction, or a rerouted correction,
+# must keep the equalities to be taken; beyond, the contacts are kept first and the pinned
+# tips slip (``keep``). Within the tolerance alone, Unitree H1's feet went 0.8 mm off (and
+# once 2.3 mm) in the black box; within this share, 0.3 mm.
+HOLD = 0.25
 
 
 def largest_share(u0, d, low, high):
@@ -112,6 +119,7 @@ class FigureState:
         self.projected = 0          # commands projected
         self.shared = 0             # commands that took a share of their correction only
         self.unconverged = 0        # projections that did not reach the tolerances
+        self.slipped = 0            # commands that kept the contacts and let the pins slip
 
     # ------------------------------------------------------------------ the state
     @property
@@ -310,22 +318,20 @@ class FigureState:
         must be able to stop in (``ArmMonitor.lead_box``), kept like the position limits."""
         if not self.kept:
             return shaped, (self.base if self.floating else None)
-        state = self.state(shaped.q)
-        weights, best = None, None
-        for _ in range(1 + REROUTES):
-            projected, ok = project(self.chain, state, self.kept, weights=weights)
-            projected, inside = self._keep_inside(q, projected, weights)
-            ok = ok and inside
-            q_new = self.limits.clip(self.command(projected))
-            t, over = self._share(q, v, dt, shaped, q_new, lead_box)
-            if best is None or (ok and t > best[3]):
-                best = (projected, ok, q_new, t)
-            if t >= 1.0 or not ok or not over.any() or self.chain.has_ball_joints:
-                break
-            # The joints whose limits the correction breaks are blocked, the rest take it
-            # (kept only when that projection reaches the equalities and needs less share).
-            weights = np.ones(self.chain.nv) if weights is None else weights
-            weights[self.index[over] if self.floating else over] = BLOCKED
+        best = self._within(q, v, dt, shaped, self.kept, lead_box)
+        held = [c for c in self.kept if c not in self.pins]
+        if self.pins and held and (not best[1] or best[3] < 1.0 and not self._holds(
+                shaped.q + best[3] * (best[2] - shaped.q), held)):
+            # The contacts and the CoM first: where the pinned tips keep the projection
+            # from reaching the CoM polygon, or the limits cannot keep both the contacts and
+            # the pins this tick and the share of both corrections they allow would leave
+            # the contacts, the pins slip (the node's own hold, taken back as the limits
+            # allow) and the contacts hold (Unitree H1: a pin on a 4-DOF arm, the feet
+            # 1.2-4.4 mm off while the limits took a share of both corrections).
+            first = self._within(q, v, dt, shaped, held, lead_box)
+            if first[1] and (first[3] > best[3] or not best[1]):
+                self.slipped += 1
+                best = first
         projected, ok, q_new, t = best
         if not ok:
             self.unconverged += 1
@@ -343,7 +349,36 @@ class FigureState:
         base = self.chain.base_pose(projected) if self.floating else None
         return ShapedCommand(q_new, (q_new - q) / dt, shaped.limited_by), base
 
-    def _keep_inside(self, q, state, weights=None):
+    def _holds(self, q, kept):
+        """Return whether the command q (C,) keeps ``kept`` within HOLD of their tolerances."""
+        frames = self.chain.frames(self.state(self.limits.clip(q)))
+        return all(bool(np.all(np.abs(c.residual(frames)) <= HOLD * c.tolerance))
+                   for c in kept)
+
+    def _within(self, q, v, dt, shaped, kept, lead_box):
+        """Return (state, ok, q_new, t): the ``shaped`` command projected onto ``kept`` and
+        the polygons it crosses, whether it reached them, its command and the largest share
+        of its correction that the limits allow (``_share``); joints whose limits the
+        correction breaks are blocked and it is projected again, up to REROUTES times."""
+        state = self.state(shaped.q)
+        weights, best = None, None
+        for _ in range(1 + REROUTES):
+            projected, ok = project(self.chain, state, kept, weights=weights)
+            projected, inside = self._keep_inside(q, projected, kept, weights)
+            q_new = self.limits.clip(self.command(projected))
+            ok = ok and inside and (weights is None or self._holds(q_new, kept))
+            t, over = self._share(q, v, dt, shaped, q_new, lead_box)
+            if best is None or (ok and t > best[3]):
+                best = (projected, ok, q_new, t)
+            if t >= 1.0 or not ok or not over.any() or self.chain.has_ball_joints:
+                break
+            # The joints whose limits the correction breaks are blocked, the rest take it
+            # (kept only when that projection reaches the equalities and needs less share).
+            weights = np.ones(self.chain.nv) if weights is None else weights
+            weights[self.index[over] if self.floating else over] = BLOCKED
+        return best
+
+    def _keep_inside(self, q, state, kept, weights=None):
         """Return (state, ok): the projected ``state`` (nq,) moved back inside the hard
         inequalities with rows (the CoM over its polygon) that it crosses and the last
         command q (C,) kept, and whether that correction reached them; where it cannot (the
@@ -376,15 +411,15 @@ class FigureState:
                        or _depth(c, after) > _depth(c, before)]
         if not crossed:
             return state, True
-        tips = _tips_at(self.chain, self._tips, self.kept, after)
+        tips = _tips_at(self.chain, self._tips, kept, after)
         if self._free is None:
             moves = np.any([self.chain.moving(c.link) for c in self.contacts + self.pins
                             + tips], axis=0)
             self._free = np.where(moves, 1.0, BLOCKED)
         free = self._free if weights is None else np.maximum(self._free, weights)
-        inside, ok = project(self.chain, state, self.kept + tips + crossed, weights=free)
+        inside, ok = project(self.chain, state, kept + tips + crossed, weights=free)
         if not ok and tips:
-            inside, ok = project(self.chain, state, self.kept + crossed, weights=free)
+            inside, ok = project(self.chain, state, kept + crossed, weights=free)
         return (inside, True) if ok else (state, False)
 
     def keep_within(self, q, v, dt, shaped, brake, lead_box=None):
@@ -454,7 +489,7 @@ class FigureState:
     def status(self):
         """Return the counters of the projection (JSON-ready)."""
         return {'projected': self.projected, 'projection_shared': self.shared,
-                'projection_unconverged': self.unconverged}
+                'projection_unconverged': self.unconverged, 'pins_slipped': self.slipped}
 
 
 FOLLOW_SHARE = 0.3      # of a pinned arm's velocity limits that following shared joints may take
