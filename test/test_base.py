@@ -410,7 +410,7 @@ def test_a_centre_of_mass_correction_that_breaks_the_contacts_is_reported_not_ta
 
 @pytest.mark.parametrize('seed', range(4))
 @pytest.mark.parametrize('dt', [0.1, DT])
-def test_the_contacts_are_kept_first_where_the_limits_cannot_keep_a_pinned_tip_too(biped, seed, dt):
+def test_the_contacts_are_kept_first_where_the_limits_cannot_keep_a_pinned_tip(biped, seed, dt):
     """Both feet planted and 0.85-0.98 mm off (a measurement off the loop), the left palm
     pinned 70-90 mm from where the command has it: the share of the whole correction that
     the limits allow left the feet off with the pin (Unitree H1: the feet 1.2-4.4 mm off, a

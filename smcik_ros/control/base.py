@@ -320,8 +320,9 @@ class FigureState:
             return shaped, (self.base if self.floating else None)
         best = self._within(q, v, dt, shaped, self.kept, lead_box)
         held = [c for c in self.kept if c not in self.pins]
-        if self.pins and held and (not best[1] or best[3] < 1.0 and not self._holds(
-                shaped.q + best[3] * (best[2] - shaped.q), held)):
+        shared = self.limits.clip(shaped.q + best[3] * (best[2] - shaped.q))
+        if self.pins and held and (not best[1] or best[3] < 1.0 and not _holds(
+                self.chain.frames(self.state(shared)), held)):
             # The contacts and the CoM first: where the pinned tips keep the projection
             # from reaching the CoM polygon, or the limits cannot keep both the contacts and
             # the pins this tick and the share of both corrections they allow would leave
@@ -349,25 +350,20 @@ class FigureState:
         base = self.chain.base_pose(projected) if self.floating else None
         return ShapedCommand(q_new, (q_new - q) / dt, shaped.limited_by), base
 
-    def _holds(self, q, kept):
-        """Return whether the command q (C,) keeps ``kept`` within HOLD of their tolerances."""
-        frames = self.chain.frames(self.state(self.limits.clip(q)))
-        return all(bool(np.all(np.abs(c.residual(frames)) <= HOLD * c.tolerance))
-                   for c in kept)
-
     def _within(self, q, v, dt, shaped, kept, lead_box):
         """Return (state, ok, q_new, t): the ``shaped`` command projected onto ``kept`` and
         the polygons it crosses, whether it reached them, its command and the largest share
-        of its correction that the limits allow (``_share``); joints whose limits the
-        correction breaks are blocked and it is projected again, up to REROUTES times."""
+        of its correction that the limits allow (``_correction_share``); joints whose limits
+        the correction breaks are blocked and it is projected again, up to REROUTES times."""
         state = self.state(shaped.q)
         weights, best = None, None
         for _ in range(1 + REROUTES):
             projected, ok = project(self.chain, state, kept, weights=weights)
             projected, inside = self._keep_inside(q, projected, kept, weights)
             q_new = self.limits.clip(self.command(projected))
-            ok = ok and inside and (weights is None or self._holds(q_new, kept))
-            t, over = self._share(q, v, dt, shaped, q_new, lead_box)
+            ok = ok and inside and (
+                weights is None or _holds(self.chain.frames(self.state(q_new)), kept))
+            t, over = _correction_share(self.limits, q, v, dt, shaped, q_new, lead_box)
             if best is None or (ok and t > best[3]):
                 best = (projected, ok, q_new, t)
             if t >= 1.0 or not ok or not over.any() or self.chain.has_ball_joints:
@@ -456,40 +452,47 @@ class FigureState:
             projected, _ = project(self.chain, state, self.kept)
         return self.limits.clip(self.command(projected))
 
-    def _share(self, q, v, dt, shaped, q_new, lead_box=None):
-        """Return (t, over): the largest share t in [0, 1] of the correction q_new - shaped.q
-        that keeps the velocity and acceleration limits from (q, v) over dt, and from which
-        every joint can still brake inside its position limits (and ``lead_box``) at the
-        shaper's deceleration (``bound_speed`` with (1 - MARGIN) of the acceleration limit):
-        a correction that carried a joint towards its limit faster than that made a later
-        command stop it beyond the acceleration limit (romeo, 1.41x and 1.76x), and one that
-        carries a held arm's joints away from a lagging measurement can put the command
-        beyond max_lead of the arm (the likely cause of a 0.22 rad resync of TIAGo dual's
-        held wrist on a first start). A shaped command that is itself
-        faster than that (the shaper put the acceleration first) bounds it instead.
-        over (C,) bool: the joints that the whole correction takes beyond those bounds."""
-        lim = self.limits
-        lower, upper = lim.lower, lim.upper
-        if lead_box is not None:
-            lower, upper = np.maximum(lower, lead_box[0]), np.minimum(upper, lead_box[1])
-        u0 = (shaped.q - q) / dt
-        d = (q_new - shaped.q) / dt
-        if not np.any(d):
-            return 1.0, np.zeros(d.shape, dtype=bool)
-        adt = lim.acceleration * dt
-        low = np.maximum(-lim.velocity, v - adt)
-        high = np.minimum(lim.velocity, v + adt)
-        u0 = np.clip(u0, low, high)         # the shaped command holds them (rounding)
-        brake = (1.0 - MARGIN) * lim.acceleration      # what the shaper brakes with next
-        low = np.maximum(low, np.minimum(-bound_speed(q - lower, brake, dt), u0))
-        high = np.minimum(high, np.maximum(bound_speed(upper - q, brake, dt), u0))
-        full = u0 + d
-        return largest_share(u0, d, low, high), (full > high) | (full < low)
-
     def status(self):
         """Return the counters of the projection (JSON-ready)."""
         return {'projected': self.projected, 'projection_shared': self.shared,
                 'projection_unconverged': self.unconverged, 'pins_slipped': self.slipped}
+
+
+def _holds(frames, kept):
+    """Return whether ``frames`` (one configuration) keep ``kept`` within HOLD of their
+    tolerances."""
+    return all(bool(np.all(np.abs(c.residual(frames)) <= HOLD * c.tolerance)) for c in kept)
+
+
+def _correction_share(lim, q, v, dt, shaped, q_new, lead_box=None):
+    """Return (t, over) for the JointLimits ``lim``: the largest share t in [0, 1] of the
+    correction q_new - shaped.q that keeps the velocity and acceleration limits from (q, v)
+    over dt, and from which
+    every joint can still brake inside its position limits (and ``lead_box``) at the
+    shaper's deceleration (``bound_speed`` with (1 - MARGIN) of the acceleration limit):
+    a correction that carried a joint towards its limit faster than that made a later
+    command stop it beyond the acceleration limit (romeo, 1.41x and 1.76x), and one that
+    carries a held arm's joints away from a lagging measurement can put the command
+    beyond max_lead of the arm (the likely cause of a 0.22 rad resync of TIAGo dual's
+    held wrist on a first start). A shaped command that is itself
+    faster than that (the shaper put the acceleration first) bounds it instead.
+    over (C,) bool: the joints that the whole correction takes beyond those bounds."""
+    lower, upper = lim.lower, lim.upper
+    if lead_box is not None:
+        lower, upper = np.maximum(lower, lead_box[0]), np.minimum(upper, lead_box[1])
+    u0 = (shaped.q - q) / dt
+    d = (q_new - shaped.q) / dt
+    if not np.any(d):
+        return 1.0, np.zeros(d.shape, dtype=bool)
+    adt = lim.acceleration * dt
+    low = np.maximum(-lim.velocity, v - adt)
+    high = np.minimum(lim.velocity, v + adt)
+    u0 = np.clip(u0, low, high)         # the shaped command holds them (rounding)
+    brake = (1.0 - MARGIN) * lim.acceleration      # what the shaper brakes with next
+    low = np.maximum(low, np.minimum(-bound_speed(q - lower, brake, dt), u0))
+    high = np.minimum(high, np.maximum(bound_speed(upper - q, brake, dt), u0))
+    full = u0 + d
+    return largest_share(u0, d, low, high), (full > high) | (full < low)
 
 
 FOLLOW_SHARE = 0.3      # of a pinned arm's velocity limits that following shared joints may take
