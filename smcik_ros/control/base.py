@@ -320,9 +320,9 @@ class FigureState:
             return shaped, (self.base if self.floating else None)
         best = self._within(q, v, dt, shaped, self.kept, lead_box)
         held = [c for c in self.kept if c not in self.pins]
-        shared = self.limits.clip(shaped.q + best[3] * (best[2] - shaped.q))
         if self.pins and held and (not best[1] or best[3] < 1.0 and not _holds(
-                self.chain.frames(self.state(shared)), held)):
+                self.chain.frames(self.state(self.limits.clip(
+                    shaped.q + best[3] * (best[2] - shaped.q)))), held)):
             # The contacts and the CoM first: where the pinned tips keep the projection
             # from reaching the CoM polygon, or the limits cannot keep both the contacts and
             # the pins this tick and the share of both corrections they allow would leave
@@ -467,16 +467,15 @@ def _holds(frames, kept):
 def _correction_share(lim, q, v, dt, shaped, q_new, lead_box=None):
     """Return (t, over) for the JointLimits ``lim``: the largest share t in [0, 1] of the
     correction q_new - shaped.q that keeps the velocity and acceleration limits from (q, v)
-    over dt, and from which
-    every joint can still brake inside its position limits (and ``lead_box``) at the
-    shaper's deceleration (``bound_speed`` with (1 - MARGIN) of the acceleration limit):
-    a correction that carried a joint towards its limit faster than that made a later
-    command stop it beyond the acceleration limit (romeo, 1.41x and 1.76x), and one that
-    carries a held arm's joints away from a lagging measurement can put the command
-    beyond max_lead of the arm (the likely cause of a 0.22 rad resync of TIAGo dual's
-    held wrist on a first start). A shaped command that is itself
-    faster than that (the shaper put the acceleration first) bounds it instead.
-    over (C,) bool: the joints that the whole correction takes beyond those bounds."""
+    over dt, and from which every joint can still brake inside its position limits (and
+    ``lead_box``) at the shaper's deceleration (``bound_speed`` with (1 - MARGIN) of the
+    acceleration limit): a correction that carried a joint towards its limit faster than
+    that made a later command stop it beyond the acceleration limit (romeo, 1.41x and
+    1.76x), and one that carries a held arm's joints away from a lagging measurement can
+    put the command beyond max_lead of the arm (the likely cause of a 0.22 rad resync of
+    TIAGo dual's held wrist on a first start). A shaped command that is itself faster than
+    that (the shaper put the acceleration first) bounds it instead. over (C,) bool: the
+    joints that the whole correction takes beyond those bounds."""
     lower, upper = lim.lower, lim.upper
     if lead_box is not None:
         lower, upper = np.maximum(lower, lead_box[0]), np.minimum(upper, lead_box[1])
