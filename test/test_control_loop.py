@@ -954,6 +954,43 @@ def test_step_interval_follows_a_moving_target_at_its_velocity(arm7):
     assert np.median(lag[5]) <= min(np.median(lag[1]), 0.25e-3), lag
 
 
+@pytest.mark.parametrize('seed', range(4))
+def test_answers_under_a_still_goal_get_no_velocity(arm7, seed):
+    """The damped 'jacobian' solver's answers move a step at a time towards a goal. While
+    the goal changed within STILL_GOAL they are followed as a moving target (a tracked
+    goal); once it is older, their motion is the solver converging and gets no velocity:
+    carried on, it took TIAGo dual's tool 3.8 mm past a still goal at 120 mm/s. A goal that
+    changes again (``goal_changes``, as the tick counts it) is followed as moving again."""
+    from smcik_ros.control.goal_inbox import Goal
+    from smcik_ros.control.stepping import STILL_GOAL
+    from smcik_ros.goals import PoseTarget
+    loop, _ = make_loop(arm7, solver=make_solver('jacobian', arm7, seed=seed))
+    stepper = loop.stepper
+    q = arm7.clip(0.5 * arm7.random_configuration(np.random.default_rng(seed)))
+    pose = reachable_pose(arm7, seed + 200, near=q, spread=0.8)
+
+    def goal(received):
+        return Goal(terms=(PoseTarget(pose).bind(arm7),), display=None, source='test',
+                    stamp=None, received=received, sequence=1, tips=('tool0',))
+
+    stepper.reset(q)
+    stepper.goal_changes += 1
+    still = goal(0.0)
+    moving, resting, dt = [], [], 0.01
+    for tick in range(int(2 * STILL_GOAL / dt)):
+        now = tick * dt
+        desired, velocity = stepper.follow(q, np.zeros_like(q), still, now, tick, tick == 0)
+        if tick and desired is not None:
+            (moving if now <= STILL_GOAL else resting).append(velocity)
+    assert sum(v is not None and np.any(v) for v in moving) > len(moving) // 2
+    assert resting and all(v is None for v in resting)
+    stepper.goal_changes += 1
+    again = goal(2 * STILL_GOAL)
+    seen = [stepper.follow(q, np.zeros_like(q), again, again.received + k * dt, 1000 + k,
+                           k == 0)[1] for k in range(5)]
+    assert any(v is not None and np.any(v) for v in seen[1:])
+
+
 @pytest.mark.parametrize('seed', range(8))
 def test_answers_far_apart_are_not_carried_on_past_the_goal(arm7, seed):
     """The solver answers only every 0.3 s (a slow step; here step_interval 30 at 100 Hz):

@@ -8,6 +8,11 @@ which configuration (and at which velocity) should the command move towards?
   this many ticks; the ticks in between carry its last answer on at that answer's own
   velocity (a tracked target is followed without a stop): a control rate above the
   solver's rate without its cost on every tick.
+- An answer's velocity (a tracked target's, ``CommandShaper.target_velocity``) is taken
+  only while the goal's values changed (``goal_changes``) in the last ``STILL_GOAL``
+  seconds; under a still goal (sent once, or the same pose sent again) the answers move
+  because the solver converges, and following that motion carried TIAGo dual's tool 3.8 mm
+  past its goal at 120 mm/s (black box).
 - ``rest_step_interval`` [ticks]: while the solver is ``settled`` on the same goal and
   constraints and the command rests at its answer, the solver steps only every this many
   ticks (its answer cannot change in between).
@@ -43,6 +48,8 @@ __all__ = ['SolverStepper', 'RECENTER']
 RECENTER = math.pi + 0.25
 # The worker tag of a solver reset queued behind a running step (``reset``).
 _RESET = 'reset'
+# [s] a goal unchanged this long is still: its answers get no velocity (the module doc).
+STILL_GOAL = 0.5
 
 
 def set_references(constraints, q):
@@ -90,6 +97,8 @@ class SolverStepper:
         self._stepped = (-1, None)  # (tick, constraint key) of the last solver step
         self._answer = None         # (desired (n,), time [s], its velocity or None): followed
         #                             by the last tick
+        self._changes_seen = None   # goal_changes when the goal last changed, at:
+        self._changed_at = -math.inf        # [s]
         self._reset_lock = threading.Lock()
         self._reset_to = None       # the configuration of a queued reset (solver_thread)
         self._wraps = bool(limits.continuous.any())
@@ -185,6 +194,8 @@ class SolverStepper:
         previous, self._answer = self._answer, None
         if goal is None:
             return None, None
+        if self.goal_changes != self._changes_seen:     # the goal's values changed
+            self._changes_seen, self._changed_at = self.goal_changes, now
         worker = self.worker
         if worker is not None and worker.pending:
             if not worker.done:
@@ -273,7 +284,7 @@ class SolverStepper:
             # would stop at 2 pi, or come back the long way, after many turns one way).
             self.reset(estimate)
         desired_velocity = None
-        if previous is not None:
+        if previous is not None and stamp - self._changed_at <= STILL_GOAL:
             # How fast the solver's answer moves (a tracked target): the shaper follows
             # it without braking onto it every tick (jumps are ignored by the shaper).
             desired_velocity = self.shaper.target_velocity(
