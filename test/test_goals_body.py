@@ -83,6 +83,33 @@ def test_contact_jacobian_matches_finite_differences(biped):
                                    numeric_jacobian(contact, biped, q), atol=1e-6)
 
 
+def test_a_position_only_contact_keeps_the_point_and_lets_the_link_turn(biped):
+    """The node's hold of a tip with fewer than six joints of its own: 3 rows, the link's
+    origin; turning the link about it is free, moving it is not."""
+    q = standing(biped)
+    contact = Contact('l_palm', position_only=True).bind(biped).anchor(q)
+    full = Contact('l_palm').bind(biped).anchor(q)
+    assert contact.hard and contact.equality
+    np.testing.assert_allclose(contact.tolerance, [0.001] * 3)
+    assert contact.residual(biped.frames(q)).shape == (1, 3)
+    rng = np.random.default_rng(7)
+    for q_k in biped.random_configuration(rng, 3):
+        q_k[biped.base_index] = (0.1, -0.2, 0.9, 0.2, -0.1, 0.3)
+        frames = biped.frames(q_k)
+        np.testing.assert_allclose(contact.residual(frames)[0], full.residual(frames)[0, :3])
+        np.testing.assert_allclose(contact.jacobian(frames)[0],
+                                   numeric_jacobian(contact, biped, q_k), atol=1e-6)
+    turned = full.pose.copy()                   # the same point, the link turned 0.3 rad
+    turned[:3, :3] = turned[:3, :3] @ [[1, 0, 0], [0, np.cos(0.3), -np.sin(0.3)],
+                                       [0, np.sin(0.3), np.cos(0.3)]]
+    frames = biped.frames(q)
+    assert Contact('l_palm', pose=turned).bind(biped).violated(frames)[0]
+    assert not Contact('l_palm', pose=turned, position_only=True).bind(biped).violated(frames)[0]
+    moved = q.copy()
+    moved[biped.joint_index('floating_base_y')] += 0.0015
+    assert contact.violated(biped.frames(moved))[0]
+
+
 @pytest.mark.parametrize('make,match', [
     (lambda: Contact(None), 'link must be a link name'),
     (lambda: Contact('l_sole', pose=np.eye(3)), r'shape \(4, 4\)'),

@@ -192,19 +192,34 @@ class FigureState:
         the other hand moved it 55 mm (Talos, black box, 50 particles). A straight
         joint-space step between two configurations that both keep a tip moves it by
         millimetres on the way (the torso turns, the other arm compensates): a goal for the
-        left hand must not move the right one."""
+        left hand must not move the right one. A tip with fewer than six joints of its own
+        (on no path of the goal's moved tips) keeps its position only (Unitree H1's 4-DOF
+        arms: with its pose held too, the commands moved the held hand 4.5-5.1 mm and the
+        CoM 1.1-3.7 mm past its margin in 2 of 4 seeds, offline); a link that a contact
+        keeps is not pinned again (two sets of rows for one link, at poses that the drift
+        of the commands sets apart)."""
         pins = []
         if goal is not None and len(goal.terms) > 1:
             frames = self.chain.frames(self.state(q))
-            for k, term in enumerate(goal.terms):
-                held = goal.tips[k] is None or (
-                    previous is not None and previous.tips[k] is goal.tips[k])
-                if not held:
+            planted = {c.link for c in self.equalities if isinstance(c, Contact)}
+            held = [goal.tips[k] is None or (previous is not None
+                                             and previous.tips[k] is goal.tips[k])
+                    for k in range(len(goal.terms))]
+            moved = np.zeros(self.chain.nv, dtype=bool)
+            for term, kept in zip(goal.terms, held):
+                if not kept:
+                    moved |= self.chain.moving(term.link)
+            for term, kept in zip(goal.terms, held):
+                if not kept or term.link in planted:
                     continue
                 pos, ori = (float(e[0]) for e in term.errors(frames))
                 if reached or (pos <= tolerances[0] and ori <= tolerances[1]):
+                    # A pose needs six joints of the tip's own: a 4-DOF arm (Unitree H1)
+                    # keeps its hand's position while the torso turns, not its pose.
+                    own = np.count_nonzero(self.chain.moving(term.link) & ~moved)
                     pose = frames.link_pose(term.link)[0]
-                    pins.append(Contact(term.link, pose=pose).bind(self.chain))
+                    pins.append(Contact(term.link, pose=pose, position_only=own < 6)
+                                .bind(self.chain))
         self.pins, self._free = pins, None
         self._tips = [term.link for term in goal.terms] if goal is not None else []
         self.frozen = None if self.floating else held_arms(self.chain, goal, pins,
@@ -517,7 +532,7 @@ def _followed_share(chain, q, pins, tips, velocity):
     the limits, fell behind and the held hand went 2.5-3.6 mm off its pin (offline, 2 of 4
     seeds; 4-9 mm in the node). At 0.3 of the arm's limits: under 0.42 mm in 4 of 4, and
     PR2's torso goals reach as fast as before (issue 32 notes, session 13). Pins on arms
-    with fewer own joints than the pin's six rows are left out (they cannot follow)."""
+    with fewer own joints than the pin's rows are left out (they cannot follow)."""
     goal_path = np.zeros(chain.nv, dtype=bool)
     pinned = {pin.link for pin in pins}
     for link in tips:
@@ -527,9 +542,10 @@ def _followed_share(chain, q, pins, tips, velocity):
     for pin in pins:
         path = chain.moving(pin.link)
         shared, own = path & goal_path, path & ~goal_path
-        if not shared.any() or np.count_nonzero(own) < 6:
+        rows = 3 if pin.position_only else 6
+        if not shared.any() or np.count_nonzero(own) < rows:
             continue
-        jac = chain.jacobian(q, pin.link)
+        jac = chain.jacobian(q, pin.link)[:rows]
         gain = follow_gain(jac[:, own], jac[:, shared])
         need = gain @ velocity[shared]      # (own,): their speeds at full shared speed
         share = float(np.min(FOLLOW_SHARE * velocity[own] / np.maximum(need, 1e-12)))
@@ -539,7 +555,7 @@ def _followed_share(chain, q, pins, tips, velocity):
 
 def follow_gain(own, shared):
     """Return (own, shared) |d own / d shared|: the own joints' speeds per unit speed of
-    each shared joint that keep a pinned tip, for own (6, n_own) and shared (6, n_shared)
+    each shared joint that keep a pinned tip, for own (k, n_own) and shared (k, n_shared)
     Jacobian columns (singular values of ``own`` floored at SINGULAR_FLOOR)."""
     u, sv, vt = np.linalg.svd(own, full_matrices=False)
     return np.abs(vt.T @ ((u.T @ shared) / np.maximum(sv, SINGULAR_FLOOR)[:, None]))

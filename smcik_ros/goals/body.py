@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import GoalError
 from ..model.chain import Frames
-from .targets import PoseTarget
+from .targets import PoseTarget, PositionTarget
 from .terms import Constraint, check_link, finite_array, positive
 
 __all__ = ['CenterOfMassPolygon', 'Contact', 'PlaneContact', 'convex_hull', 'link_points']
@@ -51,13 +51,15 @@ class Contact(Constraint):
     vector of R R_pose^T [rad] (``PoseTarget``'s rows, exact Jacobian). tolerance:
     (position [m], orientation [rad]) within which the contact holds (``violated``: beyond
     either, as Euclidean norms); sigma_position, sigma_orientation: the likelihood's scale.
+    position_only: keep the link's origin alone (the first 3 rows; a ``PositionTarget``):
+    the node's hold of a tip whose own joints cannot keep a whole pose (``control.base``).
     """
 
     hard = True
     equality = True
 
     def __init__(self, link, pose=None, tolerance=(0.001, 0.01), sigma_position=0.001,
-                 sigma_orientation=0.01, weight=1.0):
+                 sigma_orientation=0.01, weight=1.0, position_only=False):
         if not isinstance(link, str) or not link:
             raise GoalError(f'Contact: link must be a link name; got {link!r}')
         self.link = link
@@ -67,6 +69,9 @@ class Contact(Constraint):
         self.sigma = np.repeat([positive(sigma_position, 'sigma_position'),
                                 positive(sigma_orientation, 'sigma_orientation')], 3)
         self.weight = positive(weight, 'weight')
+        self.position_only = bool(position_only)
+        if self.position_only:
+            self.sigma, self.tolerance = self.sigma[:3], self.tolerance[:3]
         self.given = pose is not None
         self.pose = None
         self._target = None
@@ -75,8 +80,11 @@ class Contact(Constraint):
             self._set_pose(pose)
 
     def _set_pose(self, pose):
-        self._target = PoseTarget(pose, self.link, self.sigma[0], self.sigma[3])
+        self._target = PoseTarget(pose, self.link, self.sigma[0], self.sigma[-1])
         self.pose = self._target.pose
+        if self.position_only:
+            self._target = PositionTarget(self.pose[:3, 3], self.link,
+                                          sigma_position=self.sigma[0])
 
     @property
     def anchored(self):
@@ -113,11 +121,15 @@ class Contact(Constraint):
         return self._require().residual(frames)
 
     def jacobian(self, frames):
-        return self._require().residual_jacobian(frames)[1]
+        return self.residual_jacobian(frames)[1]
 
     def residual_jacobian(self, frames):
-        """Return (residual (N, 6), jacobian (N, 6, nv)) from one pose evaluation."""
-        return self._require().residual_jacobian(frames)
+        """Return (residual (N, 6), jacobian (N, 6, nv)) from one pose evaluation (3 rows
+        each for ``position_only``)."""
+        target = self._require()
+        if self.position_only:
+            return target.residual(frames), target.jacobian(frames)
+        return target.residual_jacobian(frames)
 
     def errors(self, frames):
         """Return (position error [m], orientation error [rad]), each (N,)."""
@@ -125,7 +137,7 @@ class Contact(Constraint):
 
     def violated(self, frames):
         pos, ori = self.errors(frames)
-        return (pos > self.tolerance[0]) | (ori > self.tolerance[3])
+        return (pos > self.tolerance[0]) | (ori > self.tolerance[-1])
 
 
 class PlaneContact(Constraint):

@@ -63,7 +63,7 @@ class SeedFirst:
         # a contact whose own tolerance is no tighter needs no second look.
         hard = [c for c in constraints if c.hard and not (
             type(c) is Contact and c.tolerance[0] >= tolerance[0]
-            and c.tolerance[3] >= tolerance[1])]
+            and c.tolerance[-1] >= tolerance[1])]
         if hard:
             frames = chain.frames(rows[index])
             if any(bool(c.violated(frames)[0]) for c in hard):
