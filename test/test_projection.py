@@ -137,3 +137,32 @@ def test_misuse_says_what_was_expected(biped):
         project(biped, q0, [Contact('l_sole').bind(biped)])
     with pytest.raises(GoalError, match=f'weights must be {biped.nv} positive numbers'):
         project(biped, q0, [], weights=np.zeros(biped.nv))
+
+
+def test_near_singular_rows_are_reached_by_damped_steps(biped):
+    """Both soles and both palms held (24 rows on the 26 joints that move them: 4-DOF arms,
+    like Unitree H1's): rows that some directions of a radian barely move. Over 200 seeded
+    perturbations of 0.03 rad, the damped steps (the default) reach more configurations
+    than the minimal-norm steps within their five iterations, and wander less on the way
+    (the 90th percentile of the largest joint change)."""
+    rng = np.random.default_rng(11)
+    q0 = standing(biped)
+    arms = ['torso_yaw'] + [f'{side}_{j}' for side in 'lr'
+                            for j in ('shoulder_pitch', 'shoulder_roll', 'elbow', 'wrist')]
+    reached, moved = {0.0: 0, None: 0}, {0.0: [], None: []}
+    for _ in range(200):
+        q = q0.copy()
+        for joint in arms:
+            q[biped.joint_index(joint)] = rng.uniform(-0.8, 0.8)
+        q = biped.clip(q)
+        held = [Contact(link).bind(biped).anchor(q) for link in TIPS]
+        start = q.copy()
+        start[biped.command_index] += rng.normal(0.0, 0.03, len(biped.command_index))
+        for damping in reached:
+            out, ok = project(biped, start, held) if damping is None else \
+                project(biped, start, held, damping=damping)
+            reached[damping] += ok
+            moved[damping].append(np.abs(out - start).max())
+    assert reached[None] > reached[0.0], reached
+    wander = {damping: np.quantile(moved[damping], 0.9) for damping in moved}
+    assert wander[None] < 0.8 * wander[0.0], wander
