@@ -126,6 +126,39 @@ def test_a_brake_stays_on_the_accepted_motions_and_within_the_limits(seed, n, ji
     assert v_ratio <= 1 + TIGHT and a_ratio <= 1 + TIGHT and excess <= 1e-12
 
 
+@PROPERTY
+@given(seed=st.integers(0, 2 ** 31 - 1), n=st.integers(1, 7), jitter=st.floats(0.0, 0.5))
+def test_the_line_brake_leaves_the_projection_its_room(seed, n, jitter):
+    """With contacts kept, the shaper plans within 95 % of the limits so that the projection's
+    correction fits. The line brake (the last resort, exactly on the current line) must
+    brake within the shaper's limits too: at the full limit, Unitree H1's brake left no
+    share of its CoM correction and the CoM passed its margin by up to 7.4 mm. Each step
+    stays on the line, slows every joint by the same factor, no joint by more than the
+    shaper's acceleration allows, and the critical one by exactly that, until it stops."""
+    from dataclasses import replace
+    rng = np.random.default_rng(seed)
+    limits = make_limits(n, rng, span=(1.0, 3.0))
+    planned = replace(limits, velocity=0.95 * limits.velocity,
+                      acceleration=0.95 * limits.acceleration)
+    guard = MotionGuard(None, limits, CommandShaper(planned), Stepper(), _quiet)
+    q = np.zeros(n)                     # 1 rad or more from either position limit,
+    v = rng.uniform(-1.0, 1.0, n) * np.minimum(   # and stopping within 0.5 rad
+        planned.velocity, np.sqrt(planned.acceleration))
+    for _ in range(2000):
+        dt = RATE_DT * (1.0 + rng.uniform(-jitter, jitter))
+        braked = guard._line_brake(q, v, dt)
+        dv = np.abs(braked.v - v)
+        assert np.all(dv <= planned.acceleration * dt * (1 + 1e-9)), 'faster than planned'
+        if np.any(braked.v):
+            ratio = braked.v[v != 0] / v[v != 0]
+            np.testing.assert_allclose(ratio, ratio[0], rtol=1e-9)     # on the line
+            assert np.max(dv / (planned.acceleration * dt)) > 1 - 1e-9, 'braked gently'
+        q, v = braked.q, braked.v
+        if not np.any(v):
+            break
+    assert not np.any(v), 'not at rest'
+
+
 @pytest.fixture(scope='module')
 def arm7():
     return Chain.from_urdf('urdf/smcik_arm.urdf')

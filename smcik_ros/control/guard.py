@@ -344,11 +344,15 @@ class MotionGuard:
         return True
 
     def _line_brake(self, q, v, dt):
-        """Return the synchronized brake at the largest deceleration, exactly on the line of
-        the current velocity v (inside the validated motion: its braking point moves back).
+        """Return the synchronized brake at the shaper's largest deceleration, exactly on the
+        line of the current velocity v (inside the validated motion: its braking point moves
+        back).
 
         Velocity and acceleration limits hold; positions are clipped into the limits; the lead
-        bound may be exceeded (a collision-free line beats the lead)."""
+        bound may be exceeded (a collision-free line beats the lead). The shaper's limits
+        leave the projection onto contacts its room (``FigureState.shaper_limits``): braking
+        at the full limit left Unitree H1 no share of its CoM correction, and its CoM
+        passed the margin by up to 7.4 mm (offline, one goal, 2 of 4 seeds)."""
         self.line_brakes += 1
         self.report('warn', 'line_brake', (
             'the limiter\'s brake left the validated motion and its own path was refused: '
@@ -357,7 +361,7 @@ class MotionGuard:
         moving = speed > 0.0
         if not moving.any():
             return ShapedCommand(q.copy(), np.zeros_like(q), 'stop')
-        factor = max(0.0, 1.0 - float(np.min(self.limits.acceleration[moving] * dt
+        factor = max(0.0, 1.0 - float(np.min(self.shaper.limits.acceleration[moving] * dt
                                              / speed[moving])))
         q_new = self.limits.clip(q + factor * v * dt)
         return ShapedCommand(q_new, (q_new - q) / dt, 'stop')
