@@ -59,11 +59,12 @@ class SeedFirst:
                                                      plain, rows)
         if index < 0:
             return None
-        # The kernel met ``tolerance`` on the contacts' pose targets (the same errors):
-        # a contact whose own tolerance is no tighter needs no second look.
+        # The kernel met ``tolerance`` on the contacts' targets (the same errors): a contact
+        # whose own tolerance is no tighter (a position-only one has no orientation row)
+        # needs no second look.
         hard = [c for c in constraints if c.hard and not (
             type(c) is Contact and c.tolerance[0] >= tolerance[0]
-            and c.tolerance[-1] >= tolerance[1])]
+            and (c.position_only or c.tolerance[3] >= tolerance[1]))]
         if hard:
             frames = chain.frames(rows[index])
             if any(bool(c.violated(frames)[0]) for c in hard):
