@@ -63,6 +63,16 @@ REROUTES = 2
 # once 2.3 mm) in the black box; within this share, 0.3 mm.
 HOLD = 0.25
 
+# With contacts, where the answer is farther than REACH [rad, largest joint] from the
+# command, the shaper heads for the point REACH along the straight line to it, projected
+# onto what the commands keep (``toward``), not for the answer itself: a straight
+# joint-space line between two points of a closed loop leaves it at first order in its
+# length, so each tick's step along the whole line needed a correction beyond the limits'
+# room (docs/node.md). Where that point lies less than STALL * REACH from the command (the
+# line runs across the loop), the answer itself.
+REACH = 0.1
+STALL = 0.3
+
 
 def largest_share(u0, d, low, high):
     """Return the largest t in [0, 1] with low <= u0 + t d <= high (each (n,)); u0 must hold
@@ -452,6 +462,24 @@ class FigureState:
                 interval=1.0)
             kept = self.keep(q, v, dt, brake(), share=True, lead_box=lead_box)
         return kept
+
+    def toward(self, q, desired):
+        """Return where the shaper heads from the command q (C,) for the answer ``desired``
+        (C,) or None: with contacts, the point REACH along the line to it projected onto
+        what the commands keep; the answer itself within REACH, where that projection fails
+        or stalls, and without contacts (pinned tips alone: not shown to help there; on one
+        TIAGo dual goal the commands braked at rest, its held arm near a singular wrist)."""
+        if not self.contacts or desired is None:
+            return desired
+        d = desired - q
+        span = float(np.max(np.abs(d)))
+        if span <= REACH:
+            return desired
+        projected, ok = project(self.chain, self.state(q + d * (REACH / span)), self.kept)
+        ahead = self.limits.clip(self.command(projected))
+        if not ok or float(np.max(np.abs(ahead - q))) < STALL * REACH:
+            return desired
+        return ahead
 
     def on_manifold(self, q, at=None):
         """Return the command q (C,) projected onto what the commands keep (the solver's

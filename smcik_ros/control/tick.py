@@ -343,7 +343,10 @@ class ControlLoop:
         desired, velocity = self.stepper.follow(q, v, self.goal, now, self.ticks, new_goal)
         if self.figure.pins:
             self.shaper.limits = self.figure.shaper_limits(self.limits, q)
-        shaped = self.shaper.step(q, v, dt, desired, lead_box, velocity)
+        ahead = self.figure.toward(q, desired)
+        if ahead is not desired:
+            velocity = None
+        shaped = self.shaper.step(q, v, dt, ahead, lead_box, velocity)
         shaped = self.guard.admit(q, v, dt, lead_box, shaped, desired, self.goal, self.ticks)
         command = self._commit(shaped, now, state, lead_box)
         self.detours.observe(self, now)
