@@ -252,13 +252,21 @@ class SolverStepper:
         if pins != self._pins:
             solver.set_constraints(list(self.twins) + list(pins))
             self._pins = pins
+        terms = goal.terms
+        if pins:
+            # A pinned tip's own term (its hold, or the goal it reached) goes: the pin keeps
+            # it. Kept, a position-only pin's 4-DOF hand (Unitree H1) still asked for its
+            # orientation too, and the other hand's answer stalled 4-5 mm off its goal.
+            pinned = {pin.link for pin in pins}
+            terms = tuple(term for term in terms
+                          if getattr(term, 'link', None) not in pinned) or terms
         if reference is not None:
             for twin in self.twins:
                 refresh = getattr(twin, 'refresh', None)
                 if refresh is not None:
                     refresh()
             set_references(self.twins, reference)
-        estimate = solver.step(goal.terms)
+        estimate = solver.step(terms)
         for observe in self.step_observers:
             observe(solver, goal, now)
         return estimate, dict(getattr(solver, 'last_info', None) or {},

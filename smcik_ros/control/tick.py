@@ -549,7 +549,11 @@ class ControlLoop:
             self.tip_errors = tuple(tuple(float(v[0]) for v in term.errors(frames))
                                     for term in goal.terms)
             self.progress.note(goal, self.tip_errors, self.tolerances, now)
-            chosen = [self.tip_errors[k] for k in goal.goal_tips]
+            # A tip pinned at its position only (a reached goal kept while another tip's goal
+            # runs) counts by its position: its orientation is left free (``pin_tips``).
+            free = {pin.link for pin in self.figure.pins if pin.position_only}
+            chosen = [(self.tip_errors[k][0], 0.0) if goal.terms[k].link in free
+                      else self.tip_errors[k] for k in goal.goal_tips]
             self.goal_errors = (max(e[0] for e in chosen), max(e[1] for e in chosen))
             self._errors_of = key
         pos, ori = self.goal_errors
