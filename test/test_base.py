@@ -7,7 +7,8 @@ limit is refused or cut to the share the limits allow (against a brute-force sea
 import numpy as np
 import pytest
 
-from smcik_ros.control.base import HOLD, MARGIN, REACH, FigureState, largest_share
+from smcik_ros.control.base import (HOLD, MARGIN, REACH, FigureState, largest_share,
+                                    pending)
 from smcik_ros.control.goal_inbox import Goal
 from smcik_ros.control.limits import limits_for_chain
 from smcik_ros.control.shaping import CommandShaper, ShapedCommand
@@ -195,7 +196,7 @@ def test_constraints_arriving_violated_are_reported_and_anchors_wait_for_a_state
     waiting = Contact('l_sole').bind(chain)
     far = CenterOfMassPolygon(polygon=[[1.0, 1.0], [1.2, 1.0], [1.1, 1.2]]).bind(chain)
     near = CenterOfMassPolygon(polygon=[[-0.3, -0.3], [0.3, -0.3], [0.0, 0.3]]).bind(chain)
-    assert figure.pending([waiting, far]) == [waiting]
+    assert pending([waiting, far]) == [waiting]
     assert figure.violations([waiting, far, near], q) == [far], \
         'the unanchored contact waits; the CoM far from its polygon is violated'
 

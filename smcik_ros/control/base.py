@@ -42,7 +42,7 @@ from .limits import commanded
 from .shaping import ShapedCommand, bound_speed
 
 __all__ = ['FigureState', 'FigureView', 'MARGIN', 'base_pose_list', 'figure_view',
-           'held_arms', 'largest_share']
+           'held_arms', 'largest_share', 'pending']
 
 # Share of the velocity and acceleration limits kept free for the projection while hard
 # equalities are kept: the shaper plans within (1 - MARGIN) of them, so that the projection's
@@ -260,14 +260,10 @@ class FigureState:
         link = self.chain.floating_link
         return Contact(link, pose=self.base).bind(self.chain)
 
-    def pending(self, constraints):
-        """Return the constraints of the set that wait for a configuration to anchor at."""
-        return [c for c in constraints if not getattr(c, 'anchored', True)]
-
     def anchor(self, constraints, q):
         """Anchor the ``pending`` constraints at the state of the command q (C,); return
         them. The base is fitted to the contacts anchored before (held without)."""
-        waiting = self.pending(constraints)
+        waiting = pending(constraints)
         if waiting:
             frames = self.chain.frames(self.state(q))
             for constraint in waiting:
@@ -504,6 +500,11 @@ class FigureState:
         """Return the counters of the projection (JSON-ready)."""
         return {'projected': self.projected, 'projection_shared': self.shared,
                 'projection_unconverged': self.unconverged, 'pins_slipped': self.slipped}
+
+
+def pending(constraints):
+    """Return the constraints of a set that wait for a configuration to anchor at."""
+    return [c for c in constraints if not getattr(c, 'anchored', True)]
 
 
 def _holds(frames, kept):

@@ -41,7 +41,7 @@ from .arm_state import ArmMonitor, ArmSettings, ArmState, initial_configuration
 from .detour import DetourDrive
 from .frames import FrameResolver
 from .goal_inbox import GoalInbox, TipProgress, kept_goals
-from .base import FigureState
+from .base import FigureState, pending
 from .guard import MotionGuard
 from .limits import commanded
 from .reporter import never_raises
@@ -456,7 +456,7 @@ class ControlLoop:
                 f'[{self.limits.lower[j]:.4f}, {self.limits.upper[j]:.4f}]: commanding the '
                 'nearest position inside'))
         figure = self.figure
-        if figure.pending(self.constraints_kept):     # contacts given before the first
+        if pending(self.constraints_kept):     # contacts given before the first
             self.stepper.settle()                     # joint_states anchor there
             figure.anchor(self.constraints_kept, clipped)
         self.base = figure.fit(clipped) if figure.floating else None
