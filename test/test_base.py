@@ -50,6 +50,16 @@ def feet(chain):
     return [Contact('l_sole').bind(chain), Contact('r_sole').bind(chain)]
 
 
+def _planted(chain, limits, crouch=0.0):
+    """Return (figure, contacts, q): both feet planted at the ``standing`` stance q."""
+    figure = FigureState(chain, limits, pose())
+    contacts = feet(chain)
+    figure.set_constraints(contacts)
+    q = standing(limits, crouch=crouch)
+    figure.anchor(contacts, q)
+    return figure, contacts, q
+
+
 def contact_errors(chain, state, contacts):
     frames = chain.frames(state)
     return np.array([[float(e[0]) for e in c.errors(frames)] for c in contacts])
@@ -421,11 +431,7 @@ def test_the_contacts_are_kept_first_where_the_limits_cannot_keep_a_pinned_tip(b
     kept."""
     chain, limits = biped
     rng = np.random.default_rng(seed)
-    figure = FigureState(chain, limits, pose())
-    contacts = feet(chain)
-    figure.set_constraints(contacts)
-    q0 = standing(limits, crouch=0.1)
-    figure.anchor(contacts, q0)
+    figure, contacts, q0 = _planted(chain, limits, 0.1)
     arm = [k for k, n in enumerate(limits.names) if n.startswith('l_shoulder')]
     elsewhere = q0.copy()
     elsewhere[arm] += rng.uniform(0.07, 0.1, len(arm)) * rng.choice([-1.0, 1.0], len(arm))
@@ -475,11 +481,7 @@ def test_the_shaper_heads_along_the_loop_not_across_it(biped):
     ratios = []
     for seed in range(60):
         rng = np.random.default_rng(seed)
-        figure = FigureState(chain, limits, pose())
-        contacts = feet(chain)
-        figure.set_constraints(contacts)
-        q = standing(limits, crouch=0.1)
-        figure.anchor(contacts, q)
+        figure, contacts, q = _planted(chain, limits, 0.1)
         palm = chain.frames(figure.state(q)).link_pose('l_palm')[0]
         figure.pins = [Contact('l_palm', pose=palm, position_only=True).bind(chain)]
         figure._update()

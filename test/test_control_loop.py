@@ -1181,6 +1181,18 @@ def _left_goal(chain, tip, seed, scale):
     return loop, limits, stream, start
 
 
+def _started_at_random(chain, seed):
+    """Return (loop, limits, stream, rng, start): an SMC loop on ``chain`` commanding from a
+    random start (half the range), after its first tick."""
+    loop, limits = make_loop(chain, solver=make_solver('smc', chain, seed=seed))
+    stream = Stream(loop, seed=seed)
+    rng = np.random.default_rng(seed)
+    start = chain.clip(0.5 * chain.random_configuration(rng))
+    stream.measure(start)
+    stream.tick()
+    return loop, limits, stream, rng, start
+
+
 @pytest.mark.parametrize('seed', [1, 2])
 def test_a_goal_on_one_tip_leaves_the_other_where_it_was(two_tips, seed):
     chain = two_tips
@@ -1202,12 +1214,7 @@ def test_the_solver_holds_a_pinned_tip_exactly_through_a_shared_torso(two_tips, 
     projection back onto the pin turned the torso and moved the left tool off its goal for
     good (a simple humanoid stopped 1.39 mm short, issue 32)."""
     chain = two_tips
-    loop, limits = make_loop(chain, solver=make_solver('smc', chain, seed=seed))
-    stream = Stream(loop, seed=seed)
-    rng = np.random.default_rng(seed)
-    start = chain.clip(0.5 * chain.random_configuration(rng))
-    stream.measure(start)
-    stream.tick()
+    loop, limits, stream, rng, start = _started_at_random(chain, seed)
     pin = Contact('right_tool', pose=chain.fk(start, 'right_tool')).bind(chain)
     q_goal, kept = project(chain, chain.clip(start + rng.uniform(-0.3, 0.3, chain.n)), [pin],
                            iterations=30)
@@ -1238,12 +1245,7 @@ def test_a_tip_pinned_at_its_position_leaves_its_orientation_to_the_other_goal(t
     answers stopped 4-44 mm short of the left goal (0 of 8 seeds reached; Unitree H1's
     other hand 4-5 mm offline)."""
     chain = two_tips
-    loop, limits = make_loop(chain, solver=make_solver('smc', chain, seed=seed))
-    stream = Stream(loop, seed=seed)
-    rng = np.random.default_rng(seed)
-    start = chain.clip(0.5 * chain.random_configuration(rng))
-    stream.measure(start)
-    stream.tick()
+    loop, limits, stream, rng, start = _started_at_random(chain, seed)
     for tip in TIPS:
         loop.offer_goal('pose', chain.fk(start, tip), '', None, stream.t, tip=tip)
     for _ in range(300):
