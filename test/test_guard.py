@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 from smcik_ros.control.goal_inbox import Goal
-from smcik_ros.control.guard import MotionGuard
+from smcik_ros.control.guard import HardConstraintValidator, MotionGuard
 from smcik_ros.control.shaping import CommandShaper
-from smcik_ros.goals import PositionTarget
+from smcik_ros.goals import PositionTarget, project
 from smcik_ros.model import Chain
 
+from test_base import _half_plane, _planted, biped  # noqa: F401  (biped: a chain fixture)
 from test_command_shaping import PROPERTY, RATE_DT, TIGHT, judge, make_limits
 
 ON_LINE = 1e-7          # [rad] a point this close to a segment lies on it
@@ -253,3 +254,40 @@ def test_the_fallback_takes_the_first_free_candidate_and_checks_none_after_it(ar
     assert guard.fallbacks == 1 and len(checked) == 3
     np.testing.assert_array_equal(out.q, expected.q)
     np.testing.assert_array_equal(checked[2], shaper.stopping_point(expected.q, expected.v))
+
+
+def test_a_motion_is_judged_where_the_projection_onto_the_feet_lands_it(biped):
+    """Two planted feet close a loop that a straight joint-space motion leaves at first order
+    in its length; the stream projects every command back onto it, so a motion's end is
+    judged where that projection lands it. Over random ends 0.1 rad away, with a CoM edge
+    between the end's straight state (base fitted to the feet) and its landing: the guard
+    refuses the ends that land outside and accepts those that land inside (judged on the
+    straight states, the other way round: Unitree H1's brake ended 0.79 mm past its
+    margin, offline)."""
+    chain, limits = biped
+    figure, contacts, q = _planted(chain, limits, crouch=0.1)
+    validator = HardConstraintValidator(chain)
+    guard = MotionGuard(chain, limits, CommandShaper(limits), Stepper(), _quiet, [validator])
+    guard.figure = figure
+    com = lambda state: chain.frames(state).center_of_mass()[0, :2]
+    start = com(figure.state(q))
+    rng = np.random.default_rng(5)
+    refused = accepted = 0
+    for _ in range(60):
+        end = limits.clip(q + rng.uniform(-0.1, 0.1, limits.n))
+        straight = com(figure.state(end))
+        landed = com(project(chain, figure.state(end), contacts)[0])
+        gap = float(np.linalg.norm(landed - straight))
+        if gap < 5e-4:
+            continue                    # the landing too near the straight state to judge
+        n = (landed - straight) / gap
+        mid = 0.5 * float((straight + landed) @ n)
+        if start @ n <= straight @ n:   # an edge between them, the start inside it
+            validator.constraints = contacts + [_half_plane(chain, n, mid)]
+            assert guard.refuses(q, end) is validator, 'an end that lands outside passed'
+            refused += 1
+        elif start @ n >= mid:          # the other way: the start and the landing inside
+            validator.constraints = contacts + [_half_plane(chain, -n, -mid)]
+            assert guard.refuses(q, end) is None, 'an end that lands inside was refused'
+            accepted += 1
+    assert refused >= 10 and accepted >= 10, (refused, accepted)
