@@ -474,7 +474,7 @@ def test_the_contacts_are_kept_first_where_the_limits_cannot_keep_a_pinned_tip(b
 
 @pytest.mark.parametrize('seed', range(4))
 def test_feet_a_share_of_their_tolerance_off_are_brought_back_without_a_slip(biped, seed):
-    """Both feet 0.37-0.57 mm off (within FIRST of the 1 mm tolerance, beyond HOLD), the left
+    """Both feet 0.37-0.50 mm off (within FIRST of the 1 mm tolerance, beyond HOLD), the left
     palm pinned where the command has it, at rest at 100 Hz: the feet come back with the
     pin held, a share of both corrections a tick; no slip. Letting the pin slip took the
     feet's correction through the floating base, which carries the held tips with it:

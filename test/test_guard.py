@@ -259,11 +259,11 @@ def test_the_fallback_takes_the_first_free_candidate_and_checks_none_after_it(ar
 def test_a_motion_is_judged_where_the_projection_onto_the_feet_lands_it(biped):
     """Two planted feet close a loop that a straight joint-space motion leaves at first order
     in its length; the stream projects every command back onto it, so a motion's end is
-    judged where that projection lands it. Over random ends 0.1 rad away, with a CoM edge
+    judged where that projection lands it. Over random ends within 0.1 rad, with a CoM edge
     between the end's straight state (base fitted to the feet) and its landing: the guard
-    refuses the ends that land outside and accepts those that land inside (judged on the
-    straight states, the other way round: Unitree H1's brake ended 0.79 mm past its
-    margin, offline)."""
+    refuses the ends that land outside and accepts those that land inside. Judged on the
+    straight states, every one of these came out the other way, and Unitree H1's CoM ended
+    0.79 mm past its margin while braking (offline)."""
     chain, limits = biped
     figure, contacts, q = _planted(chain, limits, crouch=0.1)
     validator = HardConstraintValidator(chain)
