@@ -23,7 +23,8 @@ from visualization_msgs.msg import MarkerArray
 from smcik_ros.demo import REPO_ROOT, child_env, start_node_process, stop_process  # noqa: F401
 
 __all__ = ['REPO_ROOT', 'child_env', 'start_node_process', 'stop_process', 'wait_for',
-           'Probe', 'ArmPlayer', 'read_log', 'wait_for_log', 'stream_ratios', 'get_parameters']
+           'Probe', 'ArmPlayer', 'read_log', 'wait_for_log', 'stream_ratios', 'get_parameters',
+           'call_parameters']
 
 
 def wait_for(predicate, timeout, interval=0.01):
@@ -206,15 +207,34 @@ def resync_cuts(probe, since, positions):
     return [0] + [int(k) for k in np.flatnonzero(at_rest & jumps) if k > 0] + [len(positions)]
 
 
-def get_parameters(node, target, names, timeout=10.0):
-    """Return {name: value} of ``target``'s parameters through its parameter services."""
-    client = AsyncParameterClient(node, target)
+def call_parameters(node, target, request, timeout=10.0, attempts=3):
+    """Return the answer to ``request(client)`` (a request to ``target``'s parameter
+    services, returning its Future), through one AsyncParameterClient per node and target
+    (a new client per call would repeat the discovery every time). A request not answered
+    within ``timeout`` [s] is sent again, ``attempts`` times in all: Fast DDS can drop a
+    reply that the server sends before it has discovered the client's reply reader
+    (``wait_for_services`` sees the request side only). A lost reply failed a test once on
+    a loaded machine, with the request done in the node's log. Every parameter request is
+    idempotent: sent twice, it does what it does once."""
+    clients = node.__dict__.setdefault('_parameter_clients', {})
+    if target not in clients:
+        clients[target] = AsyncParameterClient(node, target)
+    client = clients[target]
     if not client.wait_for_services(timeout_sec=timeout):
         raise AssertionError(f'{target} offers no parameter services within {timeout} s')
-    future = client.get_parameters(names)
-    if not wait_for(future.done, timeout):
-        raise AssertionError('get_parameters did not answer')
-    values = future.result().values
+    for _ in range(attempts):
+        future = request(client)
+        if wait_for(future.done, timeout):
+            return future.result()
+    raise AssertionError(f'{target} answered none of {attempts} parameter requests '
+                         f'within {timeout} s each')
+
+
+def get_parameters(node, target, names, timeout=10.0):
+    """Return {name: value} of ``target``'s parameters through its parameter services."""
+    answer = call_parameters(node, target, lambda client: client.get_parameters(names),
+                             timeout)
+    values = answer.values
     out = {}
     for name, value in zip(names, values):
         kind = value.type

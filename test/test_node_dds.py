@@ -32,8 +32,9 @@ from visualization_msgs.msg import Marker, MarkerArray  # noqa: E402
 
 from goal_helpers import free_configuration_near  # noqa: E402
 from conftest import private_domain_id  # noqa: E402
-from ros_helpers import (REPO_ROOT, Probe, dds_fixtures, read_log, resync_cuts,  # noqa: E402
-                         start_node_process, stop_process, wait_for, wait_for_log)
+from ros_helpers import (REPO_ROOT, Probe, call_parameters, dds_fixtures, read_log,  # noqa: E402
+                         resync_cuts, start_node_process, stop_process, wait_for,
+                         wait_for_log)
 from smcik_ros.model import Chain  # noqa: E402
 from smcik_ros.ros.markers import link_segments  # noqa: E402
 from smcik_ros.ros.conversions import matrix_to_pose, stamp_to_nanoseconds  # noqa: E402
@@ -193,11 +194,8 @@ def publishers(system):
 
 
 def set_parameters(probe, params, timeout=10.0):
-    client = AsyncParameterClient(probe, 'smcik_node')
-    assert client.wait_for_services(timeout_sec=timeout)
-    future = client.set_parameters(params)
-    assert wait_for(future.done, timeout), 'set_parameters did not answer'
-    return future.result().results
+    return call_parameters(probe, 'smcik_node', lambda client: client.set_parameters(params),
+                           timeout).results
 
 
 def latest_status(probe):
