@@ -45,6 +45,9 @@ import numpy as np  # noqa: E402
 from smcik_ros.demo import REPO_ROOT, private_domain_id  # noqa: E402
 
 sys.path.insert(0, os.path.join(REPO_ROOT, 'test'))
+from ros_helpers import (Probe, child_env, read_log, start_node_process,  # noqa: E402
+                         stop_process, stream_ratios, wait_for)
+
 FIGURE = dict(urdf='urdf/smcik_figure.urdf', base='pelvis', hands='left_hand,right_hand',
               feet='left_foot,right_foot', support='left_foot_link,right_foot_link',
               srdf='urdf/smcik_figure.srdf', params='config/figure.yaml', init='')
@@ -162,8 +165,6 @@ def run_seed(robot, args, seed, log_dir):
     from geometry_msgs.msg import PoseStamped
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
     from std_msgs.msg import String
-    from ros_helpers import (Probe, child_env, read_log, start_node_process, stop_process,
-                             stream_ratios, wait_for)
     from smcik_ros.ros.conversions import matrix_to_pose, pose_to_matrix
     chain, hands = robot.chain, robot.hands
     env = child_env(private_domain_id(os.getpid() + seed), log_dir)
@@ -261,7 +262,7 @@ def run_seed(robot, args, seed, log_dir):
                              error_mm=1e3 * position, error_rad=orientation,
                              others_moved_mm=1e3 * moved))
         time.sleep(0.3)
-        summary = check_stream(robot, probe, bases, stream_ratios, rows)
+        summary = check_stream(robot, probe, bases, rows)
     finally:
         stop_process(node)
         stop_process(sim)
@@ -271,7 +272,7 @@ def run_seed(robot, args, seed, log_dir):
     return rows, dict(summary, seed=seed)
 
 
-def check_stream(robot, probe, bases, stream_ratios, rows):
+def check_stream(robot, probe, bases, rows):
     """Return the checks over every command of the run."""
     limits = robot.limits
     _, stamps, positions = probe.command_stream(0.0)
