@@ -966,6 +966,7 @@ def test_answers_under_a_still_goal_get_no_velocity(arm7, seed):
     from smcik_ros.goals import PoseTarget
     loop, _ = make_loop(arm7, solver=make_solver('jacobian', arm7, seed=seed))
     stepper = loop.stepper
+    stepper.meets = None    # no answer kept: the velocities of converging answers are tested
     q = arm7.clip(0.5 * arm7.random_configuration(np.random.default_rng(seed)))
     pose = reachable_pose(arm7, seed + 200, near=q, spread=0.8)
 
@@ -989,6 +990,50 @@ def test_answers_under_a_still_goal_get_no_velocity(arm7, seed):
     seen = [stepper.follow(q, np.zeros_like(q), again, again.received + k * dt, 1000 + k,
                            k == 0)[1] for k in range(5)]
     assert any(v is not None and np.any(v) for v in seen[1:])
+
+
+@pytest.mark.parametrize('seed', range(4))
+def test_an_answer_that_meets_its_goal_is_kept_until_the_goal_or_solver_changes(arm7, seed):
+    """The filter's later answers of a goal differ in the null space of a redundant arm;
+    turning towards one late in the approach carried talos's hand through its goal and
+    9.9 mm away (black box). Once an answer meets the goal within KEEP of the tolerances,
+    the ticks follow it for the rest of the goal while the filter's own answer moves on; a
+    reset, a new goal and a changed constraint set each end it."""
+    from smcik_ros.control.goal_inbox import Goal
+    from smcik_ros.control.stepping import KEEP
+    from smcik_ros.goals import PoseTarget
+    loop, _ = make_loop(arm7, solver=make_solver('smc', arm7, seed=seed))
+    stepper = loop.stepper
+    own = []
+    stepper.step_observers.append(lambda solver, goal, now: own.append(solver.estimate.copy()))
+    q = arm7.clip(0.5 * arm7.random_configuration(np.random.default_rng(seed)))
+    pose = reachable_pose(arm7, seed + 300, near=q, spread=0.6)
+    goal = Goal(terms=(PoseTarget(pose).bind(arm7),), display=None, source='test',
+                stamp=None, received=0.0, sequence=1, tips=('tool0',))
+    stepper.reset(q)
+    stepper.goal_changes += 1
+
+    def follow(ticks, start):
+        return [stepper.follow(q, np.zeros_like(q), goal, 0.01 * k, k, k == start)[0]
+                for k in range(start, start + ticks)]
+
+    answers = follow(300, 0)
+    meets = [bool(loop._meets(goal, a)) for a in answers]
+    assert any(meets), 'the filter never met the goal'
+    first = meets.index(True)
+    kept = answers[first]
+    pos, ori = (float(e[0]) for e in goal.terms[0].errors(arm7.frames(kept)))
+    assert pos <= KEEP * loop.tolerances[0] and ori <= KEEP * loop.tolerances[1]
+    assert all(np.array_equal(a, kept) for a in answers[first:])
+    assert any(np.max(np.abs(e - kept)) > 1e-9 for e in own[first + 1:]), \
+        'the filter\'s own answer never moved on: nothing was kept'
+    for release in (lambda: stepper.reset(q), lambda: setattr(
+            stepper, 'goal_changes', stepper.goal_changes + 1),
+            lambda: loop.set_constraints([KeepOutSphere([5.0, 5.0, 5.0], 0.1)])):
+        release()
+        fresh = follow(3, 1000)
+        assert not np.array_equal(fresh[-1], kept)
+        own.clear()
 
 
 @pytest.mark.parametrize('seed', range(8))

@@ -28,6 +28,13 @@ which configuration (and at which velocity) should the command move towards?
   between two steps: ``scene_upkeep``), no step or side work starts; the ticks carry the
   last answer on, and the first step after the hold counts as a new goal's when it owes one.
 
+- An answer that meets its goal (``meets``: every tip within ``KEEP`` of the tolerances) is
+  kept for the rest of that goal, on the same constraints and pins, until the solver is
+  reset or switches branch (``~/select_alternative``): later answers of the same goal
+  differ from it in the null space only (a redundant arm, a torso), and turning towards one
+  late in the approach carried talos's hand through its goal at 144 mm/s and 9.9 mm away
+  (black box), so the goal counted as reached on a pass while the hand moved on.
+
 An answer is mapped to the command's own coordinate (continuous joints: the equivalent
 nearest the command); a continuous joint that drifts past pi restarts the solver wrapped.
 """
@@ -50,6 +57,8 @@ RECENTER = math.pi + 0.25
 _RESET = 'reset'
 # [s] a goal unchanged this long is still: its answers get no velocity (the module doc).
 STILL_GOAL = 0.5
+# Share of the goal's tolerances within which an answer is kept for its goal (module doc).
+KEEP = 0.5
 
 
 def set_references(constraints, q):
@@ -105,6 +114,11 @@ class SolverStepper:
         # The solver's state of a command (the floating base: base.FigureState; the loop
         # sets it): commands (C,) <-> solver states (nq,). None: the same.
         self.figure = None
+        # Callable (goal, desired (n,)) -> bool: the answer meets the goal within KEEP of
+        # its tolerances (the loop sets it). None: no answer is kept.
+        self.meets = None
+        self._kept = None           # ((goal_changes, branch switches), constraint key, pins,
+        #                             answer (n,)): the answer kept for its goal
 
     # ------------------------------------------------------------------ the solver
     @property
@@ -148,7 +162,7 @@ class SolverStepper:
         one does not fit); the caller resets it where the command is."""
         self.drop_step()
         solver.set_constraints(self.twins)
-        self._solver, self._pins = solver, ()
+        self._solver, self._pins, self._kept = solver, (), None
 
     def set_constraints(self, constraints):
         """Hand ``constraints`` to the solver (now and on every switch); with the thread, as
@@ -160,7 +174,7 @@ class SolverStepper:
             twins = [c.bind(self.chain).fork() if hasattr(c, 'fork') else c
                      for c in constraints]
         self._solver.set_constraints(twins)
-        self.constraints, self.twins, self._pins = constraints, twins, ()
+        self.constraints, self.twins, self._pins, self._kept = constraints, twins, (), None
 
     def reset(self, q):
         """Restart the solver at ``q`` (n,). With ``solver_thread`` the tick does not wait for
@@ -168,7 +182,7 @@ class SolverStepper:
         answer is dropped and the reset runs in the worker right after it; a newer reset
         asked for before that one started replaces its configuration. Until it is done the
         ticks have no answer to follow (the arm brakes, as after any reset)."""
-        self._answer = None
+        self._answer = self._kept = None
         q = self.chain.clip(self._state(to_solver_range(q, self.limits.continuous)))
         worker = self.worker
         if worker is None:
@@ -202,7 +216,7 @@ class SolverStepper:
                 return self._carry(previous, q, now)
             tag, result = worker.take()
             if tag is not _RESET and tag[1] == self.goal_changes:
-                return self._take(result, q, previous, tag[0])
+                return self._take(result, q, previous, tag[0], goal)
             new_goal = True      # a reset, or a step for a goal replaced meanwhile: step now
         new_goal, self._owed = new_goal or self._owed, False
         if not new_goal and self._resting(previous, q, v, tick):
@@ -231,12 +245,12 @@ class SolverStepper:
             result = None
             for _ in range(self.iterations_per_tick):
                 result = self._step_job(self._solver, goal, now, pins=pins)
-            return self._take(result, q, previous, now)
+            return self._take(result, q, previous, now, goal)
         worker.start((now, self.goal_changes), self._step_job, self._solver, goal, now, state,
                      pins)
         if worker.wait(self.step_budget):
             _, result = worker.take()
-            return self._take(result, q, previous, now)
+            return self._take(result, q, previous, now, goal)
         self.steps_in_thread += 1
         return self._carry(previous, q, now)
 
@@ -272,9 +286,10 @@ class SolverStepper:
         return estimate, dict(getattr(solver, 'last_info', None) or {},
                               settled=bool(getattr(solver, 'settled', False)))
 
-    def _take(self, result, q, previous, stamp):
-        """Return (desired, velocity) from the (estimate, info) of a solver step started at
-        ``stamp`` [s], and keep it as the answer (its info: the fallback candidates)."""
+    def _take(self, result, q, previous, stamp, goal):
+        """Return (desired, velocity) from the (estimate, info) of a solver step for ``goal``
+        started at ``stamp`` [s], and keep it as the answer (its info: the fallback
+        candidates); an answer kept for the goal instead of it (module doc)."""
         estimate, self.step_info = result
         estimate = self.command(estimate)
         if estimate.shape != q.shape or not np.all(np.isfinite(estimate)):
@@ -291,6 +306,7 @@ class SolverStepper:
             # +-2 pi working range then always leaves at least a half turn each way (it
             # would stop at 2 pi, or come back the long way, after many turns one way).
             self.reset(estimate)
+        desired = self._keep(goal, desired)
         desired_velocity = None
         if previous is not None and stamp - self._changed_at <= STILL_GOAL:
             # How fast the solver's answer moves (a tracked target): the shaper follows
@@ -300,6 +316,21 @@ class SolverStepper:
                 stamp - previous[1], previous[2])
         self._answer = (desired, stamp, desired_velocity)
         return desired, desired_velocity
+
+    def _keep(self, goal, desired):
+        """Return the answer kept for ``goal`` (same goal values, constraints and pins, no
+        reset since), else ``desired`` (n,), kept from now on when it ``meets`` the goal."""
+        key = (self.goal_changes, self.step_info.get('branch_switches'))
+        constraints = StateKey(constraints=self.constraints)
+        kept = self._kept
+        if kept is not None and kept[0] == key and kept[1] == constraints and \
+                kept[2] == self._pins:
+            # (continuous joints: in the command's coordinate, which may have turned since)
+            return nearest_equivalent(kept[3], desired, self.limits.continuous) \
+                if self._wraps else kept[3]
+        meets = self.meets is not None and self.meets(goal, desired)
+        self._kept = (key, constraints, self._pins, desired) if meets else None
+        return desired
 
     def _carry(self, previous, q, now):
         """Return (desired, velocity): the last answer carried on at its own velocity to

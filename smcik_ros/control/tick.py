@@ -46,7 +46,7 @@ from .guard import MotionGuard
 from .limits import commanded
 from .reporter import never_raises
 from .shaping import LANDING, CommandShaper
-from .stepping import SolverStepper
+from .stepping import KEEP, SolverStepper
 
 __all__ = ['Command', 'ControlLoop', 'LoopSettings', 'CLOCK_RESET']
 
@@ -180,6 +180,7 @@ class ControlLoop:
             chain, limits, base, self.report)
         self.constraints_kept = []  # the constraint set and the figure's terms (solver's)
         self.tolerances = settings.tolerances
+        self.stepper.meets = self._meets
         self.q = None               # last published command (n,)
         self.v = None               # its velocity (n,)
         self.stamp = None           # its stamp [s]
@@ -549,12 +550,7 @@ class ControlLoop:
             self.tip_errors = tuple(tuple(float(v[0]) for v in term.errors(frames))
                                     for term in goal.terms)
             self.progress.note(goal, self.tip_errors, self.tolerances, now)
-            # A tip pinned at its position only (a reached goal kept while another tip's goal
-            # runs) counts by its position: its orientation is left free (``pin_tips``).
-            free = {pin.link for pin in self.figure.pins if pin.position_only}
-            chosen = [(self.tip_errors[k][0], 0.0) if goal.terms[k].link in free
-                      else self.tip_errors[k] for k in goal.goal_tips]
-            self.goal_errors = (max(e[0] for e in chosen), max(e[1] for e in chosen))
+            self.goal_errors = self._worst(goal, self.tip_errors)
             self._errors_of = key
         pos, ori = self.goal_errors
         reached = pos <= self.tolerances[0] and ori <= self.tolerances[1]
@@ -567,6 +563,23 @@ class ControlLoop:
                    else '')),
                 interval=0.5)
         self.goal_reached = reached
+
+    def _worst(self, goal, tip_errors):
+        """Return the worst (position, orientation) error of the tips with a goal. A tip
+        pinned at its position only (a reached goal kept while another tip's goal runs)
+        counts by its position: its orientation is left free (``pin_tips``)."""
+        free = {pin.link for pin in self.figure.pins if pin.position_only}
+        chosen = [(tip_errors[k][0], 0.0) if goal.terms[k].link in free else tip_errors[k]
+                  for k in goal.goal_tips]
+        return max(e[0] for e in chosen), max(e[1] for e in chosen)
+
+    def _meets(self, goal, q):
+        """Return whether the command q (n,) meets ``goal`` within KEEP of the tolerances
+        (the stepper keeps such an answer for the goal)."""
+        frames = self.chain.frames(self.figure.state(q))
+        pos, ori = self._worst(goal, [tuple(float(v[0]) for v in term.errors(frames))
+                                      for term in goal.terms])
+        return pos <= KEEP * self.tolerances[0] and ori <= KEEP * self.tolerances[1]
 
     # ------------------------------------------------------------------ status
     def refusal(self, within=None):
