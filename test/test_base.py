@@ -343,6 +343,66 @@ def test_the_projection_onto_the_feet_keeps_the_centre_of_mass_inside(biped, see
 
 
 @pytest.mark.parametrize('seed', range(4))
+def test_an_answer_on_the_feet_is_moved_inside_the_centre_of_mass_polygon(biped, seed):
+    """The solver's answer is projected onto the contacts (``on_manifold``) so that the
+    commands reach it exactly; projected onto the feet alone it lay beyond Unitree H1's
+    CoM margin, and every command that came near it was pushed back inside, 1-4 mm off the
+    goal, again and again (black box). An answer whose projection onto the feet crosses a
+    polygon edge that the command is inside of comes back inside it, feet kept."""
+    chain, limits = biped
+    rng = np.random.default_rng(seed)
+    figure, contacts, q, start = _standing_figure(chain, limits)
+    for _ in range(100):
+        answer = limits.clip(q + rng.uniform(-0.4, 0.4, limits.n))
+        com = chain.frames(figure.state(figure.on_manifold(answer, q))).center_of_mass()[0, :2]
+        if np.linalg.norm(com - start) > 0.01:
+            break
+    else:
+        pytest.fail('no answer moved the CoM')
+    n = (com - start) / np.linalg.norm(com - start)
+    edge = float(0.5 * (start + com) @ n)
+    polygon = _half_plane(chain, n, edge)
+    figure.set_constraints(contacts + [polygon])
+    assert not polygon.violated(chain.frames(figure.state(q)))[0], 'the command is inside'
+    inside = figure.on_manifold(answer, q)
+    frames = chain.frames(figure.state(inside))
+    assert not polygon.violated(frames)[0], \
+        f'the answer\'s CoM is {1e3 * (frames.center_of_mass()[0, :2] @ n - edge):.2f} mm out'
+    assert contact_errors(chain, figure.state(inside), contacts)[:, 0].max() < 1e-4
+
+
+@pytest.mark.parametrize('seed', range(4))
+def test_a_trim_of_the_feet_leaves_the_goal_tip_where_the_step_has_it(biped, seed):
+    """A shaped command a fraction of the tolerances off the feet (a trim, within HOLD) is
+    projected back holding the goal's tip where the step has it: on Unitree H1 such a trim
+    of 0.02 mm took both hip yaws and carried the steered elbow 1-4 mm off the goal its
+    answer reached, on every command that came near it (black box)."""
+    chain, limits = biped
+    rng = np.random.default_rng(seed)
+    figure, contacts, q = _planted(chain, limits, crouch=0.1)
+    frames = chain.frames(figure.state(q))
+    terms = tuple(PoseTarget(frames.link_pose(tip)[0], link=tip).bind(chain) for tip in TIPS)
+    goal = Goal(terms=terms, display=None, source='', stamp=0.0, received=0.0, sequence=1,
+                tips=(None, 'right', None, None))
+    figure.pin_tips(goal, None, q, (1e-3, 1e-2))
+    direction = rng.uniform(-1.0, 1.0, limits.n)
+    for scale in np.geomspace(1e-4, 1.0, 60):     # the first step off by more than 0.05
+        v = scale * direction
+        shaped = ShapedCommand(q + v * DT, v, 'target')
+        state = figure.state(shaped.q)
+        worst = max(float(np.max(np.abs(c.residual(chain.frames(state))) / c.tolerance))
+                    for c in figure.kept)
+        if worst > 0.05:
+            break
+    assert 0.05 < worst < HOLD, worst
+    command, base = figure.keep(q, v, DT, shaped)
+    after = chain.with_base(command.q, base)
+    moved = np.linalg.norm(chain.fk(after, 'r_palm')[:3, 3] - chain.fk(state, 'r_palm')[:3, 3])
+    assert moved < 2e-6, f'the trim moved the goal\'s palm by {1e3 * moved:.4f} mm'
+    assert contact_errors(chain, after, contacts)[:, 0].max() < 0.02e-3
+
+
+@pytest.mark.parametrize('seed', range(4))
 def test_a_command_already_beyond_the_centre_of_mass_margin_goes_no_deeper(biped, seed):
     """A command can end a hair beyond the polygon (a brake that takes only a share of its
     correction); the next commands must not go on deeper (a simple humanoid's CoM stayed
