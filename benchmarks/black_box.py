@@ -200,7 +200,7 @@ def run_seed(robot, args, seed, log_dir):
     bases = {}
     probe.create_subscription(PoseStamped, '/smcik_node/base_pose', lambda m: bases.__setitem__(
         m.header.stamp.sec * 1_000_000_000 + m.header.stamp.nanosec, pose_to_matrix(m.pose)),
-        QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE))
+        QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE))
     rng = np.random.default_rng(seed)
     rows = []
 

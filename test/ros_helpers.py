@@ -61,10 +61,14 @@ class Probe(Node):
         self.collision = []      # ~/collision MarkerArrays
         self.status = []
         reliable = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+        # 10 s of a 100 Hz stream: the limits are judged between consecutive commands, and
+        # with depth 100 a process busy elsewhere (the GIL) lost commands, each gap read
+        # as an acceleration of up to 1.5x the limit (black box, Unitree H1).
+        stream = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
         self.create_subscription(JointState, 'joint_commands',
-                                 lambda m: self._record(self.commands, m), reliable)
+                                 lambda m: self._record(self.commands, m), stream)
         self.create_subscription(JointState, 'joint_states',
-                                 lambda m: self._record(self.joint_states, m), reliable)
+                                 lambda m: self._record(self.joint_states, m), stream)
         self.create_subscription(MarkerArray, f'{namespace_node}/particles',
                                  lambda m: self._record(self.markers, m), reliable)
         self.create_subscription(MarkerArray, f'{namespace_node}/collision',

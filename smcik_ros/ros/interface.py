@@ -21,7 +21,9 @@ COMMAND_TYPES = {
 }
 
 # Commands: every message matters (a controller must not miss one), no history for late joiners.
-COMMAND_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE,
+# A second of it kept for a reader that lags: with 10, a Python reader under load (the black
+# box's) lost commands, and read each gap as up to 1.5x the acceleration limit.
+COMMAND_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE,
                          durability=DurabilityPolicy.VOLATILE, history=HistoryPolicy.KEEP_LAST)
 # ~/base_pose: a second of history at 100 Hz, so a reader that pairs each command with its
 # base pose by stamp loses none while it lags (a Python reader under load lagged > 10 ticks).
