@@ -33,10 +33,10 @@ __all__ = ['Goal', 'TipGoal', 'GoalInbox', 'TipProgress', 'kept_goals']
 
 # [s] a tip that came no nearer its goal for this long, or has not reached it in PATIENCE,
 # when another tip's goal arrives is held where it is instead (``TipProgress``).
-# PATIENCE is short of the issue's 10 s: a judge that gives a goal 10 s from its own send
-# sends the next one when the node has held the goal a little less (its delivery, the tick
-# that took it), and Unitree H1's elbow, kept on at 9.9 s, moved 72 mm during the other
-# elbow's goal (black box).
+# PATIENCE is short of the issue's 10 s: a client that gives each goal 10 s from its own
+# send sends the next one when the node has had the goal a little less (its delivery, the
+# tick that took it), and Unitree H1's elbow, kept on at 9.9 s, moved 72 mm during the
+# other elbow's goal (black box).
 STALL_TIME = 2.0
 PATIENCE = 9.0
 # 'Nearer': the tip's error, position over its tolerance plus orientation over its own, down
@@ -121,10 +121,11 @@ class TipProgress:
     dragged about by the other goal's whole-body motion, 40-55 mm in the black box, and never
     reached its own; such a tip holds where it is when the other goal arrives (``stalled``,
     ``GoalInbox.retire``). So does one that has not reached its goal in ``PATIENCE`` (short
-    of the issue's 10 s a goal), though it still closes in: Talos's left hand, 20-135 mm short of
-    a goal behind it after 10 s, moved on by that much during the right hand's next goal,
-    which must leave it where it is. A teleoperation stream sends new goals (new TipGoals)
-    all the time, and a tip closing in on a recent goal makes progress: neither stalls.
+    of the issue's 10 s a goal), though it still closes in: Talos's left hand, 20-135 mm
+    short of a goal behind it after 10 s, moved on by that much during the right hand's
+    next goal, which must leave it where it is. A teleoperation stream sends new goals (new
+    TipGoals) all the time, and a tip closing in on a recent goal makes progress: neither
+    stalls.
     """
 
     def __init__(self):
