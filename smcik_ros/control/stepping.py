@@ -30,10 +30,10 @@ which configuration (and at which velocity) should the command move towards?
 
 - An answer that meets its goal (``meets``: every tip within ``KEEP`` of the tolerances) is
   kept for the rest of that goal, on the same constraints and pins, until the solver is
-  reset or switches branch (``~/select_alternative``): later answers of the same goal
-  differ from it in the null space only (a redundant arm, a torso), and turning towards one
-  late in the approach carried talos's hand through its goal at 144 mm/s and 9.9 mm away
-  (black box), so the goal counted as reached on a pass while the hand moved on.
+  reset or switches branch (its own switch, ``~/select_alternative``): later answers of the
+  same goal differ from it in the null space only (a redundant arm, a torso), and turning
+  towards one late in the approach carried talos's hand through its goal at 144 mm/s and
+  9.9 mm away (black box), so the goal counted as reached on a pass while the hand moved on.
 
 An answer is mapped to the command's own coordinate (continuous joints: the equivalent
 nearest the command); a continuous joint that drifts past pi restarts the solver wrapped.
