@@ -1018,7 +1018,7 @@ def test_an_answer_that_meets_its_goal_is_kept_until_the_goal_or_solver_changes(
                 for k in range(start, start + ticks)]
 
     answers = follow(300, 0)
-    meets = [bool(loop._meets(goal, a)) for a in answers]
+    meets = [bool(stepper.meets(goal, a)) for a in answers]
     assert any(meets), 'the filter never met the goal'
     first = meets.index(True)
     kept = answers[first]

@@ -394,34 +394,30 @@ class FigureState:
         # (black box).
         frames = self.chain.frames(state)
         tips = _tips_at(self.chain, self._tips, kept, frames) if _holds(frames, kept) else []
-        best = self._rerouted(q, v, dt, shaped, state, kept, tips, lead_box) if tips else None
-        if best is None or not best[1]:
-            best = self._rerouted(q, v, dt, shaped, state, kept, [], lead_box)
-        return best
-
-    def _rerouted(self, q, v, dt, shaped, state, kept, tips, lead_box):
-        """``_within`` for the ``shaped`` command's ``state``, the ``tips`` (Contacts) held
-        besides ``kept``."""
-        weights, best = None, None
-        for _ in range(1 + REROUTES):
-            # The rerouted steps undamped: blocking a knee braking onto its limit leaves the
-            # leg near singular, where damped steps took ticks more to reach the feet (25
-            # of the 3600 ticks of test_base's straightening braked, against 2).
-            projected, ok = project(self.chain, state, kept + tips, weights=weights,
-                                    damping=DAMPING if weights is None else 0.0)
-            projected, inside = self._keep_inside(q, projected, kept, weights)
-            q_new = self.limits.clip(self.command(projected))
-            ok = ok and inside and (
-                weights is None or _holds(self.chain.frames(self.state(q_new)), kept))
-            t, over = _correction_share(self.limits, q, v, dt, shaped, q_new, lead_box)
-            if best is None or (ok and t > best[3]):
-                best = (projected, ok, q_new, t)
-            if t >= 1.0 or not ok or not over.any() or self.chain.has_ball_joints:
+        for held in ([tips] if tips else []) + [[]]:     # with the tips, else without
+            weights, best = None, None
+            for _ in range(1 + REROUTES):
+                # The rerouted steps undamped: blocking a knee braking onto its limit leaves
+                # the leg near singular, where damped steps took ticks more to reach the feet
+                # (25 of the 3600 ticks of test_base's straightening braked, against 2).
+                projected, ok = project(self.chain, state, kept + held, weights=weights,
+                                        damping=DAMPING if weights is None else 0.0)
+                projected, inside = self._keep_inside(q, projected, kept, weights)
+                q_new = self.limits.clip(self.command(projected))
+                ok = ok and inside and (
+                    weights is None or _holds(self.chain.frames(self.state(q_new)), kept))
+                t, over = _correction_share(self.limits, q, v, dt, shaped, q_new, lead_box)
+                if best is None or (ok and t > best[3]):
+                    best = (projected, ok, q_new, t)
+                if t >= 1.0 or not ok or not over.any() or self.chain.has_ball_joints:
+                    break
+                # The joints whose limits the correction breaks are blocked, the rest take it
+                # (kept only when that projection reaches the equalities and needs less
+                # share).
+                weights = np.ones(self.chain.nv) if weights is None else weights
+                weights[self.index[over] if self.floating else over] = BLOCKED
+            if best[1]:
                 break
-            # The joints whose limits the correction breaks are blocked, the rest take it
-            # (kept only when that projection reaches the equalities and needs less share).
-            weights = np.ones(self.chain.nv) if weights is None else weights
-            weights[self.index[over] if self.floating else over] = BLOCKED
         return best
 
     def _keep_inside(self, q, state, kept, weights=None):

@@ -180,7 +180,8 @@ class ControlLoop:
             chain, limits, base, self.report)
         self.constraints_kept = []  # the constraint set and the figure's terms (solver's)
         self.tolerances = settings.tolerances
-        self.stepper.meets = self._meets
+        self.stepper.meets = lambda goal, q: meets(
+            self.chain, self.figure, goal, q, tuple(KEEP * t for t in self.tolerances))
         self.q = None               # last published command (n,)
         self.v = None               # its velocity (n,)
         self.stamp = None           # its stamp [s]
@@ -550,7 +551,7 @@ class ControlLoop:
             self.tip_errors = tuple(tuple(float(v[0]) for v in term.errors(frames))
                                     for term in goal.terms)
             self.progress.note(goal, self.tip_errors, self.tolerances, now)
-            self.goal_errors = self._worst(goal, self.tip_errors)
+            self.goal_errors = worst_errors(goal, self.tip_errors, self.figure.pins)
             self._errors_of = key
         pos, ori = self.goal_errors
         reached = pos <= self.tolerances[0] and ori <= self.tolerances[1]
@@ -563,23 +564,6 @@ class ControlLoop:
                    else '')),
                 interval=0.5)
         self.goal_reached = reached
-
-    def _worst(self, goal, tip_errors):
-        """Return the worst (position, orientation) error of the tips with a goal. A tip
-        pinned at its position only (a reached goal kept while another tip's goal runs)
-        counts by its position: its orientation is left free (``pin_tips``)."""
-        free = {pin.link for pin in self.figure.pins if pin.position_only}
-        chosen = [(tip_errors[k][0], 0.0) if goal.terms[k].link in free else tip_errors[k]
-                  for k in goal.goal_tips]
-        return max(e[0] for e in chosen), max(e[1] for e in chosen)
-
-    def _meets(self, goal, q):
-        """Return whether the command q (n,) meets ``goal`` within KEEP of the tolerances
-        (the stepper keeps such an answer for the goal)."""
-        frames = self.chain.frames(self.figure.state(q))
-        pos, ori = self._worst(goal, [tuple(float(v[0]) for v in term.errors(frames))
-                                      for term in goal.terms])
-        return pos <= KEEP * self.tolerances[0] and ori <= KEEP * self.tolerances[1]
 
     # ------------------------------------------------------------------ status
     def refusal(self, within=None):
@@ -622,3 +606,24 @@ class ControlLoop:
             **self.figure.status(),
             **self.detours.status(),
         }
+
+
+def worst_errors(goal, tip_errors, pins):
+    """Return the worst (position [m], orientation [rad]) of ``tip_errors`` (per term of
+    ``goal``) over the tips with a goal. A tip pinned (``pins``) at its position only (a
+    reached goal kept while another tip's goal runs) counts by its position: its orientation
+    is left free (``FigureState.pin_tips``)."""
+    free = {pin.link for pin in pins if pin.position_only}
+    chosen = [(tip_errors[k][0], 0.0) if goal.terms[k].link in free else tip_errors[k]
+              for k in goal.goal_tips]
+    return max(e[0] for e in chosen), max(e[1] for e in chosen)
+
+
+def meets(chain, figure, goal, q, tolerances):
+    """Return whether the command q (n,) meets ``goal`` within ``tolerances`` (position,
+    orientation), the FigureState ``figure`` giving its state (the stepper keeps such an
+    answer for the goal, ``stepping.KEEP``)."""
+    frames = chain.frames(figure.state(q))
+    pos, ori = worst_errors(goal, [tuple(float(v[0]) for v in term.errors(frames))
+                                   for term in goal.terms], figure.pins)
+    return pos <= tolerances[0] and ori <= tolerances[1]
