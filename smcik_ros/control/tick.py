@@ -548,8 +548,7 @@ class ControlLoop:
                                  None if self.base is None else self.base.tobytes()))
         if key != self._errors_of:
             frames = self.chain.frames(self.state)
-            self.tip_errors = tuple(tuple(float(v[0]) for v in term.errors(frames))
-                                    for term in goal.terms)
+            self.tip_errors = tip_errors(goal, frames)
             self.progress.note(goal, self.tip_errors, self.tolerances, now)
             self.goal_errors = worst_errors(goal, self.tip_errors, self.figure.pins)
             self._errors_of = key
@@ -608,6 +607,12 @@ class ControlLoop:
         }
 
 
+def tip_errors(goal, frames):
+    """Return per term of ``goal`` its (position [m], orientation [rad]) error at the first
+    configuration of ``frames``."""
+    return tuple(tuple(float(v[0]) for v in term.errors(frames)) for term in goal.terms)
+
+
 def worst_errors(goal, tip_errors, pins):
     """Return the worst (position [m], orientation [rad]) of ``tip_errors`` (per term of
     ``goal``) over the tips with a goal. A tip pinned (``pins``) at its position only (a
@@ -624,6 +629,5 @@ def meets(chain, figure, goal, q, tolerances):
     orientation), the FigureState ``figure`` giving its state (the stepper keeps such an
     answer for the goal, ``stepping.KEEP``)."""
     frames = chain.frames(figure.state(q))
-    pos, ori = worst_errors(goal, [tuple(float(v[0]) for v in term.errors(frames))
-                                   for term in goal.terms], figure.pins)
+    pos, ori = worst_errors(goal, tip_errors(goal, frames), figure.pins)
     return pos <= tolerances[0] and ori <= tolerances[1]
