@@ -1495,3 +1495,60 @@ def test_contacts_anchor_at_the_first_joint_states_and_a_resync_refits_the_base(
     state = chain.with_base(resync.q, resync.base)
     for foot, pose in zip(feet, anchored):
         np.testing.assert_allclose(chain.fk(state, foot.link), pose, atol=1e-9)
+
+
+class _Recorded(HardConstraintValidator):
+    """The real validator, recording the end of every motion it judges (by tick)."""
+
+    def __init__(self, chain, loop):
+        super().__init__(chain)
+        self.loop, self.ends = loop, {}
+
+    def __call__(self, q_from, q_to):
+        self.ends.setdefault(self.loop.ticks, []).append(self.loop.figure.command(q_to))
+        return super().__call__(q_from, q_to)
+
+
+@pytest.mark.parametrize('seed', [1, 2, 3])
+def test_the_guard_judges_the_command_as_it_is_published_onto_the_feet(biped, seed):
+    """With two planted feet every command is projected onto them, which turns its velocity;
+    the guard judges the motion to where the *published* command would stop (its straight
+    end among the ends judged), so that a brake from it stays on what was judged (Unitree
+    H1: judged from the command before its projection, the CoM stopped 10 mm past the end
+    judged, beyond its margin). Every published command within the limits, the feet within
+    their tolerance."""
+    chain, limits = biped
+    start = np.eye(4)
+    start[2, 3] = 0.944
+    loop = ControlLoop(chain, make_solver('smc', chain, seed=seed), limits, ArmSettings(),
+                       report=Log(), base=start)
+    recorded = _Recorded(chain, loop)
+    loop.guard.validators.append(recorded)
+    feet = [Contact('l_sole').bind(chain), Contact('r_sole').bind(chain)]
+    loop.set_constraints(feet)
+    stream = Stream(loop, seed=seed)
+    stance = _stance(limits, crouch=0.1)
+    stream.measure(stance)
+    stream.tick()
+    rng = np.random.default_rng(seed)
+    q_goal = stance.copy()
+    arm = [limits.names.index(n) for n in limits.names if n.startswith('l_') and
+           ('shoulder' in n or 'elbow' in n)]
+    q_goal[arm] += rng.uniform(-0.8, 0.8, len(arm))
+    target = chain.fk(chain.with_base(limits.clip(q_goal), start), 'l_palm')
+    loop.offer_goal('pose', target, '', None, stream.t, tip='l_palm')
+    judged = turned = 0
+    for _ in range(150):
+        follower(1)(stream)
+        command = stream.tick()
+        if command is None or command.limited_by in ('resync', 'stop'):
+            continue
+        stop = loop.shaper.stopping_point(command.q, command.v)
+        ends = recorded.ends.get(loop.ticks, [])
+        assert any(np.allclose(end, stop, atol=1e-9) for end in ends), \
+            f'tick {loop.ticks}: the published command\'s stop was not judged'
+        judged += 1
+        state = chain.with_base(command.q, command.base)
+        assert max(float(np.abs(f.residual(chain.frames(state))).max()) for f in feet) < 1e-3
+    v_worst, a_worst = stream.worst_ratios(limits)
+    assert judged >= 50 and v_worst <= 1.0 + SLACK and a_worst <= 1.0 + SLACK

@@ -3,8 +3,9 @@
 Validators are callables ``(q_from, q_to) -> ok`` (optionally with ``check_many(q_from,
 q_tos) -> (K,) bool`` for a batch of motions and a ``reason`` text): the collision guard
 (``collision_guard.CollisionGuard``) and the ``HardConstraintValidator`` below. Each sees
-the motion from the last command to where the new one could stop at the latest (that end
-moved as the stream's projection onto the contacts and pinned tips moves it).
+the motion from the last command to where the new one, as published (projected onto the
+contacts and pinned tips), could stop at the latest: that end moved as the stream's
+projection moves it, and as it was for validators that ask (``straight``).
 ``MotionGuard`` decides what the tick commands when one refuses:
 
 1. A fallback: the first of the solver's other candidates (its MAP and heaviest particles)
@@ -43,20 +44,25 @@ def violation(constraint, frames):
     return np.where(bad, np.linalg.norm(residual, axis=1), 0.0)
 
 
-def free_motions(validators, q_from, q_tos):
+def free_motions(validators, q_from, q_tos, straight=None):
     """Return (K,) bool: whether every validator accepts the motion q_from -> q_tos[k]
     (K, nq); one batched check per validator that has ``check_many``, and only the motions
-    the validators before it accepted."""
+    the validators before it accepted. straight: None, or (K, nq) the same motions' ends
+    before the projection onto the contacts, judged too by the validators that ask for it
+    (``straight = True``: the stream's path lies between the two)."""
     ok = np.ones(len(q_tos), dtype=bool)
     for validator in validators:
-        idx = np.flatnonzero(ok)
-        if not len(idx):
-            break
-        check_many = getattr(validator, 'check_many', None)
-        if check_many is not None:
-            ok[idx] = np.asarray(check_many(q_from, q_tos[idx]), dtype=bool)
-        else:
-            ok[idx] = [bool(validator(q_from, q_tos[k])) for k in idx]
+        ends = [q_tos] + ([straight] if straight is not None
+                          and getattr(validator, 'straight', False) else [])
+        for q_ends in ends:
+            idx = np.flatnonzero(ok)
+            if not len(idx):
+                return ok
+            check_many = getattr(validator, 'check_many', None)
+            if check_many is not None:
+                ok[idx] = np.asarray(check_many(q_from, q_ends[idx]), dtype=bool)
+            else:
+                ok[idx] = [bool(validator(q_from, q_ends[k])) for k in idx]
     return ok
 
 
@@ -72,11 +78,17 @@ class HardConstraintValidator:
     is outside and a later sample inside, or, from a start already inside (a constraint that
     arrived violated), when a later sample is deeper (``violation``): only motion that reduces
     the violation passes. Hard equalities (contacts: ``equality``) are not sampled: the
-    command stream projects onto them (``base``). ``constraints``: the solver's constraint
-    objects (``hard`` ones are checked; those still waiting for an anchor are not); skip:
-    predicate constraint -> True for constraints another validator checks (the collision
-    guard's own constraint).
+    command stream projects onto them (``base``). The guard hands it a motion's end as the
+    projection onto them lands it and as it was (``straight``): where the limits let the
+    stream take only a share of its corrections, the commands stay near the straight path
+    (Unitree H1: the CoM headed out along it 3.2 mm past its guarded margin while the
+    landed ends lay 4-12 mm inside; black box), and where they take all of it, near the
+    landed one. ``constraints``: the solver's constraint objects (``hard`` ones are
+    checked; those still waiting for an anchor are not); skip: predicate constraint -> True
+    for constraints another validator checks (the collision guard's own constraint).
     """
+
+    straight = True     # judge the end before the projection too (``free_motions``)
 
     def __init__(self, chain, resolution=0.05, max_samples=16, skip=None):
         self.chain = chain
@@ -172,33 +184,37 @@ class MotionGuard:
         return np.asarray(q, dtype=float) if self.figure is None else self.figure.state(q)
 
     def _motion(self, q_from, q_to):
-        """Return the solver states (start, end) of the motion(s) q_from (C,) -> q_to (C,) or
-        (K, C): the base fitted, and the end moved as far as the stream's projection onto
-        what the commands keep (``FigureState.kept``: planted feet, pinned tips) moves it
-        beyond what it moves the start (a start a hair off the loop is corrected by the
-        stream either way). A straight stop leaves the loop of two planted feet at first
-        order in its length, and the commands that brake towards it are projected back
-        onto the loop on every tick: judged off the loop, Unitree H1's stops stayed inside
-        its guarded CoM polygon for three ticks after their projections had crossed it (by
-        up to 2.9 mm), and its CoM ended 0.79 and 0.39 mm past the margin (offline, one
-        goal, 2 seeds). Not for chains with ball joints (their states do not add)."""
+        """Return the solver states (start, end, straight) of the motion(s) q_from (C,) ->
+        q_to (C,) or (K, C): the base fitted, and the end moved as far as the stream's
+        projection onto what the commands keep (``FigureState.kept``: planted feet, pinned
+        tips) moves it beyond what it moves the start (a start a hair off the loop is
+        corrected by the stream either way); straight: the end before that move (None
+        without one). A straight stop leaves the loop of two planted feet at first order in
+        its length, and the commands that brake towards it are projected back onto the loop
+        on every tick: judged off the loop alone, Unitree H1's stops stayed inside its
+        guarded CoM polygon for three ticks after their projections had crossed it (by up
+        to 2.9 mm), and its CoM ended 0.79 and 0.39 mm past the margin (offline, one goal, 2
+        seeds). Not for chains with ball joints (their states do not add)."""
         start, end = self._state(q_from), self._state(q_to)
         figure = self.figure
         if figure is None or not figure.kept or self.chain.has_ball_joints:
-            return start, end
+            return start, end, None
         landed, _ = project(self.chain, np.vstack([start[None], np.atleast_2d(end)]),
                             figure.kept)
         moved = start + (landed[1:] - landed[0])
-        return start, (moved[0] if end.ndim == 1 else moved)
+        return start, (moved[0] if end.ndim == 1 else moved), end
 
     def refuses(self, q_from, q_to):
         """Return the first validator that refuses the motion q_from -> q_to (commands),
-        judged on the solver's states (``_motion``), or None."""
+        judged on the solver's states (``_motion``; its straight end too where the
+        validator asks for it), or None."""
         if not self.validators:
             return None
-        state_from, state_to = self._motion(q_from, q_to)
+        state_from, state_to, straight = self._motion(q_from, q_to)
         for validator in self.validators:
-            if not validator(state_from, state_to):
+            if not validator(state_from, state_to) or (
+                    straight is not None and getattr(validator, 'straight', False)
+                    and not validator(state_from, straight)):
                 return validator
         return None
 
@@ -290,13 +306,14 @@ class MotionGuard:
                 ok &= way[1:] <= way[0] + self.FALLBACK_SLACK
             if not ok.any():
                 return None
-        state, stop_states = self._motion(q, stops)
+        state, stop_states, straight = self._motion(q, stops)
         todo, size = np.flatnonzero(ok), 1
         while len(todo):
             # In order, in batches of 1, 2, 4, ...: the first free candidate ends the
             # checks (eight took up to 0.94 s of one tick on Talos's 4 mm covers).
             batch, todo, size = todo[:size], todo[size:], 2 * size
-            free = free_motions(self.validators, state, stop_states[batch])
+            free = free_motions(self.validators, state, stop_states[batch],
+                                None if straight is None else straight[batch])
             if free.any():
                 k = int(batch[int(np.argmax(free))])
                 return shaped[k], stops[k]

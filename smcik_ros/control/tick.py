@@ -15,7 +15,8 @@ A tick (``ControlLoop._tick``):
 3. The next command within the position, velocity and acceleration limits and the lead box
    around the latest measurement (``shaping.CommandShaper``).
 4. The guard (``guard.MotionGuard``): validators ``(q_from, q_to) -> ok`` see the motion
-   from the last command to where the new one could stop at the latest; a refusal moves
+   from the last command to where the new one, projected onto the contacts and pinned tips
+   as it is published (``base.FigureState.keep``), could stop at the latest; a refusal moves
    towards another solver candidate, or brakes and restarts the solver at the braking stop
    (a hard constraint is never entered; the collision guard plugs in the same way).
 5. A detour round an obstacle that blocks the goal (``detour``) takes the place of 2-4 while
@@ -349,8 +350,16 @@ class ControlLoop:
         if ahead is not desired:
             velocity = None
         shaped = self.shaper.step(q, v, dt, ahead, lead_box, velocity)
-        shaped = self.guard.admit(q, v, dt, lead_box, shaped, desired, self.goal, self.ticks)
-        command = self._commit(shaped, now, state, lead_box)
+        # The guard judges the command as it is published: projected onto the contacts (H1:
+        # a projection of 0.005 rad a tick turned the velocity, and the stop judged from the
+        # shaped command lay 10 mm short of where the CoM stopped, past its margin).
+        landed = self.figure.keep(q, v, dt, shaped, lead_box=lead_box)
+        if landed is not None:
+            shaped = landed[0]
+        admitted = self.guard.admit(q, v, dt, lead_box, shaped, desired, self.goal,
+                                    self.ticks)
+        command = self._commit(admitted, now, state, lead_box,
+                               landed if admitted is shaped else None)
         self.detours.observe(self, now)
         return command
 
@@ -474,16 +483,16 @@ class ControlLoop:
         self._update_goal_errors(now)
         return self.last
 
-    def _commit(self, shaped, now, state, lead_box):
+    def _commit(self, shaped, now, state, lead_box, landed=None):
         """Make the ShapedCommand the published command at ``now``, projected onto the hard
         equalities within the limits and ``lead_box`` (the tick's, or None;
-        ``FigureState.keep_within``: else the brake, projected as far as the limits allow);
-        return its Command."""
+        ``FigureState.keep_within``: else the brake, projected as far as the limits allow;
+        ``landed``: (command, base), already projected); return its Command."""
         if not (np.isfinite(shaped.q).all() and np.isfinite(shaped.v).all()):
             raise FloatingPointError('the shaped command is not finite')
         dt = now - self.stamp
         q, v = self.q, self.v
-        shaped, base = self.figure.keep_within(
+        shaped, base = landed or self.figure.keep_within(
             q, v, dt, shaped, lambda: self.guard.brake(q, v, dt, lead_box), lead_box)
         accel = np.abs(shaped.v - self.v) / (self.limits.acceleration * dt)
         self._last_acceleration = float(accel.max()) if accel.size else 0.0
