@@ -266,6 +266,33 @@ def test_a_stale_goal_leaves_the_slots_of_the_last_applied_goal(two_tips):
     assert later.tips[1] is None, "the stale right goal did not stay in its slot"
 
 
+def test_a_tip_that_met_its_goal_once_is_held_when_another_goal_comes():
+    """A tip that was within the tolerances of its goal at some command holds where it is
+    at the next goal, though it passed on beyond them (Unitree H1's elbow, its goal kept
+    after a pass, went 116 mm off during the other elbow's goal); one that never met its
+    goal keeps it, and a new goal for the tip forgets that it met the old one."""
+    from smcik_ros.control.goal_inbox import Goal, TipGoal, TipProgress
+
+    def goal(*tips):
+        return Goal(terms=(), display=None, source='', stamp=0.0, received=0.0, sequence=1,
+                    tips=tips)
+
+    progress, tolerances = TipProgress(), (1e-3, 1e-2)
+    left, right = TipGoal('left', None, None, '', None), TipGoal('right', None, None, '', None)
+    both = goal(left, right)
+    for t, errors in enumerate([[(0.05, 0.0), (0.05, 0.0)],
+                                [(0.0009, 0.009), (0.0011, 0.0)],   # left within, right not
+                                [(0.004, 0.0), (0.003, 0.0)]]):     # both beyond
+        progress.note(both, errors, tolerances, 0.1 * t)
+    assert progress.stalled(both, ['left', 'right'], 0.3) == {
+        'left': 'met an earlier goal within the tolerances'}
+    progress.note(goal(left, None), [(0.004, 0.02), None], tolerances, 0.4)
+    assert 'left' in progress.stalled(both, ['left'], 0.4), 'the same goal stays met'
+    renewed = goal(TipGoal('left', None, None, '', None), right)
+    progress.note(renewed, [(0.004, 0.0), (0.003, 0.0)], tolerances, 0.5)
+    assert progress.stalled(renewed, ['left', 'right'], 0.6) == {}
+
+
 def test_a_tip_that_has_not_reached_its_goal_in_patience_is_held_though_it_closes_in():
     """TipProgress, on the clock of the ticks that note the errors: a tip closing in on its
     goal keeps it until PATIENCE; after that it is held when another tip's goal comes (Talos's

@@ -123,13 +123,17 @@ class TipProgress:
     ``GoalInbox.retire``). So does one that has not reached its goal in ``PATIENCE`` (short
     of the issue's 10 s a goal), though it still closes in: Talos's left hand, 20-135 mm
     short of a goal behind it after 10 s, moved on by that much during the right hand's
-    next goal, which must leave it where it is. A teleoperation stream sends new goals (new
-    TipGoals) all the time, and a tip closing in on a recent goal makes progress: neither
-    stalls.
+    next goal, which must leave it where it is. A tip that met its goal (within the
+    tolerances) at some command holds too, wherever it is when the next goal comes: after
+    passing through its goal, Unitree H1's elbow (its goal kept, since the whole goal's
+    pinned tip had slipped past its tolerance) went 116 mm off during the other elbow's goal
+    (black box). A teleoperation stream sends new goals (new TipGoals) all the time, and a
+    tip closing in on a recent goal makes progress: neither stalls.
     """
 
     def __init__(self):
-        self._marks = {}        # tip -> (TipGoal, error [tolerances], since [s], first [s])
+        # tip -> (TipGoal, error [tolerances], since [s], first [s], met: within them once)
+        self._marks = {}
 
     def note(self, goal, tip_errors, tolerances, now):
         """Note the tips' errors (per tip of ``goal``: (position [m], orientation [rad])) at
@@ -137,22 +141,28 @@ class TipProgress:
         for k in goal.goal_tips:
             tip_goal, (pos, ori) = goal.tips[k], tip_errors[k]
             error = pos / tolerances[0] + ori / tolerances[1]
+            met = pos <= tolerances[0] and ori <= tolerances[1]
             mark = self._marks.get(tip_goal.tip)
             if mark is None or mark[0] is not tip_goal:
-                self._marks[tip_goal.tip] = (tip_goal, error, now, now)
+                self._marks[tip_goal.tip] = (tip_goal, error, now, now, met)
             elif error <= mark[1] - max(PROGRESS * mark[1], 1.0):
-                self._marks[tip_goal.tip] = (tip_goal, error, now, mark[3])
+                self._marks[tip_goal.tip] = (tip_goal, error, now, mark[3], mark[4] or met)
+            elif met and not mark[4]:
+                self._marks[tip_goal.tip] = mark[:4] + (True,)
 
     def stalled(self, goal, tips, now):
-        """Return {tip: why} for those of ``tips`` (names) whose goal in ``goal`` has come
-        no nearer for ``STALL_TIME``, or was not reached in ``PATIENCE``, at ``now``."""
+        """Return {tip: why} for those of ``tips`` (names) whose goal in ``goal`` was met at
+        some command, has come no nearer for ``STALL_TIME``, or was not reached in
+        ``PATIENCE``, at ``now``."""
         out = {}
         for k in goal.goal_tips:
             tip_goal = goal.tips[k]
             mark = self._marks.get(tip_goal.tip)
             if tip_goal.tip not in tips or mark is None or mark[0] is not tip_goal:
                 continue
-            if now - mark[3] >= PATIENCE:
+            if mark[4]:
+                out[tip_goal.tip] = 'met an earlier goal within the tolerances'
+            elif now - mark[3] >= PATIENCE:
                 out[tip_goal.tip] = f'did not reach an earlier goal in {PATIENCE:g} s'
             elif now - mark[2] >= STALL_TIME:
                 out[tip_goal.tip] = f'came no nearer an earlier goal for {STALL_TIME:g} s'
