@@ -760,3 +760,42 @@ def test_a_tip_whose_goal_was_reached_is_pinned_even_a_hair_past_its_tolerance(b
     np.testing.assert_allclose(figure.pins[0].pose, poses['l_palm'], atol=1e-12)
     free = [p.link for p in figure.pin_tips(goal, previous, q, (1e-3, 1e-2))]
     assert free == []
+
+
+@pytest.mark.parametrize('seed', range(4))
+def test_a_command_at_rest_within_hold_is_not_projected_again(biped, seed):
+    """A command at rest (the shaped command is the last one) whose feet are within HOLD of
+    their tolerances stays exactly where it is, base and all, tick after tick: projected
+    again on every tick, Unitree H1's held commands crept at 0.02 rad/s and a hand went 23
+    mm off its reached goal while joint_states were stale (black box). Beyond HOLD, a
+    command at rest is still projected back onto the feet."""
+    chain, limits = biped
+    rng = np.random.default_rng(seed)
+    figure, contacts, q = _planted(chain, limits, crouch=0.1)
+    direction = rng.uniform(-1.0, 1.0, limits.n)
+
+    def off_by(share):
+        """The stance moved along ``direction`` until its feet are ``share`` of their
+        tolerances off (base fitted)."""
+        for scale in np.geomspace(1e-5, 0.5, 200):
+            moved = limits.clip(q + scale * direction)
+            worst = max(float(np.max(np.abs(c.residual(chain.frames(figure.state(moved))))
+                                     / c.tolerance)) for c in contacts)
+            if worst > share:
+                return moved, worst
+        pytest.fail('no step moved the feet that far')
+
+    held, worst = off_by(0.05)
+    assert 0.05 < worst < HOLD
+    base = figure.fit(held)
+    figure.set_base(base)
+    zero = np.zeros(limits.n)
+    for _ in range(50):
+        command, out = figure.keep(held, zero, DT, ShapedCommand(held, zero, 'stop'))
+        assert np.array_equal(command.q, held) and not command.v.any()
+        np.testing.assert_array_equal(out, base)
+    far, worst = off_by(2.0 * HOLD)
+    figure.set_base(figure.fit(far))
+    command, out = figure.keep(far, zero, 0.1, ShapedCommand(far, zero, 'stop'))
+    assert np.any(command.q != far), 'a command at rest beyond HOLD was left off its feet'
+    assert contact_errors(chain, chain.with_base(command.q, out), contacts)[:, 0].max() < 1e-4

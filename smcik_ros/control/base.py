@@ -347,6 +347,15 @@ class FigureState:
         must be able to stop in (``ArmMonitor.lead_box``), kept like the position limits."""
         if not self.kept:
             return shaped, (self.base if self.floating else None)
+        if not np.any(shaped.q != q) and _holds(self.chain.frames(self.state(
+                q, self.base if self.floating else None)), self.kept):
+            # At rest within HOLD (the command and its base, ``set_base``): nothing to
+            # project. Projected again on every tick, Unitree H1's held commands crept at
+            # 0.02 rad/s along a direction in which its 5-DOF legs barely move a foot's roll
+            # residual of 2-5 % of the tolerance, and a hand went 23 mm off its reached goal
+            # in 5 s while joint_states were stale (black box).
+            return ShapedCommand(q.copy(), np.zeros_like(q), shaped.limited_by), \
+                (self.base if self.floating else None)
         best = self._within(q, v, dt, shaped, self.kept, lead_box)
         held = [c for c in self.kept if c not in self.pins]
         if self.pins and held and (not best[1] or best[3] < 1.0 and not _holds(
