@@ -437,9 +437,9 @@ class FigureState:
         least-squares compromise between the contacts and the polygon broke both (Unitree
         H1: 5-DOF legs, a pin on a 4-DOF arm; its feet 1.4 mm off, counted as kept).
 
-        The guard validates the shaped command; the projection onto the contacts then
-        carried talos's CoM 0.05-0.1 mm a tick beyond its polygon's margin where a goal held
-        it there (issue 32). The correction moves the joints that move the contacts and the
+        The projection onto the contacts moves the CoM: with the guard judging the shaped
+        command, it carried talos's CoM 0.05-0.1 mm a tick beyond its polygon's margin where
+        a goal held it there (issue 32). The correction moves the joints that move the contacts and the
         goal's tips (the legs, the floating base, the hands' arms), and keeps the tips where
         the state has them: by the legs alone, talos's held hand went 8 mm off its pin while
         the other hand reached out, and a hand whose goal held the CoM at the margin rested
