@@ -439,18 +439,18 @@ class FigureState:
 
         The projection onto the contacts moves the CoM: with the guard judging the shaped
         command, it carried talos's CoM 0.05-0.1 mm a tick beyond its polygon's margin where
-        a goal held it there (issue 32). The correction moves the joints that move the contacts and the
-        goal's tips (the legs, the floating base, the hands' arms), and keeps the tips where
-        the state has them: by the legs alone, talos's held hand went 8 mm off its pin while
-        the other hand reached out, and a hand whose goal held the CoM at the margin rested
-        4 mm off it (each tick's correction carried it back). Other joints are left out
-        (the head; with every arm joint free and no tip kept, an arm joint took the
-        correction near its position limit and the next command broke the acceleration
-        limit stopping it). A constraint that q violates (it arrived violated, or a share
-        of a correction left it out) is corrected only where the state goes deeper than q:
-        a simple humanoid's CoM went on 0.06 mm beyond the margin for two commands after
-        one ended out (the guard passes motion that reduces a violation, checked at
-        samples)."""
+        a goal held it there (issue 32). The correction moves the joints that move the
+        contacts and the goal's tips (the legs, the floating base, the hands' arms), and
+        keeps the tips where the state has them: by the legs alone, talos's held hand went 8
+        mm off its pin while the other hand reached out, and a hand whose goal held the CoM
+        at the margin rested 4 mm off it (each tick's correction carried it back). Other
+        joints are left out (the head; with every arm joint free and no tip kept, an arm
+        joint took the correction near its position limit and the next command broke the
+        acceleration limit stopping it). A constraint that q violates (it arrived violated,
+        or a share of a correction left it out) is corrected only where the state goes
+        deeper than q: a simple humanoid's CoM went on 0.06 mm beyond the margin for two
+        commands after one ended out (the guard passes motion that reduces a violation,
+        checked at samples)."""
         ready = [c for c in self.inequalities if getattr(c, 'anchored', True)]
         if not ready or not self.contacts:
             return state, True
