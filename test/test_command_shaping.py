@@ -174,6 +174,37 @@ def test_still_target_time_optimal_no_overshoot_straight(seed, n, jitter):
     assert off_line.max() <= 1e-9 * (1.0 + np.linalg.norm(e)), 'the path left the line'
 
 
+@PROPERTY
+@given(seed=st.integers(0, 2 ** 31 - 1), n=st.integers(1, 7),
+       jitter=st.floats(0.0, 0.3))
+def test_an_approach_share_brakes_onto_a_still_target_at_that_share(seed, n, jitter):
+    """``approach`` 0.5 (the loop's while commands are projected onto contacts): from rest to
+    a still target, the stream speeds up at the full acceleration and brakes at half of it:
+    within +-10 % of that trapezoid's time, never past the target, every limit held."""
+    rng = np.random.default_rng(seed)
+    limits = make_limits(n, rng, span=(2.0, 3.0))
+    shaper = CommandShaper(limits)
+    shaper.approach = 0.5
+    q0 = rng.uniform(limits.lower, limits.upper)
+    e = rng.uniform(limits.lower, limits.upper) - q0
+    alpha = float(np.min(limits.acceleration / np.abs(e)))     # path units, distance 1
+    cruise = float(np.min(limits.velocity / np.abs(e)))
+    peak = min(cruise, math.sqrt(2.0 * alpha * 0.5 / 1.5))
+    expected = peak / alpha + peak / (0.5 * alpha) + (1.0 - peak ** 2 / (2.0 * alpha)
+                                                      - peak ** 2 / alpha) / peak
+    if expected < 25 * RATE_DT:
+        return                      # too short for +-10 % at 100 Hz
+    dts = RATE_DT * (1.0 + rng.uniform(-jitter, jitter, 100000))
+    times, qs, _ = run_still_target(shaper, q0, q0 + e, dts)
+    assert np.array_equal(qs[-1], q0 + e), 'target not reached exactly'
+    arrival = times[np.flatnonzero(np.all(qs == q0 + e, axis=1))[0]]
+    assert 0.9 * expected <= arrival <= 1.1 * expected, (arrival, expected)
+    v_ratio, a_ratio, excess = judge(times, qs, limits)
+    assert v_ratio <= 1 + TIGHT and a_ratio <= 1 + TIGHT and excess <= 0.0
+    progress = (qs - q0) @ e / (e @ e)
+    assert np.all(np.diff(progress) >= -1e-12) and progress.max() <= 1.0 + 1e-12
+
+
 def test_trapezoid_and_triangle_times_match_the_closed_forms():
     limits = JointLimits(names=('a', 'b'), lower=[-10, -10], upper=[10, 10],
                          velocity=[1.0, 1.0], acceleration=[2.0, 2.0], continuous=[0, 0])

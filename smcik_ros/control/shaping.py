@@ -156,6 +156,9 @@ class CommandShaper:
 
     def __init__(self, limits):
         self.limits = limits
+        # Share of the deceleration it brakes onto a target with (1: time-optimal; the
+        # control loop lowers it while commands are projected onto contacts, ``base``).
+        self.approach = 1.0
 
     def step(self, q, v, dt, desired=None, lead_box=None, desired_velocity=None):
         """Return the ShapedCommand of the next tick.
@@ -223,7 +226,7 @@ class CommandShaper:
         inv[moving] = 1.0 / abs_e[moving]
         s_velocity = float(np.min(lim.velocity[moving] * inv[moving]))
         alpha = float(np.min(lim.acceleration[moving] * inv[moving]))   # path accel [1/s^2]
-        s_target = float(allowed_speed(1.0, alpha, dt))                 # distance 1 = |e|
+        s_target = float(allowed_speed(1.0, self.approach * alpha, dt))   # distance |e|
         sync_accel = alpha * abs_e[moving]                              # b_j <= a_j
         ahead = np.where(e > 0.0, box.hi - q, q - box.lo)[moving]
         s_box = allowed_speed(ahead, sync_accel, dt) * inv[moving]
@@ -251,7 +254,7 @@ class CommandShaper:
         closing = abs_gap > 0.0
         if closing.any():
             alpha = float(np.min(a[closing] / abs_gap[closing]))
-            u_star = ff + float(allowed_speed(1.0, alpha, dt)) * gap
+            u_star = ff + float(allowed_speed(1.0, self.approach * alpha, dt)) * gap
         speed = np.abs(u_star) / lim.velocity
         if speed.max() > 1.0:
             u_star = u_star / speed.max()

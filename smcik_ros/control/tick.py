@@ -42,7 +42,7 @@ from .arm_state import ArmMonitor, ArmSettings, ArmState, initial_configuration
 from .detour import DetourDrive
 from .frames import FrameResolver
 from .goal_inbox import GoalInbox, TipProgress, kept_goals
-from .base import FigureState, pending
+from .base import APPROACH, FigureState, pending
 from .guard import MotionGuard
 from .limits import commanded
 from .reporter import never_raises
@@ -346,6 +346,7 @@ class ControlLoop:
         desired, velocity = self.stepper.follow(q, v, self.goal, now, self.ticks, new_goal)
         if self.figure.pins:
             self.shaper.limits = self.figure.shaper_limits(self.limits, q)
+        self.shaper.approach = APPROACH if self.figure.kept else 1.0
         ahead = self.figure.toward(q, desired)
         if ahead is not desired:
             velocity = None
