@@ -23,6 +23,7 @@ above or beside the base); other frames go to ``lookup`` (tf2 in the node) when 
 
 from dataclasses import dataclass, replace
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -112,6 +113,16 @@ def kept_goals(goal, previous, tip_errors, tolerances):
             and not (tip_errors[k][0] <= tolerances[0] and tip_errors[k][1] <= tolerances[1])]
 
 
+class _Mark(NamedTuple):
+    """What ``TipProgress`` notes of a tip's goal."""
+
+    goal: object        # the TipGoal
+    error: float        # its error when the tip last came nearer [tolerances]
+    since: float        # then [s]
+    first: float        # when the goal was first noted [s]
+    met: bool           # the tip was within the tolerances at some command
+
+
 class TipProgress:
     """When each tip last came nearer its goal, to tell a stalled one (the control loop).
 
@@ -132,8 +143,7 @@ class TipProgress:
     """
 
     def __init__(self):
-        # tip -> (TipGoal, error [tolerances], since [s], first [s], met: within them once)
-        self._marks = {}
+        self._marks = {}        # tip -> _Mark
 
     def note(self, goal, tip_errors, tolerances, now):
         """Note the tips' errors (per tip of ``goal``: (position [m], orientation [rad])) at
@@ -143,12 +153,13 @@ class TipProgress:
             error = pos / tolerances[0] + ori / tolerances[1]
             met = pos <= tolerances[0] and ori <= tolerances[1]
             mark = self._marks.get(tip_goal.tip)
-            if mark is None or mark[0] is not tip_goal:
-                self._marks[tip_goal.tip] = (tip_goal, error, now, now, met)
-            elif error <= mark[1] - max(PROGRESS * mark[1], 1.0):
-                self._marks[tip_goal.tip] = (tip_goal, error, now, mark[3], mark[4] or met)
-            elif met and not mark[4]:
-                self._marks[tip_goal.tip] = mark[:4] + (True,)
+            if mark is None or mark.goal is not tip_goal:
+                self._marks[tip_goal.tip] = _Mark(tip_goal, error, now, now, met)
+            elif error <= mark.error - max(PROGRESS * mark.error, 1.0):
+                self._marks[tip_goal.tip] = mark._replace(error=error, since=now,
+                                                          met=mark.met or met)
+            elif met and not mark.met:
+                self._marks[tip_goal.tip] = mark._replace(met=True)
 
     def stalled(self, goal, tips, now):
         """Return {tip: why} for those of ``tips`` (names) whose goal in ``goal`` was met at
@@ -158,13 +169,13 @@ class TipProgress:
         for k in goal.goal_tips:
             tip_goal = goal.tips[k]
             mark = self._marks.get(tip_goal.tip)
-            if tip_goal.tip not in tips or mark is None or mark[0] is not tip_goal:
+            if tip_goal.tip not in tips or mark is None or mark.goal is not tip_goal:
                 continue
-            if mark[4]:
+            if mark.met:
                 out[tip_goal.tip] = 'met an earlier goal within the tolerances'
-            elif now - mark[3] >= PATIENCE:
+            elif now - mark.first >= PATIENCE:
                 out[tip_goal.tip] = f'did not reach an earlier goal in {PATIENCE:g} s'
-            elif now - mark[2] >= STALL_TIME:
+            elif now - mark.since >= STALL_TIME:
                 out[tip_goal.tip] = f'came no nearer an earlier goal for {STALL_TIME:g} s'
         return out
 

@@ -52,9 +52,7 @@ def free_motions(validators, q_from, q_tos, straight=None):
     (``straight = True``: the stream's path lies between the two)."""
     ok = np.ones(len(q_tos), dtype=bool)
     for validator in validators:
-        ends = [q_tos] + ([straight] if straight is not None
-                          and getattr(validator, 'straight', False) else [])
-        for q_ends in ends:
+        for q_ends in _ends(validator, q_tos, straight):
             idx = np.flatnonzero(ok)
             if not len(idx):
                 return ok
@@ -64,6 +62,13 @@ def free_motions(validators, q_from, q_tos, straight=None):
             else:
                 ok[idx] = [bool(validator(q_from, q_ends[k])) for k in idx]
     return ok
+
+
+def _ends(validator, end, straight):
+    """Return the ends of a motion that ``validator`` judges: ``end`` (as the projection
+    lands it), and ``straight`` (before it) too where it asks (``straight = True``)."""
+    return [end] + ([straight] if straight is not None and getattr(validator, 'straight',
+                                                                    False) else [])
 
 
 class HardConstraintValidator:
@@ -212,9 +217,8 @@ class MotionGuard:
             return None
         state_from, state_to, straight = self._motion(q_from, q_to)
         for validator in self.validators:
-            if not validator(state_from, state_to) or (
-                    straight is not None and getattr(validator, 'straight', False)
-                    and not validator(state_from, straight)):
+            if not all(validator(state_from, end)
+                       for end in _ends(validator, state_to, straight)):
                 return validator
         return None
 
