@@ -254,15 +254,43 @@ def test_best_fit_matches_every_pair_compared(width):
     assert 0 < fitted.sum() < len(items)       # both cases occur
 
 
+def test_shrinking_balls_of_a_sphere_are_the_sphere():
+    """On a sphere of radius R (outward normals) the largest ball tangent inside that holds
+    no sample is the sphere itself; outside nothing bounds it but ``cap``. Between two
+    plates the opposite one bounds it (diameter: the gap, or more between its samples),
+    and ``cap`` where smaller."""
+    from smcik_ros.kernels.cover import shrinking_ball
+
+    rng = np.random.default_rng(3)
+    radius = 0.07
+    unit = rng.normal(size=(400, 3))
+    unit /= np.linalg.norm(unit, axis=1)[:, None]
+    points = radius * unit
+    np.testing.assert_allclose(shrinking_ball(points, unit, points, 1.0), radius, rtol=1e-9)
+    assert np.all(shrinking_ball(points, -unit, points, 1.0) == 1.0)    # balls outside
+    # Two parallel plates 0.04 m apart: a ball tangent to one is bounded by the other
+    # (diameter 0.04) where samples lie opposite, by the cap where it is smaller.
+    grid = rng.uniform(-0.2, 0.2, size=(600, 2))
+    bottom = np.c_[grid[:300], np.zeros(300)]
+    top = np.c_[grid[300:], np.full(300, 0.04)]
+    down = np.tile([0.0, 0.0, -1.0], (20, 1))          # the bottom plate's outward normal
+    samples = np.vstack([bottom, top])
+    found = shrinking_ball(bottom[:20] * 0.1, down, samples, 1.0)
+    assert np.all((found >= 0.02 * (1 - 1e-9)) & (found < 0.03))     # samples are sparse
+    assert np.all(shrinking_ball(bottom[:20] * 0.1, down, samples, 0.01) == 0.01)
+
+
 def test_the_cover_kernels_warmed_at_set_up_are_the_ones_a_cover_calls():
     """``compile_cover_kernels`` (run by ``./smcik`` when it creates the environment) gives
     the kernels the very types a cover computation uses: a swept and a fixed cover after it
     compile nothing more (else the covers' child process of a first start compiles them)."""
-    from smcik_ros.kernels.cover import ball_containment, best_fit, compile_cover_kernels
+    from smcik_ros.kernels.cover import (ball_containment, best_fit, compile_cover_kernels,
+                                         shrinking_ball)
+    kernels = (ball_containment, best_fit, shrinking_ball)
     compile_cover_kernels()
-    before = (len(ball_containment.signatures), len(best_fit.signatures))
+    before = [len(k.signatures) for k in kernels]
     box = trimesh.creation.box((0.05, 0.02, 0.03))
     cover_mesh(box.vertices, box.faces, 0.01, cache_dir='')
     cover_mesh(box.vertices, box.faces, 0.01, cache_dir='',
                poses=np.array([_turned(a) for a in (0.0, 0.3, 0.6)]))
-    assert (len(ball_containment.signatures), len(best_fit.signatures)) == before
+    assert [len(k.signatures) for k in kernels] == before

@@ -22,7 +22,7 @@ import heapq
 
 import numpy as np
 
-from ..kernels.cover import ball_containment, best_fit
+from ..kernels.cover import ball_containment, best_fit, shrinking_ball
 from ..model import cache as model_cache
 from ..model.cache import default_cache_dir   # the cover cache shares its directory
 from .engine import smallest_per_group
@@ -189,20 +189,6 @@ def bisect_triangles(tris, max_edge):
     return np.concatenate(out) if out else np.zeros((0, 3, 3))
 
 
-def _shrinking_ball(points, normals, samples, cap, chunk=256):
-    """Return (P,) radii of the largest inscribed balls tangent at ``points`` (inward)."""
-    out = np.empty(len(points))
-    for i in range(0, len(points), chunk):
-        p, n = points[i:i + chunk], normals[i:i + chunk]
-        d = p[:, None, :] - samples[None]
-        num = np.einsum('aqk,aqk->aq', d, d)
-        den = 2.0 * np.einsum('aqk,ak->aq', d, n)
-        ok = (den > 1e-9 * np.sqrt(num)) & (num > 1e-14)
-        t = np.where(ok, num / np.where(ok, den, 1.0), np.inf)
-        out[i:i + chunk] = np.minimum(t.min(axis=1), cap)
-    return out
-
-
 def _compute_cover(vertices, faces, tolerance, item_edge, poses, rotation_sag):
     import trimesh
 
@@ -246,7 +232,7 @@ def _compute_cover(vertices, faces, tolerance, item_edge, poses, rotation_sag):
     pts = np.vstack([mesh.vertices, samples])
     nrm = np.vstack([mesh.vertex_normals, mesh.face_normals[face_index]])
     cap = 0.5 * float(np.linalg.norm(mesh.extents))
-    depth_t = _shrinking_ball(pts, nrm, pts, cap)
+    depth_t = shrinking_ball(pts, nrm, pts, cap)
     local = np.concatenate([pts - depth_t[:, None] * nrm, pts - 0.5 * depth_t[:, None] * nrm])
     score = np.concatenate([depth_t, 0.5 * depth_t])
     cell = np.floor(local / (0.5 * tolerance)).astype(np.int64)     # the deepest per cell

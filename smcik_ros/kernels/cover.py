@@ -10,7 +10,7 @@ import numpy as np
 
 from .jit import njit
 
-__all__ = ['ball_containment', 'best_fit', 'compile_cover_kernels']
+__all__ = ['ball_containment', 'best_fit', 'shrinking_ball', 'compile_cover_kernels']
 
 
 @njit(cache=True)
@@ -206,8 +206,30 @@ def best_fit(centers, depths, items, means, tolerance, size):
     return best, best_far
 
 
+@njit(cache=True)
+def shrinking_ball(points, normals, samples, cap):
+    """Return (P,) radii of the largest balls tangent at ``points`` (P, 3), centred at
+    p - r n behind their unit outward ``normals`` (P, 3), that hold none of ``samples``
+    (S, 3) inside, at most ``cap`` [m]: for each point the least, over the samples q behind
+    it, of |p - q|^2 / (2 (p - q) . n). O(P S) without the (P, S) temporaries of numpy (H2's pelvis,
+    8400 points: 3.1 s in numpy chunks, the cover 5.8 s)."""
+    out = np.empty(points.shape[0])
+    for i in range(points.shape[0]):
+        best = cap
+        for j in range(samples.shape[0]):
+            dx = points[i, 0] - samples[j, 0]
+            dy = points[i, 1] - samples[j, 1]
+            dz = points[i, 2] - samples[j, 2]
+            num = dx * dx + dy * dy + dz * dz
+            den = 2.0 * (dx * normals[i, 0] + dy * normals[i, 1] + dz * normals[i, 2])
+            if num > 1e-14 and den > 1e-9 * np.sqrt(num) and num / den < best:
+                best = num / den
+        out[i] = best
+    return out
+
+
 def compile_cover_kernels():
-    """Call both kernels once on tiny inputs of the types ``collision.covers`` gives them
+    """Call the kernels once on tiny inputs of the types ``collision.covers`` gives them
     (compiled, or loaded from numba's cache). The ``smcik`` script does it when it creates
     the environment: the covers' child process of a first start otherwise compiled them
     before its first cover (6.6 s, measured with an empty NUMBA_CACHE_DIR)."""
@@ -216,3 +238,4 @@ def compile_cover_kernels():
     centers = np.zeros((1, 3))
     ball_containment(centers, np.ones(1), items, means, spread, 0.1)
     best_fit(centers, np.zeros(1), items, means, 0.01, 0.1)
+    shrinking_ball(centers, centers, centers, 1.0)
