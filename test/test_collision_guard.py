@@ -802,6 +802,21 @@ def test_the_finest_step_is_for_pairs_still_in_contact_or_a_blocked_goal(guard_a
     assert asked == [1], 'asked once, when the 4 mm step was due'
 
 
+def test_a_goal_blocked_after_the_first_command_refined_gets_the_next_finer_step(
+        guard_and_chain):
+    """The first command refined the base to 6 mm (apart, within ``CONTACT_RELEASE``): a goal
+    blocked there computes the next step, 4 mm, instead of nothing (H2: its shoulder
+    refined at the first command, a goal blocked at that pair got no finer covers)."""
+    _, chain = guard_and_chain
+    q = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
+    guard = _table_guard(chain, 0.010)
+    assert guard.start_contact_refinement(q) == ['base_link']
+    assert ['0.006' in text for _, text, _ in _updates(guard)] == [True]
+    assert guard.start_contact_refinement(q, first=False) == ['base_link']
+    events = _updates(guard)
+    assert [text.split('tolerance ')[1].split(' m')[0] for _, text, _ in events] == ['0.004']
+
+
 def test_a_waiting_collision_update_holds_the_solver_worker_until_it_is_applied(
         guard_and_chain):
     """A new collision model is handed to the loop between two solver steps. With side work

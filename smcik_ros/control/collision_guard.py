@@ -95,13 +95,15 @@ def _known(source):
     return source
 
 
-def _next_step(guard, q, names, finer, first, wanted):
-    """Return what runs once a contact refinement step of ``names`` at q is applied: the next
-    of the ``finer`` tolerances while ``wanted()`` (None: always), else the fine covers of
-    the links still coarse (``CollisionGuard.start_contact_refinement``). Not for a goal
+def _next_step(guard, q, names, tolerance, finer, first, wanted):
+    """Return what runs once a contact refinement step of ``names`` at q and ``tolerance`` is
+    applied: the next of the ``finer`` tolerances while ``wanted()`` (None: always), else the
+    fine covers of the links still coarse (``CollisionGuard.start_contact_refinement``). Not
+    for a goal
     reached or replaced meanwhile: on Talos the 4 mm covers of a swept gripper, 24 s for a
     goal already reached, held up the 6 mm ones of the next goal past its 10 s."""
     def applied():
+        guard.refined_at.update(dict.fromkeys(names, tolerance))
         if finer and (wanted is None or wanted()):
             guard.start_contact_refinement(q, names, finer[0], first, wanted=wanted)
         else:
@@ -181,6 +183,7 @@ class CollisionGuard:
         # a finished one waits for ``poll``.
         self.updates = BackgroundUpdates()
         self.srdf_parsed = None      # the Srdf of the pairs (None: none): the pairs again
+        self.refined_at = {}         # {link: the tolerance of its applied finer covers [m]}
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -378,13 +381,20 @@ class CollisionGuard:
         contacts = [(pair, d) for pair, d in contacts if not set(pair) & set(model.coarse_links)]
         names = [n for pair, _ in contacts for n in pair if model.has_link(n)]
         names = [n for n in dict.fromkeys(names) if (links is None or n in links)
-                 and n not in model.coarse_links and n not in skip
+                 and n not in model.coarse_links and n not in skip]
+        if links is None and not first:
+            # A blocked goal starts at the first step finer than the covers applied (H2: its
+            # shoulder refined to 6 mm at the first command, a goal blocked at that pair got
+            # no 4 mm step).
+            tolerance = max([t for t in steps if any(
+                self.refined_at.get(n, np.inf) > t for n in names)], default=tolerance)
+        names = [n for n in names if self.refined_at.get(n, np.inf) > tolerance
                  and model.link_excess[model.link_index(n)] > tolerance]
         if not names:
             self.start_fine_covers()      # the links still coarse, if any, come next
             return []
-        applied = _next_step(self, q, names, [t for t in steps if t < tolerance], first,
-                             wanted)
+        applied = _next_step(self, q, names, tolerance, [t for t in steps if t < tolerance],
+                             first, wanted)
         work = finer_covers(model, names, q, contacts, self.pairs, self.settings,
                             self._build_constraint, tolerance, applied)
         self.updates.start('smcik-contact-covers', work, lambda exc: (

@@ -130,7 +130,9 @@ class SceneUpkeep:
         if not names:
             return []
         self.refined.update(names)
-        steps = ' then '.join(f'{t:g}' for t in contact_tolerances(self.guard.settings))
+        done = self.guard.refined_at       # the steps it starts from (finer than applied)
+        steps = ' then '.join(f'{t:g}' for t in contact_tolerances(self.guard.settings)
+                              if any(done.get(n, np.inf) > t for n in names))
         return [('info', f'goal {loop.goal.sequence} is blocked with {", ".join(names)} '
                  f'within {1e3 * CONTACT_RELEASE:g} mm of another part (padded cover '
                  f'distances): their covers are being computed again at tolerance {steps} m '
