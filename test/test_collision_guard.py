@@ -550,6 +550,29 @@ def test_links_resting_in_contact_get_finer_covers_in_the_background(guard_and_c
         CollisionSettings(contact_tolerance=0.001)
 
 
+def test_links_in_contact_are_refined_before_those_only_near(guard_and_chain):
+    """At the first command the base rests in contact (a table 7.5 mm under it) and the
+    flange is only near a box (3.7 mm padded). The base's covers are computed and applied
+    first, on their own (the pair in contact blocks every motion that deepens it; H2's
+    shoulder waited 16 s for its pelvis, only near, computed in the same job), then the
+    flange's; the log note names the base."""
+    _, chain = guard_and_chain
+    q = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
+    guard = _table_guard(chain, 0.0075)
+    table, box = np.eye(4), np.eye(4)
+    table[:3, 3] = (0.0, 0.0, -0.0575)
+    box[:3, 3] = chain.fk(q)[:3, 3] - (0.0, 0.0, 0.085)
+    guard.replace({('t', 1): Obstacle('box', (1.2, 1.2, 0.1), table),
+                   ('t', 2): Obstacle('box', (0.1, 0.1, 0.1), box)}, 'obstacles')
+    contacts = dict(guard.constraint.contacts(q, within=CONTACT_RELEASE))
+    assert contacts[('base_link', 't/1')] < 0.0 <= contacts[('flange', 't/2')], contacts
+    assert guard.start_contact_refinement(q) == ['base_link']
+    events = [text for _, text, changed in _updates(guard) if changed]
+    assert [text.split(' computed')[0] for text in events] == [
+        'covers of base_link', 'covers of base_link', 'covers of flange'], events
+    assert guard.refined_at == {'base_link': 0.004, 'flange': 0.006}
+
+
 @pytest.mark.parametrize('first', ['srdf', 'covers'])
 def test_background_updates_computed_together_are_both_applied(guard_and_chain, first):
     """An SRDF update and a contact refinement both computed from the same model and pairs:

@@ -10,6 +10,7 @@ until ``start_fine_covers`` has computed the fine ones and ``poll`` swapped them
 """
 
 import dataclasses
+import functools
 import math
 import os
 
@@ -95,19 +96,19 @@ def _known(source):
     return source
 
 
-def _next_step(guard, q, names, tolerance, finer, first, wanted):
+def _next_step(guard, q, names, tolerance, finer, first, wanted, finish):
     """Return what runs once a contact refinement step of ``names`` at q and ``tolerance`` is
-    applied: the next of the ``finer`` tolerances while ``wanted()`` (None: always), else the
-    fine covers of the links still coarse (``CollisionGuard.start_contact_refinement``). Not
-    for a goal
-    reached or replaced meanwhile: on Talos the 4 mm covers of a swept gripper, 24 s for a
-    goal already reached, held up the 6 mm ones of the next goal past its 10 s."""
+    applied: the next of the ``finer`` tolerances while ``wanted()`` (None: always), else
+    ``finish()`` (``CollisionGuard.start_contact_refinement``). Not for a goal reached or
+    replaced meanwhile: on Talos the 4 mm covers of a swept gripper, 24 s for a goal
+    already reached, held up the 6 mm ones of the next goal past its 10 s."""
     def applied():
         guard.refined_at.update(dict.fromkeys(names, tolerance))
         if finer and (wanted is None or wanted()):
-            guard.start_contact_refinement(q, names, finer[0], first, wanted=wanted)
+            guard.start_contact_refinement(q, names, finer[0], first, wanted=wanted,
+                                           finish=finish)
         else:
-            guard.start_fine_covers()
+            finish()
     return applied
 
 
@@ -321,7 +322,7 @@ class CollisionGuard:
         return True
 
     def start_contact_refinement(self, q, links=None, tolerance=None, first=True, skip=(),
-                                 wanted=None):
+                                 wanted=None, finish=None):
         """Compute again, in a thread, the covers of the links that rest in contact at q (nq,)
         or closer than ``CONTACT_RELEASE`` to another part (none of ``skip``) at a
         finer tolerance (``finer_covers``, ``CollisionModel.refined``); ``poll`` swaps the
@@ -332,15 +333,17 @@ class CollisionGuard:
         goal) (``links``, ``tolerance``: that next step; a step not applied or failed ends
         them, and so does ``wanted()`` False when the step is due: the goal that was blocked
         was reached or replaced meanwhile). After the last step (or at once when there is
-        nothing to refine) the fine covers of the links still coarse are started
-        (``start_fine_covers``: the swept ones).
+        nothing to refine) ``finish()`` runs (None: the fine covers of the links still
+        coarse, ``start_fine_covers``: the swept ones).
 
         At the first command (``first``; else: a goal blocked there) the pairs in contact
         whose URDF shapes themselves intersect there, at most two joints apart, are disabled
         in the background too (``default_pairs``: MoveIt's "Default" rule). The pairs only
         near at the first command are refined there too, not when a goal first meets them:
         TIAGo dual's arms rest 4.5 mm from its torso, and the first goal for an arm waited
-        7-9 s at the margin for the covers a blocked goal asked for.
+        7-9 s at the margin for the covers a blocked goal asked for. They come after the
+        links of the pairs in contact, which block every motion that deepens them (H2's
+        shoulder resting on its torso waited 16 s for the pelvis, only near, in the same job).
 
         Where covers, not meshes, overlap (a folded start pose, a base on its table), goals
         near the start can be out of reach, and where they only nearly touch, an arm blocked
@@ -353,8 +356,9 @@ class CollisionGuard:
         the fine covers are coming).
         """
         steps = contact_tolerances(self.settings)
+        finish = finish or self.start_fine_covers
         if not (self.has_geometry and steps[-1] > 0.0):
-            self.start_fine_covers()
+            finish()
             return []
         q = np.array(q, dtype=float)
         model = self.model
@@ -362,7 +366,14 @@ class CollisionGuard:
             contacts = self.constraint.contacts(q, within=CONTACT_RELEASE)
             tolerance = steps[0]
             pairs = [p for p, d in contacts if d < 0.0 and all(model.has_link(n) for n in p)]
-            if pairs and first and self.pairs is not None:
+            touching = {n for p, d in contacts if d < 0.0 for n in p if model.has_link(n)}
+            near = {n for p, d in contacts if d >= 0.0 for n in p if model.has_link(n)}
+            touching, near = touching - set(skip), near - touching - set(skip)
+            if first and touching and near:
+                contacts = [(p, d) for p, d in contacts if d < 0.0]     # the near ones next
+                finish = functools.partial(self.start_contact_refinement, q, first=True,
+                                           skip=(*skip, *touching), finish=finish)
+            if pairs and first and not skip and self.pairs is not None:
                 self.updates.start('smcik-default-pairs', default_pairs(
                     model, q, pairs, self.srdf_parsed, self.settings, self.srdf,
                     self._build_constraint, self.summary,
@@ -391,16 +402,16 @@ class CollisionGuard:
         names = [n for n in names if self.refined_at.get(n, np.inf) > tolerance
                  and model.link_excess[model.link_index(n)] > tolerance]
         if not names:
-            self.start_fine_covers()      # the links still coarse, if any, come next
+            finish()      # the links still coarse, if any, come next
             return []
         applied = _next_step(self, q, names, tolerance, [t for t in steps if t < tolerance],
-                             first, wanted)
+                             first, wanted, finish)
         work = finer_covers(model, names, q, contacts, self.pairs, self.settings,
                             self._build_constraint, tolerance, applied)
         self.updates.start('smcik-contact-covers', work, lambda exc: (
             f'the finer covers of {", ".join(names)} were not computed '
             f'({type(exc).__name__}: {exc}); keeping the covers at tolerance '
-            f'{self.settings.cover_tolerance:g} m'), covers=True, then=self.start_fine_covers)
+            f'{self.settings.cover_tolerance:g} m'), covers=True, then=finish)
         return names
 
     def wait_for_update(self, timeout=None):
