@@ -83,7 +83,10 @@ def log_times(path, spawned):
             continue
         stamp, text = float(match.group(2)) - spawned, match.group(3)
         for key, start in PHASES.items():
-            if text.startswith(start) and key not in times:
+            # every link fine: the pairs computed for a model no longer on coarse covers
+            # (each batch of swept links has its own pairs line, the model still coarse)
+            done = key != 'all_fine_s' or 'coarse covers' not in text
+            if text.startswith(start) and key not in times and done:
                 times[key] = stamp
         if 'cover' in text:
             covers.append(f'{stamp:7.1f} s  {text[:160]}')
