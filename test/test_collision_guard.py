@@ -550,6 +550,24 @@ def test_links_resting_in_contact_get_finer_covers_in_the_background(guard_and_c
         CollisionSettings(contact_tolerance=0.001)
 
 
+def test_the_node_s_guard_starts_the_covers_child_before_any_job(guard_and_chain):
+    """``from_urdf`` with a ``cover_wait`` (the node's start) starts the covers' child process
+    at once, so a warm start's first refinement does not wait for its interpreter (niced:
+    7 s on a busy computer, Unitree H2); without one (a script) it starts none."""
+    from smcik_ros.control import cover_updates
+    _, chain = guard_and_chain
+    cover_updates._WORKER.stop()
+    CollisionGuard.from_urdf(chain, ARM7_URDF, urdf_path=ARM7_URDF, srdf=SRDF,
+                             cache_dir=cover_cache_dir())
+    assert cover_updates._WORKER._child is None
+    CollisionGuard.from_urdf(chain, ARM7_URDF, urdf_path=ARM7_URDF, srdf=SRDF,
+                             cache_dir=cover_cache_dir(), cover_wait=5.0)
+    child = cover_updates._WORKER._child
+    assert child is not None and child.poll() is None
+    covers = cover_updates.covers_in_child(({}, {}, 0.01, None, ''))   # the child answers
+    assert covers == {} and cover_updates._WORKER._child is child
+
+
 def test_links_in_contact_are_refined_before_those_only_near(guard_and_chain):
     """At the first command the base rests in contact (a table 7.5 mm under it) and the
     flange is only near a box (3.7 mm padded). The base's covers are computed and applied

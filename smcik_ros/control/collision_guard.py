@@ -23,7 +23,7 @@ from ..collision.constraint import CONTACT_RELEASE
 from ..errors import GoalError, ModelError, ParameterError
 from .cover_updates import (BackgroundUpdates, coarse_note, contact_tolerances,
                             default_pairs, finer_covers, full_covers, rebased, settle,
-                            srdf_pairs)
+                            srdf_pairs, start_covers_child)
 from .free_motion import FreeMotionProofs, motion_key
 
 __all__ = ['CollisionSettings', 'CollisionGuard', 'choose_srdf', 'reach_bound', 'SOURCES']
@@ -213,6 +213,8 @@ class CollisionGuard:
                           'chain (1 cm around the segments between link origins)'))
             return cls(CollisionModel.skeleton(chain), None, settings,
                        srdf='no <collision> geometry'), notes
+        if cover_wait is not None:       # the node: its covers' jobs come soon
+            start_covers_child()
         description = srdf_description or ('no SRDF' if srdf is None else str(srdf))
         try:
             parsed = None if srdf is None else parse_srdf(srdf)

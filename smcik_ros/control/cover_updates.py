@@ -44,7 +44,7 @@ from ..errors import ModelError
 
 __all__ = ['BackgroundUpdates', 'full_covers', 'srdf_pairs', 'default_pairs', 'finer_covers',
            'frees_contact', 'rebased', 'contact_tolerances', 'settle', 'coarse_note',
-           'CONTACT_GAIN']
+           'start_covers_child', 'CONTACT_GAIN']
 
 # [m] finer covers are swapped in when a pair in contact is released or at least this much
 # shallower: every sphere costs in every query (docs/collision.md, section 4: the Panda case).
@@ -170,6 +170,19 @@ class _Worker:
 _WORKER = _Worker()
 
 
+def start_covers_child():
+    """Start the child process of ``covers_in_child`` now, unless it runs or a job holds it:
+    its interpreter starts niced (``CHILD_NICENESS``), and on a busy computer a warm start's
+    first refinement, cached covers only, waited 7 s for it (Unitree H2 in the black box)."""
+    if _WORKER.lock.acquire(blocking=False):
+        try:
+            _WORKER.child()
+        except OSError:              # none can be started: covers_in_child says so later
+            pass
+        finally:
+            _WORKER.lock.release()
+
+
 class _PickleHandler(logging.Handler):
     """Send log records to the parent process (``covers_in_child``) over ``stream``; end
     this process when the parent is gone (its pipe closed: no one waits for the covers)."""
@@ -204,6 +217,7 @@ def child_covers():
         os.nice(CHILD_NICENESS)
     except OSError:          # not permitted here: the same priority as the node
         pass
+    import trimesh  # noqa: F401  (the meshes' reader, imported before the first job asks)
     out, stdin = sys.stdout.buffer, sys.stdin.buffer
     sys.stdout = sys.stderr          # stray prints must not corrupt the stream
     handler = _PickleHandler(out)
