@@ -217,8 +217,9 @@ def test_obstacle_in_front_of_a_moving_arm(session, chain, fcl_arm):
 
 def test_an_obstacle_published_onto_the_arm_is_not_driven_deeper(session, chain, fcl_arm):
     """A sphere appears over the forearm's side; a goal pulls the tool into it: the arm holds
-    or slides along it towards the goal, never deeper (the sphere's centre, outside the forearm, never gets nearer to
-    the arm's shapes by FCL); a goal away from it: the arm moves out of it."""
+    or slides along it towards the goal, never deeper (the sphere's centre, outside the
+    forearm, never gets nearer to the arm's shapes by FCL); a goal away from it: the arm moves
+    out of it."""
     q0 = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
     elbow = chain.fk(q0, link='link4')[:3, 3]
     center, radius = elbow + np.array([0.0, 0.1, 0.0]), 0.08   # overlaps the forearm

@@ -211,8 +211,8 @@ def shrinking_ball(points, normals, samples, cap):
     """Return (P,) radii of the largest balls tangent at ``points`` (P, 3), centred at
     p - r n behind their unit outward ``normals`` (P, 3), that hold none of ``samples``
     (S, 3) inside, at most ``cap`` [m]: for each point the least, over the samples q behind
-    it, of |p - q|^2 / (2 (p - q) . n). O(P S) without the (P, S) temporaries of numpy (H2's pelvis,
-    8400 points: 3.1 s in numpy chunks, the cover 5.8 s)."""
+    it, of |p - q|^2 / (2 (p - q) . n). O(P S) without the (P, S) temporaries of numpy
+    (H2's pelvis, 8400 points: 3.1 s in numpy chunks, the cover 5.8 s)."""
     out = np.empty(points.shape[0])
     for i in range(points.shape[0]):
         best = cap

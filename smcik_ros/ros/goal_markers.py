@@ -8,8 +8,8 @@ Each tip of ``tip_links`` gets one interactive marker (three arrows, three rings
 ``targets/<tip>/pose`` (``inputs.tip_topic``, as the node names it: Allegro's link_3.0_tip is
 ``targets/link_3_0_tip/pose``; at most ``rate_hz`` per tip while dragging, and once on
 release), in the marker's frame: ``world_frame`` with ``floating_base`` (the node's goals
-live there), else ``base_link``. The markers start at the tips' poses: the URDF's kinematics at the first
-``joint_states`` and, with a floating base, the first ``/smcik_node/base_pose``.
+live there), else ``base_link``. The markers start at the tips' poses: the URDF's kinematics
+at the first ``joint_states`` and, with a floating base, the first ``/smcik_node/base_pose``.
 
 It needs the ``interactive_markers`` package of a ROS install (not on PyPI); without it
 ``main`` logs one info line saying so and exits 0, and launch/figure.launch.py uses RViz's

@@ -10,8 +10,8 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
-__all__ = ['COMMAND_TYPES', 'COMMAND_QOS', 'BASE_POSE_QOS', 'INPUT_QOS', 'CONSTRAINTS_QOS', 'DESCRIPTION_QOS',
-           'MARKER_QOS', 'JOINT_STATES_QOS', 'DIAGNOSTICS_QOS']
+__all__ = ['COMMAND_TYPES', 'COMMAND_QOS', 'BASE_POSE_QOS', 'INPUT_QOS', 'CONSTRAINTS_QOS',
+           'DESCRIPTION_QOS', 'MARKER_QOS', 'JOINT_STATES_QOS', 'DIAGNOSTICS_QOS']
 
 # command_type parameter value -> message type published on command_topic.
 COMMAND_TYPES = {
