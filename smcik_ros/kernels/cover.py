@@ -1,5 +1,6 @@
-"""The cover builder's containment test (which balls contain which surface pieces) and its
-assignment of each piece to the ball that holds it with the least excess.
+"""The cover builder's candidate depths (``shrinking_ball``: the largest ball tangent inside
+at each surface point), its containment test (which balls contain which surface pieces) and
+its assignment of each piece to the ball that holds it with the least excess.
 
 Used once per link when its sphere cover is computed (``collision.covers``), not on the hot
 path; a kernel because the test runs on millions of (ball, piece) pairs for a mesh at a few
