@@ -241,8 +241,8 @@ def run_seed(robot, args, seed, log_dir):
             msg.header.frame_id = 'world' if robot.floating else args.base
             publishers[tip].publish(msg)
 
-            def error():
-                now = state_of(probe.last_command())
+            def error():     # the newest command whose base pose has arrived (else inf)
+                now = latest()
                 pose = chain.fk(now, tip) if now is not None else None
                 return (np.inf, np.inf) if pose is None else (
                     float(np.linalg.norm(pose[:3, 3] - goal[:3, 3])), angle(pose, goal))
