@@ -112,6 +112,31 @@ def _next_step(guard, q, names, tolerance, finer, first, wanted, finish):
     return applied
 
 
+def _first_command(guard, q, contacts, skip, finish):
+    """Return (contacts, finish) of the guard's first-command refinement at q: the pairs in
+    contact (padded distance < 0) first, with those only near (within
+    ``CONTACT_RELEASE``) next (``finish`` refines them, then runs the one given), when
+    there are both (none of ``skip``); and start the check of the pairs in contact whose
+    URDF shapes intersect (``default_pairs``) unless ``skip`` (a later step)."""
+    model = guard.model
+    touching = {n for p, d in contacts if d < 0.0 for n in p if model.has_link(n)}
+    near = {n for p, d in contacts if d >= 0.0 for n in p if model.has_link(n)}
+    touching, near = touching - set(skip), near - touching - set(skip)
+    pairs = [p for p, d in contacts if d < 0.0 and all(model.has_link(n) for n in p)]
+    if pairs and not skip and guard.pairs is not None:
+        guard.updates.start('smcik-default-pairs', default_pairs(
+            model, q, pairs, guard.srdf_parsed, guard.settings, guard.srdf,
+            guard._build_constraint, guard.summary,
+            lambda srdf: setattr(guard, 'srdf_parsed', srdf)), lambda exc: (
+            f'the pairs in contact at the first command were not checked for '
+            f'intersecting URDF shapes ({type(exc).__name__}: {exc})'))
+    if touching and near:
+        return [(p, d) for p, d in contacts if d < 0.0], functools.partial(
+            guard.start_contact_refinement, q, first=True, skip=(*skip, *touching),
+            finish=finish)
+    return contacts, finish
+
+
 def choose_srdf(semantic='', srdf_path='', urdf_path=None, resolve=None):
     """Return (source, description, explicit) of the SRDF to use, or (None, reason, False).
 
@@ -367,21 +392,8 @@ class CollisionGuard:
         if links is None:
             contacts = self.constraint.contacts(q, within=CONTACT_RELEASE)
             tolerance = steps[0]
-            pairs = [p for p, d in contacts if d < 0.0 and all(model.has_link(n) for n in p)]
-            touching = {n for p, d in contacts if d < 0.0 for n in p if model.has_link(n)}
-            near = {n for p, d in contacts if d >= 0.0 for n in p if model.has_link(n)}
-            touching, near = touching - set(skip), near - touching - set(skip)
-            if first and touching and near:
-                contacts = [(p, d) for p, d in contacts if d < 0.0]     # the near ones next
-                finish = functools.partial(self.start_contact_refinement, q, first=True,
-                                           skip=(*skip, *touching), finish=finish)
-            if pairs and first and not skip and self.pairs is not None:
-                self.updates.start('smcik-default-pairs', default_pairs(
-                    model, q, pairs, self.srdf_parsed, self.settings, self.srdf,
-                    self._build_constraint, self.summary,
-                    lambda srdf: setattr(self, 'srdf_parsed', srdf)), lambda exc: (
-                    f'the pairs in contact at the first command were not checked for '
-                    f'intersecting URDF shapes ({type(exc).__name__}: {exc})'))
+            if first:
+                contacts, finish = _first_command(self, q, contacts, skip, finish)
         else:
             # The next step: at the first command for the pairs still in contact (Talos:
             # its six resting links at 6 mm are apart, and 4 mm would take them from 1275 to
