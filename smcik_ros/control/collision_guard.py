@@ -22,8 +22,8 @@ from ..collision import (DEFAULT_CLEARANCE, DEFAULT_PADDING, DEFAULT_TOLERANCE, 
 from ..collision.constraint import CONTACT_RELEASE
 from ..errors import GoalError, ModelError, ParameterError
 from .cover_updates import (BackgroundUpdates, coarse_note, contact_tolerances,
-                            default_pairs, finer_covers, full_covers, rebased, settle,
-                            srdf_pairs, start_covers_child)
+                            default_pairs, finer_covers, finer_steps, full_covers, rebased,
+                            settle, srdf_pairs, start_covers_child)
 from .free_motion import FreeMotionProofs, motion_key
 
 __all__ = ['CollisionSettings', 'CollisionGuard', 'choose_srdf', 'reach_bound', 'SOURCES']
@@ -411,8 +411,8 @@ class CollisionGuard:
             # A blocked goal starts at the first step finer than the covers applied (H2: its
             # shoulder refined to 6 mm at the first command, a goal blocked at that pair got
             # no 4 mm step).
-            tolerance = max([t for t in steps if any(
-                self.refined_at.get(n, np.inf) > t for n in names)], default=tolerance)
+            tolerance = max(finer_steps(self.settings, self.refined_at, names),
+                            default=tolerance)
         names = [n for n in names if self.refined_at.get(n, np.inf) > tolerance
                  and model.link_excess[model.link_index(n)] > tolerance]
         if not names:

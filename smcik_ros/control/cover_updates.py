@@ -43,8 +43,8 @@ from ..collision.model import COARSE_TOLERANCE, link_covers
 from ..errors import ModelError
 
 __all__ = ['BackgroundUpdates', 'full_covers', 'srdf_pairs', 'default_pairs', 'finer_covers',
-           'frees_contact', 'rebased', 'contact_tolerances', 'settle', 'coarse_note',
-           'start_covers_child', 'CONTACT_GAIN']
+           'frees_contact', 'rebased', 'contact_tolerances', 'finer_steps', 'settle',
+           'coarse_note', 'start_covers_child', 'CONTACT_GAIN']
 
 # [m] finer covers are swapped in when a pair in contact is released or at least this much
 # shallower: every sphere costs in every query (docs/collision.md, section 4: the Panda case).
@@ -342,6 +342,14 @@ def contact_tolerances(settings):
     resting links: 2722 spheres at 6 mm in 8 s, 6630 at 4 mm)."""
     finest = settings.contact_tolerance
     return sorted({finest, max(finest, 0.6 * settings.cover_tolerance)}, reverse=True)
+
+
+def finer_steps(settings, refined_at, names):
+    """Return the ``contact_tolerances`` finer than the covers applied to one of ``names`` at
+    least (``refined_at``: {link: the tolerance of its applied finer covers [m]}): where a
+    blocked goal's refinement of those links starts."""
+    return [t for t in contact_tolerances(settings)
+            if any(refined_at.get(n, float('inf')) > t for n in names)]
 
 
 def settle(guard, seconds):

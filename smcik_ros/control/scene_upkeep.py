@@ -15,7 +15,7 @@ blocked, the finer covers of the links near another part at the command
 import numpy as np
 
 from ..collision.constraint import CONTACT_RELEASE
-from .cover_updates import contact_tolerances
+from .cover_updates import finer_steps
 from .surfaces import PlantedSurfaces
 
 __all__ = ['SceneUpkeep']
@@ -130,9 +130,8 @@ class SceneUpkeep:
         if not names:
             return []
         self.refined.update(names)
-        done = self.guard.refined_at       # the steps it starts from (finer than applied)
-        steps = ' then '.join(f'{t:g}' for t in contact_tolerances(self.guard.settings)
-                              if any(done.get(n, np.inf) > t for n in names))
+        steps = ' then '.join(f'{t:g}' for t in finer_steps(
+            self.guard.settings, self.guard.refined_at, names))
         return [('info', f'goal {loop.goal.sequence} is blocked with {", ".join(names)} '
                  f'within {1e3 * CONTACT_RELEASE:g} mm of another part (padded cover '
                  f'distances): their covers are being computed again at tolerance {steps} m '
