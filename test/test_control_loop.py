@@ -1382,6 +1382,32 @@ def test_a_new_goal_says_which_tips_move_on_to_an_earlier_goal_not_reached(two_t
     assert len([key for key in log.keys() if key == 'goal_kept']) == 1
 
 
+def test_a_release_that_leaves_only_stalled_goals_rests_the_arm(two_tips):
+    """The left tool stalled out of reach; the right one, holding, is released (an empty
+    PoseStamped): the left is retired too (it holds where it is), so no tip has a goal and
+    the arm rests. Before, that goal of holds only failed every tick (max() of no goal
+    tips) and nothing was published (test_figure_dds, under load)."""
+    from smcik_ros.control.goal_inbox import STALL_TIME
+    chain = two_tips
+    log, loop, limits, stream, start = _two_tips_at_neutral(chain, 5)
+    away = chain.fk(start, 'left_tool')
+    away[:3, 3] += (3.0, 0.0, 0.0)                 # 3 m out: out of reach
+    loop.offer_goal('pose', away, '', None, stream.t, tip='left_tool')
+    stream.run(int(3 * STALL_TIME / stream.dt), follower(1))
+    loop.release_goal('right_tool', stream.t)
+    mark = len(stream.commands)
+    stream.run(100, follower(1))
+    assert len(stream.commands) - mark == 100, 'a command on every tick'
+    assert not [e for e in log.events if e[0] == 'error'], log.events
+    assert loop.goal is None
+    stalled = [text for _, key, text, _ in log.events if key == 'goal_stalled']
+    assert len(stalled) == 1 and stalled[0].startswith('left_tool came no nearer'), stalled
+    assert all(np.isfinite(c.q).all() for c in stream.commands)
+    v_ratio, a_ratio = stream.worst_ratios(limits)
+    assert v_ratio <= 1 + SLACK and a_ratio <= 1 + SLACK
+    assert np.abs(stream.commands[-1].v).max() == 0.0, 'at rest'
+
+
 def test_a_tip_stalled_short_of_its_goal_holds_when_another_tips_goal_comes(two_tips):
     """A tip that has come no nearer its goal for STALL_TIME (out of reach) holds where it
     is when another tip's goal arrives, instead of being dragged about by that goal's

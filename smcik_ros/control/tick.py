@@ -374,20 +374,26 @@ class ControlLoop:
             return False
         previous = self.goal
         fresh = previous is None or goal.sequence != previous.sequence   # not a resync's
+        kept = [] if goal.empty or self.goal_done or not fresh else kept_goals(
+            goal, previous, self.tip_errors, self.tolerances)
+        stalled = self.progress.stalled(goal, kept, now)
+        if stalled:
+            # Retired, they may leave no tip a goal (a release of the other tip): then too
+            # the arm rests (a goal of holds only failed every tick, nothing published).
+            goal = self.inbox.retire(goal, stalled, self.state)
+            kept = [tip for tip in kept if tip not in stalled]
+        held = [f'{tip} {why}: it holds where it is during goal {goal.sequence} (that goal '
+                'is dropped; send it again to resume)' for tip, why in stalled.items()]
         if goal.empty:
+            for text in held:
+                self.report('info', 'goal_stalled', text, interval=0.5)
             if previous is not None:
-                self.report('info', 'goal', f'every tip released ({goal.source}): holding '
+                self.report('info', 'goal', f'no tip has a goal ({goal.source}): holding '
                             'still', interval=0.5)
                 self.detours.cancel('every goal was released', now, self.q, self.v)
                 self.stepper.goal_changes += 1
             goal, self.goal_errors, self.tip_errors = None, (math.nan, math.nan), ()
         else:
-            kept = [] if self.goal_done or not fresh else kept_goals(
-                goal, previous, self.tip_errors, self.tolerances)
-            stalled = self.progress.stalled(goal, kept, now)
-            if stalled:
-                goal = self.inbox.retire(goal, stalled, self.state)
-                kept = [tip for tip in kept if tip not in stalled]
             if previous is None or \
                     goal_signature(goal.terms) != goal_signature(previous.terms):
                 self.stepper.goal_changes += 1
@@ -398,10 +404,8 @@ class ControlLoop:
             else:
                 self.report('info', 'goal', f'goal {goal.sequence} from {goal.source}: '
                             f'{goal.summary(self.chain.base_link)}', interval=0.5)
-                for tip, why in stalled.items():
-                    self.report('info', 'goal_stalled', (
-                        f'{tip} {why}: it holds where it is during goal {goal.sequence} '
-                        '(that goal is dropped; send it again to resume)'), interval=0.5)
+                for text in held:
+                    self.report('info', 'goal_stalled', text, interval=0.5)
                 if kept:
                     self.report('info', 'goal_kept', (
                         f'{", ".join(kept)} keep(s) an earlier goal, not reached yet, and '
