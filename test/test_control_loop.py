@@ -1382,6 +1382,15 @@ def test_a_new_goal_says_which_tips_move_on_to_an_earlier_goal_not_reached(two_t
     assert len([key for key in log.keys() if key == 'goal_kept']) == 1
 
 
+def _left_out_of_reach(chain, seed):
+    """``_two_tips_at_neutral`` with the left tool sent 3 m out (out of reach)."""
+    log, loop, limits, stream, start = _two_tips_at_neutral(chain, seed)
+    away = chain.fk(start, 'left_tool')
+    away[:3, 3] += (3.0, 0.0, 0.0)
+    loop.offer_goal('pose', away, '', None, stream.t, tip='left_tool')
+    return log, loop, limits, stream, start
+
+
 def test_a_release_that_leaves_only_stalled_goals_rests_the_arm(two_tips):
     """The left tool stalled out of reach; the right one, holding, is released (an empty
     PoseStamped): the left is retired too (it holds where it is), so no tip has a goal and
@@ -1389,10 +1398,7 @@ def test_a_release_that_leaves_only_stalled_goals_rests_the_arm(two_tips):
     tips) and nothing was published (test_figure_dds, under load)."""
     from smcik_ros.control.goal_inbox import STALL_TIME
     chain = two_tips
-    log, loop, limits, stream, start = _two_tips_at_neutral(chain, 5)
-    away = chain.fk(start, 'left_tool')
-    away[:3, 3] += (3.0, 0.0, 0.0)                 # 3 m out: out of reach
-    loop.offer_goal('pose', away, '', None, stream.t, tip='left_tool')
+    log, loop, limits, stream, start = _left_out_of_reach(chain, 5)
     stream.run(int(3 * STALL_TIME / stream.dt), follower(1))
     loop.release_goal('right_tool', stream.t)
     mark = len(stream.commands)
@@ -1415,10 +1421,7 @@ def test_a_tip_stalled_short_of_its_goal_holds_when_another_tips_goal_comes(two_
     on its goal keeps it (the test above), and one stalled for less than STALL_TIME too."""
     from smcik_ros.control.goal_inbox import STALL_TIME
     chain = two_tips
-    log, loop, limits, stream, start = _two_tips_at_neutral(chain, 5)
-    away = chain.fk(start, 'left_tool')
-    away[:3, 3] += (3.0, 0.0, 0.0)                 # 3 m out: out of reach
-    loop.offer_goal('pose', away, '', None, stream.t, tip='left_tool')
+    log, loop, limits, stream, start = _left_out_of_reach(chain, 5)
     stream.run(int(0.5 * STALL_TIME / stream.dt), follower(1))
     right_goal = chain.fk(start, 'right_tool')
     right_goal[:3, 3] += (0.0, 0.0, 0.02)
