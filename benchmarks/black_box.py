@@ -166,6 +166,7 @@ def run_seed(robot, args, seed, log_dir):
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
     from std_msgs.msg import String
     from smcik_ros.ros.conversions import matrix_to_pose, pose_to_matrix
+    from smcik_ros.ros.inputs import tip_topic
     chain, hands = robot.chain, robot.hands
     env = child_env(private_domain_id(os.getpid() + seed), log_dir)
     os.environ.update(env)
@@ -226,7 +227,7 @@ def run_seed(robot, args, seed, log_dir):
                         or node.poll() is not None, 120.0) or node.poll() is not None:
             raise SystemExit('smcik_node did not start:\n' + read_log(node.log_path)[-3000:])
         robot.anchor(latest())
-        publishers = {t: probe.publisher(PoseStamped, f'targets/{t}/pose') for t in hands}
+        publishers = {t: probe.publisher(PoseStamped, tip_topic(t, 'pose')) for t in hands}
         for publisher in publishers.values():
             probe.wait_matched(publisher)
         for k in range(args.goals):
