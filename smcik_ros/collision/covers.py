@@ -242,6 +242,10 @@ def _compute_cover(vertices, faces, tolerance, item_edge, poses, rotation_sag):
     depth = np.tile(_depth([mesh], local), len(sample))       # pose-major, as cand
     keep = depth + tolerance > 0.0
     cand, depth = cand[keep], depth[keep]
+    if len(sample) > 1:
+        cell = np.floor(cand / (0.5 * tolerance)).astype(np.int64)
+        keep = smallest_per_group(-depth, *cell.T)
+        cand, depth = cand[keep], depth[keep]
 
     # Which candidate contains which piece (all its points within tolerance + depth).
     hits = _containment(cand, tolerance + depth, items)
