@@ -664,6 +664,43 @@ def test_a_first_start_applies_the_chain_links_fine_covers_then_the_swept_ones(g
     assert not guard.start_fine_covers()
 
 
+def test_a_swept_link_in_contact_at_the_first_command_gets_its_fine_cover_first(gripper,
+                                                                                 tmp_path):
+    """At the first command a box touches the coarse cover of the swept 'flap', not its
+    fine one: the first job is the flap's fine cover alone (Unitree R1's head, in contact
+    with its shoulders, came after the hips' refinement: two missed goals), the refinement
+    and the other swept links after it. The guard ends with the fine model, out of
+    contact."""
+    from smcik_ros.collision import Obstacle
+    from smcik_ros.control.collision_guard import CollisionGuard
+    urdf, chain, fine = gripper
+    guard, _ = CollisionGuard.from_urdf(chain, urdf, urdf_path=urdf, cache_dir=str(tmp_path),
+                                        cover_wait=300.0)
+    q = chain.neutral_configuration()
+    reach, middle = {}, None
+    for name, model in (('coarse', guard.model), ('fine', fine)):
+        centers, radii, links = CollisionConstraint(model, self_collision=False) \
+            .cover_spheres(q)
+        reach[name] = float(np.max((centers[:, 2] + radii)[links == 'flap']))
+        middle = centers[links == 'flap'].mean(axis=0)
+    assert reach['coarse'] > reach['fine'] + 0.01, reach
+    box = np.eye(4)
+    box[:3, 3] = middle
+    box[2, 3] = 0.5 * (reach['coarse'] + reach['fine']) + 0.05
+    guard.replace({('t', 1): Obstacle('box', (0.02, 0.02, 0.1), box)}, 'obstacles')
+    assert dict(guard.constraint.contacts(q))[('flap', 't/1')] < 0.0
+    assert guard.start_contact_refinement(q) == []
+    texts = []
+    while guard.model.coarse or guard.updating:
+        assert guard.wait_for_update(120.0)
+        while (event := guard.poll()) is not None:
+            texts.append(event[1])
+    covers = [t for t in texts if t.startswith('fine covers in')]
+    assert len(covers) >= 2 and 'on 1 link' in covers[0], texts
+    assert 'flap' not in guard.model.coarse_links and not guard.model.coarse
+    assert not guard.constraint.contacts(q)
+
+
 def test_cover_updates_run_one_after_the_other_in_the_order_started():
     """``BackgroundUpdates.start(covers=True)``: a cover update waits for the one started
     before it (one child process at a time); other updates do not wait."""

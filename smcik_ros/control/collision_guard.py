@@ -130,6 +130,14 @@ def _first_command(guard, q, contacts, skip, finish):
             lambda srdf: setattr(guard, 'srdf_parsed', srdf)), lambda exc: (
             f'the pairs in contact at the first command were not checked for '
             f'intersecting URDF shapes ({type(exc).__name__}: {exc})'))
+    swept = sorted(touching & set(model.coarse_links))
+    if swept and not model.coarse_chain_links:
+        # A link swept over off-chain joints still on its coarse cover, in contact: its fine
+        # cover first, then this refinement (R1's head, 12 s under load, came after its hips,
+        # only near, 17 s: the right arm, held against the coarse head, missed two goals).
+        return [], functools.partial(guard.start_fine_covers, swept, functools.partial(
+            guard.start_contact_refinement, q, first=True, skip=(*skip, *swept),
+            finish=finish))
     if touching and near:
         return [(p, d) for p, d in contacts if d < 0.0], functools.partial(
             guard.start_contact_refinement, q, first=True, skip=(*skip, *touching),
@@ -321,7 +329,7 @@ class CollisionGuard:
             f'{len(self.constraint.pairs)} pairs'))
         return True
 
-    def start_fine_covers(self):
+    def start_fine_covers(self, links=None, then=None):
         """Compute the next fine covers of a coarse model in a thread (``full_covers``: the
         chain's links, then those swept over off-chain joints: the light ones together, then
         each heavy one, ``CollisionModel.next_fine_links``, each job starting the next);
@@ -329,19 +337,26 @@ class CollisionGuard:
         rule judges only pairs of two links with fine covers: wrist parts that sit close by
         design). After the chain's links, call again for the swept ones
         (``start_contact_refinement`` does, after its last step: the refinement the chain's
-        fine covers start goes first).
+        fine covers start goes first). ``links``: just those (swept links in contact at the
+        first command), and ``then()`` after them in place of the next swept ones; it runs at
+        once when they cannot start.
         Returns False (nothing to do) when the model is not coarse or its covers are being
         computed."""
         if not self.model.coarse or self.updates.busy('smcik-fine-covers'):
+            if then is not None:
+                then()
             return False
         swept = not self.model.coarse_chain_links
 
-        def then():
+        def after():
             self.start_srdf_update(self.srdf_parsed, self.srdf,
                                    'self-collision pairs of the fine covers computed')
-            if swept:                # the next swept links, if any
+            if then is not None:
+                then()
+            elif swept:              # the next swept links, if any
                 self.start_fine_covers()
-        work = full_covers(self.model, self.pairs, self.settings, self._build_constraint, then)
+        work = full_covers(self.model, self.pairs, self.settings, self._build_constraint, after,
+                           links)
         self.updates.start('smcik-fine-covers', work, lambda exc: (
             f'the fine covers were not computed ({type(exc).__name__}: {exc}); the coarse '
             'covers stay (the collision guard stays more conservative than its settings)'),

@@ -66,14 +66,17 @@ def _shown(contacts):
             + (f' and {len(contacts) - 4} more' if len(contacts) > 4 else ''))
 
 
-def full_covers(model, pairs, settings, build, then):
+def full_covers(model, pairs, settings, build, then, links=None):
     """Return the work (callable -> result) of the next fine covers of the coarse ``model``
-    (``CollisionModel.next_fine_links``: the chain's links before those swept over off-chain
-    joints; ``fine``, the covers from ``covers_in_child``) and their constraint with the same
-    ``pairs`` and settings; then() runs once they are applied."""
+    (``links``, else ``CollisionModel.next_fine_links``: the chain's links before those swept
+    over off-chain joints; ``fine``, the covers from ``covers_in_child``) and their constraint
+    with the same ``pairs`` and settings; then() runs once they are applied."""
+    chosen = links
+
     def work():
         started = time.monotonic()
-        links = model.next_fine_links()
+        links = [n for n in chosen if n in model.coarse_links] if chosen else \
+            model.next_fine_links()
         covers = covers_in_child(model.fine_inputs(links))
         fine = model.fine(covers)
         took = time.monotonic() - started
@@ -375,8 +378,8 @@ def coarse_note(model, waited):
     later = ('("fine covers in" is logged; later starts read them from the disk cache)')
     if len(model.coarse_links) < len(model.link_names):
         return (f'the fine covers of {", ".join(model.coarse_links)} (swept over joints off '
-                'the chain: the slowest to compute) are computed after the first command\'s '
-                f'contact check; until then they keep coarse covers ({boxes}), so the guard '
+                'the chain: the slowest to compute) are computed from the first command on '
+                f'(those in contact there first); until then they keep coarse covers ({boxes}), so the guard '
                 f'refuses more motions near them than its settings ask, never fewer {later}')
     return (f'the fine sphere covers are not ready after {waited:g} s (a first start with '
             f'this robot): the collision guard starts with coarse covers ({boxes}) and '
