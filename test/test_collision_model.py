@@ -629,6 +629,22 @@ def test_a_coarse_model_turns_fine_in_stages_the_chain_links_first(gripper, tmp_
     assert np.array_equal(half.fine(swept).radii, fine.radii)
 
 
+def test_swept_links_of_alike_work_are_computed_together(gripper, monkeypatch):
+    """Swept links whose work is within twice the smallest go in one job, whatever the
+    largest (Unitree H2_Plus: six alike finger links took 8 s in six jobs, each followed by
+    the pairs again); one three times heavier waits for its own."""
+    urdf, chain, _ = gripper
+    coarse = CollisionModel.from_urdf(chain, urdf, cache_dir='', coarse=True)
+    half = coarse.fine(link_covers(*coarse.fine_inputs(coarse.next_fine_links()))[0])
+    swept = sorted(half.coarse_links)
+    assert len(swept) >= 3
+    work = dict.fromkeys(swept, 10.0)
+    monkeypatch.setattr(type(half), '_sweep_work', lambda self, name: work[name])
+    assert sorted(half.next_fine_links()) == swept
+    work[swept[0]] = 30.0
+    assert sorted(half.next_fine_links()) == swept[1:]
+
+
 def test_a_first_start_applies_the_chain_links_fine_covers_then_the_swept_ones(gripper,
                                                                                tmp_path):
     """The guard's first start: the chain's links get their fine covers within the wait

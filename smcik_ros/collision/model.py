@@ -248,14 +248,15 @@ class CollisionModel:
         chain (seconds), then the links swept over an off-chain joint's range: together
         those whose work (mesh bytes times sampled poses, ``_sweep_work``) is at most
         ``SWEEP_BATCH`` of the largest (TIAGo's sixteen finger links, a second in all, before
-        its head's 18 s), else the lightest alone (talos: each gripper, a few seconds, then
-        the head, 20 s), so that the light ones are applied without waiting for a heavy one;
-        [] when the model is not coarse."""
+        its head's 18 s) or twice the smallest (talos: its two grippers, a few seconds, then
+        the head; Unitree H2_Plus's six finger links alike, each job followed by the pairs
+        again, took 8 s one by one), so that the light ones are applied without waiting for
+        a heavy one; [] when the model is not coarse."""
         if self.coarse_chain_links or not self.coarse_links:
             return list(self.coarse_chain_links)
         work = {n: self._sweep_work(n) for n in self.coarse_links}
-        light = [n for n in self.coarse_links if work[n] <= SWEEP_BATCH * max(work.values())]
-        return light or [min(self.coarse_links, key=work.get)]
+        light = max(SWEEP_BATCH * max(work.values()), 2.0 * min(work.values()))
+        return [n for n in self.coarse_links if work[n] <= light]
 
     def _sweep_work(self, name):
         """Return a link's cover work estimate: its mesh files' bytes (1000 for a primitive)
