@@ -943,19 +943,12 @@ def _blocked_run(chain, guard, q0, q_goal, ticks, upkeep=True):
     return (k if loop.goal_reached else None), lines, [c.q for c in stream.commands]
 
 
-def test_a_goal_blocked_where_only_the_covers_touch_gets_finer_covers_and_is_reached(
-        guard_and_chain):
-    """Covers exceed the parts by up to their tolerance: a goal whose tool stops 5 mm
-    (python-fcl, the URDF's own shapes) above a box is blocked by the 1 cm covers (the
-    flange's reaches 2 mm into it there) and the arm stays short of it. While a goal is
-    blocked (a validator refused a motion, or the command stood still, for
-    ``BLOCKED_TICKS``; here the solver itself holds the arm at the margin) the upkeep
-    computes again the covers of the links within ``CONTACT_RELEASE`` of another part at
-    the command (the flange), once, swaps them in where they widen a pair, and the goal is
-    reached with no command touching the box (python-fcl)."""
+def _box_under_goal(chain):
+    """Return (q0, q_goal, box pose, guard maker): a (0.3, 0.3, 0.1) box whose top is 5 mm
+    (python-fcl, the URDF's own shapes) under the arm at q_goal, where its 1 cm covers
+    reach into it; a guard maker giving a fresh guard with the box."""
     import fcl
     from collision_helpers import FclRobot
-    _, chain = guard_and_chain
     q0 = np.array([0.0, 0.4, 0.0, -1.5, 0.0, 1.2, 0.0])
     rng = np.random.default_rng(1)
     q_goal = chain.clip(q0 + np.r_[rng.uniform(-0.3, 0.3), rng.uniform(0.3, 0.7),
@@ -974,7 +967,23 @@ def test_a_goal_blocked_where_only_the_covers_touch_gets_finer_covers_and_is_rea
                                             cache_dir=cover_cache_dir())
         guard.replace({('t', 1): Obstacle('box', (0.3, 0.3, 0.1), pose)}, 'obstacles')
         return guard
+    return q0, q_goal, pose, guard_with_box
 
+
+def test_a_goal_blocked_where_only_the_covers_touch_gets_finer_covers_and_is_reached(
+        guard_and_chain):
+    """Covers exceed the parts by up to their tolerance: a goal whose tool stops 5 mm
+    (python-fcl, the URDF's own shapes) above a box is blocked by the 1 cm covers (the
+    flange's reaches 2 mm into it there) and the arm stays short of it. While a goal is
+    blocked (a validator refused a motion, or the command stood still, for
+    ``BLOCKED_TICKS``; here the solver itself holds the arm at the margin) the upkeep
+    computes again the covers of the links within ``CONTACT_RELEASE`` of another part at
+    the command (the flange), once, swaps them in where they widen a pair, and the goal is
+    reached with no command touching the box (python-fcl)."""
+    import fcl
+    from collision_helpers import FclRobot
+    _, chain = guard_and_chain
+    q0, q_goal, pose, guard_with_box = _box_under_goal(chain)
     guard = guard_with_box()
     assert guard.constraint.contacts(q_goal)[0][0] == ('flange', 't/1'), 'the set-up'
     assert not guard.constraint.contacts(q0, within=CONTACT_RELEASE), 'the set-up'
@@ -995,6 +1004,54 @@ def test_a_goal_blocked_where_only_the_covers_touch_gets_finer_covers_and_is_rea
         items = robot.objects(dict(zip(chain.joint_names, q)))
         assert min(fcl.distance(o, box, fcl.DistanceRequest(), fcl.DistanceResult())
                    for name, group in items.items() for o in group) > 0.0
+
+
+def test_a_blocked_goal_gets_finer_covers_while_another_update_is_computed(guard_and_chain):
+    """A blocked goal's finer covers start while another background update is computed
+    (the fine covers of swept links: Unitree H2_Plus's fingers, jobs for 12 s after the
+    first command, during which two goals held at the margin got none), queued behind it
+    (one child process at a time), and the goal is reached once both are done."""
+    import threading
+    from test_control_loop import Log, Stream, follower, make_loop
+    from smcik_ros.control.scene_upkeep import SceneUpkeep
+    from smcik_ros.solvers import make_solver
+    _, chain = guard_and_chain
+    q0, q_goal, _, guard_with_box = _box_under_goal(chain)
+    guard = guard_with_box()
+    release = threading.Event()
+    guard.updates.start('smcik-fine-covers', lambda: release.wait(120.0) and {
+        'text': lambda: 'the other update'}, lambda exc: str(exc), covers=True)
+    loop, _ = make_loop(chain, solver=make_solver('smc', chain, seed=1), log=Log())
+    loop.validators.append(guard)
+    loop.set_constraints([guard.constraint])
+    keep = SceneUpkeep(guard, loop, lambda: [guard.constraint], 0.002, lambda *a: None)
+    keep.noted = True                  # past the first command's note
+    stream, arm, lines = Stream(loop, seed=1), follower(1), []
+    stream.measure(q0)
+    stream.tick()
+    loop.offer_goal('pose', chain.fk(q_goal), '', None, stream.t)
+    for _ in range(1500):
+        arm(stream)
+        lines += keep.before_tick()
+        command = stream.tick()
+        if command is not None:
+            lines += keep.after_command(command.q)
+        if 'is blocked with' in ' '.join(t for _, t in lines):
+            break
+    assert not release.is_set() and guard.updates.busy('smcik-fine-covers')
+    assert 'goal 1 is blocked with flange' in ' '.join(t for _, t in lines), lines
+    assert not loop.goal_reached
+    release.set()
+    for _ in range(1500):
+        arm(stream)
+        guard.wait_for_update(60.0)
+        lines += keep.before_tick()
+        command = stream.tick()
+        if loop.goal_reached:
+            break
+    text = ' '.join(t for _, t in lines)
+    assert loop.goal_reached, text
+    assert 'the other update' in text and 'covers of flange computed again' in text, text
 
 
 def _elbow_urdf(path):

@@ -75,11 +75,14 @@ class SceneUpkeep:
         after them, may disable a pair in contact: no refinement for it); then the next fine
         covers of a model that still has coarse ones (after the refinement). Once noted,
         while a goal is blocked: the finer covers of the links near another there
-        (``_refine_blocked``)."""
-        if self.guard.updating:
-            return []
-        if self.noted is True:
+        (``_refine_blocked``), also while other updates are computed (queued behind them:
+        H2_Plus's swept fingers took 12 s, and two goals held at the margin got nothing),
+        not while a refinement is or a result waits."""
+        updates = self.guard.updates
+        if self.noted is True and not (updates.waiting or updates.busy('smcik-contact-covers')):
             return self._refine_blocked(q)
+        if self.guard.updating or self.noted is True:
+            return []
         if self.noted is not False:
             return []
         self.noted = True
