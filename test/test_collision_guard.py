@@ -779,6 +779,7 @@ def test_scene_upkeep_notes_a_resting_contact_once_and_swaps_the_finer_covers_in
     assert upkeep.before_tick() == []
     (level, note), = upkeep.after_command(q)
     assert level == 'warn' and 'base_link / t/1' in note, note
+    assert 'in contact at its first command' in note, note
     assert upkeep.after_command(q) == [] and not reports
     guard.wait_for_update(60.0)
     gate, before = threading.Event(), guard.constraint

@@ -579,8 +579,9 @@ class CollisionGuard:
             report = self._report = (key, monitor.status(q))
         return report[1]
 
-    def contact_note(self, q, refining=()):
-        """Return the (level, text) log line of the first command at q (nq,), or None.
+    def contact_note(self, q, refining=(), when='at its first command'):
+        """Return the (level, text) log line of the first command at q (nq,), or None
+        (``when``: the words for when it is; the note is due again once fine covers come in).
         'warn' when the arm rests in contact: which pairs, how deep, what the constraint
         allows them (docs/collision.md, "Contact allowances"), and what makes the covers
         tighter where they are artefacts: the links ``refining`` (``start_contact_refinement``)
@@ -595,14 +596,15 @@ class CollisionGuard:
                      'covers')
         if not contacts:
             return None if not refining else ('info', (
-                f'at the first command parts are within {1e3 * CONTACT_RELEASE:g} mm of '
-                f'another (padded cover distances): {computing}'))
+                f'{when.replace("its ", "the ")}, parts are within '
+                f'{1e3 * CONTACT_RELEASE:g} mm of another (padded cover distances): '
+                f'{computing}'))
         shown = ', '.join(f'{a} / {b} {1e3 * d:.1f} mm' for (a, b), d in contacts[:4])
         more = f' and {len(contacts) - 4} more' if len(contacts) > 4 else ''
         tighter = computing if refining else (
             'a smaller collision_cover_tolerance tightens them (e.g. 0.004 for a small arm '
             'folded at rest; the first start then computes finer covers)')
-        return ('warn', f'the arm rests in contact at its first command: {shown}{more} (padded '
+        return ('warn', f'the arm rests in contact {when}: {shown}{more} (padded '
                 f'cover distances); those pairs may stay as deep, never deeper, until '
                 f'{1e3 * CONTACT_RELEASE:g} mm apart. Where the real parts are apart (the '
                 f'covers exceed the meshes by up to collision_cover_tolerance, '

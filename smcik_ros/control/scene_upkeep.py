@@ -35,6 +35,7 @@ class SceneUpkeep:
         self.guard, self.loop, self.constraints, self.report = guard, loop, constraints, report
         self.surfaces = PlantedSurfaces(padding=padding)
         self.noted = False      # the contact note: None = due again once the fine pairs are in
+        self.commanded = False  # the note of the first command (with fine chain covers) given
         self.refined = set()    # the links refined (or tried) where a goal was blocked
         self._next_look = 0     # the tick from which a blocked goal's pairs are looked at
         self._still = 0         # ticks the command has not changed (its velocity 0)
@@ -95,7 +96,9 @@ class SceneUpkeep:
                         'the fine covers are in') if count else None
             else:
                 # Then the swept links' fine covers (a head, fingers), if coarse.
-                note = guard.contact_note(q, guard.start_contact_refinement(q))
+                note = guard.contact_note(q, guard.start_contact_refinement(q), (
+                    'with the fine covers in' if self.commanded else 'at its first command'))
+                self.commanded = True
         except Exception as exc:      # never in the way of the command stream
             self.report('warn', 'contact_note', f'contact check failed ({exc})', exc)
             return []
