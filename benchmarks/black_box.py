@@ -283,8 +283,12 @@ def check_stream(robot, probe, bases, rows):
                                                | (positions > limits.upper + 1e-9), axis=1))),
                feet_mm=0.0, feet_rad=0.0, com_outside=0, unpaired=0)
     if robot.floating:
-        keep = [i for i, s in enumerate(stamps.tolist()) if s in bases]
-        out['unpaired'] = len(stamps) - len(keep)
+        # The node publishes each command, then its base pose: commands stamped after the
+        # newest base pose read here may have theirs in flight, and are left out.
+        known = set(bases)
+        newest = max(known, default=-1)
+        keep = [i for i, s in enumerate(stamps.tolist()) if s in known]
+        out['unpaired'] = sum(s not in known and s <= newest for s in stamps.tolist())
         frames = robot.chain.frames(robot.state(positions[keep], np.array(
             [bases[stamps[i]] for i in keep])))
         for contact in robot.contacts:
