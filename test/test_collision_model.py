@@ -912,6 +912,24 @@ def test_a_refinement_over_the_sphere_budget_keeps_the_finer_cover_it_had(tmp_pa
     assert names == ['link2'] and refined.link_excess[two] < excess
 
 
+def test_the_sphere_budget_prediction_follows_how_a_refined_link_grew():
+    """A refined link's next step is predicted from how its cover grew at the last one
+    (Unitree H2's shoulder: 348 spheres at 1 cm, 1559 at 6 mm, 7474 at 4 mm; the square
+    of the excess ratio predicted 3508, under 2 x 2000, and the job computing it held up the
+    torso's cover for 13 s): far over the budget, it is not computed; a link that grew
+    slower than the square is still predicted by the square."""
+    from smcik_ros.collision.covers import SphereCover
+    from smcik_ros.collision.model import LINK_SPHERES, _far_over_budget
+
+    def cover(count, excess):
+        return SphereCover(np.zeros((count, 3)), np.full(count, 0.01), np.full(count, excess))
+    shoulder = cover(1559, 0.006)
+    assert 2 * LINK_SPHERES == 4000
+    assert not _far_over_budget(shoulder, 0.004)                       # the square: 3508
+    assert _far_over_budget(shoulder, 0.004, before=cover(348, 0.01))  # its growth: 5130
+    assert not _far_over_budget(shoulder, 0.004, before=cover(1000, 0.01))  # slower: square
+
+
 def test_conventional_srdf_paths(tmp_path):
     assert conventional_srdf_path(None) is None
     (tmp_path / 'a').mkdir()
