@@ -645,6 +645,17 @@ def test_swept_links_of_alike_work_are_computed_together(gripper, monkeypatch):
     assert sorted(half.next_fine_links()) == swept[1:]
 
 
+def _poll_until_fine(guard):
+    """Wait for and poll the guard's updates until its model is fine and none is left;
+    return the texts of the events."""
+    texts = []
+    while guard.model.coarse or guard.updating:
+        assert guard.wait_for_update(120.0)
+        while (event := guard.poll()) is not None:
+            texts.append(event[1])
+    return texts
+
+
 def test_a_first_start_applies_the_chain_links_fine_covers_then_the_swept_ones(gripper,
                                                                                tmp_path):
     """The guard's first start: the chain's links get their fine covers within the wait
@@ -667,11 +678,7 @@ def test_a_first_start_applies_the_chain_links_fine_covers_then_the_swept_ones(g
     light = model.next_fine_links()   # the light ones together, then each heavy one alone
     assert 'flap' not in light and len(light) > 1
     assert guard.start_fine_covers() and not guard.start_fine_covers()
-    texts = []
-    while guard.model.coarse or guard.updating:
-        assert guard.wait_for_update(120.0)
-        while (event := guard.poll()) is not None:
-            texts.append(event[1])
+    texts = _poll_until_fine(guard)
     covers = [t for t in texts if t.startswith('fine covers in')]
     assert len(covers) == 2 and f'on {len(light)} link' in covers[0], texts
     assert 'on 1 link' in covers[1], texts
@@ -706,11 +713,7 @@ def test_a_swept_link_in_contact_at_the_first_command_gets_its_fine_cover_first(
     guard.replace({('t', 1): Obstacle('box', (0.02, 0.02, 0.1), box)}, 'obstacles')
     assert dict(guard.constraint.contacts(q))[('flap', 't/1')] < 0.0
     assert guard.start_contact_refinement(q) == []
-    texts = []
-    while guard.model.coarse or guard.updating:
-        assert guard.wait_for_update(120.0)
-        while (event := guard.poll()) is not None:
-            texts.append(event[1])
+    texts = _poll_until_fine(guard)
     covers = [t for t in texts if t.startswith('fine covers in')]
     assert len(covers) >= 2 and 'on 1 link' in covers[0], texts
     assert 'flap' not in guard.model.coarse_links and not guard.model.coarse
