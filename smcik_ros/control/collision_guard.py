@@ -332,7 +332,8 @@ class CollisionGuard:
     def start_fine_covers(self, links=None, then=None):
         """Compute the next fine covers of a coarse model in a thread (``full_covers``: the
         chain's links, then those swept over off-chain joints: the light ones together, then
-        each heavy one, ``CollisionModel.next_fine_links``, each job starting the next);
+        the heavy ones, alike ones together, ``CollisionModel.next_fine_links``, each job
+        starting the next);
         ``poll`` swaps them in. After each job the pairs are computed again (the 'always'
         rule judges only pairs of two links with fine covers: wrist parts that sit close by
         design). After the chain's links, call again for the swept ones

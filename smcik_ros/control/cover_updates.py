@@ -379,8 +379,9 @@ def coarse_note(model, waited):
     if len(model.coarse_links) < len(model.link_names):
         return (f'the fine covers of {", ".join(model.coarse_links)} (swept over joints off '
                 'the chain: the slowest to compute) are computed from the first command on '
-                f'(those in contact there first); until then they keep coarse covers ({boxes}), so the guard '
-                f'refuses more motions near them than its settings ask, never fewer {later}')
+                f'(those in contact there first); until then they keep coarse covers '
+                f'({boxes}), so the guard refuses more motions near them than its settings '
+                f'ask, never fewer {later}')
     return (f'the fine sphere covers are not ready after {waited:g} s (a first start with '
             f'this robot): the collision guard starts with coarse covers ({boxes}) and '
             'checks every pair the SRDF leaves, so it refuses more motions than its settings '
