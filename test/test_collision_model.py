@@ -716,6 +716,7 @@ def test_a_swept_link_in_contact_at_the_first_command_gets_its_fine_cover_first(
     texts = _poll_until_fine(guard)
     covers = [t for t in texts if t.startswith('fine covers in')]
     assert len(covers) >= 2 and 'on 1 link' in covers[0], texts
+    assert 'flap' not in covers[0], texts       # the flap: not among those still coarse
     assert 'flap' not in guard.model.coarse_links and not guard.model.coarse
     assert not guard.constraint.contacts(q)
 
