@@ -247,6 +247,7 @@ class _FakeFigureNode:
 
     def __exit__(self, *exc):
         self.executor.shutdown()
+        self.thread.join(10.0)     # its timer may be publishing: not onto a destroyed node
         self.node.destroy_node()
 
 
