@@ -597,7 +597,7 @@ class CollisionGuard:
                      'covers')
         if not contacts:
             return None if not refining else ('info', (
-                f'{when.replace("its ", "the ")}, parts are within '
+                f'{when}, parts are within '
                 f'{1e3 * CONTACT_RELEASE:g} mm of another (padded cover distances): '
                 f'{computing}'))
         shown = ', '.join(f'{a} / {b} {1e3 * d:.1f} mm' for (a, b), d in contacts[:4])

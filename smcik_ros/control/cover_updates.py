@@ -71,26 +71,24 @@ def full_covers(model, pairs, settings, build, then, links=None):
     (``links``, else ``CollisionModel.next_fine_links``: the chain's links before those swept
     over off-chain joints; ``fine``, the covers from ``covers_in_child``) and their constraint
     with the same ``pairs`` and settings; then() runs once they are applied."""
-    chosen = links
-
     def work():
         started = time.monotonic()
-        links = [n for n in chosen if n in model.coarse_links] if chosen else \
+        names = [n for n in links if n in model.coarse_links] if links else \
             model.next_fine_links()
-        covers = covers_in_child(model.fine_inputs(links))
+        covers = covers_in_child(model.fine_inputs(names))
         fine = model.fine(covers)
         took = time.monotonic() - started
         rest = '; the self-collision pairs are computed again for them'
         if fine.coarse:
             rest += (f'; the coarse covers of {", ".join(fine.coarse_links)} (swept over '
                      'joints off the chain) stay until theirs are computed')
-        spheres = sum(len(covers[n].radii) for n in links)
+        spheres = sum(len(covers[n].radii) for n in names)
         return {'model': fine, 'merge': lambda current: current.fine(covers),
                 'constraint': build(fine, pairs, settings),
                 'base': (fine, pairs), 'from': model, 'then': then,
                 'text': lambda: (
                     f'fine covers in after {took:.0f} s: {spheres} spheres (tolerance '
-                    f'{fine.tolerance:g} m) on {len(links)} link(s) replace their coarse '
+                    f'{fine.tolerance:g} m) on {len(names)} link(s) replace their coarse '
                     f'ones{rest}')}
     return work
 

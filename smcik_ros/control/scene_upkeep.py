@@ -82,9 +82,7 @@ class SceneUpkeep:
         updates = self.guard.updates
         if self.noted is True and not (updates.waiting or updates.busy('smcik-contact-covers')):
             return self._refine_blocked(q)
-        if self.guard.updating or self.noted is True:
-            return []
-        if self.noted is not False:
+        if self.guard.updating or self.noted is not False:
             return []
         self.noted = True
         guard = self.guard
