@@ -30,8 +30,9 @@ Default: the humanoid of urdf/smcik_figure.urdf at its ``ready`` stance. Another
 ``--urdf PATH --base LINK --hands A,B --feet C,D --support E,F [--srdf PATH] [--init
 'substring=value,...']`` (joints whose name contains the substring start at that value;
 ``--feet=`` for a fixed base). Writes benchmarks/results/black_box.{csv,png} (``--name``:
-another name). Run: ``./smcik bench black_box [--seeds 1 2] [--mode path --spread 1.6]``
-(20-60 s per seed; ``--quick``: one seed, 3 goals).
+another name; ``--solver``: the node's ``solver``, smc unless given). Run: ``./smcik bench
+black_box [--seeds 1 2] [--mode path --spread 1.6] [--solver jacobian]`` (20-60 s per seed;
+``--quick``: one seed, 3 goals).
 """
 import argparse
 import os
@@ -173,7 +174,8 @@ def run_seed(robot, args, seed, log_dir):
     rclpy.init()
     params = [f'urdf_path:={robot.urdf}', f'base_link:={args.base}',
               f'tip_links:=[{",".join(hands + robot.feet)}]']
-    node_params = [f'smcik_node:{p}' for p in params] + [f'smcik_node:smc.seed:={seed}']
+    node_params = [f'smcik_node:{p}' for p in params] + [
+        f'smcik_node:smc.seed:={seed}', f'smcik_node:solver:={args.solver}']
     if args.srdf:
         node_params.append(f'smcik_node:srdf_path:={REPO_ROOT / args.srdf}')
     sim_params = [f'sim_arm:{p}' for p in params]
@@ -330,6 +332,7 @@ def main():
     parser.add_argument('--mode', choices=('arm', 'path', 'body'), default='arm')
     parser.add_argument('--spread', type=float, default=0.8, help='[rad]')
     parser.add_argument('--goals', type=int, default=6)
+    parser.add_argument('--solver', default='smc', help='the node\'s solver parameter')
     parser.add_argument('--seeds', type=int, nargs='+', default=[1, 2, 3])
     parser.add_argument('--margin', type=float, default=0.02, help='[m] of the polygon')
     parser.add_argument('--quick', action='store_true')
@@ -346,7 +349,8 @@ def main():
             seed_rows, summary = run_seed(robot, args, seed, Path(log_dir))
         rows += seed_rows
         summaries.append(summary)
-    print(f'{args.urdf} ({args.mode}, spread {args.spread} rad), {C.machine()}')
+    print(f'{args.urdf} ({args.mode}, spread {args.spread} rad, solver {args.solver}), '
+          f'{C.machine()}')
     C.print_table(rows, FIELDS, 'goals')
     C.print_table(summaries, ['seed', 'reached', 'goals', 'others_over_2mm', 'v_ratio',
                               'a_ratio', 'outside_limits', 'feet_mm', 'feet_rad',
