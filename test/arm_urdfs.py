@@ -85,15 +85,40 @@ PANDA = [((0, 0, 0.333), 0.0, -2.8973, 2.8973, 2.175),
 
 def panda_like_urdf():
     """Return URDF text of a Panda-like arm: panda_link0 -> panda_hand (kinematics only)."""
-    parts = ['<robot name="panda_like"><link name="panda_link0"/>']
+    return ''.join(['<robot name="panda_like"><link name="panda_link0"/>',
+                    *_panda_arm('', 'panda_link0'), '</robot>'])
+
+
+def dual_panda_urdf():
+    """Return URDF text of a TIAGo-dual-like robot (kinematics only): base_link, a prismatic
+    torso_lift (0.35 m), and on the torso two Panda-like arms, left_ and right_ (prefixes of
+    panda_like_urdf's names; tips left_panda_hand, right_panda_hand)."""
+    parts = ['<robot name="dual_panda"><link name="base_link"/><link name="torso"/>'
+             '<joint name="torso_lift" type="prismatic"><parent link="base_link"/>'
+             '<child link="torso"/><axis xyz="0 0 1"/>'
+             '<limit lower="0" upper="0.35" velocity="0.07" effort="100"/></joint>']
+    for side, y, roll in (('left_', 0.15, -math.pi / 2), ('right_', -0.15, math.pi / 2)):
+        parts.append(f'<link name="{side}mount"/><joint name="{side}mount_joint" type="fixed">'
+                     f'<parent link="torso"/><child link="{side}mount"/>'
+                     f'<origin xyz="0 {y} 0.8" rpy="{roll} 0 0"/></joint>')
+        parts += _panda_arm(side, f'{side}mount')
+    return ''.join(parts + ['</robot>'])
+
+
+def _panda_arm(prefix, root):
+    """Return the URDF elements of a Panda-like arm below the link ``root``, names prefixed."""
+    parts = []
     for i, (xyz, roll, lower, upper, velocity) in enumerate(PANDA, start=1):
+        parent = root if i == 1 else f'{prefix}panda_link{i - 1}'
         parts.append(
-            f'<link name="panda_link{i}"/><joint name="panda_joint{i}" type="revolute">'
-            f'<parent link="panda_link{i - 1}"/><child link="panda_link{i}"/>'
+            f'<link name="{prefix}panda_link{i}"/>'
+            f'<joint name="{prefix}panda_joint{i}" type="revolute">'
+            f'<parent link="{parent}"/><child link="{prefix}panda_link{i}"/>'
             f'<origin xyz="{xyz[0]} {xyz[1]} {xyz[2]}" rpy="{roll} 0 0"/><axis xyz="0 0 1"/>'
             f'<limit lower="{lower}" upper="{upper}" velocity="{velocity}" effort="87"/>'
             '</joint>')
-    parts.append('<link name="panda_hand"/><joint name="panda_hand_joint" type="fixed">'
-                 '<parent link="panda_link7"/><child link="panda_hand"/>'
-                 f'<origin xyz="0 0 0.107" rpy="0 0 {-math.pi / 4}"/></joint></robot>')
-    return ''.join(parts)
+    parts.append(f'<link name="{prefix}panda_hand"/>'
+                 f'<joint name="{prefix}panda_hand_joint" type="fixed">'
+                 f'<parent link="{prefix}panda_link7"/><child link="{prefix}panda_hand"/>'
+                 f'<origin xyz="0 0 0.107" rpy="0 0 {-math.pi / 4}"/></joint>')
+    return parts

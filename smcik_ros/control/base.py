@@ -134,6 +134,7 @@ class FigureState:
         self.contacts = []          # the anchored Contacts among them (the base's fit)
         self.pins = []              # Contacts keeping tips that the goal leaves where they are
         self.frozen = None          # (C,) bool: joints serving pinned tips only (``pin_tips``)
+        self.own = None             # (C,) bool: pinned tips' joints that serve nothing else
         self.kept = []              # what the command stream projects onto (``_update``)
         self._hold = None           # the Contact holding the base link (no contact set)
         self._checked = set()       # ids of constraints checked for a violation on arrival
@@ -247,8 +248,8 @@ class FigureState:
                                 .bind(self.chain))
         self.pins, self._free = pins, None
         self._tips = [term.link for term in goal.terms] if goal is not None else []
-        self.frozen = None if self.floating else held_arms(self.chain, goal, pins,
-                                                           self.equalities)
+        self.frozen, self.own = (None, None) if self.floating else held_arms(
+            self.chain, goal, pins, self.equalities)
         self._update()
         return pins
 
@@ -387,10 +388,16 @@ class FigureState:
                 'centre-of-mass polygon within their tolerances: commanded as near as it got'),
                 interval=1.0)
         if t < 1.0:
-            if not share:
+            q_share = self.limits.clip(shaped.q + t * (q_new - shaped.q))
+            # A share that keeps them within HOLD is taken, as they are kept at rest: a
+            # pinned hand at rest 0.19 mm off its pin (within HOLD, so not corrected at rest)
+            # on a near-singular arm needed more than the acceleration limit to correct in
+            # one tick, each step towards the goal braked to rest, and TIAGo dual stood still
+            # for the goal's 10 s (offline, 2 of 48 goals).
+            if not share and not _holds(self.chain.frames(self.state(q_share)), self.kept):
                 return None
             self.shared += 1
-            q_new = self.limits.clip(shaped.q + t * (q_new - shaped.q))
+            q_new = q_share
             projected = self.state(q_new)
         self.projected += 1
         base = self.chain.base_pose(projected) if self.floating else None
@@ -516,20 +523,22 @@ class FigureState:
     def on_manifold(self, q, at=None):
         """Return the command q (C,) projected onto what the commands keep (the solver's
         answer: the commands then reach it exactly and rest there), inside the limits; the
-        ``frozen`` joints at the command ``at`` (C,) when given."""
+        ``frozen`` joints at the command ``at`` (C,) when given, the pinned arms' other
+        ``own`` joints started from it."""
         if not self.kept:
             return q
         if self.frozen is not None and at is not None:
-            q = np.where(self.frozen, at, q)
-        state = self.state(q)
-        # The goal's other tips held where the answer has them: projected onto a pin alone,
-        # a torso that the pinned arm shares moved, and the goal's hand with it (PR2: an
-        # answer 0.9 mm from the goal commanded 3.1-3.5 mm from it, for good). Where both
-        # cannot be kept, the pins and contacts alone.
-        tips = _tips_at(self.chain, self._tips, self.kept, self.chain.frames(state))
-        projected, ok = project(self.chain, state, self.kept + tips)
-        if tips and not ok:
-            projected, _ = project(self.chain, state, self.kept)
+            q = np.where(self.frozen, at, q)        # an arm of its own: held (``held_arms``)
+        projected, ok = None, False
+        if self.own is not None and at is not None:
+            # A held arm below a torso that the goal moves follows the torso from where it
+            # is: the jacobian and distance solvers' answers took TIAGo dual's held arm 0.8
+            # rad along its null space (the hand kept), and each command towards that broke
+            # a limit to keep the pin; the figure braked at rest for the goal's 10 s (black
+            # box). Where that projection fails, the answer as it came.
+            projected, ok = self._projected(np.where(self.own, at, q))
+        if not ok:
+            projected, _ = self._projected(q)
         if at is not None:
             # Inside the CoM polygon as the commands are kept (``_keep_inside``): an answer
             # projected onto the contacts alone lay 0.4 mm beyond Unitree H1's margin, and
@@ -537,6 +546,19 @@ class FigureState:
             # again and again (black box).
             projected, _ = self._keep_inside(at, projected, self.kept)
         return self.limits.clip(self.command(projected))
+
+    def _projected(self, q):
+        """Return (state, ok): the command q (C,) projected onto what the commands keep and
+        the goal's other tips where q has them (projected onto a pin alone, a torso that
+        the pinned arm shares moved, and the goal's hand with it: PR2, an answer 0.9 mm
+        from the goal commanded 3.1-3.5 mm from it, for good); where both cannot be kept,
+        onto the pins and contacts alone (ok False)."""
+        state = self.state(q)
+        tips = _tips_at(self.chain, self._tips, self.kept, self.chain.frames(state))
+        projected, ok = project(self.chain, state, self.kept + tips)
+        if tips and not ok:
+            projected, _ = project(self.chain, state, self.kept)
+        return projected, ok
 
     def status(self):
         """Return the counters of the projection (JSON-ready)."""
@@ -651,26 +673,29 @@ def _depth(constraint, frames):
 
 
 def held_arms(chain, goal, pins, equalities=()):
-    """Return (nv,) bool, or None: the joints of the ``pins``' links whose whole path serves
-    nothing else that ``goal``'s other terms or the ``equalities`` need (one arm of a
-    fixed-base dual arm). ``FigureState.on_manifold`` holds them where they are: the
-    solver's answer drifts in that arm's null space, and commanding the drift made the
-    projection pull the arm back every tick, at the acceleration bound, so that the whole
-    robot braked for seconds (baxter, issue 32). Not for a floating base (it moves every
-    tip)."""
+    """Return (frozen, own), (nv,) bool each or None: ``own``, the joints of the ``pins``'
+    links that nothing else that ``goal``'s other terms or the ``equalities`` need moves
+    (a dual arm's held arm, below a torso it may share); ``frozen``, those of the pins whose
+    whole path is their own (one arm of a fixed-base dual arm). ``FigureState.on_manifold``
+    holds those where they are, and starts the others there: the solver's answer drifts in that arm's null space, and
+    commanding the drift made the projection pull the arm back every tick, at the
+    acceleration bound, so that the whole robot braked for seconds (baxter, issue 32).
+    Not for a floating base (it moves every tip)."""
     if not pins or chain.has_ball_joints:
-        return None
+        return None, None
     pinned = {pin.link for pin in pins}
     busy = np.zeros(chain.nv, dtype=bool)
     for link in [t.link for t in goal.terms if t.link not in pinned] + \
             [c.link for c in equalities if getattr(c, 'link', None)]:
         busy |= chain.moving(link)
     frozen = np.zeros(chain.nv, dtype=bool)
+    own = np.zeros(chain.nv, dtype=bool)
     for link in pinned:
         path = chain.moving(link)
+        own |= path & ~busy
         if not (path & busy).any():
             frozen |= path
-    return frozen if frozen.any() else None
+    return (frozen if frozen.any() else None), (own if own.any() else None)
 
 
 def _scaled(limits, factor):
