@@ -253,6 +253,23 @@ def test_resolve_mesh_uri_still_names_every_place_looked(tmp_path, monkeypatch):
     assert 'ament index' in text and str(tmp_path / 'ws') in text
 
 
+def test_a_copied_description_finds_its_meshes_by_the_tail_of_the_uri(tmp_path, monkeypatch):
+    """A description copied out of its package (a URDF dataset keeps Drake's Atlas in
+    drake/atlas/urdf, its URIs package://drake/examples/atlas/urdf/meshes/...): the mesh is
+    found under the URDF's ancestors by the URI's tail, a directory and the file at least;
+    a file of the same name alone is not taken."""
+    monkeypatch.delenv('AMENT_PREFIX_PATH', raising=False)
+    urdf_dir = tmp_path / 'drake' / 'atlas' / 'urdf'
+    (urdf_dir / 'meshes').mkdir(parents=True)
+    path = str(urdf_dir / 'meshes' / 'part.stl')
+    _write_mesh(path, _mesh())
+    assert resolve_mesh_uri('package://drake/examples/atlas/urdf/meshes/part.stl',
+                            str(urdf_dir)) == path
+    _write_mesh(str(urdf_dir / 'other.stl'), _mesh())
+    with pytest.raises(ModelError, match='nor a tail of'):
+        resolve_mesh_uri('package://drake/examples/parts/other.stl', str(urdf_dir))
+
+
 def test_package_uris_with_three_slashes_resolve(tmp_path, monkeypatch):
     """``package:///NAME/rest``, as some exporters write it, is ``package://NAME/rest``."""
     monkeypatch.delenv('AMENT_PREFIX_PATH', raising=False)
@@ -996,6 +1013,30 @@ def test_a_chain_from_another_urdf_is_refused(tmp_path, gripper):
         CollisionModel.from_urdf(other, urdf)
 
 
+def test_zero_size_contact_points_stay_out_of_collision_but_span_the_support(caplog):
+    """Drake's Atlas and Valkyrie mark their soles' contact points with spheres of radius 0
+    beside the sole's box or mesh: the robot starts (it failed fast on them), the points are
+    left out of the collision model with one note, and a support polygon counts them."""
+    from smcik_ros.collision import support_polygon
+    corners = ''.join(f'<collision><origin xyz="{x} {y} -0.01"/><geometry><sphere radius="0"/>'
+                      '</geometry></collision>' for x in (-0.15, 0.15) for y in (-0.08, 0.08))
+    text = textwrap.dedent(f'''\
+        <robot name="sole"><link name="base_link"/>
+          <joint name="j" type="revolute"><parent link="base_link"/><child link="foot"/>
+            <axis xyz="0 0 1"/><limit lower="-1" upper="1" effort="1" velocity="1"/></joint>
+          <link name="foot"><collision><geometry><box size="0.2 0.1 0.02"/></geometry>
+          </collision>{corners}</link></robot>''')
+    chain = Chain.from_urdf(text, 'base_link', 'foot')
+    with caplog.at_level(logging.INFO, logger='smcik_ros.collision'):
+        model = CollisionModel.from_urdf(chain, text, cache_dir='')
+    assert [g.kind for g in model.geometry['foot']] == ['box']
+    assert any("'foot': 4 <collision> shape(s) of zero size" in r.getMessage()
+               for r in caplog.records)
+    polygon = support_polygon(chain, text, ['foot'], np.zeros(1))
+    np.testing.assert_allclose(sorted(map(tuple, np.round(polygon, 9))),
+                               [(-0.15, -0.08), (-0.15, 0.08), (0.15, -0.08), (0.15, 0.08)])
+
+
 def test_bad_collision_sizes_fail_fast(tmp_path):
     text = textwrap.dedent('''\
         <robot name="bad"><link name="base_link"/>
@@ -1004,5 +1045,5 @@ def test_bad_collision_sizes_fail_fast(tmp_path):
           <link name="l"><collision><geometry><box size="0.1 -0.2 0.1"/></geometry>
           </collision></link></robot>''')
     chain = Chain.from_urdf(text, 'base_link', 'l')
-    with pytest.raises(ModelError, match='box size must be 3 positive numbers'):
+    with pytest.raises(ModelError, match='box size must be 3 non-negative numbers'):
         CollisionModel.from_urdf(chain, text)

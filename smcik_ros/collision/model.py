@@ -457,7 +457,8 @@ def resolve_mesh_uri(uri, urdf_dir=None, package_paths=()):
     NAME) for each DIR of ``package_paths``, then the ancestors of ``urdf_dir`` (a directory
     named NAME or whose package.xml names NAME) and, up to ``SIBLING_LEVELS`` levels up, the
     directories in them (a package in the URDF's directory, as pybullet_data's xarm keeps
-    xarm_description; a package next to the URDF's own in an unsourced workspace).
+    xarm_description; a package next to the URDF's own in an unsourced workspace); last, the
+    tails of ``rest`` (a directory and the file at least) under those ancestors.
     ``file://PATH`` and plain paths: absolute, or relative to ``urdf_dir`` (default: the
     current directory).
     """
@@ -508,6 +509,19 @@ def resolve_mesh_uri(uri, urdf_dir=None, package_paths=()):
         tried.append(f'no ancestor of {urdf_dir!r} named {name!r} (or whose package.xml names '
                      f'it) holds it, nor a directory in the ancestors up to '
                      f'{SIBLING_LEVELS} levels up')
+        # Copied descriptions drop or rename leading directories (a dataset's Atlas in
+        # drake/atlas/urdf, its URIs package://drake/examples/atlas/urdf/meshes/...): the
+        # URI's path, then its tails of at least a directory and the file, under the URDF's
+        # directory and its ancestors up to SIBLING_LEVELS.
+        parts, ancestor = sub.split('/'), urdf_dir
+        for _ in range(SIBLING_LEVELS + 1):
+            for k in range(len(parts) - 1):
+                path = os.path.join(ancestor, *parts[k:])
+                if os.path.isfile(path):
+                    return path
+            ancestor = os.path.dirname(ancestor)
+        tried.append(f'nor a tail of {sub!r} (a directory and the file at least) under those '
+                     'ancestors')
         raise ModelError(f'mesh {uri!r} not found; looked in: ' + '; '.join(tried) +
                          '. Set package_paths to a directory containing the package '
                          f'{name!r} (or source its ROS workspace)')
@@ -835,8 +849,9 @@ def _link_geometry(link, raw, base_dir, package_paths):
 
 
 def _check_sizes(where, what, size, count):
-    if len(size) != count or not all(math.isfinite(v) and v > 0.0 for v in size):
-        raise ModelError(f'{where}: {what} must be {count} positive numbers [m]; got {size}')
+    if len(size) != count or not all(math.isfinite(v) and v >= 0.0 for v in size):
+        raise ModelError(f'{where}: {what} must be {count} non-negative numbers [m]; got '
+                         f'{size}')
 
 
 # ---------------------------------------------------------------------- attachments
@@ -1028,6 +1043,15 @@ def _cover_links(robot, raw_links, attachments, source, coarse, warnings, notes)
         for link in robot.links:
             items, unreadable = _link_geometry(link, raw_links.get(link.name),
                                                source.base_dir, source.package_paths)
+            solid = [g for g in items if g.kind == 'mesh' or min(g.size) > 0.0]
+            if len(solid) < len(items):
+                # Drake's robots (Atlas, Valkyrie) mark their soles' contact points with
+                # spheres of radius 0: nothing to collide, but support polygons use them.
+                notes.append(f'link {link.name!r}: {len(items) - len(solid)} <collision> '
+                             'shape(s) of zero size (contact points) left out of collision '
+                             'checks; a support polygon still counts them')
+                _LOG.info('%s', notes[-1])
+                items = solid
             att = attachments.get(link.name)
             if not items or att is None:
                 continue
