@@ -265,13 +265,13 @@ def test_without_the_detour_the_arm_stops_at_the_margin(demo):
     assert loop.status(0.0)['detour'] == 'off'
 
 
-def test_a_detour_runs_beside_an_equality_it_cannot_leave_and_never_beside_a_pin(demo):
-    """A detour's joint-space legs leave the contacts and pinned tips that the commands are
-    projected onto: every projection back was refused and PR2 (example-robot-data, a goal
-    on one gripper, the other pinned) braked for the rest of the goal. So no detour is
-    planned while a kept link moves with the joints (``FigureState.binds``, unless held:
-    the next test); a hard contact that no joint moves (the base link's) leaves the detour
-    as it was."""
+def test_a_detour_runs_beside_an_equality_it_cannot_leave_and_never_beside_a_contact(demo):
+    """A detour's joint-space legs leave the contacts that the commands are projected onto:
+    every projection back was refused and PR2 (example-robot-data, a goal on one gripper,
+    the other pinned, before pins were held) braked for the rest of the goal. So no detour
+    is planned while a contact's link moves with the joints (``FigureState.binds``; a
+    pinned tip is held instead: the next test); a hard contact that no joint moves (the
+    base link's) leaves the detour as it was."""
     chain, model, _ = demo
     guard, q0, q_goal, _ = blocked_case(chain, model, 0)
     base = Contact('base_link', pose=np.eye(4)).bind(chain)
@@ -288,7 +288,7 @@ def test_a_detour_runs_beside_an_equality_it_cannot_leave_and_never_beside_a_pin
     two = Chain.from_urdf('test/urdf/two_tips.urdf', 'base_link', ['left_tool', 'right_tool'])
     figure = FigureState(two, limits_for_chain(two, 0.5, 3.0)[0])
     figure.set_constraints([Contact('right_tool', pose=np.eye(4)).bind(two)])
-    assert figure.binds and detour_hold(figure) is None, 'a kept tip moves: no detour'
+    assert figure.binds and detour_hold(figure) is None, 'a contact moves: no detour'
 
 
 def _pinned_right(chain, q, left_goal):
@@ -304,25 +304,24 @@ def _pinned_right(chain, q, left_goal):
     return figure, goal
 
 
-def test_a_tip_pinned_on_an_arm_of_its_own_is_held_where_it_is_through_a_detour():
-    """Two arms on a torso, a goal for the left tip, the right one pinned. On a torso that
-    the chain does not turn (each arm on joints of its own) the detour may run holding the
-    right arm (``detour_hold``); with the torso joint in the chain (it moves
-    both tips) it may not. Seeded boxes across the left arm's swing: the planned paths
-    keep the right arm's joints at the start on every waypoint (so the pinned tip stays
-    exactly), their legs are certified free, and they end at the left goal."""
-    urdf = 'test/urdf/two_tips.urdf'
-    shared = Chain.from_urdf(urdf, 'base_link', ['left_tool', 'right_tool'])
-    q = shared.neutral_configuration()
-    assert detour_hold(_pinned_right(shared, q, shared.fk(q, 'left_tool'))[0]) is None
-    chain, model = demo_model(urdf, 'torso_link', ('left_tool', 'right_tool'))
+@pytest.mark.parametrize('base', ['torso_link', 'base_link'])
+def test_a_pinned_tip_is_held_where_it_is_through_a_detour(base):
+    """Two arms on a torso, a goal for the left tip, the right one pinned. The detour holds
+    every joint on the pinned tip's path (``detour_hold``): the right arm, and the torso
+    joint where the chain has it (from base_link: it moves both tips). Seeded boxes across
+    the left arm's swing: the planned paths keep those joints at the start on every
+    waypoint (so the pinned tip stays exactly), their legs are certified free, and they end
+    at the left goal."""
+    chain, model = demo_model('test/urdf/two_tips.urdf', base, ('left_tool', 'right_tool'))
     right = chain.moving('right_tool')
     planned = 0
     for trial in range(6):
         rng = np.random.default_rng(trial)
-        q0 = chain.clip(rng.uniform(-0.3, 0.3, chain.nq) + np.r_[-0.8, 1.0, 0.0, 0.8, 1.0, 0.0])
+        start = np.r_[[0.0] * (chain.nq - 6), -0.8, 1.0, 0.0, 0.8, 1.0, 0.0]
+        q0 = chain.clip(rng.uniform(-0.3, 0.3, chain.nq) + start)
         q_goal = q0.copy()
-        q_goal[0] += 1.6 if q0[0] < 0 else -1.6
+        shoulder = chain.nq - 6             # the left shoulder (after the torso, if any)
+        q_goal[shoulder] += 1.6 if q0[shoulder] < 0 else -1.6
         q_goal = chain.clip(q_goal)
         figure, goal = _pinned_right(chain, q0, chain.fk(q_goal, 'left_tool'))
         held = detour_hold(figure)

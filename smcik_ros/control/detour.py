@@ -360,18 +360,20 @@ class Detour:
 def detour_hold(figure):
     """Return (nq,) bool: the joints a joint-space detour must hold where they are (none when
     nothing binds; ``FigureState`` ``figure``), or None when its legs would leave what the
-    commands keep. Only pinned tips bind (no contact, no plane, a fixed base), each on joints
-    that serve nothing the goal moves (``frozen``: the other arm of a dual arm): held, those
-    tips stay exactly where they are. A planted foot, or a pinned tip sharing a torso with
-    the goal's, gives None."""
+    commands keep. Only pinned tips bind (no contact, no plane, a fixed base): every joint on
+    their paths is held, so they stay exactly where they are; a torso they share with the
+    goal's tip is held too, and the detour moves the goal's arm alone (Kinova Movo's first
+    goal, held at the margin against the other gripper, was never detoured: 13 mm short).
+    A planted foot gives None."""
     chain = figure.chain
     if not figure.binds:
         return np.zeros(chain.nq, dtype=bool)
-    if figure.floating or figure.equalities or figure.frozen is None:
+    if figure.floating or figure.equalities or not figure.pins:
         return None
-    if any((chain.moving(pin.link) & ~figure.frozen).any() for pin in figure.pins):
-        return None
-    return figure.frozen.copy()
+    held = np.zeros(chain.nq, dtype=bool)
+    for pin in figure.pins:
+        held |= chain.moving(pin.link)
+    return held
 
 
 class DetourDrive:
@@ -433,13 +435,13 @@ class DetourDrive:
             return
         held = detour_hold(loop.figure)
         if held is None:
-            # Its joint-space legs leave the contacts and the pinned tips: every command's
-            # projection back onto them was refused, and PR2 braked for the rest of the goal.
-            # Tips pinned on arms of their own are held with those arms (``detour_hold``).
+            # Its joint-space legs leave the contacts: every command's projection back onto
+            # them was refused, and PR2 braked for the rest of the goal (pinned tips are held
+            # with their whole paths instead: ``detour_hold``).
             self.report('info', 'detour:projected', (
                 f'goal {loop.goal.sequence}: blocked at the collision margin; no detour '
-                'while the commands keep contacts, or tips pinned on joints the goal moves '
-                '(its path would leave them): holding at the margin'), interval=5.0)
+                'while the commands keep contacts (its path would leave them): holding at '
+                'the margin'), interval=5.0)
             return
         detour.start(loop, exact=lambda a, b: self.guard.refuses(a, b) is None, held=held)
         self.report('info', 'detour:start', (
