@@ -509,17 +509,9 @@ def resolve_mesh_uri(uri, urdf_dir=None, package_paths=()):
         tried.append(f'no ancestor of {urdf_dir!r} named {name!r} (or whose package.xml names '
                      f'it) holds it, nor a directory in the ancestors up to '
                      f'{SIBLING_LEVELS} levels up')
-        # Copied descriptions drop or rename leading directories (a dataset's Atlas in
-        # drake/atlas/urdf, its URIs package://drake/examples/atlas/urdf/meshes/...): the
-        # URI's path, then its tails of at least a directory and the file, under the URDF's
-        # directory and its ancestors up to SIBLING_LEVELS.
-        parts, ancestor = sub.split('/'), urdf_dir
-        for _ in range(SIBLING_LEVELS + 1):
-            for k in range(len(parts) - 1):
-                path = os.path.join(ancestor, *parts[k:])
-                if os.path.isfile(path):
-                    return path
-            ancestor = os.path.dirname(ancestor)
+        path = _by_tail(sub, urdf_dir)
+        if path is not None:
+            return path
         tried.append(f'nor a tail of {sub!r} (a directory and the file at least) under those '
                      'ancestors')
         raise ModelError(f'mesh {uri!r} not found; looked in: ' + '; '.join(tried) +
@@ -536,6 +528,22 @@ def resolve_mesh_uri(uri, urdf_dir=None, package_paths=()):
 
 
 SIBLING_LEVELS = 3    # package:// beside the URDF's ancestors: up to a workspace's src/
+
+
+def _by_tail(sub, urdf_dir):
+    """Return the first file that a tail of the path ``sub`` (a directory and the file at
+    least, longest first) names under ``urdf_dir`` or its ancestors up to SIBLING_LEVELS,
+    nearest first; None. Copied descriptions drop or rename leading directories (a
+    dataset's Atlas in drake/atlas/urdf, its URIs package://drake/examples/atlas/urdf/
+    meshes/...)."""
+    parts, ancestor = sub.split('/'), urdf_dir
+    for _ in range(SIBLING_LEVELS + 1):
+        for k in range(len(parts) - 1):
+            path = os.path.join(ancestor, *parts[k:])
+            if os.path.isfile(path):
+                return path
+        ancestor = os.path.dirname(ancestor)
+    return None
 
 
 def _ament_share(name):

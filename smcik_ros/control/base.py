@@ -536,9 +536,10 @@ class FigureState:
             # rad along its null space (the hand kept), and each command towards that broke
             # a limit to keep the pin; the figure braked at rest for the goal's 10 s (black
             # box). Where that projection fails, the answer as it came.
-            projected, ok = self._projected(np.where(self.own, at, q))
+            projected, ok = _with_tips(self.chain, self.state(np.where(self.own, at, q)),
+                                       self.kept, self._tips)
         if not ok:
-            projected, _ = self._projected(q)
+            projected, _ = _with_tips(self.chain, self.state(q), self.kept, self._tips)
         if at is not None:
             # Inside the CoM polygon as the commands are kept (``_keep_inside``): an answer
             # projected onto the contacts alone lay 0.4 mm beyond Unitree H1's margin, and
@@ -546,19 +547,6 @@ class FigureState:
             # again and again (black box).
             projected, _ = self._keep_inside(at, projected, self.kept)
         return self.limits.clip(self.command(projected))
-
-    def _projected(self, q):
-        """Return (state, ok): the command q (C,) projected onto what the commands keep and
-        the goal's other tips where q has them (projected onto a pin alone, a torso that
-        the pinned arm shares moved, and the goal's hand with it: PR2, an answer 0.9 mm
-        from the goal commanded 3.1-3.5 mm from it, for good); where both cannot be kept,
-        onto the pins and contacts alone (ok False)."""
-        state = self.state(q)
-        tips = _tips_at(self.chain, self._tips, self.kept, self.chain.frames(state))
-        projected, ok = project(self.chain, state, self.kept + tips)
-        if tips and not ok:
-            projected, _ = project(self.chain, state, self.kept)
-        return projected, ok
 
     def status(self):
         """Return the counters of the projection (JSON-ready)."""
@@ -657,6 +645,19 @@ def follow_gain(own, shared):
     Jacobian columns (singular values of ``own`` floored at SINGULAR_FLOOR)."""
     u, sv, vt = np.linalg.svd(own, full_matrices=False)
     return np.abs(vt.T @ ((u.T @ shared) / np.maximum(sv, SINGULAR_FLOOR)[:, None]))
+
+
+def _with_tips(chain, state, kept, tips):
+    """Return (state, ok): ``state`` projected onto ``kept`` and the goal's other ``tips``
+    (links) where it has them (projected onto a pin alone, a torso that the pinned arm
+    shares moved, and the goal's hand with it: PR2, an answer 0.9 mm from the goal
+    commanded 3.1-3.5 mm from it, for good); where both cannot be kept, onto ``kept``
+    alone (ok False)."""
+    held = _tips_at(chain, tips, kept, chain.frames(state))
+    projected, ok = project(chain, state, kept + held)
+    if held and not ok:
+        projected, _ = project(chain, state, kept)
+    return projected, ok
 
 
 def _tips_at(chain, tips, kept, frames):
