@@ -678,10 +678,10 @@ def held_arms(chain, goal, pins, equalities=()):
     links that nothing else that ``goal``'s other terms or the ``equalities`` need moves
     (a dual arm's held arm, below a torso it may share); ``frozen``, those of the pins whose
     whole path is their own (one arm of a fixed-base dual arm). ``FigureState.on_manifold``
-    holds those where they are, and starts the others there: the solver's answer drifts in that arm's null space, and
-    commanding the drift made the projection pull the arm back every tick, at the
-    acceleration bound, so that the whole robot braked for seconds (baxter, issue 32).
-    Not for a floating base (it moves every tip)."""
+    holds those where they are, and starts the others there: the solver's answer drifts
+    in that arm's null space, and commanding the drift made the projection pull the arm
+    back every tick, at the acceleration bound, so that the whole robot braked for seconds
+    (baxter, issue 32). Not for a floating base (it moves every tip)."""
     if not pins or chain.has_ball_joints:
         return None, None
     pinned = {pin.link for pin in pins}
