@@ -1348,8 +1348,9 @@ def test_goals_on_alternate_hands_below_a_shared_torso_are_reached(solver):
     limits. Before, the held arm's answers drifted along its null space (the jacobian
     solver: 0.8 rad), and a held hand at rest within its pin's tolerance, but off it, on a
     near-singular arm asked more than the acceleration limit to correct in one tick: each
-    step braked to rest, for the goal's whole 10 s (3 of these 36 jacobian goals; TIAGo
-    dual in the black box, jacobian and distance solvers, and 2 of 48 smc goals offline)."""
+    step braked to rest, for the goal's whole 10 s (on that code, 3 of these 36 jacobian
+    goals and 2 of the smc ones; TIAGo dual in the black box with the jacobian and distance
+    solvers, and offline with smc)."""
     chain = Chain.from_urdf(dual_panda_urdf(), 'base_link', ['left_panda_hand',
                                                              'right_panda_hand'])
     tips = chain.tip_links
