@@ -193,6 +193,26 @@ def test_broken_urdf_gives_the_parsers_reason():
     assert 'line' in str(err.value)  # lxml's location of the error
 
 
+def test_gazebo_tags_with_undeclared_namespace_prefixes_are_read_as_ros_reads_them():
+    """Fetch's URDF writes ``<sensor:camera>`` in a <gazebo> block and never declares
+    ``sensor``: urdfdom (TinyXML2) reads no namespaces, so RViz and MoveIt load it; the
+    model and the collision model load it too (they stopped at 'unbound prefix'). A file
+    that is really broken still fails fast."""
+    text = ('''<robot name="gz"><link name="base_link"/>
+      <joint name="j" type="revolute"><parent link="base_link"/><child link="tool"/>
+        <axis xyz="0 0 1"/><limit lower="-1" upper="1" effort="1" velocity="1"/></joint>
+      <link name="tool"><collision><geometry><box size="0.1 0.1 0.1"/></geometry>
+        </collision></link>
+      <gazebo reference="tool"><sensor:camera name="rgb"><sensor:imageSize>4 4</sensor:imageSize>
+        </sensor:camera><controller:plugin controller:name="c"/></gazebo></robot>''')
+    chain = Chain.from_urdf(text, 'base_link', 'tool', cache_dir='')
+    assert list(chain.joint_names) == ['j']
+    assert CollisionModel.from_urdf(chain, text, cache_dir='', coarse=True).geometry['tool']
+    with pytest.raises(ModelError, match='not well-formed XML'):
+        Chain.from_urdf(text.replace('</sensor:camera>', ''), 'base_link', 'tool',
+                        cache_dir='')
+
+
 def test_missing_file_and_non_urdf_xml():
     with pytest.raises(ModelError, match='does not exist'):
         Chain.from_urdf('/nonexistent/robot.urdf')

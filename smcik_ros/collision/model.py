@@ -43,7 +43,7 @@ import numpy as np
 from ..model import cache as model_cache
 from ..errors import ModelError
 from ..model.urdf import SOURCES as _MODEL_SOURCES
-from ..model.urdf import joints_to_records, require_robot_name
+from ..model.urdf import declare_prefixes, joints_to_records, require_robot_name
 from .covers import (SphereCover, before_first_compute, bisect_triangles, cached_cover,
                      cover_box, cover_cylinder, cover_mesh, cover_sphere, cylinder_sections,
                      default_cache_dir)
@@ -724,12 +724,12 @@ def _read_urdf(urdf, urdf_path):
         if not os.path.isfile(path):
             raise ModelError(f'URDF file {path!r} does not exist')
         with open(path, 'rb') as f:
-            return f.read(), path
+            return declare_prefixes(f.read()), path
     if isinstance(urdf, str):
         urdf = urdf.encode('utf-8')
     if not isinstance(urdf, (bytes, bytearray)):
         raise ModelError(f'urdf must be a file path or the XML text; got {type(urdf).__name__}')
-    return bytes(urdf), (os.fspath(urdf_path) if urdf_path else None)
+    return declare_prefixes(urdf), (os.fspath(urdf_path) if urdf_path else None)
 
 
 def _parse(text, path):

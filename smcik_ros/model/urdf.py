@@ -7,6 +7,7 @@ start that finds the parsed joints in the cache does not import it.
 
 import io
 import os
+import re
 
 import numpy as np
 
@@ -14,8 +15,8 @@ from ..errors import ModelError
 from .cache import digest, load, source_digest, store, versions
 from .builder import JointSpec, topological
 
-__all__ = ['SOURCES', 'joints_from_records', 'joints_to_records', 'ordered_links', 'parse_urdf',
-           'require_robot_name']
+__all__ = ['SOURCES', 'declare_prefixes', 'joints_from_records', 'joints_to_records',
+           'ordered_links', 'parse_urdf', 'require_robot_name']
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # The modules whose code a cached parse depends on (an edited parser is a new entry).
@@ -95,6 +96,27 @@ def _urdf_bytes(path_or_xml):
     return text, source
 
 
+# A namespace prefix used on an element or an attribute, and one declared.
+_USED_PREFIX = re.compile(rb'<\s*/?\s*([A-Za-z_][\w.-]*):[A-Za-z_]'
+                          rb'|\s([A-Za-z_][\w.-]*):[A-Za-z_][\w.-]*\s*=')
+_DECLARED_PREFIX = re.compile(rb'xmlns:([A-Za-z_][\w.-]*)\s*=')
+
+
+def declare_prefixes(text):
+    """Return the URDF ``text`` (bytes or str, as given) with each namespace prefix that it
+    uses but never declares declared on its <robot> element. Gazebo extensions are written
+    so (Fetch's URDF: ``<sensor:camera>``): ROS's own parser (urdfdom, on TinyXML2) reads no
+    namespaces, so RViz and MoveIt load such a file, where a namespace-aware parser stops
+    at 'unbound prefix'."""
+    data = text.encode('utf-8') if isinstance(text, str) else bytes(text)
+    used = {a or b for a, b in _USED_PREFIX.findall(data)} - {b'xml', b'xmlns'}
+    missing = sorted(used - set(_DECLARED_PREFIX.findall(data)))
+    if missing:
+        declared = b''.join(b' xmlns:%s="urn:undeclared:%s"' % (p, p) for p in missing)
+        data = re.sub(rb'<robot\b', lambda m: m.group(0) + declared, data, count=1)
+    return data.decode('utf-8') if isinstance(text, str) else data
+
+
 def require_robot_name(root, source):
     """Raise ModelError when the <robot> element ``root`` has no name (yourdfpy would fail
     with a bare KeyError 'name'; ROS's own parser, urdfdom, rejects it too)."""
@@ -113,6 +135,7 @@ def _parse_urdf_text(text, source):
         raise ModelError(f'the URDF parser is not installed ({exc}); '
                          'pip install yourdfpy') from exc
     # Strict XML parse first: yourdfpy silently 'recovers' broken XML.
+    text = declare_prefixes(text)
     try:
         root = etree.fromstring(text, parser=etree.XMLParser(remove_blank_text=True))
     except etree.XMLSyntaxError as exc:

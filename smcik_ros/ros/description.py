@@ -11,6 +11,7 @@ import xml.etree.ElementTree as ElementTree
 
 from ..control.collision_guard import choose_srdf
 from ..errors import ModelError
+from ..model.urdf import declare_prefixes
 
 __all__ = ['resolve_path', 'read_urdf_file', 'load_robot_description', 'urdf_file_of',
            'waiting_notice', 'SrdfSources', 'SEMANTIC_TOPIC', 'WAIT_LOG_PERIOD']
@@ -138,7 +139,7 @@ def load_robot_description(node, timeout, keep_waiting=lambda: True,
 
 
 def _robot_name(urdf_xml):
-    return ElementTree.fromstring(urdf_xml).get('name') or ''
+    return ElementTree.fromstring(declare_prefixes(urdf_xml)).get('name') or ''
 
 
 def urdf_file_of(urdf_path, urdf_xml, source):

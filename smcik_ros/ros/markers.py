@@ -14,6 +14,7 @@ import numpy as np
 from std_msgs.msg import ColorRGBA
 from visualization_msgs.msg import Marker, MarkerArray
 
+from ..model.urdf import declare_prefixes
 from .conversions import matrix_to_pose
 
 __all__ = ['NAMESPACES', 'COLLISION_NAMESPACES', 'link_segments', 'particle_marker',
@@ -46,7 +47,7 @@ def link_segments(urdf_xml, link_names):
     index = {name: i for i, name in enumerate(link_names)}
     pairs = []
     try:
-        root = ElementTree.fromstring(urdf_xml)
+        root = ElementTree.fromstring(declare_prefixes(urdf_xml))
     except ElementTree.ParseError:
         root = None
     if root is not None:
