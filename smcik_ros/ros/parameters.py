@@ -146,7 +146,7 @@ NODE_PARAMETERS = {
                                     'else >= '
                                     f'{MIN_TOLERANCE:g}; fixed at start-up',
                                     {'range': (0.0, 0.1), **_FIXED}),
-    'collision_cover_wait': (20.0, 'a first start with a robot computes the covers of its '
+    'collision_cover_wait': (40.0, 'a first start with a robot computes the covers of its '
                              'meshes (seconds to minutes; cached on disk): wait this long for '
                              'them, then start with coarse covers (their bounding boxes: the '
                              'guard refuses more, never less) and swap the fine ones in when '
