@@ -73,6 +73,7 @@ def system(ros_env, context):
                               parameters=NODE_OVERRIDES)
     sim = start_node_process('smcik_ros.sim_arm', env, log_dir / 'sim_arm.log')
     probe = Probe(context)
+    probe.node_log = node.log_path      # for set_parameters' failure message
     try:
         started = wait_for(lambda: probe.commands and probe.joint_states
                            or node.poll() is not None or sim.poll() is not None, 30.0)
@@ -194,8 +195,16 @@ def publishers(system):
 
 
 def set_parameters(probe, params, timeout=10.0):
-    return call_parameters(probe, 'smcik_node', lambda client: client.set_parameters(params),
-                           timeout).results
+    """Set ``params`` on smcik_node; a request not answered fails with the end of the node's
+    log (CI once saw 3 requests unanswered for 30 s, cause unknown: was the node ticking?)."""
+    try:
+        return call_parameters(probe, 'smcik_node', lambda client: client.set_parameters(params),
+                               timeout).results
+    except AssertionError as exc:
+        log = getattr(probe, 'node_log', None)
+        if log is None:
+            raise
+        raise AssertionError(f'{exc}; smcik_node\'s log ends:\n{read_log(log)[-4000:]}') from None
 
 
 def latest_status(probe):
