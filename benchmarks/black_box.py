@@ -285,8 +285,9 @@ def check_stream(robot, probe, bases, rows):
                                                | (positions > limits.upper + 1e-9), axis=1))),
                feet_mm=0.0, feet_rad=0.0, com_outside=0, unpaired=0)
     if robot.floating:
-        # The node publishes each command, then its base pose: commands stamped after the
-        # newest base pose read here may have theirs in flight, and are left out.
+        # The node publishes each command's base pose, then the command (the commands are
+        # read here first): a command without its base pose counts as unpaired, unless it
+        # is stamped after the newest base pose (two topics: no order between them).
         known = set(bases)
         newest = max(known, default=-1)
         keep = [i for i, s in enumerate(stamps.tolist()) if s in known]

@@ -66,7 +66,11 @@ class CommandOutput:
             COMMAND_TYPES[self.kind], values['command_topic'], COMMAND_QOS)
 
     def publish(self, command, stamp_ns):
-        """Publish a control loop Command; ``stamp_ns``: the tick's time [ns, node clock]."""
+        """Publish a control loop Command; ``stamp_ns``: the tick's time [ns, node clock].
+        A floating base's pose goes out first: whoever pairs a command with its base pose
+        (by stamp) has it when the command comes."""
+        if self.base is not None and command.base is not None:
+            self.base.publish(command.base, stamp_ns)
         if self.kind == 'joint_state':
             msg = make_joint_state(self._names, command.q, command.v,
                                    nanoseconds_to_stamp(stamp_ns))
@@ -76,15 +80,15 @@ class CommandOutput:
         else:
             msg = make_float64_multi_array(command.q)
         self.publisher.publish(msg)
-        if self.base is not None and command.base is not None:
-            self.base.publish(command.base, stamp_ns)
 
     def flush(self, timeout):
         """Wait up to ``timeout`` [s] until subscribers acknowledged the published commands
-        (reliable QoS delivers the last, zero-velocity one only while the writer lives);
-        return True when everything was acked."""
+        and base poses (reliable QoS delivers the last, zero-velocity one only while the
+        writer lives); return True when everything was acked."""
+        publishers = [self.publisher] + ([self.base.publisher] if self.base is not None else [])
         try:
-            return bool(self.publisher.wait_for_all_acked(Duration(seconds=timeout)))
+            return all([bool(p.wait_for_all_acked(Duration(seconds=timeout)))
+                        for p in publishers])
         except Exception:  # noqa: BLE001 - an RMW without the call: nothing to wait on
             return False
 
