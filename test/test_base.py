@@ -762,6 +762,42 @@ def test_a_tip_whose_goal_was_reached_is_pinned_even_a_hair_past_its_tolerance(b
     assert free == []
 
 
+@pytest.mark.parametrize('seed', [1, 2, 3])
+def test_a_moving_command_no_farther_off_than_its_answer_is_not_trimmed(biped, seed):
+    """A shaped command on its way to an answer that keeps the feet a share of their
+    tolerance off (a compromise of equalities the joints cannot keep exactly) is published
+    as it is, its base fitted, when its feet are no farther off than the answer's: trimmed
+    on every tick, Unitree H1's command was taken back each time as far as the shaper
+    brought it nearer, and the elbow crept 2-3 mm short of its goal (offline, 2 of 120
+    goals). Farther off than the answer, or without one, it is projected as before."""
+    chain, limits = biped
+    rng = np.random.default_rng(seed)
+    figure, contacts, q = _planted(chain, limits, crouch=0.1)
+    figure.set_base(figure.fit(q))
+    direction = rng.uniform(-1.0, 1.0, limits.n)
+
+    def worst(command):
+        frames = chain.frames(figure.state(command))
+        return max(float(np.max(np.abs(c.residual(frames)) / c.tolerance)) for c in contacts)
+
+    scale = next(s for s in np.geomspace(1e-6, 0.1, 400)
+                 if worst(limits.clip(q + s * direction)) > 0.1)
+    answer = limits.clip(q + scale * direction)
+    assert 0.1 < worst(answer) < HOLD
+    for share, taken in ((0.5, True), (1.0, True), (1.3, False)):
+        shaped = limits.clip(q + share * (answer - q))
+        step = ShapedCommand(shaped, (shaped - q) / DT, 'acceleration')
+        assert (worst(shaped) <= worst(answer)) == taken
+        command, base = figure.keep(q, np.zeros(limits.n), DT, step, answer=answer)
+        assert np.array_equal(command.q, shaped) == taken
+        if taken:
+            np.testing.assert_allclose(base, figure.fit(shaped), atol=1e-12)
+        else:
+            assert worst(command.q) < worst(shaped)
+        command, _ = figure.keep(q, np.zeros(limits.n), DT, step)
+        assert not np.array_equal(command.q, shaped), 'without an answer: projected'
+
+
 @pytest.mark.parametrize('seed', range(4))
 def test_a_command_at_rest_within_hold_is_not_projected_again(biped, seed):
     """A command at rest (the shaped command is the last one) whose feet are within HOLD of

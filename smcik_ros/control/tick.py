@@ -354,7 +354,7 @@ class ControlLoop:
         # The guard judges the command as it is published: projected onto the contacts (H1:
         # a projection of 0.005 rad a tick turned the velocity, and the stop judged from the
         # shaped command lay 10 mm short of where the CoM stopped, past its margin).
-        landed = self.figure.keep(q, v, dt, shaped, lead_box=lead_box)
+        landed = self.figure.keep(q, v, dt, shaped, lead_box=lead_box, answer=desired)
         if landed is not None:
             shaped = landed[0]
         admitted = self.guard.admit(q, v, dt, lead_box, shaped, desired, self.goal,
