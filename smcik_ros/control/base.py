@@ -367,7 +367,7 @@ class FigureState:
             # in 5 s while joint_states were stale (black box).
             return ShapedCommand(q.copy(), np.zeros_like(q), shaped.limited_by), \
                 (self.base if self.floating else None)
-        if answer is not None and self._as_near(q, shaped.q, answer):
+        if answer is not None and _as_near(self, q, shaped.q, answer):
             return shaped, (self.chain.base_pose(self.state(shaped.q)) if self.floating
                             else None)
         best = self._within(q, v, dt, shaped, self.kept, lead_box)
@@ -472,7 +472,7 @@ class FigureState:
         commands after one ended out (the guard passes motion that reduces a violation,
         checked at samples)."""
         after = self.chain.frames(state)
-        crossed = self._crossed(q, after)
+        crossed = _crossed(self, q, after)
         if not crossed:
             return state, True
         tips = _tips_at(self.chain, self._tips, kept, after)
@@ -485,34 +485,6 @@ class FigureState:
         if not ok and tips:
             inside, ok = project(self.chain, state, kept + crossed, weights=free)
         return (inside, True) if ok else (state, False)
-
-    def _as_near(self, q, shaped, answer):
-        """Return whether the ``shaped`` command (C,) from the last command q keeps what is
-        kept within HOLD, crosses no polygon, and is off it by no more than the ``answer``
-        (C,) it heads for (or CONVERGED, which a projection leaves as it is). Where the
-        equalities are more than the joints can keep exactly (a pose pinned on a 4-DOF arm,
-        5-DOF legs), the answer's projection and the command's settle on different
-        compromises: each tick's projection took Unitree H1's command 0.0003 rad back from
-        an answer 0.05 rad off, as far as the shaper brought it nearer, and the elbow
-        crept 2-3 mm short of its goal for the goal's 10 s (offline, 2 of 120 goals)."""
-        frames = self.chain.frames(self.state(shaped))
-        if not _holds(frames, self.kept) or self._crossed(q, frames):
-            return False
-        floor = _worst(self.chain.frames(self.state(answer)), self.kept)
-        return _worst(frames, self.kept) <= max(floor, CONVERGED)
-
-    def _crossed(self, q, after):
-        """Return the hard inequalities with rows (the CoM over its polygon) that the state
-        of ``after`` (Frames) crosses, or goes deeper into than the last command q (C,)."""
-        ready = [c for c in self.inequalities if getattr(c, 'anchored', True)]
-        if not ready or not self.contacts:
-            return []
-        crossed = [c for c in ready if bool(c.violated(after)[0])]
-        if crossed:
-            before = self.chain.frames(self.state(q))
-            crossed = [c for c in crossed if not bool(c.violated(before)[0])
-                       or _depth(c, after) > _depth(c, before)]
-        return crossed
 
     def keep_within(self, q, v, dt, shaped, brake, lead_box=None):
         """Return (shaped, base): ``keep`` of the shaped command (within ``lead_box``);
@@ -584,6 +556,37 @@ class FigureState:
 def pending(constraints):
     """Return the constraints of a set that wait for a configuration to anchor at."""
     return [c for c in constraints if not getattr(c, 'anchored', True)]
+
+
+def _as_near(figure, q, shaped, answer):
+    """Return whether the ``shaped`` command (C,) of the FigureState ``figure``, from the
+    last command q, keeps what is kept within HOLD, crosses no polygon, and is off it by no
+    more than the ``answer`` (C,) it heads for (or CONVERGED, which a projection leaves as
+    it is). Where the equalities are more than the joints can keep exactly (a pose pinned
+    on a 4-DOF arm, 5-DOF legs), the answer's projection and the command's settle on
+    different compromises: each tick's projection took Unitree H1's command 0.0003 rad back
+    from an answer 0.05 rad off, as far as the shaper brought it nearer, and the elbow crept
+    2-3 mm short of its goal for the goal's 10 s (offline, 2 of 120 goals)."""
+    frames = figure.chain.frames(figure.state(shaped))
+    if not _holds(frames, figure.kept) or _crossed(figure, q, frames):
+        return False
+    floor = _worst(figure.chain.frames(figure.state(answer)), figure.kept)
+    return _worst(frames, figure.kept) <= max(floor, CONVERGED)
+
+
+def _crossed(figure, q, after):
+    """Return the hard inequalities with rows (the CoM over its polygon) of the FigureState
+    ``figure`` that the state of ``after`` (Frames) crosses, or goes deeper into than the
+    last command q (C,)."""
+    ready = [c for c in figure.inequalities if getattr(c, 'anchored', True)]
+    if not ready or not figure.contacts:
+        return []
+    crossed = [c for c in ready if bool(c.violated(after)[0])]
+    if crossed:
+        before = figure.chain.frames(figure.state(q))
+        crossed = [c for c in crossed if not bool(c.violated(before)[0])
+                   or _depth(c, after) > _depth(c, before)]
+    return crossed
 
 
 def _worst(frames, kept):
