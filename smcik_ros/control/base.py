@@ -367,10 +367,10 @@ class FigureState:
             # in 5 s while joint_states were stale (black box).
             return ShapedCommand(q.copy(), np.zeros_like(q), shaped.limited_by), \
                 (self.base if self.floating else None)
-        if answer is not None and _as_near(self, q, shaped.q, answer):
-            return shaped, (self.chain.base_pose(self.state(shaped.q)) if self.floating
-                            else None)
-        best = self._within(q, v, dt, shaped, self.kept, lead_box)
+        state = self.state(shaped.q)
+        if answer is not None and _as_near(self, q, state, answer):
+            return shaped, (self.chain.base_pose(state) if self.floating else None)
+        best = self._within(q, v, dt, state, shaped, self.kept, lead_box)
         held = [c for c in self.kept if c not in self.pins]
         if self.pins and held and (not best[1] or best[3] < 1.0 and not _holds(
                 self.chain.frames(self.state(self.limits.clip(
@@ -382,7 +382,7 @@ class FigureState:
             # hold, taken back as the limits allow) and the contacts hold (Unitree H1: a pin
             # on a 4-DOF arm, the feet 1.2-4.4 mm off while the limits took a share of both
             # corrections).
-            first = self._within(q, v, dt, shaped, held, lead_box)
+            first = self._within(q, v, dt, state, shaped, held, lead_box)
             if first[1] and (first[3] > best[3] or not best[1]):
                 self.slipped += 1
                 best = first
@@ -409,12 +409,12 @@ class FigureState:
         base = self.chain.base_pose(projected) if self.floating else None
         return ShapedCommand(q_new, (q_new - q) / dt, shaped.limited_by), base
 
-    def _within(self, q, v, dt, shaped, kept, lead_box):
-        """Return (state, ok, q_new, t): the ``shaped`` command projected onto ``kept`` and
-        the polygons it crosses, whether it reached them, its command and the largest share
-        of its correction that the limits allow (``_correction_share``); joints whose limits
-        the correction breaks are blocked and it is projected again, up to REROUTES times."""
-        state = self.state(shaped.q)
+    def _within(self, q, v, dt, state, shaped, kept, lead_box):
+        """Return (state, ok, q_new, t): the ``shaped`` command (its ``state``) projected
+        onto ``kept`` and the polygons it crosses, whether it reached them, its command and
+        the largest share of its correction that the limits allow (``_correction_share``);
+        joints whose limits the correction breaks are blocked and it is projected again, up
+        to REROUTES times."""
         # A trim (the command already within HOLD of every tolerance) holds the goal's tips
         # where the shaped command has them, where it can (as the answer is projected,
         # ``on_manifold``): a trim of 0.02 mm of Unitree H1's feet took 0.0018 rad of both
@@ -558,20 +558,25 @@ def pending(constraints):
     return [c for c in constraints if not getattr(c, 'anchored', True)]
 
 
-def _as_near(figure, q, shaped, answer):
-    """Return whether the ``shaped`` command (C,) of the FigureState ``figure``, from the
-    last command q, keeps what is kept within HOLD, crosses no polygon, and is off it by no
-    more than the ``answer`` (C,) it heads for (or CONVERGED, which a projection leaves as
-    it is). Where the equalities are more than the joints can keep exactly (a pose pinned
-    on a 4-DOF arm, 5-DOF legs), the answer's projection and the command's settle on
-    different compromises: each tick's projection took Unitree H1's command 0.0003 rad back
-    from an answer 0.05 rad off, as far as the shaper brought it nearer, and the elbow crept
-    2-3 mm short of its goal for the goal's 10 s (offline, 2 of 120 goals)."""
-    frames = figure.chain.frames(figure.state(shaped))
-    if not _holds(frames, figure.kept) or _crossed(figure, q, frames):
+def _as_near(figure, q, state, answer):
+    """Return whether the shaped command of the FigureState ``figure`` (its ``state``),
+    from the last command q, keeps what is kept within HOLD, is off it by no more than the
+    ``answer`` (C,) it heads for (or CONVERGED, which a projection leaves as it is) and
+    crosses no polygon; only within REACH of the answer, where the shaper heads for the
+    answer itself (``toward``), and the cheaper checks first: a tick pays for them. Where the
+    equalities are more than the joints can keep exactly (a pose pinned on a 4-DOF arm,
+    5-DOF legs), the answer's projection and the command's settle on different compromises:
+    each tick's projection took Unitree H1's command 0.0003 rad back from an answer 0.05
+    rad off, as far as the shaper brought it nearer, and the elbow crept 2-3 mm short of
+    its goal for the goal's 10 s (offline, 2 of 120 goals)."""
+    if float(np.max(np.abs(answer - figure.command(state)))) > REACH:
         return False
-    floor = _worst(figure.chain.frames(figure.state(answer)), figure.kept)
-    return _worst(frames, figure.kept) <= max(floor, CONVERGED)
+    frames = figure.chain.frames(state)
+    worst = _worst(frames, figure.kept)
+    if worst > HOLD or worst > CONVERGED and worst > _worst(
+            figure.chain.frames(figure.state(answer)), figure.kept):
+        return False
+    return not _crossed(figure, q, frames)
 
 
 def _crossed(figure, q, after):
