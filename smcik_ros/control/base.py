@@ -596,14 +596,15 @@ def _crossed(figure, q, after):
 
 def _worst(frames, kept):
     """Return the largest residual of ``kept`` at ``frames`` (one configuration), in
-    tolerances."""
-    return max(float(np.max(np.abs(c.residual(frames)) / c.tolerance)) for c in kept)
+    tolerances (0 for nothing kept)."""
+    return max((float(np.max(np.abs(c.residual(frames)) / c.tolerance)) for c in kept),
+               default=0.0)
 
 
 def _holds(frames, kept, share=HOLD):
     """Return whether ``frames`` (one configuration) keep ``kept`` within ``share`` of their
     tolerances."""
-    return all(bool(np.all(np.abs(c.residual(frames)) <= share * c.tolerance)) for c in kept)
+    return _worst(frames, kept) <= share
 
 
 def _correction_share(lim, q, v, dt, shaped, q_new, lead_box=None):
