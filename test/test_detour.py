@@ -594,25 +594,37 @@ def test_switching_the_detour_off_cancels_it(demo):
     check_stream(chain, limits, stream)
 
 
-def test_a_collision_model_swap_cancels_the_detour_at_the_next_tick(demo):
-    """``cancel_detour`` (the node calls it when finer covers or an SRDF's pairs are swapped
-    in: the plan was made against the old ones): the detour in progress is cancelled at the
-    next tick, with the reason, within the limits and without collision; a still-blocked
-    goal may plan afresh."""
+@pytest.mark.parametrize('state', ['planning', 'following'])
+def test_a_collision_model_swap_replans_a_planned_detour_and_cancels_a_followed_one(demo,
+                                                                                   state):
+    """``replan_detour`` (the node calls it when finer covers or an SRDF's pairs are swapped
+    in): at the next tick a detour being planned starts its plan again on the loop's
+    constraints (no cancel, no brake, no retry wait) and the goal is reached through it; one
+    being followed (certified on the old model) is cancelled with the reason. Either way
+    the stream keeps its limits and nothing collides."""
     chain, model, robot = demo
     guard, q0, q_goal, box = blocked_case(chain, model, 5)
     asked = {}
 
     def during(stream, k):
-        if not asked and stream.loop.detour.state in ('planning', 'following'):
-            asked['state'] = stream.loop.detour.state
-            stream.loop.cancel_detour('the collision model changed')
+        if not asked and stream.loop.detour.state == state:
+            asked['at'] = k
+            stream.loop.replan_detour('the collision model changed')
 
-    loop, limits, stream, _ = run_loop(chain, guard, q0, chain.fk(q_goal), 5, 300,
-                                       during=during)
-    assert asked, 'the detour never started'
-    assert loop.detour.counts['cancelled'] >= 1, loop.detour.status()
-    assert any(key == 'detour:cancelled' and 'the collision model changed' in text
-               for _, key, text, _ in loop._report.events)
+    loop, limits, stream, reached = run_loop(chain, guard, q0, chain.fk(q_goal), 5, 1200,
+                                             during=during)
+    assert asked, f'the detour was never {state}'
+    events = [(key, text) for _, key, text, _ in loop._report.events]
+    if state == 'planning':
+        assert loop.detour.counts['cancelled'] == 0, loop.detour.status()
+        assert ('detour:replan', 'planning the detour again: the collision model changed') \
+            in events
+        assert loop.detour.counts['completed'] >= 1 and reached is not None, \
+            loop.detour.status()
+    else:
+        assert loop.detour.counts['cancelled'] >= 1, loop.detour.status()
+        assert any(key == 'detour:cancelled' and 'the collision model changed' in text
+                   for key, text in events)
+        assert not any(key == 'detour:replan' for key, _ in events)
     qs = check_stream(chain, limits, stream)
     assert fcl_contacts(chain, robot, box, qs) == 0

@@ -23,7 +23,8 @@ between the arm and a still goal stops the arm at the margin. ``Detour`` is what
    restarts at the goal configuration when it is reached. A new goal, a refused command, a
    changed scene whose remaining path is no longer free, stale joint_states, a stop, a
    resync or a solver switch cancel the detour (the loop brakes and the solver restarts at
-   the stop).
+   the stop). A collision model replaced while the detour is planned (finer covers) starts
+   its plan again on the new model; while it is followed, it cancels the detour.
 """
 
 import collections
@@ -288,6 +289,14 @@ class Detour:
             self.longest_tick = max(self.longest_tick, spent)
         return self.state
 
+    def replan(self, constraints):
+        """Plan again from the start against ``constraints`` (hard ones: the collision model
+        was replaced while planning); the attempt, the retreat and the held joints stay."""
+        planner = self.planner
+        planner.prepare(constraints, planner.exact, self._history, planner.held)
+        self._work = None
+        self._scene_version = self._version()
+
     def _version(self):
         return tuple(getattr(getattr(c, 'scene', None), 'version', None)
                      for c in self.planner.constraints)
@@ -393,21 +402,31 @@ class DetourDrive:
         self.guard = guard
         self.stepper = stepper
         self.report = report
-        self._cancel = None         # a reason to cancel the detour at the next tick
+        self._replan = None         # why the detour plans again at the next tick
 
     @property
     def active(self):
         """True while a detour is planned or followed (the loop does not follow the solver)."""
         return self.detour is not None and self.detour.active
 
-    def cancel_later(self, reason):
-        """Cancel a detour in progress at the next tick (``cancel_requested``)."""
-        self._cancel = str(reason)
+    def replan_later(self, reason):
+        """At the next tick (``replan_requested``), a detour being planned starts its plan
+        again on the loop's constraints; one being followed is cancelled."""
+        self._replan = str(reason)
 
-    def cancel_requested(self, now, q, v):
-        """Cancel the detour for the reason ``cancel_later`` gave, if any."""
-        if self._cancel is not None:
-            reason, self._cancel = self._cancel, None
+    def replan_requested(self, now, q, v):
+        """Plan again, or cancel, for the reason ``replan_later`` gave, if any. A plan under
+        way when the collision model is replaced starts again on the new one, with the arm
+        where it rests: cancelling it braked, let the solver move the arm for a second
+        (``retry_interval``) and then planned from scratch anyway."""
+        if self._replan is None:
+            return
+        reason, self._replan = self._replan, None
+        if self.active and self.detour.state == 'planning':
+            self.detour.replan(c for c in self.stepper.constraints if c.hard)
+            self.report('info', 'detour:replan', f'planning the detour again: {reason}',
+                        interval=1.0)
+        else:
             self.cancel(reason, now, q, v)
 
     def cancel(self, reason, now, q, v, reset=True):

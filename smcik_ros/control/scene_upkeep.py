@@ -57,7 +57,7 @@ class SceneUpkeep:
             level, text, changed = event
             if changed:
                 self.loop.set_constraints(self.constraints())
-                self.loop.cancel_detour('the collision model changed')
+                self.loop.replan_detour('the collision model changed')
             lines.append((level, text))
             model = self.guard.model
             if chain_coarse and not model.coarse_chain_links:    # the chain's fine covers: now

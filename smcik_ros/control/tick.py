@@ -286,11 +286,12 @@ class ControlLoop:
         tick's solver step from the stop, as after any cancel)."""
         self.detours.set_enabled(enabled, self.stamp, self.q, self.v)
 
-    def cancel_detour(self, reason):
-        """Cancel a detour in progress at the next tick (e.g. its plan was made against a
-        collision model that has since been replaced); the solver then restarts at the
-        braking stop and a still-blocked goal plans afresh."""
-        self.detours.cancel_later(reason)
+    def replan_detour(self, reason):
+        """The collision model was replaced: at the next tick a detour being planned plans
+        again on the new constraints; one being followed (certified on the old model) is
+        cancelled, the solver restarts at the braking stop and a still-blocked goal plans
+        afresh."""
+        self.detours.replan_later(reason)
 
     # ------------------------------------------------------------------ the tick
     def tick(self, now):
@@ -339,7 +340,7 @@ class ControlLoop:
                                 now, q, v)
             return self._commit(self.guard.brake(q, v, dt, lead_box), now, state, lead_box)
         new_goal = self._take_goal(now)
-        self.detours.cancel_requested(now, q, v)
+        self.detours.replan_requested(now, q, v)
         if self.detours.active:
             shaped = self.detours.command(q, v, dt, lead_box, now, self.goal, self.ticks)
             return self._commit(shaped, now, state, lead_box)
