@@ -13,6 +13,7 @@ from smcik_ros.control.goal_inbox import Goal
 from smcik_ros.control.limits import limits_for_chain
 from smcik_ros.control.shaping import CommandShaper, ShapedCommand
 from smcik_ros.goals import CenterOfMassPolygon, Contact, PoseTarget, project
+from smcik_ros.goals.projection import residual_share
 from smcik_ros.model import Chain
 
 BIPED = 'test/urdf/biped.urdf'
@@ -369,6 +370,35 @@ def test_an_answer_on_the_feet_is_moved_inside_the_centre_of_mass_polygon(biped,
     assert not polygon.violated(frames)[0], \
         f'the answer\'s CoM is {1e3 * (frames.center_of_mass()[0, :2] @ n - edge):.2f} mm out'
     assert contact_errors(chain, figure.state(inside), contacts)[:, 0].max() < 1e-4
+
+
+@pytest.mark.parametrize('seed', range(4))
+def test_an_answer_within_hold_is_taken_as_it_is_and_one_beyond_it_is_projected(biped, seed):
+    """``on_manifold`` takes an answer that keeps the feet within HOLD of their tolerances
+    as it is (the SMC keeps its answers there, and the commands may rest there); projected
+    to zero, Unitree H1's answers moved 0.08-0.14 rad and ended 96-166 mm off their goals
+    (offline). An answer beyond HOLD is projected onto the feet."""
+    chain, limits = biped
+    rng = np.random.default_rng(seed)
+    figure, contacts, q, _ = _standing_figure(chain, limits)
+    share = lambda a: float(residual_share(chain.frames(figure.state(a)), contacts)[0])
+    kept = figure.on_manifold(limits.clip(q + rng.uniform(-0.2, 0.2, limits.n)))
+    assert share(kept) <= 0.02, share(kept)
+    direction = rng.normal(size=limits.n)
+    # The smallest and largest scales along ``direction`` whose answers are near and past HOLD.
+    scales = np.geomspace(1e-5, 1e-1, 400)
+    shares = np.array([share(limits.clip(kept + c * direction)) for c in scales])
+    near = scales[np.flatnonzero((shares > 0.4 * HOLD) & (shares < 0.9 * HOLD))]
+    past = scales[np.flatnonzero((shares > 1.5 * HOLD) & (shares < 0.9))]
+    assert len(near) and len(past), (shares.min(), shares.max())
+    within = limits.clip(kept + near[0] * direction)
+    beyond = limits.clip(kept + past[0] * direction)
+    assert np.array_equal(figure.on_manifold(within, q), within)
+    projected = figure.on_manifold(beyond, q)
+    assert share(projected) <= 0.02, share(projected)
+    assert not np.array_equal(projected, beyond)
+    # Without the command (``at``), every answer is projected, as before.
+    assert share(figure.on_manifold(within)) <= 0.02
 
 
 @pytest.mark.parametrize('seed', range(4))

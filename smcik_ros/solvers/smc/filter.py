@@ -26,6 +26,7 @@ import numpy as np
 
 from ... import kernels
 from ...goals import Target, Term, project, task_errors
+from ...goals.projection import KEPT_SHARE, residual_share
 from ...rotations import quat_times_exp
 
 __all__ = ['FilterModel', 'FilterState', 'Policies', 'Step', 'feasible', 'filter_step',
@@ -287,7 +288,8 @@ class FilterModel:
         self.hard = [c for c in constraints if c.hard]
         # Hard equalities (a planted foot) are projected onto, not only checked: the seed's
         # rejection alone cannot hit an equality (docs/smc.md, "Hard constraints").
-        self.projects = any(getattr(c, 'equality', False) for c in self.hard)
+        self.equalities = [c for c in self.hard if getattr(c, 'equality', False)]
+        self.projects = bool(self.equalities)
         self._anchored = None       # (nq,) bool: joints that move an equality's link
         # Constraints with a residual enter the likelihood (eq. 14); those with a Jacobian
         # too enter the refinement, unless they are a ``preference`` (the collision
@@ -355,9 +357,12 @@ class FilterModel:
         return cand
 
     def enforce_hard(self, prev, particles, frames, scale, rng):
-        """Project particles onto the hard equalities; redraw those that violate hard
+        """Project particles onto the hard equalities (those beyond ``KEPT_SHARE`` of their
+        tolerances: a particle may not use the rest as slack); redraw those that violate hard
         constraints; fall back to their previous state."""
         bad = self.violated(frames)
+        if self.projects:
+            bad |= residual_share(frames, self.equalities) > KEPT_SHARE
         if self.projects and bad.any():
             idx = np.flatnonzero(bad)
             particles[idx], kept = project(self.chain, particles[idx], self.hard,

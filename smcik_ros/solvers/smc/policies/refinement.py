@@ -11,6 +11,7 @@ import numpy as np
 
 from .... import kernels as _kernels
 from ....goals import Contact, OrientationTarget, PoseTarget, PositionTarget, project
+from ....goals.projection import KEPT_SHARE, residual_share
 from ....kernels.records import LM, MOTION, TARGETS
 from ...base import stack_terms
 
@@ -241,7 +242,8 @@ class Refinement:
         (``kernels.propose``), the trials are projected back onto the hard equalities
         (``goals.project``: a linear step leaves a planted foot by a second-order error), and
         the term's costs at them and the hard constraints' verdicts join their judgement
-        (``kernels.choose``)."""
+        (``kernels.choose``): no trial goes farther off an equality than ``KEPT_SHARE`` of its
+        tolerance or than where it starts."""
         chain = self.chain
         nv = chain.nv
         _kernels.begin(*records, q, state)
@@ -264,6 +266,12 @@ class Refinement:
             extra_cost = _terms_cost(extra, flat) if extra else np.zeros(len(flat))
             for c in problem.hard:
                 extra_cost = np.where(c.violated(flat), np.inf, extra_cost)
+            equalities = [c for c in problem.hard if getattr(c, 'equality', False)]
+            if equalities:
+                # No farther off the equalities than KEPT_SHARE, or than the trial's start.
+                bound = np.maximum(KEPT_SHARE, residual_share(frames, equalities))
+                off = residual_share(flat, equalities).reshape(k_count, count)
+                extra_cost = np.where((off > bound[:, None]).ravel(), np.inf, extra_cost)
             _kernels.choose(*records[:4], records[5], q, state, trials, mu,
                             extra_cost.reshape(k_count, count))
 
