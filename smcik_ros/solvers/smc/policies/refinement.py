@@ -247,6 +247,7 @@ class Refinement:
         chain = self.chain
         nv = chain.nv
         _kernels.begin(*records, q, state)
+        equalities = [c for c in problem.hard if getattr(c, 'equality', False)]
         for _ in range(self.steps):
             if not state[6].any():
                 break
@@ -266,7 +267,6 @@ class Refinement:
             extra_cost = _terms_cost(extra, flat) if extra else np.zeros(len(flat))
             for c in problem.hard:
                 extra_cost = np.where(c.violated(flat), np.inf, extra_cost)
-            equalities = [c for c in problem.hard if getattr(c, 'equality', False)]
             if equalities:
                 # No farther off the equalities than KEPT_SHARE, or than the trial's start.
                 bound = np.maximum(KEPT_SHARE, residual_share(frames, equalities))
