@@ -289,6 +289,7 @@ class FilterModel:
         # Hard equalities (a planted foot) are projected onto, not only checked: the seed's
         # rejection alone cannot hit an equality (docs/smc.md, "Hard constraints").
         self.equalities = [c for c in self.hard if getattr(c, 'equality', False)]
+        self._others = [c for c in self.hard if c not in self.equalities]
         self.projects = bool(self.equalities)
         self._anchored = None       # (nq,) bool: joints that move an equality's link
         # Constraints with a residual enter the likelihood (eq. 14); those with a Jacobian
@@ -360,9 +361,10 @@ class FilterModel:
         """Project particles onto the hard equalities (those beyond ``KEPT_SHARE`` of their
         tolerances: a particle may not use the rest as slack); redraw those that violate hard
         constraints; fall back to their previous state."""
-        bad = self.violated(frames)
-        if self.projects:
-            bad |= residual_share(frames, self.equalities) > KEPT_SHARE
+        # An equality violated (beyond its tolerance) is beyond KEPT_SHARE too: its rows are
+        # judged once, by the share.
+        bad = self.violated(frames, self._others)
+        bad |= residual_share(frames, self.equalities) > KEPT_SHARE
         if self.projects and bad.any():
             idx = np.flatnonzero(bad)
             particles[idx], kept = project(self.chain, particles[idx], self.hard,
@@ -420,10 +422,11 @@ class FilterModel:
         q[:, held] = np.asarray(anchor, dtype=float)[held]
         return project(self.chain, q, self.hard, iterations=self.PROJECTION_ITERATIONS)[0]
 
-    def violated(self, frames):
-        """Return (N,) bool: some hard constraint is violated."""
+    def violated(self, frames, constraints=None):
+        """Return (N,) bool: some hard constraint (of ``constraints``, default all) is
+        violated."""
         bad = np.zeros(len(frames), dtype=bool)
-        for c in self.hard:
+        for c in self.hard if constraints is None else constraints:
             bad |= c.violated(frames)
         return bad
 
